@@ -1,0 +1,55 @@
+//! Sources of cluster objects: the only code that knows where Services, EndpointSlices and Nodes
+//! come from (a directory of manifests here; kube-rs watchers later).
+//!
+//! A source emits [`Event`]s; it filters nothing by meaning (the tracker decides what is ignored)
+//! and never panics on malformed input: an object that cannot be decoded is skipped with a warning
+//! naming where it came from.
+
+pub mod manifests;
+
+use k8s_openapi::api::core::v1::{Node, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+
+/// One object from the API server or a manifest, typed by kind.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Object {
+    Service(Box<Service>),
+    EndpointSlice(Box<EndpointSlice>),
+    Node(Box<Node>),
+}
+
+/// The kinds of object a source delivers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Kind {
+    Service,
+    EndpointSlice,
+    Node,
+}
+
+impl Kind {
+    /// All kinds, in the order a source lists them.
+    pub const ALL: [Kind; 3] = [Kind::Service, Kind::EndpointSlice, Kind::Node];
+}
+
+impl Object {
+    pub fn kind(&self) -> Kind {
+        match self {
+            Object::Service(_) => Kind::Service,
+            Object::EndpointSlice(_) => Kind::EndpointSlice,
+            Object::Node(_) => Kind::Node,
+        }
+    }
+}
+
+/// What a source tells the tracker.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Event {
+    /// An object was created or changed.
+    Applied(Object),
+    /// An object was deleted (its last known state).
+    Deleted(Object),
+    /// The complete current list of one kind (an initial list, a relist after a reconnect, or a
+    /// re-read manifest directory): objects of that kind the tracker holds that are not in the list
+    /// are gone. Also marks that kind as synced.
+    Listed(Kind, Vec<Object>),
+}

@@ -1,0 +1,481 @@
+//! The tracker: folds object events into the current model and hands out immutable snapshots with
+//! the service ports that changed since the last one.
+//!
+//! Pure: no I/O, no clock, never panics; warnings are returned, not logged. Events only record
+//! the parsed objects and mark their Service dirty; the per-port model is rebuilt for dirty
+//! Services when a snapshot is taken, so a burst of events costs one rebuild per Service, and a
+//! change that is undone before the next snapshot is not reported at all. A change to one slice
+//! costs work proportional to that Service, never to the cluster.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{Node, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+
+use super::endpoints::{self, ParsedSlice};
+use super::model::{
+    FamilyView, IpFamily, NodeContext, ServiceKey, ServicePortName, ServicePortState, Snapshot,
+};
+use super::node;
+use super::service::{self, Ignored, ParsedService};
+use super::source::{Event, Kind, Object};
+use super::topology::{self, Features};
+use super::warning::Warning;
+
+/// What changed between two snapshots.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Changes {
+    /// Service ports whose state differs from the previous snapshot (added, changed or removed).
+    pub ports: BTreeSet<ServicePortName>,
+    /// This node's zone (or existence) changed, so every selection was recomputed; upstream
+    /// forces a full sync in that case.
+    pub node_topology_changed: bool,
+    /// `last-change-trigger-time` of every slice version applied since the previous snapshot,
+    /// for the network programming latency metric.
+    pub trigger_times: Vec<(ServiceKey, String)>,
+    /// Services with Service changes, and with EndpointSlice changes, consumed by this snapshot.
+    pub service_changes: usize,
+    pub endpoint_changes: usize,
+}
+
+/// Counts for upstream's `sync_proxy_rules_{service,endpoint}_changes_{pending,total}` metrics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ChangeCounts {
+    /// Services with a Service change not yet taken by a snapshot.
+    pub service_changes_pending: usize,
+    /// Services with an EndpointSlice change not yet taken by a snapshot.
+    pub endpoint_changes_pending: usize,
+    pub service_changes_total: u64,
+    pub endpoint_changes_total: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum ServiceEntry {
+    Proxied(Arc<ParsedService>),
+    Ignored(Ignored),
+}
+
+/// Identity of a slice: namespace and name.
+type SliceId = (Arc<str>, Arc<str>);
+
+/// The change tracker. See the module doc.
+#[doc(alias = "ServiceChangeTracker")]
+#[doc(alias = "EndpointsChangeTracker")]
+#[derive(Debug)]
+pub struct Tracker {
+    features: Features,
+    node: Arc<NodeContext>,
+    services: HashMap<ServiceKey, ServiceEntry>,
+    slices: HashMap<ServiceKey, BTreeMap<Arc<str>, Arc<ParsedSlice>>>,
+    slice_owner: HashMap<SliceId, ServiceKey>,
+    ports: Arc<BTreeMap<ServicePortName, Arc<ServicePortState>>>,
+    /// The port names each Service currently contributes to `ports`.
+    service_ports: HashMap<ServiceKey, Vec<ServicePortName>>,
+    dirty: HashSet<ServiceKey>,
+    pending_services: HashSet<ServiceKey>,
+    pending_endpoints: HashSet<ServiceKey>,
+    service_changes_total: u64,
+    endpoint_changes_total: u64,
+    node_topology_changed: bool,
+    trigger_times: Vec<(ServiceKey, String)>,
+    listed: BTreeSet<Kind>,
+    /// The warnings last reported per object, so each object version warns once.
+    warned: HashMap<(Kind, String), Vec<Warning>>,
+}
+
+impl Tracker {
+    /// A tracker for the node called `node_name`.
+    pub fn new(node_name: &str, features: Features) -> Tracker {
+        Tracker {
+            features,
+            node: Arc::new(NodeContext::named(node_name)),
+            services: HashMap::new(),
+            slices: HashMap::new(),
+            slice_owner: HashMap::new(),
+            ports: Arc::default(),
+            service_ports: HashMap::new(),
+            dirty: HashSet::new(),
+            pending_services: HashSet::new(),
+            pending_endpoints: HashSet::new(),
+            service_changes_total: 0,
+            endpoint_changes_total: 0,
+            node_topology_changed: false,
+            trigger_times: Vec::new(),
+            listed: BTreeSet::new(),
+            warned: HashMap::new(),
+        }
+    }
+
+    /// Applies one event. Returns the warnings for objects (or parts) that were refused, each
+    /// reported once per distinct problem of an object, not again when the same version repeats.
+    pub fn apply(&mut self, event: Event) -> Vec<Warning> {
+        let mut out = Vec::new();
+        match event {
+            Event::Applied(object) => self.apply_object(&object, &mut out),
+            Event::Deleted(object) => self.delete_object(&object),
+            Event::Listed(kind, objects) => self.apply_list(kind, &objects, &mut out),
+        }
+        out
+    }
+
+    /// Whether every kind has been listed at least once: the first sync waits for this, as
+    /// upstream waits for its informers, so it never programs a half-known cluster.
+    pub fn synced(&self) -> bool {
+        Kind::ALL.iter().all(|k| self.listed.contains(k))
+    }
+
+    pub fn change_counts(&self) -> ChangeCounts {
+        ChangeCounts {
+            service_changes_pending: self.pending_services.len(),
+            endpoint_changes_pending: self.pending_endpoints.len(),
+            service_changes_total: self.service_changes_total,
+            endpoint_changes_total: self.endpoint_changes_total,
+        }
+    }
+
+    /// Services deliberately not proxied, with the reason, sorted.
+    pub fn ignored_services(&self) -> Vec<(ServiceKey, Ignored)> {
+        let mut v: Vec<_> = self
+            .services
+            .iter()
+            .filter_map(|(k, e)| match e {
+                ServiceEntry::Ignored(why) => Some((k.clone(), *why)),
+                ServiceEntry::Proxied(_) => None,
+            })
+            .collect();
+        v.sort_by(|a, b| a.0.cmp(&b.0));
+        v
+    }
+
+    /// Rebuilds what changed and returns the current snapshot with what changed since the last.
+    pub fn snapshot(&mut self) -> (Snapshot, Changes) {
+        let mut changed = BTreeSet::new();
+        let dirty = std::mem::take(&mut self.dirty);
+        for key in dirty {
+            self.rebuild(&key, &mut changed);
+        }
+        let changes = Changes {
+            ports: changed,
+            node_topology_changed: std::mem::take(&mut self.node_topology_changed),
+            trigger_times: std::mem::take(&mut self.trigger_times),
+            service_changes: std::mem::take(&mut self.pending_services).len(),
+            endpoint_changes: std::mem::take(&mut self.pending_endpoints).len(),
+        };
+        let snapshot = Snapshot {
+            node: self.node.clone(),
+            ports: self.ports.clone(),
+        };
+        (snapshot, changes)
+    }
+
+    fn apply_object(&mut self, object: &Object, out: &mut Vec<Warning>) {
+        match object {
+            Object::Service(svc) => self.apply_service(svc, out),
+            Object::EndpointSlice(slice) => self.apply_slice(slice, out),
+            Object::Node(n) => self.apply_node(n, out),
+        }
+    }
+
+    fn delete_object(&mut self, object: &Object) {
+        match object {
+            Object::Service(svc) => {
+                let meta = &svc.metadata;
+                let key = ServiceKey::new(
+                    meta.namespace.as_deref().unwrap_or("default"),
+                    meta.name.as_deref().unwrap_or(""),
+                );
+                self.forget_warnings(Kind::Service, &key.to_string());
+                self.remove_service(&key);
+            }
+            Object::EndpointSlice(slice) => {
+                let id = slice_id(slice);
+                self.forget_warnings(Kind::EndpointSlice, &format!("{}/{}", id.0, id.1));
+                self.remove_slice(&id);
+            }
+            Object::Node(n) => {
+                if n.metadata.name.as_deref() == Some(&*self.node.name) {
+                    let gone = NodeContext::named(&self.node.name);
+                    self.set_node(gone);
+                }
+            }
+        }
+    }
+
+    fn apply_list(&mut self, kind: Kind, objects: &[Object], out: &mut Vec<Warning>) {
+        let objects: Vec<&Object> = objects.iter().filter(|o| o.kind() == kind).collect();
+        match kind {
+            Kind::Service => {
+                let listed: HashSet<ServiceKey> = objects
+                    .iter()
+                    .filter_map(|o| match o {
+                        Object::Service(s) => Some(ServiceKey::new(
+                            s.metadata.namespace.as_deref().unwrap_or("default"),
+                            s.metadata.name.as_deref().unwrap_or(""),
+                        )),
+                        _ => None,
+                    })
+                    .collect();
+                let gone: Vec<ServiceKey> =
+                    self.services.keys().filter(|k| !listed.contains(*k)).cloned().collect();
+                for key in gone {
+                    self.remove_service(&key);
+                }
+            }
+            Kind::EndpointSlice => {
+                let listed: HashSet<SliceId> = objects
+                    .iter()
+                    .filter_map(|o| match o {
+                        Object::EndpointSlice(s) => Some(slice_id(s)),
+                        _ => None,
+                    })
+                    .collect();
+                let gone: Vec<SliceId> =
+                    self.slice_owner.keys().filter(|k| !listed.contains(*k)).cloned().collect();
+                for id in gone {
+                    self.remove_slice(&id);
+                }
+            }
+            Kind::Node => {
+                let present = objects.iter().any(|o| {
+                    matches!(o, Object::Node(n) if n.metadata.name.as_deref() == Some(&*self.node.name))
+                });
+                if !present && self.node.known {
+                    let gone = NodeContext::named(&self.node.name);
+                    self.set_node(gone);
+                }
+            }
+        }
+        let ids: HashSet<String> = objects.iter().map(|o| object_id(o)).collect();
+        self.warned.retain(|(k, id), _| *k != kind || ids.contains(id));
+        for object in objects {
+            self.apply_object(object, out);
+        }
+        self.listed.insert(kind);
+    }
+
+    fn apply_service(&mut self, svc: &Service, out: &mut Vec<Warning>) {
+        let mut warnings = Vec::new();
+        let converted = service::convert(svc, &mut warnings);
+        let id = format!(
+            "{}/{}",
+            svc.metadata.namespace.as_deref().unwrap_or("default"),
+            svc.metadata.name.as_deref().unwrap_or("")
+        );
+        self.report(Kind::Service, id, warnings, out);
+        let (key, entry) = match converted {
+            service::Converted::Proxied(p) => (p.key.clone(), Some(ServiceEntry::Proxied(Arc::new(p)))),
+            service::Converted::Ignored(key, why) => (key, Some(ServiceEntry::Ignored(why))),
+            service::Converted::Refused(Some(key)) => (key, None),
+            service::Converted::Refused(None) => return,
+        };
+        match entry {
+            Some(entry) if self.services.get(&key) == Some(&entry) => {}
+            Some(entry) => {
+                self.services.insert(key.clone(), entry);
+                self.mark_service_changed(key);
+            }
+            None => self.remove_service(&key),
+        }
+    }
+
+    fn remove_service(&mut self, key: &ServiceKey) {
+        if self.services.remove(key).is_some() {
+            self.mark_service_changed(key.clone());
+        }
+    }
+
+    fn mark_service_changed(&mut self, key: ServiceKey) {
+        self.service_changes_total += 1;
+        self.pending_services.insert(key.clone());
+        self.dirty.insert(key);
+    }
+
+    fn apply_slice(&mut self, slice: &EndpointSlice, out: &mut Vec<Warning>) {
+        let id = slice_id(slice);
+        let mut warnings = Vec::new();
+        let converted = endpoints::convert(slice, &mut warnings);
+        self.report(Kind::EndpointSlice, format!("{}/{}", id.0, id.1), warnings, out);
+        let endpoints::Converted::Proxied(parsed) = converted else {
+            self.remove_slice(&id);
+            return;
+        };
+        let owner = parsed.service.clone();
+        if self.slice_owner.get(&id).is_some_and(|o| *o != owner) {
+            self.remove_slice(&id);
+        }
+        let held = self.slices.entry(owner.clone()).or_default();
+        if held.get(&id.1).is_some_and(|s| **s == parsed) {
+            return;
+        }
+        if let Some(t) = &parsed.trigger_time {
+            self.trigger_times.push((owner.clone(), t.clone()));
+        }
+        held.insert(id.1.clone(), Arc::new(parsed));
+        self.slice_owner.insert(id, owner.clone());
+        self.mark_endpoints_changed(owner);
+    }
+
+    fn remove_slice(&mut self, id: &SliceId) {
+        let Some(owner) = self.slice_owner.remove(id) else {
+            return;
+        };
+        if let Some(held) = self.slices.get_mut(&owner) {
+            held.remove(&id.1);
+            if held.is_empty() {
+                self.slices.remove(&owner);
+            }
+        }
+        self.mark_endpoints_changed(owner);
+    }
+
+    fn mark_endpoints_changed(&mut self, key: ServiceKey) {
+        self.endpoint_changes_total += 1;
+        self.pending_endpoints.insert(key.clone());
+        self.dirty.insert(key);
+    }
+
+    fn apply_node(&mut self, n: &Node, out: &mut Vec<Warning>) {
+        if n.metadata.name.as_deref() != Some(&*self.node.name) {
+            return;
+        }
+        let mut warnings = Vec::new();
+        let context = node::context(&self.node.name, n, &mut warnings);
+        self.report(Kind::Node, self.node.name.to_string(), warnings, out);
+        self.set_node(context);
+    }
+
+    fn set_node(&mut self, context: NodeContext) {
+        if context == *self.node {
+            return;
+        }
+        // Selection reads only the node's name (fixed) and zone; addresses and conditions do not
+        // touch any service port.
+        if context.zone != self.node.zone || context.known != self.node.known {
+            self.node_topology_changed = true;
+            self.dirty.extend(self.services.keys().cloned());
+        }
+        self.node = Arc::new(context);
+    }
+
+    /// Rebuilds one Service's ports and records which of them differ from before.
+    fn rebuild(&mut self, key: &ServiceKey, changed: &mut BTreeSet<ServicePortName>) {
+        let states = match self.services.get(key) {
+            Some(ServiceEntry::Proxied(svc)) => build(svc, self.slices.get(key), &self.node, self.features),
+            _ => Vec::new(),
+        };
+        let old_names = self.service_ports.remove(key).unwrap_or_default();
+        let new_names: Vec<ServicePortName> = states.iter().map(|s| s.port.name.clone()).collect();
+        for state in states {
+            if self.ports.get(&state.port.name).is_some_and(|old| **old == state) {
+                continue;
+            }
+            changed.insert(state.port.name.clone());
+            Arc::make_mut(&mut self.ports).insert(state.port.name.clone(), Arc::new(state));
+        }
+        for name in old_names.into_iter().filter(|n| !new_names.contains(n)) {
+            Arc::make_mut(&mut self.ports).remove(&name);
+            changed.insert(name);
+        }
+        if !new_names.is_empty() {
+            self.service_ports.insert(key.clone(), new_names);
+        }
+    }
+
+    /// Keeps only warnings that differ from what was last reported for this object.
+    fn report(&mut self, kind: Kind, id: String, warnings: Vec<Warning>, out: &mut Vec<Warning>) {
+        if warnings.is_empty() {
+            self.warned.remove(&(kind, id));
+            return;
+        }
+        let key = (kind, id);
+        if self.warned.get(&key) != Some(&warnings) {
+            out.extend(warnings.iter().cloned());
+            self.warned.insert(key, warnings);
+        }
+    }
+
+    fn forget_warnings(&mut self, kind: Kind, id: &str) {
+        self.warned.remove(&(kind, id.to_string()));
+    }
+}
+
+/// `namespace/name` (or the name, for Nodes), the key warnings are remembered under.
+fn object_id(object: &Object) -> String {
+    let meta = match object {
+        Object::Service(s) => &s.metadata,
+        Object::EndpointSlice(s) => &s.metadata,
+        Object::Node(n) => return n.metadata.name.clone().unwrap_or_default(),
+    };
+    format!(
+        "{}/{}",
+        meta.namespace.as_deref().unwrap_or("default"),
+        meta.name.as_deref().unwrap_or("")
+    )
+}
+
+fn slice_id(slice: &EndpointSlice) -> SliceId {
+    (
+        slice.metadata.namespace.as_deref().unwrap_or("default").into(),
+        slice.metadata.name.as_deref().unwrap_or("").into(),
+    )
+}
+
+/// Builds the state of every port of one Service.
+fn build(
+    svc: &ParsedService,
+    slices: Option<&BTreeMap<Arc<str>, Arc<ParsedSlice>>>,
+    node: &NodeContext,
+    features: Features,
+) -> Vec<ServicePortState> {
+    let slices: Vec<&ParsedSlice> = slices.map(|m| m.values().map(Arc::as_ref).collect()).unwrap_or_default();
+    svc.ports
+        .iter()
+        .map(|port| {
+            let families = svc
+                .cluster_ips
+                .iter()
+                .map(|cluster_ip| {
+                    let family = IpFamily::of(cluster_ip);
+                    let of_family = |ip: &&std::net::IpAddr| IpFamily::of(ip) == family;
+                    let external_ips: Vec<_> = svc.external_ips.iter().filter(of_family).copied().collect();
+                    let load_balancer_ips: Vec<_> =
+                        svc.load_balancer_ips.iter().filter(of_family).copied().collect();
+                    let load_balancer_source_ranges = svc
+                        .source_ranges
+                        .iter()
+                        .filter(|n| IpFamily::of_net(n) == family)
+                        .copied()
+                        .collect();
+                    let endpoints = endpoints::merge(
+                        slices.iter().copied(),
+                        &port.name.port,
+                        port.name.protocol,
+                        family,
+                        &node.name,
+                    );
+                    let externally_accessible =
+                        port.node_port.is_some() || !external_ips.is_empty() || !load_balancer_ips.is_empty();
+                    let selection = topology::select(&endpoints, port, externally_accessible, node, features);
+                    FamilyView {
+                        family,
+                        cluster_ip: *cluster_ip,
+                        external_ips,
+                        load_balancer_ips,
+                        load_balancer_source_ranges,
+                        endpoints,
+                        selection,
+                    }
+                })
+                .collect();
+            ServicePortState {
+                port: port.clone(),
+                families,
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+#[path = "tracker_tests.rs"]
+mod tests;

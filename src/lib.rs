@@ -1,0 +1,15 @@
+//! kube-proxy-rs: a Kubernetes Service proxy, a drop-in replacement for upstream kube-proxy.
+//!
+//! Data takes one path (see `design.md`): a [`cluster::source`] turns API objects into events, the
+//! [`cluster::Tracker`] folds them into an immutable [`cluster::Snapshot`], a planner per dataplane
+//! mode turns that into the desired kernel state, and an applier makes the kernel match. Everything
+//! before the applier is pure.
+
+#![forbid(unsafe_code)]
+
+pub mod cli;
+pub mod cluster;
+pub mod config;
+
+#[cfg(test)]
+pub(crate) mod testing;
