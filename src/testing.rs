@@ -41,7 +41,7 @@ pub fn service(ns: &str, name: &str, cluster_ip: &str, ports: &[(&str, i32, &str
                     .map(|(n, p, proto)| ServicePort {
                         name: (!n.is_empty()).then(|| n.to_string()),
                         port: *p,
-                        protocol: Some(proto.to_string()),
+                        protocol: (!proto.is_empty()).then(|| proto.to_string()),
                         ..ServicePort::default()
                     })
                     .collect(),
