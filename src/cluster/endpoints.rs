@@ -134,7 +134,10 @@ pub fn convert(slice: &EndpointSlice, warnings: &mut Vec<Warning>) -> Converted 
                 protocol,
                 port,
             }),
-            None => warn(format!("ports[{i}].port {:?} is not in 1..=65535; skipped", p.port)),
+            None => warn(format!(
+                "ports[{i}].port {} is not in 1..=65535; skipped",
+                p.port.map_or_else(|| "(none)".to_string(), |n| n.to_string())
+            )),
         }
     }
 
