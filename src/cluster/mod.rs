@@ -11,6 +11,8 @@ pub mod service;
 pub mod source;
 pub mod topology;
 pub mod tracker;
+#[cfg(test)]
+mod tracker_props;
 pub mod warning;
 
 pub use model::{
