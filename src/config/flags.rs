@@ -1,0 +1,325 @@
+//! Upstream kube-proxy's command-line flags, parsed pflag-style by clap, plus our `--manifests`.
+//!
+//! Flag names are an interface we match, defined here once. Every flag is an `Option`: `Some`
+//! means it was given on the command line (pflag's `Changed`), which upstream's layering needs,
+//! so no `ArgMatches` has to travel with the values. Accepted spellings: `--flag=value`,
+//! `--flag value`, `--bool` / `--bool=false`, `-v=4` / `--v=4`, comma lists. There are no short
+//! flags other than `-v` and no global flags, so the struct can be flattened into several
+//! (sub)commands. Parsing only: meaning and validation live in `from_flags` and `validate`.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Args;
+
+use super::duration;
+use super::validate::go_bool;
+
+/// Parses a Go duration for clap (`30s`, `1m`, `2h22m`).
+fn go_duration(text: &str) -> Result<Duration, duration::ParseError> {
+    duration::parse(text)
+}
+
+/// Upstream kube-proxy's flags (and `--manifests`). `None`: not given on the command line.
+///
+/// Most flags are ignored when `--config` is given, as upstream does; see [`super::resolve`].
+#[derive(Debug, Clone, Default, PartialEq, Args)]
+pub struct Flags {
+    /// Read a KubeProxyConfiguration (kubeproxy.config.k8s.io/v1alpha1, YAML or JSON) from
+    /// FILE; most other flags are then ignored
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+
+    /// Write the effective configuration to FILE as KubeProxyConfiguration YAML and exit
+    #[arg(long, value_name = "FILE")]
+    pub write_config_to: Option<PathBuf>,
+
+    /// Remove the rules of every proxy mode and exit (default: false)
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true,
+          default_missing_value = "true", value_parser = go_bool)]
+    pub cleanup: Option<bool>,
+
+    /// Do the start-up steps that need full root (sysctls) and exit, so the long-running
+    /// process needs only CAP_NET_ADMIN (default: false)
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true,
+          default_missing_value = "true", value_parser = go_bool)]
+    pub init_only: Option<bool>,
+
+    /// Print version information and exit; `raw` prints every build detail
+    #[arg(long, value_name = "true|raw", num_args = 0..=1, require_equals = true,
+          default_missing_value = "true",
+          value_parser = clap::builder::PossibleValuesParser::new(["true", "false", "raw"]))]
+    pub version: Option<String>,
+
+    /// Read Services, EndpointSlices and Nodes from the manifests in DIR instead of the API
+    /// server (kube-proxy-rs only)
+    #[arg(long, value_name = "DIR")]
+    pub manifests: Option<PathBuf>,
+
+    /// Kubeconfig file with the API server's address and credentials (default: in-cluster)
+    #[arg(long, value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
+
+    /// API server address; overrides the one in the kubeconfig
+    #[arg(long, value_name = "URL")]
+    pub master: Option<String>,
+
+    /// Content type of requests to the API server (default: application/vnd.kubernetes.protobuf)
+    #[arg(long, value_name = "TYPE")]
+    pub kube_api_content_type: Option<String>,
+
+    /// Sustained requests per second to the API server (default: 5)
+    #[arg(long, value_name = "QPS", allow_negative_numbers = true)]
+    pub kube_api_qps: Option<f64>,
+
+    /// Requests allowed in a burst to the API server (default: 10)
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    pub kube_api_burst: Option<i64>,
+
+    /// Node name to use instead of the hostname; applies even with --config
+    #[arg(long, value_name = "NAME")]
+    pub hostname_override: Option<String>,
+
+    /// The node's primary IP, overriding the Node object; nothing binds to it
+    /// (default: 0.0.0.0, meaning take it from the Node)
+    #[arg(long, value_name = "IP")]
+    pub bind_address: Option<String>,
+
+    /// Exit when a server cannot bind its port (default: false)
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true,
+          default_missing_value = "true", value_parser = go_bool)]
+    pub bind_address_hard_fail: Option<bool>,
+
+    /// Address of the health server, IP:PORT; empty disables it (default: 0.0.0.0:10256)
+    #[arg(long, value_name = "IP:PORT")]
+    pub healthz_bind_address: Option<String>,
+
+    /// Address of the metrics server, IP:PORT (default: 127.0.0.1:10249; 0.0.0.0:10249 or
+    /// [::]:10249 serves on all interfaces)
+    #[arg(long, value_name = "IP:PORT")]
+    pub metrics_bind_address: Option<String>,
+
+    /// Serve profiling data on /debug/pprof (default: false)
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true,
+          default_missing_value = "true", value_parser = go_bool)]
+    pub profiling: Option<bool>,
+
+    /// Also expose metrics hidden since this previous minor version, e.g. 1.36 (default: none)
+    #[arg(long, value_name = "VERSION")]
+    pub show_hidden_metrics_for_version: Option<String>,
+
+    /// Dataplane: iptables, ipvs or nftables (default: iptables)
+    #[arg(long, value_name = "MODE")]
+    pub proxy_mode: Option<String>,
+
+    /// Bit of the packet mark that flags packets for SNAT, 0 to 31, in iptables and ipvs mode
+    /// (default: 14)
+    #[arg(long, value_name = "BIT", allow_negative_numbers = true)]
+    pub iptables_masquerade_bit: Option<i64>,
+
+    /// SNAT all traffic sent to Service cluster IPs (default: false)
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true,
+          default_missing_value = "true", value_parser = go_bool)]
+    pub masquerade_all: Option<bool>,
+
+    /// Accept NodePort connections on 127.0.0.1 (iptables mode, IPv4 only) (default: true)
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true,
+          default_missing_value = "true", value_parser = go_bool)]
+    pub iptables_localhost_nodeports: Option<bool>,
+
+    /// Longest time between resyncs, and the retry delay, in iptables and nftables mode;
+    /// more than 0 (default: 30s)
+    #[arg(long, value_name = "DURATION", value_parser = go_duration)]
+    pub iptables_sync_period: Option<Duration>,
+
+    /// Shortest time between syncs in iptables and nftables mode; 0 syncs on every change
+    /// (default: 1s)
+    #[arg(long, value_name = "DURATION", value_parser = go_duration)]
+    pub iptables_min_sync_period: Option<Duration>,
+
+    /// Longest time between resyncs, and the retry delay, in ipvs mode (default: 30s)
+    #[arg(long, value_name = "DURATION", value_parser = go_duration)]
+    pub ipvs_sync_period: Option<Duration>,
+
+    /// Shortest time between syncs in ipvs mode; 0 syncs on every change (default: 1s)
+    #[arg(long, value_name = "DURATION", value_parser = go_duration)]
+    pub ipvs_min_sync_period: Option<Duration>,
+
+    /// IPVS scheduler (default: rr)
+    #[arg(long, value_name = "NAME")]
+    pub ipvs_scheduler: Option<String>,
+
+    /// Comma-separated CIDRs whose IPVS services are never cleaned up (default: none)
+    #[arg(long, value_name = "CIDRS", value_delimiter = ',')]
+    pub ipvs_exclude_cidrs: Option<Vec<String>>,
+
+    /// Set arp_ignore=1 and arp_announce=2 for IPVS (default: false)
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true,
+          default_missing_value = "true", value_parser = go_bool)]
+    pub ipvs_strict_arp: Option<bool>,
+
+    /// Idle timeout of IPVS TCP connections; 0 leaves the kernel's (default: 0s)
+    #[arg(long, value_name = "DURATION", value_parser = go_duration)]
+    pub ipvs_tcp_timeout: Option<Duration>,
+
+    /// Timeout of IPVS TCP connections after a FIN; 0 leaves the kernel's (default: 0s)
+    #[arg(long, value_name = "DURATION", value_parser = go_duration)]
+    pub ipvs_tcpfin_timeout: Option<Duration>,
+
+    /// Timeout of IPVS UDP flows; 0 leaves the kernel's (default: 0s)
+    #[arg(long, value_name = "DURATION", value_parser = go_duration)]
+    pub ipvs_udp_timeout: Option<Duration>,
+
+    /// How to recognise traffic from local pods: ClusterCIDR, NodeCIDR, BridgeInterface or
+    /// InterfaceNamePrefix (default: ClusterCIDR)
+    #[arg(long, value_name = "MODE")]
+    pub detect_local_mode: Option<String>,
+
+    /// Bridge whose traffic is local, for --detect-local-mode=BridgeInterface
+    #[arg(long, value_name = "NAME")]
+    pub pod_bridge_interface: Option<String>,
+
+    /// Interface name prefix whose traffic is local, for
+    /// --detect-local-mode=InterfaceNamePrefix
+    #[arg(long, value_name = "PREFIX")]
+    pub pod_interface_name_prefix: Option<String>,
+
+    /// Pod CIDR, or an IPv4,IPv6 pair, for --detect-local-mode=ClusterCIDR (default: none,
+    /// no local-traffic detection)
+    #[arg(long, value_name = "CIDRS")]
+    pub cluster_cidr: Option<String>,
+
+    /// Comma-separated CIDRs and keywords (primary, localhost, all) of node addresses that
+    /// accept NodePorts (default: all; primary in nftables mode)
+    #[arg(long, value_name = "LIST", value_delimiter = ',')]
+    pub nodeport_addresses: Option<Vec<String>>,
+
+    /// OOM score adjustment of this process, -1000 to 1000 (default: -999)
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    pub oom_score_adj: Option<i64>,
+
+    /// Conntrack entries per CPU; 0 leaves the limit and ignores --conntrack-min
+    /// (default: 32768)
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    pub conntrack_max_per_core: Option<i64>,
+
+    /// Lower bound of the conntrack table size (default: 131072)
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    pub conntrack_min: Option<i64>,
+
+    /// Idle timeout of established TCP connections; 0 leaves the kernel's (default: 24h0m0s)
+    #[arg(long, value_name = "DURATION", value_parser = go_duration)]
+    pub conntrack_tcp_timeout_established: Option<Duration>,
+
+    /// Timeout of TCP connections in CLOSE_WAIT; 0 leaves the kernel's (default: 1h0m0s)
+    #[arg(long, value_name = "DURATION", value_parser = go_duration)]
+    pub conntrack_tcp_timeout_close_wait: Option<Duration>,
+
+    /// Set nf_conntrack_tcp_be_liberal=1 (default: false)
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true,
+          default_missing_value = "true", value_parser = go_bool)]
+    pub conntrack_tcp_be_liberal: Option<bool>,
+
+    /// Idle timeout of unreplied UDP flows; 0 leaves the kernel's (default: 0s)
+    #[arg(long, value_name = "DURATION", value_parser = go_duration)]
+    pub conntrack_udp_timeout: Option<Duration>,
+
+    /// Idle timeout of assured UDP flows; 0 leaves the kernel's (default: 0s)
+    #[arg(long, value_name = "DURATION", value_parser = go_duration)]
+    pub conntrack_udp_timeout_stream: Option<Duration>,
+
+    /// How often watched objects are re-listed; more than 0 (default: 15m0s)
+    #[arg(long, value_name = "DURATION", value_parser = go_duration)]
+    pub config_sync_period: Option<Duration>,
+
+    /// Comma-separated Name=true|false feature gates (default: none)
+    #[arg(long, value_name = "GATES", value_delimiter = ',')]
+    pub feature_gates: Option<Vec<String>>,
+
+    /// Log verbosity; applies even with --config (default: 0)
+    #[arg(short = 'v', long = "v", value_name = "LEVEL")]
+    pub verbosity: Option<u8>,
+
+    /// Log format: text or json; applies even with --config (default: text)
+    #[arg(long, value_name = "FORMAT")]
+    pub logging_format: Option<String>,
+}
+
+/// Flags upstream honours even when `--config` is given: the one-shot modes, our own flags,
+/// `--master`, `--hostname-override` and the logging flags.
+pub const HONOURED_WITH_CONFIG: &[&str] = &[
+    "cleanup",
+    "config",
+    "hostname-override",
+    "init-only",
+    "logging-format",
+    "manifests",
+    "master",
+    "v",
+    "version",
+    "write-config-to",
+];
+
+macro_rules! given {
+    ($flags:ident; $($field:ident => $name:literal),* $(,)?) => {{
+        let mut out = std::collections::BTreeSet::new();
+        $(if $flags.$field.is_some() { out.insert($name); })*
+        out
+    }};
+}
+
+impl Flags {
+    /// Names (without dashes) of the flags given on the command line: pflag's `Changed`.
+    pub fn changed(&self) -> std::collections::BTreeSet<&'static str> {
+        given!(self;
+            config => "config", write_config_to => "write-config-to", cleanup => "cleanup",
+            init_only => "init-only", version => "version", manifests => "manifests",
+            kubeconfig => "kubeconfig", master => "master",
+            kube_api_content_type => "kube-api-content-type", kube_api_qps => "kube-api-qps",
+            kube_api_burst => "kube-api-burst", hostname_override => "hostname-override",
+            bind_address => "bind-address", bind_address_hard_fail => "bind-address-hard-fail",
+            healthz_bind_address => "healthz-bind-address",
+            metrics_bind_address => "metrics-bind-address", profiling => "profiling",
+            show_hidden_metrics_for_version => "show-hidden-metrics-for-version",
+            proxy_mode => "proxy-mode", iptables_masquerade_bit => "iptables-masquerade-bit",
+            masquerade_all => "masquerade-all",
+            iptables_localhost_nodeports => "iptables-localhost-nodeports",
+            iptables_sync_period => "iptables-sync-period",
+            iptables_min_sync_period => "iptables-min-sync-period",
+            ipvs_sync_period => "ipvs-sync-period", ipvs_min_sync_period => "ipvs-min-sync-period",
+            ipvs_scheduler => "ipvs-scheduler", ipvs_exclude_cidrs => "ipvs-exclude-cidrs",
+            ipvs_strict_arp => "ipvs-strict-arp", ipvs_tcp_timeout => "ipvs-tcp-timeout",
+            ipvs_tcpfin_timeout => "ipvs-tcpfin-timeout", ipvs_udp_timeout => "ipvs-udp-timeout",
+            detect_local_mode => "detect-local-mode", pod_bridge_interface => "pod-bridge-interface",
+            pod_interface_name_prefix => "pod-interface-name-prefix",
+            cluster_cidr => "cluster-cidr", nodeport_addresses => "nodeport-addresses",
+            oom_score_adj => "oom-score-adj", conntrack_max_per_core => "conntrack-max-per-core",
+            conntrack_min => "conntrack-min",
+            conntrack_tcp_timeout_established => "conntrack-tcp-timeout-established",
+            conntrack_tcp_timeout_close_wait => "conntrack-tcp-timeout-close-wait",
+            conntrack_tcp_be_liberal => "conntrack-tcp-be-liberal",
+            conntrack_udp_timeout => "conntrack-udp-timeout",
+            conntrack_udp_timeout_stream => "conntrack-udp-timeout-stream",
+            config_sync_period => "config-sync-period", feature_gates => "feature-gates",
+            verbosity => "v", logging_format => "logging-format",
+        )
+    }
+
+    /// Whether `--version` asks for version output, and whether in raw form.
+    pub fn version_requested(&self) -> Option<VersionStyle> {
+        match self.version.as_deref() {
+            Some("true") => Some(VersionStyle::Short),
+            Some("raw") => Some(VersionStyle::Raw),
+            _ => None,
+        }
+    }
+}
+
+/// What `--version` asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VersionStyle {
+    /// `--version` / `--version=true`: one line.
+    Short,
+    /// `--version=raw`: every build detail.
+    Raw,
+}

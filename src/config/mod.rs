@@ -1,0 +1,173 @@
+//! Command-line flags and the KubeProxyConfiguration file (`kubeproxy.config.k8s.io/v1alpha1`)
+//! turned into one validated, typed [`Config`].
+//!
+//! Upstream's flags, file schema and defaults are interfaces we match, so an operator's existing
+//! DaemonSet works unchanged. Layering follows upstream (`cmd/kube-proxy/app/options.go`):
+//!
+//! 1. Without `--config`, upstream's defaults with the given flags on top; the mode decides
+//!    which sync-period flags count.
+//! 2. With `--config`, the file replaces the flags entirely, except those upstream still
+//!    honours: `-v` and `--logging-format` (logging flags win over the file),
+//!    `--hostname-override` (applied after the file), `--master`, and the one-shot flags.
+//!    Other given flags produce a warning instead of silently doing nothing.
+//!
+//! Pure: reads no file, environment or clock. The caller reads `--config`'s file and passes its
+//! text; [`resolve`] returns the configuration and the warnings to log, and [`render`] returns
+//! the YAML for `--write-config-to`.
+
+mod decode;
+pub mod defaults;
+pub mod duration;
+pub mod feature_gates;
+mod file;
+mod flags;
+mod from_file;
+mod from_flags;
+mod model;
+mod pending;
+mod render;
+mod validate;
+
+#[cfg(test)]
+mod tests;
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+pub use flags::{Flags, HONOURED_WITH_CONFIG, VersionStyle};
+pub use model::{
+    ClientConnection, Config, Conntrack, DetectLocal, DetectLocalMode, Ipvs, LogFormat, Logging,
+    NodePortAddresses, ProxyMode, WinKernel,
+};
+pub use render::render;
+
+/// Why the flags or the file cannot be used. `Display` is one lower-case line naming the flag
+/// or the field path and saying what is accepted.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Error {
+    /// The configuration file is not valid YAML/JSON, or a field in it is unknown, has the wrong
+    /// type or a value outside what is accepted. `field` is a dotted path such as
+    /// `iptables.masqueradeBit`, empty when the document as a whole is at fault.
+    #[error("config file {}: {}", path.display(), join(field, message))]
+    File {
+        /// The file, as given to `--config`.
+        path: PathBuf,
+        /// Dotted path of the field, or empty.
+        field: String,
+        /// What is wrong and what is accepted.
+        message: String,
+    },
+    /// A command-line flag has a value outside what is accepted.
+    #[error("--{flag}: {message}")]
+    Flag {
+        /// Flag name without dashes, e.g. `iptables-masquerade-bit`.
+        flag: &'static str,
+        /// What is wrong and what is accepted.
+        message: String,
+    },
+}
+
+fn join(field: &str, message: &str) -> String {
+    if field.is_empty() {
+        message.to_owned()
+    } else {
+        format!("{field}: {message}")
+    }
+}
+
+/// Something the operator should know but that does not stop kube-proxy-rs; the caller logs
+/// each one at warn level.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Warning {
+    /// A setting is accepted for compatibility but kube-proxy-rs does not act on it yet.
+    NotActedOn {
+        /// `--flag` or the field path.
+        setting: String,
+    },
+    /// A flag was given but has no effect.
+    FlagIgnored {
+        /// Flag name without dashes.
+        flag: &'static str,
+        /// Why, in a few lower-case words.
+        reason: &'static str,
+    },
+}
+
+impl fmt::Display for Warning {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Warning::NotActedOn { setting } => {
+                write!(f, "{setting} is accepted but not acted on yet")
+            }
+            Warning::FlagIgnored { flag, reason } => write!(f, "--{flag} is ignored: {reason}"),
+        }
+    }
+}
+
+/// The effective configuration and the warnings to log about it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Resolved {
+    /// The effective configuration.
+    pub config: Config,
+    /// One entry per ignored flag or not-yet-supported setting, for the caller to log.
+    pub warnings: Vec<Warning>,
+}
+
+/// Builds the effective configuration from the flags and, when `--config` was given, the
+/// file's path and text (`file` must be `Some` exactly when `flags.config` is).
+pub fn resolve(flags: &Flags, file: Option<(&Path, &str)>) -> Result<Resolved, Error> {
+    let mut warnings = Vec::new();
+    let mut config = match file {
+        Some((path, text)) => {
+            let mut config = from_file::config(text).map_err(|e| Error::File {
+                path: path.to_owned(),
+                field: e.field,
+                message: e.message,
+            })?;
+            config.config_file = Some(path.to_owned());
+            warnings.extend(
+                flags
+                    .changed()
+                    .into_iter()
+                    .filter(|name| !HONOURED_WITH_CONFIG.contains(name))
+                    .map(|flag| Warning::FlagIgnored {
+                        flag,
+                        reason: "--config is given and the file replaces it",
+                    }),
+            );
+            config
+        }
+        None => from_flags::config(flags, &mut warnings)?,
+    };
+    apply_always(flags, &mut config)?;
+    warnings.extend(pending::warnings(&config, file.is_some()));
+    Ok(Resolved { config, warnings })
+}
+
+/// The flags that apply whether or not a file was given.
+fn apply_always(flags: &Flags, c: &mut Config) -> Result<(), Error> {
+    c.write_config_to.clone_from(&flags.write_config_to);
+    c.cleanup = flags.cleanup.unwrap_or(false);
+    c.init_only = flags.init_only.unwrap_or(false);
+    c.manifests.clone_from(&flags.manifests);
+    if let Some(master) = flags.master.as_deref().filter(|m| !m.is_empty()) {
+        c.client.master = Some(master.to_owned());
+    }
+    // Upstream ignores an empty --hostname-override but refuses one of only spaces.
+    if let Some(name) = flags.hostname_override.as_deref().filter(|n| !n.is_empty()) {
+        c.hostname_override = Some(validate::hostname(name).ok_or(Error::Flag {
+            flag: "hostname-override",
+            message: "must not be blank".to_owned(),
+        })?);
+    }
+    if let Some(v) = flags.verbosity {
+        c.logging.verbosity = v;
+    }
+    if let Some(format) = &flags.logging_format {
+        c.logging.format = validate::log_format(format).map_err(|message| Error::Flag {
+            flag: "logging-format",
+            message,
+        })?;
+    }
+    Ok(())
+}
