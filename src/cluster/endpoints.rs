@@ -10,12 +10,12 @@
 //!   terminating nil → false;
 //! - the same address and port in several slices is one endpoint, the ready copy preferred.
 
-use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::sync::Arc;
 
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
+use super::interner::Interner;
 use super::limits::{self, shown};
 use super::model::{Endpoint, IpFamily, Protocol, ServiceKey};
 use super::service::shown_name;
@@ -73,12 +73,15 @@ pub enum Converted {
 }
 
 /// Converts a slice, appending a warning for everything refused.
-pub fn convert(slice: &EndpointSlice, warnings: &mut Vec<Warning>) -> Converted {
+/// Repeated strings (node names, zones, hints) are shared through `names`.
+pub fn convert(slice: &EndpointSlice, names: &mut Interner, warnings: &mut Vec<Warning>) -> Converted {
     let meta = &slice.metadata;
     let namespace = meta.namespace.as_deref().unwrap_or("default");
     let name = meta.name.as_deref().unwrap_or("");
-    let object = format!("endpointslice {}/{}", shown_name(namespace), shown_name(name));
-    let mut warn = |message: String| warnings.push(Warning::new(&object, message));
+    let mut warn = |message: String| {
+        let object = format!("endpointslice {}/{}", shown_name(namespace), shown_name(name));
+        warnings.push(Warning::new(&object, message));
+    };
 
     let labels = meta.labels.as_ref();
     if labels.is_some_and(|l| l.contains_key(LABEL_HEADLESS)) {
@@ -130,7 +133,7 @@ pub fn convert(slice: &EndpointSlice, warnings: &mut Vec<Warning>) -> Converted 
         }
         match p.port.and_then(|n| u16::try_from(n).ok()).filter(|n| *n != 0) {
             Some(port) => ports.push(SlicePort {
-                name: port_name.into(),
+                name: names.get(port_name),
                 protocol,
                 port,
             }),
@@ -163,23 +166,25 @@ pub fn convert(slice: &EndpointSlice, warnings: &mut Vec<Warning>) -> Converted 
                 warn(format!("endpoints[{i}].nodeName {} is invalid; endpoint skipped", shown(n)));
                 continue;
             }
-            n => n.map(Arc::from),
+            n => n.map(|n| names.get(n)),
         };
         let zone = match ep.zone.as_deref() {
             Some(z) if !limits::is_label_value(z) => {
                 warn(format!("endpoints[{i}].zone {} is invalid; zone ignored", shown(z)));
                 None
             }
-            z => z.map(Arc::from),
+            z => z.map(|z| names.get(z)),
         };
         let hints = ep.hints.as_ref();
         let zone_hints = hint_names(
             hints.and_then(|h| h.for_zones.as_deref()).unwrap_or(&[]).iter().map(|z| z.name.as_str()),
             limits::is_label_value,
+            names,
         );
         let node_hints = hint_names(
             hints.and_then(|h| h.for_nodes.as_deref()).unwrap_or(&[]).iter().map(|n| n.name.as_str()),
             limits::is_dns_subdomain,
+            names,
         );
         let conditions = ep.conditions.as_ref();
         let ready = conditions.and_then(|c| c.ready).unwrap_or(true);
@@ -204,7 +209,10 @@ pub fn convert(slice: &EndpointSlice, warnings: &mut Vec<Warning>) -> Converted 
         .filter(|t| t.len() <= 64)
         .cloned();
     Converted::Proxied(ParsedSlice {
-        service: ServiceKey::new(namespace, service),
+        service: ServiceKey {
+            namespace: names.get(namespace),
+            name: names.get(service),
+        },
         name: name.into(),
         family,
         ports,
@@ -215,8 +223,12 @@ pub fn convert(slice: &EndpointSlice, warnings: &mut Vec<Warning>) -> Converted 
 
 /// Hint names, keeping only valid ones; an invalid hint is dropped silently because hints only
 /// narrow traffic and the rest of the list still applies.
-fn hint_names<'a>(names: impl Iterator<Item = &'a str>, valid: fn(&str) -> bool) -> Vec<Arc<str>> {
-    names.filter(|n| valid(n)).map(Arc::from).collect()
+fn hint_names<'a>(
+    hints: impl Iterator<Item = &'a str>,
+    valid: fn(&str) -> bool,
+    names: &mut Interner,
+) -> Vec<Arc<str>> {
+    hints.filter(|n| valid(n)).map(|n| names.get(n)).collect()
 }
 
 /// Merges the endpoints of one service port (by port name and protocol) of one family from all
@@ -228,7 +240,7 @@ pub fn merge<'a>(
     family: IpFamily,
     node_name: &str,
 ) -> Vec<Endpoint> {
-    let mut merged: BTreeMap<(IpAddr, u16), Endpoint> = BTreeMap::new();
+    let mut merged: Vec<Endpoint> = Vec::new();
     for slice in slices.into_iter().filter(|s| s.family == family) {
         let Some(port) = slice
             .ports
@@ -250,19 +262,14 @@ pub fn merge<'a>(
                 node_hints: ep.node_hints.clone(),
                 is_local: ep.node_name.as_deref() == Some(node_name),
             };
-            match merged.entry((ep.ip, port.port)) {
-                std::collections::btree_map::Entry::Vacant(v) => {
-                    v.insert(endpoint);
-                }
-                std::collections::btree_map::Entry::Occupied(mut o) => {
-                    if endpoint.ready && !o.get().ready {
-                        o.insert(endpoint);
-                    }
-                }
-            }
+            merged.push(endpoint);
         }
     }
-    merged.into_values().collect()
+    // Stable sort keeps slice order among equal keys; ready copies sort first so `dedup` keeps
+    // them.
+    merged.sort_by(|a, b| (a.ip, a.port, !a.ready).cmp(&(b.ip, b.port, !b.ready)));
+    merged.dedup_by(|later, kept| (later.ip, later.port) == (kept.ip, kept.port));
+    merged
 }
 
 #[cfg(test)]

@@ -3,7 +3,7 @@ use crate::testing::{ep, slice};
 
 fn parsed(s: &EndpointSlice) -> (ParsedSlice, Vec<Warning>) {
     let mut w = Vec::new();
-    match convert(s, &mut w) {
+    match convert(s, &mut Interner::default(), &mut w) {
         Converted::Proxied(p) => (p, w),
         other => panic!("expected proxied, got {other:?}: {w:?}"),
     }
@@ -35,7 +35,7 @@ fn ignored_and_refused_slices() {
     fqdn.address_type = "FQDN".into();
     for s in [headless, fqdn] {
         let mut w = Vec::new();
-        assert_eq!(convert(&s, &mut w), Converted::Ignored);
+        assert_eq!(convert(&s, &mut Interner::default(), &mut w), Converted::Ignored);
         assert!(w.is_empty());
     }
     let mut unlabelled = slice("default", "web", "web-1", &[], &[]);
@@ -46,7 +46,7 @@ fn ignored_and_refused_slices() {
     bad_service.metadata.namespace = Some("default".into());
     for (s, needle) in [(unlabelled, "kubernetes.io/service-name"), (bad_type, "IPv5"), (bad_service, "we b")] {
         let mut w = Vec::new();
-        assert_eq!(convert(&s, &mut w), Converted::Refused);
+        assert_eq!(convert(&s, &mut Interner::default(), &mut w), Converted::Refused);
         assert!(w[0].message.contains(needle), "{w:?}");
         assert!(w[0].object.starts_with("endpointslice default/web-1"));
     }
@@ -72,7 +72,7 @@ fn bad_endpoints_are_skipped_and_the_rest_kept() {
 fn absurd_slices_are_refused() {
     let many: Vec<_> = (0..1001).map(|_| ep("10.0.0.1", "a")).collect();
     let s = slice("default", "web", "web-1", &[("http", 80, "TCP")], &many);
-    assert_eq!(convert(&s, &mut Vec::new()), Converted::Refused);
+    assert_eq!(convert(&s, &mut Interner::default(), &mut Vec::new()), Converted::Refused);
 }
 
 #[test]

@@ -4,6 +4,7 @@
 //! planners read only the snapshot. Nothing here but `source` does I/O.
 
 pub mod endpoints;
+pub mod interner;
 pub mod limits;
 pub mod model;
 pub mod node;

@@ -15,6 +15,7 @@ use std::net::IpAddr;
 use ipnet::IpNet;
 use k8s_openapi::api::core::v1::Service;
 
+use super::interner::Interner;
 use super::limits::{self, shown};
 use super::model::{
     IpFamily, Protocol, ServiceKey, ServicePort, ServicePortName, ServiceType,
@@ -69,19 +70,27 @@ pub enum Converted {
     Refused(Option<ServiceKey>),
 }
 
-/// Converts a Service, appending a warning for everything refused.
-pub fn convert(svc: &Service, warnings: &mut Vec<Warning>) -> Converted {
+/// Converts a Service, appending a warning for everything refused. Namespace, name and port names
+/// are shared through `names` with the Service's slices.
+pub fn convert(svc: &Service, names: &mut Interner, warnings: &mut Vec<Warning>) -> Converted {
     let meta = &svc.metadata;
     let namespace = meta.namespace.as_deref().unwrap_or("default");
     let name = meta.name.as_deref().unwrap_or("");
-    let object = format!("service {}/{}", shown_name(namespace), shown_name(name));
-    let mut warn = |message: String| warnings.push(Warning::new(&object, message));
+    // The object's label is only built when there is something to say: this runs for every
+    // Service on every relist.
+    let mut warn = |message: String| {
+        let object = format!("service {}/{}", shown_name(namespace), shown_name(name));
+        warnings.push(Warning::new(&object, message));
+    };
 
     if !limits::is_dns_label(namespace) || !limits::is_dns_label(name) {
         warn("invalid namespace or name: must be DNS labels".to_string());
         return Converted::Refused(None);
     }
-    let key = ServiceKey::new(namespace, name);
+    let key = ServiceKey {
+        namespace: names.get(namespace),
+        name: names.get(name),
+    };
     if meta
         .labels
         .as_ref()
@@ -218,7 +227,7 @@ pub fn convert(svc: &Service, warnings: &mut Vec<Warning>) -> Converted {
         ports.push(ServicePort {
             name: ServicePortName {
                 service: key.clone(),
-                port: port_name.into(),
+                port: names.get(port_name),
                 protocol,
             },
             service_type,

@@ -4,7 +4,7 @@ use crate::testing::{affinity, load_balancer, node_port, service, spec};
 
 fn proxied(svc: &Service) -> (ParsedService, Vec<Warning>) {
     let mut w = Vec::new();
-    match convert(svc, &mut w) {
+    match convert(svc, &mut Interner::default(), &mut w) {
         Converted::Proxied(p) => (p, w),
         other => panic!("expected proxied, got {other:?} with {w:?}"),
     }
@@ -34,7 +34,7 @@ fn services_that_upstream_ignores_are_ignored() {
     ];
     for (svc, why) in cases {
         let mut w = Vec::new();
-        assert_eq!(convert(&svc, &mut w), Converted::Ignored(ServiceKey::new("default", "web"), why));
+        assert_eq!(convert(&svc, &mut Interner::default(), &mut w), Converted::Ignored(ServiceKey::new("default", "web"), why));
         assert!(w.is_empty(), "{why:?} must not warn");
     }
 }
@@ -74,7 +74,7 @@ fn session_affinity_defaults_to_three_hours_and_refuses_absurd_timeouts() {
     assert_eq!(p.ports[0].affinity_timeout_seconds, Some(60));
     for bad in [0, -5, 86_401] {
         let mut w = Vec::new();
-        assert_eq!(convert(&affinity(web(), Some(bad)), &mut w), Converted::Refused(Some(ServiceKey::new("default", "web"))));
+        assert_eq!(convert(&affinity(web(), Some(bad)), &mut Interner::default(), &mut w), Converted::Refused(Some(ServiceKey::new("default", "web"))));
         assert!(w[0].message.contains("timeoutSeconds"), "{w:?}");
     }
 }
@@ -142,24 +142,24 @@ fn invalid_names_and_cluster_ips_refuse_the_service() {
     let mut bad_name = web();
     bad_name.metadata.name = Some("web\"; flush ruleset".into());
     let mut w = Vec::new();
-    assert_eq!(convert(&bad_name, &mut w), Converted::Refused(None));
+    assert_eq!(convert(&bad_name, &mut Interner::default(), &mut w), Converted::Refused(None));
     assert!(w[0].object.contains("\\\""), "the name is escaped in the warning: {}", w[0].object);
 
     let mut bad_ip = web();
     spec(&mut bad_ip).cluster_ips = Some(vec!["10.96.0.300".into()]);
     let mut w = Vec::new();
-    assert!(matches!(convert(&bad_ip, &mut w), Converted::Refused(Some(_))));
+    assert!(matches!(convert(&bad_ip, &mut Interner::default(), &mut w), Converted::Refused(Some(_))));
     assert!(w[0].message.contains("10.96.0.300"));
 
     let mut huge = web();
     huge.metadata.name = Some("a".repeat(10_000));
     let mut w = Vec::new();
-    assert_eq!(convert(&huge, &mut w), Converted::Refused(None));
+    assert_eq!(convert(&huge, &mut Interner::default(), &mut w), Converted::Refused(None));
     assert!(w[0].object.len() < 200);
 
     let mut no_spec = web();
     no_spec.spec = None;
-    assert!(matches!(convert(&no_spec, &mut Vec::new()), Converted::Refused(Some(_))));
+    assert!(matches!(convert(&no_spec, &mut Interner::default(), &mut Vec::new()), Converted::Refused(Some(_))));
 }
 
 #[test]

@@ -7,13 +7,21 @@
 //! change that is undone before the next snapshot is not reported at all. A change to one slice
 //! costs work proportional to that Service, never to the cluster.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Hash maps keyed by names from the API: foldhash is several times faster than SipHash on these
+/// short keys and still randomly seeded per process, which is what keeps crafted names from
+/// colliding on purpose.
+type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
+type HashSet<K> = std::collections::HashSet<K, foldhash::fast::RandomState>;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::endpoints::{self, ParsedSlice};
+use super::interner::Interner;
 use super::model::{
     FamilyView, IpFamily, NodeContext, ServiceKey, ServicePortName, ServicePortState, Snapshot,
 };
@@ -82,6 +90,7 @@ pub struct Tracker {
     listed: BTreeSet<Kind>,
     /// The warnings last reported per object, so each object version warns once.
     warned: HashMap<(Kind, String), Vec<Warning>>,
+    names: Interner,
 }
 
 impl Tracker {
@@ -90,31 +99,32 @@ impl Tracker {
         Tracker {
             features,
             node: Arc::new(NodeContext::named(node_name)),
-            services: HashMap::new(),
-            slices: HashMap::new(),
-            slice_owner: HashMap::new(),
+            services: HashMap::default(),
+            slices: HashMap::default(),
+            slice_owner: HashMap::default(),
             ports: Arc::default(),
-            service_ports: HashMap::new(),
-            dirty: HashSet::new(),
-            pending_services: HashSet::new(),
-            pending_endpoints: HashSet::new(),
+            service_ports: HashMap::default(),
+            dirty: HashSet::default(),
+            pending_services: HashSet::default(),
+            pending_endpoints: HashSet::default(),
             service_changes_total: 0,
             endpoint_changes_total: 0,
             node_topology_changed: false,
             trigger_times: Vec::new(),
             listed: BTreeSet::new(),
-            warned: HashMap::new(),
+            warned: HashMap::default(),
+            names: Interner::default(),
         }
     }
 
     /// Applies one event. Returns the warnings for objects (or parts) that were refused, each
     /// reported once per distinct problem of an object, not again when the same version repeats.
-    pub fn apply(&mut self, event: Event) -> Vec<Warning> {
+    pub fn apply(&mut self, event: &Event) -> Vec<Warning> {
         let mut out = Vec::new();
         match event {
-            Event::Applied(object) => self.apply_object(&object, &mut out),
-            Event::Deleted(object) => self.delete_object(&object),
-            Event::Listed(kind, objects) => self.apply_list(kind, &objects, &mut out),
+            Event::Applied(object) => self.apply_object(object, &mut out),
+            Event::Deleted(object) => self.delete_object(object),
+            Event::Listed(kind, objects) => self.apply_list(*kind, objects, &mut out),
         }
         out
     }
@@ -150,13 +160,13 @@ impl Tracker {
 
     /// Rebuilds what changed and returns the current snapshot with what changed since the last.
     pub fn snapshot(&mut self) -> (Snapshot, Changes) {
-        let mut changed = BTreeSet::new();
+        let mut changed = Vec::new();
         let dirty = std::mem::take(&mut self.dirty);
         for key in dirty {
             self.rebuild(&key, &mut changed);
         }
         let changes = Changes {
-            ports: changed,
+            ports: changed.into_iter().collect(),
             node_topology_changed: std::mem::take(&mut self.node_topology_changed),
             trigger_times: std::mem::take(&mut self.trigger_times),
             service_changes: std::mem::take(&mut self.pending_services).len(),
@@ -205,37 +215,31 @@ impl Tracker {
     fn apply_list(&mut self, kind: Kind, objects: &[Object], out: &mut Vec<Warning>) {
         let objects: Vec<&Object> = objects.iter().filter(|o| o.kind() == kind).collect();
         match kind {
-            Kind::Service => {
-                let listed: HashSet<ServiceKey> = objects
-                    .iter()
-                    .filter_map(|o| match o {
-                        Object::Service(s) => Some(ServiceKey::new(
-                            s.metadata.namespace.as_deref().unwrap_or("default"),
-                            s.metadata.name.as_deref().unwrap_or(""),
-                        )),
-                        _ => None,
-                    })
+            Kind::Service if !self.services.is_empty() => {
+                let listed: HashSet<(&str, &str)> = objects.iter().map(|o| object_key(o)).collect();
+                let gone: Vec<ServiceKey> = self
+                    .services
+                    .keys()
+                    .filter(|k| !listed.contains(&(&*k.namespace, &*k.name)))
+                    .cloned()
                     .collect();
-                let gone: Vec<ServiceKey> =
-                    self.services.keys().filter(|k| !listed.contains(*k)).cloned().collect();
                 for key in gone {
                     self.remove_service(&key);
                 }
             }
-            Kind::EndpointSlice => {
-                let listed: HashSet<SliceId> = objects
-                    .iter()
-                    .filter_map(|o| match o {
-                        Object::EndpointSlice(s) => Some(slice_id(s)),
-                        _ => None,
-                    })
+            Kind::EndpointSlice if !self.slice_owner.is_empty() => {
+                let listed: HashSet<(&str, &str)> = objects.iter().map(|o| object_key(o)).collect();
+                let gone: Vec<SliceId> = self
+                    .slice_owner
+                    .keys()
+                    .filter(|(ns, name)| !listed.contains(&(&**ns, &**name)))
+                    .cloned()
                     .collect();
-                let gone: Vec<SliceId> =
-                    self.slice_owner.keys().filter(|k| !listed.contains(*k)).cloned().collect();
                 for id in gone {
                     self.remove_slice(&id);
                 }
             }
+            Kind::Service | Kind::EndpointSlice => {}
             Kind::Node => {
                 let present = objects.iter().any(|o| {
                     matches!(o, Object::Node(n) if n.metadata.name.as_deref() == Some(&*self.node.name))
@@ -246,8 +250,10 @@ impl Tracker {
                 }
             }
         }
-        let ids: HashSet<String> = objects.iter().map(|o| object_id(o)).collect();
-        self.warned.retain(|(k, id), _| *k != kind || ids.contains(id));
+        if !self.warned.is_empty() {
+            let ids: HashSet<String> = objects.iter().map(|o| object_id(o)).collect();
+            self.warned.retain(|(k, id), _| *k != kind || ids.contains(id));
+        }
         for object in objects {
             self.apply_object(object, out);
         }
@@ -256,12 +262,14 @@ impl Tracker {
 
     fn apply_service(&mut self, svc: &Service, out: &mut Vec<Warning>) {
         let mut warnings = Vec::new();
-        let converted = service::convert(svc, &mut warnings);
-        let id = format!(
-            "{}/{}",
-            svc.metadata.namespace.as_deref().unwrap_or("default"),
-            svc.metadata.name.as_deref().unwrap_or("")
-        );
+        let converted = service::convert(svc, &mut self.names, &mut warnings);
+        let id = || {
+            format!(
+                "{}/{}",
+                svc.metadata.namespace.as_deref().unwrap_or("default"),
+                svc.metadata.name.as_deref().unwrap_or("")
+            )
+        };
         self.report(Kind::Service, id, warnings, out);
         let (key, entry) = match converted {
             service::Converted::Proxied(p) => (p.key.clone(), Some(ServiceEntry::Proxied(Arc::new(p)))),
@@ -292,14 +300,16 @@ impl Tracker {
     }
 
     fn apply_slice(&mut self, slice: &EndpointSlice, out: &mut Vec<Warning>) {
-        let id = slice_id(slice);
         let mut warnings = Vec::new();
-        let converted = endpoints::convert(slice, &mut warnings);
-        self.report(Kind::EndpointSlice, format!("{}/{}", id.0, id.1), warnings, out);
+        let converted = endpoints::convert(slice, &mut self.names, &mut warnings);
+        let (ns, name) = object_key_of(&slice.metadata, "default");
+        self.report(Kind::EndpointSlice, || format!("{ns}/{name}"), warnings, out);
         let endpoints::Converted::Proxied(parsed) = converted else {
-            self.remove_slice(&id);
+            self.remove_slice(&slice_id(slice));
             return;
         };
+        // The slice lives in its Service's namespace; both strings are already shared.
+        let id: SliceId = (parsed.service.namespace.clone(), parsed.name.clone());
         let owner = parsed.service.clone();
         if self.slice_owner.get(&id).is_some_and(|o| *o != owner) {
             self.remove_slice(&id);
@@ -341,7 +351,8 @@ impl Tracker {
         }
         let mut warnings = Vec::new();
         let context = node::context(&self.node.name, n, &mut warnings);
-        self.report(Kind::Node, self.node.name.to_string(), warnings, out);
+        let name = self.node.name.to_string();
+        self.report(Kind::Node, || name, warnings, out);
         self.set_node(context);
     }
 
@@ -359,7 +370,7 @@ impl Tracker {
     }
 
     /// Rebuilds one Service's ports and records which of them differ from before.
-    fn rebuild(&mut self, key: &ServiceKey, changed: &mut BTreeSet<ServicePortName>) {
+    fn rebuild(&mut self, key: &ServiceKey, changed: &mut Vec<ServicePortName>) {
         let states = match self.services.get(key) {
             Some(ServiceEntry::Proxied(svc)) => build(svc, self.slices.get(key), &self.node, self.features),
             _ => Vec::new(),
@@ -367,15 +378,22 @@ impl Tracker {
         let old_names = self.service_ports.remove(key).unwrap_or_default();
         let new_names: Vec<ServicePortName> = states.iter().map(|s| s.port.name.clone()).collect();
         for state in states {
-            if self.ports.get(&state.port.name).is_some_and(|old| **old == state) {
-                continue;
+            // One search per port: the entry is compared and replaced in place.
+            let name = state.port.name.clone();
+            match Arc::make_mut(&mut self.ports).entry(name.clone()) {
+                std::collections::btree_map::Entry::Occupied(o) if **o.get() == state => continue,
+                std::collections::btree_map::Entry::Occupied(mut o) => {
+                    o.insert(Arc::new(state));
+                }
+                std::collections::btree_map::Entry::Vacant(v) => {
+                    v.insert(Arc::new(state));
+                }
             }
-            changed.insert(state.port.name.clone());
-            Arc::make_mut(&mut self.ports).insert(state.port.name.clone(), Arc::new(state));
+            changed.push(name);
         }
         for name in old_names.into_iter().filter(|n| !new_names.contains(n)) {
             Arc::make_mut(&mut self.ports).remove(&name);
-            changed.insert(name);
+            changed.push(name);
         }
         if !new_names.is_empty() {
             self.service_ports.insert(key.clone(), new_names);
@@ -383,12 +401,14 @@ impl Tracker {
     }
 
     /// Keeps only warnings that differ from what was last reported for this object.
-    fn report(&mut self, kind: Kind, id: String, warnings: Vec<Warning>, out: &mut Vec<Warning>) {
+    fn report(&mut self, kind: Kind, id: impl FnOnce() -> String, warnings: Vec<Warning>, out: &mut Vec<Warning>) {
         if warnings.is_empty() {
-            self.warned.remove(&(kind, id));
+            if !self.warned.is_empty() {
+                self.warned.remove(&(kind, id()));
+            }
             return;
         }
-        let key = (kind, id);
+        let key = (kind, id());
         if self.warned.get(&key) != Some(&warnings) {
             out.extend(warnings.iter().cloned());
             self.warned.insert(key, warnings);
@@ -400,18 +420,28 @@ impl Tracker {
     }
 }
 
+/// An object's namespace (`default` when unset; empty for Nodes) and name, borrowed.
+fn object_key(object: &Object) -> (&str, &str) {
+    match object {
+        Object::Service(s) => object_key_of(&s.metadata, "default"),
+        Object::EndpointSlice(s) => object_key_of(&s.metadata, "default"),
+        Object::Node(n) => object_key_of(&n.metadata, ""),
+    }
+}
+
+fn object_key_of<'a>(meta: &'a ObjectMeta, default_ns: &'a str) -> (&'a str, &'a str) {
+    (
+        meta.namespace.as_deref().unwrap_or(default_ns),
+        meta.name.as_deref().unwrap_or(""),
+    )
+}
+
 /// `namespace/name` (or the name, for Nodes), the key warnings are remembered under.
 fn object_id(object: &Object) -> String {
-    let meta = match object {
-        Object::Service(s) => &s.metadata,
-        Object::EndpointSlice(s) => &s.metadata,
-        Object::Node(n) => return n.metadata.name.clone().unwrap_or_default(),
-    };
-    format!(
-        "{}/{}",
-        meta.namespace.as_deref().unwrap_or("default"),
-        meta.name.as_deref().unwrap_or("")
-    )
+    match object_key(object) {
+        ("", name) => name.to_string(),
+        (ns, name) => format!("{ns}/{name}"),
+    }
 }
 
 fn slice_id(slice: &EndpointSlice) -> SliceId {

@@ -168,7 +168,7 @@ proptest! {
     fn random_events_never_panic_and_keep_invariants(events in proptest::collection::vec(event(), 0..30)) {
         let mut t = Tracker::new("node-a", Features::default());
         for (i, e) in events.into_iter().enumerate() {
-            t.apply(e);
+            t.apply(&e);
             if i % 7 == 0 {
                 t.snapshot();
             }
@@ -209,7 +209,7 @@ proptest! {
         let run = |objects: Vec<Object>| {
             let mut t = Tracker::new("node-a", Features::default());
             for o in objects {
-                t.apply(Event::Applied(o));
+                t.apply(&Event::Applied(o));
             }
             t.snapshot().0
         };

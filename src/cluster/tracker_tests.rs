@@ -30,8 +30,8 @@ fn tracker() -> Tracker {
 #[test]
 fn a_service_and_its_slice_become_one_port_with_endpoints() {
     let mut t = tracker();
-    t.apply(applied_service(web()));
-    t.apply(applied_slice(web_slice("web-1", &["10.244.1.2", "10.244.1.3"])));
+    t.apply(&applied_service(web()));
+    t.apply(&applied_slice(web_slice("web-1", &["10.244.1.2", "10.244.1.3"])));
     let (snap, changes) = t.snapshot();
     assert_eq!(changes.ports, BTreeSet::from([http()]));
     assert_eq!(endpoints_of(&snap, &http()), ["10.244.1.2:8080", "10.244.1.3:8080"]);
@@ -43,7 +43,7 @@ fn a_service_and_its_slice_become_one_port_with_endpoints() {
 #[test]
 fn a_snapshot_without_events_reports_no_changes() {
     let mut t = tracker();
-    t.apply(applied_service(web()));
+    t.apply(&applied_service(web()));
     t.snapshot();
     let (_, changes) = t.snapshot();
     assert!(changes.ports.is_empty());
@@ -53,11 +53,11 @@ fn a_snapshot_without_events_reports_no_changes() {
 #[test]
 fn a_change_undone_before_the_snapshot_is_not_reported() {
     let mut t = tracker();
-    t.apply(applied_service(web()));
-    t.apply(applied_slice(web_slice("web-1", &["10.244.1.2"])));
+    t.apply(&applied_service(web()));
+    t.apply(&applied_slice(web_slice("web-1", &["10.244.1.2"])));
     t.snapshot();
-    t.apply(applied_slice(web_slice("web-1", &["10.244.1.9"])));
-    t.apply(applied_slice(web_slice("web-1", &["10.244.1.2"])));
+    t.apply(&applied_slice(web_slice("web-1", &["10.244.1.9"])));
+    t.apply(&applied_slice(web_slice("web-1", &["10.244.1.2"])));
     let (_, changes) = t.snapshot();
     assert!(changes.ports.is_empty());
     assert_eq!(changes.endpoint_changes, 1, "the change was still pending until the snapshot");
@@ -67,10 +67,10 @@ fn a_change_undone_before_the_snapshot_is_not_reported() {
 fn a_slice_change_reports_only_its_own_service() {
     let mut t = tracker();
     let other = service("default", "other", "10.96.0.11", &[("http", 80, "TCP")]);
-    t.apply(applied_service(web()));
-    t.apply(applied_service(other));
+    t.apply(&applied_service(web()));
+    t.apply(&applied_service(other));
     t.snapshot();
-    t.apply(applied_slice(web_slice("web-1", &["10.244.1.2"])));
+    t.apply(&applied_slice(web_slice("web-1", &["10.244.1.2"])));
     let (_, changes) = t.snapshot();
     assert_eq!(changes.ports, BTreeSet::from([http()]));
 }
@@ -78,14 +78,14 @@ fn a_slice_change_reports_only_its_own_service() {
 #[test]
 fn deleting_slices_and_services_removes_endpoints_and_ports() {
     let mut t = tracker();
-    t.apply(applied_service(web()));
-    t.apply(applied_slice(web_slice("web-1", &["10.244.1.2"])));
-    t.apply(applied_slice(web_slice("web-2", &["10.244.2.2"])));
+    t.apply(&applied_service(web()));
+    t.apply(&applied_slice(web_slice("web-1", &["10.244.1.2"])));
+    t.apply(&applied_slice(web_slice("web-2", &["10.244.2.2"])));
     t.snapshot();
-    t.apply(deleted_slice(web_slice("web-1", &[])));
+    t.apply(&deleted_slice(web_slice("web-1", &[])));
     let (snap, _) = t.snapshot();
     assert_eq!(endpoints_of(&snap, &http()), ["10.244.2.2:8080"]);
-    t.apply(deleted_service(web()));
+    t.apply(&deleted_service(web()));
     let (snap, changes) = t.snapshot();
     assert!(snap.get(&http()).is_none());
     assert_eq!(changes.ports, BTreeSet::from([http()]));
@@ -94,9 +94,9 @@ fn deleting_slices_and_services_removes_endpoints_and_ports() {
 #[test]
 fn a_removed_port_is_reported_and_dropped() {
     let mut t = tracker();
-    t.apply(applied_service(service("default", "web", "10.96.0.10", &[("http", 80, "TCP"), ("https", 443, "TCP")])));
+    t.apply(&applied_service(service("default", "web", "10.96.0.10", &[("http", 80, "TCP"), ("https", 443, "TCP")])));
     t.snapshot();
-    t.apply(applied_service(web()));
+    t.apply(&applied_service(web()));
     let (snap, changes) = t.snapshot();
     assert_eq!(snap.ports.len(), 1);
     assert_eq!(changes.ports.len(), 1);
@@ -106,13 +106,13 @@ fn a_removed_port_is_reported_and_dropped() {
 #[test]
 fn a_slice_relabelled_to_another_service_moves_its_endpoints() {
     let mut t = tracker();
-    t.apply(applied_service(web()));
-    t.apply(applied_service(service("default", "api", "10.96.0.12", &[("http", 80, "TCP")])));
-    t.apply(applied_slice(web_slice("shared", &["10.244.1.2"])));
+    t.apply(&applied_service(web()));
+    t.apply(&applied_service(service("default", "api", "10.96.0.12", &[("http", 80, "TCP")])));
+    t.apply(&applied_slice(web_slice("shared", &["10.244.1.2"])));
     t.snapshot();
     let mut moved = web_slice("shared", &["10.244.1.2"]);
     moved.metadata.labels.as_mut().unwrap().insert("kubernetes.io/service-name".into(), "api".into());
-    t.apply(applied_slice(moved));
+    t.apply(&applied_slice(moved));
     let (snap, changes) = t.snapshot();
     assert!(endpoints_of(&snap, &http()).is_empty());
     let api = ServicePortName {
@@ -127,11 +127,11 @@ fn a_slice_relabelled_to_another_service_moves_its_endpoints() {
 fn a_relist_deletes_what_it_no_longer_contains() {
     let mut t = tracker();
     let other = service("default", "other", "10.96.0.11", &[("http", 80, "TCP")]);
-    t.apply(listed(Kind::Service, vec![Object::Service(Box::new(web())), Object::Service(Box::new(other))]));
-    t.apply(listed(Kind::EndpointSlice, vec![Object::EndpointSlice(Box::new(web_slice("web-1", &["10.244.1.2"])))]));
+    t.apply(&listed(Kind::Service, vec![Object::Service(Box::new(web())), Object::Service(Box::new(other))]));
+    t.apply(&listed(Kind::EndpointSlice, vec![Object::EndpointSlice(Box::new(web_slice("web-1", &["10.244.1.2"])))]));
     t.snapshot();
-    t.apply(listed(Kind::Service, vec![Object::Service(Box::new(web()))]));
-    t.apply(listed(Kind::EndpointSlice, vec![]));
+    t.apply(&listed(Kind::Service, vec![Object::Service(Box::new(web()))]));
+    t.apply(&listed(Kind::EndpointSlice, vec![]));
     let (snap, changes) = t.snapshot();
     assert_eq!(snap.ports.len(), 1);
     assert!(endpoints_of(&snap, &http()).is_empty());
@@ -142,9 +142,9 @@ fn a_relist_deletes_what_it_no_longer_contains() {
 fn a_relist_of_unchanged_objects_changes_nothing() {
     let mut t = tracker();
     let list = || listed(Kind::Service, vec![Object::Service(Box::new(web()))]);
-    t.apply(list());
+    t.apply(&list());
     t.snapshot();
-    t.apply(list());
+    t.apply(&list());
     let (_, changes) = t.snapshot();
     assert!(changes.ports.is_empty());
     assert_eq!(t.change_counts().service_changes_total, 1);
@@ -153,19 +153,19 @@ fn a_relist_of_unchanged_objects_changes_nothing() {
 #[test]
 fn sync_waits_for_all_three_lists() {
     let mut t = tracker();
-    t.apply(listed(Kind::Service, vec![]));
-    t.apply(listed(Kind::EndpointSlice, vec![]));
+    t.apply(&listed(Kind::Service, vec![]));
+    t.apply(&listed(Kind::EndpointSlice, vec![]));
     assert!(!t.synced());
-    t.apply(listed(Kind::Node, vec![]));
+    t.apply(&listed(Kind::Node, vec![]));
     assert!(t.synced());
 }
 
 #[test]
 fn a_zone_change_on_this_node_recomputes_topology() {
     let mut t = tracker();
-    t.apply(applied_node(node("node-a", "10.0.0.11", Some("zone-a"))));
-    t.apply(applied_service(web()));
-    t.apply(applied_slice(slice(
+    t.apply(&applied_node(node("node-a", "10.0.0.11", Some("zone-a"))));
+    t.apply(&applied_service(web()));
+    t.apply(&applied_slice(slice(
         "default",
         "web",
         "web-1",
@@ -176,7 +176,7 @@ fn a_zone_change_on_this_node_recomputes_topology() {
     assert_eq!(snap.get(&http()).unwrap().families[0].cluster_endpoints().unwrap().count(), 1);
     assert_eq!(snap.node.zone.as_deref(), Some("zone-a"));
 
-    t.apply(applied_node(node("node-a", "10.0.0.11", Some("zone-b"))));
+    t.apply(&applied_node(node("node-a", "10.0.0.11", Some("zone-b"))));
     let (snap, changes) = t.snapshot();
     assert!(changes.node_topology_changed);
     let chosen: Vec<String> = snap.get(&http()).unwrap().families[0]
@@ -190,11 +190,11 @@ fn a_zone_change_on_this_node_recomputes_topology() {
 #[test]
 fn other_nodes_and_address_changes_do_not_touch_services() {
     let mut t = tracker();
-    t.apply(applied_node(node("node-a", "10.0.0.11", None)));
-    t.apply(applied_service(web()));
+    t.apply(&applied_node(node("node-a", "10.0.0.11", None)));
+    t.apply(&applied_service(web()));
     t.snapshot();
-    t.apply(applied_node(node("node-b", "10.0.0.12", Some("zone-b"))));
-    t.apply(applied_node(node("node-a", "10.0.0.99", None)));
+    t.apply(&applied_node(node("node-b", "10.0.0.12", Some("zone-b"))));
+    t.apply(&applied_node(node("node-a", "10.0.0.99", None)));
     let (snap, changes) = t.snapshot();
     assert!(changes.ports.is_empty());
     assert!(!changes.node_topology_changed);
@@ -207,11 +207,11 @@ fn a_bad_object_warns_once_and_never_stops_the_rest() {
     let mut bad = service("default", "bad", "10.96.0.300", &[("http", 80, "TCP")]);
     bad.metadata.resource_version = Some("1".into());
     let list = vec![Object::Service(Box::new(bad.clone())), Object::Service(Box::new(web()))];
-    let warnings = t.apply(listed(Kind::Service, list.clone()));
+    let warnings = t.apply(&listed(Kind::Service, list.clone()));
     assert_eq!(warnings.len(), 1);
     assert_eq!(warnings[0].object, "service default/bad");
-    assert!(t.apply(listed(Kind::Service, list)).is_empty(), "the same version warns once");
-    assert!(t.apply(applied_service(bad)).is_empty());
+    assert!(t.apply(&&listed(Kind::Service, list)).is_empty(), "the same version warns once");
+    assert!(t.apply(&&applied_service(bad)).is_empty());
     let (snap, _) = t.snapshot();
     assert_eq!(snap.ports.len(), 1);
 }
@@ -219,11 +219,11 @@ fn a_bad_object_warns_once_and_never_stops_the_rest() {
 #[test]
 fn a_service_turning_invalid_is_removed() {
     let mut t = tracker();
-    t.apply(applied_service(web()));
+    t.apply(&applied_service(web()));
     t.snapshot();
     let mut broken = web();
     spec(&mut broken).cluster_ips = Some(vec!["bogus".into()]);
-    assert_eq!(t.apply(applied_service(broken)).len(), 1);
+    assert_eq!(t.apply(&&applied_service(broken)).len(), 1);
     let (snap, changes) = t.snapshot();
     assert!(snap.ports.is_empty());
     assert_eq!(changes.ports.len(), 1);
@@ -234,7 +234,7 @@ fn ignored_services_are_listed_with_their_reason() {
     let mut t = tracker();
     let mut headless = web();
     spec(&mut headless).cluster_ips = Some(vec!["None".into()]);
-    t.apply(applied_service(headless));
+    t.apply(&applied_service(headless));
     assert_eq!(t.ignored_services(), vec![(ServiceKey::new("default", "web"), service::Ignored::Headless)]);
     assert!(t.snapshot().0.ports.is_empty());
 }
@@ -242,12 +242,12 @@ fn ignored_services_are_listed_with_their_reason() {
 #[test]
 fn change_counts_and_trigger_times_follow_upstream_metrics() {
     let mut t = tracker();
-    t.apply(applied_service(web()));
+    t.apply(&applied_service(web()));
     let mut s = web_slice("web-1", &["10.244.1.2"]);
     s.metadata.annotations =
         Some([("endpoints.kubernetes.io/last-change-trigger-time".to_string(), "2026-12-01T03:00:00Z".to_string())].into());
-    t.apply(applied_slice(s));
-    t.apply(applied_slice(web_slice("web-2", &["10.244.1.3"])));
+    t.apply(&applied_slice(s));
+    t.apply(&applied_slice(web_slice("web-2", &["10.244.1.3"])));
     let counts = t.change_counts();
     assert_eq!(counts.service_changes_pending, 1);
     assert_eq!(counts.endpoint_changes_pending, 1, "counted per Service, as upstream");
@@ -260,9 +260,9 @@ fn change_counts_and_trigger_times_follow_upstream_metrics() {
 #[test]
 fn snapshots_are_immutable() {
     let mut t = tracker();
-    t.apply(applied_service(web()));
+    t.apply(&applied_service(web()));
     let (before, _) = t.snapshot();
-    t.apply(applied_slice(web_slice("web-1", &["10.244.1.2"])));
+    t.apply(&applied_slice(web_slice("web-1", &["10.244.1.2"])));
     let (after, _) = t.snapshot();
     assert!(endpoints_of(&before, &http()).is_empty());
     assert_eq!(endpoints_of(&after, &http()).len(), 1);
@@ -271,9 +271,9 @@ fn snapshots_are_immutable() {
 #[test]
 fn dual_stack_services_get_a_view_per_family() {
     let mut t = tracker();
-    t.apply(applied_service(service("default", "web", "10.96.0.10,fd00:10:96::10", &[("http", 80, "TCP")])));
-    t.apply(applied_slice(web_slice("web-v4", &["10.244.1.2"])));
-    t.apply(applied_slice(web_slice("web-v6", &["fd00:10:244:1::2"])));
+    t.apply(&applied_service(service("default", "web", "10.96.0.10,fd00:10:96::10", &[("http", 80, "TCP")])));
+    t.apply(&applied_slice(web_slice("web-v4", &["10.244.1.2"])));
+    t.apply(&applied_slice(web_slice("web-v6", &["fd00:10:244:1::2"])));
     let (snap, _) = t.snapshot();
     let state = snap.get(&http()).unwrap();
     assert_eq!(state.families.len(), 2);
@@ -285,8 +285,8 @@ fn dual_stack_services_get_a_view_per_family() {
 #[test]
 fn slices_for_a_family_the_service_lacks_are_not_used() {
     let mut t = tracker();
-    t.apply(applied_service(web()));
-    t.apply(applied_slice(web_slice("web-v6", &["fd00:10:244:1::2"])));
+    t.apply(&applied_service(web()));
+    t.apply(&applied_slice(web_slice("web-v6", &["fd00:10:244:1::2"])));
     let (snap, _) = t.snapshot();
     let state = snap.get(&http()).unwrap();
     assert_eq!(state.families.len(), 1);
