@@ -2,7 +2,11 @@
 //!
 //! Parsing and wiring only; decisions live in `config` and `cluster`.
 
+mod args;
 pub mod plan;
+pub mod run;
+
+pub use args::{Cli, Command, PlanArgs};
 
 use std::path::Path;
 
@@ -36,7 +40,7 @@ pub fn plan_manifests(dir: &Path, node_name: &str, features: Features) -> Result
         .collect();
     let mut tracker = Tracker::new(node_name, features);
     for event in loaded.into_events() {
-        warnings.extend(tracker.apply(event));
+        warnings.extend(tracker.apply(&event));
     }
     let (snapshot, _) = tracker.snapshot();
     Ok(plan::report(&snapshot, &tracker.ignored_services(), &warnings))

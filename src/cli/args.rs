@@ -1,0 +1,72 @@
+//! The command-line shape: upstream's flags at the top level (so an operator can swap binaries)
+//! and the `plan` subcommand, which takes the same flags plus `--output`.
+
+use clap::{Args, Parser, Subcommand};
+
+use super::OutputFormat;
+use crate::config::Flags;
+
+/// kube-proxy-rs: a Kubernetes Service proxy, a drop-in replacement for kube-proxy.
+///
+/// Without a subcommand it runs the proxy with upstream kube-proxy's flags.
+#[derive(Debug, Parser)]
+#[command(name = "kube-proxy-rs", disable_version_flag = true, max_term_width = 100)]
+pub struct Cli {
+    #[command(flatten)]
+    pub flags: Flags,
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Print every service port with its frontends and the endpoints chosen for cluster, local
+    /// and external traffic on this node, and why others were left out. Needs no root and no
+    /// cluster: `plan --manifests DIR --hostname-override NODE`.
+    Plan(PlanArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct PlanArgs {
+    #[command(flatten)]
+    pub flags: Flags,
+    /// Output format
+    #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
+    pub output: OutputFormat,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("kube-proxy-rs").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn upstream_flags_parse_pflag_style_at_the_top_level() {
+        let cli = parse(&["--proxy-mode=nftables", "--masquerade-all", "-v=4", "--cluster-cidr=10.0.0.0/8,fd00::/8"]).unwrap();
+        assert!(cli.command.is_none());
+        assert_eq!(cli.flags.proxy_mode.as_deref(), Some("nftables"));
+        assert_eq!(cli.flags.masquerade_all, Some(true));
+    }
+
+    #[test]
+    fn plan_takes_the_same_flags_and_an_output_format() {
+        let cli = parse(&["plan", "--manifests", "examples/cluster", "--hostname-override=node-a", "--output", "json"]).unwrap();
+        let Some(Command::Plan(plan)) = cli.command else { panic!("plan expected") };
+        assert_eq!(plan.output, OutputFormat::Json);
+        assert_eq!(plan.flags.hostname_override.as_deref(), Some("node-a"));
+    }
+
+    #[test]
+    fn unknown_flags_are_errors() {
+        assert!(parse(&["--no-such-flag"]).is_err());
+        assert!(parse(&["plan", "--output", "yaml"]).is_err());
+    }
+
+    #[test]
+    fn the_command_definition_is_consistent() {
+        <Cli as clap::CommandFactory>::command().debug_assert();
+    }
+}

@@ -1,0 +1,117 @@
+//! The binary as an operator meets it: one error line and exit code 1 for bad input, `--help`
+//! listing upstream's flags, and `plan` printing the same report as the library.
+
+#![allow(clippy::disallowed_methods)] // runs the built binary and writes scratch files
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn run(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_kube-proxy-rs"))
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("the binary runs")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn config_file(dir: &Path, name: &str, body: &str) -> String {
+    let path = dir.join(name);
+    std::fs::write(&path, body).unwrap();
+    path.display().to_string()
+}
+
+#[test]
+fn a_bad_config_file_prints_one_line_naming_the_field_and_exits_1() {
+    let dir = tempfile::tempdir().unwrap();
+    let head = "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\n";
+    let cases = [
+        ("range.yaml", "iptables:\n  masqueradeBit: 40\n", "iptables.masqueradeBit"),
+        ("unknown.yaml", "bogus: 1\n", "bogus"),
+        ("type.yaml", "mode: [nftables]\n", "mode"),
+        ("mode.yaml", "mode: userspace\n", "mode"),
+        ("duration.yaml", "iptables:\n  syncPeriod: soon\n", "iptables.syncPeriod"),
+    ];
+    for (name, body, field) in cases {
+        let path = config_file(dir.path(), name, &format!("{head}{body}"));
+        let out = run(&["--config", &path]);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(1), "{name}: {err}");
+        assert_eq!(err.lines().count(), 1, "{name}: exactly one line: {err}");
+        assert!(err.contains(field), "{name}: names {field}: {err}");
+    }
+    let out = run(&["--config", "/nonexistent/kube-proxy.yaml"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(stderr(&out).lines().count(), 1);
+}
+
+#[test]
+fn bad_flags_print_one_line_and_exit_1() {
+    for args in [
+        &["--no-such-flag"][..],
+        &["--proxy-mode=fast"],
+        &["--iptables-masquerade-bit=99"],
+        &["--iptables-sync-period=later"],
+        &["--feature-gates=NoSuchGate=true"],
+        &["plan", "--output", "yaml"],
+    ] {
+        let out = run(args);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn help_lists_upstream_flags() {
+    let out = run(&["--help"]);
+    assert!(out.status.success());
+    let help = String::from_utf8_lossy(&out.stdout);
+    for flag in [
+        "--config", "--kubeconfig", "--master", "--hostname-override", "--bind-address", "--proxy-mode",
+        "--cluster-cidr", "--nodeport-addresses", "--masquerade-all", "--detect-local-mode",
+        "--pod-bridge-interface", "--pod-interface-name-prefix", "--healthz-bind-address",
+        "--metrics-bind-address", "--iptables-sync-period", "--iptables-min-sync-period",
+        "--iptables-masquerade-bit", "--iptables-localhost-nodeports", "--ipvs-scheduler",
+        "--ipvs-sync-period", "--ipvs-min-sync-period", "--ipvs-strict-arp", "--ipvs-exclude-cidrs",
+        "--conntrack-max-per-core", "--conntrack-min", "--conntrack-tcp-timeout-established",
+        "--conntrack-tcp-timeout-close-wait", "--conntrack-udp-timeout", "--kube-api-qps",
+        "--kube-api-burst", "--kube-api-content-type", "--config-sync-period", "--oom-score-adj",
+        "--feature-gates", "--cleanup", "--write-config-to", "--version", "--logging-format",
+        "--manifests", "-v",
+    ] {
+        assert!(help.contains(flag), "--help lists {flag}");
+    }
+}
+
+#[test]
+fn write_config_to_round_trips_through_config() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = dir.path().join("first.yaml").display().to_string();
+    let second = dir.path().join("second.yaml").display().to_string();
+    let out = run(&["--proxy-mode=nftables", "--cluster-cidr=10.244.0.0/16", &format!("--write-config-to={first}")]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = run(&["--config", &first, "--write-config-to", &second]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let a = std::fs::read_to_string(&first).unwrap();
+    assert!(a.contains("mode: nftables"), "{a}");
+    assert_eq!(a, std::fs::read_to_string(&second).unwrap());
+}
+
+#[test]
+fn plan_prints_the_golden_report() {
+    let out = run(&["plan", "--manifests", "examples/cluster", "--hostname-override=node-a", "--output=json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let want = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("src/cli/testdata/example.node-a.json")).unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), want);
+}
+
+#[test]
+fn plan_without_a_directory_fails_clearly() {
+    let out = run(&["plan", "--manifests", "/nonexistent/dir", "--hostname-override=n"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("/nonexistent/dir"));
+}
