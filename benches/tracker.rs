@@ -11,7 +11,9 @@ use std::collections::BTreeMap;
 use std::hint::black_box;
 
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
-use k8s_openapi::api::core::v1::{Node, NodeAddress, NodeStatus, Service, ServicePort, ServiceSpec};
+use k8s_openapi::api::core::v1::{
+    Node, NodeAddress, NodeStatus, Service, ServicePort, ServiceSpec,
+};
 use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort, EndpointSlice};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube_proxy_rs::cluster::source::{Event, Kind, Object};
@@ -52,7 +54,10 @@ fn slice(i: usize, generation: usize) -> EndpointSlice {
         metadata: ObjectMeta {
             namespace: Some(format!("ns-{}", i % 100)),
             name: Some(format!("svc-{i}-abcde")),
-            labels: Some(BTreeMap::from([("kubernetes.io/service-name".into(), format!("svc-{i}"))])),
+            labels: Some(BTreeMap::from([(
+                "kubernetes.io/service-name".into(),
+                format!("svc-{i}"),
+            )])),
             ..ObjectMeta::default()
         },
         address_type: "IPv4".into(),
@@ -66,7 +71,12 @@ fn slice(i: usize, generation: usize) -> EndpointSlice {
             .map(|e| {
                 let n = i * ENDPOINTS + e + if e == 0 { generation } else { 0 };
                 Endpoint {
-                    addresses: vec![format!("10.{}.{}.{}", 128 + n / 65_536 % 64, n / 256 % 256, n % 256)],
+                    addresses: vec![format!(
+                        "10.{}.{}.{}",
+                        128 + n / 65_536 % 64,
+                        n / 256 % 256,
+                        n % 256
+                    )],
                     node_name: Some(format!("node-{}", n % NODES)),
                     conditions: Some(EndpointConditions {
                         ready: Some(true),
@@ -99,10 +109,17 @@ fn node() -> Node {
 
 fn initial_lists() -> Vec<Event> {
     vec![
-        Event::Listed(Kind::Service, (0..SERVICES).map(|i| Object::Service(Box::new(service(i)))).collect()),
+        Event::Listed(
+            Kind::Service,
+            (0..SERVICES)
+                .map(|i| Object::Service(Box::new(service(i))))
+                .collect(),
+        ),
         Event::Listed(
             Kind::EndpointSlice,
-            (0..SERVICES).map(|i| Object::EndpointSlice(Box::new(slice(i, 0)))).collect(),
+            (0..SERVICES)
+                .map(|i| Object::EndpointSlice(Box::new(slice(i, 0))))
+                .collect(),
         ),
         Event::Listed(Kind::Node, vec![Object::Node(Box::new(node()))]),
     ]

@@ -29,7 +29,10 @@ fn main() -> ExitCode {
         Err(e) => {
             let text = e.to_string();
             let first = text.lines().next().unwrap_or("invalid arguments");
-            return fail(format!("{} (see --help)", first.trim_start_matches("error: ")));
+            return fail(format!(
+                "{} (see --help)",
+                first.trim_start_matches("error: ")
+            ));
         }
     };
     let (flags, plan) = match cli.command {
@@ -92,17 +95,25 @@ fn main() -> ExitCode {
 
 fn run(config: &Config, node_name: &str, features: Features) -> ExitCode {
     if !config.mode_explicit {
-        tracing::warn!(mode = config.mode.as_str(), "no proxy mode given; defaulting as upstream does");
+        tracing::warn!(
+            mode = config.mode.as_str(),
+            "no proxy mode given; defaulting as upstream does"
+        );
     }
     if config.cleanup {
-        tracing::info!("--cleanup: no dataplane mode is implemented yet, so there is nothing of ours to remove");
+        tracing::info!(
+            "--cleanup: no dataplane mode is implemented yet, so there is nothing of ours to remove"
+        );
         return ExitCode::SUCCESS;
     }
     let Some(dir) = config.manifests.clone() else {
         return fail("watching the API server is not implemented yet; use --manifests DIR");
     };
     tracing::info!(node = node_name, mode = config.mode.as_str(), manifests = %dir.display(), "starting");
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(r) => r,
         Err(e) => return fail(format!("cannot start the runtime: {e}")),
     };
@@ -146,7 +157,9 @@ fn init_logging(config: &Config) {
         4..=5 => tracing::Level::DEBUG,
         _ => tracing::Level::TRACE,
     };
-    let builder = tracing_subscriber::fmt().with_max_level(level).with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt()
+        .with_max_level(level)
+        .with_writer(std::io::stderr);
     match config.logging.format {
         LogFormat::Json => builder.json().init(),
         _ => builder.init(),

@@ -69,7 +69,11 @@ pub fn node_port(mut svc: Service, node_ports: &[i32]) -> Service {
 }
 
 /// Makes a Service a LoadBalancer with ingress `(ip, ipMode)` entries.
-pub fn load_balancer(svc: Service, node_ports: &[i32], ingress: &[(&str, Option<&str>)]) -> Service {
+pub fn load_balancer(
+    svc: Service,
+    node_ports: &[i32],
+    ingress: &[(&str, Option<&str>)],
+) -> Service {
     let mut svc = node_port(svc, node_ports);
     spec(&mut svc).type_ = Some("LoadBalancer".to_string());
     svc.status = Some(ServiceStatus {
@@ -153,8 +157,18 @@ impl<'a> Ep<'a> {
 }
 
 /// An EndpointSlice `name` of Service `ns/service` with ports `(name, port, protocol)`.
-pub fn slice(ns: &str, service: &str, name: &str, ports: &[(&str, i32, &str)], eps: &[Ep]) -> EndpointSlice {
-    let family = if eps.iter().any(|e| e.ip.contains(':')) { "IPv6" } else { "IPv4" };
+pub fn slice(
+    ns: &str,
+    service: &str,
+    name: &str,
+    ports: &[(&str, i32, &str)],
+    eps: &[Ep],
+) -> EndpointSlice {
+    let family = if eps.iter().any(|e| e.ip.contains(':')) {
+        "IPv6"
+    } else {
+        "IPv4"
+    };
     EndpointSlice {
         metadata: meta(Some(ns), name, &[("kubernetes.io/service-name", service)]),
         address_type: family.to_string(),
@@ -180,11 +194,25 @@ pub fn slice(ns: &str, service: &str, name: &str, ports: &[(&str, i32, &str)], e
                     serving: e.conditions.1,
                     terminating: e.conditions.2,
                 }),
-                hints: (!e.zone_hints.is_empty() || !e.node_hints.is_empty()).then(|| EndpointHints {
-                    for_zones: (!e.zone_hints.is_empty())
-                        .then(|| e.zone_hints.iter().map(|z| ForZone { name: z.to_string() }).collect()),
-                    for_nodes: (!e.node_hints.is_empty())
-                        .then(|| e.node_hints.iter().map(|n| ForNode { name: n.to_string() }).collect()),
+                hints: (!e.zone_hints.is_empty() || !e.node_hints.is_empty()).then(|| {
+                    EndpointHints {
+                        for_zones: (!e.zone_hints.is_empty()).then(|| {
+                            e.zone_hints
+                                .iter()
+                                .map(|z| ForZone {
+                                    name: z.to_string(),
+                                })
+                                .collect()
+                        }),
+                        for_nodes: (!e.node_hints.is_empty()).then(|| {
+                            e.node_hints
+                                .iter()
+                                .map(|n| ForNode {
+                                    name: n.to_string(),
+                                })
+                                .collect()
+                        }),
+                    }
                 }),
                 ..Endpoint::default()
             })
@@ -194,7 +222,10 @@ pub fn slice(ns: &str, service: &str, name: &str, ports: &[(&str, i32, &str)], e
 
 /// A Node with an InternalIP and an optional zone label.
 pub fn node(name: &str, ip: &str, zone: Option<&str>) -> Node {
-    let labels: Vec<(&str, &str)> = zone.map(|z| ("topology.kubernetes.io/zone", z)).into_iter().collect();
+    let labels: Vec<(&str, &str)> = zone
+        .map(|z| ("topology.kubernetes.io/zone", z))
+        .into_iter()
+        .collect();
     Node {
         metadata: meta(None, name, &labels),
         spec: Some(NodeSpec::default()),

@@ -10,7 +10,11 @@ use crate::config::Flags;
 ///
 /// Without a subcommand it runs the proxy with upstream kube-proxy's flags.
 #[derive(Debug, Parser)]
-#[command(name = "kube-proxy-rs", disable_version_flag = true, max_term_width = 100)]
+#[command(
+    name = "kube-proxy-rs",
+    disable_version_flag = true,
+    max_term_width = 100
+)]
 pub struct Cli {
     #[command(flatten)]
     pub flags: Flags,
@@ -45,7 +49,13 @@ mod tests {
 
     #[test]
     fn upstream_flags_parse_pflag_style_at_the_top_level() {
-        let cli = parse(&["--proxy-mode=nftables", "--masquerade-all", "-v=4", "--cluster-cidr=10.0.0.0/8,fd00::/8"]).unwrap();
+        let cli = parse(&[
+            "--proxy-mode=nftables",
+            "--masquerade-all",
+            "-v=4",
+            "--cluster-cidr=10.0.0.0/8,fd00::/8",
+        ])
+        .unwrap();
         assert!(cli.command.is_none());
         assert_eq!(cli.flags.proxy_mode.as_deref(), Some("nftables"));
         assert_eq!(cli.flags.masquerade_all, Some(true));
@@ -53,8 +63,18 @@ mod tests {
 
     #[test]
     fn plan_takes_the_same_flags_and_an_output_format() {
-        let cli = parse(&["plan", "--manifests", "examples/cluster", "--hostname-override=node-a", "--output", "json"]).unwrap();
-        let Some(Command::Plan(plan)) = cli.command else { panic!("plan expected") };
+        let cli = parse(&[
+            "plan",
+            "--manifests",
+            "examples/cluster",
+            "--hostname-override=node-a",
+            "--output",
+            "json",
+        ])
+        .unwrap();
+        let Some(Command::Plan(plan)) = cli.command else {
+            panic!("plan expected")
+        };
         assert_eq!(plan.output, OutputFormat::Json);
         assert_eq!(plan.flags.hostname_override.as_deref(), Some("node-a"));
     }

@@ -8,7 +8,9 @@ use super::*;
 fn check(fixture: &Path, node: &str, format: OutputFormat, golden: &str) {
     let report = plan_manifests(fixture, node, Features::default()).expect("fixture loads");
     let got = render(&report, format);
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("src/cli/testdata").join(golden);
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("src/cli/testdata")
+        .join(golden);
     #[allow(clippy::disallowed_methods)] // test-only switch for rewriting goldens
     let update = std::env::var("UPDATE_GOLDENS").is_ok_and(|v| v == "1");
     if update {
@@ -16,9 +18,17 @@ fn check(fixture: &Path, node: &str, format: OutputFormat, golden: &str) {
         std::fs::write(&path, &got).expect("write golden");
         return;
     }
-    let want = std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("{}: {e}; run with UPDATE_GOLDENS=1 to create it", path.display()));
-    assert!(got == want, "{} differs from the golden; rerun with UPDATE_GOLDENS=1 and review:\n{got}", path.display());
+    let want = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e}; run with UPDATE_GOLDENS=1 to create it",
+            path.display()
+        )
+    });
+    assert!(
+        got == want,
+        "{} differs from the golden; rerun with UPDATE_GOLDENS=1 and review:\n{got}",
+        path.display()
+    );
 }
 
 fn example() -> PathBuf {
@@ -28,20 +38,40 @@ fn example() -> PathBuf {
 
 #[test]
 fn example_cluster_on_node_a_as_json() {
-    check(&example(), "node-a", OutputFormat::Json, "example.node-a.json");
+    check(
+        &example(),
+        "node-a",
+        OutputFormat::Json,
+        "example.node-a.json",
+    );
 }
 
 #[test]
 fn example_cluster_on_node_b_as_json() {
-    check(&example(), "node-b", OutputFormat::Json, "example.node-b.json");
+    check(
+        &example(),
+        "node-b",
+        OutputFormat::Json,
+        "example.node-b.json",
+    );
 }
 
 #[test]
 fn example_cluster_on_node_a_as_table() {
-    check(&example(), "node-a", OutputFormat::Table, "example.node-a.txt");
+    check(
+        &example(),
+        "node-a",
+        OutputFormat::Table,
+        "example.node-a.txt",
+    );
 }
 
 #[test]
 fn hostile_objects_are_skipped_with_warnings_and_the_rest_planned() {
-    check(Path::new("src/cli/testdata/hostile"), "node-a", OutputFormat::Json, "hostile.json");
+    check(
+        Path::new("src/cli/testdata/hostile"),
+        "node-a",
+        OutputFormat::Json,
+        "hostile.json",
+    );
 }

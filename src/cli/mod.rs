@@ -25,7 +25,11 @@ pub enum OutputFormat {
 
 /// Loads a manifest directory, folds it into a tracker for `node_name`, and builds the report.
 /// Warnings from the files and from the tracker end up in the report, not in the log.
-pub fn plan_manifests(dir: &Path, node_name: &str, features: Features) -> Result<plan::Report, manifests::Error> {
+pub fn plan_manifests(
+    dir: &Path,
+    node_name: &str,
+    features: Features,
+) -> Result<plan::Report, manifests::Error> {
     let loaded = manifests::load_dir(dir)?;
     let mut warnings: Vec<Warning> = loaded
         .warnings
@@ -43,7 +47,11 @@ pub fn plan_manifests(dir: &Path, node_name: &str, features: Features) -> Result
         warnings.extend(tracker.apply(&event));
     }
     let (snapshot, _) = tracker.snapshot();
-    Ok(plan::report(&snapshot, &tracker.ignored_services(), &warnings))
+    Ok(plan::report(
+        &snapshot,
+        &tracker.ignored_services(),
+        &warnings,
+    ))
 }
 
 /// Renders a report in the chosen format.

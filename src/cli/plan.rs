@@ -103,10 +103,18 @@ pub struct IgnoredReport {
 }
 
 /// Builds the report for a snapshot, the Services the tracker ignored, and its warnings.
-pub fn report(snapshot: &Snapshot, ignored: &[(ServiceKey, Ignored)], warnings: &[Warning]) -> Report {
+pub fn report(
+    snapshot: &Snapshot,
+    ignored: &[(ServiceKey, Ignored)],
+    warnings: &[Warning],
+) -> Report {
     Report {
         node: node_report(&snapshot.node),
-        service_ports: snapshot.ports.values().map(|s| port_report(s, &snapshot.node)).collect(),
+        service_ports: snapshot
+            .ports
+            .values()
+            .map(|s| port_report(s, &snapshot.node))
+            .collect(),
         ignored_services: ignored
             .iter()
             .map(|(k, why)| IgnoredReport {
@@ -123,7 +131,11 @@ fn node_report(node: &NodeContext) -> NodeReport {
         name: node.name.to_string(),
         found: node.known,
         zone: node.zone.as_deref().map(str::to_string),
-        addresses: node.addresses.iter().map(|a| format!("{} {}", a.kind, a.ip)).collect(),
+        addresses: node
+            .addresses
+            .iter()
+            .map(|a| format!("{} {}", a.kind, a.ip))
+            .collect(),
     }
 }
 
@@ -140,7 +152,11 @@ fn port_report(state: &ServicePortState, node: &NodeContext) -> PortReport {
         external_traffic_policy: p.external_policy,
         health_check_node_port: p.health_check_node_port,
         traffic_distribution: p.traffic_distribution.as_ref().map(|d| format!("{d:?}")),
-        families: state.families.iter().map(|v| family_report(state, v, node)).collect(),
+        families: state
+            .families
+            .iter()
+            .map(|v| family_report(state, v, node))
+            .collect(),
     }
 }
 
@@ -171,7 +187,8 @@ fn family_report(state: &ServicePortState, view: &FamilyView, node: &NodeContext
         .flatten();
     let any_ready = view.endpoints.iter().any(|e| e.ready);
     let any_local_ready = view.endpoints.iter().any(|e| e.ready && e.is_local);
-    let in_list = |list: &Option<Vec<u32>>, i: usize| list.as_ref().map(|l| l.contains(&(i as u32)));
+    let in_list =
+        |list: &Option<Vec<u32>>, i: usize| list.as_ref().map(|l| l.contains(&(i as u32)));
     let excluded = view
         .endpoints
         .iter()
@@ -189,7 +206,11 @@ fn family_report(state: &ServicePortState, view: &FamilyView, node: &NodeContext
         cluster_ip: view.cluster_ip,
         external_ips: view.external_ips.clone(),
         load_balancer_ips: view.load_balancer_ips.clone(),
-        load_balancer_source_ranges: view.load_balancer_source_ranges.iter().map(ToString::to_string).collect(),
+        load_balancer_source_ranges: view
+            .load_balancer_source_ranges
+            .iter()
+            .map(ToString::to_string)
+            .collect(),
         has_endpoints: sel.has_any_endpoints,
         topology: sel.topology,
         internal: choice(view, port.internal_policy),
@@ -222,13 +243,28 @@ pub fn render_table(report: &Report) -> String {
         out,
         "node {}{}{}{}",
         n.name,
-        n.zone.as_deref().map(|z| format!(" zone {z}")).unwrap_or_default(),
-        if n.addresses.is_empty() { String::new() } else { format!(" ({})", n.addresses.join(", ")) },
-        if n.found { "" } else { " (no Node object found)" }
+        n.zone
+            .as_deref()
+            .map(|z| format!(" zone {z}"))
+            .unwrap_or_default(),
+        if n.addresses.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", n.addresses.join(", "))
+        },
+        if n.found {
+            ""
+        } else {
+            " (no Node object found)"
+        }
     );
     for p in &report.service_ports {
         for f in &p.families {
-            let _ = writeln!(out, "\n{} {} {} {:?}", p.name, p.protocol, f.family, p.service_type);
+            let _ = writeln!(
+                out,
+                "\n{} {} {} {:?}",
+                p.name, p.protocol, f.family, p.service_type
+            );
             let _ = writeln!(out, "  frontends  {}", frontends(p, f).join(", "));
             let mut notes = Vec::new();
             if let Some(t) = p.session_affinity_timeout_seconds {
@@ -238,7 +274,10 @@ pub fn render_table(report: &Report) -> String {
                 notes.push(format!("topology {:?}", f.topology));
             }
             if !f.load_balancer_source_ranges.is_empty() {
-                notes.push(format!("source ranges {}", f.load_balancer_source_ranges.join(",")));
+                notes.push(format!(
+                    "source ranges {}",
+                    f.load_balancer_source_ranges.join(",")
+                ));
             }
             if let Some(h) = p.health_check_node_port {
                 notes.push(format!("health check node port {h}"));
@@ -281,18 +320,34 @@ fn frontends(p: &PortReport, f: &FamilyReport) -> Vec<String> {
     };
     let mut v = vec![format!("cluster {}", at(&f.cluster_ip))];
     v.extend(p.node_port.map(|n| format!("nodePort {n}")));
-    v.extend(f.external_ips.iter().map(|ip| format!("external {}", at(ip))));
-    v.extend(f.load_balancer_ips.iter().map(|ip| format!("loadBalancer {}", at(ip))));
+    v.extend(
+        f.external_ips
+            .iter()
+            .map(|ip| format!("external {}", at(ip))),
+    );
+    v.extend(
+        f.load_balancer_ips
+            .iter()
+            .map(|ip| format!("loadBalancer {}", at(ip))),
+    );
     v
 }
 
 fn write_choice(out: &mut String, what: &str, choice: Option<&Choice>, has_endpoints: bool) {
     let Some(c) = choice else { return };
     let list = if c.endpoints.is_empty() {
-        if has_endpoints { "none: traffic dropped".to_string() } else { "none: traffic rejected".to_string() }
+        if has_endpoints {
+            "none: traffic dropped".to_string()
+        } else {
+            "none: traffic rejected".to_string()
+        }
     } else {
         c.endpoints.join(", ")
     };
-    let fallback = if c.terminating_fallback { " [terminating fallback]" } else { "" };
+    let fallback = if c.terminating_fallback {
+        " [terminating fallback]"
+    } else {
+        ""
+    };
     let _ = writeln!(out, "  {what:<10} {:?}: {list}{fallback}", c.policy);
 }

@@ -10,10 +10,16 @@ use crate::cluster::source::manifests;
 use crate::cluster::{Features, Tracker};
 
 /// Follows `dir` for node `node_name` until the watch ends or the process is stopped.
-pub async fn follow_manifests(dir: &Path, node_name: &str, features: Features) -> Result<(), manifests::Error> {
+pub async fn follow_manifests(
+    dir: &Path,
+    node_name: &str,
+    features: Features,
+) -> Result<(), manifests::Error> {
     let mut watch = manifests::watch(dir.to_path_buf())?;
     let mut tracker = Tracker::new(node_name, features);
-    tracing::warn!("no dataplane mode is implemented yet: the cluster model is followed and logged, no rules are programmed");
+    tracing::warn!(
+        "no dataplane mode is implemented yet: the cluster model is followed and logged, no rules are programmed"
+    );
     while let Some(event) = watch.next().await {
         for w in tracker.apply(&event) {
             tracing::warn!(object = %w.object, "{}", w.message);

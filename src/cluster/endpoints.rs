@@ -74,12 +74,20 @@ pub enum Converted {
 
 /// Converts a slice, appending a warning for everything refused.
 /// Repeated strings (node names, zones, hints) are shared through `names`.
-pub fn convert(slice: &EndpointSlice, names: &mut Interner, warnings: &mut Vec<Warning>) -> Converted {
+pub fn convert(
+    slice: &EndpointSlice,
+    names: &mut Interner,
+    warnings: &mut Vec<Warning>,
+) -> Converted {
     let meta = &slice.metadata;
     let namespace = meta.namespace.as_deref().unwrap_or("default");
     let name = meta.name.as_deref().unwrap_or("");
     let mut warn = |message: String| {
-        let object = format!("endpointslice {}/{}", shown_name(namespace), shown_name(name));
+        let object = format!(
+            "endpointslice {}/{}",
+            shown_name(namespace),
+            shown_name(name)
+        );
         warnings.push(Warning::new(&object, message));
     };
 
@@ -92,7 +100,10 @@ pub fn convert(slice: &EndpointSlice, names: &mut Interner, warnings: &mut Vec<W
         "IPv6" => IpFamily::V6,
         "FQDN" => return Converted::Ignored,
         other => {
-            warn(format!("addressType {} is not IPv4, IPv6 or FQDN", shown(other)));
+            warn(format!(
+                "addressType {} is not IPv4, IPv6 or FQDN",
+                shown(other)
+            ));
             return Converted::Refused;
         }
     };
@@ -105,11 +116,16 @@ pub fn convert(slice: &EndpointSlice, names: &mut Interner, warnings: &mut Vec<W
         return Converted::Refused;
     };
     if !limits::is_dns_label(service) {
-        warn(format!("label {LABEL_SERVICE_NAME} {} is not a Service name", shown(service)));
+        warn(format!(
+            "label {LABEL_SERVICE_NAME} {} is not a Service name",
+            shown(service)
+        ));
         return Converted::Refused;
     }
     let raw_ports = slice.ports.as_deref().unwrap_or(&[]);
-    if raw_ports.len() > limits::MAX_SLICE_PORTS || slice.endpoints.len() > limits::MAX_SLICE_ENDPOINTS {
+    if raw_ports.len() > limits::MAX_SLICE_PORTS
+        || slice.endpoints.len() > limits::MAX_SLICE_ENDPOINTS
+    {
         warn(format!(
             "{} ports and {} endpoints, more than the API allows ({} and {})",
             raw_ports.len(),
@@ -124,14 +140,24 @@ pub fn convert(slice: &EndpointSlice, names: &mut Interner, warnings: &mut Vec<W
     for (i, p) in raw_ports.iter().enumerate() {
         let port_name = p.name.as_deref().unwrap_or("");
         let Some(protocol) = Protocol::parse(p.protocol.as_deref()) else {
-            warn(format!("ports[{i}].protocol {} is not TCP, UDP or SCTP; skipped", shown(p.protocol.as_deref().unwrap_or(""))));
+            warn(format!(
+                "ports[{i}].protocol {} is not TCP, UDP or SCTP; skipped",
+                shown(p.protocol.as_deref().unwrap_or(""))
+            ));
             continue;
         };
         if !limits::is_port_name(port_name) {
-            warn(format!("ports[{i}].name {} is not a DNS label; skipped", shown(port_name)));
+            warn(format!(
+                "ports[{i}].name {} is not a DNS label; skipped",
+                shown(port_name)
+            ));
             continue;
         }
-        match p.port.and_then(|n| u16::try_from(n).ok()).filter(|n| *n != 0) {
+        match p
+            .port
+            .and_then(|n| u16::try_from(n).ok())
+            .filter(|n| *n != 0)
+        {
             Some(port) => ports.push(SlicePort {
                 name: names.get(port_name),
                 protocol,
@@ -139,7 +165,8 @@ pub fn convert(slice: &EndpointSlice, names: &mut Interner, warnings: &mut Vec<W
             }),
             None => warn(format!(
                 "ports[{i}].port {} is not in 1..=65535; skipped",
-                p.port.map_or_else(|| "(none)".to_string(), |n| n.to_string())
+                p.port
+                    .map_or_else(|| "(none)".to_string(), |n| n.to_string())
             )),
         }
     }
@@ -153,36 +180,55 @@ pub fn convert(slice: &EndpointSlice, names: &mut Interner, warnings: &mut Vec<W
         let ip = match first.parse::<IpAddr>() {
             Ok(ip) if IpFamily::of(&ip) == family => ip,
             Ok(ip) => {
-                warn(format!("endpoints[{i}] address {ip} is not {family}; skipped"));
+                warn(format!(
+                    "endpoints[{i}] address {ip} is not {family}; skipped"
+                ));
                 continue;
             }
             Err(_) => {
-                warn(format!("endpoints[{i}] address {} is not an IP address; skipped", shown(first)));
+                warn(format!(
+                    "endpoints[{i}] address {} is not an IP address; skipped",
+                    shown(first)
+                ));
                 continue;
             }
         };
         let node_name = match ep.node_name.as_deref() {
             Some(n) if !limits::is_dns_subdomain(n) => {
-                warn(format!("endpoints[{i}].nodeName {} is invalid; endpoint skipped", shown(n)));
+                warn(format!(
+                    "endpoints[{i}].nodeName {} is invalid; endpoint skipped",
+                    shown(n)
+                ));
                 continue;
             }
             n => n.map(|n| names.get(n)),
         };
         let zone = match ep.zone.as_deref() {
             Some(z) if !limits::is_label_value(z) => {
-                warn(format!("endpoints[{i}].zone {} is invalid; zone ignored", shown(z)));
+                warn(format!(
+                    "endpoints[{i}].zone {} is invalid; zone ignored",
+                    shown(z)
+                ));
                 None
             }
             z => z.map(|z| names.get(z)),
         };
         let hints = ep.hints.as_ref();
         let zone_hints = hint_names(
-            hints.and_then(|h| h.for_zones.as_deref()).unwrap_or(&[]).iter().map(|z| z.name.as_str()),
+            hints
+                .and_then(|h| h.for_zones.as_deref())
+                .unwrap_or(&[])
+                .iter()
+                .map(|z| z.name.as_str()),
             limits::is_label_value,
             names,
         );
         let node_hints = hint_names(
-            hints.and_then(|h| h.for_nodes.as_deref()).unwrap_or(&[]).iter().map(|n| n.name.as_str()),
+            hints
+                .and_then(|h| h.for_nodes.as_deref())
+                .unwrap_or(&[])
+                .iter()
+                .map(|n| n.name.as_str()),
             limits::is_dns_subdomain,
             names,
         );
@@ -267,7 +313,7 @@ pub fn merge<'a>(
     }
     // Stable sort keeps slice order among equal keys; ready copies sort first so `dedup` keeps
     // them.
-    merged.sort_by(|a, b| (a.ip, a.port, !a.ready).cmp(&(b.ip, b.port, !b.ready)));
+    merged.sort_by_key(|e| (e.ip, e.port, !e.ready));
     merged.dedup_by(|later, kept| (later.ip, later.port) == (kept.ip, kept.port));
     merged
 }

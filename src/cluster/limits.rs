@@ -21,25 +21,30 @@ pub const MAX_LABEL_VALUE: usize = 63;
 pub fn is_dns_label(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= MAX_LABEL
-        && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
         && !s.starts_with('-')
         && !s.ends_with('-')
 }
 
 /// An RFC 1123 subdomain: dot-separated labels, at most 253 characters.
 pub fn is_dns_subdomain(s: &str) -> bool {
-    !s.is_empty() && s.len() <= MAX_SUBDOMAIN && s.split('.').all(|l| {
-        !l.is_empty()
-            && l.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-            && !l.starts_with('-')
-            && !l.ends_with('-')
-    })
+    !s.is_empty()
+        && s.len() <= MAX_SUBDOMAIN
+        && s.split('.').all(|l| {
+            !l.is_empty()
+                && l.bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && !l.starts_with('-')
+                && !l.ends_with('-')
+        })
 }
 
 /// A label value (zone names): alphanumerics, `-`, `_`, `.`, starting and ending alphanumeric.
 pub fn is_label_value(s: &str) -> bool {
     s.len() <= MAX_LABEL_VALUE
-        && s.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
         && s.bytes().next().is_none_or(|b| b.is_ascii_alphanumeric())
         && s.bytes().last().is_none_or(|b| b.is_ascii_alphanumeric())
 }

@@ -265,7 +265,9 @@ impl FamilyView {
 
     /// Whether the service exposes anything beyond its ClusterIP in this family.
     pub fn externally_accessible(&self, port: &ServicePort) -> bool {
-        port.node_port.is_some() || !self.external_ips.is_empty() || !self.load_balancer_ips.is_empty()
+        port.node_port.is_some()
+            || !self.external_ips.is_empty()
+            || !self.load_balancer_ips.is_empty()
     }
 }
 
@@ -319,7 +321,11 @@ impl NodeContext {
 
     /// The primary address of a family: the first `InternalIP` of it, else the first address.
     pub fn primary_ip(&self, family: IpFamily) -> Option<IpAddr> {
-        let of_family = || self.addresses.iter().filter(|a| IpFamily::of(&a.ip) == family);
+        let of_family = || {
+            self.addresses
+                .iter()
+                .filter(|a| IpFamily::of(&a.ip) == family)
+        };
         of_family()
             .find(|a| a.kind == "InternalIP")
             .or_else(|| of_family().next())

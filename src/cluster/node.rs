@@ -23,18 +23,31 @@ pub const TAINT_TO_BE_DELETED: &str = "ToBeDeletedByClusterAutoscaler";
 pub fn context(name: &str, node: &Node, warnings: &mut Vec<Warning>) -> NodeContext {
     let object = format!("node {name}");
     let mut warn = |m: String| warnings.push(Warning::new(&object, m));
-    let zone = match node.metadata.labels.as_ref().and_then(|l| l.get(LABEL_ZONE)) {
+    let zone = match node
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(LABEL_ZONE))
+    {
         Some(z) if limits::is_label_value(z) && !z.is_empty() => Some(z.as_str().into()),
         Some(z) if z.is_empty() => None,
         Some(z) => {
-            warn(format!("label {LABEL_ZONE} {} is not a label value; ignored", shown(z)));
+            warn(format!(
+                "label {LABEL_ZONE} {} is not a label value; ignored",
+                shown(z)
+            ));
             None
         }
         None => None,
     };
     let status = node.status.as_ref();
     let mut addresses = Vec::new();
-    for a in status.and_then(|s| s.addresses.as_deref()).unwrap_or(&[]).iter().take(limits::MAX_SERVICE_ADDRESSES) {
+    for a in status
+        .and_then(|s| s.addresses.as_deref())
+        .unwrap_or(&[])
+        .iter()
+        .take(limits::MAX_SERVICE_ADDRESSES)
+    {
         if !matches!(a.type_.as_str(), "InternalIP" | "ExternalIP") {
             continue;
         }
@@ -43,7 +56,10 @@ pub fn context(name: &str, node: &Node, warnings: &mut Vec<Warning>) -> NodeCont
                 kind: a.type_.clone(),
                 ip,
             }),
-            Err(_) => warn(format!("status.addresses: {} is not an IP address; skipped", shown(&a.address))),
+            Err(_) => warn(format!(
+                "status.addresses: {} is not an IP address; skipped",
+                shown(&a.address)
+            )),
         }
     }
     let spec = node.spec.as_ref();
@@ -55,7 +71,10 @@ pub fn context(name: &str, node: &Node, warnings: &mut Vec<Warning>) -> NodeCont
     for c in raw_cidrs.into_iter().take(2) {
         match c.parse::<IpNet>() {
             Ok(net) => pod_cidrs.push(net),
-            Err(_) => warn(format!("spec.podCIDRs: {} is not a CIDR; skipped", shown(c))),
+            Err(_) => warn(format!(
+                "spec.podCIDRs: {} is not a CIDR; skipped",
+                shown(c)
+            )),
         }
     }
     let to_be_deleted = spec

@@ -18,8 +18,8 @@ use k8s_openapi::api::core::v1::Service;
 use super::interner::Interner;
 use super::limits::{self, shown};
 use super::model::{
-    IpFamily, Protocol, ServiceKey, ServicePort, ServicePortName, ServiceType,
-    TrafficDistribution, TrafficPolicy,
+    IpFamily, Protocol, ServiceKey, ServicePort, ServicePortName, ServiceType, TrafficDistribution,
+    TrafficPolicy,
 };
 use super::warning::Warning;
 
@@ -108,7 +108,10 @@ pub fn convert(svc: &Service, names: &mut Interner, warnings: &mut Vec<Warning>)
         Some("LoadBalancer") => ServiceType::LoadBalancer,
         Some("ExternalName") => return Converted::Ignored(key, Ignored::ExternalName),
         Some(other) => {
-            warn(format!("spec.type {} is not ClusterIP, NodePort, LoadBalancer or ExternalName", shown(other)));
+            warn(format!(
+                "spec.type {} is not ClusterIP, NodePort, LoadBalancer or ExternalName",
+                shown(other)
+            ));
             return Converted::Refused(Some(key));
         }
     };
@@ -124,11 +127,20 @@ pub fn convert(svc: &Service, names: &mut Interner, warnings: &mut Vec<Warning>)
     let mut cluster_ips: Vec<IpAddr> = Vec::new();
     for raw in raw_ips.iter().take(2) {
         let Ok(ip) = raw.parse::<IpAddr>() else {
-            warn(format!("spec.clusterIPs: {} is not an IP address", shown(raw)));
+            warn(format!(
+                "spec.clusterIPs: {} is not an IP address",
+                shown(raw)
+            ));
             return Converted::Refused(Some(key));
         };
-        if cluster_ips.iter().any(|c| IpFamily::of(c) == IpFamily::of(&ip)) {
-            warn(format!("spec.clusterIPs: second {} address {ip} ignored", IpFamily::of(&ip)));
+        if cluster_ips
+            .iter()
+            .any(|c| IpFamily::of(c) == IpFamily::of(&ip))
+        {
+            warn(format!(
+                "spec.clusterIPs: second {} address {ip} ignored",
+                IpFamily::of(&ip)
+            ));
             continue;
         }
         cluster_ips.push(ip);
@@ -142,7 +154,10 @@ pub fn convert(svc: &Service, names: &mut Interner, warnings: &mut Vec<Warning>)
                 .and_then(|c| c.client_ip.as_ref())
                 .and_then(|c| c.timeout_seconds)
                 .map_or(Ok(DEFAULT_AFFINITY_TIMEOUT), |t| {
-                    u32::try_from(t).ok().filter(|t| (1..=MAX_AFFINITY_TIMEOUT).contains(t)).ok_or(t)
+                    u32::try_from(t)
+                        .ok()
+                        .filter(|t| (1..=MAX_AFFINITY_TIMEOUT).contains(t))
+                        .ok_or(t)
                 });
             match timeout {
                 Ok(t) => Some(t),
@@ -157,7 +172,10 @@ pub fn convert(svc: &Service, names: &mut Interner, warnings: &mut Vec<Warning>)
         _ => None,
     };
 
-    let externally_typed = matches!(service_type, ServiceType::NodePort | ServiceType::LoadBalancer);
+    let externally_typed = matches!(
+        service_type,
+        ServiceType::NodePort | ServiceType::LoadBalancer
+    );
     let external_policy = match spec.external_traffic_policy.as_deref() {
         Some("Local") if externally_typed => TrafficPolicy::Local,
         _ => TrafficPolicy::Cluster,
@@ -167,11 +185,16 @@ pub fn convert(svc: &Service, names: &mut Interner, warnings: &mut Vec<Warning>)
         _ => TrafficPolicy::Cluster,
     };
     let health_check_node_port = match spec.health_check_node_port {
-        Some(p) if service_type == ServiceType::LoadBalancer && external_policy == TrafficPolicy::Local => {
+        Some(p)
+            if service_type == ServiceType::LoadBalancer
+                && external_policy == TrafficPolicy::Local =>
+        {
             match port_number(p) {
                 Some(p) => Some(p),
                 None => {
-                    warn(format!("spec.healthCheckNodePort {p} is outside 1..=65535; no health check server"));
+                    warn(format!(
+                        "spec.healthCheckNodePort {p} is outside 1..=65535; no health check server"
+                    ));
                     None
                 }
             }
@@ -187,7 +210,11 @@ pub fn convert(svc: &Service, names: &mut Interner, warnings: &mut Vec<Warning>)
 
     let spec_ports = spec.ports.as_deref().unwrap_or(&[]);
     if spec_ports.len() > limits::MAX_SERVICE_PORTS {
-        warn(format!("{} ports, more than the {} accepted", spec_ports.len(), limits::MAX_SERVICE_PORTS));
+        warn(format!(
+            "{} ports, more than the {} accepted",
+            spec_ports.len(),
+            limits::MAX_SERVICE_PORTS
+        ));
         return Converted::Refused(Some(key));
     }
     let mut seen = BTreeSet::new();
@@ -195,7 +222,10 @@ pub fn convert(svc: &Service, names: &mut Interner, warnings: &mut Vec<Warning>)
     for (i, sp) in spec_ports.iter().enumerate() {
         let port_name = sp.name.as_deref().unwrap_or("");
         if !limits::is_port_name(port_name) {
-            warn(format!("spec.ports[{i}].name {} is not a DNS label; port skipped", shown(port_name)));
+            warn(format!(
+                "spec.ports[{i}].name {} is not a DNS label; port skipped",
+                shown(port_name)
+            ));
             continue;
         }
         let Some(protocol) = Protocol::parse(sp.protocol.as_deref()) else {
@@ -206,7 +236,10 @@ pub fn convert(svc: &Service, names: &mut Interner, warnings: &mut Vec<Warning>)
             continue;
         };
         let Some(port) = port_number(sp.port) else {
-            warn(format!("spec.ports[{i}].port {} is outside 1..=65535; port skipped", sp.port));
+            warn(format!(
+                "spec.ports[{i}].port {} is outside 1..=65535; port skipped",
+                sp.port
+            ));
             continue;
         };
         let node_port = match sp.node_port {
@@ -215,13 +248,18 @@ pub fn convert(svc: &Service, names: &mut Interner, warnings: &mut Vec<Warning>)
                 Some(n) if service_type != ServiceType::ClusterIP => Some(n),
                 Some(_) => None,
                 None => {
-                    warn(format!("spec.ports[{i}].nodePort {n} is outside 1..=65535; port skipped"));
+                    warn(format!(
+                        "spec.ports[{i}].nodePort {n} is outside 1..=65535; port skipped"
+                    ));
                     continue;
                 }
             },
         };
         if !seen.insert((port_name, protocol)) {
-            warn(format!("spec.ports[{i}]: duplicate port {} {protocol}; skipped", shown(port_name)));
+            warn(format!(
+                "spec.ports[{i}]: duplicate port {} {protocol}; skipped",
+                shown(port_name)
+            ));
             continue;
         }
         ports.push(ServicePort {
@@ -238,11 +276,17 @@ pub fn convert(svc: &Service, names: &mut Interner, warnings: &mut Vec<Warning>)
             external_policy,
             health_check_node_port,
             traffic_distribution: traffic_distribution.clone(),
-            allocate_load_balancer_node_ports: spec.allocate_load_balancer_node_ports.unwrap_or(true),
+            allocate_load_balancer_node_ports: spec
+                .allocate_load_balancer_node_ports
+                .unwrap_or(true),
         });
     }
 
-    let external_ips = parse_ips(spec.external_ips.as_deref().unwrap_or(&[]), "spec.externalIPs", &mut warn);
+    let external_ips = parse_ips(
+        spec.external_ips.as_deref().unwrap_or(&[]),
+        "spec.externalIPs",
+        &mut warn,
+    );
     let mut load_balancer_ips = Vec::new();
     let mut source_ranges = Vec::new();
     if service_type == ServiceType::LoadBalancer {
@@ -267,7 +311,12 @@ pub fn convert(svc: &Service, names: &mut Interner, warnings: &mut Vec<Warning>)
                     .annotations
                     .as_ref()
                     .and_then(|a| a.get(ANNOTATION_SOURCE_RANGES))
-                    .map(|v| v.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect())
+                    .map(|v| {
+                        v.split(',')
+                            .map(|s| s.trim().to_string())
+                            .filter(|s| !s.is_empty())
+                            .collect()
+                    })
                     .unwrap_or_default();
                 &annotated
             }
@@ -275,7 +324,10 @@ pub fn convert(svc: &Service, names: &mut Interner, warnings: &mut Vec<Warning>)
         for raw in raw_ranges.iter().take(limits::MAX_SERVICE_ADDRESSES) {
             match raw.trim().parse::<IpNet>() {
                 Ok(net) => source_ranges.push(net.trunc()),
-                Err(_) => warn(format!("loadBalancerSourceRanges: {} is not a CIDR; skipped", shown(raw))),
+                Err(_) => warn(format!(
+                    "loadBalancerSourceRanges: {} is not a CIDR; skipped",
+                    shown(raw)
+                )),
             }
         }
         if !raw_ranges.is_empty() {
@@ -312,18 +364,27 @@ fn parse_ips(raw: &[String], field: &str, warn: &mut impl FnMut(String)) -> Vec<
         match s.trim().parse::<IpAddr>() {
             Ok(ip) if !ips.contains(&ip) => ips.push(ip),
             Ok(_) => {}
-            Err(_) => warn(format!("{field}: {} is not an IP address; skipped", shown(s))),
+            Err(_) => warn(format!(
+                "{field}: {} is not an IP address; skipped",
+                shown(s)
+            )),
         }
     }
     if raw.len() > limits::MAX_SERVICE_ADDRESSES {
-        warn(format!("{field}: only the first {} addresses used", limits::MAX_SERVICE_ADDRESSES));
+        warn(format!(
+            "{field}: only the first {} addresses used",
+            limits::MAX_SERVICE_ADDRESSES
+        ));
     }
     ips
 }
 
 /// A name for a warning: the name itself when it is tame, else quoted and escaped.
 pub(crate) fn shown_name(s: &str) -> String {
-    if s.len() <= limits::MAX_SUBDOMAIN && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"-._".contains(&b)) {
+    if s.len() <= limits::MAX_SUBDOMAIN
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-._".contains(&b))
+    {
         s.to_string()
     } else {
         shown(s)

@@ -104,30 +104,46 @@ fn selection_follows_policies_fallbacks_and_topology() {
         Case {
             cluster: Some(vec![1, 2]),
             has_any: true,
-            ..case("cluster policy uses every ready endpoint", vec![e(1, "a", R, &[], &[]), e(2, "here", R, &[], &[])])
+            ..case(
+                "cluster policy uses every ready endpoint",
+                vec![e(1, "a", R, &[], &[]), e(2, "here", R, &[], &[])],
+            )
         },
         Case {
             cluster: Some(vec![1]),
             has_any: true,
-            ..case("not ready endpoints are left out", vec![e(1, "a", R, &[], &[]), e(2, "a", NR, &[], &[])])
+            ..case(
+                "not ready endpoints are left out",
+                vec![e(1, "a", R, &[], &[]), e(2, "a", NR, &[], &[])],
+            )
         },
         Case {
             cluster: Some(vec![2]),
             has_any: true,
             ..case(
                 "without ready endpoints cluster traffic falls back to serving terminating ones",
-                vec![e(1, "a", NR, &[], &[]), e(2, "a", T, &[], &[]), e(3, "a", TN, &[], &[])],
+                vec![
+                    e(1, "a", NR, &[], &[]),
+                    e(2, "a", T, &[], &[]),
+                    e(3, "a", TN, &[], &[]),
+                ],
             )
         },
         Case {
             cluster: Some(vec![1]),
             has_any: true,
-            ..case("terminating endpoints are unused while a ready one exists", vec![e(1, "a", R, &[], &[]), e(2, "a", T, &[], &[])])
+            ..case(
+                "terminating endpoints are unused while a ready one exists",
+                vec![e(1, "a", R, &[], &[]), e(2, "a", T, &[], &[])],
+            )
         },
         Case {
             cluster: Some(vec![]),
             has_any: false,
-            ..case("terminating endpoints that are not serving are never used", vec![e(1, "a", TN, &[], &[])])
+            ..case(
+                "terminating endpoints that are not serving are never used",
+                vec![e(1, "a", TN, &[], &[])],
+            )
         },
         Case {
             cluster: Some(vec![]),
@@ -139,7 +155,10 @@ fn selection_follows_policies_fallbacks_and_topology() {
             cluster: None,
             local: Some(vec![2]),
             has_any: true,
-            ..case("internal local policy uses only this node's ready endpoints", vec![e(1, "a", R, &[], &[]), e(2, "here", R, &[], &[])])
+            ..case(
+                "internal local policy uses only this node's ready endpoints",
+                vec![e(1, "a", R, &[], &[]), e(2, "here", R, &[], &[])],
+            )
         },
         Case {
             internal: L,
@@ -156,14 +175,20 @@ fn selection_follows_policies_fallbacks_and_topology() {
             cluster: None,
             local: Some(vec![]),
             has_any: true,
-            ..case("local policy without local endpoints has none, but the service has endpoints", vec![e(1, "a", R, &[], &[])])
+            ..case(
+                "local policy without local endpoints has none, but the service has endpoints",
+                vec![e(1, "a", R, &[], &[])],
+            )
         },
         Case {
             internal: L,
             cluster: None,
             local: Some(vec![]),
             has_any: true,
-            ..case("local fallback counts remote terminating endpoints as existing", vec![e(1, "a", T, &[], &[])])
+            ..case(
+                "local fallback counts remote terminating endpoints as existing",
+                vec![e(1, "a", T, &[], &[])],
+            )
         },
         Case {
             external: L,
@@ -194,7 +219,10 @@ fn selection_follows_policies_fallbacks_and_topology() {
             cluster: None,
             local: Some(vec![2]),
             has_any: true,
-            ..case("both policies local need no cluster list", vec![e(1, "a", R, &[], &[]), e(2, "here", R, &[], &[])])
+            ..case(
+                "both policies local need no cluster list",
+                vec![e(1, "a", R, &[], &[]), e(2, "here", R, &[], &[])],
+            )
         },
         Case {
             internal: L,
@@ -214,7 +242,11 @@ fn selection_follows_policies_fallbacks_and_topology() {
             topology: TopologyMode::SameZone,
             ..case(
                 "complete zone hints with one for this zone narrow cluster traffic to it",
-                vec![e(1, "a", R, &["zone-a"], &[]), e(2, "b", R, &["zone-b"], &[]), e(3, "c", R, &["zone-a", "zone-c"], &[])],
+                vec![
+                    e(1, "a", R, &["zone-a"], &[]),
+                    e(2, "b", R, &["zone-b"], &[]),
+                    e(3, "c", R, &["zone-a", "zone-c"], &[]),
+                ],
             )
         },
         Case {
@@ -222,7 +254,10 @@ fn selection_follows_policies_fallbacks_and_topology() {
             has_any: true,
             ..case(
                 "zone hints that name no endpoint for this zone are ignored",
-                vec![e(1, "a", R, &["zone-b"], &[]), e(2, "b", R, &["zone-c"], &[])],
+                vec![
+                    e(1, "a", R, &["zone-b"], &[]),
+                    e(2, "b", R, &["zone-c"], &[]),
+                ],
             )
         },
         Case {
@@ -239,7 +274,10 @@ fn selection_follows_policies_fallbacks_and_topology() {
             has_any: true,
             ..case(
                 "a node without a zone label ignores zone hints",
-                vec![e(1, "a", R, &["zone-a"], &[]), e(2, "b", R, &["zone-b"], &[])],
+                vec![
+                    e(1, "a", R, &["zone-a"], &[]),
+                    e(2, "b", R, &["zone-b"], &[]),
+                ],
             )
         },
         Case {
@@ -248,7 +286,11 @@ fn selection_follows_policies_fallbacks_and_topology() {
             topology: TopologyMode::SameZone,
             ..case(
                 "hints of endpoints that are not ready do not count",
-                vec![e(1, "a", R, &["zone-a"], &[]), e(2, "b", NR, &[], &[]), e(3, "c", T, &[], &[])],
+                vec![
+                    e(1, "a", R, &["zone-a"], &[]),
+                    e(2, "b", NR, &[], &[]),
+                    e(3, "c", T, &[], &[]),
+                ],
             )
         },
         Case {
@@ -257,7 +299,10 @@ fn selection_follows_policies_fallbacks_and_topology() {
             topology: TopologyMode::SameNode,
             ..case(
                 "complete node hints with one for this node narrow cluster traffic to this node",
-                vec![e(1, "a", R, &["zone-a"], &["a"]), e(2, "here", R, &["zone-a"], &["here"])],
+                vec![
+                    e(1, "a", R, &["zone-a"], &["a"]),
+                    e(2, "here", R, &["zone-a"], &["here"]),
+                ],
             )
         },
         Case {
@@ -267,7 +312,10 @@ fn selection_follows_policies_fallbacks_and_topology() {
             topology: TopologyMode::SameZone,
             ..case(
                 "node hints are ignored when PreferSameTrafficDistribution is off",
-                vec![e(1, "a", R, &["zone-a"], &["a"]), e(2, "here", R, &["zone-a"], &["here"])],
+                vec![
+                    e(1, "a", R, &["zone-a"], &["a"]),
+                    e(2, "here", R, &["zone-a"], &["here"]),
+                ],
             )
         },
         Case {
@@ -276,7 +324,10 @@ fn selection_follows_policies_fallbacks_and_topology() {
             topology: TopologyMode::SameZone,
             ..case(
                 "node hints for other nodes fall back to zone hints",
-                vec![e(1, "a", R, &["zone-a"], &["a"]), e(2, "b", R, &["zone-b"], &["b"])],
+                vec![
+                    e(1, "a", R, &["zone-a"], &["a"]),
+                    e(2, "b", R, &["zone-b"], &["b"]),
+                ],
             )
         },
         Case {
@@ -294,7 +345,10 @@ fn selection_follows_policies_fallbacks_and_topology() {
             has_any: true,
             ..case(
                 "topology does not narrow local policy traffic",
-                vec![e(1, "a", R, &["zone-a"], &[]), e(2, "here", R, &["zone-b"], &[])],
+                vec![
+                    e(1, "a", R, &["zone-a"], &[]),
+                    e(2, "here", R, &["zone-b"], &[]),
+                ],
             )
         },
         Case {
@@ -302,7 +356,10 @@ fn selection_follows_policies_fallbacks_and_topology() {
             has_any: true,
             ..case(
                 "the terminating fallback ignores topology",
-                vec![e(1, "a", T, &["zone-b"], &[]), e(2, "b", T, &["zone-a"], &[])],
+                vec![
+                    e(1, "a", T, &["zone-b"], &[]),
+                    e(2, "b", T, &["zone-a"], &[]),
+                ],
             )
         },
     ];
@@ -314,7 +371,12 @@ fn selection_follows_policies_fallbacks_and_topology() {
             prefer_same_node: c.prefer_same_node,
         };
         let s = select(&c.endpoints, &p, c.externally_accessible, &n, features);
-        assert_eq!(octets(&s.cluster, &c.endpoints), c.cluster, "{}: cluster", c.name);
+        assert_eq!(
+            octets(&s.cluster, &c.endpoints),
+            c.cluster,
+            "{}: cluster",
+            c.name
+        );
         assert_eq!(octets(&s.local, &c.endpoints), c.local, "{}: local", c.name);
         assert_eq!(s.has_any_endpoints, c.has_any, "{}: has_any", c.name);
         assert_eq!(s.topology, c.topology, "{}: topology", c.name);
@@ -348,11 +410,36 @@ fn fallback_flags_say_when_terminating_endpoints_are_in_use() {
 fn exclusion_reasons_name_the_rule() {
     let n = node(Some("zone-a"));
     let cases = [
-        (e(1, "a", NR, &[], &[]), false, TopologyMode::None, "not ready"),
-        (e(1, "a", TN, &[], &[]), false, TopologyMode::None, "terminating and not serving"),
-        (e(1, "a", T, &[], &[]), false, TopologyMode::None, "terminating; ready endpoints exist"),
-        (e(1, "a", R, &["zone-b"], &[]), false, TopologyMode::SameZone, "hinted for zones [zone-b], this node is in zone-a"),
-        (e(1, "a", R, &[], &[]), true, TopologyMode::None, "on node a, not this node"),
+        (
+            e(1, "a", NR, &[], &[]),
+            false,
+            TopologyMode::None,
+            "not ready",
+        ),
+        (
+            e(1, "a", TN, &[], &[]),
+            false,
+            TopologyMode::None,
+            "terminating and not serving",
+        ),
+        (
+            e(1, "a", T, &[], &[]),
+            false,
+            TopologyMode::None,
+            "terminating; ready endpoints exist",
+        ),
+        (
+            e(1, "a", R, &["zone-b"], &[]),
+            false,
+            TopologyMode::SameZone,
+            "hinted for zones [zone-b], this node is in zone-a",
+        ),
+        (
+            e(1, "a", R, &[], &[]),
+            true,
+            TopologyMode::None,
+            "on node a, not this node",
+        ),
     ];
     for (ep, local, mode, want) in cases {
         assert_eq!(why_excluded(&ep, true, local, mode, &n), want);

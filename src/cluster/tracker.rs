@@ -252,7 +252,8 @@ impl Tracker {
         }
         if !self.warned.is_empty() {
             let ids: HashSet<String> = objects.iter().map(|o| object_id(o)).collect();
-            self.warned.retain(|(k, id), _| *k != kind || ids.contains(id));
+            self.warned
+                .retain(|(k, id), _| *k != kind || ids.contains(id));
         }
         for object in objects {
             self.apply_object(object, out);
@@ -272,7 +273,9 @@ impl Tracker {
         };
         self.report(Kind::Service, id, warnings, out);
         let (key, entry) = match converted {
-            service::Converted::Proxied(p) => (p.key.clone(), Some(ServiceEntry::Proxied(Arc::new(p)))),
+            service::Converted::Proxied(p) => {
+                (p.key.clone(), Some(ServiceEntry::Proxied(Arc::new(p))))
+            }
             service::Converted::Ignored(key, why) => (key, Some(ServiceEntry::Ignored(why))),
             service::Converted::Refused(Some(key)) => (key, None),
             service::Converted::Refused(None) => return,
@@ -303,7 +306,12 @@ impl Tracker {
         let mut warnings = Vec::new();
         let converted = endpoints::convert(slice, &mut self.names, &mut warnings);
         let (ns, name) = object_key_of(&slice.metadata, "default");
-        self.report(Kind::EndpointSlice, || format!("{ns}/{name}"), warnings, out);
+        self.report(
+            Kind::EndpointSlice,
+            || format!("{ns}/{name}"),
+            warnings,
+            out,
+        );
         let endpoints::Converted::Proxied(parsed) = converted else {
             self.remove_slice(&slice_id(slice));
             return;
@@ -372,7 +380,9 @@ impl Tracker {
     /// Rebuilds one Service's ports and records which of them differ from before.
     fn rebuild(&mut self, key: &ServiceKey, changed: &mut Vec<ServicePortName>) {
         let states = match self.services.get(key) {
-            Some(ServiceEntry::Proxied(svc)) => build(svc, self.slices.get(key), &self.node, self.features),
+            Some(ServiceEntry::Proxied(svc)) => {
+                build(svc, self.slices.get(key), &self.node, self.features)
+            }
             _ => Vec::new(),
         };
         let old_names = self.service_ports.remove(key).unwrap_or_default();
@@ -401,7 +411,13 @@ impl Tracker {
     }
 
     /// Keeps only warnings that differ from what was last reported for this object.
-    fn report(&mut self, kind: Kind, id: impl FnOnce() -> String, warnings: Vec<Warning>, out: &mut Vec<Warning>) {
+    fn report(
+        &mut self,
+        kind: Kind,
+        id: impl FnOnce() -> String,
+        warnings: Vec<Warning>,
+        out: &mut Vec<Warning>,
+    ) {
         if warnings.is_empty() {
             if !self.warned.is_empty() {
                 self.warned.remove(&(kind, id()));
@@ -446,7 +462,12 @@ fn object_id(object: &Object) -> String {
 
 fn slice_id(slice: &EndpointSlice) -> SliceId {
     (
-        slice.metadata.namespace.as_deref().unwrap_or("default").into(),
+        slice
+            .metadata
+            .namespace
+            .as_deref()
+            .unwrap_or("default")
+            .into(),
         slice.metadata.name.as_deref().unwrap_or("").into(),
     )
 }
@@ -458,7 +479,9 @@ fn build(
     node: &NodeContext,
     features: Features,
 ) -> Vec<ServicePortState> {
-    let slices: Vec<&ParsedSlice> = slices.map(|m| m.values().map(Arc::as_ref).collect()).unwrap_or_default();
+    let slices: Vec<&ParsedSlice> = slices
+        .map(|m| m.values().map(Arc::as_ref).collect())
+        .unwrap_or_default();
     svc.ports
         .iter()
         .map(|port| {
@@ -468,9 +491,14 @@ fn build(
                 .map(|cluster_ip| {
                     let family = IpFamily::of(cluster_ip);
                     let of_family = |ip: &&std::net::IpAddr| IpFamily::of(ip) == family;
-                    let external_ips: Vec<_> = svc.external_ips.iter().filter(of_family).copied().collect();
-                    let load_balancer_ips: Vec<_> =
-                        svc.load_balancer_ips.iter().filter(of_family).copied().collect();
+                    let external_ips: Vec<_> =
+                        svc.external_ips.iter().filter(of_family).copied().collect();
+                    let load_balancer_ips: Vec<_> = svc
+                        .load_balancer_ips
+                        .iter()
+                        .filter(of_family)
+                        .copied()
+                        .collect();
                     let load_balancer_source_ranges = svc
                         .source_ranges
                         .iter()
@@ -484,9 +512,11 @@ fn build(
                         family,
                         &node.name,
                     );
-                    let externally_accessible =
-                        port.node_port.is_some() || !external_ips.is_empty() || !load_balancer_ips.is_empty();
-                    let selection = topology::select(&endpoints, port, externally_accessible, node, features);
+                    let externally_accessible = port.node_port.is_some()
+                        || !external_ips.is_empty()
+                        || !load_balancer_ips.is_empty();
+                    let selection =
+                        topology::select(&endpoints, port, externally_accessible, node, features);
                     FamilyView {
                         family,
                         cluster_ip: *cluster_ip,

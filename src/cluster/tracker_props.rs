@@ -27,7 +27,18 @@ fn text(plausible: &'static [&'static str]) -> impl Strategy<Value = String> {
 }
 
 fn ip() -> impl Strategy<Value = String> {
-    text(&["10.96.0.1", "10.96.0.2", "10.244.1.5", "10.244.2.5", "fd00::1", "fd00::2", "None", "", "1.2.3.4.5", "::"])
+    text(&[
+        "10.96.0.1",
+        "10.96.0.2",
+        "10.244.1.5",
+        "10.244.2.5",
+        "fd00::1",
+        "fd00::2",
+        "None",
+        "",
+        "1.2.3.4.5",
+        "::",
+    ])
 }
 
 fn name() -> impl Strategy<Value = String> {

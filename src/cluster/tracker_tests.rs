@@ -20,7 +20,11 @@ fn http() -> ServicePortName {
 }
 
 fn endpoints_of(snap: &Snapshot, name: &ServicePortName) -> Vec<String> {
-    snap.get(name).unwrap().families[0].endpoints.iter().map(ToString::to_string).collect()
+    snap.get(name).unwrap().families[0]
+        .endpoints
+        .iter()
+        .map(ToString::to_string)
+        .collect()
 }
 
 fn tracker() -> Tracker {
@@ -31,10 +35,16 @@ fn tracker() -> Tracker {
 fn a_service_and_its_slice_become_one_port_with_endpoints() {
     let mut t = tracker();
     t.apply(&applied_service(web()));
-    t.apply(&applied_slice(web_slice("web-1", &["10.244.1.2", "10.244.1.3"])));
+    t.apply(&applied_slice(web_slice(
+        "web-1",
+        &["10.244.1.2", "10.244.1.3"],
+    )));
     let (snap, changes) = t.snapshot();
     assert_eq!(changes.ports, BTreeSet::from([http()]));
-    assert_eq!(endpoints_of(&snap, &http()), ["10.244.1.2:8080", "10.244.1.3:8080"]);
+    assert_eq!(
+        endpoints_of(&snap, &http()),
+        ["10.244.1.2:8080", "10.244.1.3:8080"]
+    );
     let view = &snap.get(&http()).unwrap().families[0];
     assert_eq!(view.cluster_endpoints().unwrap().count(), 2);
     assert!(view.reachable_endpoints().all(|e| e.is_local));
@@ -60,7 +70,10 @@ fn a_change_undone_before_the_snapshot_is_not_reported() {
     t.apply(&applied_slice(web_slice("web-1", &["10.244.1.2"])));
     let (_, changes) = t.snapshot();
     assert!(changes.ports.is_empty());
-    assert_eq!(changes.endpoint_changes, 1, "the change was still pending until the snapshot");
+    assert_eq!(
+        changes.endpoint_changes, 1,
+        "the change was still pending until the snapshot"
+    );
 }
 
 #[test]
@@ -94,7 +107,12 @@ fn deleting_slices_and_services_removes_endpoints_and_ports() {
 #[test]
 fn a_removed_port_is_reported_and_dropped() {
     let mut t = tracker();
-    t.apply(&applied_service(service("default", "web", "10.96.0.10", &[("http", 80, "TCP"), ("https", 443, "TCP")])));
+    t.apply(&applied_service(service(
+        "default",
+        "web",
+        "10.96.0.10",
+        &[("http", 80, "TCP"), ("https", 443, "TCP")],
+    )));
     t.snapshot();
     t.apply(&applied_service(web()));
     let (snap, changes) = t.snapshot();
@@ -107,11 +125,21 @@ fn a_removed_port_is_reported_and_dropped() {
 fn a_slice_relabelled_to_another_service_moves_its_endpoints() {
     let mut t = tracker();
     t.apply(&applied_service(web()));
-    t.apply(&applied_service(service("default", "api", "10.96.0.12", &[("http", 80, "TCP")])));
+    t.apply(&applied_service(service(
+        "default",
+        "api",
+        "10.96.0.12",
+        &[("http", 80, "TCP")],
+    )));
     t.apply(&applied_slice(web_slice("shared", &["10.244.1.2"])));
     t.snapshot();
     let mut moved = web_slice("shared", &["10.244.1.2"]);
-    moved.metadata.labels.as_mut().unwrap().insert("kubernetes.io/service-name".into(), "api".into());
+    moved
+        .metadata
+        .labels
+        .as_mut()
+        .unwrap()
+        .insert("kubernetes.io/service-name".into(), "api".into());
     t.apply(&applied_slice(moved));
     let (snap, changes) = t.snapshot();
     assert!(endpoints_of(&snap, &http()).is_empty());
@@ -127,10 +155,25 @@ fn a_slice_relabelled_to_another_service_moves_its_endpoints() {
 fn a_relist_deletes_what_it_no_longer_contains() {
     let mut t = tracker();
     let other = service("default", "other", "10.96.0.11", &[("http", 80, "TCP")]);
-    t.apply(&listed(Kind::Service, vec![Object::Service(Box::new(web())), Object::Service(Box::new(other))]));
-    t.apply(&listed(Kind::EndpointSlice, vec![Object::EndpointSlice(Box::new(web_slice("web-1", &["10.244.1.2"])))]));
+    t.apply(&listed(
+        Kind::Service,
+        vec![
+            Object::Service(Box::new(web())),
+            Object::Service(Box::new(other)),
+        ],
+    ));
+    t.apply(&listed(
+        Kind::EndpointSlice,
+        vec![Object::EndpointSlice(Box::new(web_slice(
+            "web-1",
+            &["10.244.1.2"],
+        )))],
+    ));
     t.snapshot();
-    t.apply(&listed(Kind::Service, vec![Object::Service(Box::new(web()))]));
+    t.apply(&listed(
+        Kind::Service,
+        vec![Object::Service(Box::new(web()))],
+    ));
     t.apply(&listed(Kind::EndpointSlice, vec![]));
     let (snap, changes) = t.snapshot();
     assert_eq!(snap.ports.len(), 1);
@@ -170,10 +213,19 @@ fn a_zone_change_on_this_node_recomputes_topology() {
         "web",
         "web-1",
         &[("http", 8080, "TCP")],
-        &[ep("10.244.1.2", "node-a").zone_hints(&["zone-a"]), ep("10.244.2.2", "node-b").zone_hints(&["zone-b"])],
+        &[
+            ep("10.244.1.2", "node-a").zone_hints(&["zone-a"]),
+            ep("10.244.2.2", "node-b").zone_hints(&["zone-b"]),
+        ],
     )));
     let (snap, _) = t.snapshot();
-    assert_eq!(snap.get(&http()).unwrap().families[0].cluster_endpoints().unwrap().count(), 1);
+    assert_eq!(
+        snap.get(&http()).unwrap().families[0]
+            .cluster_endpoints()
+            .unwrap()
+            .count(),
+        1
+    );
     assert_eq!(snap.node.zone.as_deref(), Some("zone-a"));
 
     t.apply(&applied_node(node("node-a", "10.0.0.11", Some("zone-b"))));
@@ -206,12 +258,18 @@ fn a_bad_object_warns_once_and_never_stops_the_rest() {
     let mut t = tracker();
     let mut bad = service("default", "bad", "10.96.0.300", &[("http", 80, "TCP")]);
     bad.metadata.resource_version = Some("1".into());
-    let list = vec![Object::Service(Box::new(bad.clone())), Object::Service(Box::new(web()))];
+    let list = vec![
+        Object::Service(Box::new(bad.clone())),
+        Object::Service(Box::new(web())),
+    ];
     let warnings = t.apply(&listed(Kind::Service, list.clone()));
     assert_eq!(warnings.len(), 1);
     assert_eq!(warnings[0].object, "service default/bad");
-    assert!(t.apply(&&listed(Kind::Service, list)).is_empty(), "the same version warns once");
-    assert!(t.apply(&&applied_service(bad)).is_empty());
+    assert!(
+        t.apply(&listed(Kind::Service, list)).is_empty(),
+        "the same version warns once"
+    );
+    assert!(t.apply(&applied_service(bad)).is_empty());
     let (snap, _) = t.snapshot();
     assert_eq!(snap.ports.len(), 1);
 }
@@ -223,7 +281,7 @@ fn a_service_turning_invalid_is_removed() {
     t.snapshot();
     let mut broken = web();
     spec(&mut broken).cluster_ips = Some(vec!["bogus".into()]);
-    assert_eq!(t.apply(&&applied_service(broken)).len(), 1);
+    assert_eq!(t.apply(&applied_service(broken)).len(), 1);
     let (snap, changes) = t.snapshot();
     assert!(snap.ports.is_empty());
     assert_eq!(changes.ports.len(), 1);
@@ -235,7 +293,13 @@ fn ignored_services_are_listed_with_their_reason() {
     let mut headless = web();
     spec(&mut headless).cluster_ips = Some(vec!["None".into()]);
     t.apply(&applied_service(headless));
-    assert_eq!(t.ignored_services(), vec![(ServiceKey::new("default", "web"), service::Ignored::Headless)]);
+    assert_eq!(
+        t.ignored_services(),
+        vec![(
+            ServiceKey::new("default", "web"),
+            service::Ignored::Headless
+        )]
+    );
     assert!(t.snapshot().0.ports.is_empty());
 }
 
@@ -244,16 +308,30 @@ fn change_counts_and_trigger_times_follow_upstream_metrics() {
     let mut t = tracker();
     t.apply(&applied_service(web()));
     let mut s = web_slice("web-1", &["10.244.1.2"]);
-    s.metadata.annotations =
-        Some([("endpoints.kubernetes.io/last-change-trigger-time".to_string(), "2026-12-01T03:00:00Z".to_string())].into());
+    s.metadata.annotations = Some(
+        [(
+            "endpoints.kubernetes.io/last-change-trigger-time".to_string(),
+            "2026-12-01T03:00:00Z".to_string(),
+        )]
+        .into(),
+    );
     t.apply(&applied_slice(s));
     t.apply(&applied_slice(web_slice("web-2", &["10.244.1.3"])));
     let counts = t.change_counts();
     assert_eq!(counts.service_changes_pending, 1);
-    assert_eq!(counts.endpoint_changes_pending, 1, "counted per Service, as upstream");
+    assert_eq!(
+        counts.endpoint_changes_pending, 1,
+        "counted per Service, as upstream"
+    );
     assert_eq!(counts.endpoint_changes_total, 2);
     let (_, changes) = t.snapshot();
-    assert_eq!(changes.trigger_times, vec![(ServiceKey::new("default", "web"), "2026-12-01T03:00:00Z".to_string())]);
+    assert_eq!(
+        changes.trigger_times,
+        vec![(
+            ServiceKey::new("default", "web"),
+            "2026-12-01T03:00:00Z".to_string()
+        )]
+    );
     assert_eq!(t.change_counts().endpoint_changes_pending, 0);
 }
 
@@ -271,7 +349,12 @@ fn snapshots_are_immutable() {
 #[test]
 fn dual_stack_services_get_a_view_per_family() {
     let mut t = tracker();
-    t.apply(&applied_service(service("default", "web", "10.96.0.10,fd00:10:96::10", &[("http", 80, "TCP")])));
+    t.apply(&applied_service(service(
+        "default",
+        "web",
+        "10.96.0.10,fd00:10:96::10",
+        &[("http", 80, "TCP")],
+    )));
     t.apply(&applied_slice(web_slice("web-v4", &["10.244.1.2"])));
     t.apply(&applied_slice(web_slice("web-v6", &["fd00:10:244:1::2"])));
     let (snap, _) = t.snapshot();
@@ -291,4 +374,30 @@ fn slices_for_a_family_the_service_lacks_are_not_used() {
     let state = snap.get(&http()).unwrap();
     assert_eq!(state.families.len(), 1);
     assert!(state.families[0].endpoints.is_empty());
+}
+
+#[test]
+fn a_draining_service_falls_back_to_its_terminating_endpoints() {
+    let mut t = tracker();
+    t.apply(&applied_service(web()));
+    t.apply(&applied_slice(slice(
+        "default",
+        "web",
+        "web-1",
+        &[("http", 8080, "TCP")],
+        &[
+            ep("10.244.1.2", "node-a").terminating(),
+            ep("10.244.2.2", "node-b").not_ready(),
+        ],
+    )));
+    let (snap, _) = t.snapshot();
+    let view = &snap.get(&http()).unwrap().families[0];
+    let chosen: Vec<String> = view
+        .cluster_endpoints()
+        .unwrap()
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(chosen, ["10.244.1.2:8080"]);
+    assert!(view.selection.cluster_uses_terminating);
+    assert!(view.selection.has_any_endpoints);
 }
