@@ -10,6 +10,7 @@
 pub mod cli;
 pub mod cluster;
 pub mod config;
+pub mod dataplane;
 
 #[cfg(test)]
 pub(crate) mod testing;
