@@ -29,11 +29,19 @@ fn a_bad_config_file_prints_one_line_naming_the_field_and_exits_1() {
     let dir = tempfile::tempdir().unwrap();
     let head = "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\n";
     let cases = [
-        ("range.yaml", "iptables:\n  masqueradeBit: 40\n", "iptables.masqueradeBit"),
+        (
+            "range.yaml",
+            "iptables:\n  masqueradeBit: 40\n",
+            "iptables.masqueradeBit",
+        ),
         ("unknown.yaml", "bogus: 1\n", "bogus"),
         ("type.yaml", "mode: [nftables]\n", "mode"),
         ("mode.yaml", "mode: userspace\n", "mode"),
-        ("duration.yaml", "iptables:\n  syncPeriod: soon\n", "iptables.syncPeriod"),
+        (
+            "duration.yaml",
+            "iptables:\n  syncPeriod: soon\n",
+            "iptables.syncPeriod",
+        ),
     ];
     for (name, body, field) in cases {
         let path = config_file(dir.path(), name, &format!("{head}{body}"));
@@ -71,17 +79,46 @@ fn help_lists_upstream_flags() {
     assert!(out.status.success());
     let help = String::from_utf8_lossy(&out.stdout);
     for flag in [
-        "--config", "--kubeconfig", "--master", "--hostname-override", "--bind-address", "--proxy-mode",
-        "--cluster-cidr", "--nodeport-addresses", "--masquerade-all", "--detect-local-mode",
-        "--pod-bridge-interface", "--pod-interface-name-prefix", "--healthz-bind-address",
-        "--metrics-bind-address", "--iptables-sync-period", "--iptables-min-sync-period",
-        "--iptables-masquerade-bit", "--iptables-localhost-nodeports", "--ipvs-scheduler",
-        "--ipvs-sync-period", "--ipvs-min-sync-period", "--ipvs-strict-arp", "--ipvs-exclude-cidrs",
-        "--conntrack-max-per-core", "--conntrack-min", "--conntrack-tcp-timeout-established",
-        "--conntrack-tcp-timeout-close-wait", "--conntrack-udp-timeout", "--kube-api-qps",
-        "--kube-api-burst", "--kube-api-content-type", "--config-sync-period", "--oom-score-adj",
-        "--feature-gates", "--cleanup", "--write-config-to", "--version", "--logging-format",
-        "--manifests", "-v",
+        "--config",
+        "--kubeconfig",
+        "--master",
+        "--hostname-override",
+        "--bind-address",
+        "--proxy-mode",
+        "--cluster-cidr",
+        "--nodeport-addresses",
+        "--masquerade-all",
+        "--detect-local-mode",
+        "--pod-bridge-interface",
+        "--pod-interface-name-prefix",
+        "--healthz-bind-address",
+        "--metrics-bind-address",
+        "--iptables-sync-period",
+        "--iptables-min-sync-period",
+        "--iptables-masquerade-bit",
+        "--iptables-localhost-nodeports",
+        "--ipvs-scheduler",
+        "--ipvs-sync-period",
+        "--ipvs-min-sync-period",
+        "--ipvs-strict-arp",
+        "--ipvs-exclude-cidrs",
+        "--conntrack-max-per-core",
+        "--conntrack-min",
+        "--conntrack-tcp-timeout-established",
+        "--conntrack-tcp-timeout-close-wait",
+        "--conntrack-udp-timeout",
+        "--kube-api-qps",
+        "--kube-api-burst",
+        "--kube-api-content-type",
+        "--config-sync-period",
+        "--oom-score-adj",
+        "--feature-gates",
+        "--cleanup",
+        "--write-config-to",
+        "--version",
+        "--logging-format",
+        "--manifests",
+        "-v",
     ] {
         assert!(help.contains(flag), "--help lists {flag}");
     }
@@ -92,7 +129,11 @@ fn write_config_to_round_trips_through_config() {
     let dir = tempfile::tempdir().unwrap();
     let first = dir.path().join("first.yaml").display().to_string();
     let second = dir.path().join("second.yaml").display().to_string();
-    let out = run(&["--proxy-mode=nftables", "--cluster-cidr=10.244.0.0/16", &format!("--write-config-to={first}")]);
+    let out = run(&[
+        "--proxy-mode=nftables",
+        "--cluster-cidr=10.244.0.0/16",
+        &format!("--write-config-to={first}"),
+    ]);
     assert!(out.status.success(), "{}", stderr(&out));
     let out = run(&["--config", &first, "--write-config-to", &second]);
     assert!(out.status.success(), "{}", stderr(&out));
@@ -103,15 +144,29 @@ fn write_config_to_round_trips_through_config() {
 
 #[test]
 fn plan_prints_the_golden_report() {
-    let out = run(&["plan", "--manifests", "examples/cluster", "--hostname-override=node-a", "--output=json"]);
+    let out = run(&[
+        "plan",
+        "--manifests",
+        "examples/cluster",
+        "--hostname-override=node-a",
+        "--output=json",
+    ]);
     assert!(out.status.success(), "{}", stderr(&out));
-    let want = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("src/cli/testdata/example.node-a.json")).unwrap();
+    let want = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("src/cli/testdata/example.node-a.json"),
+    )
+    .unwrap();
     assert_eq!(String::from_utf8_lossy(&out.stdout), want);
 }
 
 #[test]
 fn plan_without_a_directory_fails_clearly() {
-    let out = run(&["plan", "--manifests", "/nonexistent/dir", "--hostname-override=n"]);
+    let out = run(&[
+        "plan",
+        "--manifests",
+        "/nonexistent/dir",
+        "--hostname-override=n",
+    ]);
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr(&out).contains("/nonexistent/dir"));
 }

@@ -58,5 +58,10 @@ pub trait Dataplane: Send {
     /// previous successful sync, so a mode may limit its work to them; with `full` it must
     /// re-read the kernel and repair anything that differs. On error the previous rules stay.
     #[doc(alias = "syncProxyRules")]
-    fn sync(&mut self, snapshot: &Snapshot, changes: &Changes, full: bool) -> Result<SyncReport, SyncError>;
+    fn sync(
+        &mut self,
+        snapshot: &Snapshot,
+        changes: &Changes,
+        full: bool,
+    ) -> Result<SyncReport, SyncError>;
 }
