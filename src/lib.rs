@@ -11,6 +11,8 @@ pub mod cli;
 pub mod cluster;
 pub mod config;
 pub mod dataplane;
+pub mod health;
+pub mod metrics;
 
 #[cfg(test)]
 pub(crate) mod testing;

@@ -1,0 +1,249 @@
+//! Whether the proxy as a whole is healthy: the state behind `/healthz`, `/livez` and the
+//! `serviceProxyHealthy` field of every Service health check.
+//!
+//! Pure: every time is an argument, nothing here reads a clock or does I/O, nothing fails.
+//!
+//! The rule follows upstream's proxy health server (and KEP-3836 for the Node part):
+//!
+//! - The sync runner reports, per IP family, when a change was queued ([`ProxyHealth::queued_update`];
+//!   only the oldest pending one counts) and when a sync succeeded ([`ProxyHealth::updated`];
+//!   clears the pending one).
+//! - A family is unhealthy when a queued change has been pending for at least the timeout
+//!   (2 × `syncPeriod`). A family that has never synced successfully is considered to be
+//!   starting up and stays healthy, as upstream does: the first sync waits for the informers,
+//!   which may take long in a large cluster.
+//! - `/healthz` also needs the Node to be eligible: not being deleted, without the cluster
+//!   autoscaler's `ToBeDeletedByClusterAutoscaler` taint, and not gone once it was seen. Before
+//!   the Node has been seen it counts as eligible, so a starting proxy is not drained.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime};
+
+use crate::cluster::{IpFamily, NodeContext};
+
+/// One IP family's sync history, as the health check needs it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Family {
+    /// The last successful sync; `None` until the first.
+    last_updated: Option<SystemTime>,
+    /// The oldest change queued since the last successful sync.
+    oldest_pending: Option<SystemTime>,
+}
+
+/// The Node as far as `/healthz` cares.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+enum NodeState {
+    /// Not seen yet: eligible, so start-up is not reported as draining.
+    #[default]
+    Unknown,
+    /// Seen, and neither being deleted nor tainted for deletion.
+    Eligible,
+    /// Being deleted, tainted for deletion, or gone after having been seen.
+    Draining,
+}
+
+/// The proxy's health state. Cheap to clone; see the module doc for the rule.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[doc(alias = "ProxyHealthServer")]
+pub struct ProxyHealth {
+    timeout: Duration,
+    families: BTreeMap<IpFamily, Family>,
+    node: NodeState,
+}
+
+/// One family's answer, for the `status` map of the JSON body.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FamilyStatus {
+    pub last_updated: SystemTime,
+    pub healthy: bool,
+}
+
+/// The proxy's health at one instant, without the Node's eligibility (that is `/healthz` only).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Status {
+    /// Every family that has synced successfully is healthy.
+    pub healthy: bool,
+    /// The most recent successful sync of any family; `None` before the first.
+    pub last_updated: Option<SystemTime>,
+    /// Families that have synced successfully at least once.
+    pub families: BTreeMap<IpFamily, FamilyStatus>,
+}
+
+impl ProxyHealth {
+    /// A fresh state: healthy, no family synced yet, Node unknown. `timeout` is how long a
+    /// queued change may wait for a successful sync: upstream uses 2 × `syncPeriod`.
+    pub fn new(timeout: Duration) -> ProxyHealth {
+        ProxyHealth {
+            timeout,
+            families: BTreeMap::new(),
+            node: NodeState::Unknown,
+        }
+    }
+
+    /// The timeout for a sync period, as upstream derives it (2 × `syncPeriod`).
+    pub fn timeout_for(sync_period: Duration) -> Duration {
+        sync_period.saturating_mul(2)
+    }
+
+    /// A change for `family` was queued at `at` and is not programmed yet. Only the oldest
+    /// pending change counts, so calling this for every event is right and cheap.
+    #[doc(alias = "QueuedUpdate")]
+    pub fn queued_update(&mut self, family: IpFamily, at: SystemTime) {
+        let f = self.families.entry(family).or_default();
+        f.oldest_pending.get_or_insert(at);
+    }
+
+    /// A sync of `family` succeeded at `at`: everything queued before it is programmed.
+    #[doc(alias = "Updated")]
+    pub fn updated(&mut self, family: IpFamily, at: SystemTime) {
+        let f = self.families.entry(family).or_default();
+        f.oldest_pending = None;
+        f.last_updated = Some(at);
+    }
+
+    /// Takes this node's current state from the tracker's [`NodeContext`]. A context that is
+    /// not `known` after one that was means the Node object was deleted.
+    #[doc(alias = "SyncNode")]
+    pub fn sync_node(&mut self, node: &NodeContext) {
+        self.node = match (node.known, self.node) {
+            (false, NodeState::Unknown) => NodeState::Unknown,
+            (false, _) => NodeState::Draining,
+            (true, _) if node.deleting || node.to_be_deleted => NodeState::Draining,
+            (true, _) => NodeState::Eligible,
+        };
+    }
+
+    /// Whether the Node may receive traffic: `/healthz` answers 503 when it may not.
+    pub fn node_eligible(&self) -> bool {
+        self.node != NodeState::Draining
+    }
+
+    /// The health at `now`. A queued change pending for exactly the timeout is already late.
+    pub fn status(&self, now: SystemTime) -> Status {
+        let mut status = Status {
+            healthy: true,
+            last_updated: None,
+            families: BTreeMap::new(),
+        };
+        for (family, f) in &self.families {
+            // A family that never synced is starting up: healthy and not reported.
+            let Some(last_updated) = f.last_updated else {
+                continue;
+            };
+            let late = f.oldest_pending.is_some_and(|queued| {
+                now.duration_since(queued)
+                    .is_ok_and(|waited| waited >= self.timeout)
+            });
+            status.healthy &= !late;
+            status.last_updated = status.last_updated.max(Some(last_updated));
+            status.families.insert(
+                *family,
+                FamilyStatus {
+                    last_updated,
+                    healthy: !late,
+                },
+            );
+        }
+        status
+    }
+
+    /// [`status`](Self::status)`.healthy`: what the Service health checks report as
+    /// `serviceProxyHealthy` (the Node's eligibility does not count there).
+    pub fn healthy(&self, now: SystemTime) -> bool {
+        self.status(now).healthy
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SYNC_PERIOD: Duration = Duration::from_secs(30);
+
+    fn at(secs: u64) -> SystemTime {
+        SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000 + secs)
+    }
+
+    fn health() -> ProxyHealth {
+        ProxyHealth::new(ProxyHealth::timeout_for(SYNC_PERIOD))
+    }
+
+    #[test]
+    fn starting_up_is_healthy_even_with_changes_queued_long_ago() {
+        let mut h = health();
+        assert!(h.healthy(at(0)));
+        h.queued_update(IpFamily::V4, at(0));
+        assert!(h.healthy(at(1000)));
+        assert!(h.status(at(1000)).families.is_empty());
+    }
+
+    #[test]
+    fn a_queued_change_becomes_late_after_twice_the_sync_period_and_a_sync_recovers() {
+        let mut h = health();
+        h.updated(IpFamily::V4, at(0));
+        h.queued_update(IpFamily::V4, at(10));
+        // Later queued changes do not move the oldest one.
+        h.queued_update(IpFamily::V4, at(50));
+        assert!(h.healthy(at(69)));
+        assert!(!h.healthy(at(70)));
+        let s = h.status(at(70));
+        assert_eq!(s.last_updated, Some(at(0)));
+        assert_eq!(
+            s.families[&IpFamily::V4],
+            FamilyStatus {
+                last_updated: at(0),
+                healthy: false
+            }
+        );
+        h.updated(IpFamily::V4, at(80));
+        assert!(h.healthy(at(80)));
+        assert!(h.healthy(at(1000)));
+    }
+
+    #[test]
+    fn one_late_family_makes_the_proxy_unhealthy_and_is_named() {
+        let mut h = health();
+        h.updated(IpFamily::V4, at(0));
+        h.updated(IpFamily::V6, at(5));
+        h.queued_update(IpFamily::V6, at(10));
+        let s = h.status(at(100));
+        assert!(!s.healthy);
+        assert_eq!(s.last_updated, Some(at(5)));
+        assert!(s.families[&IpFamily::V4].healthy);
+        assert!(!s.families[&IpFamily::V6].healthy);
+    }
+
+    #[test]
+    fn a_clock_stepping_backwards_does_not_make_the_proxy_unhealthy() {
+        let mut h = health();
+        h.updated(IpFamily::V4, at(0));
+        h.queued_update(IpFamily::V4, at(500));
+        assert!(h.healthy(at(100)));
+    }
+
+    #[test]
+    fn node_eligibility_follows_deletion_taint_and_disappearance() {
+        let mut h = health();
+        let mut node = NodeContext::named("n1");
+        h.sync_node(&node);
+        assert!(h.node_eligible(), "unknown node during start-up");
+        node.known = true;
+        h.sync_node(&node);
+        assert!(h.node_eligible());
+        node.to_be_deleted = true;
+        h.sync_node(&node);
+        assert!(!h.node_eligible());
+        node.to_be_deleted = false;
+        h.sync_node(&node);
+        assert!(h.node_eligible());
+        node.deleting = true;
+        h.sync_node(&node);
+        assert!(!h.node_eligible());
+        node.deleting = false;
+        h.sync_node(&node);
+        h.sync_node(&NodeContext::named("n1"));
+        assert!(!h.node_eligible(), "a node that is gone once seen");
+        // Node eligibility never affects the proxy's own health.
+        assert!(h.healthy(at(0)));
+    }
+}

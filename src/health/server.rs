@@ -1,0 +1,66 @@
+//! The proxy health server: `/healthz` and `/livez` on `healthzBindAddress` (default
+//! `0.0.0.0:10256`).
+//!
+//! `/livez` answers whether the proxy keeps its rules current; `/healthz` additionally whether
+//! this Node should receive traffic (kubelet probes use the former, cloud load balancers the
+//! latter). Both count their answers in `kubeproxy_proxy_{healthz,livez}_total{code}`. The
+//! caller binds the listener, so it can log or report a bind failure as it sees fit.
+
+use std::time::SystemTime;
+
+use axum::Router;
+use axum::extract::State;
+use axum::routing::any;
+use tokio::net::TcpListener;
+
+use super::response::{self, Answer};
+use super::shared::SharedHealth;
+use crate::metrics::{Metrics, Probe};
+
+/// Whether the proxy keeps its rules current and this Node may receive traffic.
+pub const HEALTHZ_PATH: &str = "/healthz";
+/// Whether the proxy keeps its rules current; the Node's state does not count.
+pub const LIVEZ_PATH: &str = "/livez";
+
+#[derive(Clone)]
+struct Shared {
+    health: SharedHealth,
+    metrics: Metrics,
+}
+
+/// The routes, for [`serve`] or for tests that drive the router directly.
+pub fn router(health: SharedHealth, metrics: Metrics) -> Router {
+    Router::new()
+        .route(HEALTHZ_PATH, any(healthz))
+        .route(LIVEZ_PATH, any(livez))
+        .with_state(Shared { health, metrics })
+}
+
+/// Serves `/healthz` and `/livez` on `listener` until the task is dropped or accepting fails.
+pub async fn serve(
+    listener: TcpListener,
+    health: SharedHealth,
+    metrics: Metrics,
+) -> std::io::Result<()> {
+    axum::serve(listener, router(health, metrics)).await
+}
+
+async fn healthz(State(s): State<Shared>) -> Answer {
+    let now = now();
+    let answer = response::proxy(&s.health.status(now), Some(s.health.node_eligible()), now);
+    s.metrics.count_probe(Probe::Healthz, answer.code.as_u16());
+    answer
+}
+
+async fn livez(State(s): State<Shared>) -> Answer {
+    let now = now();
+    let answer = response::proxy(&s.health.status(now), None, now);
+    s.metrics.count_probe(Probe::Livez, answer.code.as_u16());
+    answer
+}
+
+/// The current wall time: answers are about "now", and `currentTime` reports it.
+#[allow(clippy::disallowed_methods)] // the server's edge: the one place health reads the clock
+pub(crate) fn now() -> SystemTime {
+    SystemTime::now()
+}

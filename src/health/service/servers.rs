@@ -1,0 +1,256 @@
+//! The Service health check listeners: opens one HTTP server per Service on its
+//! `healthCheckNodePort`, closes it when the Service goes, and keeps each answering with the
+//! latest local endpoint count.
+//!
+//! I/O: binds sockets and spawns one tokio task per listener; needs a tokio runtime. A port that
+//! cannot be bound is logged once (at error) and retried on every later [`Servers::update`],
+//! never fatal. Answers read the proxy's health at request time, so they follow a failing
+//! dataplane without waiting for a sync.
+
+use std::collections::BTreeMap;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use axum::Router;
+use axum::extract::{ConnectInfo, State};
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+
+use super::desired::{Check, LocalEndpoints};
+use super::listen::Listen;
+use crate::cluster::{IpFamily, ServiceKey};
+use crate::health::response::{self, Answer};
+use crate::health::server::now;
+use crate::health::shared::SharedHealth;
+
+/// What one listener answers for: the Service and its current local endpoint counts.
+struct Entry {
+    key: ServiceKey,
+    local: Mutex<LocalEndpoints>,
+    health: SharedHealth,
+}
+
+/// A Service whose check is being served.
+struct Open {
+    port: u16,
+    entry: Arc<Entry>,
+    tasks: Vec<(SocketAddr, JoinHandle<()>)>,
+}
+
+/// A health check port that could not be bound. Reported once when it starts failing, so the
+/// caller can raise upstream's `FailedToStartServiceHealthcheck` Warning event on the Service.
+#[derive(Debug)]
+pub struct BindFailure {
+    pub service: ServiceKey,
+    pub port: u16,
+    pub address: SocketAddr,
+    pub error: io::Error,
+}
+
+/// The outcome of one [`Servers::update`].
+#[derive(Debug, Default)]
+pub struct Report {
+    /// Services whose check is being served.
+    pub open: usize,
+    /// Services whose check could not be bound (retried on the next update).
+    pub failing: usize,
+    /// Checks that started failing in this update.
+    pub new_failures: Vec<BindFailure>,
+}
+
+/// Every Service health check listener of this node.
+#[doc(alias = "ServiceHealthServer")]
+pub struct Servers {
+    listen: Listen,
+    health: SharedHealth,
+    open: BTreeMap<ServiceKey, Open>,
+    /// Services whose port failed to bind, with that port: logged once, retried every update.
+    failing: BTreeMap<ServiceKey, u16>,
+}
+
+impl Servers {
+    /// No listener is opened until the first [`update`](Self::update).
+    pub fn new(listen: Listen, health: SharedHealth) -> Servers {
+        Servers {
+            listen,
+            health,
+            open: BTreeMap::new(),
+            failing: BTreeMap::new(),
+        }
+    }
+
+    /// Changes where checks listen (the node's addresses changed). Closes every listener when
+    /// the addresses differ; the next [`update`](Self::update) opens them on the new ones.
+    pub async fn set_listen(&mut self, listen: Listen) {
+        if listen != self.listen {
+            self.listen = listen;
+            self.close_all().await;
+        }
+    }
+
+    /// Makes the listeners match `desired` (from [`desired`](super::desired())): closes
+    /// checks of Services that are gone or moved to another port, opens new ones, retries
+    /// failed ones, and updates every count. Call it after each sync; cheap when nothing
+    /// changed. When this returns, closed ports are released.
+    pub async fn update(&mut self, desired: &BTreeMap<ServiceKey, Check>) -> Report {
+        let stale: Vec<ServiceKey> = self
+            .open
+            .iter()
+            .filter(|(key, open)| desired.get(*key).is_none_or(|c| c.port != open.port))
+            .map(|(key, _)| key.clone())
+            .collect();
+        for key in stale {
+            if let Some(open) = self.open.remove(&key) {
+                tracing::debug!(service = %key, port = open.port, "closing health check");
+                close(open).await;
+            }
+        }
+        self.failing
+            .retain(|key, port| desired.get(key).is_some_and(|c| c.port == *port));
+
+        let mut new_failures = Vec::new();
+        for (key, check) in desired {
+            if let Some(open) = self.open.get(key) {
+                *open
+                    .entry
+                    .local
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner) = check.local_endpoints.clone();
+                continue;
+            }
+            let entry = Arc::new(Entry {
+                key: key.clone(),
+                local: Mutex::new(check.local_endpoints.clone()),
+                health: self.health.clone(),
+            });
+            match self.open_one(&entry, check.port).await {
+                Ok(open) => {
+                    if self.failing.remove(key).is_some() {
+                        tracing::info!(service = %key, port = check.port, "health check started after earlier failures");
+                    } else {
+                        tracing::debug!(service = %key, port = check.port, "opened health check");
+                    }
+                    self.open.insert(key.clone(), open);
+                }
+                Err((address, error)) => {
+                    if self.failing.insert(key.clone(), check.port).is_none() {
+                        tracing::error!(service = %key, port = check.port, %address, %error, "failed to start health check; will retry");
+                        new_failures.push(BindFailure {
+                            service: key.clone(),
+                            port: check.port,
+                            address,
+                            error,
+                        });
+                    } else {
+                        tracing::debug!(service = %key, port = check.port, %address, %error, "health check still cannot bind");
+                    }
+                }
+            }
+        }
+        Report {
+            open: self.open.len(),
+            failing: self.failing.len(),
+            new_failures,
+        }
+    }
+
+    /// Closes every listener and forgets failures, e.g. on shutdown.
+    pub async fn close_all(&mut self) {
+        for (_, open) in std::mem::take(&mut self.open) {
+            close(open).await;
+        }
+        self.failing.clear();
+    }
+
+    /// The addresses each open check listens on (with the port the kernel gave, for port 0).
+    pub fn listening(&self) -> BTreeMap<ServiceKey, Vec<SocketAddr>> {
+        self.open
+            .iter()
+            .map(|(key, open)| (key.clone(), open.tasks.iter().map(|(a, _)| *a).collect()))
+            .collect()
+    }
+
+    /// Binds every address of one check, or none: on the first failure the ones already bound
+    /// are closed again, so a retry starts clean.
+    async fn open_one(
+        &self,
+        entry: &Arc<Entry>,
+        port: u16,
+    ) -> Result<Open, (SocketAddr, io::Error)> {
+        let mut listeners = Vec::new();
+        match &self.listen {
+            Listen::Any => listeners.push(bind_any(&self.listen.sockets(port)).await?),
+            Listen::Addresses(_) => {
+                for address in self.listen.sockets(port) {
+                    let listener = TcpListener::bind(address).await.map_err(|e| (address, e))?;
+                    listeners.push(listener);
+                }
+            }
+        }
+        let mut tasks = Vec::new();
+        for listener in listeners {
+            let address = listener
+                .local_addr()
+                .map_err(|e| (SocketAddr::from(([0; 4], port)), e))?;
+            let app = Router::new()
+                .fallback(answer)
+                .with_state(Arc::clone(entry))
+                .into_make_service_with_connect_info::<SocketAddr>();
+            let key = entry.key.clone();
+            let task = tokio::spawn(async move {
+                if let Err(error) = axum::serve(listener, app).await {
+                    tracing::error!(service = %key, %address, %error, "health check stopped serving");
+                }
+            });
+            tasks.push((address, task));
+        }
+        Ok(Open {
+            port,
+            entry: Arc::clone(entry),
+            tasks,
+        })
+    }
+}
+
+/// Binds the dual-stack wildcard, falling back to the IPv4 one when the host has no IPv6. A
+/// port in use is not retried on the fallback: it is a real conflict.
+async fn bind_any(sockets: &[SocketAddr]) -> Result<TcpListener, (SocketAddr, io::Error)> {
+    let mut last = None;
+    for address in sockets {
+        match TcpListener::bind(address).await {
+            Ok(listener) => return Ok(listener),
+            Err(e) if e.kind() == io::ErrorKind::AddrInUse => return Err((*address, e)),
+            Err(e) => last = Some((*address, e)),
+        }
+    }
+    Err(last.unwrap_or_else(|| {
+        let address = SocketAddr::from(([0; 4], 0));
+        (address, io::Error::other("no address to listen on"))
+    }))
+}
+
+/// Stops accepting and waits until the listener is dropped, so the port is free on return.
+/// Connections already accepted finish their request and close.
+async fn close(open: Open) {
+    for (_, task) in open.tasks {
+        task.abort();
+        // A cancelled task reports an error; that is the expected outcome.
+        let _ = task.await;
+    }
+}
+
+/// Any path, any method, as upstream: the answer for the family the request arrived over.
+async fn answer(
+    State(entry): State<Arc<Entry>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+) -> Answer {
+    let family = IpFamily::of(&peer.ip().to_canonical());
+    let local = entry
+        .local
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .for_family(family);
+    let healthy = entry.health.status(now()).healthy;
+    response::service(&entry.key, local, healthy)
+}

@@ -1,0 +1,96 @@
+//! Label sets and label values, spelled as upstream spells them (`ip_family="IPv4"`,
+//! `table="nat"`, `traffic_policy="internal"`, `code="503"`).
+
+use std::fmt::Write;
+
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
+
+use crate::cluster::IpFamily;
+
+impl EncodeLabelValue for IpFamily {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
+        encoder.write_str(self.as_str())
+    }
+}
+
+/// An iptables table whose rules are counted (`table` label).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Table {
+    Filter,
+    Nat,
+}
+
+impl Table {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Table::Filter => "filter",
+            Table::Nat => "nat",
+        }
+    }
+}
+
+impl EncodeLabelValue for Table {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
+        encoder.write_str(self.as_str())
+    }
+}
+
+/// Which traffic policy has no local endpoint (`traffic_policy` label).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Policy {
+    Internal,
+    External,
+}
+
+impl EncodeLabelValue for Policy {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
+        encoder.write_str(match self {
+            Policy::Internal => "internal",
+            Policy::External => "external",
+        })
+    }
+}
+
+/// The state of a Service health check (`state` label of `kubeproxy_rs_service_health_checks`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CheckState {
+    Open,
+    Failing,
+}
+
+impl EncodeLabelValue for CheckState {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
+        encoder.write_str(match self {
+            CheckState::Open => "open",
+            CheckState::Failing => "failing",
+        })
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct FamilyLabels {
+    pub ip_family: IpFamily,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct TableLabels {
+    pub ip_family: IpFamily,
+    pub table: Table,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct PolicyLabels {
+    pub ip_family: IpFamily,
+    pub traffic_policy: Policy,
+}
+
+/// An HTTP status code, as upstream labels probe answers.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct CodeLabels {
+    pub code: u16,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct StateLabels {
+    pub state: CheckState,
+}

@@ -1,0 +1,20 @@
+//! Prometheus metrics, as upstream kube-proxy exposes them: upstream's `kubeproxy_*` names,
+//! types, labels and buckets, the standard `process_*` metrics, and a few of our own
+//! (`kubeproxy_rs_*`).
+//!
+//! - [`names`]: every metric's name, type, labels, help and buckets (the interface).
+//! - [`labels`]: label sets and values.
+//! - [`registry`]: [`Metrics`], the handle everything records through.
+//! - [`process`]: `process_*` from `/proc`.
+//! - [`configz`]: the `/configz` body.
+//! - [`server`]: `/metrics`, `/configz`, `/proxyMode`, `/healthz`.
+
+pub mod configz;
+pub mod labels;
+pub mod names;
+pub mod process;
+pub mod registry;
+pub mod server;
+
+pub use labels::Table;
+pub use registry::{CONTENT_TYPE, Metrics, Probe};

@@ -1,0 +1,287 @@
+//! Every metric name, type, help text and bucket layout we expose: the interface dashboards and
+//! alerts are written against.
+//!
+//! Upstream's `kubeproxy_*` names, types, labels and buckets follow the Kubernetes metrics
+//! reference (v1.34–v1.36) and `pkg/proxy/metrics`; help texts carry upstream's `[ALPHA]`
+//! stability marker. Names here are spelled as exposed (counters with `_total`); the registry
+//! strips that suffix on registration because prometheus-client appends it. Metrics of our
+//! own start with `kubeproxy_rs_`.
+
+/// The exposition type, as the `# TYPE` line spells it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Counter,
+    Gauge,
+    Histogram,
+}
+
+impl Kind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Counter => "counter",
+            Kind::Gauge => "gauge",
+            Kind::Histogram => "histogram",
+        }
+    }
+}
+
+/// One metric: its exposed name, type, labels and help.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Spec {
+    pub name: &'static str,
+    pub kind: Kind,
+    pub labels: &'static [&'static str],
+    pub help: &'static str,
+}
+
+impl Spec {
+    /// The name to register: without `_total` for counters, which the encoder appends.
+    pub fn registered_name(&self) -> &'static str {
+        match self.kind {
+            Kind::Counter => self.name.strip_suffix("_total").unwrap_or(self.name),
+            Kind::Gauge | Kind::Histogram => self.name,
+        }
+    }
+}
+
+const fn spec(
+    name: &'static str,
+    kind: Kind,
+    labels: &'static [&'static str],
+    help: &'static str,
+) -> Spec {
+    Spec {
+        name,
+        kind,
+        labels,
+        help,
+    }
+}
+
+use Kind::{Counter, Gauge, Histogram};
+
+const FAMILY: &[&str] = &["ip_family"];
+const NONE: &[&str] = &[];
+
+pub const SYNC_DURATION: Spec = spec(
+    "kubeproxy_sync_proxy_rules_duration_seconds",
+    Histogram,
+    FAMILY,
+    "[ALPHA] SyncProxyRules latency in seconds",
+);
+pub const SYNC_FULL_DURATION: Spec = spec(
+    "kubeproxy_sync_full_proxy_rules_duration_seconds",
+    Histogram,
+    FAMILY,
+    "[ALPHA] SyncProxyRules latency in seconds for full resyncs",
+);
+pub const SYNC_PARTIAL_DURATION: Spec = spec(
+    "kubeproxy_sync_partial_proxy_rules_duration_seconds",
+    Histogram,
+    FAMILY,
+    "[ALPHA] SyncProxyRules latency in seconds for partial resyncs",
+);
+pub const NETWORK_PROGRAMMING_DURATION: Spec = spec(
+    "kubeproxy_network_programming_duration_seconds",
+    Histogram,
+    FAMILY,
+    "[ALPHA] In Cluster Network Programming Latency in seconds",
+);
+pub const LAST_SYNC_TIMESTAMP: Spec = spec(
+    "kubeproxy_sync_proxy_rules_last_timestamp_seconds",
+    Gauge,
+    FAMILY,
+    "[ALPHA] The last time proxy rules were successfully synced",
+);
+pub const LAST_QUEUED_TIMESTAMP: Spec = spec(
+    "kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds",
+    Gauge,
+    FAMILY,
+    "[ALPHA] The last time a sync of proxy rules was queued",
+);
+pub const ENDPOINT_CHANGES_PENDING: Spec = spec(
+    "kubeproxy_sync_proxy_rules_endpoint_changes_pending",
+    Gauge,
+    NONE,
+    "[ALPHA] Pending proxy rules Endpoint changes",
+);
+pub const ENDPOINT_CHANGES_TOTAL: Spec = spec(
+    "kubeproxy_sync_proxy_rules_endpoint_changes_total",
+    Counter,
+    NONE,
+    "[ALPHA] Cumulative proxy rules Endpoint changes",
+);
+pub const SERVICE_CHANGES_PENDING: Spec = spec(
+    "kubeproxy_sync_proxy_rules_service_changes_pending",
+    Gauge,
+    NONE,
+    "[ALPHA] Pending proxy rules Service changes",
+);
+pub const SERVICE_CHANGES_TOTAL: Spec = spec(
+    "kubeproxy_sync_proxy_rules_service_changes_total",
+    Counter,
+    NONE,
+    "[ALPHA] Cumulative proxy rules Service changes",
+);
+/// A gauge despite the `_total` suffix, as upstream has it.
+pub const NO_LOCAL_ENDPOINTS: Spec = spec(
+    "kubeproxy_sync_proxy_rules_no_local_endpoints_total",
+    Gauge,
+    &["ip_family", "traffic_policy"],
+    "[ALPHA] Number of services with a Local traffic policy and no endpoints",
+);
+pub const IPTABLES_RESTORE_FAILURES: Spec = spec(
+    "kubeproxy_sync_proxy_rules_iptables_restore_failures_total",
+    Counter,
+    FAMILY,
+    "[ALPHA] Cumulative proxy iptables restore failures",
+);
+pub const IPTABLES_PARTIAL_RESTORE_FAILURES: Spec = spec(
+    "kubeproxy_sync_proxy_rules_iptables_partial_restore_failures_total",
+    Counter,
+    FAMILY,
+    "[ALPHA] Cumulative proxy iptables partial restore failures",
+);
+/// A gauge despite the `_total` suffix, as upstream has it.
+pub const IPTABLES_RULES_TOTAL: Spec = spec(
+    "kubeproxy_sync_proxy_rules_iptables_total",
+    Gauge,
+    &["ip_family", "table"],
+    "[ALPHA] Total number of iptables rules owned by kube-proxy",
+);
+pub const IPTABLES_RULES_LAST: Spec = spec(
+    "kubeproxy_sync_proxy_rules_iptables_last",
+    Gauge,
+    &["ip_family", "table"],
+    "[ALPHA] Number of iptables rules written by kube-proxy in last sync",
+);
+pub const NFTABLES_SYNC_FAILURES: Spec = spec(
+    "kubeproxy_sync_proxy_rules_nftables_sync_failures_total",
+    Counter,
+    FAMILY,
+    "[ALPHA] Cumulative proxy nftables sync failures",
+);
+pub const NFTABLES_CLEANUP_FAILURES: Spec = spec(
+    "kubeproxy_sync_proxy_rules_nftables_cleanup_failures_total",
+    Counter,
+    FAMILY,
+    "[ALPHA] Cumulative proxy nftables cleanup failures",
+);
+pub const HEALTHZ_TOTAL: Spec = spec(
+    "kubeproxy_proxy_healthz_total",
+    Counter,
+    &["code"],
+    "[ALPHA] Cumulative proxy healthz HTTP status",
+);
+pub const LIVEZ_TOTAL: Spec = spec(
+    "kubeproxy_proxy_livez_total",
+    Counter,
+    &["code"],
+    "[ALPHA] Cumulative proxy livez HTTP status",
+);
+pub const CONNTRACK_SYNC_DURATION: Spec = spec(
+    "kubeproxy_conntrack_reconciler_sync_duration_seconds",
+    Histogram,
+    FAMILY,
+    "[ALPHA] ReconcileConntrackFlowsLatency latency in seconds",
+);
+pub const CONNTRACK_DELETED_ENTRIES: Spec = spec(
+    "kubeproxy_conntrack_reconciler_deleted_entries_total",
+    Counter,
+    FAMILY,
+    "[ALPHA] Cumulative conntrack flows deleted by conntrack reconciler",
+);
+
+// Ours, beyond upstream.
+
+pub const RS_OBJECTS: Spec = spec(
+    "kubeproxy_rs_sync_objects",
+    Gauge,
+    FAMILY,
+    "Kernel objects (chains, sets, maps, elements, rules or virtual servers) the proxy owns after its last successful sync",
+);
+pub const RS_OPERATIONS: Spec = spec(
+    "kubeproxy_rs_sync_operations_total",
+    Counter,
+    FAMILY,
+    "Kernel objects created, changed or deleted by successful syncs",
+);
+pub const RS_HEALTH_CHECKS: Spec = spec(
+    "kubeproxy_rs_service_health_checks",
+    Gauge,
+    &["state"],
+    "Service health check servers by state: open (serving) or failing (port could not be bound, retried)",
+);
+
+/// Every metric the registry holds, upstream's first, then ours.
+pub const ALL: &[Spec] = &[
+    SYNC_DURATION,
+    SYNC_FULL_DURATION,
+    SYNC_PARTIAL_DURATION,
+    NETWORK_PROGRAMMING_DURATION,
+    LAST_SYNC_TIMESTAMP,
+    LAST_QUEUED_TIMESTAMP,
+    ENDPOINT_CHANGES_PENDING,
+    ENDPOINT_CHANGES_TOTAL,
+    SERVICE_CHANGES_PENDING,
+    SERVICE_CHANGES_TOTAL,
+    NO_LOCAL_ENDPOINTS,
+    IPTABLES_RESTORE_FAILURES,
+    IPTABLES_PARTIAL_RESTORE_FAILURES,
+    IPTABLES_RULES_TOTAL,
+    IPTABLES_RULES_LAST,
+    NFTABLES_SYNC_FAILURES,
+    NFTABLES_CLEANUP_FAILURES,
+    HEALTHZ_TOTAL,
+    LIVEZ_TOTAL,
+    CONNTRACK_SYNC_DURATION,
+    CONNTRACK_DELETED_ENTRIES,
+    RS_OBJECTS,
+    RS_OPERATIONS,
+    RS_HEALTH_CHECKS,
+];
+
+/// Sync durations: 1 ms doubling to about 16 s (15 buckets), as upstream.
+pub fn sync_buckets() -> impl Iterator<Item = f64> {
+    (0..15).map(|k| 0.001 * f64::from(1u32 << k))
+}
+
+/// Network programming latency: 0.25 s, 0.5 s, 1–59 s by 1, 60–115 s by 5, 120–300 s by 30,
+/// as upstream.
+pub fn network_programming_buckets() -> impl Iterator<Item = f64> {
+    [0.25, 0.5]
+        .into_iter()
+        .chain((1..60).map(f64::from))
+        .chain((60..120).step_by(5).map(f64::from))
+        .chain((120..=300).step_by(30).map(f64::from))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buckets_match_upstream_boundaries() {
+        let sync: Vec<f64> = sync_buckets().collect();
+        assert_eq!(sync.len(), 15);
+        assert_eq!(sync[0], 0.001);
+        assert_eq!(sync[14], 16.384);
+        let np: Vec<f64> = network_programming_buckets().collect();
+        assert_eq!(&np[..3], &[0.25, 0.5, 1.0]);
+        assert!(np.contains(&59.0) && np.contains(&60.0) && np.contains(&115.0));
+        assert!(!np.contains(&61.0) && !np.contains(&116.0));
+        assert_eq!(&np[np.len() - 3..], &[240.0, 270.0, 300.0]);
+        assert_eq!(np.len(), 2 + 59 + 12 + 7);
+    }
+
+    #[test]
+    fn names_are_unique_and_counters_end_in_total() {
+        let mut names: Vec<&str> = ALL.iter().map(|s| s.name).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), ALL.len());
+        for s in ALL.iter().filter(|s| s.kind == Kind::Counter) {
+            assert!(s.name.ends_with("_total"), "{}", s.name);
+        }
+    }
+}
