@@ -9,9 +9,11 @@
 //!   only the oldest pending one counts) and when a sync succeeded ([`ProxyHealth::updated`];
 //!   clears the pending one).
 //! - A family is unhealthy when a queued change has been pending for at least the timeout
-//!   (2 × `syncPeriod`). A family that has never synced successfully is considered to be
-//!   starting up and stays healthy, as upstream does: the first sync waits for the informers,
-//!   which may take long in a large cluster.
+//!   (2 × `syncPeriod`). A family that has never synced successfully is starting up and stays
+//!   healthy, as upstream does, because the first sync waits for the initial lists, which may
+//!   take long in a large cluster. Unlike upstream, the runner may end that grace early with
+//!   [`ProxyHealth::ready`] once the lists are in, so a dataplane that fails from its very first
+//!   sync also shows.
 //! - `/healthz` also needs the Node to be eligible: not being deleted, without the cluster
 //!   autoscaler's `ToBeDeletedByClusterAutoscaler` taint, and not gone once it was seen. Before
 //!   the Node has been seen it counts as eligible, so a starting proxy is not drained.
@@ -28,6 +30,8 @@ struct Family {
     last_updated: Option<SystemTime>,
     /// The oldest change queued since the last successful sync.
     oldest_pending: Option<SystemTime>,
+    /// The initial lists are in: late changes count even before the first successful sync.
+    ready: bool,
 }
 
 /// The Node as far as `/healthz` cares.
@@ -54,7 +58,8 @@ pub struct ProxyHealth {
 /// One family's answer, for the `status` map of the JSON body.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FamilyStatus {
-    pub last_updated: SystemTime,
+    /// `None` for a family that is ready but has not synced successfully yet.
+    pub last_updated: Option<SystemTime>,
     pub healthy: bool,
 }
 
@@ -65,7 +70,7 @@ pub struct Status {
     pub healthy: bool,
     /// The most recent successful sync of any family; `None` before the first.
     pub last_updated: Option<SystemTime>,
-    /// Families that have synced successfully at least once.
+    /// Families that have synced successfully at least once, or were declared ready.
     pub families: BTreeMap<IpFamily, FamilyStatus>,
 }
 
@@ -101,6 +106,13 @@ impl ProxyHealth {
         f.last_updated = Some(at);
     }
 
+    /// The initial lists are in and the first sync of `family` may run: from now on a change
+    /// that waits too long makes the proxy unhealthy even if no sync has succeeded yet.
+    /// Without this call a family is exempt until its first successful sync, as upstream.
+    pub fn ready(&mut self, family: IpFamily) {
+        self.families.entry(family).or_default().ready = true;
+    }
+
     /// Takes this node's current state from the tracker's [`NodeContext`]. A context that is
     /// not `known` after one that was means the Node object was deleted.
     #[doc(alias = "SyncNode")]
@@ -126,20 +138,20 @@ impl ProxyHealth {
             families: BTreeMap::new(),
         };
         for (family, f) in &self.families {
-            // A family that never synced is starting up: healthy and not reported.
-            let Some(last_updated) = f.last_updated else {
+            // A family that never synced and is not ready is starting up: healthy, not reported.
+            if f.last_updated.is_none() && !f.ready {
                 continue;
-            };
+            }
             let late = f.oldest_pending.is_some_and(|queued| {
                 now.duration_since(queued)
                     .is_ok_and(|waited| waited >= self.timeout)
             });
             status.healthy &= !late;
-            status.last_updated = status.last_updated.max(Some(last_updated));
+            status.last_updated = status.last_updated.max(f.last_updated);
             status.families.insert(
                 *family,
                 FamilyStatus {
-                    last_updated,
+                    last_updated: f.last_updated,
                     healthy: !late,
                 },
             );
@@ -191,13 +203,34 @@ mod tests {
         assert_eq!(
             s.families[&IpFamily::V4],
             FamilyStatus {
-                last_updated: at(0),
+                last_updated: Some(at(0)),
                 healthy: false
             }
         );
         h.updated(IpFamily::V4, at(80));
         assert!(h.healthy(at(80)));
         assert!(h.healthy(at(1000)));
+    }
+
+    #[test]
+    fn a_ready_family_that_never_synced_becomes_unhealthy_when_a_change_is_late() {
+        let mut h = health();
+        h.ready(IpFamily::V6);
+        assert!(h.healthy(at(1000)), "nothing queued");
+        h.queued_update(IpFamily::V6, at(1000));
+        assert!(h.healthy(at(1059)));
+        let s = h.status(at(1060));
+        assert!(!s.healthy);
+        assert_eq!(s.last_updated, None);
+        assert_eq!(
+            s.families[&IpFamily::V6],
+            FamilyStatus {
+                last_updated: None,
+                healthy: false
+            }
+        );
+        h.updated(IpFamily::V6, at(1070));
+        assert!(h.healthy(at(1070)));
     }
 
     #[test]

@@ -85,8 +85,8 @@ pub fn proxy(status: &Status, node_eligible: Option<bool>, now: SystemTime) -> A
         status.last_updated
     };
     let body = ProxyBody {
-        last_updated: last_updated.map_or_else(|| ZERO_TIME.to_owned(), rfc3339),
-        current_time: rfc3339(now),
+        last_updated: rfc3339(last_updated),
+        current_time: rfc3339(Some(now)),
         node_eligible,
         healthy: status.healthy,
         status: status
@@ -133,12 +133,12 @@ fn code(healthy: bool) -> StatusCode {
 }
 
 /// RFC 3339 in UTC with as many fractional digits as needed, as Go marshals a `time.Time`
-/// (`RFC3339Nano`).
-fn rfc3339(t: SystemTime) -> String {
-    match jiff::Timestamp::try_from(t) {
-        Ok(ts) => ts.to_string(),
-        // Outside years -9999..=9999: not a time a clock gives.
-        Err(_) => ZERO_TIME.to_owned(),
+/// (`RFC3339Nano`); `None` is Go's zero time.
+fn rfc3339(t: Option<SystemTime>) -> String {
+    match t.map(jiff::Timestamp::try_from) {
+        Some(Ok(ts)) => ts.to_string(),
+        // `None`, or outside years -9999..=9999 (not a time a clock gives).
+        None | Some(Err(_)) => ZERO_TIME.to_owned(),
     }
 }
 
@@ -155,15 +155,16 @@ mod tests {
 
     #[test]
     fn times_are_written_like_go_rfc3339nano() {
-        assert_eq!(rfc3339(at(1_700_000_000, 0)), "2023-11-14T22:13:20Z");
+        assert_eq!(rfc3339(Some(at(1_700_000_000, 0))), "2023-11-14T22:13:20Z");
         assert_eq!(
-            rfc3339(at(1_700_000_000, 120_000_000)),
+            rfc3339(Some(at(1_700_000_000, 120_000_000))),
             "2023-11-14T22:13:20.12Z"
         );
         assert_eq!(
-            rfc3339(at(1_700_000_000, 1)),
+            rfc3339(Some(at(1_700_000_000, 1))),
             "2023-11-14T22:13:20.000000001Z"
         );
+        assert_eq!(rfc3339(None), "0001-01-01T00:00:00Z");
     }
 
     #[test]
@@ -172,7 +173,7 @@ mod tests {
         families.insert(
             IpFamily::V4,
             FamilyStatus {
-                last_updated: at(1_700_000_000, 0),
+                last_updated: Some(at(1_700_000_000, 0)),
                 healthy: true,
             },
         );

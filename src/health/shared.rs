@@ -35,6 +35,11 @@ impl SharedHealth {
         self.lock().updated(family, at);
     }
 
+    /// See [`ProxyHealth::ready`].
+    pub fn ready(&self, family: IpFamily) {
+        self.lock().ready(family);
+    }
+
     /// See [`ProxyHealth::sync_node`].
     pub fn sync_node(&self, node: &NodeContext) {
         self.lock().sync_node(node);

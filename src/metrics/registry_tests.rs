@@ -1,0 +1,92 @@
+//! Tests of the registry: names, types, labels and buckets as a scrape shows them.
+
+use super::*;
+use crate::dataplane::FamilyReport;
+use crate::metrics::names::ALL;
+
+fn at(secs: u64) -> SystemTime {
+    SystemTime::UNIX_EPOCH + Duration::from_secs(secs)
+}
+
+#[test]
+fn every_metric_has_its_type_line_once_primed_and_synced() {
+    let m = Metrics::new();
+    m.prime(ProxyMode::Iptables, &IpFamily::ALL);
+    m.prime(ProxyMode::Nftables, &IpFamily::ALL);
+    m.queued(IpFamily::V4, at(1));
+    m.synced(IpFamily::V4, at(2));
+    let text = m.encode();
+    for spec in ALL {
+        let line = format!("# TYPE {} {}\n", spec.name, spec.kind.as_str());
+        assert!(text.contains(&line), "missing {line:?} in\n{text}");
+    }
+    for name in [
+        "process_cpu_seconds_total counter",
+        "process_resident_memory_bytes gauge",
+        "process_start_time_seconds gauge",
+        "process_open_fds gauge",
+        "process_virtual_memory_bytes gauge",
+    ] {
+        assert!(text.contains(&format!("# TYPE {name}\n")), "{name}");
+    }
+}
+
+#[test]
+fn recorded_syncs_show_with_upstream_labels_and_buckets() {
+    let m = Metrics::new();
+    m.queued(IpFamily::V4, at(100));
+    m.observe_sync(IpFamily::V4, true, Duration::from_millis(3));
+    m.observe_sync(IpFamily::V4, false, Duration::from_millis(1));
+    m.synced(IpFamily::V4, at(101));
+    m.record_report(&SyncReport {
+        full: true,
+        families: vec![FamilyReport {
+            family: Some(IpFamily::V4),
+            operations: 7,
+            objects: 40,
+            no_local_endpoints_internal: 1,
+            no_local_endpoints_external: 2,
+        }],
+    });
+    m.count_sync_failure(ProxyMode::Iptables, IpFamily::V6, false);
+    m.set_iptables_rules(IpFamily::V6, Table::Nat, 10, 3);
+    m.count_probe(Probe::Healthz, 503);
+    let text = m.encode();
+    for want in [
+        "kubeproxy_sync_proxy_rules_duration_seconds_count{ip_family=\"IPv4\"} 2\n",
+        "kubeproxy_sync_full_proxy_rules_duration_seconds_bucket{ip_family=\"IPv4\",le=\"0.004\"} 1\n",
+        "kubeproxy_sync_partial_proxy_rules_duration_seconds_count{ip_family=\"IPv4\"} 1\n",
+        "kubeproxy_sync_proxy_rules_last_timestamp_seconds{ip_family=\"IPv4\"} 101",
+        "kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds{ip_family=\"IPv4\"} 100",
+        "kubeproxy_sync_proxy_rules_no_local_endpoints_total{ip_family=\"IPv4\",traffic_policy=\"external\"} 2\n",
+        "kubeproxy_sync_proxy_rules_iptables_restore_failures_total{ip_family=\"IPv6\"} 1\n",
+        "kubeproxy_sync_proxy_rules_iptables_partial_restore_failures_total{ip_family=\"IPv6\"} 1\n",
+        "kubeproxy_sync_proxy_rules_iptables_total{ip_family=\"IPv6\",table=\"nat\"} 10\n",
+        "kubeproxy_proxy_healthz_total{code=\"503\"} 1\n",
+        "kubeproxy_rs_sync_operations_total{ip_family=\"IPv4\"} 7\n",
+        "kubeproxy_rs_sync_objects{ip_family=\"IPv4\"} 40\n",
+    ] {
+        assert!(text.contains(want), "missing {want:?} in\n{text}");
+    }
+}
+
+#[test]
+fn change_totals_follow_the_tracker_without_counting_twice() {
+    let m = Metrics::new();
+    let mut counts = ChangeCounts {
+        service_changes_pending: 2,
+        endpoint_changes_pending: 1,
+        service_changes_total: 5,
+        endpoint_changes_total: 3,
+    };
+    m.set_change_counts(&counts);
+    m.set_change_counts(&counts);
+    counts.service_changes_total = 6;
+    counts.service_changes_pending = 0;
+    m.set_change_counts(&counts);
+    let text = m.encode();
+    assert!(text.contains("kubeproxy_sync_proxy_rules_service_changes_total 6\n"));
+    assert!(text.contains("kubeproxy_sync_proxy_rules_endpoint_changes_total 3\n"));
+    assert!(text.contains("kubeproxy_sync_proxy_rules_service_changes_pending 0\n"));
+    assert!(text.contains("kubeproxy_sync_proxy_rules_endpoint_changes_pending 1\n"));
+}
