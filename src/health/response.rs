@@ -15,7 +15,8 @@ use super::proxy::Status;
 use crate::cluster::{IpFamily, ServiceKey};
 
 /// Tells a load balancer how much traffic this node should get for a Service: its number of
-/// local ready endpoints, as upstream sends it for weighted load balancing.
+/// local ready endpoints, as upstream sends it (read by weighted load balancers such as Google
+/// Cloud's `WEIGHTED_MAGLEV`).
 pub const X_LOAD_BALANCING_ENDPOINT_WEIGHT: &str = "x-load-balancing-endpoint-weight";
 /// Every health answer is JSON and must not be sniffed as anything else.
 const CONTENT_TYPE_JSON: &str = "application/json";
