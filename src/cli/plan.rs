@@ -187,8 +187,9 @@ fn family_report(state: &ServicePortState, view: &FamilyView, node: &NodeContext
         .flatten();
     let any_ready = view.endpoints.iter().any(|e| e.ready);
     let any_local_ready = view.endpoints.iter().any(|e| e.ready && e.is_local);
-    let in_list =
-        |list: &Option<Vec<u32>>, i: usize| list.as_ref().map(|l| l.contains(&(i as u32)));
+    let in_list = |list: &Option<Vec<u32>>, i: usize| {
+        list.as_ref().map(|l| l.binary_search(&(i as u32)).is_ok())
+    };
     let excluded = view
         .endpoints
         .iter()
