@@ -13,6 +13,7 @@ pub mod config;
 pub mod dataplane;
 pub mod health;
 pub mod metrics;
+pub mod sync;
 
 #[cfg(test)]
 pub(crate) mod testing;

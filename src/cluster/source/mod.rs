@@ -5,6 +5,7 @@
 //! and never panics on malformed input: an object that cannot be decoded is skipped with a warning
 //! naming where it came from.
 
+pub mod api;
 pub mod manifests;
 
 use k8s_openapi::api::core::v1::{Node, Service};

@@ -476,6 +476,9 @@ func start(dir, controllers string, timeout time.Duration, exitWith int, quiet b
 		// No kubelet or service-account controller runs here: Pods are
 		// created with spec.nodeName set and their status patched by tests.
 		"--disable-admission-plugins=ServiceAccount",
+		// As on kubeadm clusters: node agents such as kube-proxy's DaemonSet
+		// run privileged containers.
+		"--allow-privileged=true",
 		"--profiling=false",
 		"--v=1",
 	)

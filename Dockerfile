@@ -1,0 +1,20 @@
+# kube-proxy-rs image: the release binary on Debian with the tools each dataplane mode runs
+# (nft, iptables with both the nft and legacy back ends, ipset, conntrack). It runs as root; the
+# DaemonSet grants the capabilities (NET_ADMIN, NET_RAW; privileged only for the init step).
+#
+#   docker build -t kube-proxy-rs:v0.1.0 .
+FROM rust:1.95-bookworm AS build
+WORKDIR /src
+COPY Cargo.toml Cargo.lock ./
+COPY src src
+COPY benches benches
+RUN cargo build --release --locked --bin kube-proxy-rs
+
+FROM debian:bookworm-slim
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends nftables iptables ipset conntrack kmod \
+ && rm -rf /var/lib/apt/lists/*
+COPY --from=build /src/target/release/kube-proxy-rs /usr/local/bin/kube-proxy-rs
+COPY LICENSE /usr/share/doc/kube-proxy-rs/LICENSE
+USER 0
+ENTRYPOINT ["/usr/local/bin/kube-proxy-rs"]

@@ -1,0 +1,71 @@
+//! The API server as a source: kube-rs watchers for Services, EndpointSlices and this node's
+//! Node, turned into [`Event`](super::Event)s.
+//!
+//! Guarantees: the stream starts with one `Listed` per kind once that kind's initial list is in,
+//! and emits another `Listed` after every relist (410 Gone, restart), which the tracker treats
+//! as the complete state of that kind; in between it emits `Applied` and `Deleted`. It never
+//! ends and never yields an error: failures are retried with backoff and logged once per change
+//! of state, and [`Reachability`] tells `/healthz` whether the API server answers and since
+//! when. It filters only what upstream's informers filter, by label and field selector.
+//!
+//! Parts: [`client`] (configuration, rate limit), [`watch`] (the streams), [`translate`]
+//! (watcher events to source events, pure), [`list`] (one read for `plan`),
+//! [`rate_limit`] and [`reachability`] (the client's tower layers).
+
+pub mod client;
+pub mod list;
+pub mod rate_limit;
+pub mod reachability;
+pub mod translate;
+pub mod watch;
+
+use std::path::PathBuf;
+
+pub use client::client;
+pub use list::list;
+pub use reachability::{Health, Reachability};
+pub use watch::watch;
+
+use super::Kind;
+
+/// Label selectors of the watches: upstream's informers skip objects of Services another proxy
+/// serves (`service.kubernetes.io/service-proxy-name`) and headless Services' slices
+/// (`service.kubernetes.io/headless`), and apply both requirements to both kinds.
+pub mod watch_selector {
+    pub const SERVICES: &str =
+        "!service.kubernetes.io/service-proxy-name,!service.kubernetes.io/headless";
+    pub const ENDPOINT_SLICES: &str =
+        "!service.kubernetes.io/service-proxy-name,!service.kubernetes.io/headless";
+}
+
+/// The field selector for this node's Node object.
+pub fn node_selector(node_name: &str) -> String {
+    format!("metadata.name={node_name}")
+}
+
+/// Why the API source could not start or a list failed.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("kubeconfig {}: cannot load it", path.display())]
+    Kubeconfig {
+        path: PathBuf,
+        #[source]
+        source: kube::config::KubeconfigError,
+    },
+    #[error("no --kubeconfig given and no kubeconfig or in-cluster configuration found")]
+    Infer(#[source] kube::config::InferConfigError),
+    #[error("--master {url}: not a URL")]
+    Master {
+        url: String,
+        #[source]
+        source: http::uri::InvalidUri,
+    },
+    #[error("cannot build the API client")]
+    Client(#[source] kube::Error),
+    #[error("list {kind:?} from the API server")]
+    List {
+        kind: Kind,
+        #[source]
+        source: kube::Error,
+    },
+}

@@ -1,0 +1,352 @@
+//! The sync runner: folds source events into the tracker and decides when the dataplane syncs.
+//!
+//! The only code in the proxy with timers. It reads tokio's clock (so tests run on a paused
+//! clock) and, at one seam, the wall clock for timestamps and programming latency; every
+//! decision about *when* is made by the pure [`Schedule`], every measurement by pure functions.
+//! One sync runs at a time, always from the latest snapshot, on a blocking thread (appliers
+//! shell out), while events keep being applied. It never retries inside a sync and never
+//! flushes the dataplane: a relist only changes what differs.
+
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::{FutureExt as _, Stream, StreamExt as _};
+use k8s_openapi::jiff::Timestamp;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio::time::{Instant, sleep_until};
+
+use super::carry;
+use super::latency::programming_latencies;
+use super::report::Report;
+use super::schedule::{Periods, Reason, Schedule};
+use super::status::Status;
+use crate::cluster::source::{Event, Kind};
+use crate::cluster::{ChangeCounts, Changes, Tracker};
+use crate::dataplane::{Dataplane, SyncError, SyncReport};
+
+/// How long the initial lists may take before the runner says it is still waiting, and how often
+/// it repeats that. Upstream waits for its informers without a bound and logs; so do we: without
+/// the lists there is nothing correct to program.
+const INITIAL_WAIT_WARN: Duration = Duration::from_secs(10);
+const INITIAL_WAIT_REPEAT: Duration = Duration::from_secs(30);
+
+/// Events applied in one go before the status is published and timers are looked at again.
+const EVENT_BATCH: usize = 256;
+
+/// The wall clock, read only at this seam: timestamps for metrics and the end of a sync for
+/// network programming latency (trigger times are wall-clock values from the API server).
+#[allow(clippy::disallowed_methods)] // the runner's one wall-clock read; everything else is passed it
+pub fn system_wall_clock() -> Timestamp {
+    Timestamp::try_from(std::time::SystemTime::now()).unwrap_or(Timestamp::UNIX_EPOCH)
+}
+
+type Observer = Box<dyn FnMut(&Report) + Send>;
+
+/// What a sync thread hands back: the dataplane, the changes it was given, and the result.
+type Done = (Box<dyn Dataplane>, Changes, Result<SyncReport, SyncError>);
+
+/// A sync running on a blocking thread.
+struct InFlight {
+    handle: JoinHandle<Done>,
+    reason: Reason,
+    full: bool,
+    started: Instant,
+    started_at: Timestamp,
+    counts: ChangeCounts,
+}
+
+/// See the module doc.
+#[doc(alias = "BoundedFrequencyRunner")]
+pub struct Runner {
+    tracker: Tracker,
+    /// `None` only while a sync holds it.
+    dataplane: Option<Box<dyn Dataplane>>,
+    schedule: Schedule,
+    /// Changes of a failed sync, merged into the next.
+    carried: Option<Changes>,
+    status: Status,
+    status_tx: watch::Sender<Status>,
+    observers: Vec<Observer>,
+    wall: fn() -> Timestamp,
+    syncs: u64,
+}
+
+impl Runner {
+    /// A runner that folds events into `tracker` and syncs `dataplane` on `periods`.
+    pub fn new(tracker: Tracker, dataplane: Box<dyn Dataplane>, periods: Periods) -> Runner {
+        let status = Status::new(Instant::now());
+        let (status_tx, _) = watch::channel(status.clone());
+        Runner {
+            tracker,
+            dataplane: Some(dataplane),
+            schedule: Schedule::new(periods),
+            carried: None,
+            status,
+            status_tx,
+            observers: Vec::new(),
+            wall: system_wall_clock,
+            syncs: 0,
+        }
+    }
+
+    /// Replaces the wall clock (tests pin it to get exact latencies).
+    pub fn with_wall_clock(mut self, wall: fn() -> Timestamp) -> Runner {
+        self.wall = wall;
+        self
+    }
+
+    /// The status, updated after every batch of events and every sync.
+    pub fn status(&self) -> watch::Receiver<Status> {
+        self.status_tx.subscribe()
+    }
+
+    /// Calls `observer` with every sync's report, in order, on the runner's task.
+    pub fn on_report(&mut self, observer: impl FnMut(&Report) + Send + 'static) {
+        self.observers.push(Box::new(observer));
+    }
+
+    /// Runs until `events` ends (then lets a running sync finish). Never returns an error: a
+    /// failed sync is retried on the schedule.
+    pub async fn run<S>(mut self, mut events: S)
+    where
+        S: Stream<Item = Event> + Unpin,
+    {
+        let mut in_flight: Option<InFlight> = None;
+        let mut open = true;
+        let mut wait_warn = Instant::now() + INITIAL_WAIT_WARN;
+        while open || in_flight.is_some() {
+            let due = match in_flight {
+                None => self.schedule.next(),
+                Some(_) => None,
+            };
+            let joined = async {
+                match in_flight.as_mut() {
+                    Some(f) => (&mut f.handle).await,
+                    None => std::future::pending().await,
+                }
+            };
+            let timer = async {
+                match due {
+                    Some((at, reason)) => {
+                        sleep_until(at).await;
+                        reason
+                    }
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                biased;
+                joined = joined => {
+                    let flight = in_flight.take().expect("a sync was running");
+                    match joined {
+                        Ok(done) => self.finish(flight, done),
+                        // Panics are caught on the sync thread, so only a runtime shutting
+                        // down gets here, and the dataplane went with it.
+                        Err(error) => {
+                            tracing::error!(%error, "the sync thread was lost; stopping");
+                            return;
+                        }
+                    }
+                }
+                reason = timer, if open => in_flight = Some(self.start(reason)),
+                event = events.next(), if open => match event {
+                    Some(event) => open = self.apply_batch(event, &mut events),
+                    None => open = false,
+                },
+                () = sleep_until(wait_warn), if open && !self.schedule.is_ready() => {
+                    let missing: Vec<String> = Kind::ALL
+                        .iter()
+                        .filter(|k| !self.status.listed_kinds.contains(k))
+                        .map(|k| format!("{k:?}"))
+                        .collect();
+                    tracing::warn!(
+                        waited_s = Instant::now().duration_since(self.status.started).as_secs(),
+                        missing = %missing.join(","),
+                        "still waiting for the initial lists; nothing is programmed until they are in"
+                    );
+                    wait_warn += INITIAL_WAIT_REPEAT;
+                }
+            }
+        }
+    }
+
+    /// Applies `first` and whatever else is ready without waiting; returns whether the stream
+    /// is still open.
+    fn apply_batch<S>(&mut self, first: Event, events: &mut S) -> bool
+    where
+        S: Stream<Item = Event> + Unpin,
+    {
+        self.apply(first);
+        let mut open = true;
+        for _ in 1..EVENT_BATCH {
+            match events.next().now_or_never() {
+                Some(Some(event)) => self.apply(event),
+                Some(None) => {
+                    open = false;
+                    break;
+                }
+                None => break,
+            }
+        }
+        self.publish();
+        open
+    }
+
+    fn apply(&mut self, event: Event) {
+        match &event {
+            Event::Applied(_) => self.status.events.applied += 1,
+            Event::Deleted(_) => self.status.events.deleted += 1,
+            Event::Listed(kind, _) => {
+                self.status.events.listed += 1;
+                self.status.listed_kinds.insert(*kind);
+            }
+        }
+        for w in self.tracker.apply(&event) {
+            tracing::warn!(object = %w.object, "{}", w.message);
+        }
+        let now = Instant::now();
+        if self.schedule.is_ready() {
+            self.schedule.queued(now);
+            self.status.last_queued_at = Some((self.wall)());
+        } else if self.tracker.synced() {
+            tracing::info!(
+                waited_ms = now.duration_since(self.status.started).as_millis() as u64,
+                "initial lists in; syncing"
+            );
+            self.schedule.ready(now);
+        }
+    }
+
+    fn start(&mut self, reason: Reason) -> InFlight {
+        let started = Instant::now();
+        let start = self.schedule.start(started, reason);
+        let (snapshot, changes) = self.tracker.snapshot();
+        let changes = match self.carried.take() {
+            Some(older) => carry::merge(older, changes),
+            None => changes,
+        };
+        // Upstream syncs fully when the node's zone changes: every selection moved.
+        let full = start.full || changes.node_topology_changed;
+        let counts = self.tracker.change_counts();
+        self.syncs += 1;
+        let span = tracing::info_span!("sync", number = self.syncs, reason = reason.as_str(), full);
+        let mut dataplane = self.dataplane.take().expect("one sync at a time");
+        let handle = tokio::task::spawn_blocking(move || {
+            let _entered = span.enter();
+            let result = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                dataplane.sync(&snapshot, &changes, full)
+            }));
+            let result = result.unwrap_or_else(|panic| {
+                let message = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_default();
+                Err(SyncError::Refused {
+                    mode: dataplane.mode(),
+                    message: format!("the dataplane panicked: {message}"),
+                })
+            });
+            (dataplane, changes, result)
+        });
+        InFlight {
+            handle,
+            reason,
+            full,
+            started,
+            started_at: (self.wall)(),
+            counts,
+        }
+    }
+
+    fn finish(&mut self, flight: InFlight, (dataplane, changes, result): Done) {
+        let ended = Instant::now();
+        let ended_at = (self.wall)();
+        self.dataplane = Some(dataplane);
+        let ok = result.is_ok();
+        self.schedule.finish(ended, flight.full, ok);
+        let latencies = if ok {
+            programming_latencies(&changes.trigger_times, ended_at)
+        } else {
+            Vec::new()
+        };
+        let report = Report {
+            number: self.syncs,
+            reason: flight.reason,
+            full: flight.full,
+            started_at: flight.started_at,
+            ended_at,
+            duration: ended.duration_since(flight.started),
+            outcome: result.map_err(|e| e.to_string()),
+            changed_ports: changes.ports.len(),
+            service_changes: changes.service_changes,
+            endpoint_changes: changes.endpoint_changes,
+            counts: flight.counts,
+            latencies,
+        };
+        self.log(&report);
+        if ok {
+            self.status.syncs_ok += 1;
+            self.status.last_success = Some(ended);
+            self.status.last_success_at = Some(ended_at);
+            self.status.failing_since = None;
+        } else {
+            self.status.syncs_failed += 1;
+            self.status.failing_since.get_or_insert(flight.started);
+            self.carried = Some(changes);
+        }
+        if flight.full {
+            self.status.full_syncs += 1;
+        }
+        for observer in &mut self.observers {
+            observer(&report);
+        }
+        self.status.last_report = Some(Arc::new(report));
+        self.publish();
+    }
+
+    fn log(&self, report: &Report) {
+        let duration_ms = report.duration.as_secs_f64() * 1000.0;
+        match &report.outcome {
+            Err(error) => tracing::error!(
+                number = report.number,
+                reason = report.reason.as_str(),
+                full = report.full,
+                duration_ms,
+                failures = self.schedule.failures(),
+                retry_in_s = self.schedule.periods().backoff(self.schedule.failures()).as_secs_f64(),
+                %error,
+                "sync failed; the previous rules stay in place"
+            ),
+            Ok(done) if report.full => tracing::info!(
+                number = report.number,
+                reason = report.reason.as_str(),
+                duration_ms,
+                changed_ports = report.changed_ports,
+                operations = done.families.iter().map(|f| f.operations).sum::<usize>(),
+                "full sync"
+            ),
+            Ok(done) => tracing::debug!(
+                number = report.number,
+                reason = report.reason.as_str(),
+                duration_ms,
+                changed_ports = report.changed_ports,
+                operations = done.families.iter().map(|f| f.operations).sum::<usize>(),
+                "sync"
+            ),
+        }
+    }
+
+    fn publish(&mut self) {
+        self.status.ready = self.schedule.is_ready();
+        self.status.oldest_pending_since = self.schedule.oldest_pending();
+        self.status.changes = self.tracker.change_counts();
+        self.status_tx.send_replace(self.status.clone());
+    }
+}
+
+#[cfg(test)]
+#[path = "runner_tests.rs"]
+mod tests;

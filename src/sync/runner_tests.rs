@@ -1,0 +1,379 @@
+//! The runner on tokio's paused clock, with a dataplane that counts syncs and fails on demand.
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::channel::mpsc;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::jiff::Timestamp;
+use tokio::sync::watch;
+
+use super::*;
+use crate::cluster::source::Object;
+use crate::cluster::{Features, Snapshot};
+use crate::testing::{self, ep};
+
+/// What the dataplane saw of one sync.
+#[derive(Clone, Debug)]
+struct Seen {
+    full: bool,
+    changed: BTreeSet<String>,
+    ports: usize,
+}
+
+#[derive(Default)]
+struct Script {
+    seen: Vec<Seen>,
+    /// How many of the next syncs fail.
+    fail: u32,
+    panic: bool,
+    /// When set, a sync waits for a message on it before returning (to hold it in flight).
+    gate: Option<std::sync::mpsc::Receiver<()>>,
+}
+
+/// Counts syncs and fails on demand; correctness of programming is not its business.
+struct Fake(Arc<Mutex<Script>>);
+
+impl Dataplane for Fake {
+    fn mode(&self) -> &'static str {
+        "fake"
+    }
+
+    fn sync(
+        &mut self,
+        snapshot: &Snapshot,
+        changes: &Changes,
+        full: bool,
+    ) -> Result<SyncReport, SyncError> {
+        let gate = self.0.lock().unwrap().gate.take();
+        if let Some(gate) = &gate {
+            gate.recv().unwrap();
+        }
+        let mut script = self.0.lock().unwrap();
+        script.gate = gate;
+        script.seen.push(Seen {
+            full,
+            changed: changes.ports.iter().map(ToString::to_string).collect(),
+            ports: snapshot.ports.len(),
+        });
+        if script.panic {
+            script.panic = false;
+            drop(script);
+            panic!("injected");
+        }
+        if script.fail > 0 {
+            script.fail -= 1;
+            return Err(SyncError::Refused {
+                mode: "fake",
+                message: "injected".into(),
+            });
+        }
+        Ok(SyncReport {
+            full,
+            families: Vec::new(),
+        })
+    }
+}
+
+struct Harness {
+    events: mpsc::UnboundedSender<Event>,
+    status: watch::Receiver<Status>,
+    script: Arc<Mutex<Script>>,
+    reports: Arc<Mutex<Vec<Report>>>,
+}
+
+fn s(secs: u64) -> Duration {
+    Duration::from_secs(secs)
+}
+
+fn fixed_wall() -> Timestamp {
+    "2026-12-01T10:00:10Z".parse().unwrap()
+}
+
+fn start(min_sync: Duration, sync: Duration) -> Harness {
+    let script = Arc::new(Mutex::new(Script::default()));
+    let mut runner = Runner::new(
+        Tracker::new("node-a", Features::default()),
+        Box::new(Fake(script.clone())),
+        Periods::new(min_sync, sync),
+    )
+    .with_wall_clock(fixed_wall);
+    let reports = Arc::new(Mutex::new(Vec::new()));
+    let sink = reports.clone();
+    runner.on_report(move |r| sink.lock().unwrap().push(r.clone()));
+    let status = runner.status();
+    let (events, rx) = mpsc::unbounded();
+    tokio::spawn(runner.run(rx));
+    Harness {
+        events,
+        status,
+        script,
+        reports,
+    }
+}
+
+fn web_slice(n: usize) -> EndpointSlice {
+    // A different address each time, so every update is a real change.
+    let ip = format!("10.1.{}.{}", n / 250, n % 250 + 1);
+    testing::slice(
+        "ns",
+        "web",
+        "web-1",
+        &[("http", 8080, "TCP")],
+        &[ep(&ip, "node-a")],
+    )
+}
+
+impl Harness {
+    fn send(&self, event: Event) {
+        self.events.unbounded_send(event).unwrap();
+    }
+
+    /// The three initial lists: one Service with one slice, and this node.
+    fn list_all(&self) {
+        let svc = testing::service("ns", "web", "172.30.0.10", &[("http", 80, "TCP")]);
+        self.send(testing::listed(
+            Kind::Service,
+            vec![Object::Service(Box::new(svc))],
+        ));
+        self.send(testing::listed(
+            Kind::EndpointSlice,
+            vec![Object::EndpointSlice(Box::new(web_slice(0)))],
+        ));
+        self.send(testing::listed(
+            Kind::Node,
+            vec![Object::Node(Box::new(testing::node(
+                "node-a",
+                "192.168.0.1",
+                None,
+            )))],
+        ));
+    }
+
+    /// Waits (on the paused clock, so instantly unless timers are pending) until `f` holds.
+    async fn until(&mut self, what: &str, f: impl FnMut(&Status) -> bool) -> Status {
+        let got = match tokio::time::timeout(s(3600), self.status.wait_for(f)).await {
+            Ok(Ok(status)) => Some(status.clone()),
+            _ => None,
+        };
+        got.unwrap_or_else(|| panic!("timed out waiting for {what}: {:?}", *self.status.borrow()))
+    }
+
+    fn seen(&self) -> Vec<Seen> {
+        self.script.lock().unwrap().seen.clone()
+    }
+
+    fn syncs(&self) -> u64 {
+        let st = self.status.borrow();
+        st.syncs_ok + st.syncs_failed
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn nothing_is_synced_until_all_three_kinds_are_listed() {
+    let mut h = start(s(1), s(30));
+    let svc = testing::service("ns", "web", "172.30.0.10", &[("http", 80, "TCP")]);
+    h.send(testing::listed(
+        Kind::Service,
+        vec![Object::Service(Box::new(svc))],
+    ));
+    h.send(testing::listed(Kind::EndpointSlice, vec![]));
+    tokio::time::sleep(s(120)).await;
+    assert_eq!(h.syncs(), 0);
+    assert!(!h.status.borrow().ready);
+    h.send(testing::listed(Kind::Node, vec![]));
+    let st = h.until("the first sync", |s| s.syncs_ok == 1).await;
+    assert_eq!(st.full_syncs, 1, "the first sync is full");
+    assert_eq!(h.seen()[0].ports, 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_burst_of_a_thousand_updates_costs_one_sync() {
+    let mut h = start(s(1), s(30));
+    h.list_all();
+    h.until("the first sync", |s| s.syncs_ok == 1).await;
+    for n in 1..=1000 {
+        h.send(testing::applied_slice(web_slice(n)));
+    }
+    let st = h.until("the burst's sync", |s| s.syncs_ok == 2).await;
+    tokio::time::sleep(s(10)).await;
+    assert_eq!(h.syncs(), 2, "one sync for the whole burst");
+    assert_eq!(st.events.applied, 1000);
+    let last = h.seen().pop().unwrap();
+    assert!(!last.full);
+    assert_eq!(last.changed, BTreeSet::from(["ns/web:http".to_string()]));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_steady_trickle_syncs_at_most_once_per_min_sync_period() {
+    let mut h = start(s(1), s(30));
+    h.list_all();
+    h.until("the first sync", |s| s.syncs_ok == 1).await;
+    // 1,000 updates, one every 10 ms: 10 s of changes.
+    for n in 1..=1000 {
+        h.send(testing::applied_slice(web_slice(n)));
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    h.until("quiet", |s| s.oldest_pending_since.is_none()).await;
+    let syncs = h.syncs();
+    assert!(
+        (10..=12).contains(&syncs),
+        "{syncs} syncs for 10 s of changes"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn without_changes_a_sync_still_runs_every_sync_period() {
+    let mut h = start(s(1), s(30));
+    h.list_all();
+    h.until("the first sync", |s| s.syncs_ok == 1).await;
+    tokio::time::sleep(s(95)).await;
+    assert_eq!(h.syncs(), 4);
+    let reports = h.reports.lock().unwrap().clone();
+    let reasons: Vec<Reason> = reports.iter().map(|r| r.reason).collect();
+    assert_eq!(
+        reasons,
+        [
+            Reason::Initial,
+            Reason::Periodic,
+            Reason::Periodic,
+            Reason::Periodic
+        ]
+    );
+    assert!(
+        reports[1..].iter().all(|r| !r.full),
+        "periodic syncs are partial"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_sync_is_retried_with_backoff_then_fully_with_its_changes() {
+    let mut h = start(s(1), s(30));
+    h.list_all();
+    h.until("the first sync", |s| s.syncs_ok == 1).await;
+    h.script.lock().unwrap().fail = 3;
+    let t0 = tokio::time::Instant::now();
+    h.send(testing::applied_slice(web_slice(1)));
+    let st = h.until("the retry that works", |s| s.syncs_ok == 2).await;
+    assert_eq!(st.syncs_failed, 3);
+    // Failures at ~1 s, then retries after 1, 2 and 4 s.
+    let waited = tokio::time::Instant::now().duration_since(t0);
+    assert!(
+        waited >= s(8) && waited < s(9),
+        "recovered after {waited:?}"
+    );
+    let seen = h.seen();
+    let last = seen.last().unwrap();
+    assert!(last.full, "the sync after a failure is full");
+    assert_eq!(
+        last.changed,
+        BTreeSet::from(["ns/web:http".to_string()]),
+        "failed changes carried"
+    );
+    assert!(st.failing_since.is_none());
+    let reasons: Vec<Reason> = h.reports.lock().unwrap().iter().map(|r| r.reason).collect();
+    assert_eq!(
+        &reasons[1..],
+        [Reason::Changes, Reason::Retry, Reason::Retry, Reason::Retry]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_panicking_dataplane_is_a_failed_sync() {
+    let mut h = start(s(1), s(30));
+    h.script.lock().unwrap().panic = true;
+    h.list_all();
+    let st = h.until("the retry", |s| s.syncs_ok == 1).await;
+    assert_eq!(st.syncs_failed, 1);
+    let reports = h.reports.lock().unwrap().clone();
+    assert!(
+        reports[0]
+            .outcome
+            .as_ref()
+            .unwrap_err()
+            .contains("panicked: injected")
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn one_sync_at_a_time_and_the_next_takes_the_latest_state() {
+    let mut h = start(s(1), s(30));
+    let (release, gate) = std::sync::mpsc::channel();
+    h.script.lock().unwrap().gate = Some(gate);
+    h.list_all();
+    h.until("the initial lists", |s| s.ready).await;
+    // The first sync is held; events keep being applied meanwhile.
+    for n in 1..=50 {
+        h.send(testing::applied_slice(web_slice(n)));
+    }
+    h.until("the events", |s| s.events.applied == 50).await;
+    // (No sleeping here: a blocking task in flight stops the paused clock from advancing.)
+    for _ in 0..100 {
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(h.syncs(), 0, "the held sync has not finished");
+    release.send(()).unwrap();
+    release.send(()).unwrap();
+    h.until("both syncs", |s| s.syncs_ok == 2).await;
+    tokio::time::sleep(s(5)).await;
+    assert_eq!(
+        h.syncs(),
+        2,
+        "the 50 updates cost one sync after the held one"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn programming_latency_runs_from_the_trigger_time_to_the_end_of_the_sync() {
+    let mut h = start(s(1), s(30));
+    h.list_all();
+    h.until("the first sync", |s| s.syncs_ok == 1).await;
+    let mut slice = web_slice(1);
+    slice.metadata.annotations = Some(
+        [(
+            "endpoints.kubernetes.io/last-change-trigger-time".to_string(),
+            "2026-12-01T10:00:07.500Z".to_string(),
+        )]
+        .into(),
+    );
+    h.script.lock().unwrap().fail = 1;
+    h.send(testing::applied_slice(slice));
+    h.until("the successful retry", |s| s.syncs_ok == 2).await;
+    let reports = h.reports.lock().unwrap().clone();
+    assert!(
+        reports[1].latencies.is_empty(),
+        "a failed sync programs nothing"
+    );
+    // The wall clock is pinned at 10:00:10.
+    assert_eq!(reports[2].latencies, vec![Duration::from_millis(2500)]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn health_turns_bad_when_a_change_waits_more_than_twice_sync_period() {
+    let mut h = start(s(1), s(10));
+    h.list_all();
+    h.until("the first sync", |s| s.syncs_ok == 1).await;
+    h.script.lock().unwrap().fail = u32::MAX;
+    h.send(testing::applied_slice(web_slice(1)));
+    h.until("a failure", |s| s.syncs_failed == 1).await;
+    let since = h.status.borrow().oldest_pending_since.expect("pending");
+    tokio::time::sleep(s(25)).await;
+    let st = h.status.borrow().clone();
+    assert!(st.failing_since.is_some());
+    assert!(st.healthy(since + s(20), s(10)));
+    assert!(!st.healthy(since + s(21), s(10)));
+    h.script.lock().unwrap().fail = 0;
+    let st = h.until("recovery", |s| s.syncs_ok == 2).await;
+    assert!(st.healthy(tokio::time::Instant::now(), s(10)));
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_runner_stops_when_its_source_ends() {
+    let h = start(s(1), s(30));
+    h.list_all();
+    drop(h.events);
+    let mut status = h.status;
+    // The sender side of the status channel goes away with the runner.
+    while status.changed().await.is_ok() {}
+}
