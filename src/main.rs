@@ -8,6 +8,7 @@ use clap::Parser;
 use kube_proxy_rs::cli::{self, Cli, Command};
 use kube_proxy_rs::cluster::Features;
 use kube_proxy_rs::config::{self, Config, Flags, LogFormat};
+use kube_proxy_rs::dataplane::nftables;
 
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -79,16 +80,31 @@ fn main() -> ExitCode {
         prefer_same_node: config.gate("PreferSameTrafficDistribution"),
     };
     if let Some(format) = plan {
-        let Some(dir) = &config.manifests else {
-            return fail("plan needs --manifests DIR (reading from the API server comes later)");
+        let loaded = match &config.manifests {
+            Some(dir) => cli::load_manifests(dir, &node_name, features).map_err(|e| chain(&e)),
+            None => runtime().and_then(|rt| {
+                rt.block_on(cli::load_cluster(&config.client, &node_name, features))
+                    .map_err(|e| chain(&e))
+            }),
         };
-        return match cli::plan_manifests(dir, &node_name, features) {
-            Ok(report) => {
-                print!("{}", cli::render(&report, format));
-                ExitCode::SUCCESS
-            }
-            Err(e) => fail(e),
+        let loaded = match loaded {
+            Ok(l) => l,
+            Err(e) => return fail(e),
         };
+        let report = cli::plan::report(&loaded.snapshot, &loaded.ignored, &loaded.warnings);
+        print!("{}", cli::render(&report, format));
+        if config.mode == config::ProxyMode::Nftables && format == cli::OutputFormat::Table {
+            let mode = match nftables::ModeConfig::new(&config) {
+                Ok(m) => m,
+                Err(e) => return fail(e),
+            };
+            let rulesets = nftables::plan_all(&loaded.snapshot, &mode);
+            print!(
+                "\n# nftables: the ruleset this node would program (nft -f -)\n{}",
+                nftables::render_from_scratch(&rulesets)
+            );
+        }
+        return ExitCode::SUCCESS;
     }
     run(&config, &node_name, features)
 }
@@ -106,30 +122,47 @@ fn run(config: &Config, node_name: &str, features: Features) -> ExitCode {
         );
         return ExitCode::SUCCESS;
     }
-    let Some(dir) = config.manifests.clone() else {
-        return fail("watching the API server is not implemented yet; use --manifests DIR");
-    };
-    tracing::info!(node = node_name, mode = config.mode.as_str(), manifests = %dir.display(), "starting");
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    tracing::info!(node = node_name, mode = config.mode.as_str(), "starting");
+    let runtime = match runtime() {
         Ok(r) => r,
-        Err(e) => return fail(format!("cannot start the runtime: {e}")),
+        Err(e) => return fail(e),
     };
-    let node = node_name.to_string();
     runtime.block_on(async move {
+        let dataplane = cli::run::dataplane(config);
+        let proxy = match cli::run::Proxy::build(config, node_name, features, dataplane).await {
+            Ok(p) => p,
+            Err(e) => return fail(chain(&e)),
+        };
         tokio::select! {
-            result = cli::run::follow_manifests(&dir, &node, features) => match result {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => fail(e),
-            },
+            () = proxy.run() => {
+                tracing::info!("the source ended; stopping");
+                ExitCode::SUCCESS
+            }
             _ = tokio::signal::ctrl_c() => {
                 tracing::info!("stopping");
                 ExitCode::SUCCESS
             }
         }
     })
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime, String> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the runtime: {e}"))
+}
+
+/// An error and its causes on one line, `outer: inner: innermost`.
+fn chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    while let Some(e) = cause {
+        text.push_str(": ");
+        text.push_str(&e.to_string());
+        cause = e.source();
+    }
+    text
 }
 
 #[allow(clippy::disallowed_methods)] // the one place that writes the requested config file

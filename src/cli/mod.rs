@@ -10,8 +10,10 @@ pub use args::{Cli, Command, PlanArgs};
 
 use std::path::Path;
 
-use crate::cluster::source::manifests;
-use crate::cluster::{Features, Tracker, Warning};
+use crate::cluster::service::Ignored;
+use crate::cluster::source::{Event, api, manifests};
+use crate::config::ClientConnection;
+use crate::cluster::{Features, ServiceKey, Snapshot, Tracker, Warning};
 
 /// How `plan` prints its report.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
@@ -23,15 +25,22 @@ pub enum OutputFormat {
     Json,
 }
 
-/// Loads a manifest directory, folds it into a tracker for `node_name`, and builds the report.
-/// Warnings from the files and from the tracker end up in the report, not in the log.
-pub fn plan_manifests(
+/// What a manifest directory means on one node: the snapshot, what was ignored, and warnings.
+pub struct Loaded {
+    pub snapshot: Snapshot,
+    pub ignored: Vec<(ServiceKey, Ignored)>,
+    pub warnings: Vec<Warning>,
+}
+
+/// Loads a manifest directory and folds it into a tracker for `node_name`. Warnings from the
+/// files and from the tracker end up in the result, not in the log.
+pub fn load_manifests(
     dir: &Path,
     node_name: &str,
     features: Features,
-) -> Result<plan::Report, manifests::Error> {
+) -> Result<Loaded, manifests::Error> {
     let loaded = manifests::load_dir(dir)?;
-    let mut warnings: Vec<Warning> = loaded
+    let warnings: Vec<Warning> = loaded
         .warnings
         .iter()
         .map(|w| {
@@ -42,16 +51,43 @@ pub fn plan_manifests(
             Warning::new(&object, w.problem.to_string())
         })
         .collect();
+    Ok(fold(loaded.into_events(), warnings, node_name, features))
+}
+
+/// Lists the live cluster once (one list per kind with the running proxy's selectors, no
+/// watch) and folds it like [`load_manifests`], for `plan` without `--manifests`.
+pub async fn load_cluster(
+    connection: &ClientConnection,
+    node_name: &str,
+    features: Features,
+) -> Result<Loaded, api::Error> {
+    let (client, _) = api::client(connection).await?;
+    let events = api::list(&client, node_name).await?;
+    Ok(fold(events, Vec::new(), node_name, features))
+}
+
+/// Folds `events` into a fresh tracker; the tracker's warnings follow `warnings`.
+fn fold(events: Vec<Event>, mut warnings: Vec<Warning>, node_name: &str, features: Features) -> Loaded {
     let mut tracker = Tracker::new(node_name, features);
-    for event in loaded.into_events() {
+    for event in events {
         warnings.extend(tracker.apply(&event));
     }
     let (snapshot, _) = tracker.snapshot();
-    Ok(plan::report(
-        &snapshot,
-        &tracker.ignored_services(),
-        &warnings,
-    ))
+    Loaded {
+        snapshot,
+        ignored: tracker.ignored_services(),
+        warnings,
+    }
+}
+
+/// Loads a manifest directory, folds it into a tracker for `node_name`, and builds the report.
+pub fn plan_manifests(
+    dir: &Path,
+    node_name: &str,
+    features: Features,
+) -> Result<plan::Report, manifests::Error> {
+    let l = load_manifests(dir, node_name, features)?;
+    Ok(plan::report(&l.snapshot, &l.ignored, &l.warnings))
 }
 
 /// Renders a report in the chosen format.

@@ -5,6 +5,8 @@
 //! in one transaction. The sync runner is the only caller; it owns the clock and the retries, so a
 //! mode never sleeps, never retries by itself and never reads the time.
 
+pub mod nftables;
+
 use crate::cluster::{Changes, IpFamily, Snapshot};
 
 /// What one successful sync did, for logs and metrics. Counts only; the runner measures time.

@@ -1,0 +1,134 @@
+//! Goldens: the full scripts for the example cluster under a few settings must match
+//! `testdata/` byte for byte (`UPDATE_GOLDENS=1 cargo test` rewrites them; review the diff), and
+//! `nft --check` must accept every one of them.
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+
+use super::mode_config::{DetectLocal, ModeConfig};
+use super::ruleset::IfName;
+use super::{plan_all, render_from_scratch};
+use crate::cli::load_manifests;
+use crate::cluster::Features;
+use crate::config::NodePortAddresses;
+
+fn testdata(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("src/dataplane/nftables/testdata")
+        .join(name)
+}
+
+fn script(node: &str, cfg: &ModeConfig) -> String {
+    let loaded = load_manifests(Path::new("examples/cluster"), node, Features::default())
+        .expect("example loads");
+    render_from_scratch(&plan_all(&loaded.snapshot, cfg))
+}
+
+fn check(got: &str, golden: &str) {
+    let path = testdata(golden);
+    #[allow(clippy::disallowed_methods)] // test-only switch for rewriting goldens
+    let update = std::env::var("UPDATE_GOLDENS").is_ok_and(|v| v == "1");
+    if update {
+        #[allow(clippy::disallowed_methods)] // test-only golden rewrite
+        std::fs::write(&path, got).expect("write golden");
+        return;
+    }
+    let want = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e}; run with UPDATE_GOLDENS=1 to create it",
+            path.display()
+        )
+    });
+    assert!(
+        got == want,
+        "{} differs from the golden; rerun with UPDATE_GOLDENS=1 and review:\n{got}",
+        path.display()
+    );
+}
+
+/// Runs `nft -c -f -` on a script. Under `CI=true` a missing `nft` fails the test (CI installs
+/// it); elsewhere it is reported and skipped. Returns nft's error text on refusal.
+pub(super) fn nft_check(script: &str) -> Result<(), String> {
+    #[allow(clippy::disallowed_methods)] // test-only: nft --check is the judge of our syntax
+    let ci = std::env::var("CI").is_ok_and(|v| v == "true");
+    #[allow(clippy::disallowed_methods)] // test-only: runs nft in check mode, touches nothing
+    let child = std::process::Command::new("nft")
+        .args(["-c", "-f", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn();
+    let mut child = match child {
+        Ok(c) => c,
+        Err(e) if !ci => {
+            eprintln!("nft not available ({e}); skipping the nft --check part");
+            return Ok(());
+        }
+        Err(e) => panic!("CI=true but nft cannot run: {e}"),
+    };
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(script.as_bytes())
+        .expect("write script");
+    let out = child.wait_with_output().expect("nft runs");
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+}
+
+fn golden(node: &str, cfg: &ModeConfig, name: &str) {
+    let got = script(node, cfg);
+    check(&got, name);
+    if let Err(e) = nft_check(&got) {
+        panic!("nft --check refused {name}:\n{e}");
+    }
+}
+
+#[test]
+fn example_cluster_on_node_a_with_upstream_defaults() {
+    golden("node-a", &ModeConfig::default(), "example.node-a.nft");
+}
+
+#[test]
+fn example_cluster_with_cluster_cidr_and_masquerade_all() {
+    let cfg = ModeConfig {
+        masquerade_all: true,
+        detect_local: DetectLocal::ClusterCidrs(vec![
+            "10.244.0.0/16".parse().unwrap(),
+            "fd00:10:244::/48".parse().unwrap(),
+        ]),
+        ..ModeConfig::default()
+    };
+    golden("node-a", &cfg, "example.node-a.masquerade-all.nft");
+}
+
+#[test]
+fn example_cluster_with_bridge_detection_and_node_ports_everywhere() {
+    let cfg = ModeConfig {
+        detect_local: DetectLocal::Interface(IfName::new("cbr0", false).unwrap()),
+        node_ports: NodePortAddresses {
+            all: true,
+            ..NodePortAddresses::default()
+        },
+        drop_invalid: false,
+        ..ModeConfig::default()
+    };
+    golden("node-b", &cfg, "example.node-b.bridge-all.nft");
+}
+
+#[test]
+fn example_cluster_with_prefix_detection_and_node_cidr_ports() {
+    let cfg = ModeConfig {
+        detect_local: DetectLocal::Interface(IfName::new("veth", true).unwrap()),
+        node_ports: NodePortAddresses {
+            cidrs: vec!["10.0.0.0/24".parse().unwrap()],
+            ..NodePortAddresses::default()
+        },
+        ..ModeConfig::default()
+    };
+    golden("node-a", &cfg, "example.node-a.prefix-cidr.nft");
+}

@@ -1,0 +1,117 @@
+//! Hostile input: names and values an attacker controls go through planner and renderer; the
+//! script must stay valid for `nft --check`, and no name can add a statement: the rendered text
+//! has the same lines, word for word outside comments, as the same snapshot with benign names.
+
+use proptest::prelude::*;
+
+use super::golden_tests::nft_check;
+use super::mode_config::ModeConfig;
+use super::plan::fixtures::{Svc, node, snapshot, svc};
+use super::{plan_all, render_from_scratch};
+use crate::cluster::model::ServiceKey;
+
+/// Strings built to break out of quoting or add statements, plus arbitrary unicode.
+fn hostile() -> impl Strategy<Value = String> {
+    prop_oneof![
+        Just("x\" ; flush ruleset ; add rule ip t c accept comment \"".to_string()),
+        Just("a\nadd table ip evil\n".to_string()),
+        Just("}} ; delete table ip kube-proxy-rs ; {{".to_string()),
+        Just("\\\"\\n\u{0}\u{202e}#".to_string()),
+        Just("é".repeat(300)),
+        ".{0,200}",
+    ]
+}
+
+fn services(names: &[String]) -> Vec<Svc> {
+    names
+        .iter()
+        .enumerate()
+        .map(|(i, name)| {
+            let mut s = svc("ns/placeholder", &format!("10.96.0.{}", i + 1), 80)
+                .node_port(30000 + i as u16)
+                .lb(&format!("192.0.2.{}", i + 1))
+                .range("198.51.100.0/24")
+                .ep(&format!("10.244.1.{}", i + 2), 8080, "node-a")
+                .ep(&format!("10.244.2.{}", i + 2), 8080, "node-b");
+            if i % 2 == 0 {
+                s = s.affinity(30).external_local();
+            }
+            s.port.name.service = ServiceKey::new(name, name);
+            s.port.name.port = name.as_str().into();
+            s
+        })
+        .collect()
+}
+
+/// The script's lines with every comment's content blanked and every hashed name part replaced
+/// by `H`, sorted (hashes decide the order of affinity objects): what must not depend on names.
+fn shape(script: &str) -> Vec<String> {
+    let mut lines: Vec<String> = script
+        .lines()
+        .map(|line| {
+            let mut out = String::new();
+            let mut rest = line;
+            while let Some(at) = rest.find("comment \"") {
+                out.push_str(&rest[..at + 9]);
+                let after = &rest[at + 9..];
+                let end = after.find('"').expect("comments are closed on their line");
+                out.push('"');
+                rest = &after[end + 1..];
+            }
+            out.push_str(rest);
+            unhash(&out)
+        })
+        .collect();
+    lines.sort();
+    lines
+}
+
+/// Replaces the 16-hex-digit hashes after `affinity-` and `-` in derived names with `H`.
+fn unhash(line: &str) -> String {
+    let mut out = String::new();
+    let mut rest = line;
+    while let Some(at) = rest.find("affinity-") {
+        out.push_str(&rest[..at + 9]);
+        rest = &rest[at + 9..];
+        loop {
+            let hex = rest.bytes().take_while(u8::is_ascii_hexdigit).count();
+            if hex != 16 {
+                break;
+            }
+            out.push('H');
+            rest = &rest[16..];
+            match rest.strip_prefix('-') {
+                Some(r) if r.bytes().take_while(u8::is_ascii_hexdigit).count() == 16 => {
+                    out.push('-');
+                    rest = r;
+                }
+                _ => break,
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    #[test]
+    fn hostile_names_cannot_add_statements_or_break_the_script(
+        names in prop::collection::vec(hostile(), 1..5)
+    ) {
+        let benign: Vec<String> = (0..names.len()).map(|i| format!("svc{i}")).collect();
+        let cfg = ModeConfig::default();
+        // Service ports are ordered by name, so compare per service: one at a time.
+        for (bad, good) in names.iter().zip(&benign) {
+            let bad_script = render_from_scratch(&plan_all(&snapshot(node(), services(std::slice::from_ref(bad))), &cfg));
+            let good_script = render_from_scratch(&plan_all(&snapshot(node(), services(std::slice::from_ref(good))), &cfg));
+            prop_assert_eq!(bad_script.lines().count(), good_script.lines().count());
+            prop_assert!(shape(&bad_script) == shape(&good_script), "statements differ for {:?}", bad);
+        }
+        let all = render_from_scratch(&plan_all(&snapshot(node(), services(&names)), &cfg));
+        if let Err(e) = nft_check(&all) {
+            panic!("nft --check refused a hostile script:\n{e}\n{all}");
+        }
+    }
+}

@@ -1,0 +1,108 @@
+//! The nftables dataplane: the kernel layout we program, and the pure code that plans, diffs and
+//! renders it (the applier comes separately).
+//!
+//! # Tables
+//! `table ip kube-proxy-rs` and `table ip6 kube-proxy-rs`: one per family, ours alone, distinct
+//! from upstream's `kube-proxy` so either can be removed without touching the other. Every name
+//! is in [`names`].
+//!
+//! # Hooks and chains
+//! ```text
+//!  prerouting ─ filter-prerouting-pre-dnat (filter, dstnat-10) ─ ct new → firewall-check
+//!             └ nat-prerouting (nat, dstnat) ──────────────────────────→ services
+//!  output ───── filter-output-pre-dnat (filter, -110) ─ ct new ─────────→ firewall-check
+//!             └ nat-output (nat, -100) ────────────────────────────────→ services
+//!  input ────── filter-input (filter) ─ ct new → nodeport-endpoints-check, service-endpoints-check
+//!  forward ──── filter-forward (filter) ─ [ct invalid drop] ct new → service-endpoints-check,
+//!                                                                    cluster-ips-check
+//!  output ───── filter-output (filter) ─ ct new → service-endpoints-check, cluster-ips-check
+//!  postrouting  nat-postrouting (nat, srcnat) ─────────────────────────→ masquerading
+//!
+//!  services: daddr.proto.dport vmap @service-ips ─┬→ cluster-ip     ─┐ mark for masquerade as
+//!            nodeport-addr proto.dport             ├→ external       ─┤ policy says, then
+//!              vmap @service-nodeports ───────────┼→ external-local ─┤ key vmap @dispatch(-cluster)
+//!                                                  ├→ nodeport       ─┤ or @nodeport-dispatch(-cluster)
+//!                                                  └→ nodeport-local ─┘        │
+//!            pick-<list>-N: dnat to key . numgen random mod N map @<list>-endpoints  ◀┘
+//!            affinity-<hash>: per-endpoint dynamic client sets (ClientIP affinity only)
+//! ```
+//! Priorities are upstream's: DNAT at `dstnat` (-100), source-range filtering just before it, the
+//! no-endpoint checks at `filter` (after DNAT, so only traffic that was not DNATed is judged),
+//! masquerading at `srcnat`. nft 1.0.6 accepts `dstnat` only on prerouting, so output chains use
+//! the numbers.
+//!
+//! # Why this layout
+//! `nft` slows down with the number of chains far more than with elements
+//! (`notes/nft-scale.md`): a chain per Service takes minutes at 10,000 Services. So there is no
+//! chain per Service or per endpoint. Each frontend (ClusterIP, externalIP, LoadBalancer IP as
+//! `addr . proto . port`; NodePort as `proto . port`) is an element of:
+//! - `service-ips` / `service-nodeports`: its *treatment* chain, one of five shared chains that
+//!   set the masquerade mark as its traffic policy requires and pick which endpoint list applies;
+//! - `dispatch` / `nodeport-dispatch`: the pick chain of its policy's endpoint list, and for
+//!   `externalTrafficPolicy: Local` also `dispatch-cluster` / `nodeport-dispatch-cluster` for the
+//!   pod and host short-circuits, which use the cluster list;
+//! - the backends maps `cluster-endpoints`, `local-endpoints`, `nodeport-cluster-endpoints`,
+//!   `nodeport-local-endpoints`: `(frontend . index) → endpoint addr . port`.
+//!
+//! Pick chains (`pick-cluster-3`, `pick-nodeport-local-1`) exist once per distinct endpoint count,
+//! so the chain count follows the spread of endpoint counts, not the Service count. A packet costs
+//! three map lookups. A one-endpoint change touches that service port's elements only.
+//!
+//! Other maps and sets: `no-endpoint-services` / `no-endpoint-nodeports` (frontend → `goto
+//! reject-chain` when no endpoint exists anywhere, `drop` when its Local policy has no local
+//! endpoint), `cluster-ips` (traffic to a ClusterIP on an undefined port is rejected),
+//! `firewall-ips` + `firewall-allow` (loadBalancerSourceRanges: a LoadBalancer frontend's new
+//! connections from sources outside its interval set are dropped), `hairpin-connections` (local
+//! endpoint reaching itself: masqueraded), `nodeport-ips` (the accepted node addresses unless
+//! nodePortAddresses is `all`, which uses `fib daddr type local`).
+//!
+//! ClientIP affinity is the exception: an `affinity-<hash>` chain per (service port, family,
+//! endpoint list) with a dynamic client set per endpoint, because a rule must name the set it
+//! updates (see `plan::affinity`).
+//!
+//! Masquerading is by mark: treatment chains `or` the configured bit into the packet mark;
+//! `masquerading` clears it and applies `masquerade fully-random`.
+//!
+//! # Applying (for the applier)
+//! [`plan::plan`] gives the desired [`Ruleset`] per family; [`diff::diff`] (last applied, desired)
+//! gives the [`diff::Transaction`]; [`render::render`] gives the `nft -f -` text. Intended
+//! strategy:
+//! - Steady state: diff against what was last applied; send both families' transactions as one
+//!   `nft -f` batch (atomic); replace "last applied" only after success.
+//! - Start-up and full resyncs: diff against the kernel's table parsed into a `Ruleset` (a
+//!   netlink dump: `nft list` is too slow at scale, see the notes), so a restart changes only what
+//!   differs. Never `flush table`: it empties chains but keeps stale sets, and a non-atomic
+//!   flush-then-fill drops traffic in between.
+//! - Without a parsed dump: [`diff::rebuild`] sends `add table; delete table;` and the whole
+//!   ruleset in one batch. Atomic, and established connections survive (their NAT lives in
+//!   conntrack); only remembered affinity clients are lost.
+//! - First start on an empty node: `diff(&Ruleset::empty(f), &want)`; `add table` is idempotent.
+
+pub mod diff;
+pub mod mode_config;
+pub mod names;
+pub mod plan;
+pub mod render;
+pub mod ruleset;
+pub mod trace;
+
+#[cfg(test)]
+mod golden_tests;
+#[cfg(test)]
+mod hostile_props;
+
+pub use diff::{Op, Transaction, diff, rebuild};
+pub use mode_config::ModeConfig;
+pub use plan::{plan, plan_all};
+pub use render::{Encoder, NftText, render, render_all};
+pub use ruleset::{Family, Ruleset};
+
+/// The full scripts that create both families' tables from nothing: what `plan --proxy-mode
+/// nftables` prints and the goldens hold.
+pub fn render_from_scratch(rulesets: &[Ruleset]) -> String {
+    let ts: Vec<Transaction> = rulesets
+        .iter()
+        .map(|r| diff(&Ruleset::empty(r.family), r))
+        .collect();
+    render_all(&ts)
+}

@@ -1,0 +1,180 @@
+//! Snapshots for planner, trace and diff tests, built directly from the model (the tracker has
+//! its own tests), with endpoint selection done by the real `topology::select`.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use crate::cluster::model::{
+    Endpoint, FamilyView, IpFamily, NodeAddress, NodeContext, Protocol, ServiceKey, ServicePort,
+    ServicePortName, ServicePortState, ServiceType, Snapshot, TrafficPolicy,
+};
+use crate::cluster::topology::{self, Features};
+
+/// The node the tests run on: `node-a`, 10.0.0.11 / fd00::11, pods in 10.244.1.0/24.
+pub fn node() -> NodeContext {
+    let mut n = NodeContext::named("node-a");
+    n.known = true;
+    for ip in ["10.0.0.11", "fd00::11"] {
+        n.addresses.push(NodeAddress {
+            kind: "InternalIP".into(),
+            ip: ip.parse().unwrap(),
+        });
+    }
+    n.pod_cidrs = vec![
+        "10.244.1.0/24".parse().unwrap(),
+        "fd00:244:1::/64".parse().unwrap(),
+    ];
+    n
+}
+
+pub fn ip(s: &str) -> IpAddr {
+    s.parse().unwrap()
+}
+
+/// A service port under construction.
+#[derive(Clone, Debug)]
+pub struct Svc {
+    pub port: ServicePort,
+    pub cluster_ip: IpAddr,
+    pub external_ips: Vec<IpAddr>,
+    pub lb_ips: Vec<IpAddr>,
+    pub ranges: Vec<ipnet::IpNet>,
+    pub endpoints: Vec<Endpoint>,
+}
+
+/// `ns/name` port `port` (TCP, unnamed) on `cluster_ip`.
+pub fn svc(ns_name: &str, cluster_ip: &str, port: u16) -> Svc {
+    let (ns, name) = ns_name.split_once('/').unwrap();
+    Svc {
+        port: ServicePort {
+            name: ServicePortName {
+                service: ServiceKey::new(ns, name),
+                port: "".into(),
+                protocol: Protocol::Tcp,
+            },
+            service_type: ServiceType::ClusterIP,
+            port,
+            node_port: None,
+            affinity_timeout_seconds: None,
+            internal_policy: TrafficPolicy::Cluster,
+            external_policy: TrafficPolicy::Cluster,
+            health_check_node_port: None,
+            traffic_distribution: None,
+            allocate_load_balancer_node_ports: true,
+        },
+        cluster_ip: ip(cluster_ip),
+        external_ips: vec![],
+        lb_ips: vec![],
+        ranges: vec![],
+        endpoints: vec![],
+    }
+}
+
+impl Svc {
+    pub fn proto(mut self, p: Protocol) -> Svc {
+        self.port.name.protocol = p;
+        self
+    }
+    pub fn node_port(mut self, p: u16) -> Svc {
+        self.port.node_port = Some(p);
+        self.port.service_type = ServiceType::NodePort;
+        self
+    }
+    pub fn external(mut self, a: &str) -> Svc {
+        self.external_ips.push(ip(a));
+        self
+    }
+    pub fn lb(mut self, a: &str) -> Svc {
+        self.lb_ips.push(ip(a));
+        self.port.service_type = ServiceType::LoadBalancer;
+        self
+    }
+    pub fn range(mut self, r: &str) -> Svc {
+        self.ranges.push(r.parse().unwrap());
+        self
+    }
+    pub fn affinity(mut self, seconds: u32) -> Svc {
+        self.port.affinity_timeout_seconds = Some(seconds);
+        self
+    }
+    pub fn internal_local(mut self) -> Svc {
+        self.port.internal_policy = TrafficPolicy::Local;
+        self
+    }
+    pub fn external_local(mut self) -> Svc {
+        self.port.external_policy = TrafficPolicy::Local;
+        self
+    }
+    /// A ready endpoint `ip:port` on `node`.
+    pub fn ep(self, addr: &str, port: u16, node: &str) -> Svc {
+        self.ep_state(addr, port, node, true, false)
+    }
+    pub fn ep_state(
+        mut self,
+        addr: &str,
+        port: u16,
+        node: &str,
+        ready: bool,
+        terminating: bool,
+    ) -> Svc {
+        self.endpoints.push(Endpoint {
+            ip: ip(addr),
+            port,
+            ready,
+            serving: ready || terminating,
+            terminating,
+            node_name: Some(node.into()),
+            zone: None,
+            zone_hints: vec![],
+            node_hints: vec![],
+            is_local: false,
+        });
+        self
+    }
+}
+
+/// A snapshot for `node` holding `services`, each in the family of its ClusterIP.
+pub fn snapshot(node: NodeContext, services: Vec<Svc>) -> Snapshot {
+    let mut ports = std::collections::BTreeMap::new();
+    for s in services {
+        let family = IpFamily::of(&s.cluster_ip);
+        let mut endpoints: Vec<Endpoint> = s
+            .endpoints
+            .into_iter()
+            .filter(|e| IpFamily::of(&e.ip) == family)
+            .map(|mut e| {
+                e.is_local = e.node_name.as_deref() == Some(&*node.name);
+                e
+            })
+            .collect();
+        endpoints.sort_by_key(|e| (e.ip, e.port));
+        let mut view = FamilyView {
+            family,
+            cluster_ip: s.cluster_ip,
+            external_ips: s.external_ips,
+            load_balancer_ips: s.lb_ips,
+            load_balancer_source_ranges: s.ranges,
+            endpoints,
+            selection: Default::default(),
+        };
+        let accessible = view.externally_accessible(&s.port);
+        view.selection = topology::select(
+            &view.endpoints,
+            &s.port,
+            accessible,
+            &node,
+            Features::default(),
+        );
+        ports.insert(
+            s.port.name.clone(),
+            Arc::new(ServicePortState {
+                port: s.port,
+                families: vec![view],
+            }),
+        );
+    }
+    Snapshot {
+        node: Arc::new(node),
+        ports: Arc::new(ports),
+    }
+}

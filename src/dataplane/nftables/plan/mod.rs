@@ -1,0 +1,126 @@
+//! Snapshot + [`ModeConfig`] → the desired [`Ruleset`] of one family.
+//!
+//! Pure and total: no I/O, no clock, no error. The same snapshot and settings always give the
+//! same ruleset. The layout it builds is described in the parent module; the work is split by
+//! concept:
+//! - `skeleton`: the fixed chains and sets every table has, with their rules;
+//! - `service`: one service port's frontends, endpoint lists, no-endpoint verdicts, firewall and
+//!   hairpin elements;
+//! - `affinity`: the chain and dynamic sets of an endpoint list with ClientIP affinity;
+//! - `node_ports`: which node addresses accept NodePorts.
+//!
+//! Work is proportional to the snapshot (one pass over the service ports), and a change to one
+//! service port changes only that port's elements, plus at most a pick chain for a new
+//! endpoint count.
+
+mod affinity;
+mod node_ports;
+mod service;
+mod skeleton;
+
+#[cfg(test)]
+pub(crate) mod fixtures;
+#[cfg(test)]
+mod tests;
+
+use std::collections::BTreeMap;
+
+use super::mode_config::ModeConfig;
+use super::names::{self, FrontendKind, ListKind, Name};
+use super::ruleset::{
+    Chain, Comment, Data, Element, Family, Field, Match, Rule, Ruleset, Statement, Tuple,
+};
+use crate::cluster::{IpFamily, NodeContext, Snapshot};
+
+pub use node_ports::NodePortMatch;
+
+/// The desired table of one family.
+#[doc(alias = "syncProxyRules")]
+pub fn plan(snapshot: &Snapshot, cfg: &ModeConfig, family: IpFamily) -> Ruleset {
+    let mut b = Builder::new(family, cfg, &snapshot.node);
+    skeleton::add(&mut b);
+    for state in snapshot.ports.values() {
+        if let Some(view) = state.family(family) {
+            service::add(&mut b, &state.port, view);
+        }
+    }
+    b.rules
+}
+
+/// The desired tables of both families, IPv4 first.
+pub fn plan_all(snapshot: &Snapshot, cfg: &ModeConfig) -> [Ruleset; 2] {
+    IpFamily::ALL.map(|f| plan(snapshot, cfg, f))
+}
+
+/// The ruleset being built, with what the parts need to share.
+struct Builder<'a> {
+    rules: Ruleset,
+    family: IpFamily,
+    cfg: &'a ModeConfig,
+    node: &'a NodeContext,
+    node_ports: NodePortMatch,
+    /// Derived affinity names and the seed each was made from, to catch hash collisions.
+    affinity_seeds: BTreeMap<Name, String>,
+}
+
+impl<'a> Builder<'a> {
+    fn new(family: IpFamily, cfg: &'a ModeConfig, node: &'a NodeContext) -> Builder<'a> {
+        Builder {
+            rules: Ruleset::empty(Family::of(family)),
+            family,
+            cfg,
+            node,
+            node_ports: node_ports::resolve(&cfg.node_ports, node, family),
+            affinity_seeds: BTreeMap::new(),
+        }
+    }
+
+    fn chain(&mut self, name: &'static str) -> &mut Chain {
+        self.rules.chains.entry(Name::fixed(name)).or_default()
+    }
+
+    fn push(&mut self, chain: &'static str, matches: Vec<Match>, statements: Vec<Statement>) {
+        self.chain(chain).rules.push(Rule::new(matches, statements));
+    }
+
+    /// Adds an element to a set the skeleton declared. A key already present keeps its first
+    /// data: service ports are visited in order, so the first owner wins deterministically.
+    fn element(&mut self, set: &Name, key: Tuple, data: Data, comment: Option<&Comment>) {
+        let set = self
+            .rules
+            .sets
+            .get_mut(set)
+            .unwrap_or_else(|| panic!("set {set} is declared by the skeleton"));
+        set.elements.entry(key).or_insert_with(|| Element {
+            data,
+            comment: comment.cloned(),
+        });
+    }
+
+    /// Makes sure the pick chain for `count` endpoints of this kind exists.
+    fn pick_chain(&mut self, frontend: FrontendKind, list: ListKind, count: u32) -> Name {
+        let name = names::pick(frontend, list, count);
+        if !self.rules.chains.contains_key(&name) {
+            let mut key = match frontend {
+                FrontendKind::Ip => vec![Field::Daddr, Field::L4Proto, Field::Dport],
+                FrontendKind::NodePort => vec![Field::L4Proto, Field::Dport],
+            };
+            key.push(Field::Random(count));
+            let rule = Rule::new(
+                vec![],
+                vec![Statement::DnatMap {
+                    key,
+                    map: names::backends(frontend, list),
+                }],
+            );
+            self.rules.chains.insert(
+                name.clone(),
+                Chain {
+                    base: None,
+                    rules: vec![rule],
+                },
+            );
+        }
+        name
+    }
+}

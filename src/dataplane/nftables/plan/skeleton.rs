@@ -1,0 +1,412 @@
+//! The fixed part of every table: base chains, role chains with their rules, and the sets and
+//! maps the per-service elements go into.
+//!
+//! Everything here depends only on the settings and the node, never on Services, so it is the
+//! same from one sync to the next and costs nothing in a diff. Sets are declared even when
+//! empty, so every rule always refers to something that exists.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use ipnet::IpNet;
+
+use super::Builder;
+use super::node_ports::NodePortMatch;
+use crate::cluster::IpFamily;
+use crate::dataplane::nftables::mode_config::DetectLocal;
+use crate::dataplane::nftables::names::{self as n, FrontendKind, ListKind, Name};
+use crate::dataplane::nftables::ruleset::{
+    BaseChain, Chain, ChainType, Comment, CtState, Data, DataKind, Field, Hook, Kind, Match, Set,
+    SetDecl, Statement, Tuple, Value, Verdict, priority,
+};
+
+/// The key of an address-based frontend: destination . protocol . port.
+pub(super) const IP_KEY: [Field; 3] = [Field::Daddr, Field::L4Proto, Field::Dport];
+/// The key of a NodePort: protocol . port.
+pub(super) const NODEPORT_KEY: [Field; 2] = [Field::L4Proto, Field::Dport];
+
+pub(super) fn add(b: &mut Builder) {
+    sets(b);
+    base_chains(b);
+    capture(b);
+    treatments(b);
+    filters(b);
+    let mark = b.cfg.masquerade_mark;
+    b.push(
+        n::MASQUERADING,
+        vec![Match::MarkSet(mark)],
+        vec![Statement::MarkXor(mark), Statement::Masquerade],
+    );
+    b.push(
+        n::MASQUERADING,
+        vec![
+            Match::CtStatusDnat,
+            set_match(
+                &[Field::Saddr, Field::Daddr, Field::L4Proto, Field::Dport],
+                n::HAIRPIN,
+            ),
+        ],
+        vec![Statement::Masquerade],
+    );
+}
+
+fn decl(key: &[Kind], data: DataKind, comment: &str) -> Set {
+    Set::new(SetDecl {
+        key: key.to_vec(),
+        data,
+        interval: false,
+        dynamic_timeout: None,
+        comment: Some(Comment::sanitised(comment)),
+    })
+}
+
+fn sets(b: &mut Builder) {
+    use Kind::{Addr, Index, Port, Proto};
+    let frontend = [Addr, Proto, Port];
+    let nodeport = [Proto, Port];
+    let endpoint = DataKind::Values(vec![Addr, Port]);
+    let mut all = vec![
+        (
+            n::SERVICE_IPS,
+            decl(&frontend, DataKind::Verdict, "frontend to treatment"),
+        ),
+        (
+            n::SERVICE_NODEPORTS,
+            decl(&nodeport, DataKind::Verdict, "nodeport to treatment"),
+        ),
+        (
+            n::CLUSTER_IPS,
+            decl(&[Addr], DataKind::None, "every ClusterIP"),
+        ),
+        (
+            n::NO_ENDPOINT_SERVICES,
+            decl(&frontend, DataKind::Verdict, "frontends without endpoints"),
+        ),
+        (
+            n::NO_ENDPOINT_NODEPORTS,
+            decl(&nodeport, DataKind::Verdict, "nodeports without endpoints"),
+        ),
+        (
+            n::FIREWALL_IPS,
+            decl(&frontend, DataKind::None, "frontends with source ranges"),
+        ),
+        (
+            n::HAIRPIN,
+            decl(
+                &[Addr, Addr, Proto, Port],
+                DataKind::None,
+                "local endpoints reaching themselves",
+            ),
+        ),
+        (
+            n::DISPATCH,
+            decl(
+                &frontend,
+                DataKind::Verdict,
+                "frontend to its policy endpoints",
+            ),
+        ),
+        (
+            n::DISPATCH_CLUSTER,
+            decl(
+                &frontend,
+                DataKind::Verdict,
+                "frontend to its cluster endpoints",
+            ),
+        ),
+        (
+            n::NODEPORT_DISPATCH,
+            decl(
+                &nodeport,
+                DataKind::Verdict,
+                "nodeport to its policy endpoints",
+            ),
+        ),
+        (
+            n::NODEPORT_DISPATCH_CLUSTER,
+            decl(
+                &nodeport,
+                DataKind::Verdict,
+                "nodeport to its cluster endpoints",
+            ),
+        ),
+    ];
+    let mut allow = decl(
+        &[Addr, Proto, Port, Addr],
+        DataKind::None,
+        "allowed sources per frontend",
+    );
+    allow.decl.interval = true;
+    all.push((n::FIREWALL_ALLOW, allow));
+    if let NodePortMatch::Addresses(_) = b.node_ports {
+        all.push((
+            n::NODEPORT_IPS,
+            decl(
+                &[Addr],
+                DataKind::None,
+                "node addresses accepting nodeports",
+            ),
+        ));
+    }
+    for (name, set) in all {
+        b.rules.sets.insert(Name::fixed(name), set);
+    }
+    for list in [ListKind::Cluster, ListKind::Local] {
+        b.rules.sets.insert(
+            n::backends(FrontendKind::Ip, list),
+            decl(
+                &[Addr, Proto, Port, Index],
+                endpoint.clone(),
+                "frontend and index to endpoint",
+            ),
+        );
+        b.rules.sets.insert(
+            n::backends(FrontendKind::NodePort, list),
+            decl(
+                &[Proto, Port, Index],
+                endpoint.clone(),
+                "nodeport and index to endpoint",
+            ),
+        );
+    }
+    if let NodePortMatch::Addresses(addrs) = &b.node_ports {
+        let set = Name::fixed(n::NODEPORT_IPS);
+        for ip in addrs.clone() {
+            b.element(&set, Tuple::new(&[Value::Addr(ip)]), Data::None, None);
+        }
+    }
+}
+
+fn base_chains(b: &mut Builder) {
+    let table = [
+        (
+            n::NAT_PREROUTING,
+            ChainType::Nat,
+            Hook::Prerouting,
+            priority::DSTNAT,
+        ),
+        (
+            n::NAT_OUTPUT,
+            ChainType::Nat,
+            Hook::Output,
+            priority::DSTNAT,
+        ),
+        (
+            n::NAT_POSTROUTING,
+            ChainType::Nat,
+            Hook::Postrouting,
+            priority::SRCNAT,
+        ),
+        (
+            n::FILTER_PREROUTING_PRE_DNAT,
+            ChainType::Filter,
+            Hook::Prerouting,
+            priority::DSTNAT - 10,
+        ),
+        (
+            n::FILTER_OUTPUT_PRE_DNAT,
+            ChainType::Filter,
+            Hook::Output,
+            priority::DSTNAT - 10,
+        ),
+        (
+            n::FILTER_INPUT,
+            ChainType::Filter,
+            Hook::Input,
+            priority::FILTER,
+        ),
+        (
+            n::FILTER_FORWARD,
+            ChainType::Filter,
+            Hook::Forward,
+            priority::FILTER,
+        ),
+        (
+            n::FILTER_OUTPUT,
+            ChainType::Filter,
+            Hook::Output,
+            priority::FILTER,
+        ),
+    ];
+    for (name, kind, hook, priority) in table {
+        b.rules.chains.insert(
+            Name::fixed(name),
+            Chain {
+                base: Some(BaseChain {
+                    kind,
+                    hook,
+                    priority,
+                }),
+                rules: Vec::new(),
+            },
+        );
+    }
+    let jump = |to: &'static str| vec![Statement::Verdict(Verdict::Jump(Name::fixed(to)))];
+    let new = || vec![Match::CtState(CtState::New)];
+    b.push(n::NAT_PREROUTING, vec![], jump(n::SERVICES));
+    b.push(n::NAT_OUTPUT, vec![], jump(n::SERVICES));
+    b.push(n::NAT_POSTROUTING, vec![], jump(n::MASQUERADING));
+    b.push(
+        n::FILTER_PREROUTING_PRE_DNAT,
+        new(),
+        jump(n::FIREWALL_CHECK),
+    );
+    b.push(n::FILTER_OUTPUT_PRE_DNAT, new(), jump(n::FIREWALL_CHECK));
+    b.push(n::FILTER_INPUT, new(), jump(n::NODEPORT_ENDPOINTS_CHECK));
+    b.push(n::FILTER_INPUT, new(), jump(n::SERVICE_ENDPOINTS_CHECK));
+    if b.cfg.drop_invalid {
+        b.push(
+            n::FILTER_FORWARD,
+            vec![Match::CtState(CtState::Invalid)],
+            vec![Statement::Verdict(Verdict::Drop)],
+        );
+    }
+    for chain in [n::FILTER_FORWARD, n::FILTER_OUTPUT] {
+        b.push(chain, new(), jump(n::SERVICE_ENDPOINTS_CHECK));
+        b.push(chain, new(), jump(n::CLUSTER_IPS_CHECK));
+    }
+}
+
+/// The destination test that makes a packet NodePort traffic.
+pub(super) fn nodeport_matches(b: &Builder) -> Vec<Match> {
+    match &b.node_ports {
+        NodePortMatch::All => vec![
+            Match::FibLocal { source: false },
+            Match::Net {
+                field: Field::Daddr,
+                net: loopback(b.family),
+                negate: true,
+            },
+        ],
+        NodePortMatch::Addresses(_) => vec![set_match(&[Field::Daddr], n::NODEPORT_IPS)],
+    }
+}
+
+fn loopback(family: IpFamily) -> IpNet {
+    match family {
+        IpFamily::V4 => IpNet::new(IpAddr::V4(Ipv4Addr::new(127, 0, 0, 0)), 8),
+        IpFamily::V6 => IpNet::new(IpAddr::V6(Ipv6Addr::LOCALHOST), 128),
+    }
+    .expect("valid prefix")
+}
+
+fn set_match(key: &[Field], set: &'static str) -> Match {
+    Match::InSet {
+        key: key.to_vec(),
+        set: Name::fixed(set),
+        negate: false,
+    }
+}
+
+fn vmap(key: &[Field], map: &'static str) -> Statement {
+    Statement::VerdictMap {
+        key: key.to_vec(),
+        map: Name::fixed(map),
+    }
+}
+
+fn capture(b: &mut Builder) {
+    b.push(n::SERVICES, vec![], vec![vmap(&IP_KEY, n::SERVICE_IPS)]);
+    let m = nodeport_matches(b);
+    b.push(
+        n::SERVICES,
+        m,
+        vec![vmap(&NODEPORT_KEY, n::SERVICE_NODEPORTS)],
+    );
+}
+
+/// Traffic from this node's pods, or (`negate`) from anywhere else; `None` without detection.
+fn from_local_pod(b: &Builder, negate: bool) -> Option<Match> {
+    match &b.cfg.detect_local {
+        DetectLocal::Interface(name) => Some(Match::Iifname {
+            name: name.clone(),
+            negate,
+        }),
+        other => other
+            .cidr_for(b.family, &b.node.pod_cidrs)
+            .map(|net| Match::Net {
+                field: Field::Saddr,
+                net,
+                negate,
+            }),
+    }
+}
+
+fn treatments(b: &mut Builder) {
+    let mark = Statement::MarkOr(b.cfg.masquerade_mark);
+    // ClusterIP: masquerade everything, or what does not come from a local pod, so replies
+    // from an endpoint on another node come back through this one.
+    if b.cfg.masquerade_all {
+        b.push(n::CLUSTER_IP, vec![], vec![mark.clone()]);
+    } else if let Some(m) = from_local_pod(b, true) {
+        b.push(n::CLUSTER_IP, vec![m], vec![mark.clone()]);
+    }
+    b.push(n::CLUSTER_IP, vec![], vec![vmap(&IP_KEY, n::DISPATCH)]);
+    let local_pod = from_local_pod(b, false);
+    for (cluster, local, key, dispatch, short) in [
+        (
+            n::EXTERNAL,
+            n::EXTERNAL_LOCAL,
+            &IP_KEY[..],
+            n::DISPATCH,
+            n::DISPATCH_CLUSTER,
+        ),
+        (
+            n::NODEPORT,
+            n::NODEPORT_LOCAL,
+            &NODEPORT_KEY[..],
+            n::NODEPORT_DISPATCH,
+            n::NODEPORT_DISPATCH_CLUSTER,
+        ),
+    ] {
+        // externalTrafficPolicy Cluster: always masquerade.
+        b.push(cluster, vec![], vec![mark.clone()]);
+        b.push(cluster, vec![], vec![vmap(key, dispatch)]);
+        // externalTrafficPolicy Local: pods and the host itself use the cluster endpoints (the
+        // host masqueraded); everyone else keeps its address and uses local endpoints only.
+        if let Some(m) = local_pod.clone() {
+            b.push(local, vec![m], vec![vmap(key, short)]);
+        }
+        b.push(
+            local,
+            vec![Match::FibLocal { source: true }],
+            vec![mark.clone(), vmap(key, short)],
+        );
+        b.push(local, vec![], vec![vmap(key, dispatch)]);
+    }
+}
+
+fn filters(b: &mut Builder) {
+    b.push(
+        n::FIREWALL_CHECK,
+        vec![
+            set_match(&IP_KEY, n::FIREWALL_IPS),
+            Match::InSet {
+                key: vec![Field::Daddr, Field::L4Proto, Field::Dport, Field::Saddr],
+                set: Name::fixed(n::FIREWALL_ALLOW),
+                negate: true,
+            },
+        ],
+        vec![Statement::Verdict(Verdict::Drop)],
+    );
+    b.push(
+        n::SERVICE_ENDPOINTS_CHECK,
+        vec![],
+        vec![vmap(&IP_KEY, n::NO_ENDPOINT_SERVICES)],
+    );
+    let m = nodeport_matches(b);
+    b.push(
+        n::NODEPORT_ENDPOINTS_CHECK,
+        m,
+        vec![vmap(&NODEPORT_KEY, n::NO_ENDPOINT_NODEPORTS)],
+    );
+    b.push(
+        n::CLUSTER_IPS_CHECK,
+        vec![set_match(&[Field::Daddr], n::CLUSTER_IPS)],
+        vec![Statement::Verdict(Verdict::Reject)],
+    );
+    b.push(
+        n::REJECT_CHAIN,
+        vec![],
+        vec![Statement::Verdict(Verdict::Reject)],
+    );
+}

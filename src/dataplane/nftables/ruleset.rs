@@ -1,0 +1,427 @@
+//! The desired (or last applied) state of one nftables table, as typed values.
+//!
+//! Plain data, no I/O, no text: rules are typed matches and statements, set elements typed
+//! tuples. Ordered maps throughout, so two equal states iterate, diff and render identically.
+//! The planner builds it, `diff` compares two, `render` is the only code that turns it into nft
+//! syntax, and `trace` interprets it.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use ipnet::IpNet;
+
+use super::names::Name;
+use crate::cluster::{IpFamily, Protocol};
+
+/// The nftables family of the table: `ip` for IPv4, `ip6` for IPv6.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Family {
+    Ip,
+    Ip6,
+}
+
+impl Family {
+    pub fn of(family: IpFamily) -> Family {
+        match family {
+            IpFamily::V4 => Family::Ip,
+            IpFamily::V6 => Family::Ip6,
+        }
+    }
+
+    pub fn ip_family(self) -> IpFamily {
+        match self {
+            Family::Ip => IpFamily::V4,
+            Family::Ip6 => IpFamily::V6,
+        }
+    }
+}
+
+/// One table: its chains and its sets and maps.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Ruleset {
+    pub family: Family,
+    pub chains: BTreeMap<Name, Chain>,
+    pub sets: BTreeMap<Name, Set>,
+}
+
+impl Ruleset {
+    /// A table with nothing in it: what a fresh node has, and the start of every plan.
+    pub fn empty(family: Family) -> Ruleset {
+        Ruleset {
+            family,
+            chains: BTreeMap::new(),
+            sets: BTreeMap::new(),
+        }
+    }
+
+    /// Kernel objects this state consists of (chains, rules, sets, elements), for reports.
+    pub fn objects(&self) -> usize {
+        self.chains
+            .values()
+            .map(|c| 1 + c.rules.len())
+            .sum::<usize>()
+            + self
+                .sets
+                .values()
+                .map(|s| 1 + s.elements.len())
+                .sum::<usize>()
+    }
+}
+
+/// A chain: base (attached to a hook) or regular (reached by jump, goto or a verdict map).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Chain {
+    pub base: Option<BaseChain>,
+    pub rules: Vec<Rule>,
+}
+
+/// Where a base chain hooks in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BaseChain {
+    pub kind: ChainType,
+    pub hook: Hook,
+    /// Numeric priority; `render` prints the standard name where nft accepts it.
+    pub priority: i32,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ChainType {
+    Filter,
+    Nat,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Hook {
+    Prerouting,
+    Input,
+    Forward,
+    Output,
+    Postrouting,
+}
+
+/// Standard priorities (nft's `dstnat`, `filter`, `srcnat`).
+pub mod priority {
+    pub const DSTNAT: i32 = -100;
+    pub const FILTER: i32 = 0;
+    pub const SRCNAT: i32 = 100;
+}
+
+/// One rule: all matches must hold, then the statements run in order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rule {
+    pub matches: Vec<Match>,
+    pub statements: Vec<Statement>,
+}
+
+impl Rule {
+    pub fn new(matches: Vec<Match>, statements: Vec<Statement>) -> Rule {
+        Rule {
+            matches,
+            statements,
+        }
+    }
+}
+
+/// A packet field, spelled for the table's family by `render`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Field {
+    /// `ip saddr` / `ip6 saddr`.
+    Saddr,
+    /// `ip daddr` / `ip6 daddr`.
+    Daddr,
+    /// `meta l4proto`.
+    L4Proto,
+    /// `th dport`.
+    Dport,
+    /// `numgen random mod N`: a uniformly random index below N.
+    Random(u32),
+}
+
+/// A condition of a rule.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Match {
+    /// `ct state new` / `ct state invalid`.
+    CtState(CtState),
+    /// `ct status dnat`: the connection was destination-NATed.
+    CtStatusDnat,
+    /// `fib saddr type local` (`false`: daddr): the address belongs to this host.
+    FibLocal { source: bool },
+    /// `ip saddr 10.0.0.0/8`, or with `negate` `ip saddr != 10.0.0.0/8`.
+    Net {
+        field: Field,
+        net: IpNet,
+        negate: bool,
+    },
+    /// `iifname "name"`, `iifname "prefix*"`, or their negation.
+    Iifname { name: IfName, negate: bool },
+    /// `<fields> @set`, or `<fields> != @set`.
+    InSet {
+        key: Vec<Field>,
+        set: Name,
+        negate: bool,
+    },
+    /// `meta mark & mask != 0`.
+    MarkSet(u32),
+    /// `meta l4proto tcp`.
+    L4Proto(Protocol),
+    /// `numgen random mod N == 0`: true with probability 1/N.
+    OneIn(u32),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CtState {
+    New,
+    Invalid,
+}
+
+/// An interface match from configuration (never from an API object). Holds only
+/// `[A-Za-z0-9._-]`, at most 15 bytes (IFNAMSIZ - 1), so it needs no escaping.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct IfName {
+    name: Arc<str>,
+    /// Match every interface whose name starts with `name` (`"name*"`).
+    pub prefix: bool,
+}
+
+impl IfName {
+    pub fn new(name: &str, prefix: bool) -> Option<IfName> {
+        let ok = !name.is_empty()
+            && name.len() <= 15
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+        ok.then(|| IfName {
+            name: name.into(),
+            prefix,
+        })
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.name
+    }
+
+    /// Whether an interface called `iif` matches.
+    pub fn matches(&self, iif: &str) -> bool {
+        if self.prefix {
+            iif.starts_with(&*self.name)
+        } else {
+            iif == &*self.name
+        }
+    }
+}
+
+/// An action of a rule.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Statement {
+    /// `meta mark set meta mark or M`.
+    MarkOr(u32),
+    /// `meta mark set meta mark xor M`.
+    MarkXor(u32),
+    /// `update @set { ip saddr }`: remember (or refresh) the client in a dynamic set.
+    RememberSource(Name),
+    /// `meta l4proto P dnat to ADDR:PORT`.
+    DnatTo {
+        protocol: Protocol,
+        addr: IpAddr,
+        port: u16,
+    },
+    /// `dnat to <key> map @map`: the map yields address . port; no element, no match.
+    DnatMap {
+        key: Vec<Field>,
+        map: Name,
+    },
+    /// `masquerade fully-random`.
+    Masquerade,
+    Verdict(Verdict),
+    /// `<key> vmap @map`: no element, no verdict (the next rule runs).
+    VerdictMap {
+        key: Vec<Field>,
+        map: Name,
+    },
+}
+
+/// A verdict, in a rule or as the data of a verdict-map element.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Verdict {
+    Accept,
+    Drop,
+    /// `reject`: ICMP unreachable, or a TCP RST. A statement, not a kernel verdict, but terminal.
+    Reject,
+    Return,
+    Jump(Name),
+    Goto(Name),
+}
+
+/// A set or map: its declaration and its elements.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Set {
+    pub decl: SetDecl,
+    pub elements: BTreeMap<Tuple, Element>,
+}
+
+impl Set {
+    pub fn new(decl: SetDecl) -> Set {
+        Set {
+            decl,
+            elements: BTreeMap::new(),
+        }
+    }
+}
+
+/// What the kernel fixes when a set is created; changing any of it means re-creating the set.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SetDecl {
+    pub key: Vec<Kind>,
+    pub data: DataKind,
+    /// Elements are ranges (`flags interval`).
+    pub interval: bool,
+    /// Rules add elements with a timeout (`flags dynamic,timeout` and `timeout Ns`).
+    pub dynamic_timeout: Option<u32>,
+    pub comment: Option<Comment>,
+}
+
+/// The type of one part of a key or of map data.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// An address of the table's family (an interval set stores networks here too).
+    Addr,
+    Proto,
+    Port,
+    /// A `numgen` result.
+    Index,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DataKind {
+    /// A plain set.
+    None,
+    /// A map to a tuple of these kinds (address . port for DNAT maps).
+    Values(Vec<Kind>),
+    /// A verdict map.
+    Verdict,
+}
+
+/// One typed value of a key or of map data.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Value {
+    Addr(IpAddr),
+    Net(IpNet),
+    Proto(Protocol),
+    Port(u16),
+    Index(u32),
+}
+
+/// A concatenation of up to four values, stored inline so a hundred thousand elements cost no
+/// allocation each.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Tuple {
+    len: u8,
+    parts: [Value; Tuple::MAX],
+}
+
+impl Tuple {
+    pub const MAX: usize = 4;
+
+    /// Panics on more than [`Tuple::MAX`] values: every caller passes a fixed-size list.
+    pub fn new(values: &[Value]) -> Tuple {
+        assert!(
+            values.len() <= Tuple::MAX,
+            "tuple of {} values",
+            values.len()
+        );
+        let mut parts = [Value::Index(0); Tuple::MAX];
+        parts[..values.len()].copy_from_slice(values);
+        Tuple {
+            len: values.len() as u8,
+            parts,
+        }
+    }
+
+    pub fn values(&self) -> &[Value] {
+        &self.parts[..self.len as usize]
+    }
+}
+
+impl fmt::Debug for Tuple {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list().entries(self.values()).finish()
+    }
+}
+
+/// The data of an element (none for a plain set) and its comment.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Element {
+    pub data: Data,
+    pub comment: Option<Comment>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Data {
+    None,
+    Values(Tuple),
+    Verdict(Verdict),
+}
+
+/// A comment, made safe once: printable ASCII without quotes or backslashes, at most
+/// [`Comment::MAX`] bytes. Object names from the API appear only here.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Comment(Arc<str>);
+
+impl Comment {
+    /// Below nft's 128-byte comment limit.
+    pub const MAX: usize = 100;
+
+    /// Keeps `[A-Za-z0-9 ./:_-]`, replaces anything else with `_`, and cuts at [`Comment::MAX`].
+    pub fn sanitised(text: &str) -> Comment {
+        let clean: String = text
+            .chars()
+            .take(Comment::MAX)
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || matches!(c, ' ' | '.' | '/' | ':' | '_' | '-') {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect();
+        Comment(clean.into())
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn comments_cannot_carry_quotes_newlines_or_length() {
+        let c = Comment::sanitised("a\"b\n}; add rule x\\y\u{202e}");
+        assert_eq!(c.as_str(), "a_b___ add rule x_y_");
+        assert_eq!(
+            Comment::sanitised(&"x".repeat(500)).as_str().len(),
+            Comment::MAX
+        );
+    }
+
+    #[test]
+    fn interface_names_are_checked() {
+        assert!(IfName::new("cbr0", false).is_some());
+        assert!(IfName::new("veth", true).unwrap().matches("veth1234"));
+        for bad in ["", "a\"b", "a b", "0123456789abcdef", "a*"] {
+            assert!(IfName::new(bad, false).is_none(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn tuples_compare_by_their_values() {
+        let a = Tuple::new(&[Value::Port(1), Value::Index(0)]);
+        let b = Tuple::new(&[Value::Port(1)]);
+        assert_ne!(a, b);
+        assert_eq!(a.values().len(), 2);
+    }
+}
