@@ -12,8 +12,8 @@ use std::path::Path;
 
 use crate::cluster::service::Ignored;
 use crate::cluster::source::{Event, api, manifests};
-use crate::config::ClientConnection;
 use crate::cluster::{Features, ServiceKey, Snapshot, Tracker, Warning};
+use crate::config::ClientConnection;
 
 /// How `plan` prints its report.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
@@ -67,7 +67,12 @@ pub async fn load_cluster(
 }
 
 /// Folds `events` into a fresh tracker; the tracker's warnings follow `warnings`.
-fn fold(events: Vec<Event>, mut warnings: Vec<Warning>, node_name: &str, features: Features) -> Loaded {
+fn fold(
+    events: Vec<Event>,
+    mut warnings: Vec<Warning>,
+    node_name: &str,
+    features: Features,
+) -> Loaded {
     let mut tracker = Tracker::new(node_name, features);
     for event in events {
         warnings.extend(tracker.apply(&event));
