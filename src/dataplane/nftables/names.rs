@@ -153,9 +153,16 @@ pub fn fnv1a(bytes: &[u8]) -> u64 {
 }
 
 /// A chain, set or map name. Holds only `[a-z0-9-]`, at most [`Name::MAX`] bytes, so it needs
-/// no quoting and cannot change the meaning of the text around it.
-#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Name(Arc<str>);
+/// no quoting and cannot change the meaning of the text around it. Fixed names cost no
+/// allocation (the planner names a set for every element it adds).
+#[derive(Clone)]
+pub struct Name(Repr);
+
+#[derive(Clone)]
+enum Repr {
+    Static(&'static str),
+    Owned(Arc<str>),
+}
 
 impl Name {
     /// nft's limit is 256 bytes; ours are far shorter.
@@ -163,17 +170,18 @@ impl Name {
 
     /// A name from this module's constants.
     pub fn fixed(name: &'static str) -> Name {
-        Name::derived(name.to_string())
+        debug_assert!(Name::is_valid(name), "bad fixed name {name}");
+        Name(Repr::Static(name))
     }
 
     fn derived(name: String) -> Name {
         debug_assert!(Name::is_valid(&name), "bad derived name {name}");
-        Name(name.into())
+        Name(Repr::Owned(name.into()))
     }
 
     /// A name read back from the kernel; `None` when it is not one we could have made.
     pub fn parse(name: &str) -> Option<Name> {
-        Name::is_valid(name).then(|| Name(name.into()))
+        Name::is_valid(name).then(|| Name(Repr::Owned(name.into())))
     }
 
     fn is_valid(name: &str) -> bool {
@@ -185,19 +193,48 @@ impl Name {
     }
 
     pub fn as_str(&self) -> &str {
-        &self.0
+        match &self.0 {
+            Repr::Static(s) => s,
+            Repr::Owned(s) => s,
+        }
+    }
+}
+
+impl PartialEq for Name {
+    fn eq(&self, other: &Name) -> bool {
+        self.as_str() == other.as_str()
+    }
+}
+
+impl Eq for Name {}
+
+impl PartialOrd for Name {
+    fn partial_cmp(&self, other: &Name) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Name {
+    fn cmp(&self, other: &Name) -> std::cmp::Ordering {
+        self.as_str().cmp(other.as_str())
+    }
+}
+
+impl std::hash::Hash for Name {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.as_str().hash(state);
     }
 }
 
 impl fmt::Display for Name {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+        f.write_str(self.as_str())
     }
 }
 
 impl fmt::Debug for Name {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:?}", &*self.0)
+        write!(f, "{:?}", self.as_str())
     }
 }
 

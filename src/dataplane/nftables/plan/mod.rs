@@ -44,7 +44,7 @@ pub fn plan(snapshot: &Snapshot, cfg: &ModeConfig, family: IpFamily) -> Ruleset 
             service::add(&mut b, &state.port, view);
         }
     }
-    b.rules
+    b.finish()
 }
 
 /// The desired tables of both families, IPv4 first.
@@ -61,6 +61,9 @@ struct Builder<'a> {
     node_ports: NodePortMatch,
     /// Derived affinity names and the seed each was made from, to catch hash collisions.
     affinity_seeds: BTreeMap<Name, String>,
+    /// Elements per set in the order added; sorted into the sets once at the end, which is far
+    /// cheaper than a hundred thousand ordered-map inserts.
+    pending: BTreeMap<Name, Vec<(Tuple, Element)>>,
 }
 
 impl<'a> Builder<'a> {
@@ -72,7 +75,19 @@ impl<'a> Builder<'a> {
             node,
             node_ports: node_ports::resolve(&cfg.node_ports, node, family),
             affinity_seeds: BTreeMap::new(),
+            pending: BTreeMap::new(),
         }
+    }
+
+    /// Moves the pending elements into their sets: sorted by key, the first added kept.
+    fn finish(mut self) -> Ruleset {
+        for (name, mut elements) in std::mem::take(&mut self.pending) {
+            elements.sort_by_key(|e| e.0);
+            elements.dedup_by(|later, first| later.0 == first.0);
+            let set = self.rules.sets.get_mut(&name).expect("declared");
+            set.elements = elements.into_iter().collect();
+        }
+        self.rules
     }
 
     fn chain(&mut self, name: &'static str) -> &mut Chain {
@@ -86,15 +101,20 @@ impl<'a> Builder<'a> {
     /// Adds an element to a set the skeleton declared. A key already present keeps its first
     /// data: service ports are visited in order, so the first owner wins deterministically.
     fn element(&mut self, set: &Name, key: Tuple, data: Data, comment: Option<&Comment>) {
-        let set = self
-            .rules
-            .sets
-            .get_mut(set)
-            .unwrap_or_else(|| panic!("set {set} is declared by the skeleton"));
-        set.elements.entry(key).or_insert_with(|| Element {
+        debug_assert!(
+            self.rules.sets.contains_key(set),
+            "set {set} is declared by the skeleton"
+        );
+        let element = Element {
             data,
             comment: comment.cloned(),
-        });
+        };
+        match self.pending.get_mut(set) {
+            Some(v) => v.push((key, element)),
+            None => {
+                self.pending.insert(set.clone(), vec![(key, element)]);
+            }
+        }
     }
 
     /// Makes sure the pick chain for `count` endpoints of this kind exists.

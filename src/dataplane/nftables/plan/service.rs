@@ -123,12 +123,26 @@ struct Svc<'a> {
 impl Svc<'_> {
     fn key(&self, frontend: Frontend, extra: Option<Value>) -> Tuple {
         let proto = Value::Proto(self.port.name.protocol);
-        let mut parts = match frontend {
-            Frontend::Ip(ip) => vec![Value::Addr(ip), proto, Value::Port(self.port.port)],
-            Frontend::NodePort(p) => vec![proto, Value::Port(p)],
+        let (parts, len) = match frontend {
+            Frontend::Ip(ip) => (
+                [
+                    Value::Addr(ip),
+                    proto,
+                    Value::Port(self.port.port),
+                    Value::Index(0),
+                ],
+                3,
+            ),
+            Frontend::NodePort(p) => ([proto, Value::Port(p), Value::Index(0), Value::Index(0)], 2),
         };
-        parts.extend(extra);
-        Tuple::new(&parts)
+        let mut parts = parts;
+        match extra {
+            Some(v) => {
+                parts[len] = v;
+                Tuple::new(&parts[..=len])
+            }
+            None => Tuple::new(&parts[..len]),
+        }
     }
 
     /// Programs one frontend: its no-endpoint verdict, its treatment, its dispatch to the
