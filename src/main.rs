@@ -122,6 +122,12 @@ fn run(config: &Config, node_name: &str, features: Features) -> ExitCode {
         );
         return ExitCode::SUCCESS;
     }
+    if config.init_only {
+        // Upstream's --init-only does the host setup that needs full privileges (conntrack
+        // sysctls) and exits; none of ours needs them yet, so there is nothing to do.
+        tracing::info!("--init-only: no privileged host setup is needed yet; exiting");
+        return ExitCode::SUCCESS;
+    }
     tracing::info!(node = node_name, mode = config.mode.as_str(), "starting");
     let runtime = match runtime() {
         Ok(r) => r,
@@ -129,10 +135,22 @@ fn run(config: &Config, node_name: &str, features: Features) -> ExitCode {
     };
     runtime.block_on(async move {
         let dataplane = cli::run::dataplane(config);
-        let proxy = match cli::run::Proxy::build(config, node_name, features, dataplane).await {
+        let mut proxy = match cli::run::Proxy::build(config, node_name, features, dataplane).await {
             Ok(p) => p,
             Err(e) => return fail(chain(&e)),
         };
+        let observe = cli::observe::Observe::new(config);
+        proxy.on_report(observe.observer());
+        tokio::spawn(observe.clone().follow_status(proxy.status.clone()));
+        tokio::spawn(
+            observe
+                .clone()
+                .serve_health_checks(config.node_port_addresses.clone()),
+        );
+        if let Some(address) = config.healthz_bind_address {
+            tokio::spawn(observe.clone().serve_health(address));
+        }
+        tokio::spawn(observe.serve_metrics(config.metrics_bind_address, config.clone()));
         tokio::select! {
             () = proxy.run() => {
                 tracing::info!("the source ended; stopping");

@@ -75,6 +75,14 @@ impl Proxy {
         })
     }
 
+    /// Adds an observer of every sync report (health, metrics).
+    pub fn on_report(
+        &mut self,
+        observer: impl FnMut(&crate::sync::Report, &crate::cluster::Snapshot) + Send + 'static,
+    ) {
+        self.runner.on_report(observer);
+    }
+
     /// Runs until the source ends (a manifest directory's watch can; the API source cannot).
     pub async fn run(self) {
         self.runner.run(self.events).await;

@@ -23,7 +23,7 @@ use super::report::Report;
 use super::schedule::{Periods, Reason, Schedule};
 use super::status::Status;
 use crate::cluster::source::{Event, Kind};
-use crate::cluster::{ChangeCounts, Changes, Tracker};
+use crate::cluster::{ChangeCounts, Changes, Snapshot, Tracker};
 use crate::dataplane::{Dataplane, SyncError, SyncReport};
 
 /// How long the initial lists may take before the runner says it is still waiting, and how often
@@ -42,10 +42,15 @@ pub fn system_wall_clock() -> Timestamp {
     Timestamp::try_from(std::time::SystemTime::now()).unwrap_or(Timestamp::UNIX_EPOCH)
 }
 
-type Observer = Box<dyn FnMut(&Report) + Send>;
+type Observer = Box<dyn FnMut(&Report, &Snapshot) + Send>;
 
 /// What a sync thread hands back: the dataplane, the changes it was given, and the result.
-type Done = (Box<dyn Dataplane>, Changes, Result<SyncReport, SyncError>);
+type Done = (
+    Box<dyn Dataplane>,
+    Snapshot,
+    Changes,
+    Result<SyncReport, SyncError>,
+);
 
 /// A sync running on a blocking thread.
 struct InFlight {
@@ -103,7 +108,10 @@ impl Runner {
     }
 
     /// Calls `observer` with every sync's report, in order, on the runner's task.
-    pub fn on_report(&mut self, observer: impl FnMut(&Report) + Send + 'static) {
+    /// Observers also see the snapshot the sync planned from (health checks need its node and
+    /// service ports). They must not keep it: a snapshot held while the tracker changes forces a
+    /// copy of the whole model.
+    pub fn on_report(&mut self, observer: impl FnMut(&Report, &Snapshot) + Send + 'static) {
         self.observers.push(Box::new(observer));
     }
 
@@ -249,7 +257,7 @@ impl Runner {
                     message: format!("the dataplane panicked: {message}"),
                 })
             });
-            (dataplane, changes, result)
+            (dataplane, snapshot, changes, result)
         });
         InFlight {
             handle,
@@ -261,7 +269,7 @@ impl Runner {
         }
     }
 
-    fn finish(&mut self, flight: InFlight, (dataplane, changes, result): Done) {
+    fn finish(&mut self, flight: InFlight, (dataplane, snapshot, changes, result): Done) {
         let ended = Instant::now();
         let ended_at = (self.wall)();
         self.dataplane = Some(dataplane);
@@ -301,8 +309,9 @@ impl Runner {
             self.status.full_syncs += 1;
         }
         for observer in &mut self.observers {
-            observer(&report);
+            observer(&report, &snapshot);
         }
+        drop(snapshot);
         self.status.last_report = Some(Arc::new(report));
         self.publish();
     }

@@ -101,7 +101,7 @@ fn start(min_sync: Duration, sync: Duration) -> Harness {
     .with_wall_clock(fixed_wall);
     let reports = Arc::new(Mutex::new(Vec::new()));
     let sink = reports.clone();
-    runner.on_report(move |r| sink.lock().unwrap().push(r.clone()));
+    runner.on_report(move |r, _| sink.lock().unwrap().push(r.clone()));
     let status = runner.status();
     let (events, rx) = mpsc::unbounded();
     tokio::spawn(runner.run(rx));

@@ -1,0 +1,177 @@
+//! Connects the sync runner to health and metrics: each sync report and status change becomes
+//! health state, metric observations and Service health-check listeners; and the `/healthz` and
+//! `/metrics` servers are started on their configured addresses.
+//!
+//! Wiring only: the rules live in `health` (upstream's staleness rule, the JSON answers) and
+//! `metrics` (upstream's names and buckets). Every listener that cannot be bound is logged and
+//! retried, never fatal, as upstream keeps proxying when a health port is taken.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use crate::cluster::{IpFamily, NodeContext, ServiceKey, Snapshot};
+use crate::config::{Config, NodePortAddresses, ProxyMode};
+use crate::health::service::{Check, Listen, Servers, desired};
+use crate::health::{ProxyHealth, SharedHealth};
+use crate::metrics::Metrics;
+use crate::sync::{Report, Status};
+
+/// How long a listener that could not be bound waits before trying again.
+const REBIND_DELAY: Duration = Duration::from_secs(5);
+
+/// What the Service health checks should look like after a sync.
+#[derive(Clone, Debug, Default)]
+struct Wanted {
+    checks: BTreeMap<ServiceKey, Check>,
+    node: Arc<NodeContext>,
+}
+
+/// Health state and metrics of one proxy, and the handles the servers read.
+#[derive(Clone)]
+pub struct Observe {
+    pub health: SharedHealth,
+    pub metrics: Metrics,
+    mode: ProxyMode,
+    /// Latencies are not split by family in the runner's report; they are recorded under the
+    /// primary family (the one `bindAddress` selects), as upstream's single-stack proxier would.
+    primary: IpFamily,
+    wanted: watch::Sender<Option<Wanted>>,
+}
+
+impl Observe {
+    pub fn new(config: &Config) -> Observe {
+        let metrics = Metrics::new();
+        metrics.prime(config.mode, &IpFamily::ALL);
+        Observe {
+            health: SharedHealth::new(ProxyHealth::timeout_for(config.sync_period)),
+            metrics,
+            mode: config.mode,
+            primary: IpFamily::of(&config.bind_address),
+            wanted: watch::Sender::new(None),
+        }
+    }
+
+    /// The runner observer: records one sync's report and asks for the health checks it implies.
+    pub fn observer(&self) -> impl FnMut(&Report, &Snapshot) + Send + 'static {
+        let this = self.clone();
+        move |report, snapshot| this.record(report, snapshot)
+    }
+
+    fn record(&self, report: &Report, snapshot: &Snapshot) {
+        let ended = SystemTime::from(report.ended_at);
+        self.health.sync_node(&snapshot.node);
+        for family in IpFamily::ALL {
+            self.metrics
+                .observe_sync(family, report.full, report.duration);
+            match &report.outcome {
+                Ok(_) => {
+                    self.health.updated(family, ended);
+                    self.metrics.synced(family, ended);
+                }
+                Err(_) => self
+                    .metrics
+                    .count_sync_failure(self.mode, family, report.full),
+            }
+        }
+        if let Ok(sync) = &report.outcome {
+            self.metrics.record_report(sync);
+            for latency in &report.latencies {
+                self.metrics
+                    .observe_network_programming(self.primary, *latency);
+            }
+        }
+        self.metrics.set_change_counts(&report.counts);
+        self.wanted.send_replace(Some(Wanted {
+            checks: desired(snapshot),
+            node: snapshot.node.clone(),
+        }));
+    }
+
+    /// Follows the runner's status: queued changes start the health clock, and the end of
+    /// start-up (all initial lists in) ends the grace period.
+    pub async fn follow_status(self, mut status: watch::Receiver<Status>) {
+        let mut last_queued = None;
+        let mut ready = false;
+        while status.changed().await.is_ok() {
+            let (queued, now_ready) = {
+                let s = status.borrow_and_update();
+                (s.last_queued_at, s.ready)
+            };
+            if let Some(at) = queued.filter(|at| Some(*at) != last_queued) {
+                last_queued = Some(at);
+                for family in IpFamily::ALL {
+                    self.health.queued_update(family, SystemTime::from(at));
+                    self.metrics.queued(family, SystemTime::from(at));
+                }
+            }
+            if now_ready && !ready {
+                ready = true;
+                IpFamily::ALL.iter().for_each(|f| self.health.ready(*f));
+            }
+        }
+    }
+
+    /// Keeps one health-check listener per Local LoadBalancer Service on the NodePort addresses,
+    /// updated after every sync.
+    pub async fn serve_health_checks(self, addresses: NodePortAddresses) {
+        let mut wanted = self.wanted.subscribe();
+        let mut servers = Servers::new(Listen::Addresses(Vec::new()), self.health.clone());
+        while wanted.changed().await.is_ok() {
+            let Some(w) = wanted.borrow_and_update().clone() else {
+                continue;
+            };
+            // The Node object's addresses stand in for the host's interface addresses when a
+            // CIDR is given; both agree on a normal node.
+            let local: Vec<_> = w.node.addresses.iter().map(|a| a.ip).collect();
+            servers
+                .set_listen(Listen::resolve(&addresses, &w.node, &local))
+                .await;
+            let report = servers.update(&w.checks).await;
+            self.metrics.set_health_checks(&report);
+        }
+    }
+
+    /// Serves `/healthz` and `/livez`, rebinding until the address is free.
+    pub async fn serve_health(self, address: SocketAddr) {
+        loop {
+            match TcpListener::bind(address).await {
+                Ok(listener) => {
+                    tracing::info!(%address, "serving /healthz and /livez");
+                    let served = crate::health::server::serve(
+                        listener,
+                        self.health.clone(),
+                        self.metrics.clone(),
+                    );
+                    if let Err(error) = served.await {
+                        tracing::error!(%address, %error, "health server stopped");
+                    }
+                }
+                Err(error) => tracing::error!(%address, %error, "cannot serve /healthz; retrying"),
+            }
+            tokio::time::sleep(REBIND_DELAY).await;
+        }
+    }
+
+    /// Serves `/metrics`, `/configz` and `/proxyMode`, rebinding until the address is free.
+    pub async fn serve_metrics(self, address: SocketAddr, config: Config) {
+        loop {
+            match TcpListener::bind(address).await {
+                Ok(listener) => {
+                    tracing::info!(%address, "serving /metrics");
+                    if let Err(error) =
+                        crate::metrics::server::serve(listener, self.metrics.clone(), &config).await
+                    {
+                        tracing::error!(%address, %error, "metrics server stopped");
+                    }
+                }
+                Err(error) => tracing::error!(%address, %error, "cannot serve /metrics; retrying"),
+            }
+            tokio::time::sleep(REBIND_DELAY).await;
+        }
+    }
+}
