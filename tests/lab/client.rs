@@ -1,0 +1,214 @@
+//! Traffic from any lab namespace: runs a probe (see `probe.rs`) there and returns what each
+//! attempt got, plus the checks scenarios are written in ("all of these reach a pod",
+//! "eventually this fails").
+//!
+//! Checks return `Result<_, String>` with what was seen, so a scenario reads as a list of `?`s and
+//! its failure message says which step failed and why.
+
+use std::collections::BTreeSet;
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+use super::Lab;
+use super::helper::{ENTRY_TEST, Proto, RESULT_PREFIX, Reply, SPEC_VAR, Spec};
+use super::pods::Pod;
+use super::probe::{Attempt, Request};
+use super::topology::OTHER_CLIENT_IP;
+use crate::testenv::NetNs;
+
+/// Where traffic starts.
+#[derive(Clone, Copy)]
+pub enum From<'a> {
+    Pod(&'a Pod),
+    /// The external client, from its primary address.
+    Client,
+    /// The external client, from its second address.
+    OtherClient,
+    /// A node namespace itself (host network).
+    Node(usize),
+}
+
+impl std::fmt::Display for From<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            From::Pod(p) => write!(f, "pod {}", p.name),
+            From::Client => write!(f, "the external client"),
+            From::OtherClient => write!(f, "the external client's other address"),
+            From::Node(i) => write!(f, "node {}", i + 1),
+        }
+    }
+}
+
+/// What one attempt got: the server's text, or the error kind (`refused`, `timeout`, …).
+pub type Outcome = Result<String, String>;
+
+/// Per-attempt timeout of ordinary probes: the lab's round trips take microseconds.
+pub const ATTEMPT_TIMEOUT: Duration = Duration::from_millis(1000);
+
+impl Lab {
+    fn netns<'a>(&'a self, from: From<'a>) -> &'a NetNs {
+        match from {
+            From::Pod(p) => &p.ns,
+            From::Client | From::OtherClient => &self.topo.client,
+            From::Node(i) => &self.topo.nodes[i].ns,
+        }
+    }
+
+    /// Runs `request` from `from` (its `bind` is set for [`From::OtherClient`]).
+    pub async fn probe_with(&self, from: From<'_>, mut request: Request) -> Vec<Outcome> {
+        if matches!(from, From::OtherClient) {
+            request.bind = Some(IpAddr::V4(OTHER_CLIENT_IP));
+        }
+        let exe = std::env::current_exe().expect("test binary path");
+        let mut cmd = self.netns(from).command(exe);
+        cmd.args([
+            ENTRY_TEST,
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+            "-q",
+        ])
+        .env(
+            SPEC_VAR,
+            serde_json::to_string(&Spec::Probe(request.clone())).unwrap(),
+        );
+        let out = tokio::process::Command::from(cmd)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .await
+            .expect("run probe");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let attempts: Vec<Outcome> = stdout
+            .lines()
+            .filter_map(|l| l.strip_prefix(RESULT_PREFIX))
+            .map(|l| {
+                let a: Attempt = serde_json::from_str(l).expect("attempt JSON");
+                a.reply.ok_or_else(|| a.error.unwrap_or_default())
+            })
+            .collect();
+        assert_eq!(
+            attempts.len(),
+            request.count as usize,
+            "probe from {from} to {} printed {} results:\n{stdout}\n{}",
+            request.target,
+            attempts.len(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        attempts
+    }
+
+    /// `count` connections (TCP) or exchanges (UDP) from `from` to `target`.
+    pub async fn probe(
+        &self,
+        from: From<'_>,
+        proto: Proto,
+        target: SocketAddr,
+        count: u32,
+    ) -> Vec<Outcome> {
+        self.probe_with(from, request(proto, target, count)).await
+    }
+
+    /// Every one of `count` attempts reached a pod; their replies.
+    pub async fn all_reach(
+        &self,
+        from: From<'_>,
+        proto: Proto,
+        target: SocketAddr,
+        count: u32,
+    ) -> Result<Vec<Reply>, String> {
+        let outcomes = self.probe(from, proto, target, count).await;
+        replies(&outcomes).map_err(|e| format!("{proto:?} from {from} to {target}: {e}"))
+    }
+
+    /// Every one of `count` attempts failed, with one of `kinds` (any failure when empty).
+    pub async fn all_fail(
+        &self,
+        from: From<'_>,
+        proto: Proto,
+        target: SocketAddr,
+        count: u32,
+        kinds: &[&str],
+    ) -> Result<(), String> {
+        let outcomes = self.probe(from, proto, target, count).await;
+        let bad: Vec<&Outcome> = outcomes
+            .iter()
+            .filter(|o| match o {
+                Ok(_) => true,
+                Err(kind) => !kinds.is_empty() && !kinds.contains(&kind.as_str()),
+            })
+            .collect();
+        if bad.is_empty() {
+            Ok(())
+        } else {
+            Err(format!(
+                "{proto:?} from {from} to {target}: wanted every attempt to fail ({kinds:?}), got {bad:?}"
+            ))
+        }
+    }
+
+    /// Polls `check` until it succeeds or [`Lab::settle`] passes; the last error otherwise.
+    pub async fn eventually<T, F, Fut>(&self, what: &str, mut check: F) -> Result<T, String>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, String>>,
+    {
+        let deadline = tokio::time::Instant::now() + self.settle();
+        loop {
+            match check().await {
+                Ok(v) => return Ok(v),
+                Err(e) if tokio::time::Instant::now() >= deadline => {
+                    return Err(format!("{what}: not within {:?}: {e}", self.settle()));
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(250)).await,
+            }
+        }
+    }
+}
+
+/// A probe request with the ordinary timeout and no pause between attempts.
+pub fn request(proto: Proto, target: SocketAddr, count: u32) -> Request {
+    Request {
+        proto,
+        target,
+        count,
+        timeout_ms: u64::try_from(ATTEMPT_TIMEOUT.as_millis()).unwrap(),
+        bind: None,
+        send: None,
+        interval_ms: 0,
+        same_socket: false,
+    }
+}
+
+/// The echo replies of `outcomes`, or what went wrong with the first attempt that got none.
+pub fn replies(outcomes: &[Outcome]) -> Result<Vec<Reply>, String> {
+    outcomes
+        .iter()
+        .enumerate()
+        .map(|(i, o)| match o {
+            Ok(text) => Reply::parse(text)
+                .ok_or_else(|| format!("attempt {i}: not an echo reply: {text:?}")),
+            Err(kind) => Err(format!("attempt {i} of {}: {kind}", outcomes.len())),
+        })
+        .collect()
+}
+
+/// The pods that answered.
+pub fn pods_of(replies: &[Reply]) -> BTreeSet<String> {
+    replies.iter().map(|r| r.pod.clone()).collect()
+}
+
+/// `Ok` when `got` equals `want` (pod names), with both in the error otherwise.
+pub fn expect_pods(what: &str, replies: &[Reply], want: &[&str]) -> Result<(), String> {
+    let got = pods_of(replies);
+    let want: BTreeSet<String> = want.iter().map(|s| (*s).to_owned()).collect();
+    if got == want {
+        Ok(())
+    } else {
+        Err(format!("{what}: answered by {got:?}, wanted {want:?}"))
+    }
+}
+
+/// `ip:port`
+pub fn addr(ip: impl Into<IpAddr>, port: u16) -> SocketAddr {
+    SocketAddr::new(ip.into(), port)
+}

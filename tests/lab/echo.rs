@@ -1,0 +1,72 @@
+//! The pod server: answers every TCP connection and every UDP datagram on its ports with one line
+//! naming the pod and the addresses it saw, so a test can tell which endpoint served and whether
+//! the client's address survived (no SNAT) or was replaced by a node's (SNAT).
+//!
+//! Runs inside a pod's network namespace as a lab process (see `helper.rs`); plain std threads,
+//! one per socket and one per TCP connection. It never returns: the lab kills it by pid.
+
+use std::io::{Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::time::Duration;
+
+use super::helper::Proto;
+
+/// The line a pod answers with (newline-terminated); [`super::helper::Reply::parse`] reads it.
+pub fn reply_line(pod: &str, proto: Proto, src: SocketAddr, dst: SocketAddr) -> String {
+    let proto = match proto {
+        Proto::Tcp => "tcp",
+        Proto::Udp => "udp",
+    };
+    format!("pod={pod} proto={proto} src={src} dst={dst}\n")
+}
+
+/// Serves TCP and UDP on every port in `ports` on all IPv4 addresses; never returns.
+pub fn serve(pod: &str, ports: &[u16]) -> ! {
+    for &port in ports {
+        let tcp = TcpListener::bind(("0.0.0.0", port))
+            .unwrap_or_else(|e| panic!("echo {pod}: bind tcp {port}: {e}"));
+        let udp = UdpSocket::bind(("0.0.0.0", port))
+            .unwrap_or_else(|e| panic!("echo {pod}: bind udp {port}: {e}"));
+        let name = pod.to_owned();
+        std::thread::spawn(move || serve_tcp(&name, tcp));
+        let name = pod.to_owned();
+        std::thread::spawn(move || serve_udp(&name, udp));
+    }
+    println!("echo {pod} ready on {ports:?}");
+    loop {
+        std::thread::park();
+    }
+}
+
+fn serve_tcp(pod: &str, listener: TcpListener) {
+    for stream in listener.incoming().flatten() {
+        let pod = pod.to_owned();
+        std::thread::spawn(move || answer_tcp(&pod, stream));
+    }
+}
+
+/// Writes the line, half-closes, then drains what the client sent so that closing does not turn
+/// into a reset that could race the client's read.
+fn answer_tcp(pod: &str, mut stream: TcpStream) {
+    let (Ok(src), Ok(dst)) = (stream.peer_addr(), stream.local_addr()) else {
+        return;
+    };
+    let _ = stream.write_all(reply_line(pod, Proto::Tcp, src, dst).as_bytes());
+    let _ = stream.shutdown(Shutdown::Write);
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
+    let mut sink = [0u8; 512];
+    while matches!(stream.read(&mut sink), Ok(n) if n > 0) {}
+}
+
+fn serve_udp(pod: &str, socket: UdpSocket) {
+    let dst = socket.local_addr().expect("bound udp socket");
+    let mut buf = [0u8; 1500];
+    loop {
+        let Ok((_, src)) = socket.recv_from(&mut buf) else {
+            continue;
+        };
+        // The local address of a wildcard socket is 0.0.0.0; the port is what tells endpoints'
+        // target ports apart, and the address is the pod's only one.
+        let _ = socket.send_to(reply_line(pod, Proto::Udp, src, dst).as_bytes(), src);
+    }
+}

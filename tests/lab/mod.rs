@@ -1,0 +1,196 @@
+//! The cluster lab: a small Kubernetes cluster made of network namespaces on this machine, with a
+//! proxy on every node and echo servers in every pod, for sending real TCP and UDP through the
+//! rules a proxy programs.
+//!
+//! - `topology`: node namespaces on an underlay bridge, host-gateway routes, an external client;
+//!   nothing is linked to the host's namespace.
+//! - `pods`: a namespace per pod behind a veth to its node, each running an echo server.
+//! - `cluster`: Nodes, Services and EndpointSlices in the real API server from `testenv/`,
+//!   mirrored into a manifest directory.
+//! - `proxy`: which proxy runs on the nodes ([`Proxy`]), and what it is known not to do yet.
+//! - `client`, `probe`, `echo`, `helper`: traffic from any lab namespace and what pods answer.
+//! - `scenarios`: the end-to-end suite every dataplane must pass, and its report.
+//!
+//! Cleanup: [`Lab`] owns guards only; dropping it (also while a test panics) kills every process
+//! by pid, deletes every namespace, and deletes the API objects.
+
+#![allow(dead_code)] // each test binary uses a different part of the lab
+#![allow(
+    clippy::disallowed_methods,
+    reason = "the lab is a seam: it starts processes, runs `ip`, and reads the wall clock"
+)]
+
+pub mod client;
+pub mod cluster;
+pub mod echo;
+pub mod helper;
+pub mod pods;
+pub mod probe;
+pub mod proxy;
+pub mod scenarios;
+pub mod topology;
+
+use std::net::Ipv4Addr;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+pub use helper::Proto;
+pub use proxy::{Mode, Proxy};
+
+use crate::testenv::{ChildGuard, TestEnv, require_root, scratch_dir};
+use cluster::{Cluster, Endpoint};
+use pods::Pod;
+use topology::Topology;
+
+/// Nodes in a default lab.
+pub const NODES: usize = 3;
+/// Pods per node in a default lab (`n1-a`, `n1-b`, …).
+pub const PODS_PER_NODE: usize = 2;
+
+/// A proxy process on one node and the API bridge it reads through. Field order is drop order.
+struct NodeProxy {
+    process: ChildGuard,
+    bridge: Option<ChildGuard>,
+}
+
+/// A running lab. Field order is drop order: proxies, then pods (their servers and namespaces),
+/// then the node, client and underlay namespaces, then the API objects.
+pub struct Lab {
+    proxies: std::cell::RefCell<Vec<Option<NodeProxy>>>,
+    pub pods: Vec<Pod>,
+    pub topo: Topology,
+    pub cluster: Cluster,
+    pub proxy: Proxy,
+    env: &'static TestEnv,
+    /// How long a check waits for a change to take effect; scenarios use [`Lab::settle`].
+    settle: std::cell::Cell<Duration>,
+}
+
+impl Lab {
+    /// Builds a default lab ([`NODES`] nodes, [`PODS_PER_NODE`] pods each) running `proxy`.
+    pub async fn start(env: &'static TestEnv, proxy: Proxy) -> Lab {
+        require_root();
+        static LABS: AtomicU32 = AtomicU32::new(0);
+        let prefix = format!("kl{}", LABS.fetch_add(1, Ordering::Relaxed));
+        let topo = Topology::build(&prefix, NODES);
+        let mut pods = Vec::new();
+        for node in &topo.nodes {
+            for k in 0..PODS_PER_NODE {
+                let name = format!("n{}-{}", node.index + 1, char::from(b'a' + k as u8));
+                let [a, b, c, _] = node.pod_gateway.octets();
+                let ip = Ipv4Addr::new(a, b, c, 10 + k as u8);
+                pods.push(Pod::start(&prefix, node, &name, ip));
+            }
+        }
+        let manifests = scratch_dir().join(format!("{prefix}-manifests"));
+        let cluster = Cluster::create(env, "lab", &topo.nodes, &manifests).await;
+        let proxies = topo
+            .nodes
+            .iter()
+            .map(|node| {
+                let (process, bridge) =
+                    proxy.start(env, node, &cluster.node_names[node.index], &manifests);
+                Some(NodeProxy { process, bridge })
+            })
+            .collect::<Vec<_>>()
+            .into();
+        Lab {
+            proxies,
+            pods,
+            topo,
+            cluster,
+            proxy,
+            env,
+            settle: std::cell::Cell::new(Duration::from_secs(20)),
+        }
+    }
+
+    /// How long checks wait for a change to show.
+    pub fn settle(&self) -> Duration {
+        self.settle.get()
+    }
+
+    pub fn set_settle(&self, d: Duration) {
+        self.settle.set(d);
+    }
+
+    /// The pod named `name` (`n1-a`); panics if there is none.
+    pub fn pod(&self, name: &str) -> &Pod {
+        self.pods
+            .iter()
+            .find(|p| p.name == name)
+            .unwrap_or_else(|| panic!("no pod {name} in the lab"))
+    }
+
+    /// The pods on node `index`.
+    pub fn pods_on(&self, index: usize) -> Vec<&Pod> {
+        self.pods.iter().filter(|p| p.node == index).collect()
+    }
+
+    /// A ready endpoint for `pod`, on its node and in its node's zone.
+    pub fn endpoint(&self, pod: &Pod) -> Endpoint {
+        Endpoint {
+            ip: pod.ip.to_string(),
+            node: self.cluster.node_names[pod.node].clone(),
+            zone: cluster::zone(pod.node).to_owned(),
+            ready: true,
+            serving: true,
+            terminating: false,
+            hint_zones: Vec::new(),
+        }
+    }
+
+    /// Ready endpoints for the pods named.
+    pub fn endpoints(&self, names: &[&str]) -> Vec<Endpoint> {
+        names.iter().map(|n| self.endpoint(self.pod(n))).collect()
+    }
+
+    /// Every node's underlay address.
+    pub fn node_ips(&self) -> Vec<Ipv4Addr> {
+        self.topo.nodes.iter().map(|n| n.ip).collect()
+    }
+
+    /// Proxies that have exited, with the end of their logs.
+    pub fn exited_proxies(&mut self) -> Vec<String> {
+        self.proxies
+            .get_mut()
+            .iter_mut()
+            .flatten()
+            .filter_map(|p| {
+                let status = p.process.exited()?;
+                Some(format!(
+                    "{} exited ({status}):\n{}",
+                    p.process.name,
+                    p.process.log_tail(15)
+                ))
+            })
+            .collect()
+    }
+
+    /// Log files of the proxies, for failure messages.
+    pub fn proxy_logs(&self) -> Vec<String> {
+        self.proxies
+            .borrow()
+            .iter()
+            .flatten()
+            .map(|p| p.process.log.display().to_string())
+            .collect()
+    }
+
+    /// Stops the proxy on node `index` (SIGKILL by pid, as a crash would) and its bridge.
+    pub fn stop_proxy(&self, index: usize) {
+        self.proxies.borrow_mut()[index] = None;
+    }
+
+    /// Starts the proxy on node `index` again (after [`Lab::stop_proxy`]).
+    pub fn start_proxy(&self, index: usize) {
+        let node = &self.topo.nodes[index];
+        let (process, bridge) = self.proxy.start(
+            self.env,
+            node,
+            &self.cluster.node_names[index],
+            &self.cluster.manifests,
+        );
+        self.proxies.borrow_mut()[index] = Some(NodeProxy { process, bridge });
+    }
+}

@@ -1,0 +1,137 @@
+//! The traffic probe: a lab process (see `helper.rs`) that opens connections or exchanges
+//! datagrams from inside a namespace and prints one [`Attempt`] per try, so a single process
+//! start covers many connections.
+//!
+//! Errors are classified the way the scenarios care about them: `refused` (a TCP reset or an ICMP
+//! port unreachable: what a REJECT rule sends), `unreachable` (ICMP host/net unreachable: usually
+//! no route, nothing captured the address), `timeout` (dropped), or anything else verbatim.
+
+use std::io::ErrorKind;
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpSocket, UdpSocket};
+
+use super::helper::{Proto, RESULT_PREFIX};
+
+/// What to send where, how often.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Request {
+    pub proto: Proto,
+    pub target: SocketAddr,
+    pub count: u32,
+    /// Per attempt: connect plus reply.
+    pub timeout_ms: u64,
+    /// Source address to bind (the namespace must own it); the kernel's choice when `None`.
+    pub bind: Option<IpAddr>,
+    /// Bytes to send first (TCP: e.g. an HTTP request); UDP always sends at least one byte.
+    pub send: Option<String>,
+    /// Pause between attempts.
+    pub interval_ms: u64,
+    /// UDP only: send every attempt from the same socket (one conntrack flow), not a fresh one.
+    pub same_socket: bool,
+}
+
+/// The outcome of one attempt, as printed after [`RESULT_PREFIX`].
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Attempt {
+    /// Everything the server sent (TCP: until it closed).
+    pub reply: Option<String>,
+    /// `refused`, `unreachable`, `timeout`, `reset` or the error text.
+    pub error: Option<String>,
+    /// Milliseconds from the start of the attempt to its end.
+    pub ms: u64,
+}
+
+/// Runs the request and prints the attempts; returns when done.
+pub fn run(request: &Request) {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("probe runtime");
+    runtime.block_on(async {
+        let mut shared = None;
+        for i in 0..request.count {
+            if i > 0 && request.interval_ms > 0 {
+                tokio::time::sleep(Duration::from_millis(request.interval_ms)).await;
+            }
+            let started = tokio::time::Instant::now();
+            let timeout = Duration::from_millis(request.timeout_ms);
+            let result = match request.proto {
+                Proto::Tcp => tokio::time::timeout(timeout, tcp(request)).await,
+                Proto::Udp => tokio::time::timeout(timeout, udp(request, &mut shared)).await,
+            };
+            let (reply, error) = match result {
+                Ok(Ok(text)) => (Some(text), None),
+                Ok(Err(e)) => (None, Some(classify(&e))),
+                Err(_) => (None, Some("timeout".to_owned())),
+            };
+            let attempt = Attempt {
+                reply,
+                error,
+                ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+            };
+            println!(
+                "{RESULT_PREFIX}{}",
+                serde_json::to_string(&attempt).expect("attempt JSON")
+            );
+        }
+    });
+}
+
+fn classify(e: &std::io::Error) -> String {
+    match e.kind() {
+        ErrorKind::ConnectionRefused => "refused".to_owned(),
+        ErrorKind::HostUnreachable | ErrorKind::NetworkUnreachable => "unreachable".to_owned(),
+        ErrorKind::TimedOut => "timeout".to_owned(),
+        ErrorKind::ConnectionReset => "reset".to_owned(),
+        _ => e.to_string(),
+    }
+}
+
+async fn tcp(request: &Request) -> std::io::Result<String> {
+    let socket = if request.target.is_ipv4() {
+        TcpSocket::new_v4()?
+    } else {
+        TcpSocket::new_v6()?
+    };
+    if let Some(ip) = request.bind {
+        socket.bind(SocketAddr::new(ip, 0))?;
+    }
+    let mut stream = socket.connect(request.target).await?;
+    if let Some(data) = &request.send {
+        stream.write_all(data.as_bytes()).await?;
+    }
+    let mut text = Vec::new();
+    stream.read_to_end(&mut text).await?;
+    Ok(String::from_utf8_lossy(&text).into_owned())
+}
+
+async fn udp(request: &Request, shared: &mut Option<UdpSocket>) -> std::io::Result<String> {
+    let fresh;
+    let socket = match shared {
+        Some(s) if request.same_socket => &*s,
+        _ => {
+            let local = match (request.bind, request.target) {
+                (Some(ip), _) => SocketAddr::new(ip, 0),
+                (None, SocketAddr::V4(_)) => SocketAddr::from(([0, 0, 0, 0], 0)),
+                (None, SocketAddr::V6(_)) => SocketAddr::from(([0u16; 8], 0)),
+            };
+            let s = UdpSocket::bind(local).await?;
+            s.connect(request.target).await?;
+            if request.same_socket {
+                &*shared.insert(s)
+            } else {
+                fresh = s;
+                &fresh
+            }
+        }
+    };
+    let payload = request.send.as_deref().unwrap_or("probe");
+    socket.send(payload.as_bytes()).await?;
+    let mut buf = [0u8; 1500];
+    let n = socket.recv(&mut buf).await?;
+    Ok(String::from_utf8_lossy(&buf[..n]).into_owned())
+}

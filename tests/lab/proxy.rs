@@ -1,0 +1,116 @@
+//! Which proxy runs on the lab's nodes: upstream kube-proxy (the reference) or ours, in a mode.
+//! One process per node namespace, started with the same upstream flags, as that node.
+//!
+//! Upstream reads the API server through a per-node `testenv bridge`. Ours reads the lab's
+//! manifest directory (it cannot watch the API server yet); switch [`Proxy::Ours`] to
+//! `--kubeconfig` in [`Proxy::command`] once it can.
+
+use std::path::Path;
+
+use super::topology::{CLUSTER_CIDR, NodeNet};
+use crate::testenv::{ChildGuard, TestEnv, bridge_apiserver};
+
+/// Why every scenario is expected to fail for our binary, or `None` once it programs rules.
+/// Flipping this one line makes the suite hold ours to every scenario upstream passes.
+pub const OURS_KNOWN_GAP: Option<&str> = Some("no dataplane yet (issue 6)");
+
+/// A dataplane mode, spelled as `--proxy-mode` takes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Nftables,
+    Iptables,
+}
+
+impl Mode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Nftables => "nftables",
+            Mode::Iptables => "iptables",
+        }
+    }
+}
+
+/// The proxy under test.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Proxy {
+    /// `testenv/bin/kube-proxy`: upstream, unchanged.
+    Upstream { mode: Mode },
+    /// The `kube-proxy-rs` binary of this crate.
+    Ours { mode: Mode },
+}
+
+impl Proxy {
+    pub fn mode(self) -> Mode {
+        match self {
+            Proxy::Upstream { mode } | Proxy::Ours { mode } => mode,
+        }
+    }
+
+    /// `upstream/nftables`, `ours/nftables`, …
+    pub fn label(self) -> String {
+        match self {
+            Proxy::Upstream { mode } => format!("upstream/{}", mode.as_str()),
+            Proxy::Ours { mode } => format!("ours/{}", mode.as_str()),
+        }
+    }
+
+    /// Why this proxy fails every scenario today, if it does.
+    pub fn known_gap(self) -> Option<&'static str> {
+        match self {
+            Proxy::Upstream { .. } => None,
+            Proxy::Ours { .. } => OURS_KNOWN_GAP,
+        }
+    }
+
+    /// Whether the proxy reads the API server (and so needs a bridge into the node namespace).
+    fn reads_api_server(self) -> bool {
+        matches!(self, Proxy::Upstream { .. })
+    }
+
+    /// Starts this proxy in `node`'s namespace as Node `node_name`. Returns the proxy and, for a
+    /// proxy that reads the API server, the bridge it reads through (drop the proxy first).
+    pub fn start(
+        self,
+        env: &TestEnv,
+        node: &NodeNet,
+        node_name: &str,
+        manifests: &Path,
+    ) -> (ChildGuard, Option<ChildGuard>) {
+        let bridge = self
+            .reads_api_server()
+            .then(|| bridge_apiserver(env, &node.ns));
+        let mut cmd = self.command(env, node, manifests);
+        cmd.arg(format!("--hostname-override={node_name}"))
+            .arg(format!("--proxy-mode={}", self.mode().as_str()))
+            .arg(format!("--cluster-cidr={CLUSTER_CIDR}"))
+            // nf_conntrack_max cannot be changed inside a network namespace.
+            .arg("--conntrack-max-per-core=0")
+            .arg("--metrics-bind-address=127.0.0.1:10249")
+            .arg("--healthz-bind-address=127.0.0.1:10256")
+            .arg("--v=2");
+        let name = match self {
+            Proxy::Upstream { .. } => "kube-proxy",
+            Proxy::Ours { .. } => "kube-proxy-rs",
+        };
+        let child = ChildGuard::spawn(&format!("{name}-{}", node.ns.name), &mut cmd);
+        (child, bridge)
+    }
+
+    fn command(self, env: &TestEnv, node: &NodeNet, manifests: &Path) -> std::process::Command {
+        match self {
+            Proxy::Upstream { .. } => {
+                let mut cmd = node.ns.command(env.bin("kube-proxy"));
+                cmd.arg(format!(
+                    "--kubeconfig={}",
+                    env.kube_proxy_kubeconfig.display()
+                ));
+                cmd
+            }
+            Proxy::Ours { .. } => {
+                let mut cmd = node.ns.command(env!("CARGO_BIN_EXE_kube-proxy-rs"));
+                cmd.arg(format!("--manifests={}", manifests.display()));
+                cmd
+            }
+        }
+    }
+}

@@ -1,0 +1,297 @@
+//! The end-to-end scenario suite of issue 5: each scenario is an `async fn(&Lab) -> Result`, run
+//! in turn against one shared lab per proxy and mode (each uses its own Services, so they do not
+//! interfere), and judged against what that proxy is expected to do.
+//!
+//! A scenario a proxy cannot pass yet is declared expected-to-fail with its reason (the proxy's
+//! [`Proxy::known_gap`] or the scenario's own `xfail`), still runs (with a short settle time),
+//! and is reported as such; one that unexpectedly passes fails the suite so the declaration gets
+//! updated. Scenarios the lab does not build yet are listed as not run, with why ([`NOT_BUILT`]).
+//! `LAB_SCENARIOS=1,4,9` runs a subset (the rest are reported as not run).
+
+mod basic;
+mod disruption;
+mod external;
+mod policy;
+pub mod report;
+
+use std::net::IpAddr;
+use std::panic::AssertUnwindSafe;
+use std::time::{Duration, Instant};
+
+use futures::FutureExt;
+use futures::future::LocalBoxFuture;
+use k8s_openapi::api::core::v1::Service;
+use serde_json::json;
+
+use super::client::{From, expect_pods};
+use super::{Lab, Proto, Proxy};
+use crate::testenv::TestEnv;
+use report::{Row, Verdict};
+
+type Run = for<'a> fn(&'a Lab) -> LocalBoxFuture<'a, Result<(), String>>;
+
+/// One scenario of the suite.
+pub struct Scenario {
+    /// Its number in issue 5.
+    pub id: u8,
+    pub title: &'static str,
+    pub run: Run,
+    /// Why `proxy` is expected to fail this scenario, beyond its known gap; `None`: must pass.
+    pub xfail: fn(Proxy) -> Option<&'static str>,
+}
+
+/// Every proxy is held to the scenario.
+fn must_pass(_: Proxy) -> Option<&'static str> {
+    None
+}
+
+macro_rules! scenario {
+    ($id:expr, $title:expr, $f:path) => {
+        scenario!($id, $title, $f, must_pass)
+    };
+    ($id:expr, $title:expr, $f:path, $xfail:expr) => {{
+        fn run(lab: &Lab) -> LocalBoxFuture<'_, Result<(), String>> {
+            Box::pin($f(lab))
+        }
+        Scenario {
+            id: $id,
+            title: $title,
+            run,
+            xfail: $xfail,
+        }
+    }};
+}
+
+/// The suite, in issue order.
+pub fn all() -> Vec<Scenario> {
+    vec![
+        scenario!(
+            1,
+            "ClusterIP TCP from every node to every endpoint",
+            basic::cluster_ip_tcp
+        ),
+        scenario!(
+            2,
+            "multi-port, named target ports, split slices",
+            basic::multi_port_named
+        ),
+        scenario!(3, "same port number over TCP and UDP", basic::tcp_and_udp),
+        scenario!(
+            4,
+            "NodePort from outside and from a pod",
+            external::node_ports
+        ),
+        scenario!(
+            5,
+            "LoadBalancer ingress IP, ipMode VIP and Proxy",
+            external::load_balancer
+        ),
+        scenario!(6, "externalIPs", external::external_ips),
+        scenario!(7, "ClientIP session affinity", policy::session_affinity),
+        scenario!(8, "externalTrafficPolicy Cluster", external::etp_cluster),
+        scenario!(
+            9,
+            "externalTrafficPolicy Local + health check",
+            external::etp_local
+        ),
+        scenario!(10, "internalTrafficPolicy Local", policy::itp_local),
+        scenario!(11, "no endpoints: rejected at once", basic::no_endpoints),
+        scenario!(12, "serving terminating endpoints", policy::terminating),
+        scenario!(13, "PreferSameZone with zone hints", policy::topology),
+        scenario!(14, "hairpin: a pod reaches itself", basic::hairpin),
+        scenario!(15, "endpoint removed", basic::endpoint_removed),
+        scenario!(16, "Service deleted", basic::service_deleted),
+        scenario!(17, "loadBalancerSourceRanges", external::source_ranges),
+        scenario!(
+            18,
+            "UDP stream moves when its endpoint is replaced",
+            disruption::udp_endpoint_replaced
+        ),
+        scenario!(
+            19,
+            "proxy restarted under load: zero failures",
+            disruption::proxy_restart
+        ),
+        scenario!(21, "IPv6 single-stack and dual-stack", policy::ipv6, |_| {
+            Some(
+                "the testenv API server has an IPv4-only service CIDR and the lab no IPv6 addresses",
+            )
+        }),
+        scenario!(
+            22,
+            "ignored: proxy-name label, headless, ExternalName",
+            basic::ignored
+        ),
+    ]
+}
+
+/// Scenarios of issue 5 the lab does not build yet, and what they need.
+pub const NOT_BUILT: &[(u8, &str, &str)] = &[
+    (
+        20,
+        "rules deleted by another program come back",
+        "lab: per-mode rule deletion",
+    ),
+    (
+        23,
+        "nodePortAddresses",
+        "lab: per-scenario proxy flags (a second lab)",
+    ),
+    (
+        24,
+        "masqueradeAll and detect-local modes",
+        "lab: per-scenario proxy flags (a second lab)",
+    ),
+];
+
+/// Settle time while a scenario is expected to pass: proxies sync within about a second.
+const SETTLE: Duration = Duration::from_secs(20);
+/// Settle time while it is expected to fail: enough to notice a proxy that does work.
+const SETTLE_XFAIL: Duration = Duration::from_secs(3);
+/// Hard limit for one scenario.
+const SCENARIO_LIMIT: Duration = Duration::from_secs(120);
+
+/// Builds a lab for `proxy`, runs every scenario, prints the summary, and panics if any verdict
+/// is bad (a failure, or an expected failure that passed).
+pub async fn run_suite(proxy: Proxy) {
+    let started = Instant::now();
+    let label = proxy.label();
+    let env = TestEnv::shared();
+    let mut lab = Lab::start(env, proxy).await;
+    report::say(&format!(
+        "lab {label}: started in {:.1}s; proxy logs: {}",
+        started.elapsed().as_secs_f64(),
+        lab.proxy_logs().join(" ")
+    ));
+    #[allow(clippy::disallowed_methods, reason = "a developer's filter")]
+    let only: Option<Vec<u8>> = std::env::var("LAB_SCENARIOS")
+        .ok()
+        .map(|s| s.split(',').filter_map(|n| n.trim().parse().ok()).collect());
+
+    let mut rows = Vec::new();
+    for s in all() {
+        let t0 = Instant::now();
+        let verdict = if only.as_ref().is_some_and(|o| !o.contains(&s.id)) {
+            Verdict::NotRun("not selected by LAB_SCENARIOS".to_owned())
+        } else {
+            let expected = proxy.known_gap().or((s.xfail)(proxy));
+            lab.set_settle(if expected.is_some() {
+                SETTLE_XFAIL
+            } else {
+                SETTLE
+            });
+            let run = tokio::time::timeout(SCENARIO_LIMIT, (s.run)(&lab));
+            let result = match AssertUnwindSafe(run).catch_unwind().await {
+                Ok(Ok(r)) => r,
+                Ok(Err(_)) => Err(format!("scenario took longer than {SCENARIO_LIMIT:?}")),
+                Err(panic) => Err(panic_text(&*panic)),
+            };
+            Verdict::judge(result, expected)
+        };
+        let row = Row {
+            id: s.id,
+            title: s.title,
+            verdict,
+            took: t0.elapsed(),
+        };
+        report::progress(&label, &row);
+        rows.push(row);
+    }
+    for &(id, title, needs) in NOT_BUILT {
+        rows.push(Row {
+            id,
+            title,
+            verdict: Verdict::NotRun(format!("not built yet ({needs})")),
+            took: Duration::ZERO,
+        });
+    }
+    rows.sort_by_key(|r| r.id);
+    let exited = lab.exited_proxies();
+    drop(lab);
+    report::say(&report::summary(&label, &rows, started.elapsed()));
+    let bad: Vec<String> = rows
+        .iter()
+        .filter(|r| r.verdict.is_bad())
+        .map(|r| {
+            format!(
+                "scenario {} ({}): {}: {:?}",
+                r.id,
+                r.title,
+                r.verdict.tag(),
+                r.verdict
+            )
+        })
+        .collect();
+    let proxy_note = if exited.is_empty() || proxy.known_gap().is_some() {
+        String::new()
+    } else {
+        format!("\nproxies that exited:\n{}", exited.join("\n"))
+    };
+    assert!(
+        bad.is_empty() && proxy_note.is_empty(),
+        "{label}: {} scenario(s) went wrong:\n{}{proxy_note}",
+        bad.len(),
+        bad.join("\n")
+    );
+}
+
+fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = panic.downcast_ref::<String>() {
+        format!("panicked: {s}")
+    } else if let Some(s) = panic.downcast_ref::<&str>() {
+        format!("panicked: {s}")
+    } else {
+        "panicked".to_owned()
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Small helpers the scenario files share.
+
+/// The Service's first ClusterIP.
+pub fn cluster_ip(svc: &Service) -> IpAddr {
+    svc.spec
+        .as_ref()
+        .and_then(|s| s.cluster_ip.as_deref())
+        .and_then(|ip| ip.parse().ok())
+        .expect("an allocated ClusterIP")
+}
+
+/// The node port of the Service's `index`th port.
+pub fn node_port(svc: &Service, index: usize) -> u16 {
+    svc.spec
+        .as_ref()
+        .and_then(|s| s.ports.as_ref())
+        .and_then(|p| p.get(index))
+        .and_then(|p| p.node_port)
+        .and_then(|p| u16::try_from(p).ok())
+        .expect("an allocated nodePort")
+}
+
+/// A Service `name` with one TCP port `port` → `target`, plus the fields of `extra` in `spec`.
+pub fn service(name: &str, port: u16, target: u16, extra: serde_json::Value) -> serde_json::Value {
+    let mut spec = json!({
+        "ports": [{ "name": "p", "port": port, "targetPort": target, "protocol": "TCP" }],
+    });
+    if let (Some(spec), Some(extra)) = (spec.as_object_mut(), extra.as_object()) {
+        spec.extend(extra.clone());
+    }
+    json!({ "metadata": { "name": name }, "spec": spec })
+}
+
+/// Waits until `from` reaches `target` over TCP at all, then checks that `count` connections
+/// are answered by exactly the pods in `want`.
+pub async fn reaches_exactly(
+    lab: &Lab,
+    from: From<'_>,
+    target: std::net::SocketAddr,
+    count: u32,
+    want: &[&str],
+) -> Result<(), String> {
+    let what = format!("{from} → {target} reaches {want:?}");
+    lab.eventually(&what, || async {
+        let replies = lab.all_reach(from, Proto::Tcp, target, count).await?;
+        expect_pods(&what, &replies, want)
+    })
+    .await
+}

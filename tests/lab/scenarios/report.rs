@@ -1,0 +1,128 @@
+//! How a scenario ended, judged against what was expected of the proxy, and the summary printed
+//! for a whole suite.
+//!
+//! The summary and per-scenario progress are written straight to the process's stderr, which
+//! libtest does not capture, so they show in `cargo test` output even when the suite passes.
+
+use std::io::Write;
+use std::time::Duration;
+
+/// The verdict on one scenario for one proxy.
+#[derive(Debug, Clone)]
+pub enum Verdict {
+    /// Expected to pass, and did.
+    Pass,
+    /// Expected to pass, and did not: a regression (or a broken lab). Fails the suite.
+    Fail(String),
+    /// Expected to fail for `reason`, and did.
+    XFail { reason: String, error: String },
+    /// Expected to fail for `reason`, but passed: the expectation is stale. Fails the suite, so
+    /// the one line that declares it gets flipped.
+    XPass { reason: String },
+    /// Not run in this invocation (filtered by `LAB_SCENARIOS`) or not built in the lab yet.
+    NotRun(String),
+}
+
+impl Verdict {
+    pub fn judge(result: Result<(), String>, expected_failure: Option<&str>) -> Verdict {
+        match (result, expected_failure) {
+            (Ok(()), None) => Verdict::Pass,
+            (Err(e), None) => Verdict::Fail(e),
+            (Err(error), Some(reason)) => Verdict::XFail {
+                reason: reason.to_owned(),
+                error,
+            },
+            (Ok(()), Some(reason)) => Verdict::XPass {
+                reason: reason.to_owned(),
+            },
+        }
+    }
+
+    pub fn tag(&self) -> &'static str {
+        match self {
+            Verdict::Pass => "pass",
+            Verdict::Fail(_) => "FAIL",
+            Verdict::XFail { .. } => "xfail",
+            Verdict::XPass { .. } => "XPASS",
+            Verdict::NotRun(_) => "not run",
+        }
+    }
+
+    /// Whether the suite fails because of this verdict.
+    pub fn is_bad(&self) -> bool {
+        matches!(self, Verdict::Fail(_) | Verdict::XPass { .. })
+    }
+
+    fn detail(&self) -> String {
+        match self {
+            Verdict::Pass => String::new(),
+            Verdict::Fail(e) => e.clone(),
+            Verdict::XFail { reason, error } => format!("{reason} (saw: {})", first_line(error)),
+            Verdict::XPass { reason } => {
+                format!("expected to fail ({reason}) but passed: update the expectation")
+            }
+            Verdict::NotRun(why) => why.clone(),
+        }
+    }
+}
+
+/// One row of the summary.
+pub struct Row {
+    pub id: u8,
+    pub title: &'static str,
+    pub verdict: Verdict,
+    pub took: Duration,
+}
+
+/// Writes one line to the unbuffered, uncaptured stderr.
+pub fn say(line: &str) {
+    let mut err = std::io::stderr().lock();
+    let _ = writeln!(err, "{line}");
+}
+
+pub fn progress(label: &str, row: &Row) {
+    say(&format!(
+        "lab {label}: {:>2} {:<48} {:<7} {:>5.1}s {}",
+        row.id,
+        row.title,
+        row.verdict.tag(),
+        row.took.as_secs_f64(),
+        first_line(&row.verdict.detail())
+    ));
+}
+
+/// The table of every scenario and the counts, as printed after a suite.
+pub fn summary(label: &str, rows: &[Row], took: Duration) -> String {
+    let mut s = format!(
+        "\n=== lab scenarios for {label} ({:.0}s) ===\n",
+        took.as_secs_f64()
+    );
+    for row in rows {
+        s.push_str(&format!(
+            "{:>2} {:<48} {:<7} {}\n",
+            row.id,
+            row.title,
+            row.verdict.tag(),
+            first_line(&row.verdict.detail())
+        ));
+    }
+    let count = |f: fn(&Verdict) -> bool| rows.iter().filter(|r| f(&r.verdict)).count();
+    s.push_str(&format!(
+        "{label}: {} passed, {} failed, {} expected failures, {} unexpectedly passed, {} not run, of {}\n",
+        count(|v| matches!(v, Verdict::Pass)),
+        count(|v| matches!(v, Verdict::Fail(_))),
+        count(|v| matches!(v, Verdict::XFail { .. })),
+        count(|v| matches!(v, Verdict::XPass { .. })),
+        count(|v| matches!(v, Verdict::NotRun(_))),
+        rows.len()
+    ));
+    s
+}
+
+fn first_line(s: &str) -> &str {
+    let line = s.lines().next().unwrap_or("");
+    match line.char_indices().nth(160) {
+        Some((i, _)) => &line[..i],
+        None => line,
+    }
+}
