@@ -1,5 +1,5 @@
-//! The nftables dataplane: the kernel layout we program, and the pure code that plans, diffs and
-//! renders it (the applier comes separately).
+//! The nftables dataplane: the kernel layout we program, the pure code that plans, diffs,
+//! renders and parses it, and the applier, backend, monitor and cleanup around the kernel.
 //!
 //! # Tables
 //! `table ip kube-proxy-rs` and `table ip6 kube-proxy-rs`: one per family, ours alone, distinct
@@ -63,24 +63,35 @@
 //! Masquerading is by mark: treatment chains `or` the configured bit into the packet mark;
 //! `masquerading` clears it and applies `masquerade fully-random`.
 //!
-//! # Applying (for the applier)
+//! # Applying
 //! [`plan::plan`] gives the desired [`Ruleset`] per family; [`diff::diff`] (last applied, desired)
-//! gives the [`diff::Transaction`]; [`render::render`] gives the `nft -f -` text. Intended
-//! strategy:
-//! - Steady state: diff against what was last applied; send both families' transactions as one
-//!   `nft -f` batch (atomic); replace "last applied" only after success.
-//! - Start-up and full resyncs: diff against the kernel's table parsed into a `Ruleset` (a
-//!   netlink dump: `nft list` is too slow at scale, see the notes), so a restart changes only what
-//!   differs. Never `flush table`: it empties chains but keeps stale sets, and a non-atomic
-//!   flush-then-fill drops traffic in between.
-//! - Without a parsed dump: [`diff::rebuild`] sends `add table; delete table;` and the whole
-//!   ruleset in one batch. Atomic, and established connections survive (their NAT lives in
-//!   conntrack); only remembered affinity clients are lost.
-//! - First start on an empty node: `diff(&Ruleset::empty(f), &want)`; `add table` is idempotent.
+//! gives the [`diff::Transaction`]; [`render::render`] gives the `nft -f -` text; the
+//! [`apply::Applier`] sends it through a [`Backend`] ([`NftCommand`]: `nft -f -`), and
+//! [`NftablesDataplane`] is what the sync runner drives:
+//! - Steady state: diff against what was last applied; both families' transactions go as one
+//!   `nft -f` batch (atomic); "last applied" is replaced only after success.
+//! - Start-up and full resyncs: diff against the kernel's table read back with
+//!   `nft -j list table` and [`parse::parse`], so a restart changes only what differs (zero
+//!   operations when nothing did). Listing through nft is slow at scale (`notes/nft-scale.md`),
+//!   so it happens once per full sync only; a netlink reader is the planned replacement. Never
+//!   `flush table`: it empties chains but keeps stale sets, and a non-atomic flush-then-fill
+//!   drops traffic in between.
+//! - A dump holding objects we cannot name: [`diff::rebuild`] sends `add table; delete table;`
+//!   and the whole ruleset in one batch. Atomic, and established connections survive (their NAT
+//!   lives in conntrack); only remembered affinity clients are lost.
+//! - Outside changes: [`monitor::run`] watches `nft monitor` and marks the next sync full
+//!   through [`Drift`]; the runner awaits [`Drift::changed`] to start it at once.
+//! - `--cleanup`: [`cleanup::cleanup`] removes our tables and upstream's leftovers.
 
+pub mod apply;
+pub mod backend;
+pub mod cleanup;
+pub mod dataplane;
 pub mod diff;
 pub mod mode_config;
+pub mod monitor;
 pub mod names;
+pub mod parse;
 pub mod plan;
 pub mod render;
 pub mod ruleset;
@@ -91,8 +102,11 @@ mod golden_tests;
 #[cfg(test)]
 mod hostile_props;
 
+pub use backend::{Backend, NftCommand};
+pub use dataplane::NftablesDataplane;
 pub use diff::{Op, Transaction, diff, rebuild};
 pub use mode_config::ModeConfig;
+pub use monitor::Drift;
 pub use plan::{plan, plan_all};
 pub use render::{Encoder, NftText, render, render_all};
 pub use ruleset::{Family, Ruleset};

@@ -1,0 +1,169 @@
+//! The nftables mode as the sync runner drives it: plan both families, apply, report.
+//!
+//! Glue between the pure planner, the [`Applier`] and the [`Drift`] the monitor feeds: a sync
+//! is full when the runner asks, after a failed apply, or when an outside change is pending.
+//! Counts for the metrics come from the snapshot and the apply report; nothing here reads a
+//! clock or a registry.
+
+use std::sync::Arc;
+
+use super::apply::{self, Applier};
+use super::backend::{Backend, NftCommand};
+use super::mode_config::ModeConfig;
+use super::monitor::Drift;
+use super::plan::plan_all;
+use super::ruleset::Family;
+use crate::cluster::{Changes, IpFamily, Snapshot, TrafficPolicy};
+use crate::dataplane::{Dataplane, FamilyReport, SyncError, SyncReport};
+
+const MODE: &str = "nftables";
+
+/// See the module doc.
+#[doc(alias = "proxier")]
+pub struct NftablesDataplane<B = NftCommand> {
+    cfg: ModeConfig,
+    applier: Applier<B>,
+    drift: Arc<Drift>,
+}
+
+impl NftablesDataplane<NftCommand> {
+    /// The real mode: `nft` (through `nft`'s prefix, if any), recording its pids in `drift` so
+    /// the monitor can tell our transactions from others'.
+    pub fn new(cfg: ModeConfig, nft: NftCommand, drift: Arc<Drift>) -> NftablesDataplane {
+        let nft = nft.with_own_processes(drift.own_processes());
+        NftablesDataplane::with_backend(cfg, nft, drift)
+    }
+}
+
+impl<B: Backend> NftablesDataplane<B> {
+    /// The mode over any backend (tests pass one that fails on demand).
+    pub fn with_backend(cfg: ModeConfig, backend: B, drift: Arc<Drift>) -> NftablesDataplane<B> {
+        NftablesDataplane {
+            cfg,
+            applier: Applier::new(backend),
+            drift,
+        }
+    }
+
+    pub fn applier(&self) -> &Applier<B> {
+        &self.applier
+    }
+
+    pub fn applier_mut(&mut self) -> &mut Applier<B> {
+        &mut self.applier
+    }
+
+    /// What the monitor and the metrics share with this mode.
+    pub fn drift(&self) -> &Arc<Drift> {
+        &self.drift
+    }
+}
+
+impl<B: Backend> Dataplane for NftablesDataplane<B> {
+    fn mode(&self) -> &'static str {
+        MODE
+    }
+
+    fn sync(
+        &mut self,
+        snapshot: &Snapshot,
+        _changes: &Changes,
+        full: bool,
+    ) -> Result<SyncReport, SyncError> {
+        let outside = self.drift.take_pending();
+        let want = plan_all(snapshot, &self.cfg);
+        let objects: Vec<(Family, usize)> = want.iter().map(|r| (r.family, r.objects())).collect();
+        let report = match self.applier.apply(want.into(), full || outside) {
+            Ok(r) => r,
+            Err(e) => {
+                if outside {
+                    // Still pending: the retry must read the kernel too (it will: a failed
+                    // apply makes the next one full).
+                    tracing::debug!("repair of an outside change failed; retried as a full sync");
+                }
+                return Err(sync_error(e));
+            }
+        };
+        if report.repaired {
+            self.drift.repaired();
+            tracing::warn!(
+                operations = report.operations.iter().map(|(_, n)| n).sum::<usize>(),
+                "repaired our nftables table after an outside change"
+            );
+        }
+        let families = objects
+            .into_iter()
+            .map(|(family, objects)| {
+                let ip = family.ip_family();
+                let (internal, external) = no_local_endpoints(snapshot, ip);
+                FamilyReport {
+                    family: Some(ip),
+                    operations: report
+                        .operations
+                        .iter()
+                        .find(|(f, _)| *f == family)
+                        .map_or(0, |(_, n)| *n),
+                    objects,
+                    no_local_endpoints_internal: internal,
+                    no_local_endpoints_external: external,
+                }
+            })
+            .collect();
+        Ok(SyncReport {
+            full: report.full,
+            families,
+        })
+    }
+}
+
+fn sync_error(e: apply::Error) -> SyncError {
+    match e {
+        apply::Error::Refused { .. } => SyncError::Refused {
+            mode: MODE,
+            message: e.to_string(),
+        },
+        apply::Error::Backend(inner) => SyncError::Io {
+            mode: MODE,
+            message: with_causes(&inner),
+            source: None,
+        },
+    }
+}
+
+/// `error: cause: cause`, on one line.
+fn with_causes(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    while let Some(c) = cause {
+        text.push_str(": ");
+        text.push_str(&c.to_string());
+        cause = c.source();
+    }
+    text
+}
+
+/// Service ports of `family` with a Local internal (external) policy and no local endpoint, as
+/// upstream's `sync_proxy_rules_no_local_endpoints_total` counts them; external only where the
+/// port has an external frontend.
+pub fn no_local_endpoints(snapshot: &Snapshot, family: IpFamily) -> (usize, usize) {
+    let mut internal = 0;
+    let mut external = 0;
+    for state in snapshot.ports.values() {
+        let Some(view) = state.family(family) else {
+            continue;
+        };
+        let no_local = view
+            .local_endpoints()
+            .is_none_or(|mut endpoints| endpoints.next().is_none());
+        if state.port.internal_policy == TrafficPolicy::Local && no_local {
+            internal += 1;
+        }
+        if state.port.external_policy == TrafficPolicy::Local
+            && view.externally_accessible(&state.port)
+            && no_local
+        {
+            external += 1;
+        }
+    }
+    (internal, external)
+}

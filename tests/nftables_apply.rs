@@ -1,0 +1,265 @@
+//! The nftables applier against the real kernel, each test in a fresh network namespace (root):
+//! programming the example cluster and reading it back, small transactions for small changes,
+//! a refused transaction leaving the old rules, adoption on restart, and repair after another
+//! program deletes our table.
+
+#![allow(
+    clippy::disallowed_methods,
+    reason = "kernel tests run nft and ip, and wait on the real clock for the monitor"
+)]
+
+#[path = "support/host.rs"]
+mod host;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use host::NetNs;
+use kube_proxy_rs::cli::load_manifests;
+use kube_proxy_rs::cluster::topology::{self, Features};
+use kube_proxy_rs::cluster::{Changes, IpFamily, Snapshot};
+use kube_proxy_rs::dataplane::Dataplane;
+use kube_proxy_rs::dataplane::nftables::backend::{self, Backend};
+use kube_proxy_rs::dataplane::nftables::parse::parse;
+use kube_proxy_rs::dataplane::nftables::{
+    Drift, Family, ModeConfig, NftCommand, NftablesDataplane, Ruleset, monitor, plan_all,
+};
+
+/// Where `host.rs` puts process logs.
+fn scratch_dir() -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("nftables-apply-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    dir
+}
+
+fn example() -> Snapshot {
+    load_manifests(Path::new("examples/cluster"), "node-a", Features::default())
+        .expect("example loads")
+        .snapshot
+}
+
+/// The example with `default/web`'s last endpoint gone (as if its pod was deleted).
+fn without_one_web_endpoint(snap: &Snapshot) -> Snapshot {
+    let mut ports = (*snap.ports).clone();
+    let (name, state) = ports
+        .iter()
+        .find(|(n, _)| n.to_string().starts_with("default/web:"))
+        .map(|(n, s)| (n.clone(), s.clone()))
+        .expect("default/web is in the example");
+    let mut state = (*state).clone();
+    let view = &mut state.families[0];
+    view.endpoints.pop();
+    let accessible = view.externally_accessible(&state.port);
+    view.selection = topology::select(
+        &view.endpoints,
+        &state.port,
+        accessible,
+        &snap.node,
+        Features::default(),
+    );
+    ports.insert(name, Arc::new(state));
+    Snapshot {
+        node: snap.node.clone(),
+        ports: Arc::new(ports),
+    }
+}
+
+fn dataplane(ns: &NetNs) -> NftablesDataplane {
+    NftablesDataplane::new(
+        ModeConfig::default(),
+        NftCommand::in_netns(&ns.name),
+        Drift::new(),
+    )
+}
+
+/// What the kernel holds, parsed, per family.
+fn kernel(ns: &NetNs) -> Vec<Ruleset> {
+    let mut nft = NftCommand::in_netns(&ns.name);
+    [Family::Ip, Family::Ip6]
+        .into_iter()
+        .map(|f| {
+            let dump = nft.dump(f).expect("dump").expect("our table exists");
+            let parsed = parse(&dump, f).expect("parses");
+            assert!(parsed.unknown.is_empty() && parsed.foreign.is_empty());
+            parsed.ruleset
+        })
+        .collect()
+}
+
+fn planned(snap: &Snapshot) -> Vec<Ruleset> {
+    plan_all(snap, &ModeConfig::default()).into()
+}
+
+fn operations(report: &kube_proxy_rs::dataplane::SyncReport) -> usize {
+    report.families.iter().map(|f| f.operations).sum()
+}
+
+fn no_changes() -> Changes {
+    Changes::default()
+}
+
+#[test]
+fn the_example_cluster_is_programmed_and_reads_back_as_planned() {
+    let ns = NetNs::new("nfa-prog");
+    let snap = example();
+    let mut dp = dataplane(&ns);
+    let report = dp.sync(&snap, &no_changes(), true).expect("first sync");
+    assert!(report.full);
+    assert_eq!(kernel(&ns), planned(&snap));
+    let v4 = &report.families[0];
+    assert_eq!(v4.family, Some(IpFamily::V4));
+    assert_eq!(v4.objects, planned(&snap)[0].objects());
+    // The no-local-endpoint counts come from the snapshot.
+    assert_eq!(
+        (
+            v4.no_local_endpoints_internal,
+            v4.no_local_endpoints_external
+        ),
+        kube_proxy_rs::dataplane::nftables::dataplane::no_local_endpoints(&snap, IpFamily::V4)
+    );
+}
+
+#[test]
+fn one_endpoint_change_sends_a_small_transaction() {
+    let ns = NetNs::new("nfa-small");
+    let before = example();
+    let after = without_one_web_endpoint(&before);
+    let mut dp = dataplane(&ns);
+    dp.sync(&before, &no_changes(), true).expect("first sync");
+    let report = dp.sync(&after, &no_changes(), false).expect("second sync");
+    assert!(!report.full);
+    let ops = operations(&report);
+    assert!(
+        (1..=8).contains(&ops),
+        "one endpoint should touch a handful of elements, not {ops}"
+    );
+    assert_eq!(kernel(&ns), planned(&after));
+}
+
+/// The real backend, made to send a script the kernel refuses when asked: a rule into a chain
+/// that does not exist, appended to the real transaction.
+struct Refusing {
+    inner: NftCommand,
+    refuse_next: bool,
+}
+
+impl Backend for Refusing {
+    fn run(&mut self, script: &str) -> Result<(), backend::Error> {
+        if std::mem::take(&mut self.refuse_next) {
+            let broken = format!("{script}add rule ip kube-proxy-rs no-such-chain accept\n");
+            return self.inner.run(&broken);
+        }
+        self.inner.run(script)
+    }
+
+    fn dump(&mut self, family: Family) -> Result<Option<String>, backend::Error> {
+        self.inner.dump(family)
+    }
+}
+
+#[test]
+fn a_refused_transaction_leaves_the_previous_rules_and_the_next_sync_is_full() {
+    let ns = NetNs::new("nfa-fail");
+    let before = example();
+    let after = without_one_web_endpoint(&before);
+    let backend = Refusing {
+        inner: NftCommand::in_netns(&ns.name),
+        refuse_next: false,
+    };
+    let mut dp = NftablesDataplane::with_backend(ModeConfig::default(), backend, Drift::new());
+    dp.sync(&before, &no_changes(), true).expect("first sync");
+
+    dp.applier_mut().backend_mut().refuse_next = true;
+    let error = dp
+        .sync(&after, &no_changes(), false)
+        .expect_err("the kernel refuses");
+    let text = error.to_string();
+    assert!(
+        text.contains("no-such-chain") && text.contains("script line"),
+        "the error quotes nft and the failing line: {text}"
+    );
+    assert_eq!(kernel(&ns), planned(&before), "the old rules stay");
+
+    let report = dp.sync(&after, &no_changes(), false).expect("retry");
+    assert!(report.full, "the sync after a failure reads the kernel");
+    assert_eq!(kernel(&ns), planned(&after));
+}
+
+#[test]
+fn a_restart_adopts_the_table_and_changes_only_what_differs() {
+    let ns = NetNs::new("nfa-adopt");
+    let before = example();
+    let after = without_one_web_endpoint(&before);
+    dataplane(&ns)
+        .sync(&before, &no_changes(), true)
+        .expect("first run");
+
+    let report = dataplane(&ns)
+        .sync(&before, &no_changes(), true)
+        .expect("restart");
+    assert!(report.full);
+    assert_eq!(operations(&report), 0, "nothing changed, nothing is sent");
+
+    let report = dataplane(&ns)
+        .sync(&after, &no_changes(), true)
+        .expect("restart with a change");
+    let ops = operations(&report);
+    assert!((1..=8).contains(&ops), "only the difference: {ops}");
+    assert_eq!(kernel(&ns), planned(&after));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outside_deletion_is_noticed_and_repaired_by_the_next_sync() {
+    let ns = NetNs::new("nfa-repair");
+    let snap = example();
+    let mut dp = dataplane(&ns);
+    let drift = dp.drift().clone();
+    let watcher = tokio::spawn(monitor::run(NftCommand::in_netns(&ns.name), drift.clone()));
+    dp.sync(&snap, &no_changes(), true).expect("first sync");
+
+    // Wait until the monitor listens: outside changes to a scratch chain until one is seen.
+    let mut listening = false;
+    for i in 0..50 {
+        let probe = format!(
+            "add chain ip kube-proxy-rs probe-{i} ; delete chain ip kube-proxy-rs probe-{i}"
+        );
+        ns.output("nft", &[&probe]);
+        if tokio::time::timeout(Duration::from_millis(200), drift.changed())
+            .await
+            .is_ok()
+        {
+            listening = true;
+            break;
+        }
+    }
+    assert!(listening, "nft monitor never reported an outside change");
+    // Let late reports of earlier probes arrive, then forget them all.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let _ = tokio::time::timeout(Duration::from_millis(10), drift.changed()).await;
+    drift.take_pending();
+    let noticed = drift.noticed();
+
+    // Our own transactions are not outside changes.
+    let changed = without_one_web_endpoint(&snap);
+    dp.sync(&changed, &no_changes(), false).expect("own sync");
+    let quiet = tokio::time::timeout(Duration::from_millis(500), drift.changed()).await;
+    assert!(
+        quiet.is_err(),
+        "our own transaction was taken for an outside change"
+    );
+
+    ns.output("nft", &["delete", "table", "ip", "kube-proxy-rs"]);
+    tokio::time::timeout(Duration::from_secs(2), drift.changed())
+        .await
+        .expect("the deletion is noticed within about a second");
+    assert!(drift.noticed() > noticed);
+    let report = dp.sync(&changed, &no_changes(), false).expect("repair");
+    assert!(report.full, "a pending outside change makes the sync full");
+    assert_eq!(drift.repairs(), 1);
+    assert_eq!(kernel(&ns), planned(&changed));
+
+    watcher.abort();
+    let _ = watcher.await;
+}
