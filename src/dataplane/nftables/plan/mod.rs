@@ -7,7 +7,8 @@
 //! - `service`: one service port's frontends, endpoint lists, no-endpoint verdicts, firewall and
 //!   hairpin elements;
 //! - `affinity`: the chain and dynamic sets of an endpoint list with ClientIP affinity;
-//! - `node_ports`: which node addresses accept NodePorts.
+//! - `node_ports`: which node addresses accept NodePorts;
+//! - `order`: pending elements into key order, once per set.
 //!
 //! Work is proportional to the snapshot (one pass over the service ports), and a change to one
 //! service port changes only that port's elements, plus at most a pick chain for a new
@@ -15,6 +16,7 @@
 
 mod affinity;
 mod node_ports;
+mod order;
 mod service;
 mod skeleton;
 
@@ -81,11 +83,9 @@ impl<'a> Builder<'a> {
 
     /// Moves the pending elements into their sets: sorted by key, the first added kept.
     fn finish(mut self) -> Ruleset {
-        for (name, mut elements) in std::mem::take(&mut self.pending) {
-            elements.sort_by_key(|e| e.0);
-            elements.dedup_by(|later, first| later.0 == first.0);
+        for (name, elements) in std::mem::take(&mut self.pending) {
             let set = self.rules.sets.get_mut(&name).expect("declared");
-            set.elements = elements.into_iter().collect();
+            set.elements = order::sorted(elements);
         }
         self.rules
     }
