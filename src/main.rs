@@ -117,10 +117,7 @@ fn run(config: &Config, node_name: &str, features: Features) -> ExitCode {
         );
     }
     if config.cleanup {
-        tracing::info!(
-            "--cleanup: no dataplane mode is implemented yet, so there is nothing of ours to remove"
-        );
-        return ExitCode::SUCCESS;
+        return cleanup();
     }
     if config.init_only {
         // Upstream's --init-only does the host setup that needs full privileges (conntrack
@@ -134,11 +131,19 @@ fn run(config: &Config, node_name: &str, features: Features) -> ExitCode {
         Err(e) => return fail(e),
     };
     runtime.block_on(async move {
-        let dataplane = cli::run::dataplane(config);
-        let mut proxy = match cli::run::Proxy::build(config, node_name, features, dataplane).await {
-            Ok(p) => p,
-            Err(e) => return fail(chain(&e)),
+        let mode = match cli::run::dataplane(config) {
+            Ok(m) => m,
+            Err(e) => return fail(e),
         };
+        let mut proxy =
+            match cli::run::Proxy::build(config, node_name, features, mode.dataplane).await {
+                Ok(p) => p,
+                Err(e) => return fail(chain(&e)),
+            };
+        if let Some(drift) = mode.drift {
+            proxy.full_sync_on(drift.waker());
+            tokio::spawn(nftables::monitor::run(nftables::NftCommand::new(), drift));
+        }
         let observe = cli::observe::Observe::new(config);
         proxy.on_report(observe.observer());
         tokio::spawn(observe.clone().follow_status(proxy.status.clone()));
@@ -162,6 +167,23 @@ fn run(config: &Config, node_name: &str, features: Features) -> ExitCode {
             }
         }
     })
+}
+
+/// `--cleanup`: removes our nftables tables and upstream kube-proxy's leftovers, whatever the
+/// mode, and exits; 1 when a tool refused.
+fn cleanup() -> ExitCode {
+    let report = nftables::cleanup::cleanup(&nftables::NftCommand::new());
+    for table in &report.tables {
+        tracing::info!(table = %table, "--cleanup: removed nftables table");
+    }
+    for (tool, chains) in &report.iptables {
+        tracing::info!(tool = %tool, chains, "--cleanup: removed KUBE-* chains");
+    }
+    if report.errors.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        fail(format!("--cleanup: {}", report.errors.join("; ")))
+    }
 }
 
 fn runtime() -> Result<tokio::runtime::Runtime, String> {

@@ -4,14 +4,17 @@
 //! Wiring only: building the values and handing them to each other. The handles health and
 //! metrics need ([`Proxy::status`], [`Proxy::reachability`]) are exposed before it runs.
 
+use std::sync::Arc;
+
 use futures::StreamExt as _;
 use futures::stream::BoxStream;
 use tokio::sync::watch;
 
 use crate::cluster::source::{Event, api, manifests};
 use crate::cluster::{Features, Tracker};
-use crate::config::Config;
+use crate::config::{Config, ProxyMode};
 use crate::dataplane::Dataplane;
+use crate::dataplane::nftables::{self, Drift, ModeConfig, NftCommand, NftablesDataplane};
 use crate::sync::{LogOnly, Periods, Runner, Status};
 
 /// Why the proxy could not start.
@@ -23,14 +26,35 @@ pub enum Error {
     Manifests(#[from] manifests::Error),
 }
 
-/// The dataplane for `config`. No mode is implemented yet, so this is the stand-in that follows
-/// and logs the model, and it says so: a mode's `Box<dyn Dataplane>` goes here when it lands.
-pub fn dataplane(config: &Config) -> Box<dyn Dataplane> {
+/// The dataplane of `config`'s mode, and what its kernel watcher needs.
+pub struct Mode {
+    pub dataplane: Box<dyn Dataplane>,
+    /// nftables: what the monitor reports outside changes into. `main` starts
+    /// [`nftables::monitor::run`] with it and hands [`Drift::waker`] to the runner;
+    /// [`Drift::repairs`] is `kubeproxy_rs_nftables_repairs_total`.
+    pub drift: Option<Arc<Drift>>,
+}
+
+/// The dataplane for `config`. nftables is implemented; the other modes get the stand-in that
+/// follows and logs the model, and it says so.
+pub fn dataplane(config: &Config) -> Result<Mode, nftables::mode_config::Error> {
+    if config.mode == ProxyMode::Nftables {
+        let drift = Drift::new();
+        let dataplane =
+            NftablesDataplane::new(ModeConfig::new(config)?, NftCommand::new(), drift.clone());
+        return Ok(Mode {
+            dataplane: Box::new(dataplane),
+            drift: Some(drift),
+        });
+    }
     tracing::warn!(
         mode = config.mode.as_str(),
-        "no dataplane mode is implemented yet: the cluster model is followed and logged, no rules are programmed"
+        "this dataplane mode is not implemented yet: the cluster model is followed and logged, no rules are programmed"
     );
-    Box::new(LogOnly)
+    Ok(Mode {
+        dataplane: Box::new(LogOnly),
+        drift: None,
+    })
 }
 
 /// A proxy ready to run.
@@ -81,6 +105,11 @@ impl Proxy {
         observer: impl FnMut(&crate::sync::Report, &crate::cluster::Snapshot) + Send + 'static,
     ) {
         self.runner.on_report(observer);
+    }
+
+    /// Starts a full sync whenever `trigger` is notified (the dataplane's outside-change monitor).
+    pub fn full_sync_on(&mut self, trigger: Arc<tokio::sync::Notify>) {
+        self.runner.full_sync_on(trigger);
     }
 
     /// Runs until the source ends (a manifest directory's watch can; the API source cannot).

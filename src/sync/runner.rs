@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use futures::{FutureExt as _, Stream, StreamExt as _};
 use k8s_openapi::jiff::Timestamp;
-use tokio::sync::watch;
+use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep_until};
 
@@ -76,6 +76,8 @@ pub struct Runner {
     observers: Vec<Observer>,
     wall: fn() -> Timestamp,
     syncs: u64,
+    /// Notified when the dataplane's kernel state was changed by someone else.
+    full_sync_trigger: Option<Arc<Notify>>,
 }
 
 impl Runner {
@@ -93,7 +95,14 @@ impl Runner {
             observers: Vec::new(),
             wall: system_wall_clock,
             syncs: 0,
+            full_sync_trigger: None,
         }
+    }
+
+    /// Starts a full sync (as soon as `minSyncPeriod` allows) whenever `trigger` is notified: a
+    /// dataplane's monitor saw another program change its kernel state.
+    pub fn full_sync_on(&mut self, trigger: Arc<Notify>) {
+        self.full_sync_trigger = Some(trigger);
     }
 
     /// Replaces the wall clock (tests pin it to get exact latencies).
@@ -124,6 +133,7 @@ impl Runner {
         let mut in_flight: Option<InFlight> = None;
         let mut open = true;
         let mut wait_warn = Instant::now() + INITIAL_WAIT_WARN;
+        let trigger = self.full_sync_trigger.clone();
         while open || in_flight.is_some() {
             let due = match in_flight {
                 None => self.schedule.next(),
@@ -159,6 +169,16 @@ impl Runner {
                     }
                 }
                 reason = timer, if open => in_flight = Some(self.start(reason)),
+                () = async {
+                    match &trigger {
+                        Some(t) => t.notified().await,
+                        None => std::future::pending().await,
+                    }
+                }, if open && self.schedule.is_ready() => {
+                    self.schedule.force_full();
+                    self.schedule.queued(Instant::now());
+                    self.publish();
+                }
                 event = events.next(), if open => match event {
                     Some(event) => open = self.apply_batch(event, &mut events),
                     None => open = false,

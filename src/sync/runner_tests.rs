@@ -377,3 +377,36 @@ async fn the_runner_stops_when_its_source_ends() {
     // The sender side of the status channel goes away with the runner.
     while status.changed().await.is_ok() {}
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_full_sync_trigger_starts_a_full_sync_within_min_sync_period() {
+    let script = Arc::new(Mutex::new(Script::default()));
+    let mut runner = Runner::new(
+        Tracker::new("node-a", Features::default()),
+        Box::new(Fake(script.clone())),
+        Periods::new(s(1), s(30)),
+    )
+    .with_wall_clock(fixed_wall);
+    let trigger = Arc::new(tokio::sync::Notify::new());
+    runner.full_sync_on(trigger.clone());
+    let status = runner.status();
+    let (events, rx) = mpsc::unbounded();
+    tokio::spawn(runner.run(rx));
+    let mut h = Harness {
+        events,
+        status,
+        script,
+        reports: Arc::new(Mutex::new(Vec::new())),
+    };
+    h.list_all();
+    h.until("the first sync", |s| s.syncs_ok == 1).await;
+    tokio::time::sleep(s(5)).await;
+    let before = tokio::time::Instant::now();
+    trigger.notify_one();
+    h.until("the triggered sync", |s| s.syncs_ok == 2).await;
+    assert!(tokio::time::Instant::now() - before <= s(1));
+    assert!(
+        h.seen()[1].full,
+        "an outside change is repaired by a full sync"
+    );
+}

@@ -55,7 +55,7 @@ impl OwnProcesses {
 /// many were noticed and repaired (for `kubeproxy_rs_nftables_repairs_total`).
 #[derive(Debug, Default)]
 pub struct Drift {
-    notify: Notify,
+    notify: Arc<Notify>,
     pending: AtomicBool,
     own: OwnProcesses,
     noticed: AtomicU64,
@@ -86,9 +86,14 @@ impl Drift {
     }
 
     /// Resolves when an outside change was noticed (at once if one came while nobody waited).
-    /// The runner awaits this and starts a full sync.
     pub async fn changed(&self) {
         self.notify.notified().await;
+    }
+
+    /// The wake-up alone, for the sync runner (`Runner::full_sync_on`), which knows nothing of
+    /// nftables: it starts a full sync whenever this is notified.
+    pub fn waker(&self) -> Arc<Notify> {
+        self.notify.clone()
     }
 
     /// Counts a full sync that found the kernel different from what we had programmed.
