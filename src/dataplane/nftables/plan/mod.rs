@@ -8,20 +8,29 @@
 //!   hairpin elements;
 //! - `affinity`: the chain and dynamic sets of an endpoint list with ClientIP affinity;
 //! - `node_ports`: which node addresses accept NodePorts;
-//! - `order`: pending elements into key order, once per set.
+//! - `order`: pending elements into key order, once per set;
+//! - `planner`: the [`Planner`], which keeps the last plan and re-plans only the service ports
+//!   that changed (with `contribution`, one port planned on its own, and `claims`, which port
+//!   owns an element key several ports add).
 //!
 //! Work is proportional to the snapshot (one pass over the service ports), and a change to one
 //! service port changes only that port's elements, plus at most a pick chain for a new
 //! endpoint count.
 
 mod affinity;
+mod claims;
+mod contribution;
 mod node_ports;
 mod order;
+mod patch;
+mod planner;
 mod service;
 mod skeleton;
 
 #[cfg(test)]
 pub(crate) mod fixtures;
+#[cfg(test)]
+mod planner_props;
 #[cfg(test)]
 mod tests;
 
@@ -35,6 +44,7 @@ use super::ruleset::{
 use crate::cluster::{IpFamily, NodeContext, Snapshot};
 
 pub use node_ports::NodePortMatch;
+pub use planner::{Planner, Update};
 
 /// The desired table of one family.
 #[doc(alias = "syncProxyRules")]
@@ -66,6 +76,8 @@ struct Builder<'a> {
     /// Elements per set in the order added; sorted into the sets once at the end, which is far
     /// cheaper than a hundred thousand ordered-map inserts.
     pending: BTreeMap<Name, Vec<(Tuple, Element)>>,
+    /// Planning one service port alone (`contribution`): no skeleton, so sets are undeclared.
+    alone: bool,
 }
 
 impl<'a> Builder<'a> {
@@ -78,6 +90,7 @@ impl<'a> Builder<'a> {
             node_ports: node_ports::resolve(&cfg.node_ports, node, family),
             affinity_seeds: BTreeMap::new(),
             pending: BTreeMap::new(),
+            alone: false,
         }
     }
 
@@ -102,7 +115,7 @@ impl<'a> Builder<'a> {
     /// data: service ports are visited in order, so the first owner wins deterministically.
     fn element(&mut self, set: &Name, key: Tuple, data: Data, comment: Option<&Comment>) {
         debug_assert!(
-            self.rules.sets.contains_key(set),
+            self.alone || self.rules.sets.contains_key(set),
             "set {set} is declared by the skeleton"
         );
         let element = Element {

@@ -1,0 +1,208 @@
+//! One service port's change applied to one family's plan in place, recording what it touched
+//! so the transaction can be computed from the touched parts alone.
+//!
+//! Pure. Removing a port's old contribution drops its claims (a key another port also adds
+//! takes that port's data, a key nobody adds leaves its set), releases its pick chains (a chain
+//! no port uses any more is removed) and removes its affinity chains and sets; adding the new
+//! one does the reverse. Before anything is changed, its previous state is copied into
+//! [`Touched::before`], so `diff(before, after-of-the-same-parts)` is exactly the part of the
+//! full diff that is not empty: untouched parts are equal on both sides.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use super::claims::Holder;
+use super::contribution::{self, Contribution};
+use super::planner::FamilyBooks;
+use crate::cluster::{IpFamily, NodeContext, ServicePortState};
+use crate::dataplane::nftables::diff::{Transaction, diff};
+use crate::dataplane::nftables::mode_config::ModeConfig;
+use crate::dataplane::nftables::names::Name;
+use crate::dataplane::nftables::ruleset::{Family, Ruleset, Set, Tuple};
+
+/// What one family's update touched, and how it was before.
+pub(super) struct Touched {
+    /// The touched chains, sets and keys as they were (absent ones absent).
+    before: Ruleset,
+    chains: BTreeSet<Name>,
+    /// Affinity client sets, compared whole.
+    sets: BTreeSet<Name>,
+    /// Keys of the shared sets.
+    keys: BTreeMap<Name, BTreeSet<Tuple>>,
+}
+
+impl Touched {
+    pub fn new(family: Family) -> Touched {
+        Touched {
+            before: Ruleset::empty(family),
+            chains: BTreeSet::new(),
+            sets: BTreeSet::new(),
+            keys: BTreeMap::new(),
+        }
+    }
+
+    /// The transaction from `before` to the same parts of `rules` (the plan after the update).
+    pub fn transaction(self, rules: &Ruleset) -> Transaction {
+        let mut after = Ruleset::empty(rules.family);
+        for name in &self.chains {
+            if let Some(chain) = rules.chains.get(name) {
+                after.chains.insert(name.clone(), chain.clone());
+            }
+        }
+        for name in &self.sets {
+            if let Some(set) = rules.sets.get(name) {
+                after.sets.insert(name.clone(), set.clone());
+            }
+        }
+        for (name, keys) in &self.keys {
+            let set = &rules.sets[name];
+            let mut part = Set::new(set.decl.clone());
+            for key in keys {
+                if let Some(e) = set.elements.get(key) {
+                    part.elements.insert(*key, e.clone());
+                }
+            }
+            after.sets.insert(name.clone(), part);
+        }
+        diff(&self.before, &after)
+    }
+}
+
+/// One family's plan and bookkeeping, open for one port's change.
+pub(super) struct Patch<'a> {
+    pub rules: &'a mut Ruleset,
+    pub books: &'a mut FamilyBooks,
+    pub family: IpFamily,
+    pub cfg: &'a ModeConfig,
+    pub node: &'a NodeContext,
+    pub touched: &'a mut Touched,
+}
+
+impl Patch<'_> {
+    /// Takes `state`'s contribution `c` out of the plan.
+    pub fn remove(&mut self, state: Option<&Arc<ServicePortState>>, c: &Contribution) {
+        let Some(state) = state else { return };
+        let mut others: BTreeMap<usize, Contribution> = BTreeMap::new();
+        for (set, elements) in &c.elements {
+            for key in elements.keys() {
+                self.touch_key(set, key);
+                let next = match self.books.claims.remove(set, key, state) {
+                    Holder::Same => continue,
+                    Holder::None => None,
+                    Holder::Next(next) => {
+                        let theirs = others
+                            .entry(Arc::as_ptr(&next) as usize)
+                            .or_insert_with(|| self.contribution(&next));
+                        Some(theirs.elements[set][key].clone())
+                    }
+                };
+                let elements = &mut self.set(set).elements;
+                match next {
+                    Some(e) => elements.insert(*key, e),
+                    None => elements.remove(key),
+                };
+            }
+        }
+        for name in c.picks.keys() {
+            self.touch_chain(name);
+            let count = self.books.picks.get_mut(name).expect("counted");
+            *count -= 1;
+            if *count == 0 {
+                self.books.picks.remove(name);
+                self.rules.chains.remove(name);
+            }
+        }
+        for name in c.affinity_chains.keys() {
+            self.touch_chain(name);
+            self.rules.chains.remove(name);
+            self.books.seeds.remove(name);
+        }
+        for name in c.affinity_sets.keys() {
+            self.touch_set(name);
+            self.rules.sets.remove(name);
+        }
+    }
+
+    /// Puts `state`'s contribution `c` into the plan.
+    pub fn add(&mut self, state: Option<&Arc<ServicePortState>>, c: &Contribution) {
+        let Some(state) = state else { return };
+        for (set, elements) in &c.elements {
+            for (key, element) in elements {
+                self.touch_key(set, key);
+                if self.books.claims.add(set, *key, state) {
+                    self.set(set).elements.insert(*key, element.clone());
+                }
+            }
+        }
+        for (name, chain) in &c.picks {
+            self.touch_chain(name);
+            let count = self.books.picks.entry(name.clone()).or_default();
+            *count += 1;
+            if *count == 1 {
+                self.rules.chains.insert(name.clone(), chain.clone());
+            }
+        }
+        for (name, chain) in &c.affinity_chains {
+            self.touch_chain(name);
+            self.rules.chains.insert(name.clone(), chain.clone());
+        }
+        for (name, seed) in &c.seeds {
+            self.books.seeds.insert(name.clone(), seed.clone());
+        }
+        for (name, set) in &c.affinity_sets {
+            self.touch_set(name);
+            self.rules.sets.insert(name.clone(), set.clone());
+        }
+    }
+
+    fn contribution(&self, state: &ServicePortState) -> Contribution {
+        let np = self.books.node_ports.as_ref().expect("set by replan");
+        contribution::of(state, self.family, self.cfg, self.node, np)
+    }
+
+    fn set(&mut self, name: &Name) -> &mut Set {
+        self.rules
+            .sets
+            .get_mut(name)
+            .expect("declared by the skeleton")
+    }
+
+    fn touch_key(&mut self, set: &Name, key: &Tuple) {
+        let keys = match self.touched.keys.get_mut(set) {
+            Some(k) => k,
+            None => self.touched.keys.entry(set.clone()).or_default(),
+        };
+        if !keys.insert(*key) {
+            return;
+        }
+        let current = &self.rules.sets[set];
+        let before = match self.touched.before.sets.get_mut(set) {
+            Some(s) => s,
+            None => (self.touched.before.sets)
+                .entry(set.clone())
+                .or_insert_with(|| Set::new(current.decl.clone())),
+        };
+        if let Some(e) = current.elements.get(key) {
+            before.elements.insert(*key, e.clone());
+        }
+    }
+
+    fn touch_chain(&mut self, name: &Name) {
+        if self.touched.chains.insert(name.clone())
+            && let Some(chain) = self.rules.chains.get(name)
+        {
+            self.touched
+                .before
+                .chains
+                .insert(name.clone(), chain.clone());
+        }
+    }
+
+    fn touch_set(&mut self, name: &Name) {
+        if self.touched.sets.insert(name.clone())
+            && let Some(set) = self.rules.sets.get(name)
+        {
+            self.touched.before.sets.insert(name.clone(), set.clone());
+        }
+    }
+}
