@@ -86,6 +86,11 @@ impl<B: Backend> Applier<B> {
         self.last.as_deref()
     }
 
+    /// The backend, for measurements.
+    pub fn backend(&self) -> &B {
+        &self.backend
+    }
+
     /// The backend, for tests that fail it on demand.
     pub fn backend_mut(&mut self) -> &mut B {
         &mut self.backend

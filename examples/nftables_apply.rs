@@ -1,0 +1,244 @@
+//! Times the nftables applier against the real kernel (root): cold apply into an empty network
+//! namespace, one endpoint change, and a restart's adoption, at 10,000 Services × 10 endpoints,
+//! 44,000 × 1 and 5,000 × 50. Not a test: timings are reported, never asserted.
+//!
+//! Run: `sudo cargo run --release --example nftables_apply [SERVICES ENDPOINTS ...]`.
+//! Each size runs in its own namespace `nfa-bench-<pid>`, deleted afterwards. Results go to
+//! docs/benchmarks.md.
+
+#![allow(
+    clippy::disallowed_methods,
+    reason = "a timing harness: it reads the clock and runs ip"
+)]
+
+use std::collections::BTreeMap;
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use kube_proxy_rs::cluster::Changes;
+use kube_proxy_rs::cluster::model::{
+    Endpoint, FamilyView, IpFamily, NodeAddress, NodeContext, Protocol, ServiceKey, ServicePort,
+    ServicePortName, ServicePortState, ServiceType, Snapshot, TrafficPolicy,
+};
+use kube_proxy_rs::cluster::topology::{self, Features};
+use kube_proxy_rs::dataplane::Dataplane;
+use kube_proxy_rs::dataplane::nftables::backend::{self, Backend};
+use kube_proxy_rs::dataplane::nftables::{
+    Drift, Family, ModeConfig, NftCommand, NftablesDataplane, plan_all,
+};
+
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// The real backend, timing each nft run and dump.
+struct Timed {
+    inner: NftCommand,
+    run: Duration,
+    dump: Duration,
+    script_bytes: usize,
+}
+
+impl Backend for Timed {
+    fn run(&mut self, script: &str) -> Result<(), backend::Error> {
+        let t = Instant::now();
+        let r = self.inner.run(script);
+        self.run += t.elapsed();
+        self.script_bytes += script.len();
+        r
+    }
+
+    fn dump(&mut self, family: Family) -> Result<Option<String>, backend::Error> {
+        let t = Instant::now();
+        let r = self.inner.dump(family);
+        self.dump += t.elapsed();
+        r
+    }
+}
+
+struct Netns(String);
+
+impl Netns {
+    fn new() -> Netns {
+        let name = format!("nfa-bench-{}", std::process::id());
+        let ok = Command::new("ip").args(["netns", "add", &name]).status();
+        assert!(ok.is_ok_and(|s| s.success()), "ip netns add (root?)");
+        Netns(name)
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
+    }
+}
+
+fn node() -> NodeContext {
+    let mut n = NodeContext::named("node-0");
+    n.known = true;
+    n.addresses.push(NodeAddress {
+        kind: "InternalIP".into(),
+        ip: "10.0.0.1".parse().unwrap(),
+    });
+    n
+}
+
+/// Service `i` (ClusterIP, TCP 80) with `endpoints` endpoints; `shift` moves one endpoint.
+fn state(i: usize, endpoints: usize, shift: bool, node: &NodeContext) -> Arc<ServicePortState> {
+    let port = ServicePort {
+        name: ServicePortName {
+            service: ServiceKey::new(&format!("ns-{}", i % 100), &format!("svc-{i}")),
+            port: "http".into(),
+            protocol: Protocol::Tcp,
+        },
+        service_type: ServiceType::ClusterIP,
+        port: 80,
+        node_port: None,
+        affinity_timeout_seconds: None,
+        internal_policy: TrafficPolicy::Cluster,
+        external_policy: TrafficPolicy::Cluster,
+        health_check_node_port: None,
+        traffic_distribution: None,
+        allocate_load_balancer_node_ports: true,
+    };
+    let mut eps: Vec<Endpoint> = (0..endpoints)
+        .map(|e| {
+            let n = i * endpoints + e;
+            Endpoint {
+                ip: format!("10.{}.{}.{}", 128 + n / 65_536 % 64, n / 256 % 256, n % 256)
+                    .parse()
+                    .unwrap(),
+                port: 8080,
+                ready: true,
+                serving: true,
+                terminating: false,
+                node_name: Some(format!("node-{}", n % 100).into()),
+                zone: None,
+                zone_hints: vec![],
+                node_hints: vec![],
+                is_local: n.is_multiple_of(100),
+            }
+        })
+        .collect();
+    if shift {
+        eps[0].ip = "10.200.0.1".parse().unwrap();
+    }
+    eps.sort_by_key(|e| (e.ip, e.port));
+    let selection = topology::select(&eps, &port, false, node, Features::default());
+    let view = FamilyView {
+        family: IpFamily::V4,
+        cluster_ip: format!("10.{}.{}.{}", 96 + i / 64_000, i / 250 % 256, i % 250 + 1)
+            .parse()
+            .unwrap(),
+        external_ips: vec![],
+        load_balancer_ips: vec![],
+        load_balancer_source_ranges: vec![],
+        endpoints: eps,
+        selection,
+    };
+    Arc::new(ServicePortState {
+        port,
+        families: vec![view],
+    })
+}
+
+fn snapshot(services: usize, endpoints: usize, shifted: Option<usize>) -> Snapshot {
+    let node = node();
+    let ports: BTreeMap<_, _> = (0..services)
+        .map(|i| {
+            let s = state(i, endpoints, shifted == Some(i), &node);
+            (s.port.name.clone(), s)
+        })
+        .collect();
+    Snapshot {
+        node: Arc::new(node),
+        ports: Arc::new(ports),
+    }
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.1} ms", d.as_secs_f64() * 1000.0)
+}
+
+fn dataplane(ns: &Netns) -> NftablesDataplane<Timed> {
+    let backend = Timed {
+        inner: NftCommand::in_netns(&ns.0),
+        run: Duration::ZERO,
+        dump: Duration::ZERO,
+        script_bytes: 0,
+    };
+    NftablesDataplane::with_backend(ModeConfig::default(), backend, Drift::new())
+}
+
+fn measure(services: usize, endpoints: usize) {
+    println!("== {services} services x {endpoints} endpoints");
+    let ns = Netns::new();
+    let cfg = ModeConfig::default();
+    let snap = snapshot(services, endpoints, None);
+    let moved = snapshot(services, endpoints, Some(services / 2));
+    let t = Instant::now();
+    let planned = plan_all(&snap, &cfg);
+    println!("plan (both families): {}", ms(t.elapsed()));
+    let objects: usize = planned.iter().map(|r| r.objects()).sum();
+
+    let mut dp = dataplane(&ns);
+    let t = Instant::now();
+    let r = dp.sync(&snap, &Changes::default(), true).expect("cold");
+    let total = t.elapsed();
+    let b = dp.applier().backend();
+    println!(
+        "cold apply: total {} (nft -f {}, empty-table probe {}), {} operations, {} objects, script {} KB",
+        ms(total),
+        ms(b.run),
+        ms(b.dump),
+        r.families.iter().map(|f| f.operations).sum::<usize>(),
+        objects,
+        b.script_bytes / 1024
+    );
+
+    let b = dp.applier_mut().backend_mut();
+    b.run = Duration::ZERO;
+    b.script_bytes = 0;
+    let t = Instant::now();
+    let r = dp
+        .sync(&moved, &Changes::default(), false)
+        .expect("one change");
+    let total = t.elapsed();
+    let b = dp.applier().backend();
+    println!(
+        "one endpoint change: total {} (nft -f {}), {} operations, script {} bytes",
+        ms(total),
+        ms(b.run),
+        r.families.iter().map(|f| f.operations).sum::<usize>(),
+        b.script_bytes
+    );
+
+    let mut restarted = dataplane(&ns);
+    let t = Instant::now();
+    let r = restarted
+        .sync(&moved, &Changes::default(), true)
+        .expect("adopt");
+    let total = t.elapsed();
+    let b = restarted.applier().backend();
+    println!(
+        "restart (adopt, nothing changed): total {} (nft -j list {}), {} operations",
+        ms(total),
+        ms(b.dump),
+        r.families.iter().map(|f| f.operations).sum::<usize>()
+    );
+}
+
+fn main() {
+    let args: Vec<usize> = std::env::args()
+        .skip(1)
+        .map(|a| a.parse().expect("numbers: SERVICES ENDPOINTS ..."))
+        .collect();
+    let sizes: Vec<(usize, usize)> = if args.is_empty() {
+        vec![(10_000, 10), (44_000, 1), (5_000, 50)]
+    } else {
+        args.chunks(2).map(|c| (c[0], c[1])).collect()
+    };
+    for (s, e) in sizes {
+        measure(s, e);
+    }
+}
