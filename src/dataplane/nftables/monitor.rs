@@ -25,9 +25,11 @@ use super::names;
 /// covers every transaction whose events can still be in flight.
 const OWN_PIDS: usize = 64;
 
-/// How long to wait before restarting a `nft monitor` that exited, so a broken `nft` cannot
-/// spin. Events may have been missed meanwhile, so a restart also asks for a full sync.
+/// How long to wait before restarting a `nft monitor` that exited, doubling while it keeps
+/// failing, so a broken `nft` can neither spin nor cause a full sync every second. Events may
+/// have been missed meanwhile, so a restart also asks for a full sync.
 const RESTART_DELAY: Duration = Duration::from_secs(1);
+const RESTART_DELAY_MAX: Duration = Duration::from_secs(60);
 
 /// Pids of the `nft -f` processes we started; shared by the backend (writes) and the monitor
 /// (reads).
@@ -159,7 +161,9 @@ fn names_our_table(line: &str) -> bool {
 /// reports outside changes to `drift`. Restarts nft if it exits.
 pub async fn run(nft: NftCommand, drift: Arc<Drift>) {
     let own = drift.own_processes();
+    let mut delay = RESTART_DELAY;
     loop {
+        let started = tokio::time::Instant::now();
         let mut cmd = tokio::process::Command::from(nft.command(["monitor"]));
         cmd.stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::piped())
@@ -187,7 +191,12 @@ pub async fn run(nft: NftCommand, drift: Arc<Drift>) {
             }
             Err(error) => tracing::warn!(%error, "cannot start nft monitor; retrying"),
         }
-        tokio::time::sleep(RESTART_DELAY).await;
+        delay = if started.elapsed() >= RESTART_DELAY_MAX {
+            RESTART_DELAY
+        } else {
+            (delay * 2).min(RESTART_DELAY_MAX)
+        };
+        tokio::time::sleep(delay).await;
         // Changes made while nobody watched are found by a full sync.
         drift.notice();
     }
