@@ -4,6 +4,9 @@
 //! - `cold_diff_render`: diff against an empty table and render the whole script (first start).
 //! - `one_endpoint_change`: plan a snapshot where one endpoint moved, diff it against the
 //!   previous plan and render the transaction (what a one-endpoint sync costs before `nft`).
+//! - `one_endpoint_change_incremental`: the same change through the incremental `Planner`
+//!   (re-plans the changed service port only and yields the transaction), then render.
+//!   Goal: ≤ 10 ms.
 //!
 //! Run: `cargo bench --bench nftables`. Results go to docs/benchmarks.md.
 
@@ -12,12 +15,13 @@ use std::hint::black_box;
 use std::sync::Arc;
 
 use criterion::{Criterion, criterion_group, criterion_main};
+use kube_proxy_rs::cluster::Changes;
 use kube_proxy_rs::cluster::model::{
     Endpoint, FamilyView, IpFamily, NodeAddress, NodeContext, Protocol, ServiceKey, ServicePort,
     ServicePortName, ServicePortState, ServiceType, Snapshot, TrafficPolicy,
 };
 use kube_proxy_rs::cluster::topology::{self, Features};
-use kube_proxy_rs::dataplane::nftables::{self, ModeConfig, Ruleset};
+use kube_proxy_rs::dataplane::nftables::{self, ModeConfig, Planner, Ruleset};
 
 /// The same allocator as the binary, so the numbers are the product's.
 #[global_allocator]
@@ -147,6 +151,22 @@ fn bench(c: &mut Criterion) {
                 .map(|(l, w)| nftables::diff(l, w))
                 .collect();
             black_box(nftables::render_all(&ts).len())
+        })
+    });
+    let changes = Changes {
+        ports: [port(SERVICES / 2).0.name].into(),
+        ..Changes::default()
+    };
+    let mut planner = Planner::new(cfg.clone());
+    planner.update(&snap, &changes);
+    // Each iteration moves the endpoint there or back: always one change from the last plan.
+    let mut there = false;
+    g.bench_function("one_endpoint_change_incremental", |b| {
+        b.iter(|| {
+            there = !there;
+            let next = if there { &after_snap } else { &snap };
+            let update = planner.update(next, &changes);
+            black_box(nftables::render_all(&update.transactions).len())
         })
     });
     g.finish();

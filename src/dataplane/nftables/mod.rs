@@ -82,6 +82,10 @@
 //! - Outside changes: [`monitor::run`] watches `nft monitor` and marks the next sync full
 //!   through [`Drift`]; the runner awaits [`Drift::changed`] to start it at once.
 //! - `--cleanup`: [`cleanup::cleanup`] removes our tables and upstream's leftovers.
+//! - Incremental: [`Planner`] keeps the last plan and, given the tracker's changes, re-plans
+//!   only the changed service ports and returns the transactions from its previous plan (equal
+//!   to `plan_all` + `diff`, at a cost proportional to the change). They apply while the kernel
+//!   holds the planner's previous plan; otherwise diff against [`Planner::rulesets`].
 
 pub mod apply;
 pub mod backend;
@@ -107,7 +111,7 @@ pub use dataplane::NftablesDataplane;
 pub use diff::{Op, Transaction, diff, rebuild};
 pub use mode_config::ModeConfig;
 pub use monitor::Drift;
-pub use plan::{plan, plan_all};
+pub use plan::{Planner, Update, plan, plan_all};
 pub use render::{Encoder, NftText, render, render_all};
 pub use ruleset::{Family, Ruleset};
 
