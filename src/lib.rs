@@ -10,6 +10,7 @@
 pub mod cli;
 pub mod cluster;
 pub mod config;
+pub mod conntrack;
 pub mod dataplane;
 pub mod health;
 pub mod metrics;

@@ -8,6 +8,7 @@ use clap::Parser;
 use kube_proxy_rs::cli::{self, Cli, Command};
 use kube_proxy_rs::cluster::Features;
 use kube_proxy_rs::config::{self, Config, Flags, LogFormat};
+use kube_proxy_rs::conntrack;
 use kube_proxy_rs::dataplane::nftables;
 
 #[global_allocator]
@@ -119,10 +120,11 @@ fn run(config: &Config, node_name: &str, features: Features) -> ExitCode {
     if config.cleanup {
         return cleanup();
     }
+    set_conntrack_sysctls(config);
     if config.init_only {
-        // Upstream's --init-only does the host setup that needs full privileges (conntrack
-        // sysctls) and exits; none of ours needs them yet, so there is nothing to do.
-        tracing::info!("--init-only: no privileged host setup is needed yet; exiting");
+        // Upstream's --init-only does the host setup that needs full privileges (the conntrack
+        // sysctls) and exits, so the long-running proxy can do with CAP_NET_ADMIN.
+        tracing::info!("--init-only: privileged host setup done; exiting");
         return ExitCode::SUCCESS;
     }
     tracing::info!(node = node_name, mode = config.mode.as_str(), "starting");
@@ -155,6 +157,10 @@ fn run(config: &Config, node_name: &str, features: Features) -> ExitCode {
         if let Some(address) = config.healthz_bind_address {
             tokio::spawn(observe.clone().serve_health(address));
         }
+        if config.mode == config::ProxyMode::Nftables {
+            // Only a mode that programs rules has flows to clean up after.
+            tokio::spawn(observe.clone().reconcile_conntrack(config.sync_period));
+        }
         tokio::spawn(observe.serve_metrics(config.metrics_bind_address, config.clone()));
         tokio::select! {
             () = proxy.run() => {
@@ -167,6 +173,27 @@ fn run(config: &Config, node_name: &str, features: Features) -> ExitCode {
             }
         }
     })
+}
+
+/// Sets the conntrack sysctls from the configuration; each one the kernel refuses (read-only in
+/// a network namespace, no permission) is one warning, and start-up goes on.
+fn set_conntrack_sysctls(config: &Config) {
+    let applied = conntrack::sysctls::apply(&conntrack::sysctls::Host::real(), &config.conntrack);
+    for w in &applied.written {
+        tracing::info!(
+            sysctl = w.key.path(),
+            value = w.value,
+            "set conntrack sysctl"
+        );
+    }
+    for (w, error) in &applied.refused {
+        tracing::warn!(
+            sysctl = w.key.path(),
+            value = w.value,
+            %error,
+            "cannot set conntrack sysctl; going on with the kernel's value"
+        );
+    }
 }
 
 /// `--cleanup`: removes our nftables tables and upstream kube-proxy's leftovers, whatever the

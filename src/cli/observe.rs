@@ -1,5 +1,6 @@
-//! Connects the sync runner to health and metrics: each sync report and status change becomes
-//! health state, metric observations and Service health-check listeners; and the `/healthz` and
+//! Connects the sync runner to health, metrics and conntrack: each sync report and status change
+//! becomes health state, metric observations, Service health-check listeners and the UDP/SCTP
+//! frontends the conntrack reconciler compares with the kernel; and the `/healthz` and
 //! `/metrics` servers are started on their configured addresses.
 //!
 //! Wiring only: the rules live in `health` (upstream's staleness rule, the JSON answers) and
@@ -16,6 +17,7 @@ use tokio::sync::watch;
 
 use crate::cluster::{IpFamily, NodeContext, ServiceKey, Snapshot};
 use crate::config::{Config, NodePortAddresses, ProxyMode};
+use crate::conntrack;
 use crate::health::service::{Check, Listen, Servers, desired};
 use crate::health::{ProxyHealth, SharedHealth};
 use crate::metrics::Metrics;
@@ -41,6 +43,8 @@ pub struct Observe {
     /// primary family (the one `bindAddress` selects), as upstream's single-stack proxier would.
     primary: IpFamily,
     wanted: watch::Sender<Option<Wanted>>,
+    /// The UDP/SCTP frontends of the last successful sync, for the conntrack reconciler.
+    frontends: watch::Sender<Option<Arc<conntrack::Frontends>>>,
 }
 
 impl Observe {
@@ -53,6 +57,7 @@ impl Observe {
             mode: config.mode,
             primary: IpFamily::of(&config.bind_address),
             wanted: watch::Sender::new(None),
+            frontends: watch::Sender::new(None),
         }
     }
 
@@ -79,6 +84,16 @@ impl Observe {
             }
         }
         if let Ok(sync) = &report.outcome {
+            // Only after a successful sync: the kernel's rules then match the model, so new
+            // flows reach the endpoints it names. Unchanged frontends wake nobody.
+            let frontends = conntrack::Frontends::from_snapshot(snapshot);
+            self.frontends.send_if_modified(|current| {
+                let changed = current.as_deref() != Some(&frontends);
+                if changed {
+                    *current = Some(Arc::new(frontends));
+                }
+                changed
+            });
             self.metrics.record_report(sync);
             for latency in &report.latencies {
                 self.metrics
@@ -134,6 +149,12 @@ impl Observe {
             let report = servers.update(&w.checks).await;
             self.metrics.set_health_checks(&report);
         }
+    }
+
+    /// Deletes stale UDP and SCTP conntrack flows after every sync that changed a frontend's
+    /// endpoints, and every `period` (the sync period) so a missed pass is repaired.
+    pub async fn reconcile_conntrack(self, period: Duration) {
+        conntrack::reconcile::run(self.frontends.subscribe(), period, self.metrics.clone()).await
     }
 
     /// Serves `/healthz` and `/livez`, rebinding until the address is free.

@@ -1,0 +1,274 @@
+//! ctnetlink messages as bytes: the dump and delete requests we send, and the kernel's replies
+//! read back into [`Flow`]s, acknowledgements and errors.
+//!
+//! Pure: no I/O, never panics on kernel input. Message layouts come from
+//! `netlink-packet-netfilter` (its conntrack types cover the tuples, status and timeout); the
+//! two attributes it has no variant for, `CTA_ID` and `CTA_ZONE`, are carried as raw
+//! attributes here. A message that cannot be decoded becomes [`Reply::Undecodable`] rather than
+//! an error, so one entry the crate does not understand never stops a reconcile.
+
+use std::net::IpAddr;
+
+use netlink_packet_core::{
+    DefaultNla, NLM_F_ACK, NLM_F_DUMP, NLM_F_REQUEST, NetlinkHeader, NetlinkMessage, NetlinkPayload,
+};
+use netlink_packet_netfilter::conntrack::{
+    ConntrackAttribute, ConntrackMessage, IPTuple, ProtoTuple, Protocol as L4, Tuple as Nested,
+};
+use netlink_packet_netfilter::{
+    NetfilterHeader, NetfilterMessage, NetfilterMessageInner, NetfilterProtoFamily,
+};
+
+use super::flow::{Flow, Tuple};
+use crate::cluster::IpFamily;
+
+/// `CTA_ID` (`include/uapi/linux/netfilter/nfnetlink_conntrack.h`), a big-endian u32.
+const CTA_ID: u16 = 12;
+/// `CTA_ZONE`, a big-endian u16.
+const CTA_ZONE: u16 = 18;
+/// Attribute type bits without `NLA_F_NESTED` and `NLA_F_NET_BYTEORDER`.
+const NLA_TYPE_MASK: u16 = 0x3fff;
+/// `NFNETLINK_V0`.
+const NFNETLINK_V0: u8 = 0;
+/// netlink message header length, and the alignment of messages in a datagram.
+const HEADER_LEN: usize = 16;
+const ALIGN: usize = 4;
+
+/// One message of a kernel reply, with the sequence number of the request it answers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Reply {
+    /// A conntrack entry of a dump.
+    Flow { seq: u32, flow: Flow },
+    /// A conntrack message without the tuples a flow needs (or of a protocol family we do not
+    /// track); counted, not an error.
+    Skipped { seq: u32 },
+    /// A message the decoder could not read; counted, not an error.
+    Undecodable { seq: u32, reason: String },
+    /// The end of a dump.
+    Done { seq: u32 },
+    /// A request succeeded (an `NLMSG_ERROR` with code 0).
+    Ack { seq: u32 },
+    /// A request failed with this errno (positive, e.g. 2 for `ENOENT`).
+    Error { seq: u32, errno: i32 },
+}
+
+impl Reply {
+    pub fn seq(&self) -> u32 {
+        match self {
+            Reply::Flow { seq, .. }
+            | Reply::Skipped { seq }
+            | Reply::Undecodable { seq, .. }
+            | Reply::Done { seq }
+            | Reply::Ack { seq }
+            | Reply::Error { seq, .. } => *seq,
+        }
+    }
+}
+
+fn nf_family(family: IpFamily) -> NetfilterProtoFamily {
+    match family {
+        IpFamily::V4 => NetfilterProtoFamily::IPv4,
+        IpFamily::V6 => NetfilterProtoFamily::IPv6,
+    }
+}
+
+fn serialize(family: IpFamily, flags: u16, seq: u32, message: ConntrackMessage) -> Vec<u8> {
+    let mut header = NetlinkHeader::default();
+    header.flags = flags;
+    header.sequence_number = seq;
+    let payload = NetfilterMessage::new(
+        NetfilterHeader::new(nf_family(family), NFNETLINK_V0, 0),
+        message,
+    );
+    let mut message = NetlinkMessage::new(header, NetlinkPayload::InnerMessage(payload));
+    message.finalize();
+    let mut bytes = vec![0; message.buffer_len()];
+    message.serialize(&mut bytes);
+    bytes
+}
+
+/// Asks for every conntrack entry of one family.
+pub fn dump_request(family: IpFamily, seq: u32) -> Vec<u8> {
+    serialize(
+        family,
+        NLM_F_REQUEST | NLM_F_DUMP,
+        seq,
+        ConntrackMessage::Get(Vec::new()),
+    )
+}
+
+/// Asks to delete exactly this entry: by its original tuple, and by id and zone when the dump
+/// gave them. The kernel acknowledges it (or answers `ENOENT` when the entry is gone already).
+pub fn delete_request(flow: &Flow, seq: u32) -> Vec<u8> {
+    let o = &flow.original;
+    let mut attributes = vec![ConntrackAttribute::CtaTupleOrig(vec![
+        Nested::Ip(vec![
+            IPTuple::SourceAddress(o.src),
+            IPTuple::DestinationAddress(o.dst),
+        ]),
+        Nested::Proto(vec![
+            ProtoTuple::Protocol(L4::from(flow.protocol)),
+            ProtoTuple::SourcePort(o.src_port),
+            ProtoTuple::DestinationPort(o.dst_port),
+        ]),
+    ])];
+    if let Some(zone) = flow.zone {
+        attributes.push(ConntrackAttribute::Other(DefaultNla::new(
+            CTA_ZONE,
+            zone.to_be_bytes().to_vec(),
+        )));
+    }
+    if let Some(id) = flow.id {
+        attributes.push(ConntrackAttribute::Other(DefaultNla::new(
+            CTA_ID,
+            id.to_be_bytes().to_vec(),
+        )));
+    }
+    serialize(
+        flow.family(),
+        NLM_F_REQUEST | NLM_F_ACK,
+        seq,
+        ConntrackMessage::Delete(attributes),
+    )
+}
+
+/// Reads every message of one datagram. Only a datagram whose framing is broken (a length that
+/// runs past its end) is an error; what is inside a well-framed message never is.
+pub fn parse(datagram: &[u8]) -> Result<Vec<Reply>, FramingError> {
+    let mut replies = Vec::new();
+    let mut at = 0;
+    while at < datagram.len() {
+        let rest = &datagram[at..];
+        let len = match rest.first_chunk::<4>() {
+            Some(len) if rest.len() >= HEADER_LEN => u32::from_ne_bytes(*len) as usize,
+            _ => 0,
+        };
+        if len < HEADER_LEN || len > rest.len() {
+            return Err(FramingError {
+                offset: at,
+                length: len,
+                available: rest.len(),
+            });
+        }
+        let seq = u32::from_ne_bytes([rest[8], rest[9], rest[10], rest[11]]);
+        replies.push(parse_message(&rest[..len], seq));
+        at += len.div_ceil(ALIGN) * ALIGN;
+        at = at.min(datagram.len());
+    }
+    Ok(replies)
+}
+
+/// A datagram whose netlink framing is inconsistent.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("netlink message at offset {offset} claims {length} bytes; {available} are left")]
+pub struct FramingError {
+    pub offset: usize,
+    pub length: usize,
+    pub available: usize,
+}
+
+fn parse_message(bytes: &[u8], seq: u32) -> Reply {
+    let message = match NetlinkMessage::<NetfilterMessage>::deserialize(bytes) {
+        Ok(m) => m,
+        Err(e) => {
+            return Reply::Undecodable {
+                seq,
+                reason: e.to_string(),
+            };
+        }
+    };
+    match message.payload {
+        NetlinkPayload::Done(_) => Reply::Done { seq },
+        NetlinkPayload::Error(e) => match e.code {
+            None => Reply::Ack { seq },
+            Some(code) => Reply::Error {
+                seq,
+                errno: code.get().saturating_abs(),
+            },
+        },
+        NetlinkPayload::InnerMessage(NetfilterMessage {
+            inner: NetfilterMessageInner::Conntrack(ConntrackMessage::New(attributes)),
+            ..
+        }) => match flow(&attributes) {
+            Some(flow) => Reply::Flow { seq, flow },
+            None => Reply::Skipped { seq },
+        },
+        _ => Reply::Skipped { seq },
+    }
+}
+
+/// Builds a flow from a dumped entry's attributes; `None` when a tuple is incomplete.
+fn flow(attributes: &[ConntrackAttribute]) -> Option<Flow> {
+    let mut original = None;
+    let mut reply = None;
+    let mut id = None;
+    let mut zone = None;
+    for attribute in attributes {
+        match attribute {
+            ConntrackAttribute::CtaTupleOrig(t) => original = tuple(t),
+            ConntrackAttribute::CtaTupleReply(t) => reply = tuple(t),
+            ConntrackAttribute::Other(nla) => {
+                use netlink_packet_core::Nla;
+                let mut value = vec![0; nla.value_len()];
+                nla.emit_value(&mut value);
+                match nla.kind() & NLA_TYPE_MASK {
+                    CTA_ID => id = value.try_into().ok().map(u32::from_be_bytes),
+                    CTA_ZONE => zone = value.try_into().ok().map(u16::from_be_bytes),
+                    _ => {}
+                }
+            }
+            _ => {}
+        }
+    }
+    let ((protocol, original), (_, reply)) = (original?, reply?);
+    Some(Flow {
+        protocol,
+        original,
+        reply,
+        id,
+        zone,
+    })
+}
+
+/// One tuple: addresses, protocol and ports (0 where the protocol has none).
+fn tuple(nested: &[Nested]) -> Option<(u8, Tuple)> {
+    let (mut src, mut dst): (Option<IpAddr>, Option<IpAddr>) = (None, None);
+    let (mut protocol, mut src_port, mut dst_port) = (None, 0, 0);
+    for n in nested {
+        match n {
+            Nested::Ip(ips) => {
+                for ip in ips {
+                    match ip {
+                        IPTuple::SourceAddress(a) => src = Some(*a),
+                        IPTuple::DestinationAddress(a) => dst = Some(*a),
+                        _ => {}
+                    }
+                }
+            }
+            Nested::Proto(parts) => {
+                for part in parts {
+                    match part {
+                        ProtoTuple::Protocol(p) => protocol = Some(u8::from(*p)),
+                        ProtoTuple::SourcePort(p) => src_port = *p,
+                        ProtoTuple::DestinationPort(p) => dst_port = *p,
+                        _ => {}
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    Some((
+        protocol?,
+        Tuple {
+            src: src?,
+            dst: dst?,
+            src_port,
+            dst_port,
+        },
+    ))
+}
+
+#[cfg(test)]
+#[path = "codec_tests.rs"]
+mod tests;

@@ -1,0 +1,170 @@
+//! Which conntrack flows are stale, given the current model: the pure half of the conntrack
+//! reconciler.
+//!
+//! Pure: no I/O, never fails. [`Frontends::from_snapshot`] indexes the UDP and SCTP frontends of
+//! a snapshot with the endpoints a flow to them may still be using; [`Frontends::judge`] decides
+//! one flow. The rules, in our words (upstream behaviour: kube-proxy's conntrack cleanup after a
+//! sync, see `notes/upstream-kube-proxy.md` §1.6, with the differences marked):
+//!
+//! - Only UDP and SCTP flows are ever judged; TCP and everything else is left alone. TCP has
+//!   connection state of its own: a stale TCP flow is reset by the endpoint or times out.
+//! - A flow belongs to a frontend when its original destination is a ClusterIP, externalIP or
+//!   LoadBalancer IP *and port and protocol* of a UDP/SCTP service port (upstream matches the
+//!   IP only, so two ports of one ClusterIP overwrite each other's endpoint set), or else when
+//!   its original destination port is a NodePort of that protocol and family and the flow was
+//!   DNATed or is addressed to one of the node's addresses (upstream matches the port alone, so
+//!   a pod's un-NATed flow to some outside server on port 30053 would be deleted too).
+//! - It is valid while its reply source (the endpoint the kernel DNATed it to) is the address
+//!   *and port* of an endpoint that is **serving** (ready, or terminating and still serving).
+//!   Serving, not [`crate::cluster::FamilyView::reachable_endpoints`], on purpose: once a ready
+//!   replacement exists, a terminating-but-serving endpoint drops out of the reachable set, yet
+//!   KEP-1669 lets it finish the flows it has; deleting those would move a live UDP session
+//!   mid-way. Topology and traffic policies likewise only steer new flows. This matches
+//!   upstream, which also uses serving endpoints and ignores policy and topology.
+//! - Any other flow of a frontend is stale: DNATed to an endpoint that is gone or no longer
+//!   serving, or never DNATed at all (replies from the frontend itself: it was rejected or
+//!   blackholed before the frontend had endpoints).
+//! - A frontend without serving endpoints is left alone: its new flows are rejected anyway, and
+//!   keeping the old ones lets them resume on the same endpoint when it serves again.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use super::flow::Flow;
+use crate::cluster::{IpFamily, Protocol, Snapshot};
+
+/// Endpoint addresses and target ports a flow of a frontend may use.
+pub type Backends = Arc<BTreeSet<(IpAddr, u16)>>;
+
+/// The UDP and SCTP frontends of one snapshot, with their serving endpoints. Cheap to compare,
+/// so a reconcile can be skipped when a sync changed nothing that matters here.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Frontends {
+    /// `(protocol, frontend address, service port)` → serving endpoints; an empty set marks a
+    /// frontend without any (left alone, but still known, so its flows are never judged by
+    /// a NodePort of the same number).
+    addresses: BTreeMap<(Protocol, IpAddr, u16), Backends>,
+    /// `(protocol, family, node port)` → serving endpoints of that family.
+    node_ports: BTreeMap<(Protocol, IpFamily, u16), Backends>,
+    /// The node's addresses: un-NATed flows to a NodePort count only when sent to one of them.
+    node_ips: BTreeSet<IpAddr>,
+}
+
+/// Why a flow is kept or deleted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Judgement {
+    /// Not a UDP/SCTP flow to any frontend we program.
+    NotOurs,
+    /// The frontend has no serving endpoint; its flows are left alone.
+    NoEndpoints,
+    /// Replies come from a serving endpoint of the frontend.
+    Valid,
+    /// DNATed to an endpoint that is no longer serving, or to an old target port.
+    StaleEndpoint,
+    /// Never DNATed (the frontend itself replies), though the frontend now has endpoints.
+    NotDnatted,
+}
+
+impl Judgement {
+    pub fn stale(self) -> bool {
+        matches!(self, Judgement::StaleEndpoint | Judgement::NotDnatted)
+    }
+}
+
+impl Frontends {
+    /// Indexes every UDP and SCTP service port of the snapshot.
+    pub fn from_snapshot(snapshot: &Snapshot) -> Frontends {
+        let mut frontends = Frontends {
+            node_ips: snapshot.node.addresses.iter().map(|a| a.ip).collect(),
+            ..Frontends::default()
+        };
+        for state in snapshot.ports.values() {
+            let port = &state.port;
+            let protocol = port.name.protocol;
+            if protocol == Protocol::Tcp {
+                continue;
+            }
+            for view in &state.families {
+                let serving: BTreeSet<(IpAddr, u16)> = view
+                    .endpoints
+                    .iter()
+                    .filter(|e| e.ready || e.serving)
+                    .map(|e| (e.ip, e.port))
+                    .collect();
+                let backends = Arc::new(serving);
+                let ips = std::iter::once(&view.cluster_ip)
+                    .chain(&view.external_ips)
+                    .chain(&view.load_balancer_ips);
+                for ip in ips {
+                    let entry = frontends.addresses.entry((protocol, *ip, port.port));
+                    union_into(entry.or_default(), &backends);
+                }
+                if let Some(node_port) = port.node_port {
+                    let entry = frontends
+                        .node_ports
+                        .entry((protocol, view.family, node_port));
+                    union_into(entry.or_default(), &backends);
+                }
+            }
+        }
+        frontends
+    }
+
+    /// Whether no UDP or SCTP frontend exists: a reconcile has nothing to look for.
+    pub fn is_empty(&self) -> bool {
+        self.addresses.is_empty() && self.node_ports.is_empty()
+    }
+
+    /// Decides one flow.
+    pub fn judge(&self, flow: &Flow) -> Judgement {
+        let Some(protocol) = flow.service_protocol() else {
+            return Judgement::NotOurs;
+        };
+        if protocol == Protocol::Tcp {
+            return Judgement::NotOurs;
+        }
+        let o = &flow.original;
+        let reply_from = (flow.reply.src, flow.reply.src_port);
+        if let Some(backends) = self.addresses.get(&(protocol, o.dst, o.dst_port)) {
+            return against(backends, reply_from, flow);
+        }
+        let node_port = (protocol, flow.family(), o.dst_port);
+        match self.node_ports.get(&node_port) {
+            Some(backends) if flow.dnatted() || self.node_ips.contains(&o.dst) => {
+                against(backends, reply_from, flow)
+            }
+            _ => Judgement::NotOurs,
+        }
+    }
+
+    /// The stale flows among `flows`, in their order.
+    pub fn stale<'a>(&self, flows: &'a [Flow]) -> impl Iterator<Item = &'a Flow> {
+        flows.iter().filter(|f| self.judge(f).stale())
+    }
+}
+
+/// Adds `more` to `into`, sharing the set when `into` is still empty.
+fn union_into(into: &mut Backends, more: &Backends) {
+    if into.is_empty() {
+        *into = more.clone();
+    } else if !more.is_subset(into) {
+        Arc::make_mut(into).extend(more.iter().copied());
+    }
+}
+
+fn against(backends: &Backends, reply_from: (IpAddr, u16), flow: &Flow) -> Judgement {
+    if backends.is_empty() {
+        Judgement::NoEndpoints
+    } else if backends.contains(&reply_from) {
+        Judgement::Valid
+    } else if flow.dnatted() {
+        Judgement::StaleEndpoint
+    } else {
+        Judgement::NotDnatted
+    }
+}
+
+#[cfg(test)]
+#[path = "plan_tests.rs"]
+mod tests;

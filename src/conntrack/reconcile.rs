@@ -1,0 +1,158 @@
+//! The conntrack reconciler task: after every successful sync that changed a UDP or SCTP
+//! frontend, and every sync period regardless, it compares each family's conntrack table with
+//! the model and deletes exactly the stale flows ([`super::plan`]).
+//!
+//! Level-triggered: a pass needs no event history, only the latest [`Frontends`], so a missed
+//! or failed pass is repaired by the next periodic one. It never flushes the table and never
+//! deletes a flow it has not judged stale, also not at start-up. The netlink work runs on a
+//! blocking thread; the runner's observer only publishes the frontends and never waits.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use super::flow::Flow;
+use super::plan::Frontends;
+use super::socket::{self, Socket};
+use crate::cluster::IpFamily;
+use crate::metrics::Metrics;
+
+/// What one pass over one family did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Pass {
+    /// Entries in the family's table.
+    pub flows: usize,
+    /// Entries judged stale.
+    pub stale: usize,
+    pub deleted: u64,
+    /// Stale entries that were gone before the delete reached them.
+    pub gone: u64,
+    /// Stale entries the kernel refused to delete, with the errno.
+    pub failed: Vec<(Flow, i32)>,
+    /// Why some entries could not be decoded (a few).
+    pub undecodable: Vec<String>,
+}
+
+/// One reconcile of one family: dump, judge, delete the stale entries. Blocking.
+#[doc(alias = "CleanStaleEntries")]
+pub fn pass(
+    socket: &mut Socket,
+    frontends: &Frontends,
+    family: IpFamily,
+) -> Result<Pass, socket::Error> {
+    let dumped = socket.dump(family)?;
+    let stale: Vec<Flow> = frontends.stale(&dumped.flows).cloned().collect();
+    for flow in &stale {
+        tracing::trace!(%flow, "stale conntrack flow");
+    }
+    let count = stale.len();
+    let deleted = if stale.is_empty() {
+        Default::default()
+    } else {
+        socket.delete(stale)?
+    };
+    Ok(Pass {
+        flows: dumped.flows.len(),
+        stale: count,
+        deleted: deleted.deleted,
+        gone: deleted.gone,
+        failed: deleted.failed,
+        undecodable: dumped.undecodable,
+    })
+}
+
+/// Opens a socket in the current network namespace and runs one [`pass`].
+pub fn pass_here(frontends: &Frontends, family: IpFamily) -> Result<Pass, socket::Error> {
+    pass(&mut Socket::open()?, frontends, family)
+}
+
+/// Runs forever: a pass per family whenever `frontends` changes, and every `period` since the
+/// last pass. Nothing happens before the first successful sync publishes frontends.
+pub async fn run(
+    frontends: watch::Receiver<Option<Arc<Frontends>>>,
+    period: Duration,
+    metrics: Metrics,
+) {
+    run_with(frontends, period, metrics, pass_here).await
+}
+
+/// [`run`] with the pass given, so the schedule is testable without a kernel.
+pub async fn run_with<P>(
+    mut frontends: watch::Receiver<Option<Arc<Frontends>>>,
+    period: Duration,
+    metrics: Metrics,
+    pass: P,
+) where
+    P: Fn(&Frontends, IpFamily) -> Result<Pass, socket::Error> + Clone + Send + 'static,
+{
+    // Whether the last pass of each family failed: the first failure warns, repeats do not.
+    let mut failing = [false; 2];
+    loop {
+        tokio::select! {
+            changed = frontends.changed() => if changed.is_err() { return },
+            () = tokio::time::sleep(period) => {}
+        }
+        let Some(current) = frontends.borrow_and_update().clone() else {
+            continue;
+        };
+        if current.is_empty() {
+            // No UDP or SCTP frontend: nothing can be stale, so skip dumping the table.
+            continue;
+        }
+        for family in IpFamily::ALL {
+            let started = tokio::time::Instant::now();
+            let (f, p) = (current.clone(), pass.clone());
+            let result = tokio::task::spawn_blocking(move || p(&f, family)).await;
+            let duration = started.elapsed();
+            match result {
+                Ok(Ok(done)) => {
+                    failing[family.index()] = false;
+                    metrics.observe_conntrack_reconcile(family, duration, done.deleted);
+                    report(family, &done, duration);
+                }
+                Ok(Err(error)) if !failing[family.index()] => {
+                    failing[family.index()] = true;
+                    tracing::warn!(%family, error = %chain(&error), "conntrack reconcile failed; retrying every sync period");
+                }
+                Ok(Err(error)) => {
+                    tracing::debug!(%family, error = %chain(&error), "conntrack reconcile failed again");
+                }
+                Err(error) => tracing::error!(%family, %error, "conntrack reconcile task panicked"),
+            }
+        }
+    }
+}
+
+fn report(family: IpFamily, pass: &Pass, duration: Duration) {
+    tracing::debug!(
+        %family,
+        flows = pass.flows,
+        stale = pass.stale,
+        deleted = pass.deleted,
+        gone = pass.gone,
+        ?duration,
+        "conntrack reconciled"
+    );
+    for (flow, errno) in &pass.failed {
+        tracing::warn!(%family, %flow, errno, "the kernel refused to delete a stale conntrack flow");
+    }
+    if let Some(reason) = pass.undecodable.first() {
+        tracing::warn!(%family, reason = %reason, "some conntrack entries could not be decoded; they were left alone");
+    }
+}
+
+fn chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    while let Some(e) = cause {
+        text.push_str(": ");
+        text.push_str(&e.to_string());
+        cause = e.source();
+    }
+    text
+}
+
+#[cfg(test)]
+#[path = "reconcile_tests.rs"]
+mod tests;
