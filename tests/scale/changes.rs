@@ -1,0 +1,178 @@
+//! Endpoint changes against a synced proxy.
+//!
+//! - One change: the probe Service's endpoint moves to the pod's other address. Timed from the
+//!   moment before the API write to the first connection through the ClusterIP that the new
+//!   address answers (a watcher connecting every 5 ms); next to it, what the proxy reports for
+//!   the syncs in between (mean `sync_proxy_rules_duration_seconds`) and for the change
+//!   (`network_programming_duration_seconds`).
+//! - Churn: one endpoint of a different Service replaced [`Churn::rate`] times a second for
+//!   [`Churn::duration`], each write stamped with the trigger-time annotation; then the harness
+//!   waits until the proxy has counted every change in its programming-latency histogram (or the
+//!   drain limit passes) and reports that histogram's mean and the buckets of p50/p90/p99.
+//!
+//! [`Churn::rate`]: super::options::Churn
+//! [`Churn::duration`]: super::options::Churn
+
+use std::time::{Duration, SystemTime};
+
+use super::measure::Session;
+use super::metrics::{Histogram, PROGRAMMING, SYNC_DURATION};
+use super::objects::{Cluster, apply_slice};
+use super::report::Figure;
+use super::watch::{Outcome, seconds_between};
+
+/// Columns 4-6: probe latency, the proxy's sync duration, the proxy's programming latency.
+pub async fn one_change(s: &mut Session<'_>, cluster: &mut Cluster) -> Vec<Figure> {
+    let limit = s.opts.limits.change;
+    let missing = vec![Figure::Missing; 3];
+    let before = match s.metrics().await {
+        Ok(m) => m,
+        Err(e) => {
+            s.notes.push(format!("endpoint change: {e}"));
+            return missing;
+        }
+    };
+    let want = if cluster.probe_ip() == super::objects::POD_A {
+        super::objects::POD_B
+    } else {
+        super::objects::POD_A
+    };
+    let mut watcher = match s.watch_probe(want, Duration::from_millis(5), limit) {
+        Ok(w) => w,
+        Err(e) => {
+            s.notes.push(e);
+            return missing;
+        }
+    };
+    if let Err(e) = watcher.armed().await {
+        s.notes.push(format!("endpoint change: {e}"));
+        return missing;
+    }
+    let written = SystemTime::now();
+    if let Err(e) = cluster.move_probe_endpoint().await {
+        s.notes.push(format!("endpoint change: {e}"));
+        return missing;
+    }
+    let probe = match watcher.outcome().await {
+        Outcome::Seen(at) => Figure::Secs(seconds_between(written, at)),
+        Outcome::Timeout(last) => {
+            s.notes.push(format!(
+                "endpoint change not seen within {limit:?} (last attempt: {last})"
+            ));
+            Figure::Over(limit.as_secs_f64())
+        }
+        Outcome::Failed(e) => {
+            s.notes.push(e);
+            Figure::Missing
+        }
+    };
+    // The proxy counts its sync after the rules are in; give it a moment to publish.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let (mut sync, mut programming) = (Histogram::default(), Histogram::default());
+    while tokio::time::Instant::now() < deadline {
+        if let Ok(now) = s.metrics().await {
+            sync = now
+                .histogram(SYNC_DURATION)
+                .since(&before.histogram(SYNC_DURATION));
+            programming = now
+                .histogram(PROGRAMMING)
+                .since(&before.histogram(PROGRAMMING));
+            if sync.count >= 1.0 && programming.count >= 1.0 {
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    if sync.count > 1.0 {
+        s.notes.push(format!(
+            "endpoint change: {} syncs ran meanwhile; their mean duration is shown",
+            sync.count
+        ));
+    }
+    vec![
+        probe,
+        sync.mean().map_or(Figure::Missing, Figure::Secs),
+        programming.mean().map_or(Figure::Missing, Figure::Secs),
+    ]
+}
+
+/// Columns 7-11: changes written / programmed, programming latency mean, p50, p90, p99.
+pub async fn churn(s: &mut Session<'_>, cluster: &mut Cluster) -> Vec<Figure> {
+    let churn = s.opts.churn;
+    let missing = vec![Figure::Missing; 5];
+    let before = match s.metrics().await {
+        Ok(m) => m.histogram(PROGRAMMING),
+        Err(e) => {
+            s.notes.push(format!("churn: {e}"));
+            return missing;
+        }
+    };
+    let period = Duration::from_secs_f64(1.0 / churn.rate.max(0.001));
+    let total = (churn.rate * churn.duration.as_secs_f64()).round() as usize;
+    let mut ticker = tokio::time::interval(period);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+    let mut writes = Vec::with_capacity(total);
+    for _ in 0..total {
+        ticker.tick().await;
+        let v = cluster.next_change();
+        let client = cluster.client();
+        writes.push(tokio::spawn(async move { apply_slice(&client, v).await }));
+    }
+    let mut written = 0;
+    for w in writes {
+        match w.await {
+            Ok(Ok(())) => written += 1,
+            Ok(Err(e)) => s.notes.push(format!("churn write failed: {e}")),
+            Err(e) => s.notes.push(format!("churn write task: {e}")),
+        }
+    }
+    let ended = SystemTime::now();
+    let limit = s.opts.limits.drain;
+    let mut seen = Histogram::default();
+    let mut stalled_since = tokio::time::Instant::now();
+    loop {
+        match s.metrics().await {
+            Ok(m) => {
+                let now = m.histogram(PROGRAMMING).since(&before);
+                if now.count != seen.count {
+                    stalled_since = tokio::time::Instant::now();
+                }
+                seen = now;
+            }
+            Err(e) => {
+                s.notes.push(format!("churn: {e}"));
+                break;
+            }
+        }
+        if seen.count >= written as f64 {
+            break;
+        }
+        let waited = seconds_between(ended, SystemTime::now());
+        if waited >= limit.as_secs_f64() {
+            s.notes.push(format!(
+                "churn: {} of {written} changes counted as programmed within the drain limit ({limit:?})",
+                seen.count
+            ));
+            break;
+        }
+        if seen.count > 0.0 && stalled_since.elapsed() >= Duration::from_secs(10) {
+            s.notes.push(format!(
+                "churn: the proxy counted {} of {written} changes and then nothing for 10 s",
+                seen.count
+            ));
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let bound = |q| {
+        seen.quantile_bound(q)
+            .map_or(Figure::Missing, Figure::AtMost)
+    };
+    vec![
+        Figure::Changes(written, seen.count),
+        seen.mean().map_or(Figure::Missing, Figure::Secs),
+        bound(0.5),
+        bound(0.9),
+        bound(0.99),
+    ]
+}

@@ -1,0 +1,106 @@
+//! A private control plane per scale: `testenv up` in a state directory of its own, torn down
+//! (`testenv down`) when the guard drops, and by testenv's watchdog if this process dies first.
+//!
+//! Private, not the shared one of `TestEnv::shared`: tens of thousands of Services in a shared API
+//! server would land in every other test's proxies, and every other test's objects in ours.
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+
+use crate::testenv::{TestEnv, bin_dir, scratch_dir};
+
+/// A running private control plane; `testenv down` on drop.
+pub struct ControlPlane {
+    pub env: TestEnv,
+    state: PathBuf,
+}
+
+impl ControlPlane {
+    /// Starts a fresh control plane named `name` (a directory under the scratch directory).
+    pub fn start(name: &str) -> Result<ControlPlane, String> {
+        let state = scratch_dir().join(name);
+        let _ = std::fs::remove_dir_all(&state);
+        let testenv = bin_dir().join("testenv");
+        if !testenv.is_file() {
+            return Err(format!(
+                "{} is missing: run `testenv/build` first",
+                testenv.display()
+            ));
+        }
+        let out = Command::new(&testenv)
+            .arg("up")
+            .arg("--quiet")
+            .arg(format!("--state={}", state.display()))
+            .arg(format!("--exit-with={}", std::process::id()))
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| format!("run testenv up: {e}"))?;
+        if !out.status.success() {
+            // A half-started control plane is torn down too.
+            down(&state);
+            return Err(format!(
+                "testenv up failed ({}): {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+        match load(&state) {
+            Ok(env) => Ok(ControlPlane { env, state }),
+            Err(e) => {
+                down(&state);
+                Err(e)
+            }
+        }
+    }
+}
+
+impl Drop for ControlPlane {
+    fn drop(&mut self) {
+        down(&self.state);
+    }
+}
+
+/// `testenv down --state DIR`; idempotent.
+fn down(state: &std::path::Path) {
+    let out = Command::new(bin_dir().join("testenv"))
+        .arg("down")
+        .arg(format!("--state={}", state.display()))
+        .stdin(Stdio::null())
+        .output();
+    if let Ok(o) = out
+        && !o.status.success()
+    {
+        eprintln!(
+            "scale: cleanup: testenv down --state {}: {}",
+            state.display(),
+            String::from_utf8_lossy(&o.stderr).trim()
+        );
+    }
+}
+
+/// Reads `state.json` the way `tests/support/testenv.rs` does (its loader is private).
+fn load(dir: &std::path::Path) -> Result<TestEnv, String> {
+    let path = dir.join("state.json");
+    let text =
+        std::fs::read_to_string(&path).map_err(|e| format!("read {}: {e}", path.display()))?;
+    let v: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    let s = |k: &str| -> Result<String, String> {
+        v[k].as_str()
+            .map(str::to_owned)
+            .ok_or_else(|| format!("{}: no {k}", path.display()))
+    };
+    Ok(TestEnv {
+        server: s("server")?,
+        apiserver_port: v["apiserver_port"]
+            .as_u64()
+            .and_then(|p| u16::try_from(p).ok())
+            .ok_or_else(|| format!("{}: no apiserver_port", path.display()))?,
+        kubeconfig: s("kubeconfig")?.into(),
+        kube_proxy_kubeconfig: s("kube_proxy_kubeconfig")?.into(),
+        service_cidr: s("service_cidr")?,
+        state_dir: dir.to_owned(),
+        bin_dir: s("bin_dir")?.into(),
+        version: v["version"].as_str().unwrap_or_default().to_owned(),
+    })
+}

@@ -1,0 +1,224 @@
+//! One proxy at one scale, in a fresh node: start it, time its cold sync, then one endpoint
+//! change and the churn (`changes.rs`), and read what the process cost.
+//!
+//! Cold sync is taken two ways from the same start (the wall-clock time just before the proxy is
+//! spawned): from the proxy's own metrics (`kubeproxy_sync_proxy_rules_last_timestamp_seconds`
+//! once `kubeproxy_sync_proxy_rules_duration_seconds` has counted a sync), and from the first
+//! connection through the probe ClusterIP that the pod answers. The second is what a user sees;
+//! the first is what the proxy reports.
+
+use std::net::SocketAddrV4;
+use std::time::{Duration, SystemTime};
+
+use super::changes;
+use super::metrics::{LAST_SYNC, Metrics, SYNC_DURATION, scrape};
+use super::node::Node;
+use super::objects::{Cluster, PROBE_IP, SERVICE_PORT};
+use super::options::{Options, ProxyKind};
+use super::process;
+use super::report::{Figure, ProxyResult};
+use super::watch::{Outcome, Watcher, seconds_between};
+use crate::testenv::TestEnv;
+
+/// How often the harness reads a proxy's metrics while waiting.
+const POLL: Duration = Duration::from_millis(100);
+
+/// A proxy running in its node, and what the phases need.
+pub struct Session<'a> {
+    pub opts: &'a Options,
+    pub node: Node,
+    pub pid: u32,
+    pub notes: Vec<String>,
+}
+
+impl Session<'_> {
+    /// The proxy's metrics now, or why not (also when the proxy has exited).
+    pub async fn metrics(&mut self) -> Result<Metrics, String> {
+        if let Some(exit) = self.node.proxy_exited() {
+            return Err(exit);
+        }
+        scrape(&self.opts.exec, &self.node.ns.name).await
+    }
+
+    /// A watcher for the probe Service answering from `want`.
+    pub fn watch_probe(
+        &self,
+        want: std::net::Ipv4Addr,
+        interval: Duration,
+        limit: Duration,
+    ) -> Result<Watcher, String> {
+        let target = SocketAddrV4::new(PROBE_IP, SERVICE_PORT);
+        Watcher::start(
+            &self.opts.exec,
+            &self.node.ns.name,
+            target,
+            want,
+            interval,
+            limit,
+        )
+    }
+}
+
+/// Measures `kind` against `cluster`; never panics on the proxy's account.
+pub async fn measure(
+    opts: &Options,
+    env: &TestEnv,
+    cluster: &mut Cluster,
+    kind: ProxyKind,
+) -> ProxyResult {
+    let notes = Vec::new();
+    if let Some(gap) = kind.known_gap() {
+        return ProxyResult {
+            kind,
+            figures: Err(gap.to_owned()),
+            notes,
+        };
+    }
+    let mut node = match Node::build(&opts.exec) {
+        Ok(n) => n,
+        Err(e) => {
+            return ProxyResult {
+                kind,
+                figures: Err(format!("node setup failed: {e}")),
+                notes,
+            };
+        }
+    };
+    let started = SystemTime::now();
+    let pid = node.start_proxy(env, kind, &opts.ours_bin);
+    let mut s = Session {
+        opts,
+        node,
+        pid,
+        notes,
+    };
+    let mut figures = cold(&mut s, cluster, started).await;
+    // `ip netns exec` execs the proxy in place, so its pid is the proxy's (checked after start).
+    if let Some(comm) = process::command_name(pid)
+        && comm == "ip"
+    {
+        s.notes
+            .push("pid is `ip netns exec`, not the proxy: RSS and CPU are not the proxy's".into());
+    }
+    let log = s.node.proxy_log();
+    if figures[1] == Figure::Missing || matches!(figures[1], Figure::Over(_)) {
+        // Without a working ClusterIP the later phases would only measure the limits.
+        figures.extend(std::iter::repeat_n(Figure::Missing, 8));
+        s.notes
+            .push("change and churn not measured: the ClusterIP never worked".into());
+    } else {
+        settle(&mut s).await;
+        figures.extend(changes::one_change(&mut s, cluster).await);
+        figures.extend(changes::churn(&mut s, cluster).await);
+    }
+    let usage = process::usage(pid);
+    figures.push(usage.map_or(Figure::Missing, |u| {
+        Figure::Mib(u.peak_rss as f64 / 1024.0 / 1024.0)
+    }));
+    figures.push(usage.map_or(Figure::Missing, |u| Figure::Secs(u.cpu_seconds)));
+    s.notes.push(format!("log: {log}"));
+    ProxyResult {
+        kind,
+        figures: Ok(figures),
+        notes: s.notes,
+    }
+}
+
+/// Cold sync: columns 0-3 (metrics, first connection, first sync's own duration, CPU).
+async fn cold(s: &mut Session<'_>, cluster: &Cluster, started: SystemTime) -> Vec<Figure> {
+    let limit = s.opts.limits.cold;
+    let over = Figure::Over(limit.as_secs_f64());
+    let mut watcher = match s.watch_probe(cluster.probe_ip(), Duration::from_millis(20), limit) {
+        Ok(w) => w,
+        Err(e) => {
+            s.notes.push(e);
+            return vec![Figure::Missing; 4];
+        }
+    };
+    let watch = tokio::spawn(async move {
+        let _ = watcher.armed().await;
+        watcher.outcome().await
+    });
+    let (mut by_metrics, mut first_sync) = (None, None);
+    let mut last_error = String::new();
+    while by_metrics.is_none() && seconds_between(started, SystemTime::now()) < limit.as_secs_f64()
+    {
+        match s.metrics().await {
+            Ok(m) => {
+                let h = m.histogram(SYNC_DURATION);
+                if h.count >= 1.0 {
+                    let at = m.max(LAST_SYNC).unwrap_or(0.0);
+                    let start = seconds_between(std::time::UNIX_EPOCH, started);
+                    first_sync = Some(Figure::Secs(h.sum / h.count));
+                    if h.count > 1.0 {
+                        // The first sync ended no later than the last one did.
+                        by_metrics = Some(Figure::AtMost(at - start));
+                        s.notes.push(format!(
+                            "cold sync: {} syncs had completed at the first reading of the metrics; shown: the last one's end (an upper bound) and their mean duration",
+                            h.count
+                        ));
+                    } else {
+                        by_metrics = Some(Figure::Secs(at - start));
+                    }
+                }
+            }
+            Err(e) if e.contains("exited") => {
+                s.notes.push(e);
+                break;
+            }
+            Err(e) => last_error = e,
+        }
+        tokio::time::sleep(POLL).await;
+    }
+    let cpu = process::usage(s.pid).map_or(Figure::Missing, |u| Figure::Secs(u.cpu_seconds));
+    if by_metrics.is_none() && !last_error.is_empty() {
+        s.notes.push(format!("metrics, last reading: {last_error}"));
+    }
+    let connected = match watch.await {
+        Ok(Outcome::Seen(at)) => Figure::Secs(seconds_between(started, at)),
+        Ok(Outcome::Timeout(last)) => {
+            s.notes.push(format!(
+                "no connection through the probe ClusterIP within {limit:?} (last attempt: {last}){}",
+                if by_metrics.is_some() {
+                    "; the proxy reported a sync, so it programmed nothing that works (no dataplane?)"
+                } else {
+                    ""
+                }
+            ));
+            over.clone()
+        }
+        Ok(Outcome::Failed(e)) => {
+            s.notes.push(e);
+            Figure::Missing
+        }
+        Err(e) => {
+            s.notes.push(format!("watcher task: {e}"));
+            Figure::Missing
+        }
+    };
+    vec![
+        by_metrics.unwrap_or(over.clone()),
+        connected,
+        first_sync.unwrap_or(Figure::Missing),
+        cpu,
+    ]
+}
+
+/// Waits until the proxy's sync count has not moved for two seconds (at most the change limit),
+/// so the next phase does not measure the tail of the cold start.
+async fn settle(s: &mut Session<'_>) {
+    let deadline = tokio::time::Instant::now() + s.opts.limits.change;
+    let mut last = (f64::NAN, tokio::time::Instant::now());
+    while tokio::time::Instant::now() < deadline {
+        let count = match s.metrics().await {
+            Ok(m) => m.histogram(SYNC_DURATION).count,
+            Err(_) => return,
+        };
+        if count != last.0 {
+            last = (count, tokio::time::Instant::now());
+        } else if last.1.elapsed() >= Duration::from_secs(2) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}

@@ -1,0 +1,120 @@
+//! The scale harness: upstream kube-proxy and ours, one after another, against the same real API
+//! server holding N Services × M endpoints, each in a fresh node namespace, measured the same way.
+//!
+//! - `options`: scales, proxies, churn, limits.
+//! - `control_plane`: a private testenv control plane per scale, torn down afterwards.
+//! - `objects`: Services, EndpointSlices (≤ 100 endpoints each) and Nodes, created concurrently;
+//!   endpoint changes.
+//! - `node`: the node and pod namespaces of one proxy run, the proxy process.
+//! - `helper`, `watch`: processes re-run from this binary inside namespaces (echo server,
+//!   ClusterIP watcher, metrics reader).
+//! - `metrics`, `process`: what the proxy reports, and what `/proc` says it cost.
+//! - `measure`, `changes`: the phases (cold sync, one endpoint change, churn).
+//! - `report`, `chart`: markdown tables and an SVG chart.
+//!
+//! Used by `benches/scale.rs` (the command) and `tests/scale_smoke.rs` (CI, 1,000 × 10). Numbers
+//! are never asserted: the machine is shared and noisy, so only ratios within one run mean much.
+//!
+//! Cleanup: every namespace and process is owned by a guard (`Node`, `ChildGuard`, the watcher's
+//! kill-on-drop child, `ControlPlane`), so it goes also when a phase fails or panics.
+
+#![allow(dead_code)] // the bench and the smoke test use different parts
+#![allow(
+    clippy::disallowed_methods,
+    reason = "the harness is a seam: it starts processes, reads /proc and the wall clock"
+)]
+
+pub mod changes;
+pub mod chart;
+pub mod control_plane;
+pub mod helper;
+pub mod measure;
+pub mod metrics;
+pub mod node;
+pub mod objects;
+pub mod options;
+pub mod process;
+pub mod report;
+pub mod watch;
+
+use std::time::Instant;
+
+use control_plane::ControlPlane;
+use objects::Cluster;
+use options::Options;
+use report::ScaleReport;
+
+/// Runs every scale of `opts` in turn; each gets its own control plane. Progress goes to stderr.
+pub async fn run(opts: &Options) -> Result<Vec<ScaleReport>, String> {
+    crate::testenv::require_root();
+    let mut reports = Vec::new();
+    for (k, &scale) in opts.scales.iter().enumerate() {
+        eprintln!("scale: {scale}: starting a control plane");
+        let plane = ControlPlane::start(&format!("scale-{k}"))?;
+        let started = Instant::now();
+        let mut cluster = Cluster::create(
+            plane.env.client().await,
+            scale,
+            opts.nodes,
+            opts.concurrency,
+        )
+        .await?;
+        let load_seconds = started.elapsed().as_secs_f64();
+        eprintln!("scale: {scale}: objects created in {load_seconds:.1} s");
+        let mut results = Vec::new();
+        for &kind in &opts.proxies {
+            eprintln!("scale: {scale}: measuring {}", kind.label());
+            let t = Instant::now();
+            let r = measure::measure(opts, &plane.env, &mut cluster, kind).await;
+            eprintln!(
+                "scale: {scale}: {} done in {:.0} s",
+                kind.label(),
+                t.elapsed().as_secs_f64()
+            );
+            results.push(r);
+        }
+        let report = ScaleReport {
+            scale,
+            load_seconds,
+            results,
+        };
+        eprintln!("{}", report.markdown());
+        reports.push(report);
+    }
+    Ok(reports)
+}
+
+/// The whole report: machine, command, load, one table per scale; and where it was written.
+pub fn write_report(
+    opts: &Options,
+    command: &str,
+    reports: &[ScaleReport],
+) -> Result<String, String> {
+    let mut text = format!(
+        "### Scale run {}\n\n- Machine: {}\n- Command: `{command}`\n- Load: churn {} changes/s for {} s; limits: cold {} s, change {} s, drain {} s; {} Nodes; {} requests in flight while loading\n\n",
+        crate::testenv::rfc3339_now(),
+        report::machine(),
+        opts.churn.rate,
+        opts.churn.duration.as_secs(),
+        opts.limits.cold.as_secs(),
+        opts.limits.change.as_secs(),
+        opts.limits.drain.as_secs(),
+        opts.nodes,
+        opts.concurrency,
+    );
+    for r in reports {
+        text.push_str(&r.markdown());
+        text.push('\n');
+    }
+    std::fs::create_dir_all(&opts.out_dir).map_err(|e| e.to_string())?;
+    let md = opts.out_dir.join("scale-report.md");
+    std::fs::write(&md, &text).map_err(|e| format!("write {}: {e}", md.display()))?;
+    let svg = opts.out_dir.join("scale-cold-sync.svg");
+    std::fs::write(&svg, chart::cold_sync(reports))
+        .map_err(|e| format!("write {}: {e}", svg.display()))?;
+    Ok(format!(
+        "{text}\n(written to {} and {})",
+        md.display(),
+        svg.display()
+    ))
+}

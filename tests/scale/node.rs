@@ -1,0 +1,163 @@
+//! A fresh node for one proxy run: a node network namespace, a pod namespace behind a veth with
+//! an echo server on both pod addresses, the API server bridged in, and the proxy process.
+//!
+//! ```text
+//!   node namespace                                   pod namespace
+//!   lo 192.168.210.2/32 (the node's IP)              eth0 100.127.255.10/32, .11/32
+//!   lo 100.127.255.1/32 (pod gateway)       ── vp ── default via 100.127.255.1
+//!   routes: pod /32s dev vp; default dev vp          local 10.96.0.0/12 (refuses at once
+//!   127.0.0.1:<api> (testenv bridge), :10249 metrics   what no rule redirected)
+//! ```
+//!
+//! Traffic to a ClusterIP from the node leaves through `vp`. With the proxy's rules it is DNATed
+//! to the pod's echo server, which answers with the address it was reached on; without them the
+//! pod refuses it at once (a local route for the whole service range), so a probe never waits
+//! for a timeout. Nothing is linked to the host's namespace.
+//!
+//! Drop order is cleanup order: the proxy, its bridge, the echo server, then both namespaces.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use super::helper::{RESULT_PREFIX, SelfExec, Spec};
+use super::metrics::METRICS_ADDR;
+use super::objects::{CLUSTER_CIDR, NODE_IP, POD_A, POD_B, TARGET_PORT, node_name};
+use super::options::{Implementation, ProxyKind};
+use crate::testenv::{ChildGuard, NetNs, TestEnv, bridge_apiserver};
+
+/// The pods' gateway on the node's `lo`.
+const POD_GATEWAY: &str = "100.127.255.1";
+/// The cluster's service range: the pod refuses all of it locally.
+const SERVICE_RANGE: &str = "10.96.0.0/12";
+
+/// One proxy's node. Field order is drop order.
+pub struct Node {
+    proxy: Option<ChildGuard>,
+    bridge: Option<ChildGuard>,
+    _echo: ChildGuard,
+    _pod: NetNs,
+    pub ns: NetNs,
+}
+
+impl Node {
+    /// Builds the namespaces and starts the echo server; no proxy yet.
+    pub fn build(exec: &SelfExec) -> Result<Node, String> {
+        let ns = NetNs::new("ks-node");
+        let pod = NetNs::new("ks-pod");
+        let node_ip = format!("{NODE_IP}/32");
+        let gw = format!("{POD_GATEWAY}/32");
+        let src_node = NODE_IP.to_string();
+        for args in [
+            &["addr", "add", &node_ip, "dev", "lo"][..],
+            &["addr", "add", &gw, "dev", "lo"],
+            &[
+                "link", "add", "vp", "type", "veth", "peer", "name", "eth0", "netns", &pod.name,
+            ],
+            &["link", "set", "vp", "up"],
+            &["route", "add", "default", "dev", "vp", "src", &src_node],
+        ] {
+            ip(&ns, args)?;
+        }
+        for addr in [POD_A, POD_B] {
+            let host = format!("{addr}/32");
+            ip(
+                &ns,
+                &["route", "add", &host, "dev", "vp", "src", POD_GATEWAY],
+            )?;
+            ip(&pod, &["addr", "add", &host, "dev", "eth0"])?;
+        }
+        for args in [
+            &["link", "set", "eth0", "up"][..],
+            &["route", "add", POD_GATEWAY, "dev", "eth0", "scope", "link"],
+            &["route", "add", "default", "via", POD_GATEWAY, "dev", "eth0"],
+            &["route", "add", "local", SERVICE_RANGE, "dev", "lo"],
+        ] {
+            ip(&pod, args)?;
+        }
+        let echo = ChildGuard::spawn(
+            &format!("echo-{}", pod.name),
+            &mut exec.command(&pod.name, &Spec::Echo { port: TARGET_PORT }),
+        );
+        wait_for_line(&echo.log, &format!("{RESULT_PREFIX}ready"))?;
+        Ok(Node {
+            proxy: None,
+            bridge: None,
+            _echo: echo,
+            _pod: pod,
+            ns,
+        })
+    }
+
+    /// Starts `kind` in the node namespace as node 0, reading the API server through a bridge.
+    /// Returns the proxy's pid.
+    pub fn start_proxy(&mut self, env: &TestEnv, kind: ProxyKind, ours_bin: &Path) -> u32 {
+        self.bridge = Some(bridge_apiserver(env, &self.ns));
+        let (name, program) = match kind.implementation {
+            Implementation::Upstream => ("kube-proxy", env.bin("kube-proxy")),
+            Implementation::Ours => ("kube-proxy-rs", ours_bin.to_owned()),
+        };
+        let mut cmd = self.ns.command(program);
+        cmd.arg(format!(
+            "--kubeconfig={}",
+            env.kube_proxy_kubeconfig.display()
+        ))
+        .arg(format!("--hostname-override={}", node_name(0)))
+        .arg(format!("--proxy-mode={}", kind.mode))
+        .arg(format!("--cluster-cidr={CLUSTER_CIDR}"))
+        // nf_conntrack_max cannot be changed inside a network namespace.
+        .arg("--conntrack-max-per-core=0")
+        .arg(format!("--metrics-bind-address={METRICS_ADDR}"))
+        .arg("--healthz-bind-address=127.0.0.1:10256")
+        .arg("--v=2");
+        let child = ChildGuard::spawn(&format!("{name}-{}", self.ns.name), &mut cmd);
+        let pid = child.pid();
+        self.proxy = Some(child);
+        pid
+    }
+
+    /// The proxy's exit status and the end of its log, if it has exited.
+    pub fn proxy_exited(&mut self) -> Option<String> {
+        let p = self.proxy.as_mut()?;
+        let status = p.exited()?;
+        Some(format!("{} exited ({status}):\n{}", p.name, p.log_tail(15)))
+    }
+
+    /// The proxy's log file.
+    pub fn proxy_log(&self) -> String {
+        self.proxy
+            .as_ref()
+            .map(|p| p.log.display().to_string())
+            .unwrap_or_default()
+    }
+}
+
+/// `ip -n NS ARGS…`; `Err` with stderr on failure.
+fn ip(ns: &NetNs, args: &[&str]) -> Result<(), String> {
+    let out = Command::new("ip")
+        .arg("-n")
+        .arg(&ns.name)
+        .args(args)
+        .output()
+        .map_err(|e| format!("run ip: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "ip -n {} {}: {}",
+            ns.name,
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
+fn wait_for_line(log: &Path, line: &str) -> Result<(), String> {
+    for _ in 0..400 {
+        if std::fs::read_to_string(log).is_ok_and(|t| t.contains(line)) {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    Err(format!("{} never said {line:?}", log.display()))
+}

@@ -1,0 +1,206 @@
+//! What a run found, as values, and the markdown table per scale that goes to docs/benchmarks.md.
+//!
+//! Every cell is a [`Figure`]: a measured number, a histogram bound ("≤ 0.25 s"), "> limit" for a
+//! phase that ran out of time, or "—" with the reason in the notes. Nothing is dropped.
+
+use std::fmt::Write as _;
+
+use super::options::{Implementation, ProxyKind, Scale};
+
+/// One cell.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Figure {
+    /// Seconds, measured.
+    Secs(f64),
+    /// Seconds, at most this (the upper bound of a histogram bucket).
+    AtMost(f64),
+    /// The phase did not finish within this many seconds.
+    Over(f64),
+    /// Mebibytes.
+    Mib(f64),
+    /// Changes written / changes the proxy reported programmed.
+    Changes(usize, f64),
+    /// No value; the reason goes into the notes.
+    Missing,
+}
+
+impl Figure {
+    /// The number, when there is one to compare.
+    pub fn number(&self) -> Option<f64> {
+        match self {
+            Figure::Secs(v) | Figure::Mib(v) => Some(*v),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for Figure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Figure::Secs(v) => write!(f, "{}", secs(*v)),
+            Figure::AtMost(v) if v.is_infinite() => write!(f, "> last bucket"),
+            Figure::AtMost(v) => write!(f, "≤ {}", secs(*v)),
+            Figure::Over(v) => write!(f, "> {v:.0} s"),
+            Figure::Mib(v) => write!(f, "{v:.0} MiB"),
+            Figure::Changes(w, p) => write!(f, "{w} / {p:.0}"),
+            Figure::Missing => write!(f, "—"),
+        }
+    }
+}
+
+fn secs(v: f64) -> String {
+    if v < 0.1 {
+        format!("{:.1} ms", v * 1000.0)
+    } else if v < 10.0 {
+        format!("{v:.2} s")
+    } else {
+        format!("{v:.0} s")
+    }
+}
+
+/// The columns of a scale's table, in order, with their headers.
+pub const COLUMNS: [&str; 14] = [
+    "cold sync (metrics)",
+    "cold sync (first connection)",
+    "first sync (proxy)",
+    "CPU to cold sync",
+    "endpoint change (probe)",
+    "its sync (proxy)",
+    "its programming latency (proxy)",
+    "churn changes written / programmed",
+    "churn latency mean",
+    "p50",
+    "p90",
+    "p99",
+    "peak RSS",
+    "CPU total",
+];
+
+/// Everything measured for one proxy at one scale.
+#[derive(Debug, Clone)]
+pub struct ProxyResult {
+    pub kind: ProxyKind,
+    /// One figure per [`COLUMNS`] entry, or why the proxy was not measured at all.
+    pub figures: Result<Vec<Figure>, String>,
+    /// What the reader needs to know about this run (limits hit, approximations, failures).
+    pub notes: Vec<String>,
+}
+
+/// One scale's results, in the order the proxies ran.
+#[derive(Debug, Clone)]
+pub struct ScaleReport {
+    pub scale: Scale,
+    /// Seconds it took to create the objects.
+    pub load_seconds: f64,
+    pub results: Vec<ProxyResult>,
+}
+
+impl ScaleReport {
+    /// The markdown table, a ratio row (ours ÷ upstream, same mode) and the notes.
+    pub fn markdown(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "#### {} (objects created in {:.0} s)\n",
+            self.scale, self.load_seconds
+        );
+        let _ = writeln!(out, "| proxy/mode | {} |", COLUMNS.join(" | "));
+        let _ = writeln!(out, "|---|{}", "---|".repeat(COLUMNS.len()));
+        for r in &self.results {
+            let cells: Vec<String> = match &r.figures {
+                Ok(figs) => figs.iter().map(Figure::to_string).collect(),
+                Err(why) => {
+                    let mut v = vec![format!("not run: {why}")];
+                    v.resize(COLUMNS.len(), String::new());
+                    v
+                }
+            };
+            let _ = writeln!(out, "| {} | {} |", r.kind.label(), cells.join(" | "));
+        }
+        for (ours, theirs) in self.pairs() {
+            let cells: Vec<String> = (0..COLUMNS.len())
+                .map(|i| ratio(&ours[i], &theirs[i]))
+                .collect();
+            let mode = self
+                .results
+                .iter()
+                .find(|r| r.figures.as_ref().ok() == Some(ours));
+            let mode = mode.map(|r| r.kind.mode).unwrap_or_default();
+            let _ = writeln!(out, "| ours ÷ upstream ({mode}) | {} |", cells.join(" | "));
+        }
+        let notes: Vec<String> = self
+            .results
+            .iter()
+            .flat_map(|r| {
+                r.notes
+                    .iter()
+                    .map(move |n| format!("- {}: {n}", r.kind.label()))
+            })
+            .collect();
+        if !notes.is_empty() {
+            let _ = writeln!(out, "\n{}", notes.join("\n"));
+        }
+        out
+    }
+
+    /// (ours, upstream) figure rows for each mode both were measured in.
+    fn pairs(&self) -> Vec<(&Vec<Figure>, &Vec<Figure>)> {
+        let find = |implementation, mode| {
+            self.results
+                .iter()
+                .find(|r| r.kind.implementation == implementation && r.kind.mode == mode)
+                .and_then(|r| r.figures.as_ref().ok())
+        };
+        ["nftables", "iptables"]
+            .into_iter()
+            .filter_map(|mode| {
+                Some((
+                    find(Implementation::Ours, mode)?,
+                    find(Implementation::Upstream, mode)?,
+                ))
+            })
+            .collect()
+    }
+}
+
+fn ratio(ours: &Figure, theirs: &Figure) -> String {
+    match (ours.number(), theirs.number()) {
+        (Some(a), Some(b)) if b > 0.0 => format!("{:.2}×", a / b),
+        _ => String::new(),
+    }
+}
+
+/// A line about the machine: kernel, CPUs, CPU model, memory, load average now.
+pub fn machine() -> String {
+    let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
+    let kernel = read("/proc/sys/kernel/osrelease").trim().to_owned();
+    let cpuinfo = read("/proc/cpuinfo");
+    let cpus = cpuinfo
+        .lines()
+        .filter(|l| l.starts_with("processor"))
+        .count();
+    let model = cpuinfo
+        .lines()
+        .find_map(|l| l.strip_prefix("model name"))
+        .map(|m| m.trim_start_matches([' ', '\t', ':']).to_owned())
+        .unwrap_or_default();
+    let mem_gib = read("/proc/meminfo")
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok())
+        .map_or(0.0, |kb| kb / 1024.0 / 1024.0);
+    format!(
+        "{cpus} CPUs ({model}), {mem_gib:.0} GiB, kernel {kernel}, load average {}",
+        load_average()
+    )
+}
+
+/// The 1-minute load average.
+pub fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .unwrap_or_default()
+        .split_whitespace()
+        .next()
+        .unwrap_or("?")
+        .to_owned()
+}

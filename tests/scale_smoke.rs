@@ -1,0 +1,82 @@
+//! CI smoke run of the scale harness (issue 10): 1,000 Services × 10 endpoints, ours in nftables
+//! mode and upstream in nftables mode, with a short churn. It asserts only that the harness
+//! produced a result for every proxy (numbers are never asserted: the machine is shared), so
+//! the harness cannot rot. The real runs: `cargo bench --bench scale` (see docs/benchmarks.md).
+//!
+//! Needs root, `ip`, `nft` and `testenv/build`; without root it fails with that reason.
+
+#![allow(
+    clippy::disallowed_methods,
+    reason = "the smoke run starts the harness's processes"
+)]
+
+#[path = "support/testenv.rs"]
+mod testenv;
+
+#[path = "scale/mod.rs"]
+mod scale;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use scale::helper::SelfExec;
+use scale::options::{Churn, Limits, Options, ProxyKind, Scale};
+use scale::report::Figure;
+
+/// The libtest name of the entry point of the harness's in-namespace processes.
+const HELPER_TEST: &str = "scale_helper_process";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scale_harness_measures_both_proxies_at_1000_by_10() {
+    let opts = Options {
+        scales: vec![Scale {
+            services: 1_000,
+            endpoints: 10,
+        }],
+        proxies: vec![ProxyKind::OURS_NFTABLES, ProxyKind::UPSTREAM_NFTABLES],
+        churn: Churn {
+            rate: 5.0,
+            duration: Duration::from_secs(6),
+        },
+        limits: Limits {
+            cold: Duration::from_secs(60),
+            change: Duration::from_secs(20),
+            drain: Duration::from_secs(20),
+        },
+        concurrency: 32,
+        nodes: 20,
+        ours_bin: PathBuf::from(env!("CARGO_BIN_EXE_kube-proxy-rs")),
+        exec: SelfExec::current(&[HELPER_TEST, "--exact", "--nocapture", "--test-threads=1"]),
+        out_dir: PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("scale-smoke"),
+    };
+    let reports = scale::run(&opts).await.expect("the harness ran");
+    let text = scale::write_report(&opts, "cargo test --test scale_smoke", &reports)
+        .expect("report written");
+    eprintln!("{text}");
+    assert_eq!(reports.len(), 1);
+    let results = &reports[0].results;
+    assert_eq!(results.len(), opts.proxies.len(), "a result per proxy");
+    for r in results {
+        let figures = r
+            .figures
+            .as_ref()
+            .unwrap_or_else(|e| panic!("{} was not measured: {e}", r.kind.label()));
+        assert_eq!(figures.len(), scale::report::COLUMNS.len());
+        // A result, not a number: the cold sync either has a value or says it ran out of time.
+        assert_ne!(
+            figures[0],
+            Figure::Missing,
+            "{}: {:?}",
+            r.kind.label(),
+            r.notes
+        );
+    }
+}
+
+/// Not a test: the entry point of the harness's echo server, watcher and metrics reader, which
+/// re-run this binary inside a namespace (see `scale/helper.rs`). Without their environment
+/// variable it returns at once.
+#[test]
+fn scale_helper_process() {
+    scale::helper::run_if_requested();
+}
