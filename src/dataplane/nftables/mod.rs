@@ -41,8 +41,10 @@
 //! - `dispatch` / `nodeport-dispatch`: the pick chain of its policy's endpoint list, and for
 //!   `externalTrafficPolicy: Local` also `dispatch-cluster` / `nodeport-dispatch-cluster` for the
 //!   pod and host short-circuits, which use the cluster list;
-//! - the backends maps `cluster-endpoints`, `local-endpoints`, `nodeport-cluster-endpoints`,
-//!   `nodeport-local-endpoints`: `(frontend . index) → endpoint addr . port`.
+//! - the backends maps `cluster-endpoints-N`, `local-endpoints-N`, `nodeport-cluster-endpoints-N`,
+//!   `nodeport-local-endpoints-N`: `(frontend . index) → endpoint addr . port`, one per pick
+//!   chain (N endpoints), created and deleted with it (nft 1.0.6 cannot add a rule reading a
+//!   map made in an earlier transaction when its data is declared with `th dport`).
 //!
 //! Pick chains (`pick-cluster-3`, `pick-nodeport-local-1`) exist once per distinct endpoint count,
 //! so the chain count follows the spread of endpoint counts, not the Service count. A packet costs

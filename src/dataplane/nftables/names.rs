@@ -109,14 +109,19 @@ pub enum FrontendKind {
     NodePort,
 }
 
-/// The backends map of a list kind: (frontend . index) → endpoint.
-pub fn backends(frontend: FrontendKind, list: ListKind) -> Name {
-    Name::fixed(match (frontend, list) {
+/// The backends map of the pick chain for `count` endpoints of a list kind: (frontend . index) →
+/// endpoint (`cluster-endpoints-3`, `nodeport-local-endpoints-1`). One map per pick chain, created
+/// and deleted with it, because nft 1.0.6 refuses a rule that reads a map made in an earlier
+/// transaction when the map's data is declared with `th dport` ("conflicting protocols
+/// specified: ip vs. th"): a new pick chain must always come with its own new map.
+pub fn backends(frontend: FrontendKind, list: ListKind, count: u32) -> Name {
+    let base = match (frontend, list) {
         (FrontendKind::Ip, ListKind::Cluster) => "cluster-endpoints",
         (FrontendKind::Ip, ListKind::Local) => "local-endpoints",
         (FrontendKind::NodePort, ListKind::Cluster) => "nodeport-cluster-endpoints",
         (FrontendKind::NodePort, ListKind::Local) => "nodeport-local-endpoints",
-    })
+    };
+    Name::derived(format!("{base}-{count}"))
 }
 
 /// The chain that picks one of `count` endpoints from a backends map: one chain per distinct

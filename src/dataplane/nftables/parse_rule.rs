@@ -152,9 +152,9 @@ fn field(json: &Json, family: Family) -> Option<Field> {
         return match (p.get("protocol")?.as_str()?, p.get("field")?.as_str()?) {
             (proto, "saddr") if proto == family_word => Some(Field::Saddr),
             (proto, "daddr") if proto == family_word => Some(Field::Daddr),
-            // The same bytes (the transport header's destination port): nft 1.0.6 lists a
-            // `th dport` key as `tcp dport` when the map it feeds declares its data with
-            // `tcp dport` (see `render::data_kind_text`).
+            // The same bytes (the transport header's destination port): nft 1.0.6 can list a
+            // `th dport` key as `tcp dport` when the map it feeds was declared with `tcp dport`,
+            // as a table written by another version might be.
             ("th" | "tcp" | "udp" | "sctp", "dport") => Some(Field::Dport),
             _ => None,
         };

@@ -351,11 +351,7 @@ fn set_decl(family: Family, d: &SetDecl) -> String {
     match &d.data {
         DataKind::None => {}
         DataKind::Values(v) => {
-            let parts: Vec<String> = v
-                .iter()
-                .map(|k| data_kind_text(family, *k, typed))
-                .collect();
-            let _ = write!(s, " : {}", parts.join(" . "));
+            let _ = write!(s, " : {}", kinds(v));
         }
         DataKind::Verdict => s.push_str(" : verdict"),
     }
@@ -384,18 +380,6 @@ fn kind_text(family: Family, k: Kind, typed: bool) -> String {
         (Kind::Port, true) => "inet_service".into(),
         (Kind::Port, false) => "th dport".into(),
         (Kind::Index, _) => "numgen random mod 1".into(),
-    }
-}
-
-/// A map's data part. Workaround for nft 1.0.6 (Debian 12): a `typeof` data part written with
-/// `th dport` cannot be used by a rule added in a later transaction ("conflicting protocols
-/// specified: ip vs. th", as nft rebuilds the type from the kernel without a protocol context).
-/// `tcp dport` has the same type (`inet_service`) and carries no such dependency; the value is
-/// only a port number, so it serves UDP and SCTP endpoints alike.
-fn data_kind_text(family: Family, k: Kind, typed: bool) -> String {
-    match (k, typed) {
-        (Kind::Port, false) => "tcp dport".into(),
-        _ => kind_text(family, k, typed),
     }
 }
 

@@ -14,21 +14,30 @@ use super::{Builder, order, service};
 use crate::cluster::{IpFamily, NodeContext, ServicePortState};
 use crate::dataplane::nftables::mode_config::ModeConfig;
 use crate::dataplane::nftables::names::Name;
-use crate::dataplane::nftables::ruleset::{Chain, Element, Family, Ruleset, Set, Tuple};
+use crate::dataplane::nftables::ruleset::{Chain, Element, Family, Ruleset, Set, Statement, Tuple};
 
 /// One service port's part of one family's table.
 #[derive(Debug, Default)]
 pub(super) struct Contribution {
     /// Per set, the elements this port adds, in key order; of keys it adds twice, the first.
     pub elements: BTreeMap<Name, BTreeMap<Tuple, Element>>,
-    /// Pick chains it dispatches to; shared with every other list of the same kind and length.
-    pub picks: BTreeMap<Name, Chain>,
+    /// Pick chains it dispatches to, each with the backends map it reads; shared with every
+    /// other list of the same kind and length, and created and deleted together.
+    pub picks: BTreeMap<Name, Pick>,
     /// Its affinity chains, named by the hash of their seed (never salted here).
     pub affinity_chains: BTreeMap<Name, Chain>,
     /// The client sets of its affinity chains.
     pub affinity_sets: BTreeMap<Name, Set>,
     /// Affinity chain name → the seed it was hashed from, to detect collisions.
     pub seeds: BTreeMap<Name, String>,
+}
+
+/// A pick chain and its backends map (declaration only: elements are claimed like any other).
+#[derive(Debug, Clone)]
+pub(super) struct Pick {
+    pub chain: Chain,
+    pub map: Name,
+    pub decl: Set,
 }
 
 /// The contribution of `state` in `family`; empty when the port has no such family.
@@ -57,17 +66,38 @@ pub(super) fn of(
         .into_iter()
         .map(|(set, pending)| (set, order::sorted(pending)))
         .collect();
-    let mut picks = b.rules.chains;
+    let mut chains = b.rules.chains;
     let affinity_chains = b
         .affinity_seeds
         .keys()
-        .filter_map(|name| picks.remove_entry(name))
+        .filter_map(|name| chains.remove_entry(name))
+        .collect();
+    let mut sets = b.rules.sets;
+    let picks = chains
+        .into_iter()
+        .map(|(name, chain)| {
+            let map = pick_map(&chain).expect("a pick chain reads a backends map");
+            let decl = sets.remove(&map).expect("declared with its pick chain");
+            (name, Pick { chain, map, decl })
+        })
         .collect();
     Contribution {
         elements,
         picks,
         affinity_chains,
-        affinity_sets: b.rules.sets,
+        affinity_sets: sets,
         seeds: b.affinity_seeds,
     }
+}
+
+/// The backends map a pick chain's single rule reads.
+fn pick_map(chain: &Chain) -> Option<Name> {
+    chain
+        .rules
+        .iter()
+        .flat_map(|r| &r.statements)
+        .find_map(|s| match s {
+            Statement::DnatMap { map, .. } => Some(map.clone()),
+            _ => None,
+        })
 }

@@ -130,7 +130,8 @@ impl<'a> Builder<'a> {
         }
     }
 
-    /// Makes sure the pick chain for `count` endpoints of this kind exists.
+    /// Makes sure the pick chain for `count` endpoints of this kind exists, with the backends
+    /// map it reads (see [`names::backends`] for why each chain has its own).
     fn pick_chain(&mut self, frontend: FrontendKind, list: ListKind, count: u32) -> Name {
         let name = names::pick(frontend, list, count);
         if !self.rules.chains.contains_key(&name) {
@@ -143,7 +144,7 @@ impl<'a> Builder<'a> {
                 vec![],
                 vec![Statement::DnatMap {
                     key,
-                    map: names::backends(frontend, list),
+                    map: names::backends(frontend, list, count),
                 }],
             );
             self.rules.chains.insert(
@@ -152,6 +153,10 @@ impl<'a> Builder<'a> {
                     base: None,
                     rules: vec![rule],
                 },
+            );
+            self.rules.sets.insert(
+                names::backends(frontend, list, count),
+                skeleton::backends_decl(frontend),
             );
         }
         name

@@ -29,6 +29,9 @@ pub(super) struct Touched {
     sets: BTreeSet<Name>,
     /// Keys of the shared sets.
     keys: BTreeMap<Name, BTreeSet<Tuple>>,
+    /// Whether each shared set whose keys were touched existed before the update: backends maps
+    /// come and go with their pick chains.
+    existed: BTreeMap<Name, bool>,
 }
 
 impl Touched {
@@ -38,6 +41,7 @@ impl Touched {
             chains: BTreeSet::new(),
             sets: BTreeSet::new(),
             keys: BTreeMap::new(),
+            existed: BTreeMap::new(),
         }
     }
 
@@ -55,7 +59,10 @@ impl Touched {
             }
         }
         for (name, keys) in &self.keys {
-            let set = &rules.sets[name];
+            // A backends map deleted by this update is absent after it.
+            let Some(set) = rules.sets.get(name) else {
+                continue;
+            };
             let mut part = Set::new(set.decl.clone());
             for key in keys {
                 if let Some(e) = set.elements.get(key) {
@@ -103,13 +110,16 @@ impl Patch<'_> {
                 };
             }
         }
-        for name in c.picks.keys() {
+        for (name, pick) in &c.picks {
             self.touch_chain(name);
             let count = self.books.picks.get_mut(name).expect("counted");
             *count -= 1;
             if *count == 0 {
                 self.books.picks.remove(name);
                 self.rules.chains.remove(name);
+                // Its elements went with the ports above; the map goes with the chain.
+                self.first_touch(&pick.map);
+                self.rules.sets.remove(&pick.map);
             }
         }
         for name in c.affinity_chains.keys() {
@@ -126,20 +136,23 @@ impl Patch<'_> {
     /// Puts `state`'s contribution `c` into the plan.
     pub fn add(&mut self, state: Option<&Arc<ServicePortState>>, c: &Contribution) {
         let Some(state) = state else { return };
+        // Pick chains and their maps first: the elements below go into those maps.
+        for (name, pick) in &c.picks {
+            self.touch_chain(name);
+            let count = self.books.picks.entry(name.clone()).or_default();
+            *count += 1;
+            if *count == 1 {
+                self.rules.chains.insert(name.clone(), pick.chain.clone());
+                self.first_touch(&pick.map);
+                self.rules.sets.insert(pick.map.clone(), pick.decl.clone());
+            }
+        }
         for (set, elements) in &c.elements {
             for (key, element) in elements {
                 self.touch_key(set, key);
                 if self.books.claims.add(set, *key, state) {
                     self.set(set).elements.insert(*key, element.clone());
                 }
-            }
-        }
-        for (name, chain) in &c.picks {
-            self.touch_chain(name);
-            let count = self.books.picks.entry(name.clone()).or_default();
-            *count += 1;
-            if *count == 1 {
-                self.rules.chains.insert(name.clone(), chain.clone());
             }
         }
         for (name, chain) in &c.affinity_chains {
@@ -168,22 +181,37 @@ impl Patch<'_> {
     }
 
     fn touch_key(&mut self, set: &Name, key: &Tuple) {
-        let keys = match self.touched.keys.get_mut(set) {
-            Some(k) => k,
-            None => self.touched.keys.entry(set.clone()).or_default(),
-        };
+        self.first_touch(set);
+        let keys = self
+            .touched
+            .keys
+            .get_mut(set)
+            .expect("first_touch records it");
         if !keys.insert(*key) {
             return;
         }
-        let current = &self.rules.sets[set];
-        let before = match self.touched.before.sets.get_mut(set) {
-            Some(s) => s,
-            None => (self.touched.before.sets)
-                .entry(set.clone())
-                .or_insert_with(|| Set::new(current.decl.clone())),
+        let Some(before) = self.touched.before.sets.get_mut(set) else {
+            return; // created by this update: nothing was there before
         };
-        if let Some(e) = current.elements.get(key) {
+        if let Some(e) = self.rules.sets.get(set).and_then(|s| s.elements.get(key)) {
             before.elements.insert(*key, e.clone());
+        }
+    }
+
+    /// The first time a shared set is touched in this update, records whether it existed (and
+    /// its declaration), before anything in it changes.
+    fn first_touch(&mut self, set: &Name) {
+        if self.touched.existed.contains_key(set) {
+            return;
+        }
+        let current = self.rules.sets.get(set);
+        self.touched.existed.insert(set.clone(), current.is_some());
+        self.touched.keys.entry(set.clone()).or_default();
+        if let Some(current) = current {
+            self.touched
+                .before
+                .sets
+                .insert(set.clone(), Set::new(current.decl.clone()));
         }
     }
 

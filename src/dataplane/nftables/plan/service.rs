@@ -224,14 +224,16 @@ impl Svc<'_> {
         if let Some(timeout) = self.port.affinity_timeout_seconds {
             return affinity::chain(b, self.port, self.view, list.kind, list.indices, timeout);
         }
-        let backends = n::backends(kind, list.kind);
+        let count = list.indices.len() as u32;
+        let pick = b.pick_chain(kind, list.kind, count);
+        let backends = n::backends(kind, list.kind, count);
         for (i, &ix) in list.indices.iter().enumerate() {
             let ep = &self.view.endpoints[ix as usize];
             let key = self.key(frontend, Some(Value::Index(i as u32)));
             let data = Tuple::new(&[Value::Addr(ep.ip), Value::Port(ep.port)]);
             b.element(&backends, key, Data::Values(data), None);
         }
-        b.pick_chain(kind, list.kind, list.indices.len() as u32)
+        pick
     }
 }
 

@@ -13,7 +13,7 @@ use super::Builder;
 use super::node_ports::NodePortMatch;
 use crate::cluster::IpFamily;
 use crate::dataplane::nftables::mode_config::DetectLocal;
-use crate::dataplane::nftables::names::{self as n, FrontendKind, ListKind, Name};
+use crate::dataplane::nftables::names::{self as n, FrontendKind, Name};
 use crate::dataplane::nftables::ruleset::{
     BaseChain, Chain, ChainType, Comment, CtState, Data, DataKind, Field, Hook, Kind, Match, Set,
     SetDecl, Statement, Tuple, Value, Verdict, priority,
@@ -49,6 +49,25 @@ pub(super) fn add(b: &mut Builder) {
     );
 }
 
+/// The backends map a pick chain reads: `(frontend . index) → endpoint addr . port`, keyed by
+/// address, protocol and port for IP frontends, by protocol and port for NodePorts.
+pub(super) fn backends_decl(frontend: FrontendKind) -> Set {
+    use Kind::{Addr, Index, Port, Proto};
+    let endpoint = DataKind::Values(vec![Addr, Port]);
+    match frontend {
+        FrontendKind::Ip => decl(
+            &[Addr, Proto, Port, Index],
+            endpoint,
+            "frontend and index to endpoint",
+        ),
+        FrontendKind::NodePort => decl(
+            &[Proto, Port, Index],
+            endpoint,
+            "nodeport and index to endpoint",
+        ),
+    }
+}
+
 fn decl(key: &[Kind], data: DataKind, comment: &str) -> Set {
     Set::new(SetDecl {
         key: key.to_vec(),
@@ -60,10 +79,9 @@ fn decl(key: &[Kind], data: DataKind, comment: &str) -> Set {
 }
 
 fn sets(b: &mut Builder) {
-    use Kind::{Addr, Index, Port, Proto};
+    use Kind::{Addr, Port, Proto};
     let frontend = [Addr, Proto, Port];
     let nodeport = [Proto, Port];
-    let endpoint = DataKind::Values(vec![Addr, Port]);
     let mut all = vec![
         (
             n::SERVICE_IPS,
@@ -149,24 +167,6 @@ fn sets(b: &mut Builder) {
     }
     for (name, set) in all {
         b.rules.sets.insert(Name::fixed(name), set);
-    }
-    for list in [ListKind::Cluster, ListKind::Local] {
-        b.rules.sets.insert(
-            n::backends(FrontendKind::Ip, list),
-            decl(
-                &[Addr, Proto, Port, Index],
-                endpoint.clone(),
-                "frontend and index to endpoint",
-            ),
-        );
-        b.rules.sets.insert(
-            n::backends(FrontendKind::NodePort, list),
-            decl(
-                &[Proto, Port, Index],
-                endpoint.clone(),
-                "nodeport and index to endpoint",
-            ),
-        );
     }
     if let NodePortMatch::Addresses(addrs) = &b.node_ports {
         let set = Name::fixed(n::NODEPORT_IPS);
