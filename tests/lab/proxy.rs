@@ -1,18 +1,23 @@
 //! Which proxy runs on the lab's nodes: upstream kube-proxy (the reference) or ours, in a mode.
 //! One process per node namespace, started with the same upstream flags, as that node.
 //!
-//! Upstream reads the API server through a per-node `testenv bridge`. Ours reads the lab's
-//! manifest directory (it cannot watch the API server yet); switch [`Proxy::Ours`] to
-//! `--kubeconfig` in [`Proxy::command`] once it can.
+//! Both read the API server through a per-node `testenv bridge`, with the `system:kube-proxy`
+//! credentials a real kube-proxy has. (The lab also mirrors every object into a manifest
+//! directory, for running ours with `--manifests` by hand.)
 
 use std::path::Path;
 
 use super::topology::{CLUSTER_CIDR, NodeNet};
 use crate::testenv::{ChildGuard, TestEnv, bridge_apiserver};
 
-/// Why every scenario is expected to fail for our binary, or `None` once it programs rules.
-/// Flipping this one line makes the suite hold ours to every scenario upstream passes.
-pub const OURS_KNOWN_GAP: Option<&str> = Some("no dataplane yet (issue 6)");
+/// Why every scenario is expected to fail for our binary in a mode, or `None` once that mode
+/// programs rules: the suite then holds ours to every scenario upstream passes.
+pub fn ours_known_gap(mode: Mode) -> Option<&'static str> {
+    match mode {
+        Mode::Nftables => None,
+        Mode::Iptables => Some("no iptables dataplane yet (issue 7)"),
+    }
+}
 
 /// A dataplane mode, spelled as `--proxy-mode` takes it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,13 +63,13 @@ impl Proxy {
     pub fn known_gap(self) -> Option<&'static str> {
         match self {
             Proxy::Upstream { .. } => None,
-            Proxy::Ours { .. } => OURS_KNOWN_GAP,
+            Proxy::Ours { mode } => ours_known_gap(mode),
         }
     }
 
     /// Whether the proxy reads the API server (and so needs a bridge into the node namespace).
     fn reads_api_server(self) -> bool {
-        matches!(self, Proxy::Upstream { .. })
+        true
     }
 
     /// Starts this proxy in `node`'s namespace as Node `node_name`. Returns the proxy and, for a
@@ -107,8 +112,12 @@ impl Proxy {
                 cmd
             }
             Proxy::Ours { .. } => {
+                let _ = manifests;
                 let mut cmd = node.ns.command(env!("CARGO_BIN_EXE_kube-proxy-rs"));
-                cmd.arg(format!("--manifests={}", manifests.display()));
+                cmd.arg(format!(
+                    "--kubeconfig={}",
+                    env.kube_proxy_kubeconfig.display()
+                ));
                 cmd
             }
         }
