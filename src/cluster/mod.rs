@@ -8,6 +8,7 @@ pub mod interner;
 pub mod limits;
 pub mod model;
 pub mod node;
+pub mod port_state;
 pub mod service;
 pub mod source;
 pub mod topology;

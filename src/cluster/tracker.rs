@@ -22,13 +22,12 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::endpoints::{self, ParsedSlice};
 use super::interner::Interner;
-use super::model::{
-    FamilyView, IpFamily, NodeContext, ServiceKey, ServicePortName, ServicePortState, Snapshot,
-};
+use super::model::{NodeContext, ServiceKey, ServicePortName, ServicePortState, Snapshot};
 use super::node;
+use super::port_state;
 use super::service::{self, Ignored, ParsedService};
 use super::source::{Event, Kind, Object};
-use super::topology::{self, Features};
+use super::topology::Features;
 use super::warning::Warning;
 
 /// What changed between two snapshots.
@@ -381,7 +380,7 @@ impl Tracker {
     fn rebuild(&mut self, key: &ServiceKey, changed: &mut Vec<ServicePortName>) {
         let states = match self.services.get(key) {
             Some(ServiceEntry::Proxied(svc)) => {
-                build(svc, self.slices.get(key), &self.node, self.features)
+                port_state::build(svc, self.slices.get(key), &self.node, self.features)
             }
             _ => Vec::new(),
         };
@@ -470,70 +469,6 @@ fn slice_id(slice: &EndpointSlice) -> SliceId {
             .into(),
         slice.metadata.name.as_deref().unwrap_or("").into(),
     )
-}
-
-/// Builds the state of every port of one Service.
-fn build(
-    svc: &ParsedService,
-    slices: Option<&BTreeMap<Arc<str>, Arc<ParsedSlice>>>,
-    node: &NodeContext,
-    features: Features,
-) -> Vec<ServicePortState> {
-    let slices: Vec<&ParsedSlice> = slices
-        .map(|m| m.values().map(Arc::as_ref).collect())
-        .unwrap_or_default();
-    svc.ports
-        .iter()
-        .map(|port| {
-            let families = svc
-                .cluster_ips
-                .iter()
-                .map(|cluster_ip| {
-                    let family = IpFamily::of(cluster_ip);
-                    let of_family = |ip: &&std::net::IpAddr| IpFamily::of(ip) == family;
-                    let external_ips: Vec<_> =
-                        svc.external_ips.iter().filter(of_family).copied().collect();
-                    let load_balancer_ips: Vec<_> = svc
-                        .load_balancer_ips
-                        .iter()
-                        .filter(of_family)
-                        .copied()
-                        .collect();
-                    let load_balancer_source_ranges = svc
-                        .source_ranges
-                        .iter()
-                        .filter(|n| IpFamily::of_net(n) == family)
-                        .copied()
-                        .collect();
-                    let endpoints = endpoints::merge(
-                        slices.iter().copied(),
-                        &port.name.port,
-                        port.name.protocol,
-                        family,
-                        &node.name,
-                    );
-                    let externally_accessible = port.node_port.is_some()
-                        || !external_ips.is_empty()
-                        || !load_balancer_ips.is_empty();
-                    let selection =
-                        topology::select(&endpoints, port, externally_accessible, node, features);
-                    FamilyView {
-                        family,
-                        cluster_ip: *cluster_ip,
-                        external_ips,
-                        load_balancer_ips,
-                        load_balancer_source_ranges,
-                        endpoints,
-                        selection,
-                    }
-                })
-                .collect();
-            ServicePortState {
-                port: port.clone(),
-                families,
-            }
-        })
-        .collect()
 }
 
 #[cfg(test)]
