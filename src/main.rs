@@ -142,11 +142,12 @@ fn run(config: &Config, node_name: &str, features: Features) -> ExitCode {
                 Ok(p) => p,
                 Err(e) => return fail(chain(&e)),
             };
+        let mut observe = cli::observe::Observe::new(config);
         if let Some(drift) = mode.drift {
             proxy.full_sync_on(drift.waker());
+            observe.count_repairs(drift.clone());
             tokio::spawn(nftables::monitor::run(nftables::NftCommand::new(), drift));
         }
-        let observe = cli::observe::Observe::new(config);
         proxy.on_report(observe.observer());
         tokio::spawn(observe.clone().follow_status(proxy.status.clone()));
         tokio::spawn(

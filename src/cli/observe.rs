@@ -18,6 +18,7 @@ use tokio::sync::watch;
 use crate::cluster::{IpFamily, NodeContext, ServiceKey, Snapshot};
 use crate::config::{Config, NodePortAddresses, ProxyMode};
 use crate::conntrack;
+use crate::dataplane::nftables::Drift;
 use crate::health::service::{Check, Listen, Servers, desired};
 use crate::health::{ProxyHealth, SharedHealth};
 use crate::metrics::Metrics;
@@ -45,6 +46,8 @@ pub struct Observe {
     wanted: watch::Sender<Option<Wanted>>,
     /// The UDP/SCTP frontends of the last successful sync, for the conntrack reconciler.
     frontends: watch::Sender<Option<Arc<conntrack::Frontends>>>,
+    /// The nftables dataplane's record of outside changes it repaired, when that mode runs.
+    drift: Option<Arc<Drift>>,
 }
 
 impl Observe {
@@ -58,7 +61,14 @@ impl Observe {
             primary: IpFamily::of(&config.bind_address),
             wanted: watch::Sender::new(None),
             frontends: watch::Sender::new(None),
+            drift: None,
         }
+    }
+
+    /// Exports the nftables dataplane's repair count (`kubeproxy_rs_nftables_repairs_total`).
+    /// Call before [`Observe::observer`].
+    pub fn count_repairs(&mut self, drift: Arc<Drift>) {
+        self.drift = Some(drift);
     }
 
     /// The runner observer: records one sync's report and asks for the health checks it implies.
@@ -101,6 +111,9 @@ impl Observe {
             }
         }
         self.metrics.set_change_counts(&report.counts);
+        if let Some(drift) = &self.drift {
+            self.metrics.set_nftables_repairs(drift.repairs());
+        }
         self.wanted.send_replace(Some(Wanted {
             checks: desired(snapshot),
             node: snapshot.node.clone(),

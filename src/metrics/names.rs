@@ -206,6 +206,12 @@ pub const RS_OPERATIONS: Spec = spec(
     FAMILY,
     "Kernel objects created, changed or deleted by successful syncs",
 );
+pub const RS_NFTABLES_REPAIRS: Spec = spec(
+    "kubeproxy_rs_nftables_repairs_total",
+    Counter,
+    NONE,
+    "Full syncs that found our nftables tables changed by another program and repaired them",
+);
 pub const RS_HEALTH_CHECKS: Spec = spec(
     "kubeproxy_rs_service_health_checks",
     Gauge,
@@ -239,6 +245,7 @@ pub const ALL: &[Spec] = &[
     RS_OBJECTS,
     RS_OPERATIONS,
     RS_HEALTH_CHECKS,
+    RS_NFTABLES_REPAIRS,
 ];
 
 /// Sync durations: 1 ms doubling to about 16 s (15 buckets), as upstream.

@@ -71,6 +71,7 @@ struct Inner {
     objects: Family<FamilyLabels, Gauge>,
     operations: PerFamily,
     health_checks: Family<StateLabels, Gauge>,
+    nftables_repairs: Counter,
 }
 
 /// The proxy's metrics. Clone it into every task that records.
@@ -181,6 +182,7 @@ impl Metrics {
             objects: register(&mut r, &names::RS_OBJECTS, Family::default()),
             operations: register(&mut r, &names::RS_OPERATIONS, Family::default()),
             health_checks: register(&mut r, &names::RS_HEALTH_CHECKS, Family::default()),
+            nftables_repairs: register(&mut r, &names::RS_NFTABLES_REPAIRS, Counter::default()),
             // Last: every field above borrowed the registry to register itself.
             registry: r,
         };
@@ -409,6 +411,14 @@ impl Metrics {
             Probe::Livez => &self.0.livez,
         };
         family.get_or_create(&CodeLabels { code }).inc();
+    }
+
+    /// The nftables dataplane's running count of repairs of outside changes.
+    pub fn set_nftables_repairs(&self, total: u64) {
+        let seen = self.0.nftables_repairs.get();
+        if total > seen {
+            self.0.nftables_repairs.inc_by(total - seen);
+        }
     }
 
     /// How many Service health checks are open and how many cannot bind.
