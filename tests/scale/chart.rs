@@ -44,11 +44,11 @@ fn value(f: &Figure) -> Option<(f64, String)> {
 
 fn panel(out: &mut String, reports: &[ScaleReport], column: usize, title: &str, top: i32) {
     let (left, width, height) = (70.0, 800.0, 220.0);
-    let base = f64::from(top) + 40.0 + height;
+    let base = f64::from(top) + 50.0 + height;
     let _ = writeln!(
         out,
         "<text x=\"{left}\" y=\"{}\" font-size=\"14\">{title}</text>",
-        top + 20
+        top + 16
     );
     let points: Vec<f64> = reports
         .iter()
@@ -107,8 +107,8 @@ fn panel(out: &mut String, reports: &[ScaleReport], column: usize, title: &str, 
             let x = x0 + i as f64 * bar;
             let color = COLORS[i % COLORS.len()];
             if g == 0 {
-                let ly = f64::from(top) + 20.0;
-                let lx = left + 420.0 + i as f64 * 110.0;
+                let ly = f64::from(top) + 34.0;
+                let lx = left + i as f64 * 140.0;
                 let _ = writeln!(
                     out,
                     "<rect x=\"{lx}\" y=\"{}\" width=\"10\" height=\"10\" fill=\"{color}\"/><text x=\"{}\" y=\"{ly}\">{}</text>",

@@ -132,6 +132,25 @@ impl Node {
     }
 }
 
+impl Drop for Node {
+    /// Kills the proxy's own children by pid first (an `nft` or `iptables-restore` it started
+    /// would otherwise outlive it, keep the namespace alive and burn CPU into the next
+    /// measurement), then the fields drop in order.
+    fn drop(&mut self) {
+        if let Some(p) = &self.proxy {
+            // Stopped first, so it starts no new child meanwhile; its guard kills it next.
+            let _ = Command::new("kill")
+                .args(["-STOP", &p.pid().to_string()])
+                .output();
+            for child in super::process::children(p.pid()) {
+                let _ = Command::new("kill")
+                    .args(["-KILL", &child.to_string()])
+                    .output();
+            }
+        }
+    }
+}
+
 /// `ip -n NS ARGS…`; `Err` with stderr on failure.
 fn ip(ns: &NetNs, args: &[&str]) -> Result<(), String> {
     let out = Command::new("ip")

@@ -1,7 +1,8 @@
 //! What a proxy process cost, from `/proc/<pid>`: peak resident memory (`VmHWM` in `status`)
-//! and CPU seconds (`utime + stime` of the process plus `cutime + cstime` of the children it
-//! reaped, from `stat`: both proxies run `nft`, `iptables-restore` … as children, and that work
-//! is theirs). The children's own peak memory is not included.
+//! and CPU seconds (`utime + stime` of the process, `cutime + cstime` of the children it
+//! reaped, and the CPU so far of the children still running, from `stat`: both proxies run
+//! `nft`, `iptables-restore` … as children, and that work is theirs). The children's own peak
+//! memory is not included.
 
 /// Clock ticks per second of `/proc/<pid>/stat` (`USER_HZ`, 100 on every Linux ABI we run on).
 const TICKS_PER_SECOND: f64 = 100.0;
@@ -19,10 +20,31 @@ pub struct Usage {
 pub fn usage(pid: u32) -> Option<Usage> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let running: f64 = children(pid)
+        .iter()
+        .filter_map(|c| std::fs::read_to_string(format!("/proc/{c}/stat")).ok())
+        .filter_map(|s| cpu_ticks(&s))
+        .sum();
     Some(Usage {
         peak_rss: peak_rss(&status)?,
-        cpu_seconds: cpu_ticks(&stat)? / TICKS_PER_SECOND,
+        cpu_seconds: (cpu_ticks(&stat)? + running) / TICKS_PER_SECOND,
     })
+}
+
+/// The direct children of `pid`, from `/proc/<pid>/task/*/children`.
+pub fn children(pid: u32) -> Vec<u32> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    tasks
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
+        .flat_map(|text| {
+            text.split_whitespace()
+                .filter_map(|p| p.parse().ok())
+                .collect::<Vec<u32>>()
+        })
+        .collect()
 }
 
 /// The command name of `pid` (`/proc/<pid>/comm`), to check it is the proxy itself.

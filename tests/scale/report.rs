@@ -204,3 +204,56 @@ pub fn load_average() -> String {
         .unwrap_or("?")
         .to_owned()
 }
+
+#[cfg(test)]
+#[allow(
+    unused_imports,
+    reason = "the harness = false bench compiles this module without its #[test] functions"
+)]
+mod tests {
+    use super::*;
+
+    fn row(kind: ProxyKind, cold: Figure) -> ProxyResult {
+        let mut figures = vec![Figure::Missing; COLUMNS.len()];
+        figures[1] = cold;
+        ProxyResult {
+            kind,
+            figures: Ok(figures),
+            notes: vec!["a note".into()],
+        }
+    }
+
+    #[test]
+    fn table_has_a_row_per_proxy_and_a_ratio_row() {
+        let report = ScaleReport {
+            scale: Scale {
+                services: 1000,
+                endpoints: 10,
+            },
+            load_seconds: 3.0,
+            results: vec![
+                row(ProxyKind::OURS_NFTABLES, Figure::Secs(0.5)),
+                row(ProxyKind::UPSTREAM_NFTABLES, Figure::Secs(2.0)),
+                row(ProxyKind::UPSTREAM_IPTABLES, Figure::Over(900.0)),
+                ProxyResult {
+                    kind: ProxyKind::OURS_IPTABLES,
+                    figures: Err("no dataplane".into()),
+                    notes: Vec::new(),
+                },
+            ],
+        };
+        let md = report.markdown();
+        assert!(md.contains("| ours/nftables | — | 0.50 s |"), "{md}");
+        assert!(md.contains("| upstream/iptables | — | > 900 s |"), "{md}");
+        assert!(
+            md.contains("| ours/iptables | not run: no dataplane |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| ours ÷ upstream (nftables) |  | 0.25× |"),
+            "{md}"
+        );
+        assert!(md.contains("- ours/nftables: a note"), "{md}");
+        assert!(super::super::chart::cold_sync(&[report]).contains("0.50"));
+    }
+}
