@@ -89,7 +89,7 @@ impl Lab {
             .iter()
             .map(|node| {
                 let (process, bridge) =
-                    proxy.start(env, node, &cluster.node_names[node.index], &manifests);
+                    proxy.start(env, node, &cluster.node_names[node.index], &manifests, &[]);
                 Some(NodeProxy { process, bridge })
             })
             .collect::<Vec<_>>()
@@ -184,12 +184,18 @@ impl Lab {
 
     /// Starts the proxy on node `index` again (after [`Lab::stop_proxy`]).
     pub fn start_proxy(&self, index: usize) {
+        self.start_proxy_with(index, &[]);
+    }
+
+    /// Starts the proxy on node `index` with the lab's flags plus `extra_flags`.
+    pub fn start_proxy_with(&self, index: usize, extra_flags: &[String]) {
         let node = &self.topo.nodes[index];
         let (process, bridge) = self.proxy.start(
             self.env,
             node,
             &self.cluster.node_names[index],
             &self.cluster.manifests,
+            extra_flags,
         );
         self.proxies.borrow_mut()[index] = Some(NodeProxy { process, bridge });
     }

@@ -72,14 +72,25 @@ impl Proxy {
         true
     }
 
-    /// Starts this proxy in `node`'s namespace as Node `node_name`. Returns the proxy and, for a
-    /// proxy that reads the API server, the bridge it reads through (drop the proxy first).
+    /// The nftables table this proxy programs (`ip <name>`), in nftables mode.
+    pub fn nft_table(self) -> &'static str {
+        match self {
+            Proxy::Upstream { .. } => "kube-proxy",
+            Proxy::Ours { .. } => "kube-proxy-rs",
+        }
+    }
+
+    /// Starts this proxy in `node`'s namespace as Node `node_name`, with the lab's flags and then
+    /// `extra_flags` (which a scenario uses to restart a proxy configured otherwise). Returns the
+    /// proxy and, for a proxy that reads the API server, the bridge it reads through (drop the
+    /// proxy first).
     pub fn start(
         self,
         env: &TestEnv,
         node: &NodeNet,
         node_name: &str,
         manifests: &Path,
+        extra_flags: &[String],
     ) -> (ChildGuard, Option<ChildGuard>) {
         let bridge = self
             .reads_api_server()
@@ -92,7 +103,8 @@ impl Proxy {
             .arg("--conntrack-max-per-core=0")
             .arg("--metrics-bind-address=127.0.0.1:10249")
             .arg("--healthz-bind-address=127.0.0.1:10256")
-            .arg("--v=2");
+            .arg("--v=2")
+            .args(extra_flags);
         let name = match self {
             Proxy::Upstream { .. } => "kube-proxy",
             Proxy::Ours { .. } => "kube-proxy-rs",
