@@ -1,6 +1,8 @@
 //! Times the nftables applier against the real kernel (root): cold apply into an empty network
-//! namespace, one endpoint change, and a restart's adoption, at 10,000 Services × 10 endpoints,
-//! 44,000 × 1 and 5,000 × 50. Not a test: timings are reported, never asserted.
+//! namespace, one endpoint change (a steady-state sync through the incremental planner, with
+//! the tracker-style changes naming the one service port; once, then repeated), and a
+//! restart's adoption, at 10,000 Services × 10 endpoints, 44,000 × 1 and 5,000 × 50. Not a
+//! test: timings are reported, never asserted.
 //!
 //! Run: `sudo cargo run --release --example nftables_apply [SERVICES ENDPOINTS ...]`.
 //! Each size runs in its own namespace `nfa-bench-<pid>`, deleted afterwards. Results go to
@@ -83,14 +85,22 @@ fn node() -> NodeContext {
     n
 }
 
+/// One-endpoint syncs timed after the first, alternating the endpoint back and forth.
+const REPEATS: usize = 20;
+
+/// Service `i`'s one port.
+fn port_name(i: usize) -> ServicePortName {
+    ServicePortName {
+        service: ServiceKey::new(&format!("ns-{}", i % 100), &format!("svc-{i}")),
+        port: "http".into(),
+        protocol: Protocol::Tcp,
+    }
+}
+
 /// Service `i` (ClusterIP, TCP 80) with `endpoints` endpoints; `shift` moves one endpoint.
 fn state(i: usize, endpoints: usize, shift: bool, node: &NodeContext) -> Arc<ServicePortState> {
     let port = ServicePort {
-        name: ServicePortName {
-            service: ServiceKey::new(&format!("ns-{}", i % 100), &format!("svc-{i}")),
-            port: "http".into(),
-            protocol: Protocol::Tcp,
-        },
+        name: port_name(i),
         service_type: ServiceType::ClusterIP,
         port: 80,
         node_port: None,
@@ -196,14 +206,18 @@ fn measure(services: usize, endpoints: usize) {
         b.script_bytes / 1024
     );
 
+    // What the tracker reports for this change: the one service port.
+    let changes = Changes {
+        ports: [port_name(services / 2)].into(),
+        ..Changes::default()
+    };
     let b = dp.applier_mut().backend_mut();
     b.run = Duration::ZERO;
     b.script_bytes = 0;
     let t = Instant::now();
-    let r = dp
-        .sync(&moved, &Changes::default(), false)
-        .expect("one change");
+    let r = dp.sync(&moved, &changes, false).expect("one change");
     let total = t.elapsed();
+    assert!(!r.full, "a steady-state sync");
     let b = dp.applier().backend();
     println!(
         "one endpoint change: total {} (nft -f {}), {} operations, script {} bytes",
@@ -211,6 +225,27 @@ fn measure(services: usize, endpoints: usize) {
         ms(b.run),
         r.families.iter().map(|f| f.operations).sum::<usize>(),
         b.script_bytes
+    );
+
+    let mut totals = Vec::with_capacity(REPEATS);
+    let mut runs = Vec::with_capacity(REPEATS);
+    for k in 0..REPEATS {
+        let next = if k % 2 == 0 { &snap } else { &moved };
+        dp.applier_mut().backend_mut().run = Duration::ZERO;
+        let t = Instant::now();
+        let r = dp.sync(next, &changes, false).expect("one change");
+        totals.push(t.elapsed());
+        runs.push(dp.applier().backend().run);
+        assert!(!r.full, "a steady-state sync");
+    }
+    totals.sort();
+    runs.sort();
+    println!(
+        "one endpoint change x{REPEATS}: total median {} (min {}, max {}), nft -f median {}",
+        ms(totals[REPEATS / 2]),
+        ms(totals[0]),
+        ms(totals[REPEATS - 1]),
+        ms(runs[REPEATS / 2])
     );
 
     let mut restarted = dataplane(&ns);

@@ -17,8 +17,10 @@ use std::time::Duration;
 
 use host::NetNs;
 use kube_proxy_rs::cli::load_manifests;
+use kube_proxy_rs::cluster::source::manifests;
+use kube_proxy_rs::cluster::source::{Event, Object};
 use kube_proxy_rs::cluster::topology::{self, Features};
-use kube_proxy_rs::cluster::{Changes, IpFamily, Snapshot};
+use kube_proxy_rs::cluster::{Changes, IpFamily, ServicePortName, Snapshot, Tracker};
 use kube_proxy_rs::dataplane::Dataplane;
 use kube_proxy_rs::dataplane::nftables::backend::{self, Backend};
 use kube_proxy_rs::dataplane::nftables::parse::parse;
@@ -40,8 +42,9 @@ fn example() -> Snapshot {
         .snapshot
 }
 
-/// The example with `default/web`'s last endpoint gone (as if its pod was deleted).
-fn without_one_web_endpoint(snap: &Snapshot) -> Snapshot {
+/// The example with `default/web`'s last endpoint gone (as if its pod was deleted), and the
+/// changes that name it, as the tracker would.
+fn without_one_web_endpoint(snap: &Snapshot) -> (Snapshot, Changes) {
     let mut ports = (*snap.ports).clone();
     let (name, state) = ports
         .iter()
@@ -59,10 +62,19 @@ fn without_one_web_endpoint(snap: &Snapshot) -> Snapshot {
         &snap.node,
         Features::default(),
     );
-    ports.insert(name, Arc::new(state));
-    Snapshot {
+    ports.insert(name.clone(), Arc::new(state));
+    let snapshot = Snapshot {
         node: snap.node.clone(),
         ports: Arc::new(ports),
+    };
+    (snapshot, changed([name]))
+}
+
+/// Changes naming `ports`.
+fn changed(ports: impl IntoIterator<Item = ServicePortName>) -> Changes {
+    Changes {
+        ports: ports.into_iter().collect(),
+        ..Changes::default()
     }
 }
 
@@ -130,10 +142,10 @@ fn the_example_cluster_is_programmed_and_reads_back_as_planned() {
 fn one_endpoint_change_sends_a_small_transaction() {
     let ns = NetNs::new("nfa-small");
     let before = example();
-    let after = without_one_web_endpoint(&before);
+    let (after, changes) = without_one_web_endpoint(&before);
     let mut dp = dataplane(&ns);
     dp.sync(&before, &no_changes(), true).expect("first sync");
-    let report = dp.sync(&after, &no_changes(), false).expect("second sync");
+    let report = dp.sync(&after, &changes, false).expect("second sync");
     assert!(!report.full);
     let ops = operations(&report);
     assert!(
@@ -141,6 +153,121 @@ fn one_endpoint_change_sends_a_small_transaction() {
         "one endpoint should touch a handful of elements, not {ops}"
     );
     assert_eq!(kernel(&ns), planned(&after));
+}
+
+/// Our objects in `yaml`, which must hold no mistake.
+fn objects(yaml: &str) -> Vec<Object> {
+    let parsed = manifests::parse(yaml, "test");
+    assert!(parsed.warnings.is_empty(), "{:?}", parsed.warnings);
+    parsed.objects
+}
+
+/// A NodePort Service `extra` (TCP 81, node port 30081) and its slice with `ips`.
+fn extra(ips: &[&str]) -> Vec<Object> {
+    let endpoints: String = ips
+        .iter()
+        .map(|ip| {
+            format!(
+                "  - addresses: [{ip}]\n    conditions: {{ready: true, serving: true, terminating: false}}\n    nodeName: node-b\n"
+            )
+        })
+        .collect();
+    objects(&format!(
+        "apiVersion: v1
+kind: Service
+metadata: {{name: extra, namespace: default}}
+spec:
+  type: NodePort
+  clusterIP: 10.96.9.9
+  clusterIPs: [10.96.9.9]
+  ipFamilies: [IPv4]
+  ipFamilyPolicy: SingleStack
+  selector: {{app: extra}}
+  ports:
+    - {{name: http, protocol: TCP, port: 81, targetPort: 8081, nodePort: 30081}}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: extra-1
+  namespace: default
+  labels: {{kubernetes.io/service-name: extra}}
+addressType: IPv4
+ports:
+  - {{name: http, protocol: TCP, port: 8081}}
+endpoints:
+{endpoints}"
+    ))
+}
+
+#[test]
+fn partial_syncs_with_the_trackers_changes_keep_the_kernel_as_planned() {
+    let ns = NetNs::new("nfa-steps");
+    let mut tracker = Tracker::new("node-a", Features::default());
+    let loaded = manifests::load_dir(Path::new("examples/cluster")).expect("example loads");
+    let web_slice = loaded
+        .objects
+        .iter()
+        .find(|o| matches!(o, Object::EndpointSlice(s) if s.metadata.name.as_deref() == Some("web-x7k2p")))
+        .cloned()
+        .expect("the example has web's slice");
+    let web = loaded
+        .objects
+        .iter()
+        .find(|o| matches!(o, Object::Service(s) if s.metadata.name.as_deref() == Some("web")))
+        .cloned()
+        .expect("the example has web");
+    for event in loaded.into_events() {
+        tracker.apply(&event);
+    }
+    let mut dp = dataplane(&ns);
+    let (snap, _) = tracker.snapshot();
+    dp.sync(&snap, &no_changes(), true).expect("first sync");
+    assert_eq!(kernel(&ns), planned(&snap));
+
+    let Object::EndpointSlice(mut fewer) = web_slice.clone() else {
+        unreachable!()
+    };
+    fewer.endpoints.pop();
+    let steps: Vec<(&str, Vec<Event>)> = vec![
+        (
+            "web loses an endpoint (another pick chain)",
+            vec![Event::Applied(Object::EndpointSlice(fewer))],
+        ),
+        (
+            "a new NodePort Service with one endpoint",
+            extra(&["10.244.2.50"])
+                .into_iter()
+                .map(Event::Applied)
+                .collect(),
+        ),
+        (
+            "web gets its endpoint back; extra gets a second one",
+            std::iter::once(web_slice)
+                .chain(extra(&["10.244.2.50", "10.244.2.51"]))
+                .map(Event::Applied)
+                .collect(),
+        ),
+        ("web is deleted", vec![Event::Deleted(web)]),
+        (
+            "extra is deleted",
+            extra(&[]).into_iter().map(Event::Deleted).collect(),
+        ),
+    ];
+    for (step, events) in steps {
+        for event in &events {
+            tracker.apply(event);
+        }
+        let (snap, changes) = tracker.snapshot();
+        assert!(
+            !changes.ports.is_empty(),
+            "{step}: the tracker saw a change"
+        );
+        let report = dp.sync(&snap, &changes, false).expect(step);
+        assert!(!report.full, "{step}: a steady-state sync");
+        assert!(operations(&report) > 0, "{step}: something was sent");
+        assert_eq!(kernel(&ns), planned(&snap), "{step}");
+    }
 }
 
 /// The real backend, made to send a script the kernel refuses when asked: a rule into a chain
@@ -158,7 +285,8 @@ fn pick_chains_added_in_a_later_transaction_are_accepted() {
     };
     let mut dp = dataplane(&ns);
     dp.sync(&empty, &no_changes(), true).expect("first sync");
-    dp.sync(&full, &no_changes(), false)
+    let added = changed(full.ports.keys().cloned());
+    dp.sync(&full, &added, false)
         .expect("pick chains added later are accepted");
     assert_eq!(kernel(&ns), planned(&full));
 }
@@ -186,7 +314,7 @@ impl Backend for Refusing {
 fn a_refused_transaction_leaves_the_previous_rules_and_the_next_sync_is_full() {
     let ns = NetNs::new("nfa-fail");
     let before = example();
-    let after = without_one_web_endpoint(&before);
+    let (after, changes) = without_one_web_endpoint(&before);
     let backend = Refusing {
         inner: NftCommand::in_netns(&ns.name),
         refuse_next: false,
@@ -196,7 +324,7 @@ fn a_refused_transaction_leaves_the_previous_rules_and_the_next_sync_is_full() {
 
     dp.applier_mut().backend_mut().refuse_next = true;
     let error = dp
-        .sync(&after, &no_changes(), false)
+        .sync(&after, &changes, false)
         .expect_err("the kernel refuses");
     let text = error.to_string();
     assert!(
@@ -214,7 +342,7 @@ fn a_refused_transaction_leaves_the_previous_rules_and_the_next_sync_is_full() {
 fn a_restart_adopts_the_table_and_changes_only_what_differs() {
     let ns = NetNs::new("nfa-adopt");
     let before = example();
-    let after = without_one_web_endpoint(&before);
+    let (after, _) = without_one_web_endpoint(&before);
     dataplane(&ns)
         .sync(&before, &no_changes(), true)
         .expect("first run");
@@ -265,8 +393,8 @@ async fn an_outside_deletion_is_noticed_and_repaired_by_the_next_sync() {
     let noticed = drift.noticed();
 
     // Our own transactions are not outside changes.
-    let changed = without_one_web_endpoint(&snap);
-    dp.sync(&changed, &no_changes(), false).expect("own sync");
+    let (changed, changes) = without_one_web_endpoint(&snap);
+    dp.sync(&changed, &changes, false).expect("own sync");
     let quiet = tokio::time::timeout(Duration::from_millis(500), drift.changed()).await;
     assert!(
         quiet.is_err(),

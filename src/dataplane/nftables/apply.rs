@@ -1,16 +1,18 @@
-//! The applier: makes the kernel's tables match the desired rulesets with the smallest change,
-//! in one atomic `nft -f` transaction for both families, and owns "last applied".
+//! The applier: makes the kernel's tables match, in one atomic `nft -f` transaction for both
+//! families, and knows whether the next apply must read the kernel.
 //!
-//! - Steady state: diff each family against what was last applied; no kernel read.
-//! - Full (start-up, after a failure, on request): read our tables back ([`parse`]) and diff
-//!   against that, so a restart adopts what a previous run left and changes only what differs,
-//!   and an outside change is repaired. A table the parser cannot fully name is rebuilt in one
-//!   transaction instead ([`rebuild`]); a missing table is created.
-//! - "Last applied" is replaced only after nft accepted the transaction. A refused transaction
-//!   changed nothing (nft applies a file atomically); the error carries nft's message and the
-//!   failing lines, and the next apply is full.
+//! - Steady state ([`Applier::send`]): sends the transactions the caller made from what the
+//!   kernel holds (the dataplane's incremental planner); no kernel read.
+//! - Full ([`Applier::adopt`]: start-up, after a failure, on request): read our tables back
+//!   ([`parse`]) and diff against that, so a restart adopts what a previous run left and changes
+//!   only what differs, and an outside change is repaired. A table the parser cannot fully name
+//!   is rebuilt in one transaction instead ([`rebuild`]); a missing table is created.
+//! - A refused transaction changed nothing (nft applies a file atomically); the error carries
+//!   nft's message and the failing lines, and [`Applier::needs_full`] holds until an adoption
+//!   succeeds.
 //!
-//! Never plans, never retries, never sleeps: the runner decides when.
+//! What was last applied is the caller's (the planner holds it); the applier never plans, never
+//! retries, never sleeps: the runner decides when.
 
 use super::backend::{self, Backend};
 use super::diff::{Transaction, diff, rebuild};
@@ -66,9 +68,7 @@ pub struct Report {
 #[doc(alias = "syncProxyRules")]
 pub struct Applier<B> {
     backend: B,
-    /// What the kernel holds, as far as we know; `None` until the first success.
-    last: Option<Vec<Ruleset>>,
-    /// The previous apply failed, so the next one reads the kernel.
+    /// Nothing was applied yet, or the previous apply failed: the next one reads the kernel.
     needs_full: bool,
 }
 
@@ -76,14 +76,14 @@ impl<B: Backend> Applier<B> {
     pub fn new(backend: B) -> Applier<B> {
         Applier {
             backend,
-            last: None,
             needs_full: true,
         }
     }
 
-    /// What was last applied successfully, per family.
-    pub fn last_applied(&self) -> Option<&[Ruleset]> {
-        self.last.as_deref()
+    /// Whether only [`adopt`](Applier::adopt) may run next: no apply succeeded yet, or the
+    /// last one failed, so the kernel may not hold what the caller last planned.
+    pub fn needs_full(&self) -> bool {
+        self.needs_full
     }
 
     /// The backend, for measurements.
@@ -96,64 +96,57 @@ impl<B: Backend> Applier<B> {
         &mut self.backend
     }
 
-    /// Makes the kernel hold `want` (one ruleset per family). With `full`, or after a failure,
-    /// diffs against a fresh read of the kernel instead of the last applied state.
-    pub fn apply(&mut self, want: Vec<Ruleset>, full: bool) -> Result<Report, Error> {
-        let full = full || self.needs_full || self.last.is_none();
+    /// Makes the kernel hold `want` (one ruleset per family), diffing against a fresh read of
+    /// the kernel. `last` is what the caller believes the kernel holds (`None`: unknown); it
+    /// only serves to tell an outside change ([`Report::repaired`]).
+    pub fn adopt(&mut self, want: &[Ruleset], last: Option<&[Ruleset]>) -> Result<Report, Error> {
         let mut report = Report {
-            full,
+            full: true,
             ..Report::default()
         };
-        // Taken out while the backend is borrowed; put back unless replaced by `want`.
-        let previous = self.last.take();
-        let result = self.transactions(&want, previous.as_deref(), full, &mut report);
-        let transactions = match result {
-            Ok(t) => t,
-            Err(e) => {
-                self.last = previous;
-                self.needs_full = true;
-                return Err(e);
-            }
-        };
+        let mut transactions = Vec::with_capacity(want.len());
+        for w in want {
+            let l = last.and_then(|l| l.iter().find(|r| r.family == w.family));
+            let (t, differs, rebuilt) = match self.against_kernel(w, l) {
+                Ok(found) => found,
+                Err(e) => {
+                    self.needs_full = true;
+                    return Err(e);
+                }
+            };
+            report.repaired |= differs;
+            report.rebuilt |= rebuilt;
+            transactions.push(t);
+        }
+        self.run(&transactions, &mut report)?;
+        Ok(report)
+    }
+
+    /// Steady state: sends `transactions`, which the caller made from what the kernel holds
+    /// (the previous successful apply). Only valid while [`needs_full`](Applier::needs_full)
+    /// is false.
+    pub fn send(&mut self, transactions: &[Transaction]) -> Result<Report, Error> {
+        debug_assert!(!self.needs_full, "a steady-state send after a failure");
+        let mut report = Report::default();
+        self.run(transactions, &mut report)?;
+        Ok(report)
+    }
+
+    /// Renders `transactions` into one script and runs it; counts operations per family.
+    fn run(&mut self, transactions: &[Transaction], report: &mut Report) -> Result<(), Error> {
+        report.operations = transactions
+            .iter()
+            .map(|t| (t.family, t.operations()))
+            .collect();
         let script: String = transactions.iter().map(|t| NftText.encode(t)).collect();
         if !script.is_empty()
             && let Err(e) = self.backend.run(&script)
         {
-            self.last = previous;
             self.needs_full = true;
             return Err(refused(e, &script));
         }
-        self.last = Some(want);
         self.needs_full = false;
-        Ok(report)
-    }
-
-    /// One transaction per family of `want`.
-    fn transactions(
-        &mut self,
-        want: &[Ruleset],
-        previous: Option<&[Ruleset]>,
-        full: bool,
-        report: &mut Report,
-    ) -> Result<Vec<Transaction>, Error> {
-        let mut transactions = Vec::with_capacity(want.len());
-        for w in want {
-            let last = previous.and_then(|l| l.iter().find(|r| r.family == w.family));
-            let t = if full {
-                let (t, differs, rebuilt) = self.against_kernel(w, last)?;
-                report.repaired |= differs;
-                report.rebuilt |= rebuilt;
-                t
-            } else {
-                match last {
-                    Some(l) => diff(l, w),
-                    None => diff(&Ruleset::empty(w.family), w),
-                }
-            };
-            report.operations.push((w.family, t.operations()));
-            transactions.push(t);
-        }
-        Ok(transactions)
+        Ok(())
     }
 
     /// The transaction from the kernel's table to `want`; whether the kernel differed from

@@ -1,7 +1,11 @@
 //! The nftables mode as the sync runner drives it: plan both families, apply, report.
 //!
-//! Glue between the pure planner, the [`Applier`] and the [`Drift`] the monitor feeds: a sync
-//! is full when the runner asks, after a failed apply, or when an outside change is pending.
+//! Glue between the incremental [`Planner`], the [`Applier`] and the [`Drift`] the monitor
+//! feeds. A sync is full when the runner asks, at start-up, after a failed apply, or when an
+//! outside change is pending: the planner re-plans everything and the applier diffs against
+//! the kernel read back. Otherwise the planner re-plans only the service ports the runner's
+//! [`Changes`] name, and its transactions (from its previous plan, which the kernel holds) are
+//! sent as they are: the planner's rulesets are "last applied", never copied per sync.
 //! Counts for the metrics come from the snapshot and the apply report; nothing here reads a
 //! clock or a registry.
 
@@ -11,7 +15,7 @@ use super::apply::{self, Applier};
 use super::backend::{Backend, NftCommand};
 use super::mode_config::ModeConfig;
 use super::monitor::Drift;
-use super::plan::plan_all;
+use super::plan::Planner;
 use super::ruleset::Family;
 use crate::cluster::{Changes, IpFamily, Snapshot, TrafficPolicy};
 use crate::dataplane::{Dataplane, FamilyReport, SyncError, SyncReport};
@@ -21,7 +25,10 @@ const MODE: &str = "nftables";
 /// See the module doc.
 #[doc(alias = "proxier")]
 pub struct NftablesDataplane<B = NftCommand> {
-    cfg: ModeConfig,
+    planner: Planner,
+    /// The kernel holds the planner's rulesets: the last apply succeeded. False at start-up
+    /// and after a failure (the planner has moved on; the kernel kept the rules before).
+    in_kernel: bool,
     applier: Applier<B>,
     drift: Arc<Drift>,
 }
@@ -39,7 +46,8 @@ impl<B: Backend> NftablesDataplane<B> {
     /// The mode over any backend (tests pass one that fails on demand).
     pub fn with_backend(cfg: ModeConfig, backend: B, drift: Arc<Drift>) -> NftablesDataplane<B> {
         NftablesDataplane {
-            cfg,
+            planner: Planner::new(cfg),
+            in_kernel: false,
             applier: Applier::new(backend),
             drift,
         }
@@ -67,13 +75,29 @@ impl<B: Backend> Dataplane for NftablesDataplane<B> {
     fn sync(
         &mut self,
         snapshot: &Snapshot,
-        _changes: &Changes,
+        changes: &Changes,
         full: bool,
     ) -> Result<SyncReport, SyncError> {
         let outside = self.drift.take_pending();
-        let want = plan_all(snapshot, &self.cfg);
-        let objects: Vec<(Family, usize)> = want.iter().map(|r| (r.family, r.objects())).collect();
-        let report = match self.applier.apply(want.into(), full || outside) {
+        // Cleared until the kernel accepts: a panic in between (the runner survives it) leaves
+        // the next sync full.
+        let in_kernel = std::mem::take(&mut self.in_kernel);
+        let steady = !full && !outside && in_kernel && !self.applier.needs_full();
+        let result = if steady {
+            // `changes` names every port changed since the previous update: the runner merges
+            // the changes of failed syncs into the next one, and a failure makes it full.
+            let update = self.planner.update(snapshot, changes);
+            self.applier.send(&update.transactions)
+        } else {
+            // What the kernel should hold, to tell an outside change; copied on full syncs
+            // only, which read the whole kernel anyway. Unknown after a failure.
+            let last = in_kernel.then(|| self.planner.rulesets().clone());
+            self.planner.replan(snapshot);
+            self.applier
+                .adopt(self.planner.rulesets(), last.as_ref().map(|l| &l[..]))
+        };
+        self.in_kernel = result.is_ok();
+        let report = match result {
             Ok(r) => r,
             Err(e) => {
                 if outside {
@@ -84,6 +108,12 @@ impl<B: Backend> Dataplane for NftablesDataplane<B> {
                 return Err(sync_error(e));
             }
         };
+        let objects: Vec<(Family, usize)> = self
+            .planner
+            .rulesets()
+            .iter()
+            .map(|r| (r.family, r.objects()))
+            .collect();
         if report.repaired {
             self.drift.repaired();
             tracing::warn!(

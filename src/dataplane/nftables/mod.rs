@@ -70,8 +70,10 @@
 //! gives the [`diff::Transaction`]; [`render::render`] gives the `nft -f -` text; the
 //! [`apply::Applier`] sends it through a [`Backend`] ([`NftCommand`]: `nft -f -`), and
 //! [`NftablesDataplane`] is what the sync runner drives:
-//! - Steady state: diff against what was last applied; both families' transactions go as one
-//!   `nft -f` batch (atomic); "last applied" is replaced only after success.
+//! - Steady state: the [`Planner`] re-plans only the service ports the sync's changes name and
+//!   yields the transactions from its previous plan, which the kernel holds; both families'
+//!   transactions go as one `nft -f` batch (atomic). After a failure the kernel kept the
+//!   previous rules while the planner moved on, so the next sync is full.
 //! - Start-up and full resyncs: diff against the kernel's table read back with
 //!   `nft -j list table` and [`parse::parse`], so a restart changes only what differs (zero
 //!   operations when nothing did). Listing through nft is slow at scale (`notes/nft-scale.md`),
@@ -87,7 +89,8 @@
 //! - Incremental: [`Planner`] keeps the last plan and, given the tracker's changes, re-plans
 //!   only the changed service ports and returns the transactions from its previous plan (equal
 //!   to `plan_all` + `diff`, at a cost proportional to the change). They apply while the kernel
-//!   holds the planner's previous plan; otherwise diff against [`Planner::rulesets`].
+//!   holds the planner's previous plan; otherwise (full syncs) the kernel read back is diffed
+//!   against [`Planner::rulesets`] after [`Planner::replan`].
 
 pub mod apply;
 pub mod backend;
