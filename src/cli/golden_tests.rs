@@ -11,24 +11,7 @@ fn check(fixture: &Path, node: &str, format: OutputFormat, golden: &str) {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("src/cli/testdata")
         .join(golden);
-    #[allow(clippy::disallowed_methods)] // test-only switch for rewriting goldens
-    let update = std::env::var("UPDATE_GOLDENS").is_ok_and(|v| v == "1");
-    if update {
-        #[allow(clippy::disallowed_methods)] // test-only golden rewrite
-        std::fs::write(&path, &got).expect("write golden");
-        return;
-    }
-    let want = std::fs::read_to_string(&path).unwrap_or_else(|e| {
-        panic!(
-            "{}: {e}; run with UPDATE_GOLDENS=1 to create it",
-            path.display()
-        )
-    });
-    assert!(
-        got == want,
-        "{} differs from the golden; rerun with UPDATE_GOLDENS=1 and review:\n{got}",
-        path.display()
-    );
+    crate::testing::check_golden(&path, &got);
 }
 
 fn example() -> PathBuf {

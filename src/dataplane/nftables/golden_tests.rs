@@ -25,25 +25,7 @@ fn script(node: &str, cfg: &ModeConfig) -> String {
 }
 
 fn check(got: &str, golden: &str) {
-    let path = testdata(golden);
-    #[allow(clippy::disallowed_methods)] // test-only switch for rewriting goldens
-    let update = std::env::var("UPDATE_GOLDENS").is_ok_and(|v| v == "1");
-    if update {
-        #[allow(clippy::disallowed_methods)] // test-only golden rewrite
-        std::fs::write(&path, got).expect("write golden");
-        return;
-    }
-    let want = std::fs::read_to_string(&path).unwrap_or_else(|e| {
-        panic!(
-            "{}: {e}; run with UPDATE_GOLDENS=1 to create it",
-            path.display()
-        )
-    });
-    assert!(
-        got == want,
-        "{} differs from the golden; rerun with UPDATE_GOLDENS=1 and review:\n{got}",
-        path.display()
-    );
+    crate::testing::check_golden(&testdata(golden), got);
 }
 
 /// Runs `nft -c -f -` on a script. Under `CI=true` a missing `nft` fails the test (CI installs
