@@ -2,8 +2,9 @@
 //! reduced to the few upstream `kubeproxy_*` series the harness compares.
 //!
 //! Pure apart from [`scrape`]: parsing the Prometheus text format and computing quantiles from
-//! bucket deltas. Series with labels (`ip_family`) are summed over their label sets; the harness
-//! runs IPv4 only, so that is the IPv4 series.
+//! bucket deltas. The harness's cluster is IPv4 only, so only IPv4 series count: samples labelled
+//! `ip_family="IPv6"` are dropped (ours observes every sync under both families, which would
+//! otherwise count each sync twice); other label sets are summed.
 
 use std::net::SocketAddr;
 
@@ -88,6 +89,9 @@ impl Metrics {
                     Some((n, rest)) => (n, rest.trim_end_matches('}')),
                     None => (series, ""),
                 };
+                if label(labels, "ip_family") == Some("IPv6") {
+                    return None;
+                }
                 Some((name.to_owned(), labels.to_owned(), value))
             })
             .collect();
@@ -198,6 +202,8 @@ kubeproxy_network_programming_duration_seconds_bucket{ip_family=\"IPv4\",le=\"+I
 kubeproxy_network_programming_duration_seconds_sum{ip_family=\"IPv4\"} 3.5
 kubeproxy_network_programming_duration_seconds_count{ip_family=\"IPv4\"} 10
 kubeproxy_sync_proxy_rules_last_timestamp_seconds{ip_family=\"IPv4\"} 1.7e+09
+kubeproxy_sync_proxy_rules_last_timestamp_seconds{ip_family=\"IPv6\"} 1.8e+09
+kubeproxy_network_programming_duration_seconds_count{ip_family=\"IPv6\"} 10
 ";
 
     #[test]
