@@ -142,6 +142,13 @@ fn run(config: &Config, node_name: &str, features: Features) -> ExitCode {
                 Ok(p) => p,
                 Err(e) => return fail(chain(&e)),
             };
+        if let Some(client) = proxy.client.clone() {
+            tokio::spawn(cli::events::follow(
+                client,
+                node_name.to_string(),
+                proxy.status.clone(),
+            ));
+        }
         let mut observe = cli::observe::Observe::new(config);
         if let Some(drift) = mode.drift {
             proxy.full_sync_on(drift.waker());

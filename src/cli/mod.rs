@@ -3,6 +3,7 @@
 //! Parsing and wiring only; decisions live in `config` and `cluster`.
 
 mod args;
+pub mod events;
 pub mod observe;
 pub mod plan;
 pub mod run;

@@ -65,6 +65,8 @@ pub struct Proxy {
     pub status: watch::Receiver<Status>,
     /// Whether the API server answers; `None` with `--manifests`.
     pub reachability: Option<api::Reachability>,
+    /// The API client, for publishing Events; `None` with `--manifests`.
+    pub client: Option<kube::Client>,
 }
 
 impl Proxy {
@@ -76,14 +78,18 @@ impl Proxy {
         features: Features,
         dataplane: Box<dyn Dataplane>,
     ) -> Result<Proxy, Error> {
-        let (events, reachability) = match &config.manifests {
+        let (events, reachability, client) = match &config.manifests {
             Some(dir) => {
                 tracing::info!(manifests = %dir.display(), "source: manifest directory");
-                (manifests::watch(dir.clone())?.boxed(), None)
+                (manifests::watch(dir.clone())?.boxed(), None, None)
             }
             None => {
                 let (client, reachability) = api::client(&config.client).await?;
-                (api::watch(client, node_name), Some(reachability))
+                (
+                    api::watch(client.clone(), node_name),
+                    Some(reachability),
+                    Some(client),
+                )
             }
         };
         let runner = Runner::new(
@@ -96,6 +102,7 @@ impl Proxy {
             runner,
             events,
             reachability,
+            client,
         })
     }
 

@@ -336,10 +336,15 @@ impl Runner {
         self.publish();
     }
 
+    /// Logs one sync. A failure is an error once, when syncs start failing; the retries that
+    /// follow log at debug, and the first success after them at info, so a broken dataplane
+    /// does not flood the log (the metrics count every failure).
     fn log(&self, report: &Report) {
         let duration_ms = report.duration.as_secs_f64() * 1000.0;
+        // `status` still describes the syncs before this one.
+        let was_failing = self.status.failing_since.is_some();
         match &report.outcome {
-            Err(error) => tracing::error!(
+            Err(error) if !was_failing => tracing::error!(
                 number = report.number,
                 reason = report.reason.as_str(),
                 full = report.full,
@@ -348,6 +353,18 @@ impl Runner {
                 retry_in_s = self.schedule.periods().backoff(self.schedule.failures()).as_secs_f64(),
                 %error,
                 "sync failed; the previous rules stay in place"
+            ),
+            Err(error) => tracing::debug!(
+                number = report.number,
+                reason = report.reason.as_str(),
+                failures = self.schedule.failures(),
+                %error,
+                "sync failed again"
+            ),
+            Ok(_) if was_failing => tracing::info!(
+                number = report.number,
+                failed_syncs = self.status.syncs_failed,
+                "sync succeeded again after failures"
             ),
             Ok(done) if report.full => tracing::info!(
                 number = report.number,
