@@ -28,7 +28,8 @@ pub const ACTION_SYNC: &str = "SyncProxyRules";
 /// The shortest time between two "failing" Events.
 pub const MIN_INTERVAL: Duration = Duration::from_secs(60);
 
-/// The reference Events about this node point at.
+/// The reference Events about this node point at. Its UID is the node name, as kubelet and
+/// upstream kube-proxy set it, so `kubectl describe node` shows our Events next to theirs.
 pub fn node_reference(node_name: &str) -> ObjectReference {
     ObjectReference {
         api_version: Some("v1".to_string()),
