@@ -75,22 +75,20 @@ fn example_cluster_on_node_a_with_upstream_defaults() {
     golden("node-a", &ModeConfig::default(), "example.node-a.nft");
 }
 
-#[test]
-fn example_cluster_with_cluster_cidr_and_masquerade_all() {
-    let cfg = ModeConfig {
+/// The golden settings, also used by the parser's round trip over dumps of these goldens.
+pub(super) fn masquerade_all() -> ModeConfig {
+    ModeConfig {
         masquerade_all: true,
         detect_local: DetectLocal::ClusterCidrs(vec![
             "10.244.0.0/16".parse().unwrap(),
             "fd00:10:244::/48".parse().unwrap(),
         ]),
         ..ModeConfig::default()
-    };
-    golden("node-a", &cfg, "example.node-a.masquerade-all.nft");
+    }
 }
 
-#[test]
-fn example_cluster_with_bridge_detection_and_node_ports_everywhere() {
-    let cfg = ModeConfig {
+pub(super) fn bridge_all() -> ModeConfig {
+    ModeConfig {
         detect_local: DetectLocal::Interface(IfName::new("cbr0", false).unwrap()),
         node_ports: NodePortAddresses {
             all: true,
@@ -98,19 +96,35 @@ fn example_cluster_with_bridge_detection_and_node_ports_everywhere() {
         },
         drop_invalid: false,
         ..ModeConfig::default()
-    };
-    golden("node-b", &cfg, "example.node-b.bridge-all.nft");
+    }
 }
 
-#[test]
-fn example_cluster_with_prefix_detection_and_node_cidr_ports() {
-    let cfg = ModeConfig {
+pub(super) fn prefix_cidr() -> ModeConfig {
+    ModeConfig {
         detect_local: DetectLocal::Interface(IfName::new("veth", true).unwrap()),
         node_ports: NodePortAddresses {
             cidrs: vec!["10.0.0.0/24".parse().unwrap()],
             ..NodePortAddresses::default()
         },
         ..ModeConfig::default()
-    };
-    golden("node-a", &cfg, "example.node-a.prefix-cidr.nft");
+    }
+}
+
+#[test]
+fn example_cluster_with_cluster_cidr_and_masquerade_all() {
+    golden(
+        "node-a",
+        &masquerade_all(),
+        "example.node-a.masquerade-all.nft",
+    );
+}
+
+#[test]
+fn example_cluster_with_bridge_detection_and_node_ports_everywhere() {
+    golden("node-b", &bridge_all(), "example.node-b.bridge-all.nft");
+}
+
+#[test]
+fn example_cluster_with_prefix_detection_and_node_cidr_ports() {
+    golden("node-a", &prefix_cidr(), "example.node-a.prefix-cidr.nft");
 }

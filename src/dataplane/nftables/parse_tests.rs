@@ -6,11 +6,10 @@ use std::path::{Path, PathBuf};
 use super::*;
 use crate::cli::load_manifests;
 use crate::cluster::{Features, IpFamily};
-use crate::config::NodePortAddresses;
 use crate::dataplane::nftables::diff::diff;
-use crate::dataplane::nftables::mode_config::{DetectLocal, ModeConfig};
+use crate::dataplane::nftables::golden_tests as golden;
+use crate::dataplane::nftables::mode_config::ModeConfig;
 use crate::dataplane::nftables::plan::plan;
-use crate::dataplane::nftables::ruleset::IfName;
 
 fn captured(name: &str) -> String {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -40,47 +39,22 @@ fn example_dumps_read_back_as_planned() {
     let defaults = ModeConfig::default();
     round_trip("example.node-a.ip", "node-a", &defaults, IpFamily::V4);
     round_trip("example.node-a.ip6", "node-a", &defaults, IpFamily::V6);
-    let masquerade_all = ModeConfig {
-        masquerade_all: true,
-        detect_local: DetectLocal::ClusterCidrs(vec![
-            "10.244.0.0/16".parse().unwrap(),
-            "fd00:10:244::/48".parse().unwrap(),
-        ]),
-        ..ModeConfig::default()
-    };
     round_trip(
         "example.node-a.masquerade-all.ip",
         "node-a",
-        &masquerade_all,
+        &golden::masquerade_all(),
         IpFamily::V4,
     );
-    let bridge_all = ModeConfig {
-        detect_local: DetectLocal::Interface(IfName::new("cbr0", false).unwrap()),
-        node_ports: NodePortAddresses {
-            all: true,
-            ..NodePortAddresses::default()
-        },
-        drop_invalid: false,
-        ..ModeConfig::default()
-    };
     round_trip(
         "example.node-b.bridge-all.ip",
         "node-b",
-        &bridge_all,
+        &golden::bridge_all(),
         IpFamily::V4,
     );
-    let prefix_cidr = ModeConfig {
-        detect_local: DetectLocal::Interface(IfName::new("veth", true).unwrap()),
-        node_ports: NodePortAddresses {
-            cidrs: vec!["10.0.0.0/24".parse().unwrap()],
-            ..NodePortAddresses::default()
-        },
-        ..ModeConfig::default()
-    };
     round_trip(
         "example.node-a.prefix-cidr.ip6",
         "node-a",
-        &prefix_cidr,
+        &golden::prefix_cidr(),
         IpFamily::V6,
     );
 }
