@@ -71,13 +71,24 @@ impl Observe {
         self.drift = Some(drift);
     }
 
-    /// The runner observer: records one sync's report and asks for the health checks it implies.
+    /// The runner observer: records one sync's report and asks for the health checks and
+    /// conntrack frontends it implies. Those two walk every service port, so they are derived
+    /// again only when the model may have moved: a full sync, a sync with changed ports (a failed
+    /// sync's changes are carried into the next), or a changed node; periodic syncs without
+    /// changes cost nothing here.
     pub fn observer(&self) -> impl FnMut(&Report, &Snapshot) + Send + 'static {
         let this = self.clone();
-        move |report, snapshot| this.record(report, snapshot)
+        let mut last_node: Option<Arc<NodeContext>> = None;
+        move |report, snapshot| {
+            let moved = report.full
+                || report.changed_ports > 0
+                || last_node.as_deref() != Some(&*snapshot.node);
+            last_node = Some(snapshot.node.clone());
+            this.record(report, snapshot, moved);
+        }
     }
 
-    fn record(&self, report: &Report, snapshot: &Snapshot) {
+    fn record(&self, report: &Report, snapshot: &Snapshot, moved: bool) {
         let ended = SystemTime::from(report.ended_at);
         self.health.sync_node(&snapshot.node);
         for family in IpFamily::ALL {
@@ -96,14 +107,16 @@ impl Observe {
         if let Ok(sync) = &report.outcome {
             // Only after a successful sync: the kernel's rules then match the model, so new
             // flows reach the endpoints it names. Unchanged frontends wake nobody.
-            let frontends = conntrack::Frontends::from_snapshot(snapshot);
-            self.frontends.send_if_modified(|current| {
-                let changed = current.as_deref() != Some(&frontends);
-                if changed {
-                    *current = Some(Arc::new(frontends));
-                }
-                changed
-            });
+            if moved || self.frontends.borrow().is_none() {
+                let frontends = conntrack::Frontends::from_snapshot(snapshot);
+                self.frontends.send_if_modified(|current| {
+                    let changed = current.as_deref() != Some(&frontends);
+                    if changed {
+                        *current = Some(Arc::new(frontends));
+                    }
+                    changed
+                });
+            }
             self.metrics.record_report(sync);
             for latency in &report.latencies {
                 self.metrics
@@ -114,10 +127,15 @@ impl Observe {
         if let Some(drift) = &self.drift {
             self.metrics.set_nftables_repairs(drift.repairs());
         }
-        self.wanted.send_replace(Some(Wanted {
-            checks: desired(snapshot),
-            node: snapshot.node.clone(),
-        }));
+        if moved {
+            self.wanted.send_replace(Some(Wanted {
+                checks: desired(snapshot),
+                node: snapshot.node.clone(),
+            }));
+        } else {
+            // Nothing to re-derive, but the health checks still retry ports that failed to bind.
+            self.wanted.send_modify(|_| {});
+        }
     }
 
     /// Follows the runner's status: queued changes start the health clock, and the end of
