@@ -167,6 +167,16 @@ impl Lab {
             .collect()
     }
 
+    /// The last `n` log lines of each running proxy, headed by its name, for failure messages.
+    pub fn proxy_log_tails(&self, n: usize) -> Vec<String> {
+        self.proxies
+            .borrow()
+            .iter()
+            .flatten()
+            .map(|p| format!("--- {}:\n{}", p.process.name, p.process.log_tail(n)))
+            .collect()
+    }
+
     /// Log files of the proxies, for failure messages.
     pub fn proxy_logs(&self) -> Vec<String> {
         self.proxies
