@@ -171,9 +171,11 @@ impl Observe {
             let Some(w) = wanted.borrow_and_update().clone() else {
                 continue;
             };
-            // The Node object's addresses stand in for the host's interface addresses when a
-            // CIDR is given; both agree on a normal node.
-            let local: Vec<_> = w.node.addresses.iter().map(|a| a.ip).collect();
+            // The host's interface addresses, once read; until then the Node object's.
+            let local: Vec<_> = match &w.node.host_addresses {
+                Some(host) => host.to_vec(),
+                None => w.node.addresses.iter().map(|a| a.ip).collect(),
+            };
             servers
                 .set_listen(Listen::resolve(&addresses, &w.node, &local))
                 .await;

@@ -10,7 +10,7 @@ use futures::StreamExt as _;
 use futures::stream::BoxStream;
 use tokio::sync::watch;
 
-use crate::cluster::source::{Event, api, manifests};
+use crate::cluster::source::{Event, api, interfaces, manifests};
 use crate::cluster::{Features, Tracker};
 use crate::config::{Config, ProxyMode};
 use crate::dataplane::Dataplane;
@@ -92,6 +92,15 @@ impl Proxy {
                 )
             }
         };
+        // The host's interface addresses join the cluster's objects (nodePortAddresses CIDRs).
+        // The proxy still ends when the cluster source does.
+        let events = futures::stream::select(
+            events.map(Some).chain(futures::stream::iter([None])),
+            interfaces::watch().map(Some),
+        )
+        .take_while(|e| std::future::ready(e.is_some()))
+        .filter_map(std::future::ready)
+        .boxed();
         let runner = Runner::new(
             Tracker::new(node_name, features),
             dataplane,

@@ -304,6 +304,10 @@ pub struct NodeContext {
     /// The `topology.kubernetes.io/zone` label.
     pub zone: Option<Arc<str>>,
     pub addresses: Vec<NodeAddress>,
+    /// The addresses on this host's interfaces, read from the kernel rather than the Node
+    /// object; `nodePortAddresses` CIDRs select among them. `None` until read (and always in
+    /// `plan`), when the Node's addresses stand in.
+    pub host_addresses: Option<Arc<[IpAddr]>>,
     pub pod_cidrs: Vec<IpNet>,
     /// The Node has a deletionTimestamp: `/healthz` reports unhealthy so load balancers drain it.
     pub deleting: bool,

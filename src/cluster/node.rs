@@ -85,6 +85,8 @@ pub fn context(name: &str, node: &Node, warnings: &mut Vec<Warning>) -> NodeCont
         known: true,
         zone,
         addresses,
+        // Not in the Node object: the tracker keeps what the host reported.
+        host_addresses: None,
         pod_cidrs,
         deleting: node.metadata.deletion_timestamp.is_some(),
         to_be_deleted,

@@ -124,6 +124,11 @@ impl Tracker {
             Event::Applied(object) => self.apply_object(object, &mut out),
             Event::Deleted(object) => self.delete_object(object),
             Event::Listed(kind, objects) => self.apply_list(*kind, objects, &mut out),
+            Event::HostAddresses(addresses) => {
+                let mut context = (*self.node).clone();
+                context.host_addresses = Some(addresses.as_slice().into());
+                self.set_node(context);
+            }
         }
         out
     }
@@ -204,7 +209,10 @@ impl Tracker {
             }
             Object::Node(n) => {
                 if n.metadata.name.as_deref() == Some(&*self.node.name) {
-                    let gone = NodeContext::named(&self.node.name);
+                    let gone = NodeContext {
+                        host_addresses: self.node.host_addresses.clone(),
+                        ..NodeContext::named(&self.node.name)
+                    };
                     self.set_node(gone);
                 }
             }
@@ -357,7 +365,10 @@ impl Tracker {
             return;
         }
         let mut warnings = Vec::new();
-        let context = node::context(&self.node.name, n, &mut warnings);
+        let context = NodeContext {
+            host_addresses: self.node.host_addresses.clone(),
+            ..node::context(&self.node.name, n, &mut warnings)
+        };
         let name = self.node.name.to_string();
         self.report(Kind::Node, || name, warnings, out);
         self.set_node(context);

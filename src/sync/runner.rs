@@ -230,6 +230,7 @@ impl Runner {
                 self.status.events.listed += 1;
                 self.status.listed_kinds.insert(*kind);
             }
+            Event::HostAddresses(_) => {}
         }
         for w in self.tracker.apply(&event) {
             tracing::warn!(object = %w.object, "{}", w.message);

@@ -6,6 +6,7 @@
 //! naming where it came from.
 
 pub mod api;
+pub mod interfaces;
 pub mod manifests;
 
 use k8s_openapi::api::core::v1::{Node, Service};
@@ -53,4 +54,7 @@ pub enum Event {
     /// re-read manifest directory): objects of that kind the tracker holds that are not in the list
     /// are gone. Also marks that kind as synced.
     Listed(Kind, Vec<Object>),
+    /// Every address configured on this host's interfaces, sorted (not from the API server:
+    /// see [`interfaces`]). Replaces the previous list.
+    HostAddresses(Vec<std::net::IpAddr>),
 }

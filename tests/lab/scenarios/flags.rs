@@ -170,18 +170,6 @@ pub async fn rules_deleted(lab: &Lab) -> Result<(), String> {
 // ---------------------------------------------------------------------------------------------
 // Scenario 23
 
-/// Why `proxy` is expected to fail scenario 23.
-pub fn node_port_addresses_xfail(proxy: Proxy) -> Option<&'static str> {
-    match proxy {
-        Proxy::Ours { .. } => Some(
-            "ours matches --nodeport-addresses CIDRs against the Node object's addresses, not the \
-             host's interface addresses (documented gap, plan/node_ports.rs): node 1's 10.244.1.1 \
-             is never accepted",
-        ),
-        Proxy::Upstream { .. } => None,
-    }
-}
-
 /// Scenario 23: node 1's proxy is restarted with `--nodeport-addresses`, each time with a new
 /// NodePort Service (endpoints on node 2):
 /// - `192.168.200.11/32` (its underlay address): the external client reaches it there; a pod

@@ -130,12 +130,7 @@ pub fn all() -> Vec<Scenario> {
             flags::rules_deleted,
             flags::rules_deleted_xfail
         ),
-        scenario!(
-            23,
-            "nodePortAddresses",
-            flags::node_port_addresses,
-            flags::node_port_addresses_xfail
-        ),
+        scenario!(23, "nodePortAddresses", flags::node_port_addresses),
         scenario!(
             24,
             "masqueradeAll and detect-local modes",

@@ -7,9 +7,9 @@
 //! Loopback entries (`localhost`, 127.0.0.0/8) belong to the userspace proxy of KEP-6032 and are
 //! never programmed here.
 //!
-//! Upstream matches CIDRs against the host's interface addresses; the planner only knows the
-//! Node object's addresses, so an address configured on the host but not reported in the Node's
-//! status is not matched (a documented gap).
+//! CIDRs select among the host's interface addresses, as upstream's do (the shell reads them:
+//! `cluster::source::interfaces`); until they are known, and in `plan`, the Node object's
+//! addresses stand in.
 
 use std::net::IpAddr;
 
@@ -40,10 +40,7 @@ pub(super) fn resolve(
     if cfg.all || (!cfg.primary && !localhost && cidrs.is_empty()) {
         return NodePortMatch::All;
     }
-    let mut addrs: Vec<IpAddr> = node
-        .addresses
-        .iter()
-        .map(|a| a.ip)
+    let mut addrs: Vec<IpAddr> = candidates(node)
         .filter(|ip| IpFamily::of(ip) == family && cidrs.iter().any(|c| c.contains(ip)))
         .collect();
     if cfg.primary {
@@ -53,6 +50,14 @@ pub(super) fn resolve(
     addrs.sort();
     addrs.dedup();
     NodePortMatch::Addresses(addrs)
+}
+
+/// The addresses CIDR entries choose from: the host's, else the Node object's.
+fn candidates(node: &NodeContext) -> Box<dyn Iterator<Item = IpAddr> + '_> {
+    match &node.host_addresses {
+        Some(host) => Box::new(host.iter().copied()),
+        None => Box::new(node.addresses.iter().map(|a| a.ip)),
+    }
 }
 
 #[cfg(test)]
@@ -101,6 +106,27 @@ mod tests {
         };
         assert_eq!(resolve(&cfg, &node(), IpFamily::V4), addrs(&["192.0.2.7"]));
         assert_eq!(resolve(&cfg, &node(), IpFamily::V6), NodePortMatch::All);
+    }
+
+    #[test]
+    fn cidrs_select_host_addresses_once_known() {
+        let cfg = NodePortAddresses {
+            cidrs: vec!["10.244.0.0/16".parse().unwrap()],
+            primary: true,
+            ..Default::default()
+        };
+        // Known only on the host (a pod gateway), not in the Node object.
+        let mut n = node();
+        assert_eq!(resolve(&cfg, &n, IpFamily::V4), addrs(&["10.0.0.11"]));
+        let host: Vec<IpAddr> = ["10.244.1.1", "10.0.0.11", "127.0.0.1"]
+            .iter()
+            .map(|a| a.parse().unwrap())
+            .collect();
+        n.host_addresses = Some(host.into());
+        assert_eq!(
+            resolve(&cfg, &n, IpFamily::V4),
+            addrs(&["10.0.0.11", "10.244.1.1"])
+        );
     }
 
     #[test]

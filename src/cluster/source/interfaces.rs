@@ -1,0 +1,248 @@
+//! The addresses configured on this host's interfaces, as a source of [`Event::HostAddresses`].
+//!
+//! `nodePortAddresses` CIDRs select host addresses, not the Node object's (an address on a
+//! secondary interface is often not in the Node's status), and upstream reads the interfaces
+//! for them. Rather than listing interfaces on every sync, we dump them once over rtnetlink and
+//! then follow the kernel's address notifications (`RTNLGRP_IPV4_IFADDR`, `RTNLGRP_IPV6_IFADDR`),
+//! re-reading the whole list after any of them, so an address added or removed later reaches
+//! the dataplane and the health-check listeners within one sync.
+//!
+//! Decoding is pure ([`addresses_in`]); [`watch`] is the thin blocking I/O, on its own thread. It
+//! reads the network namespace the process runs in. Where rtnetlink cannot be used, it warns
+//! once and emits nothing, and the Node object's addresses stand in (as before).
+
+use std::net::IpAddr;
+
+use futures::Stream;
+use futures::channel::mpsc;
+use netlink_packet_core::{
+    NLM_F_DUMP, NLM_F_REQUEST, NetlinkHeader, NetlinkMessage, NetlinkPayload,
+};
+use netlink_packet_route::RouteNetlinkMessage;
+use netlink_packet_route::address::{AddressAttribute, AddressMessage};
+use netlink_sys::{Socket, SocketAddr, protocols::NETLINK_ROUTE};
+
+use super::Event;
+
+/// rtnetlink multicast groups announcing address changes (`linux/rtnetlink.h`).
+const RTNLGRP_IPV4_IFADDR: u32 = 5;
+const RTNLGRP_IPV6_IFADDR: u32 = 9;
+
+/// The request that dumps every address of every family.
+pub fn dump_request(seq: u32) -> Vec<u8> {
+    let mut header = NetlinkHeader::default();
+    header.flags = NLM_F_REQUEST | NLM_F_DUMP;
+    header.sequence_number = seq;
+    let mut msg = NetlinkMessage::new(
+        header,
+        NetlinkPayload::from(RouteNetlinkMessage::GetAddress(AddressMessage::default())),
+    );
+    msg.finalize();
+    let mut buf = vec![0; msg.buffer_len()];
+    msg.serialize(&mut buf);
+    buf
+}
+
+/// What one datagram of a dump answer held.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Datagram {
+    pub addresses: Vec<IpAddr>,
+    /// The dump's closing message was in it.
+    pub done: bool,
+    /// The kernel refused the dump (an errno).
+    pub error: Option<i32>,
+}
+
+/// The host addresses announced in one datagram (a dump part or a notification).
+///
+/// An address message carries `IFA_LOCAL` (the interface's own address) and `IFA_ADDRESS` (the
+/// peer's on point-to-point links, else the same); the local one is ours when present.
+/// Messages that cannot be decoded are skipped: a later notification re-reads everything.
+pub fn addresses_in(datagram: &[u8]) -> Datagram {
+    let mut out = Datagram::default();
+    let mut rest = datagram;
+    while rest.len() >= 16 {
+        let len = u32::from_ne_bytes([rest[0], rest[1], rest[2], rest[3]]) as usize;
+        if len < 16 || len > rest.len() {
+            break;
+        }
+        let (one, tail) = rest.split_at(len);
+        rest = &tail[(len.next_multiple_of(4) - len).min(tail.len())..];
+        match NetlinkMessage::<RouteNetlinkMessage>::deserialize(one).map(|m| m.payload) {
+            Ok(NetlinkPayload::InnerMessage(RouteNetlinkMessage::NewAddress(msg))) => {
+                out.addresses.extend(local_address(&msg));
+            }
+            Ok(NetlinkPayload::Done(_)) => out.done = true,
+            Ok(NetlinkPayload::Error(e)) => {
+                out.error = e.code.map(|c| c.get());
+                out.done = true;
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+fn local_address(msg: &AddressMessage) -> Option<IpAddr> {
+    let find = |want: fn(&AddressAttribute) -> Option<IpAddr>| msg.attributes.iter().find_map(want);
+    find(|a| match a {
+        AddressAttribute::Local(ip) => Some(*ip),
+        _ => None,
+    })
+    .or_else(|| {
+        find(|a| match a {
+            AddressAttribute::Address(ip) => Some(*ip),
+            _ => None,
+        })
+    })
+}
+
+/// Sorts and deduplicates, so equal address sets compare equal.
+pub fn normalised(mut addresses: Vec<IpAddr>) -> Vec<IpAddr> {
+    addresses.sort();
+    addresses.dedup();
+    addresses
+}
+
+/// Every address on this host's interfaces (the namespace the thread runs in), sorted.
+pub fn read() -> std::io::Result<Vec<IpAddr>> {
+    let mut socket = Socket::new(NETLINK_ROUTE)?;
+    socket.bind_auto()?;
+    socket.connect(&SocketAddr::new(0, 0))?;
+    socket.send(&dump_request(1), 0)?;
+    let mut addresses = Vec::new();
+    loop {
+        let (bytes, _) = socket.recv_from_full()?;
+        let part = addresses_in(&bytes);
+        addresses.extend(part.addresses);
+        if let Some(errno) = part.error.filter(|e| *e != 0) {
+            return Err(std::io::Error::from_raw_os_error(-errno));
+        }
+        if part.done {
+            return Ok(normalised(addresses));
+        }
+    }
+}
+
+/// The host's addresses now and after every change, as events. The first event comes as soon
+/// as the first dump is read; later ones only when the list differs.
+pub fn watch() -> impl Stream<Item = Event> + Send + 'static {
+    let (tx, rx) = mpsc::unbounded();
+    let spawned = std::thread::Builder::new()
+        .name("host-addresses".into())
+        .spawn(move || {
+            if let Err(e) =
+                follow(|addresses| tx.unbounded_send(Event::HostAddresses(addresses)).is_ok())
+            {
+                tracing::warn!(
+                    error = %e,
+                    "cannot read this host's interface addresses; nodePortAddresses CIDRs are \
+                     matched against the Node object's addresses instead"
+                );
+            }
+        });
+    if let Err(e) = spawned {
+        tracing::warn!(error = %e, "cannot start the host address reader");
+    }
+    rx
+}
+
+/// Emits the address list, then waits for notifications and emits again when it changed, until
+/// `emit` returns false (the receiver is gone).
+fn follow(mut emit: impl FnMut(Vec<IpAddr>) -> bool) -> std::io::Result<()> {
+    let mut notifications = Socket::new(NETLINK_ROUTE)?;
+    notifications.bind_auto()?;
+    notifications.add_membership(RTNLGRP_IPV4_IFADDR)?;
+    // A host without IPv6 has no such group to join; IPv4 changes are still followed.
+    let _ = notifications.add_membership(RTNLGRP_IPV6_IFADDR);
+    // Subscribed before the first read, so no change between the two is missed.
+    let mut last = read()?;
+    if !emit(last.clone()) {
+        return Ok(());
+    }
+    loop {
+        match notifications.recv_from_full() {
+            Ok(_) => {}
+            // ENOBUFS: notifications were dropped; re-reading covers them.
+            Err(e) if e.raw_os_error() == Some(105) => {}
+            Err(e) => return Err(e),
+        }
+        let now = read()?;
+        if now != last {
+            last = now;
+            if !emit(last.clone()) {
+                return Ok(());
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use netlink_packet_route::AddressFamily;
+
+    fn datagram(messages: Vec<NetlinkPayload<RouteNetlinkMessage>>) -> Vec<u8> {
+        let mut out = Vec::new();
+        for payload in messages {
+            let mut msg = NetlinkMessage::new(NetlinkHeader::default(), payload);
+            msg.finalize();
+            let mut buf = vec![0; msg.buffer_len()];
+            msg.serialize(&mut buf);
+            out.extend(buf);
+        }
+        out
+    }
+
+    fn address(family: AddressFamily, attributes: Vec<AddressAttribute>) -> AddressMessage {
+        let mut msg = AddressMessage::default();
+        msg.header.family = family;
+        msg.attributes = attributes;
+        msg
+    }
+
+    #[test]
+    fn the_local_address_wins_over_the_peer_address() {
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        let bytes = datagram(vec![
+            RouteNetlinkMessage::NewAddress(address(
+                AddressFamily::Inet,
+                vec![
+                    AddressAttribute::Address(ip("10.0.0.2")),
+                    AddressAttribute::Local(ip("10.0.0.1")),
+                ],
+            ))
+            .into(),
+            RouteNetlinkMessage::NewAddress(address(
+                AddressFamily::Inet6,
+                vec![AddressAttribute::Address(ip("fd00::1"))],
+            ))
+            .into(),
+            // Not an address: ignored.
+            RouteNetlinkMessage::NewLink(Default::default()).into(),
+        ]);
+        let got = addresses_in(&bytes);
+        assert_eq!(got.addresses, vec![ip("10.0.0.1"), ip("fd00::1")]);
+        assert!(!got.done);
+    }
+
+    #[test]
+    fn a_dump_ends_with_done_and_truncated_input_is_not_read_past() {
+        let mut done = datagram(vec![NetlinkPayload::Done(Default::default())]);
+        assert!(addresses_in(&done).done);
+        done.truncate(10);
+        assert_eq!(addresses_in(&done), Datagram::default());
+    }
+
+    #[test]
+    fn the_dump_request_asks_for_every_address() {
+        let req = dump_request(7);
+        let msg = NetlinkMessage::<RouteNetlinkMessage>::deserialize(&req).unwrap();
+        assert_eq!(msg.header.sequence_number, 7);
+        assert_eq!(msg.header.flags, NLM_F_REQUEST | NLM_F_DUMP);
+        assert!(matches!(
+            msg.payload,
+            NetlinkPayload::InnerMessage(RouteNetlinkMessage::GetAddress(_))
+        ));
+    }
+}
