@@ -77,7 +77,11 @@ fn reports_what_ip_shows_and_follows_changes() {
         .map(|l| l.split_whitespace().map(ip).collect())
         .collect();
     assert_eq!(lists.len(), 3, "helper output: {stdout}");
-    assert_eq!(lists[0], sorted(shown.clone()), "first report vs ip -j addr");
+    assert_eq!(
+        lists[0],
+        sorted(shown.clone()),
+        "first report vs ip -j addr"
+    );
     let mut with_added = shown.clone();
     with_added.push(ip(ADDED));
     assert_eq!(lists[1], sorted(with_added), "after adding {ADDED}");
