@@ -100,6 +100,7 @@ pub mod diff;
 pub mod mode_config;
 pub mod monitor;
 pub mod names;
+pub mod netlink;
 pub mod parse;
 pub mod plan;
 pub mod render;
