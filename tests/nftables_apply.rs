@@ -395,7 +395,7 @@ async fn an_outside_deletion_is_noticed_and_repaired_by_the_next_sync() {
     let snap = example();
     let mut dp = dataplane(&ns);
     let drift = dp.drift().clone();
-    let watcher = tokio::spawn(monitor::run(NftCommand::in_netns(&ns.name), drift.clone()));
+    let watcher = tokio::spawn(monitor::run(Some(ns.name.clone()), drift.clone()));
     dp.sync(&snap, &no_changes(), true).expect("first sync");
 
     // Wait until the monitor listens: outside changes to a scratch chain until one is seen.

@@ -85,8 +85,9 @@
 //! - A dump holding objects we cannot name: [`diff::rebuild`] sends `add table; delete table;`
 //!   and the whole ruleset in one batch. Atomic, and established connections survive (their NAT
 //!   lives in conntrack); only remembered affinity clients are lost.
-//! - Outside changes: [`monitor::run`] watches `nft monitor` and marks the next sync full
-//!   through [`Drift`]; the runner awaits [`Drift::changed`] to start it at once.
+//! - Outside changes: [`monitor::run`] watches nf_tables notifications (the multicast group
+//!   `nft monitor` reads) and marks the next sync full through [`Drift`]; the runner awaits
+//!   [`Drift::changed`] to start it at once.
 //! - `--cleanup`: [`cleanup::cleanup`] removes our tables and upstream's leftovers.
 //! - Incremental: [`Planner`] keeps the last plan and, given the tracker's changes, re-plans
 //!   only the changed service ports and returns the transactions from its previous plan (equal

@@ -8,7 +8,7 @@
 
 use std::os::fd::AsFd as _;
 
-use netlink_sys::{Socket as Netlink, protocols::NETLINK_NETFILTER};
+use netlink_sys::{AsyncSocket as _, Socket as Netlink, TokioSocket, protocols::NETLINK_NETFILTER};
 use nix::sys::socket::{setsockopt, sockopt};
 
 use super::attr::Writer;
@@ -18,11 +18,16 @@ use super::uapi::{self, msg, nlm};
 
 /// Room for the acknowledgements of a large batch (one per message, 36 bytes each capped).
 const RECEIVE_BUFFER: usize = 8 << 20;
+/// Room for the notifications of a large transaction (one per element) before the kernel
+/// drops some (`ENOBUFS`; the monitor then asks for a full sync).
+const NOTIFY_BUFFER: usize = 32 << 20;
+/// `NFNLGRP_NFTABLES`: the multicast group of nf_tables changes.
+const NFNLGRP_NFTABLES: u32 = 7;
 
 /// A socket could not be opened or used.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("cannot open an nf_tables netlink socket{}", in_netns(netns))]
+    #[error("cannot open an nf_tables netlink socket{}", netns_suffix(netns))]
     Open {
         netns: Option<String>,
         #[source]
@@ -36,7 +41,7 @@ pub enum Error {
     },
 }
 
-fn in_netns(netns: &Option<String>) -> String {
+fn netns_suffix(netns: &Option<String>) -> String {
     netns
         .as_ref()
         .map(|n| format!(" in network namespace {n}"))
@@ -50,31 +55,57 @@ pub struct Socket {
     send_buffer: usize,
 }
 
+/// Runs `open` in the named network namespace (`/run/netns/NAME`), or in the caller's.
+fn in_netns<T: Send>(
+    netns: Option<&str>,
+    open: impl FnOnce() -> std::io::Result<T> + Send,
+) -> Result<T, Error> {
+    let open_error = |source| Error::Open {
+        netns: netns.map(str::to_owned),
+        source,
+    };
+    let Some(name) = netns else {
+        return open().map_err(open_error);
+    };
+    let path = format!("/run/netns/{name}");
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let ns = std::fs::File::open(&path)?;
+            nix::sched::setns(ns.as_fd(), nix::sched::CloneFlags::CLONE_NEWNET)
+                .map_err(std::io::Error::from)?;
+            open()
+        })
+        .join()
+        .unwrap_or_else(|_| Err(std::io::Error::other("namespace thread panicked")))
+    })
+    .map_err(open_error)
+}
+
+/// A socket subscribed to nf_tables change notifications in the named network namespace (or
+/// the caller's), registered with the calling tokio runtime, for the monitor.
+pub fn subscribe(netns: Option<&str>) -> Result<TokioSocket, Error> {
+    let runtime = tokio::runtime::Handle::try_current().map_err(|e| Error::Open {
+        netns: netns.map(str::to_owned),
+        source: std::io::Error::other(e),
+    })?;
+    in_netns(netns, move || {
+        let _entered = runtime.enter();
+        let mut socket = TokioSocket::new(NETLINK_NETFILTER)?;
+        let netlink = socket.socket_mut();
+        netlink.bind_auto()?;
+        if setsockopt(&netlink.as_fd(), sockopt::RcvBufForce, &NOTIFY_BUFFER).is_err() {
+            let _ = netlink.set_rx_buf_sz(NOTIFY_BUFFER);
+        }
+        netlink.add_membership(NFNLGRP_NFTABLES)?;
+        Ok(socket)
+    })
+}
+
 impl Socket {
     /// Opens a socket in the named network namespace (`/run/netns/NAME`, as `ip netns`
     /// makes them), or in the caller's.
     pub fn open(netns: Option<&str>) -> Result<Socket, Error> {
-        let open_error = |source| Error::Open {
-            netns: netns.map(str::to_owned),
-            source,
-        };
-        let netlink = match netns {
-            None => Self::open_here().map_err(open_error)?,
-            Some(name) => {
-                let path = format!("/run/netns/{name}");
-                std::thread::scope(|s| {
-                    s.spawn(|| {
-                        let ns = std::fs::File::open(&path)?;
-                        nix::sched::setns(ns.as_fd(), nix::sched::CloneFlags::CLONE_NEWNET)
-                            .map_err(std::io::Error::from)?;
-                        Self::open_here()
-                    })
-                    .join()
-                    .unwrap_or_else(|_| Err(std::io::Error::other("namespace thread panicked")))
-                })
-                .map_err(open_error)?
-            }
-        };
+        let netlink = in_netns(netns, Self::open_here)?;
         Ok(Socket {
             netlink,
             seq: 1,
