@@ -1,12 +1,13 @@
-//! Times the nftables applier against the real kernel (root): cold apply into an empty network
-//! namespace, one endpoint change (a steady-state sync through the incremental planner, with
-//! the tracker-style changes naming the one service port; once, then repeated), and a
-//! restart's adoption, at 10,000 Services × 10 endpoints, 44,000 × 1 and 5,000 × 50. Not a
-//! test: timings are reported, never asserted.
+//! Times the nftables applier against the real kernel (root), for both encoders (netlink and
+//! `nft -f` text) in one run: cold apply into an empty network namespace, one endpoint change
+//! (a steady-state sync through the incremental planner, with the tracker-style changes naming
+//! the one service port; once, then repeated), and a restart's adoption (dump and parse), at
+//! 1,000 Services × 10 endpoints, 10,000 × 10, 44,000 × 1 and 5,000 × 50. Not a test: timings
+//! are reported, never asserted.
 //!
-//! Run: `sudo cargo run --release --example nftables_apply [SERVICES ENDPOINTS ...]`.
-//! Each size runs in its own namespace `nfa-bench-<pid>`, deleted afterwards. Results go to
-//! docs/benchmarks.md.
+//! Run: `sudo cargo run --release --example nftables_apply [SERVICES ENDPOINTS ...]`; set
+//! `ENCODERS=netlink` (or `nft`) to time one encoder only. Each size and encoder runs in its
+//! own namespace `nfa-bench-<pid>`, deleted afterwards. Results go to docs/benchmarks.md.
 
 #![allow(
     clippy::disallowed_methods,
@@ -24,37 +25,42 @@ use kube_proxy_rs::cluster::model::{
     ServicePortName, ServicePortState, ServiceType, Snapshot, TrafficPolicy,
 };
 use kube_proxy_rs::cluster::topology::{self, Features};
+use kube_proxy_rs::config::NftablesEncoder;
 use kube_proxy_rs::dataplane::Dataplane;
 use kube_proxy_rs::dataplane::nftables::backend::{self, Backend};
+use kube_proxy_rs::dataplane::nftables::monitor::OwnProcesses;
+use kube_proxy_rs::dataplane::nftables::parse::Parsed;
 use kube_proxy_rs::dataplane::nftables::{
-    Drift, Family, ModeConfig, NftCommand, NftablesDataplane, plan_all,
+    Drift, Family, ModeConfig, NftablesDataplane, Transaction, plan_all,
 };
 
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-/// The real backend, timing each nft run and dump.
+/// A real backend, timing each apply and dump.
 struct Timed {
-    inner: NftCommand,
+    inner: Box<dyn Backend>,
     run: Duration,
     dump: Duration,
-    script_bytes: usize,
 }
 
 impl Backend for Timed {
-    fn run(&mut self, script: &str) -> Result<(), backend::Error> {
+    fn run(&mut self, transactions: &[Transaction]) -> Result<(), backend::Error> {
         let t = Instant::now();
-        let r = self.inner.run(script);
+        let r = self.inner.run(transactions);
         self.run += t.elapsed();
-        self.script_bytes += script.len();
         r
     }
 
-    fn dump(&mut self, family: Family) -> Result<Option<String>, backend::Error> {
+    fn dump(&mut self, family: Family) -> Result<Option<Parsed>, backend::Error> {
         let t = Instant::now();
         let r = self.inner.dump(family);
         self.dump += t.elapsed();
         r
+    }
+
+    fn record_own(&mut self, own: OwnProcesses) {
+        self.inner.record_own(own)
     }
 }
 
@@ -170,18 +176,29 @@ fn ms(d: Duration) -> String {
     format!("{:.1} ms", d.as_secs_f64() * 1000.0)
 }
 
-fn dataplane(ns: &Netns) -> NftablesDataplane<Timed> {
+fn dataplane(ns: &Netns, encoder: NftablesEncoder) -> NftablesDataplane<Timed> {
     let backend = Timed {
-        inner: NftCommand::in_netns(&ns.0),
+        inner: backend::for_encoder(encoder, Some(&ns.0)),
         run: Duration::ZERO,
         dump: Duration::ZERO,
-        script_bytes: 0,
     };
     NftablesDataplane::with_backend(ModeConfig::default(), backend, Drift::new())
 }
 
-fn measure(services: usize, endpoints: usize) {
-    println!("== {services} services x {endpoints} endpoints");
+/// This process's peak resident memory (`VmHWM`), in MB.
+fn peak_rss_mb() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+        })
+        .map_or(0, |kb| kb / 1024)
+}
+
+fn measure(services: usize, endpoints: usize, encoder: NftablesEncoder) {
+    println!("== {services} services x {endpoints} endpoints, encoder {encoder:?}");
     let ns = Netns::new();
     let cfg = ModeConfig::default();
     let snap = snapshot(services, endpoints, None);
@@ -191,19 +208,18 @@ fn measure(services: usize, endpoints: usize) {
     println!("plan (both families): {}", ms(t.elapsed()));
     let objects: usize = planned.iter().map(|r| r.objects()).sum();
 
-    let mut dp = dataplane(&ns);
+    let mut dp = dataplane(&ns, encoder);
     let t = Instant::now();
     let r = dp.sync(&snap, &Changes::default(), true).expect("cold");
     let total = t.elapsed();
     let b = dp.applier().backend();
     println!(
-        "cold apply: total {} (nft -f {}, empty-table probe {}), {} operations, {} objects, script {} KB",
+        "cold apply: total {} (backend run {}, empty-table probe {}), {} operations, {} objects",
         ms(total),
         ms(b.run),
         ms(b.dump),
         r.families.iter().map(|f| f.operations).sum::<usize>(),
         objects,
-        b.script_bytes / 1024
     );
 
     // What the tracker reports for this change: the one service port.
@@ -213,18 +229,16 @@ fn measure(services: usize, endpoints: usize) {
     };
     let b = dp.applier_mut().backend_mut();
     b.run = Duration::ZERO;
-    b.script_bytes = 0;
     let t = Instant::now();
     let r = dp.sync(&moved, &changes, false).expect("one change");
     let total = t.elapsed();
     assert!(!r.full, "a steady-state sync");
     let b = dp.applier().backend();
     println!(
-        "one endpoint change: total {} (nft -f {}), {} operations, script {} bytes",
+        "one endpoint change: total {} (backend run {}), {} operations",
         ms(total),
         ms(b.run),
         r.families.iter().map(|f| f.operations).sum::<usize>(),
-        b.script_bytes
     );
 
     let mut totals = Vec::with_capacity(REPEATS);
@@ -241,14 +255,14 @@ fn measure(services: usize, endpoints: usize) {
     totals.sort();
     runs.sort();
     println!(
-        "one endpoint change x{REPEATS}: total median {} (min {}, max {}), nft -f median {}",
+        "one endpoint change x{REPEATS}: total median {} (min {}, max {}), backend run median {}",
         ms(totals[REPEATS / 2]),
         ms(totals[0]),
         ms(totals[REPEATS - 1]),
         ms(runs[REPEATS / 2])
     );
 
-    let mut restarted = dataplane(&ns);
+    let mut restarted = dataplane(&ns, encoder);
     let t = Instant::now();
     let r = restarted
         .sync(&moved, &Changes::default(), true)
@@ -256,11 +270,12 @@ fn measure(services: usize, endpoints: usize) {
     let total = t.elapsed();
     let b = restarted.applier().backend();
     println!(
-        "restart (adopt, nothing changed): total {} (nft -j list {}), {} operations",
+        "restart (adopt, nothing changed): total {} (dump and parse {}), {} operations",
         ms(total),
         ms(b.dump),
         r.families.iter().map(|f| f.operations).sum::<usize>()
     );
+    println!("peak RSS of this process so far: {} MB", peak_rss_mb());
 }
 
 fn main() {
@@ -269,11 +284,18 @@ fn main() {
         .map(|a| a.parse().expect("numbers: SERVICES ENDPOINTS ..."))
         .collect();
     let sizes: Vec<(usize, usize)> = if args.is_empty() {
-        vec![(10_000, 10), (44_000, 1), (5_000, 50)]
+        vec![(1_000, 10), (10_000, 10), (44_000, 1), (5_000, 50)]
     } else {
         args.chunks(2).map(|c| (c[0], c[1])).collect()
     };
+    let encoders: Vec<NftablesEncoder> = match std::env::var("ENCODERS").as_deref() {
+        Ok("netlink") => vec![NftablesEncoder::Netlink],
+        Ok("nft") => vec![NftablesEncoder::Nft],
+        _ => vec![NftablesEncoder::Netlink, NftablesEncoder::Nft],
+    };
     for (s, e) in sizes {
-        measure(s, e);
+        for encoder in &encoders {
+            measure(s, e, *encoder);
+        }
     }
 }

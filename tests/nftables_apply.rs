@@ -21,11 +21,17 @@ use kube_proxy_rs::cluster::source::manifests;
 use kube_proxy_rs::cluster::source::{Event, Object};
 use kube_proxy_rs::cluster::topology::{self, Features};
 use kube_proxy_rs::cluster::{Changes, IpFamily, ServicePortName, Snapshot, Tracker};
+use kube_proxy_rs::config::NftablesEncoder;
 use kube_proxy_rs::dataplane::Dataplane;
 use kube_proxy_rs::dataplane::nftables::backend::{self, Backend};
+use kube_proxy_rs::dataplane::nftables::monitor::OwnProcesses;
+use kube_proxy_rs::dataplane::nftables::names::Name;
+use kube_proxy_rs::dataplane::nftables::parse::Parsed;
 use kube_proxy_rs::dataplane::nftables::parse::parse;
+use kube_proxy_rs::dataplane::nftables::ruleset::{Rule, Statement, Verdict};
 use kube_proxy_rs::dataplane::nftables::{
-    Drift, Family, ModeConfig, NftCommand, NftablesDataplane, Ruleset, monitor, plan_all,
+    Drift, Family, ModeConfig, NftCommand, NftablesDataplane, Op, Ruleset, Transaction, monitor,
+    plan_all,
 };
 
 /// Where `host.rs` puts process logs.
@@ -78,21 +84,22 @@ fn changed(ports: impl IntoIterator<Item = ServicePortName>) -> Changes {
     }
 }
 
+/// The mode as `main` makes it, with the default (netlink) encoder.
 fn dataplane(ns: &NetNs) -> NftablesDataplane {
     NftablesDataplane::new(
         ModeConfig::default(),
-        NftCommand::in_netns(&ns.name),
+        backend::for_encoder(NftablesEncoder::default(), Some(&ns.name)),
         Drift::new(),
     )
 }
 
-/// What the kernel holds, parsed, per family.
+/// What the kernel holds, as nft lists it (independent of the encoder under test), per family.
 fn kernel(ns: &NetNs) -> Vec<Ruleset> {
     let mut nft = NftCommand::in_netns(&ns.name);
     [Family::Ip, Family::Ip6]
         .into_iter()
         .map(|f| {
-            let dump = nft.dump(f).expect("dump").expect("our table exists");
+            let dump = nft.list_json(f).expect("dump").expect("our table exists");
             let parsed = parse(&dump, f).expect("parses");
             assert!(
                 parsed.unknown.is_empty() && parsed.foreign.is_empty(),
@@ -291,51 +298,72 @@ fn pick_chains_added_in_a_later_transaction_are_accepted() {
     assert_eq!(kernel(&ns), planned(&full));
 }
 
+/// A real backend, made to send a transaction the kernel refuses when asked: a rule into a
+/// chain that does not exist, appended to the real transaction.
 struct Refusing {
-    inner: NftCommand,
+    inner: Box<dyn Backend>,
     refuse_next: bool,
 }
 
 impl Backend for Refusing {
-    fn run(&mut self, script: &str) -> Result<(), backend::Error> {
+    fn run(&mut self, transactions: &[Transaction]) -> Result<(), backend::Error> {
         if std::mem::take(&mut self.refuse_next) {
-            let broken = format!("{script}add rule ip kube-proxy-rs no-such-chain accept\n");
+            let mut broken = transactions.to_vec();
+            broken[0].ops.push(Op::AddRule {
+                chain: Name::parse("no-such-chain").expect("a valid name"),
+                rule: Rule::new(vec![], vec![Statement::Verdict(Verdict::Accept)]),
+            });
             return self.inner.run(&broken);
         }
-        self.inner.run(script)
+        self.inner.run(transactions)
     }
 
-    fn dump(&mut self, family: Family) -> Result<Option<String>, backend::Error> {
+    fn dump(&mut self, family: Family) -> Result<Option<Parsed>, backend::Error> {
         self.inner.dump(family)
+    }
+
+    fn record_own(&mut self, own: OwnProcesses) {
+        self.inner.record_own(own)
     }
 }
 
 #[test]
 fn a_refused_transaction_leaves_the_previous_rules_and_the_next_sync_is_full() {
-    let ns = NetNs::new("nfa-fail");
-    let before = example();
-    let (after, changes) = without_one_web_endpoint(&before);
-    let backend = Refusing {
-        inner: NftCommand::in_netns(&ns.name),
-        refuse_next: false,
-    };
-    let mut dp = NftablesDataplane::with_backend(ModeConfig::default(), backend, Drift::new());
-    dp.sync(&before, &no_changes(), true).expect("first sync");
+    // How each encoder points at the failure: nft's script line, or the refused operation.
+    let encoders = [
+        (NftablesEncoder::Netlink, "refused operation"),
+        (NftablesEncoder::Nft, "script line"),
+    ];
+    for (encoder, pointer) in encoders {
+        let ns = NetNs::new("nfa-fail");
+        let before = example();
+        let (after, changes) = without_one_web_endpoint(&before);
+        let backend = Refusing {
+            inner: backend::for_encoder(encoder, Some(&ns.name)),
+            refuse_next: false,
+        };
+        let mut dp = NftablesDataplane::with_backend(ModeConfig::default(), backend, Drift::new());
+        dp.sync(&before, &no_changes(), true).expect("first sync");
 
-    dp.applier_mut().backend_mut().refuse_next = true;
-    let error = dp
-        .sync(&after, &changes, false)
-        .expect_err("the kernel refuses");
-    let text = error.to_string();
-    assert!(
-        text.contains("no-such-chain") && text.contains("script line"),
-        "the error quotes nft and the failing line: {text}"
-    );
-    assert_eq!(kernel(&ns), planned(&before), "the old rules stay");
+        dp.applier_mut().backend_mut().refuse_next = true;
+        let error = dp
+            .sync(&after, &changes, false)
+            .expect_err("the kernel refuses");
+        let text = error.to_string();
+        assert!(
+            text.contains("no-such-chain") && text.contains(pointer),
+            "{encoder:?}: the error names the failing operation: {text}"
+        );
+        assert_eq!(
+            kernel(&ns),
+            planned(&before),
+            "{encoder:?}: the old rules stay"
+        );
 
-    let report = dp.sync(&after, &no_changes(), false).expect("retry");
-    assert!(report.full, "the sync after a failure reads the kernel");
-    assert_eq!(kernel(&ns), planned(&after));
+        let report = dp.sync(&after, &no_changes(), false).expect("retry");
+        assert!(report.full, "the sync after a failure reads the kernel");
+        assert_eq!(kernel(&ns), planned(&after), "{encoder:?}");
+    }
 }
 
 #[test]
@@ -367,7 +395,7 @@ async fn an_outside_deletion_is_noticed_and_repaired_by_the_next_sync() {
     let snap = example();
     let mut dp = dataplane(&ns);
     let drift = dp.drift().clone();
-    let watcher = tokio::spawn(monitor::run(NftCommand::in_netns(&ns.name), drift.clone()));
+    let watcher = tokio::spawn(monitor::run(Some(ns.name.clone()), drift.clone()));
     dp.sync(&snap, &no_changes(), true).expect("first sync");
 
     // Wait until the monitor listens: outside changes to a scratch chain until one is seen.

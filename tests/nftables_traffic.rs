@@ -16,8 +16,10 @@ use std::path::PathBuf;
 use host::{ChildGuard, NetNs};
 use kube_proxy_rs::cli::load_manifests;
 use kube_proxy_rs::cluster::{Changes, Features};
+use kube_proxy_rs::config::NftablesEncoder;
 use kube_proxy_rs::dataplane::Dataplane;
-use kube_proxy_rs::dataplane::nftables::{Drift, ModeConfig, NftCommand, NftablesDataplane};
+use kube_proxy_rs::dataplane::nftables::backend;
+use kube_proxy_rs::dataplane::nftables::{Drift, ModeConfig, NftablesDataplane};
 
 /// Where `host.rs` puts process logs.
 fn scratch_dir() -> PathBuf {
@@ -137,7 +139,7 @@ fn a_cluster_ip_reaches_a_pod_and_a_service_without_endpoints_is_rejected() {
     assert!(loaded.warnings.is_empty(), "{:?}", loaded.warnings);
     NftablesDataplane::new(
         ModeConfig::default(),
-        NftCommand::in_netns(&node.name),
+        backend::for_encoder(NftablesEncoder::default(), Some(&node.name)),
         Drift::new(),
     )
     .sync(&loaded.snapshot, &Changes::default(), true)

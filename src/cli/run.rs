@@ -14,7 +14,7 @@ use crate::cluster::source::{Event, api, interfaces, manifests};
 use crate::cluster::{Features, Tracker};
 use crate::config::{Config, ProxyMode};
 use crate::dataplane::Dataplane;
-use crate::dataplane::nftables::{self, Drift, ModeConfig, NftCommand, NftablesDataplane};
+use crate::dataplane::nftables::{self, Drift, ModeConfig, NftablesDataplane};
 use crate::sync::{LogOnly, Periods, Runner, Status};
 
 /// Why the proxy could not start.
@@ -40,8 +40,9 @@ pub struct Mode {
 pub fn dataplane(config: &Config) -> Result<Mode, nftables::mode_config::Error> {
     if config.mode == ProxyMode::Nftables {
         let drift = Drift::new();
-        let dataplane =
-            NftablesDataplane::new(ModeConfig::new(config)?, NftCommand::new(), drift.clone());
+        let backend = nftables::backend::for_encoder(config.nftables_encoder, None);
+        tracing::info!(encoder = ?config.nftables_encoder, "nftables encoder");
+        let dataplane = NftablesDataplane::new(ModeConfig::new(config)?, backend, drift.clone());
         return Ok(Mode {
             dataplane: Box::new(dataplane),
             drift: Some(drift),

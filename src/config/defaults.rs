@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use super::model::{
     ClientConnection, Config, Conntrack, DetectLocal, DetectLocalMode, Ipvs, LogFormat, Logging,
-    NodePortAddresses, ProxyMode, WinKernel,
+    NftablesEncoder, NodePortAddresses, ProxyMode, WinKernel,
 };
 
 /// `apiVersion` of the only configuration file version upstream ships.
@@ -121,6 +121,7 @@ impl Default for Config {
             cleanup: false,
             init_only: false,
             manifests: None,
+            nftables_encoder: NftablesEncoder::default(),
             client: ClientConnection::default(),
             hostname_override: None,
             bind_address: BIND_ADDRESS,

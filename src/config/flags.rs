@@ -56,6 +56,11 @@ pub struct Flags {
     #[arg(long, value_name = "DIR")]
     pub manifests: Option<PathBuf>,
 
+    /// How nftables mode programs the kernel: netlink, or nft (the `nft -f` text encoder, for
+    /// debugging) (default: netlink; kube-proxy-rs only)
+    #[arg(long, value_name = "ENCODER")]
+    pub nftables_encoder: Option<String>,
+
     /// Kubeconfig file with the API server's address and credentials (default: in-cluster)
     #[arg(long, value_name = "FILE")]
     pub kubeconfig: Option<PathBuf>,
@@ -255,6 +260,7 @@ pub const HONOURED_WITH_CONFIG: &[&str] = &[
     "logging-format",
     "manifests",
     "master",
+    "nftables-encoder",
     "v",
     "version",
     "write-config-to",
@@ -274,6 +280,7 @@ impl Flags {
         given!(self;
             config => "config", write_config_to => "write-config-to", cleanup => "cleanup",
             init_only => "init-only", version => "version", manifests => "manifests",
+            nftables_encoder => "nftables-encoder",
             kubeconfig => "kubeconfig", master => "master",
             kube_api_content_type => "kube-api-content-type", kube_api_qps => "kube-api-qps",
             kube_api_burst => "kube-api-burst", hostname_override => "hostname-override",

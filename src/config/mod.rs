@@ -37,7 +37,7 @@ use std::path::{Path, PathBuf};
 pub use flags::{Flags, HONOURED_WITH_CONFIG, VersionStyle};
 pub use model::{
     ClientConnection, Config, Conntrack, DetectLocal, DetectLocalMode, Ipvs, LogFormat, Logging,
-    NodePortAddresses, ProxyMode, WinKernel,
+    NftablesEncoder, NodePortAddresses, ProxyMode, WinKernel,
 };
 pub use render::render;
 
@@ -150,6 +150,12 @@ fn apply_always(flags: &Flags, c: &mut Config) -> Result<(), Error> {
     c.cleanup = flags.cleanup.unwrap_or(false);
     c.init_only = flags.init_only.unwrap_or(false);
     c.manifests.clone_from(&flags.manifests);
+    if let Some(text) = &flags.nftables_encoder {
+        c.nftables_encoder = validate::nftables_encoder(text).map_err(|message| Error::Flag {
+            flag: "nftables-encoder",
+            message,
+        })?;
+    }
     if let Some(master) = flags.master.as_deref().filter(|m| !m.is_empty()) {
         c.client.master = Some(master.to_owned());
     }

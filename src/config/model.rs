@@ -14,6 +14,16 @@ use std::time::Duration;
 
 use ipnet::IpNet;
 
+/// How nftables mode programs the kernel (`--nftables-encoder`; ours, not upstream's).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum NftablesEncoder {
+    /// nf_tables netlink messages, and netlink dumps to read our table back.
+    #[default]
+    Netlink,
+    /// `nft -f -` text and `nft -j list`, for debugging.
+    Nft,
+}
+
 /// The dataplane kube-proxy programs (`mode`, `--proxy-mode`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ProxyMode {
@@ -244,6 +254,8 @@ pub struct Config {
     /// Read Services, EndpointSlices and Nodes from this directory instead of the API server
     /// (`--manifests`; ours, not upstream's).
     pub manifests: Option<PathBuf>,
+    /// How nftables mode programs the kernel (`--nftables-encoder`; ours, not upstream's).
+    pub nftables_encoder: NftablesEncoder,
     /// API server connection.
     pub client: ClientConnection,
     /// Node name to use instead of the hostname, trimmed and lower-cased (`hostnameOverride`).

@@ -12,7 +12,7 @@ use std::time::Duration;
 use ipnet::IpNet;
 
 use super::duration;
-use super::model::{DetectLocalMode, LogFormat, NodePortAddresses, ProxyMode};
+use super::model::{DetectLocalMode, LogFormat, NftablesEncoder, NodePortAddresses, ProxyMode};
 
 /// A message saying what is accepted.
 pub type Result<T> = std::result::Result<T, String>;
@@ -72,6 +72,15 @@ pub fn log_format(text: &str) -> Result<LogFormat> {
         "" | "text" => Ok(LogFormat::Text),
         "json" => Ok(LogFormat::Json),
         other => Err(format!("must be text or json, got {other:?}")),
+    }
+}
+
+/// `--nftables-encoder`.
+pub fn nftables_encoder(text: &str) -> Result<NftablesEncoder> {
+    match text {
+        "netlink" => Ok(NftablesEncoder::Netlink),
+        "nft" => Ok(NftablesEncoder::Nft),
+        other => Err(format!("must be netlink or nft, got {other:?}")),
     }
 }
 

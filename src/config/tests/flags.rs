@@ -162,6 +162,7 @@ fn flags_fill_the_config() {
         "--hostname-override= Node-A ",
         "--logging-format=json",
         "--write-config-to=/tmp/out.yaml",
+        "--nftables-encoder=nft",
     ])
     .unwrap();
     let c = &r.config;
@@ -182,6 +183,7 @@ fn flags_fill_the_config() {
     assert_eq!(c.client.master.as_deref(), Some("https://10.0.0.1:6443"));
     assert_eq!(c.hostname_override.as_deref(), Some("node-a"));
     assert_eq!(c.logging.format, LogFormat::Json);
+    assert_eq!(c.nftables_encoder, crate::config::NftablesEncoder::Nft);
     assert_eq!(
         c.write_config_to.as_deref(),
         Some(Path::new("/tmp/out.yaml"))
@@ -289,6 +291,10 @@ fn flag_errors_are_one_line_naming_the_flag() {
         (
             &["--logging-format=xml"],
             "--logging-format: must be text or json, got \"xml\"",
+        ),
+        (
+            &["--nftables-encoder=libnftnl"],
+            "--nftables-encoder: must be netlink or nft, got \"libnftnl\"",
         ),
     ];
     for (args, want) in cases {

@@ -1,17 +1,29 @@
-//! The kernel seam of the nftables mode: sends a script to `nft -f -` and reads our table back
-//! with `nft -j list table`.
+//! The kernel seam of the nftables mode: a [`Backend`] applies transactions and reads our
+//! table back.
 //!
-//! The only code of the mode that starts a process. [`Backend`] has one real implementation,
-//! [`NftCommand`]; tests add one that fails on demand. It never retries and never interprets
-//! what it sends: the applier decides, this runs. A script is one `nft -f` invocation, which
-//! nft applies as one atomic transaction, so a refused script changes nothing.
+//! Two real implementations: [`netlink::Netlink`] (the default: nf_tables netlink messages, and
+//! `GET*` dumps read by `netlink::dump`) and [`NftCommand`] (`nft -f -` text from `render`, and
+//! `nft -j list table` read by `parse`; kept for debugging with `--nftables-encoder=nft`).
+//! Tests add one that fails on demand. A backend never retries and never decides: the applier
+//! decides, this runs. A transaction list is one atomic batch either way, so a refused one
+//! changes nothing.
 
 use std::io::Write as _;
 use std::process::{Command, Stdio};
 
+use super::diff::Transaction;
 use super::monitor::OwnProcesses;
 use super::names;
+use super::netlink::{self, Netlink};
+use super::parse::{self, Parsed};
+use super::render;
 use super::ruleset::Family;
+use crate::config::NftablesEncoder;
+
+/// Lines of the script shown on each side of the one nft complained about.
+const CONTEXT_LINES: usize = 2;
+/// Script lines longer than this are cut in error messages (element lines hold 1,000 elements).
+const CONTEXT_WIDTH: usize = 240;
 
 /// Why the backend could not do what it was asked.
 #[derive(Debug, thiserror::Error)]
@@ -23,25 +35,114 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
-    /// nft ran and refused: `message` is its standard error, verbatim.
-    #[error("nft refused ({status}): {message}")]
-    Refused { status: String, message: String },
-    /// The dump was not UTF-8.
+    /// The kernel (or nft) refused the transactions; nothing changed.
+    #[error("{message}{}", at(*line, context))]
+    Refused {
+        /// nft's standard error verbatim, or which operation the kernel refused and why.
+        message: String,
+        /// The script line nft named, 1-based, when it named one.
+        line: Option<usize>,
+        /// What failed as nft text, numbered: the script lines around `line`, or the refused
+        /// operations.
+        context: String,
+    },
+    /// nft printed something that is not UTF-8.
     #[error("nft printed something that is not UTF-8")]
     NotText,
+    /// Our table was read but is not in a form we can read at all.
+    #[error("cannot read our table back")]
+    Unreadable(#[source] parse::Error),
+    /// The netlink socket or a dump failed.
+    #[error("nf_tables netlink")]
+    Netlink(#[source] netlink::Error),
 }
 
-/// Sends scripts to the kernel and reads our table back.
+fn at(line: Option<usize>, context: &str) -> String {
+    match line {
+        Some(n) => format!(" (script line {n}:\n{context})"),
+        None if !context.is_empty() => format!(" (at:\n{context})"),
+        None => String::new(),
+    }
+}
+
+/// Applies transactions to the kernel and reads our table back.
 pub trait Backend: Send {
-    /// Applies `script` as one transaction: all of it, or nothing and an error.
-    fn run(&mut self, script: &str) -> Result<(), Error>;
+    /// Applies `transactions` (one per family) as one atomic batch: all of it, or nothing and
+    /// an error.
+    fn run(&mut self, transactions: &[Transaction]) -> Result<(), Error>;
 
-    /// `nft -j list table <family> kube-proxy-rs`, or `None` when the table does not exist.
-    fn dump(&mut self, family: Family) -> Result<Option<String>, Error>;
+    /// Our table of `family` as the kernel holds it, or `None` when it does not exist.
+    fn dump(&mut self, family: Family) -> Result<Option<Parsed>, Error>;
+
+    /// Where to record the processes (or threads) our transactions come from, so the monitor
+    /// tells them from other programs'.
+    fn record_own(&mut self, own: OwnProcesses);
 }
 
-/// The real backend: the `nft` program, optionally run through a prefix such as
-/// `ip netns exec NAME` (tests program a network namespace; setns would need `unsafe`).
+impl Backend for Box<dyn Backend> {
+    fn run(&mut self, transactions: &[Transaction]) -> Result<(), Error> {
+        (**self).run(transactions)
+    }
+
+    fn dump(&mut self, family: Family) -> Result<Option<Parsed>, Error> {
+        (**self).dump(family)
+    }
+
+    fn record_own(&mut self, own: OwnProcesses) {
+        (**self).record_own(own)
+    }
+}
+
+/// The backend of `encoder` (`--nftables-encoder`), in the named network namespace or the
+/// caller's.
+pub fn for_encoder(encoder: NftablesEncoder, netns: Option<&str>) -> Box<dyn Backend> {
+    match (encoder, netns) {
+        (NftablesEncoder::Netlink, None) => Box::new(NetlinkBackend::new(Netlink::new())),
+        (NftablesEncoder::Netlink, Some(n)) => Box::new(NetlinkBackend::new(Netlink::in_netns(n))),
+        (NftablesEncoder::Nft, None) => Box::new(NftCommand::new()),
+        (NftablesEncoder::Nft, Some(n)) => Box::new(NftCommand::in_netns(n)),
+    }
+}
+
+/// The netlink encoder as a [`Backend`].
+pub struct NetlinkBackend {
+    netlink: Netlink,
+    own: Option<OwnProcesses>,
+}
+
+impl NetlinkBackend {
+    pub fn new(netlink: Netlink) -> NetlinkBackend {
+        NetlinkBackend { netlink, own: None }
+    }
+}
+
+impl Backend for NetlinkBackend {
+    fn run(&mut self, transactions: &[Transaction]) -> Result<(), Error> {
+        if let Some(own) = &self.own {
+            // The kernel names the sending thread in its generation notice.
+            own.record(nix::unistd::gettid().as_raw() as u32);
+        }
+        self.netlink.apply(transactions).map_err(|e| match e {
+            netlink::Error::Refused { message, context } => Error::Refused {
+                message,
+                line: None,
+                context,
+            },
+            other => Error::Netlink(other),
+        })
+    }
+
+    fn dump(&mut self, family: Family) -> Result<Option<Parsed>, Error> {
+        self.netlink.dump(family).map_err(Error::Netlink)
+    }
+
+    fn record_own(&mut self, own: OwnProcesses) {
+        self.own = Some(own);
+    }
+}
+
+/// The text backend: the `nft` program, optionally run through a prefix such as
+/// `ip netns exec NAME` (tests program a network namespace).
 #[derive(Clone, Debug)]
 pub struct NftCommand {
     /// Program and leading arguments before `nft`'s own; empty runs `nft` directly.
@@ -112,8 +213,9 @@ impl NftCommand {
     }
 }
 
-impl Backend for NftCommand {
-    fn run(&mut self, script: &str) -> Result<(), Error> {
+impl NftCommand {
+    /// Runs `script` through `nft -f -`.
+    fn run_script(&mut self, script: &str) -> Result<(), Error> {
         let spawn_error = |source| Error::Spawn {
             program: self.program(),
             source,
@@ -142,18 +244,16 @@ impl Backend for NftCommand {
         })
         .map_err(spawn_error)?;
         if output.status.success() {
-            Ok(())
-        } else {
-            Err(Error::Refused {
-                status: output.status.to_string(),
-                message: String::from_utf8_lossy(&output.stderr)
-                    .trim_end()
-                    .to_string(),
-            })
+            return Ok(());
         }
+        let message = String::from_utf8_lossy(&output.stderr)
+            .trim_end()
+            .to_string();
+        Err(refused(message, script))
     }
 
-    fn dump(&mut self, family: Family) -> Result<Option<String>, Error> {
+    /// `nft -j list table <family> kube-proxy-rs`, or `None` when the table does not exist.
+    pub fn list_json(&mut self, family: Family) -> Result<Option<String>, Error> {
         let output = self
             .command(["-j", "list", "table", family_word(family), names::TABLE])
             .stdin(Stdio::null())
@@ -175,10 +275,69 @@ impl Backend for NftCommand {
             return Ok(None);
         }
         Err(Error::Refused {
-            status: output.status.to_string(),
-            message,
+            message: format!("nft refused ({}): {message}", output.status),
+            line: None,
+            context: String::new(),
         })
     }
+}
+
+impl Backend for NftCommand {
+    fn run(&mut self, transactions: &[Transaction]) -> Result<(), Error> {
+        let script = render::render_all(transactions);
+        if script.is_empty() {
+            return Ok(());
+        }
+        self.run_script(&script)
+    }
+
+    fn dump(&mut self, family: Family) -> Result<Option<Parsed>, Error> {
+        let Some(json) = self.list_json(family)? else {
+            return Ok(None);
+        };
+        parse::parse(&json, family)
+            .map(Some)
+            .map_err(Error::Unreadable)
+    }
+
+    fn record_own(&mut self, own: OwnProcesses) {
+        self.own = Some(own);
+    }
+}
+
+/// nft's refusal, with the script lines it pointed at.
+fn refused(message: String, script: &str) -> Error {
+    let line = failing_line(&message);
+    let context = line.map(|n| context(script, n)).unwrap_or_default();
+    Error::Refused {
+        message,
+        line,
+        context,
+    }
+}
+
+/// nft names the place as `/dev/stdin:LINE:COLUMNS: Error: ...`.
+fn failing_line(message: &str) -> Option<usize> {
+    let rest = &message[message.find("stdin:")? + "stdin:".len()..];
+    rest.split(':').next()?.parse().ok()
+}
+
+/// Lines `n - CONTEXT_LINES ..= n + CONTEXT_LINES` of `script`, numbered, `>` marking line `n`.
+fn context(script: &str, n: usize) -> String {
+    let first = n.saturating_sub(CONTEXT_LINES).max(1);
+    script
+        .lines()
+        .enumerate()
+        .skip(first - 1)
+        .take(n + CONTEXT_LINES + 1 - first)
+        .map(|(i, text)| {
+            let mark = if i + 1 == n { '>' } else { ' ' };
+            let cut: String = text.chars().take(CONTEXT_WIDTH).collect();
+            let more = if cut.len() < text.len() { " ..." } else { "" };
+            format!("{mark}{:>6} | {cut}{more}", i + 1)
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// The family as nft spells it.
@@ -186,5 +345,32 @@ pub fn family_word(family: Family) -> &'static str {
     match family {
         Family::Ip => "ip",
         Family::Ip6 => "ip6",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_failing_line_and_its_neighbours_are_quoted() {
+        let script = "a\nb\nc\nd\ne\nf\n";
+        let message = "/dev/stdin:4:39-45: Error: No such file or directory\nd\n  ^^";
+        let Error::Refused { line, context, .. } = refused(message.into(), script) else {
+            panic!("refused expected")
+        };
+        assert_eq!(line, Some(4));
+        assert_eq!(
+            context,
+            "      2 | b\n      3 | c\n>     4 | d\n      5 | e\n      6 | f"
+        );
+    }
+
+    #[test]
+    fn long_lines_are_cut_and_a_message_without_a_line_has_no_context() {
+        let long = "x".repeat(1000);
+        let c = context(&long, 1);
+        assert!(c.ends_with("x ...") && c.len() < 300, "{c}");
+        assert_eq!(failing_line("Error: Could not process rule"), None);
     }
 }

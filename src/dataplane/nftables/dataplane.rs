@@ -12,7 +12,7 @@
 use std::sync::Arc;
 
 use super::apply::{self, Applier};
-use super::backend::{Backend, NftCommand};
+use super::backend::Backend;
 use super::mode_config::ModeConfig;
 use super::monitor::Drift;
 use super::plan::Planner;
@@ -24,7 +24,7 @@ const MODE: &str = "nftables";
 
 /// See the module doc.
 #[doc(alias = "proxier")]
-pub struct NftablesDataplane<B = NftCommand> {
+pub struct NftablesDataplane<B = Box<dyn Backend>> {
     planner: Planner,
     /// The kernel holds the planner's rulesets: the last apply succeeded. False at start-up
     /// and after a failure (the planner has moved on; the kernel kept the rules before).
@@ -33,12 +33,17 @@ pub struct NftablesDataplane<B = NftCommand> {
     drift: Arc<Drift>,
 }
 
-impl NftablesDataplane<NftCommand> {
-    /// The real mode: `nft` (through `nft`'s prefix, if any), recording its pids in `drift` so
-    /// the monitor can tell our transactions from others'.
-    pub fn new(cfg: ModeConfig, nft: NftCommand, drift: Arc<Drift>) -> NftablesDataplane {
-        let nft = nft.with_own_processes(drift.own_processes());
-        NftablesDataplane::with_backend(cfg, nft, drift)
+impl NftablesDataplane<Box<dyn Backend>> {
+    /// The real mode over `backend` (netlink or `nft`; see `backend::Encoder`), which records
+    /// where its transactions come from in `drift` so the monitor can tell them from others'.
+    pub fn new(
+        cfg: ModeConfig,
+        backend: impl Backend + 'static,
+        drift: Arc<Drift>,
+    ) -> NftablesDataplane {
+        let mut backend: Box<dyn Backend> = Box::new(backend);
+        backend.record_own(drift.own_processes());
+        NftablesDataplane::with_backend(cfg, backend, drift)
     }
 }
 

@@ -67,24 +67,27 @@
 //!
 //! # Applying
 //! [`plan::plan`] gives the desired [`Ruleset`] per family; [`diff::diff`] (last applied, desired)
-//! gives the [`diff::Transaction`]; [`render::render`] gives the `nft -f -` text; the
-//! [`apply::Applier`] sends it through a [`Backend`] ([`NftCommand`]: `nft -f -`), and
+//! gives the [`diff::Transaction`]; the [`apply::Applier`] sends it through a [`Backend`]:
+//! by default [`netlink`] encodes it as one nf_tables netlink batch; with
+//! `--nftables-encoder=nft`, [`NftCommand`] sends [`render::render`]'s text to `nft -f -`.
 //! [`NftablesDataplane`] is what the sync runner drives:
 //! - Steady state: the [`Planner`] re-plans only the service ports the sync's changes name and
 //!   yields the transactions from its previous plan, which the kernel holds; both families'
-//!   transactions go as one `nft -f` batch (atomic). After a failure the kernel kept the
+//!   transactions go as one batch (atomic). After a failure the kernel kept the
 //!   previous rules while the planner moved on, so the next sync is full.
-//! - Start-up and full resyncs: diff against the kernel's table read back with
-//!   `nft -j list table` and [`parse::parse`], so a restart changes only what differs (zero
-//!   operations when nothing did). Listing through nft is slow at scale (`notes/nft-scale.md`),
-//!   so it happens once per full sync only; a netlink reader is the planned replacement. Never
+//! - Start-up and full resyncs: diff against the kernel's table read back (netlink `GET*`
+//!   dumps read by [`netlink::dump`]; with the text encoder `nft -j list table` and
+//!   [`parse::parse`]), so a restart changes only what differs (zero operations when nothing
+//!   did). Listing through nft is slow at scale (`notes/nft-scale.md`); the netlink reader
+//!   avoids it. Never
 //!   `flush table`: it empties chains but keeps stale sets, and a non-atomic flush-then-fill
 //!   drops traffic in between.
 //! - A dump holding objects we cannot name: [`diff::rebuild`] sends `add table; delete table;`
 //!   and the whole ruleset in one batch. Atomic, and established connections survive (their NAT
 //!   lives in conntrack); only remembered affinity clients are lost.
-//! - Outside changes: [`monitor::run`] watches `nft monitor` and marks the next sync full
-//!   through [`Drift`]; the runner awaits [`Drift::changed`] to start it at once.
+//! - Outside changes: [`monitor::run`] watches nf_tables notifications (the multicast group
+//!   `nft monitor` reads) and marks the next sync full through [`Drift`]; the runner awaits
+//!   [`Drift::changed`] to start it at once.
 //! - `--cleanup`: [`cleanup::cleanup`] removes our tables and upstream's leftovers.
 //! - Incremental: [`Planner`] keeps the last plan and, given the tracker's changes, re-plans
 //!   only the changed service ports and returns the transactions from its previous plan (equal
@@ -100,6 +103,7 @@ pub mod diff;
 pub mod mode_config;
 pub mod monitor;
 pub mod names;
+pub mod netlink;
 pub mod parse;
 pub mod plan;
 pub mod render;

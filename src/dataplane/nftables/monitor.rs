@@ -1,11 +1,16 @@
 //! Notices another program changing our table, so the next sync re-reads the kernel and repairs
-//! it: a `nft monitor` process, read line by line.
+//! it: a netlink socket subscribed to the nf_tables multicast group (`NFNLGRP_NFTABLES`, what
+//! `nft monitor` reads), without an `nft` process.
 //!
-//! The line logic ([`Events`]) is pure and tested on captured `nft monitor` output; [`run`] is the
-//! I/O around it. nft prints each transaction's events and then `# new generation N by process
-//! PID (comm)`. A transaction that touched `ip`/`ip6 kube-proxy-rs` and came from a process that
-//! is not one of our `nft -f` children ([`OwnProcesses`]) is an outside change: [`Drift`] then
-//! marks the next sync as full and wakes whoever awaits [`Drift::changed`] (the sync runner).
+//! The message logic ([`Events`]) is pure and tested on notification bytes; [`run`] is the I/O
+//! around it. The kernel notifies each object a transaction touched and then `NEWGEN` with the
+//! new generation and the pid (thread id) of the process that committed it. A transaction that
+//! touched `ip`/`ip6 kube-proxy-rs` and came from a process or thread that is not ours
+//! ([`OwnProcesses`]: our `nft -f` children, or our threads that sent a netlink batch) is an
+//! outside change: [`Drift`] then marks the next sync as full and wakes whoever awaits
+//! [`Drift::changed`] (the sync runner). Notifications the kernel had to drop (`ENOBUFS`: a huge
+//! transaction overflowed the socket) count as an outside change too: what was lost may have
+//! been someone else's.
 //!
 //! Never repairs anything itself and never decides when to sync. `main` starts it; a
 //! constructor never does.
@@ -15,24 +20,25 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::io::{AsyncBufReadExt as _, BufReader};
+use netlink_sys::AsyncSocketExt as _;
 use tokio::sync::Notify;
 
-use super::backend::NftCommand;
 use super::names;
+use super::netlink::attr::{self, body_attrs, find_str, find_u32};
+use super::netlink::{socket, uapi};
 
 /// How many of our recent `nft -f` pids are remembered. Syncs run one at a time, so a handful
 /// covers every transaction whose events can still be in flight.
 const OWN_PIDS: usize = 64;
 
-/// How long to wait before restarting a `nft monitor` that exited, doubling while it keeps
-/// failing, so a broken `nft` can neither spin nor cause a full sync every second. Events may
-/// have been missed meanwhile, so a restart also asks for a full sync.
+/// How long to wait before reopening a socket that failed, doubling while it keeps failing, so a
+/// broken socket can neither spin nor cause a full sync every second. Events may have been
+/// missed meanwhile, so a reopen also asks for a full sync.
 const RESTART_DELAY: Duration = Duration::from_secs(1);
 const RESTART_DELAY_MAX: Duration = Duration::from_secs(60);
 
-/// Pids of the `nft -f` processes we started; shared by the backend (writes) and the monitor
-/// (reads).
+/// Pids of the `nft -f` processes we started, or thread ids of our threads that sent a netlink
+/// batch; shared by the backend (writes) and the monitor (reads).
 #[derive(Clone, Debug, Default)]
 pub struct OwnProcesses(Arc<Mutex<VecDeque<u32>>>);
 
@@ -114,82 +120,88 @@ impl Drift {
     }
 }
 
-/// The state of reading `nft monitor` text: whether the transaction being printed touched our
-/// table.
+/// `NFTA_GEN_PROC_PID` in a `NEWGEN` notification.
+const GEN_PROC_PID: u16 = 2;
+
+/// The state of reading nf_tables notifications: whether the transaction being notified
+/// touched our table.
 #[derive(Debug, Default)]
 pub struct Events {
     touched: bool,
 }
 
 impl Events {
-    /// Feeds one line; returns the pid of a finished transaction that touched our table.
-    pub fn line(&mut self, line: &str) -> Option<u32> {
-        if let Some(rest) = line.strip_prefix("# new generation ") {
-            let touched = std::mem::take(&mut self.touched);
-            let pid = rest
-                .split_once(" by process ")
-                .and_then(|(_, p)| p.split_whitespace().next())
-                .and_then(|p| p.parse().ok());
-            // A generation line without a pid (older nft) cannot be attributed: count it.
-            return if touched {
-                Some(pid.unwrap_or(0))
-            } else {
-                None
-            };
+    /// Feeds one datagram of notifications; returns the pid of each finished transaction that
+    /// touched our table (0 when the kernel named none).
+    pub fn datagram(&mut self, bytes: &[u8]) -> Vec<u32> {
+        let mut found = Vec::new();
+        for m in attr::messages(bytes) {
+            if m.kind >> 8 != uapi::SUBSYS {
+                continue;
+            }
+            if m.kind & 0xff == uapi::msg::NEWGEN {
+                if std::mem::take(&mut self.touched) {
+                    found.push(find_u32(body_attrs(m.body), GEN_PROC_PID).unwrap_or(0));
+                }
+                continue;
+            }
+            self.touched |= names_our_table(m.body);
         }
-        if line.starts_with('#') {
-            // `# ERROR: We lost some netlink events!`: what was lost may have been ours.
-            self.touched |= line.contains("lost");
-            return None;
-        }
-        self.touched |= names_our_table(line);
-        None
+        found
     }
 }
 
-/// `add chain ip kube-proxy-rs x`, `delete table ip6 kube-proxy-rs`, ...: the third and fourth
-/// words are the family and the table.
-fn names_our_table(line: &str) -> bool {
-    let mut words = line.split_whitespace().skip(2);
-    matches!(
-        (words.next(), words.next()),
-        (Some("ip" | "ip6"), Some(names::TABLE))
-    )
+/// Every object notification carries its table as attribute 1 (`NFTA_TABLE_NAME`,
+/// `NFTA_CHAIN_TABLE`, `NFTA_RULE_TABLE`, `NFTA_SET_TABLE`, `NFTA_SET_ELEM_LIST_TABLE`, ...)
+/// and its family in the nfgenmsg header.
+fn names_our_table(body: &[u8]) -> bool {
+    let family = body.first().copied();
+    matches!(family, Some(uapi::NFPROTO_IPV4 | uapi::NFPROTO_IPV6))
+        && find_str(body_attrs(body), 1) == Some(names::TABLE)
 }
 
-/// Runs `nft monitor` through `nft` (its namespace prefix) until the task is dropped, and
-/// reports outside changes to `drift`. Restarts nft if it exits.
-pub async fn run(nft: NftCommand, drift: Arc<Drift>) {
+/// `ENOBUFS`: the kernel dropped notifications for us.
+const ENOBUFS: i32 = 105;
+
+/// Watches nf_tables notifications in the named network namespace (or ours) until the task is
+/// dropped, and reports outside changes to `drift`. Reopens the socket if it fails.
+pub async fn run(netns: Option<String>, drift: Arc<Drift>) {
     let own = drift.own_processes();
     let mut delay = RESTART_DELAY;
     loop {
         let started = tokio::time::Instant::now();
-        let mut cmd = tokio::process::Command::from(nft.command(["monitor"]));
-        cmd.stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null())
-            .kill_on_drop(true);
-        match cmd.spawn() {
-            Ok(mut child) => {
-                let stdout = child.stdout.take().expect("stdout is piped");
-                let mut lines = BufReader::new(stdout).lines();
+        match socket::subscribe(netns.as_deref()) {
+            Ok(socket) => {
                 let mut events = Events::default();
-                while let Ok(Some(line)) = lines.next_line().await {
-                    if let Some(pid) = events.line(&line)
-                        && !own.contains(pid)
-                    {
-                        tracing::warn!(
-                            table = names::TABLE,
-                            pid,
-                            "another program changed our nftables table; repairing"
-                        );
-                        drift.notice();
+                loop {
+                    match socket.recv_from_full().await {
+                        Ok((bytes, _)) => {
+                            for pid in events.datagram(&bytes) {
+                                if !own.contains(pid) {
+                                    tracing::warn!(
+                                        table = names::TABLE,
+                                        pid,
+                                        "another program changed our nftables table; repairing"
+                                    );
+                                    drift.notice();
+                                }
+                            }
+                        }
+                        Err(e) if e.raw_os_error() == Some(ENOBUFS) => {
+                            tracing::info!(
+                                "nf_tables notifications were dropped; a full sync checks our table"
+                            );
+                            events = Events::default();
+                            drift.notice();
+                        }
+                        Err(error) => {
+                            tracing::warn!(%error, "nf_tables notifications ended; reopening");
+                            break;
+                        }
                     }
                 }
-                let _ = child.kill().await;
-                tracing::warn!("nft monitor ended; restarting it");
             }
-            Err(error) => tracing::warn!(%error, "cannot start nft monitor; retrying"),
+            Err(error) => tracing::warn!(%error, "cannot watch nf_tables notifications; retrying"),
         }
         delay = if started.elapsed() >= RESTART_DELAY_MAX {
             RESTART_DELAY
@@ -206,35 +218,64 @@ pub async fn run(nft: NftCommand, drift: Arc<Drift>) {
 mod tests {
     use super::*;
 
-    /// Captured from `nft monitor` (nft 1.0.6) while an outside `nft` added a chain, another
-    /// table came and went, and our table was deleted.
-    const CAPTURED: &str = "\
-add chain ip kube-proxy-rs c2
-# new generation 10 by process 19986 (nft)
-add table ip6 x
-delete table ip6 x
-# new generation 12 by process 20011 (nft)
-delete set ip kube-proxy-rs fw
-delete chain ip kube-proxy-rs c
-delete table ip kube-proxy-rs
-# new generation 13 by process 20039 (nft)
-";
+    use crate::dataplane::nftables::netlink::attr::Writer;
 
-    #[test]
-    fn transactions_touching_our_table_are_attributed_to_their_process() {
-        let mut events = Events::default();
-        let found: Vec<u32> = CAPTURED.lines().filter_map(|l| events.line(l)).collect();
-        assert_eq!(found, vec![19986, 20039]);
+    /// A notification of message `msg` for table `table` of `family`.
+    fn object(w: &mut Writer, msg: u16, family: u8, table: &str) {
+        let m = w.begin((uapi::SUBSYS << 8) | msg, 0, 0, family, 0);
+        w.str(1, table);
+        w.str(2, "x");
+        w.end(m);
+    }
+
+    fn generation(w: &mut Writer, pid: u32) {
+        let m = w.begin((uapi::SUBSYS << 8) | uapi::msg::NEWGEN, 0, 0, 0, 0);
+        w.u32(1, 42);
+        w.u32(GEN_PROC_PID, pid);
+        w.str(3, "nft");
+        w.end(m);
     }
 
     #[test]
-    fn lost_events_count_as_touching_our_table() {
-        let mut events = Events::default();
-        assert_eq!(events.line("# ERROR: We lost some netlink events!"), None);
-        assert_eq!(
-            events.line("# new generation 3 by process 7 (nft)"),
-            Some(7)
+    fn transactions_touching_our_table_are_attributed_to_their_process() {
+        let mut w = Writer::default();
+        object(
+            &mut w,
+            uapi::msg::NEWCHAIN,
+            uapi::NFPROTO_IPV4,
+            names::TABLE,
         );
+        generation(&mut w, 19986);
+        // Another table, and our table's name in another family: not ours.
+        object(&mut w, uapi::msg::NEWTABLE, uapi::NFPROTO_IPV6, "x");
+        object(&mut w, uapi::msg::DELTABLE, 1, names::TABLE);
+        generation(&mut w, 20011);
+        object(&mut w, uapi::msg::DELSET, uapi::NFPROTO_IPV4, names::TABLE);
+        object(
+            &mut w,
+            uapi::msg::DELTABLE,
+            uapi::NFPROTO_IPV6,
+            names::TABLE,
+        );
+        generation(&mut w, 20039);
+        let mut events = Events::default();
+        assert_eq!(events.datagram(&w.buf), vec![19986, 20039]);
+    }
+
+    #[test]
+    fn a_transaction_spread_over_datagrams_is_one() {
+        let mut first = Writer::default();
+        object(
+            &mut first,
+            uapi::msg::NEWSETELEM,
+            uapi::NFPROTO_IPV6,
+            names::TABLE,
+        );
+        let mut second = Writer::default();
+        generation(&mut second, 7);
+        let mut events = Events::default();
+        assert!(events.datagram(&first.buf).is_empty());
+        assert_eq!(events.datagram(&second.buf), vec![7]);
     }
 
     #[test]

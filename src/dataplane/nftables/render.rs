@@ -7,7 +7,8 @@
 //! Nothing needs escaping here by construction: names are [`Name`]s (`[a-z0-9-]`), interface
 //! names [`IfName`]s, comments [`Comment`]s (no quotes, no backslashes, no newlines), and every
 //! other value is a typed number or address. So no input can end a string or add a statement.
-//! The text encoder sits behind [`Encoder`] so a netlink encoder can replace it.
+//! The text encoder is selectable with `--nftables-encoder=nft` (the default is the netlink
+//! encoder, `super::netlink`); its text also quotes failing operations in netlink errors.
 
 use std::fmt::Write as _;
 use std::net::IpAddr;
