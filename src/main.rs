@@ -9,7 +9,7 @@ use kube_proxy_rs::cli::{self, Cli, Command};
 use kube_proxy_rs::cluster::Features;
 use kube_proxy_rs::config::{self, Config, Flags, LogFormat};
 use kube_proxy_rs::conntrack;
-use kube_proxy_rs::dataplane::nftables;
+use kube_proxy_rs::dataplane::{iptables, nftables};
 
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -103,6 +103,17 @@ fn main() -> ExitCode {
             print!(
                 "\n# nftables: the ruleset this node would program (nft -f -)\n{}",
                 nftables::render_from_scratch(&rulesets)
+            );
+        }
+        if config.mode == config::ProxyMode::Iptables && format == cli::OutputFormat::Table {
+            let mode = match iptables::ModeConfig::new(&config) {
+                Ok(m) => m,
+                Err(e) => return fail(e),
+            };
+            let rulesets = iptables::plan_all(&loaded.snapshot, &mode);
+            print!(
+                "\n# iptables: the restore input this node would apply on a node without our rules\n{}",
+                iptables::render_from_scratch(&rulesets)
             );
         }
         return ExitCode::SUCCESS;

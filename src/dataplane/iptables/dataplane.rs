@@ -1,0 +1,188 @@
+//! The iptables mode as the sync runner drives it: plan both families, check the canaries,
+//! send a full or partial restore input per family, report.
+//!
+//! What the kernel holds is "last applied": replaced only after both families' inputs were
+//! accepted. A sync is full when the runner asks (start-up, the periodic resync, after a
+//! failure), when nothing was applied yet, after a refused input, or when a canary chain is
+//! gone; then the kernel is read back with `iptables-save`. Other syncs send only the chains
+//! that changed. Nothing here reads a clock or a registry.
+
+use super::backend::{self, Backend, IptablesCommand};
+use super::diff::{self, Script};
+use super::mode_config::ModeConfig;
+use super::names;
+use super::parse;
+use super::plan::plan_all;
+use super::ruleset::{Ruleset, Table};
+use crate::cluster::{Changes, IpFamily, Snapshot};
+use crate::dataplane::nftables::dataplane::no_local_endpoints;
+use crate::dataplane::{Dataplane, FamilyReport, SyncError, SyncReport};
+
+const MODE: &str = "iptables";
+
+/// Lines of the input shown on each side of the one the tool named.
+const CONTEXT_LINES: usize = 2;
+
+/// See the module doc.
+#[doc(alias = "proxier")]
+pub struct IptablesDataplane<B = IptablesCommand> {
+    cfg: ModeConfig,
+    backend: B,
+    /// Both families' rules as the kernel holds them after the last successful sync; `None`
+    /// before the first and after a failure.
+    last: Option<[Ruleset; 2]>,
+}
+
+impl<B: Backend> IptablesDataplane<B> {
+    pub fn new(cfg: ModeConfig, backend: B) -> IptablesDataplane<B> {
+        IptablesDataplane {
+            cfg,
+            backend,
+            last: None,
+        }
+    }
+
+    pub fn backend_mut(&mut self) -> &mut B {
+        &mut self.backend
+    }
+
+    /// Whether every family's canary chains are still there.
+    fn canaries_present(&mut self) -> Result<bool, backend::Error> {
+        for family in IpFamily::ALL {
+            for table in Table::ALL {
+                if !self.backend.has_chain(family, table, names::CANARY)? {
+                    tracing::warn!(family = %family, table = table.as_str(),
+                        "our canary chain is gone (firewall reload?); syncing fully");
+                    return Ok(false);
+                }
+            }
+        }
+        Ok(true)
+    }
+
+    fn script(&mut self, i: usize, want: &Ruleset, full: bool) -> Result<Script, SyncError> {
+        match (&self.last, full) {
+            (Some(last), false) => Ok(diff::partial(&last[i], want)),
+            _ => {
+                let saved = self.backend.save(want.family).map_err(io_error)?;
+                Ok(diff::full(want, &parse::parse(&saved)))
+            }
+        }
+    }
+}
+
+impl<B: Backend> Dataplane for IptablesDataplane<B> {
+    fn mode(&self) -> &'static str {
+        MODE
+    }
+
+    fn sync(
+        &mut self,
+        snapshot: &Snapshot,
+        _changes: &Changes,
+        full: bool,
+    ) -> Result<SyncReport, SyncError> {
+        let want = plan_all(snapshot, &self.cfg);
+        let mut full = full || self.last.is_none();
+        if !full {
+            full = !self.canaries_present().map_err(io_error)?;
+        }
+        let mut families = Vec::with_capacity(2);
+        for (i, w) in want.iter().enumerate() {
+            let script = match self.script(i, w, full) {
+                Ok(s) => s,
+                Err(e) => {
+                    self.last = None;
+                    return Err(e);
+                }
+            };
+            if !script.is_empty()
+                && let Err(e) = self.backend.restore(w.family, &script.text)
+            {
+                self.last = None;
+                return Err(refused(e, &script.text));
+            }
+            let (internal, external) = no_local_endpoints(snapshot, w.family);
+            families.push(FamilyReport {
+                family: Some(w.family),
+                operations: script.chains + script.rules,
+                objects: w.objects(),
+                no_local_endpoints_internal: internal,
+                no_local_endpoints_external: external,
+            });
+        }
+        self.last = Some(want);
+        Ok(SyncReport { full, families })
+    }
+}
+
+fn io_error(e: backend::Error) -> SyncError {
+    SyncError::Io {
+        mode: MODE,
+        message: e.to_string(),
+        source: match e {
+            backend::Error::Spawn { source, .. } => Some(source),
+            backend::Error::Refused { .. } => None,
+        },
+    }
+}
+
+/// A refused restore as a sync error: the tool's message and the input lines it pointed at.
+fn refused(e: backend::Error, input: &str) -> SyncError {
+    let backend::Error::Refused { ref message, .. } = e else {
+        return io_error(e);
+    };
+    let context = failing_line(message)
+        .map(|n| format!(" (input line {n}:\n{})", context(input, n)))
+        .unwrap_or_default();
+    SyncError::Refused {
+        mode: MODE,
+        message: format!("{e}{context}"),
+    }
+}
+
+/// iptables-restore names the place as `line N failed` (or `Error occurred at line: N`).
+fn failing_line(message: &str) -> Option<usize> {
+    let at = message.find("line")? + "line".len();
+    message[at..]
+        .trim_start_matches([':', ' '])
+        .split(|c: char| !c.is_ascii_digit())
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// Lines around `n` of `input`, numbered, `>` marking line `n`.
+fn context(input: &str, n: usize) -> String {
+    let first = n.saturating_sub(CONTEXT_LINES).max(1);
+    input
+        .lines()
+        .enumerate()
+        .skip(first - 1)
+        .take(n + CONTEXT_LINES + 1 - first)
+        .map(|(i, text)| {
+            let mark = if i + 1 == n { '>' } else { ' ' };
+            format!("{mark}{:>6} | {text}", i + 1)
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_failing_line_is_found_in_both_spellings() {
+        assert_eq!(failing_line("iptables-restore: line 12 failed"), Some(12));
+        assert_eq!(
+            failing_line("iptables-restore v1.8.9 (nf_tables): Error occurred at line: 7\n"),
+            Some(7)
+        );
+        assert_eq!(failing_line("something else"), None);
+        assert_eq!(
+            context("a\nb\nc\nd", 1),
+            ">     1 | a\n      2 | b\n      3 | c"
+        );
+    }
+}
