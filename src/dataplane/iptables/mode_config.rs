@@ -108,6 +108,24 @@ impl ModeConfig {
     }
 }
 
+impl ModeConfig {
+    /// Whether IPv4 NodePorts are served on 127.0.0.0/8, which needs `route_localnet`.
+    pub fn localhost_node_ports_active(&self) -> bool {
+        let npa = &self.node_ports;
+        let v4: Vec<_> = npa
+            .cidrs
+            .iter()
+            .filter(|c| IpFamily::of_net(c) == IpFamily::V4)
+            .collect();
+        let match_all = npa.all || (!npa.primary && !npa.localhost && v4.is_empty());
+        let loopback_given = npa.localhost
+            || v4
+                .iter()
+                .any(|c| c.contains(&std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST)));
+        self.localhost_node_ports && (match_all || loopback_given)
+    }
+}
+
 impl Default for ModeConfig {
     /// Upstream's iptables defaults: bit 14, no masqueradeAll, no cluster CIDR, NodePorts on
     /// every local address including localhost, INVALID dropped.
