@@ -48,6 +48,7 @@ pub mod parse;
 pub mod plan;
 pub mod render;
 pub mod ruleset;
+pub mod trace;
 
 #[cfg(test)]
 mod golden_tests;
