@@ -12,7 +12,7 @@ use super::diff::{self, Script};
 use super::mode_config::ModeConfig;
 use super::names;
 use super::parse;
-use super::plan::plan_all;
+use super::plan::plan_reusing;
 use super::ruleset::{Ruleset, Table};
 use crate::cluster::{Changes, IpFamily, Snapshot};
 use crate::dataplane::nftables::dataplane::no_local_endpoints;
@@ -28,9 +28,10 @@ const CONTEXT_LINES: usize = 2;
 pub struct IptablesDataplane<B = IptablesCommand> {
     cfg: ModeConfig,
     backend: B,
-    /// Both families' rules as the kernel holds them after the last successful sync; `None`
-    /// before the first and after a failure.
-    last: Option<[Ruleset; 2]>,
+    /// Both families' last plan, IPv4 first; the next plan reuses its unchanged ports.
+    plan: Option<[Ruleset; 2]>,
+    /// The kernel holds `plan`: the last sync succeeded. False at start-up and after a failure.
+    in_kernel: bool,
 }
 
 impl<B: Backend> IptablesDataplane<B> {
@@ -38,7 +39,8 @@ impl<B: Backend> IptablesDataplane<B> {
         IptablesDataplane {
             cfg,
             backend,
-            last: None,
+            plan: None,
+            in_kernel: false,
         }
     }
 
@@ -60,10 +62,12 @@ impl<B: Backend> IptablesDataplane<B> {
         Ok(true)
     }
 
-    fn script(&mut self, i: usize, want: &Ruleset, full: bool) -> Result<Script, SyncError> {
-        match (&self.last, full) {
-            (Some(last), false) => Ok(diff::partial(&last[i], want)),
-            _ => {
+    /// The restore input for family `i`: partial from `last` (what the kernel holds), or full
+    /// against the kernel read back.
+    fn script(&mut self, last: Option<&Ruleset>, want: &Ruleset) -> Result<Script, SyncError> {
+        match last {
+            Some(last) => Ok(diff::partial(last, want)),
+            None => {
                 let saved = self.backend.save(want.family).map_err(io_error)?;
                 Ok(diff::full(want, &parse::parse(&saved)))
             }
@@ -82,26 +86,47 @@ impl<B: Backend> Dataplane for IptablesDataplane<B> {
         _changes: &Changes,
         full: bool,
     ) -> Result<SyncReport, SyncError> {
-        let want = plan_all(snapshot, &self.cfg);
-        let mut full = full || self.last.is_none();
+        let previous = self.plan.take();
+        let want = [0, 1].map(|i| {
+            let family = IpFamily::ALL[i];
+            plan_reusing(
+                snapshot,
+                &self.cfg,
+                family,
+                previous.as_ref().map(|p| &p[i]),
+            )
+        });
+        // Cleared until the kernel accepts both families.
+        let in_kernel = std::mem::take(&mut self.in_kernel);
+        let mut full = full || !in_kernel || previous.is_none();
         if !full {
-            full = !self.canaries_present().map_err(io_error)?;
+            match self.canaries_present() {
+                Ok(present) => full = !present,
+                Err(e) => {
+                    self.plan = Some(want);
+                    return Err(io_error(e));
+                }
+            }
         }
         let mut families = Vec::with_capacity(2);
         for (i, w) in want.iter().enumerate() {
-            let script = match self.script(i, w, full) {
+            let last = previous.as_ref().filter(|_| !full).map(|p| &p[i]);
+            let result = self.script(last, w).and_then(|script| {
+                if script.is_empty() {
+                    return Ok(script);
+                }
+                match self.backend.restore(w.family, &script.text) {
+                    Ok(()) => Ok(script),
+                    Err(e) => Err(refused(e, &script.text)),
+                }
+            });
+            let script = match result {
                 Ok(s) => s,
                 Err(e) => {
-                    self.last = None;
+                    self.plan = Some(want);
                     return Err(e);
                 }
             };
-            if !script.is_empty()
-                && let Err(e) = self.backend.restore(w.family, &script.text)
-            {
-                self.last = None;
-                return Err(refused(e, &script.text));
-            }
             let (internal, external) = no_local_endpoints(snapshot, w.family);
             families.push(FamilyReport {
                 family: Some(w.family),
@@ -111,7 +136,8 @@ impl<B: Backend> Dataplane for IptablesDataplane<B> {
                 no_local_endpoints_external: external,
             });
         }
-        self.last = Some(want);
+        self.plan = Some(want);
+        self.in_kernel = true;
         Ok(SyncReport { full, families })
     }
 }

@@ -10,8 +10,9 @@
 //!   chains that went away. A chain that jumps to a deleted chain changed too, so it was
 //!   flushed first. Jumps in built-in chains are left alone.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::fmt::Write as _;
+use std::sync::Arc;
 
 use super::names::ChainName;
 use super::parse::Saved;
@@ -40,24 +41,21 @@ pub fn full(want: &Ruleset, saved: &BTreeMap<Table, Saved>) -> Script {
     let empty = Saved::default();
     for table in Table::ALL {
         let kernel = saved.get(&table).unwrap_or(&empty);
-        let chains = &want.table(table).chains;
+        let wanted: HashSet<&str> = want.chains(table).map(|(n, _)| n.as_str()).collect();
         let stale: Vec<&String> = kernel
             .chains
             .iter()
-            .filter(|c| {
-                super::names::ours(c)
-                    && ChainName::parse(c).is_none_or(|n| !chains.contains_key(&n))
-            })
+            .filter(|c| super::names::ours(c) && !wanted.contains(c.as_str()))
             .collect();
         let _ = writeln!(s.text, "*{}", table.as_str());
-        for name in chains.keys() {
+        for (name, _) in want.chains(table) {
             let _ = writeln!(s.text, ":{name} - [0:0]");
         }
         for name in &stale {
             let _ = writeln!(s.text, ":{name} - [0:0]");
         }
-        s.chains += chains.len() + stale.len();
-        for (name, rules) in chains {
+        s.chains += wanted.len() + stale.len();
+        for (name, rules) in want.chains(table) {
             for r in rules {
                 append_line(&mut s.text, name.as_str(), r, want.family);
             }
@@ -89,11 +87,14 @@ pub fn partial(last: &Ruleset, want: &Ruleset) -> Script {
     for table in Table::ALL {
         let old = &last.table(table).chains;
         let new = &want.table(table).chains;
-        let changed: Vec<(&ChainName, &Vec<Rule>)> = new
+        let mut changed: Vec<(&ChainName, &Vec<Rule>)> = new
             .iter()
             .filter(|(name, rules)| old.get(*name) != Some(*rules))
             .collect();
-        let gone: Vec<&ChainName> = old.keys().filter(|n| !new.contains_key(*n)).collect();
+        let mut gone: Vec<&ChainName> = old.keys().filter(|n| !new.contains_key(*n)).collect();
+        if table == Table::Nat {
+            port_changes(last, want, &mut changed, &mut gone);
+        }
         if changed.is_empty() && gone.is_empty() {
             continue;
         }
@@ -117,4 +118,33 @@ pub fn partial(last: &Ruleset, want: &Ruleset) -> Script {
         s.text.push_str("COMMIT\n");
     }
     s
+}
+
+/// The service ports' own chains that changed or went away. A port whose rules are the same
+/// shared value in both plans (reused by the planner) is skipped without a look at its rules.
+fn port_changes<'a>(
+    last: &'a Ruleset,
+    want: &'a Ruleset,
+    changed: &mut Vec<(&'a ChainName, &'a Vec<Rule>)>,
+    gone: &mut Vec<&'a ChainName>,
+) {
+    static EMPTY: BTreeMap<ChainName, Vec<Rule>> = BTreeMap::new();
+    for (name, new) in &want.ports {
+        let old = match last.ports.get(name) {
+            Some(old) if Arc::ptr_eq(old, new) => continue,
+            Some(old) => &old.chains,
+            None => &EMPTY,
+        };
+        changed.extend(
+            new.chains
+                .iter()
+                .filter(|(chain, rules)| old.get(*chain) != Some(*rules)),
+        );
+        gone.extend(old.keys().filter(|c| !new.chains.contains_key(*c)));
+    }
+    for (name, old) in &last.ports {
+        if !want.ports.contains_key(name) {
+            gone.extend(old.chains.keys());
+        }
+    }
 }

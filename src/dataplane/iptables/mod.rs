@@ -61,7 +61,7 @@ pub use backend::{Backend, IptablesCommand};
 pub use dataplane::IptablesDataplane;
 pub use flavour::Flavour;
 pub use mode_config::ModeConfig;
-pub use plan::{plan, plan_all};
+pub use plan::{plan, plan_all, plan_reusing};
 pub use ruleset::Ruleset;
 
 /// The restore inputs that create both families' rules on a node holding nothing of ours:

@@ -142,12 +142,11 @@ fn target_words(out: &mut String, t: &Target) {
 pub fn from_scratch(want: &Ruleset) -> String {
     let mut out = String::new();
     for table in Table::ALL {
-        let chains = want.table(table);
         let _ = writeln!(out, "*{}", table.as_str());
-        for name in chains.chains.keys() {
+        for (name, _) in want.chains(table) {
             let _ = writeln!(out, ":{name} - [0:0]");
         }
-        for (name, rules) in &chains.chains {
+        for (name, rules) in want.chains(table) {
             for r in rules {
                 append_line(&mut out, name.as_str(), r, want.family);
             }

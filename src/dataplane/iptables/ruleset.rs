@@ -13,7 +13,7 @@ use std::sync::Arc;
 use ipnet::IpNet;
 
 use super::names::ChainName;
-use crate::cluster::{IpFamily, Protocol};
+use crate::cluster::{IpFamily, NodeContext, Protocol, ServicePortName, ServicePortState};
 
 /// The tables we write to, in the order they are rendered.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -61,7 +61,35 @@ impl Builtin {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Ruleset {
     pub family: IpFamily,
+    /// The fixed chains (with the rules service ports add to them, in snapshot order) and the
+    /// jumps from built-in chains.
     pub tables: BTreeMap<Table, Chains>,
+    /// Each service port's own chains (`KUBE-SVC/SVL/EXT/FW/SEP`, all in nat) and the rules it
+    /// adds to fixed chains. Shared, so an unchanged port is reused by the next plan and
+    /// skipped by the partial diff without comparing its rules.
+    pub ports: BTreeMap<ServicePortName, Arc<PortRules>>,
+    /// What every port's rules were planned under; a next plan reuses a port's rules only
+    /// under the same.
+    pub context: Context,
+}
+
+/// The inputs besides a port's own state that its rules depend on.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Context {
+    pub node: Arc<NodeContext>,
+    /// Large-cluster mode (no per-endpoint comments).
+    pub large: bool,
+}
+
+/// One service port's part of a ruleset.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PortRules {
+    /// The state these rules were planned from.
+    pub source: Arc<ServicePortState>,
+    /// Its own nat chains.
+    pub chains: BTreeMap<ChainName, Vec<Rule>>,
+    /// Rules it appends to fixed chains, in order.
+    pub shared: Vec<(Table, ChainName, Rule)>,
 }
 
 /// One table: our chains (each declared, so `iptables-restore --noflush` flushes and refills
@@ -79,6 +107,8 @@ impl Ruleset {
         Ruleset {
             family,
             tables: Table::ALL.map(|t| (t, Chains::default())).into(),
+            ports: BTreeMap::new(),
+            context: Context::default(),
         }
     }
 
@@ -90,16 +120,37 @@ impl Ruleset {
         self.tables.entry(t).or_default()
     }
 
+    /// Every chain of a table, fixed ones first, then each service port's in port order.
+    pub fn chains(&self, t: Table) -> impl Iterator<Item = (&ChainName, &Vec<Rule>)> {
+        let ports = (t == Table::Nat).then_some(&self.ports);
+        self.table(t).chains.iter().chain(
+            ports
+                .into_iter()
+                .flat_map(|p| p.values().flat_map(|r| r.chains.iter())),
+        )
+    }
+
+    /// One chain's rules.
+    pub fn chain(&self, t: Table, name: &ChainName) -> Option<&Vec<Rule>> {
+        if let Some(rules) = self.table(t).chains.get(name) {
+            return Some(rules);
+        }
+        if t != Table::Nat || !name.is_per_service() {
+            return None;
+        }
+        self.ports.values().find_map(|p| p.chains.get(name))
+    }
+
     /// Rules in our chains of a table (upstream's `sync_proxy_rules_iptables_total{table}`).
     pub fn rule_count(&self, t: Table) -> usize {
-        self.table(t).chains.values().map(Vec::len).sum()
+        self.chains(t).map(|(_, r)| r.len()).sum()
     }
 
     /// Chains and rules we own, for the `objects` count of a report.
     pub fn objects(&self) -> usize {
-        self.tables
-            .values()
-            .map(|c| c.chains.len() + c.chains.values().map(Vec::len).sum::<usize>())
+        Table::ALL
+            .iter()
+            .map(|&t| self.chains(t).map(|(_, r)| 1 + r.len()).sum::<usize>())
             .sum()
     }
 }

@@ -123,7 +123,7 @@ impl Walk<'_> {
     }
 
     fn chain(&mut self, table: Table, name: &ChainName, p: &Packet) -> End {
-        let Some(rules) = self.rules.table(table).chains.get(name) else {
+        let Some(rules) = self.rules.chain(table, name) else {
             return End::Continue;
         };
         for r in rules {

@@ -54,18 +54,22 @@ pub(super) fn add(b: &mut Builder, port: &ServicePort, chain: &ChainName, endpoi
     }
     b.chain(Table::Nat, chain).extend(rules);
 
+    let large = b.large;
+    let port_comment = Match::Comment(Comment::sanitised(&name));
+    let tag = || {
+        if large {
+            vec![]
+        } else {
+            vec![port_comment.clone()]
+        }
+    };
     for (ep, sep) in endpoints.iter().zip(seps) {
-        if b.rules.table(Table::Nat).chains.contains_key(&sep) {
+        let chain = b.chain(Table::Nat, &sep);
+        if !chain.is_empty() {
+            // Already made for the other endpoint list of this service port.
             continue;
         }
         let proto = port.name.protocol;
-        let tag = || {
-            if b.large {
-                vec![]
-            } else {
-                vec![Match::Comment(Comment::sanitised(&name))]
-            }
-        };
         let mut hairpin = vec![Match::Source {
             net: IpNet::from(ep.ip),
             negate: false,
@@ -86,6 +90,6 @@ pub(super) fn add(b: &mut Builder, port: &ServicePort, chain: &ChainName, endpoi
                 },
             ),
         ];
-        b.chain(Table::Nat, &sep).extend(rules);
+        chain.extend(rules);
     }
 }

@@ -21,9 +21,7 @@ fn v4_with(services: Vec<Svc>, cfg: &ModeConfig) -> (Snapshot, Ruleset) {
 /// The rules of a chain as text after `-A CHAIN`.
 fn chain(r: &Ruleset, table: Table, name: &str) -> Vec<String> {
     let name = ChainName::parse(name).expect("a chain name");
-    r.table(table)
-        .chains
-        .get(&name)
+    r.chain(table, &name)
         .unwrap_or_else(|| panic!("{name} missing in {table:?}"))
         .iter()
         .map(|rule| {
@@ -35,9 +33,7 @@ fn chain(r: &Ruleset, table: Table, name: &str) -> Vec<String> {
 }
 
 fn has_chain(r: &Ruleset, table: Table, name: &str) -> bool {
-    r.table(table)
-        .chains
-        .contains_key(&ChainName::parse(name).unwrap())
+    r.chain(table, &ChainName::parse(name).unwrap()).is_some()
 }
 
 fn spn(s: &Svc) -> &crate::cluster::ServicePortName {
@@ -253,5 +249,62 @@ fn source_ranges_go_through_the_firewall_chain_and_unmatched_traffic_is_dropped_
         [format!(
             "-d 192.0.2.14/32 -p tcp -m comment --comment \"ns/lb traffic not accepted by {fw}\" -m tcp --dport 443 -j DROP"
         )]
+    );
+}
+
+#[test]
+fn reusing_the_previous_plan_gives_the_fresh_plan_and_the_same_partial_input() {
+    use crate::dataplane::iptables::diff;
+    use crate::dataplane::iptables::plan::plan_reusing;
+    let services = || {
+        vec![
+            svc("ns/a", "10.96.0.1", 80).ep("10.244.1.2", 8080, "node-a"),
+            svc("ns/b", "10.96.0.2", 80)
+                .node_port(30002)
+                .ep("10.244.2.2", 8080, "node-b")
+                .ep("10.244.2.3", 8080, "node-b"),
+            svc("ns/c", "10.96.0.3", 80)
+                .affinity(60)
+                .ep("10.244.3.2", 80, "node-c"),
+        ]
+    };
+    let before = snapshot(node(), services());
+    let mut changed = services();
+    changed[1].endpoints.pop();
+    changed.remove(2);
+    changed.push(svc("ns/d", "10.96.0.4", 53).ep("10.244.1.9", 53, "node-a"));
+    // Ports "a" (and the node) are the same values; `snapshot` builds new Arcs, so share them
+    // as the tracker does for unchanged ports.
+    let mut after = snapshot(node(), changed);
+    let mut ports = (*after.ports).clone();
+    for (name, state) in before.ports.iter() {
+        if ports.get(name) == Some(state) {
+            ports.insert(name.clone(), state.clone());
+        }
+    }
+    after.ports = std::sync::Arc::new(ports);
+    after.node = before.node.clone();
+
+    let cfg = ModeConfig::default();
+    let old = plan(&before, &cfg, IpFamily::V4);
+    let reused = plan_reusing(&after, &cfg, IpFamily::V4, Some(&old));
+    let fresh = plan(&after, &cfg, IpFamily::V4);
+    assert_eq!(reused, fresh);
+    let a = before.ports.keys().next().unwrap();
+    assert!(
+        std::sync::Arc::ptr_eq(&old.ports[a], &reused.ports[a]),
+        "port a reused"
+    );
+    assert_eq!(diff::partial(&old, &reused), diff::partial(&old, &fresh));
+    let p = diff::partial(&old, &reused);
+    assert!(
+        p.text.contains("-X KUBE-SVC-"),
+        "ns/c's chains deleted:\n{}",
+        p.text
+    );
+    assert!(
+        !p.text.contains(":KUBE-SVC-") || !p.text.contains("10.244.1.2"),
+        "{}",
+        p.text
     );
 }
