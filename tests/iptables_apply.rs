@@ -224,6 +224,8 @@ fn a_restart_adopts_the_rules_without_duplicating_jumps_and_deletes_stale_chains
 struct Refusing {
     inner: IptablesCommand,
     refuse: bool,
+    /// `iptables-save` fails, as iptables-nft-save 1.8.9 does (SIGSEGV) at 110,000 chains.
+    save_fails: bool,
 }
 
 impl Backend for Refusing {
@@ -235,7 +237,22 @@ impl Backend for Refusing {
         self.inner.restore(family, input)
     }
     fn save(&mut self, family: IpFamily) -> Result<String, backend::Error> {
+        if self.save_fails {
+            return Err(backend::Error::Refused {
+                program: "iptables-nft-save".into(),
+                status: "signal: 11 (SIGSEGV)".into(),
+                message: String::new(),
+            });
+        }
         self.inner.save(family)
+    }
+    fn list_chain(
+        &mut self,
+        family: IpFamily,
+        table: Table,
+        chain: &str,
+    ) -> Result<String, backend::Error> {
+        self.inner.list_chain(family, table, chain)
     }
     fn has_chain(
         &mut self,
@@ -255,6 +272,7 @@ fn a_refused_restore_keeps_the_old_rules_names_the_line_and_the_next_sync_is_ful
         Refusing {
             inner: IptablesCommand::in_netns(Flavour::Nft, &ns.name),
             refuse: false,
+            save_fails: false,
         },
     );
     let snap = example();
@@ -278,6 +296,46 @@ fn a_refused_restore_keeps_the_old_rules_names_the_line_and_the_next_sync_is_ful
     dp.backend_mut().refuse = false;
     let report = dp.sync(&next, &Changes::default(), false).expect("retry");
     assert!(report.full, "the sync after a failure is full");
+}
+
+#[test]
+fn a_full_sync_works_when_the_rules_cannot_be_read_back() {
+    let ns = NetNs::new("kprs-ipt");
+    let mut dp = IptablesDataplane::new(
+        ModeConfig::default(),
+        Refusing {
+            inner: IptablesCommand::in_netns(Flavour::Nft, &ns.name),
+            refuse: false,
+            save_fails: false,
+        },
+    );
+    let snap = example();
+    dp.sync(&snap, &Changes::default(), true)
+        .expect("first sync");
+    let filter = rule_lines(&ns, Table::Filter);
+    let before = chains(&ns, Table::Nat);
+    let mut ports = (*snap.ports).clone();
+    let gone = ports
+        .keys()
+        .find(|n| n.to_string().starts_with("default/web-sticky"))
+        .cloned()
+        .expect("in the example");
+    ports.remove(&gone);
+    let next = Snapshot {
+        node: snap.node.clone(),
+        ports: Arc::new(ports),
+    };
+    dp.backend_mut().save_fails = true;
+    let report = dp
+        .sync(&next, &Changes::default(), true)
+        .expect("full sync");
+    assert!(report.full);
+    let after = chains(&ns, Table::Nat);
+    assert!(
+        after.len() < before.len(),
+        "the removed port's chains are deleted"
+    );
+    assert_eq!(rule_lines(&ns, Table::Filter), filter, "no duplicated jump");
 }
 
 #[test]

@@ -43,6 +43,9 @@ pub trait Backend: Send {
     /// `iptables-save`: every table.
     fn save(&mut self, family: IpFamily) -> Result<String, Error>;
 
+    /// `iptables -t TABLE -S CHAIN`: one chain's rules, as `-A CHAIN ...` lines.
+    fn list_chain(&mut self, family: IpFamily, table: Table, chain: &str) -> Result<String, Error>;
+
     /// Whether `chain` exists in `table`.
     fn has_chain(&mut self, family: IpFamily, table: Table, chain: &str) -> Result<bool, Error>;
 }
@@ -161,6 +164,23 @@ impl Backend for IptablesCommand {
     fn save(&mut self, family: IpFamily) -> Result<String, Error> {
         let (mut cmd, program) = self.command(family, "-save");
         let out = cmd
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|source| Error::Spawn {
+                program: program.clone(),
+                source,
+            })?;
+        if out.status.success() {
+            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        } else {
+            Err(refused(program, &out))
+        }
+    }
+
+    fn list_chain(&mut self, family: IpFamily, table: Table, chain: &str) -> Result<String, Error> {
+        let (mut cmd, program) = self.command(family, "");
+        let out = cmd
+            .args(["-w", LOCK_WAIT_SECONDS, "-t", table.as_str(), "-S", chain])
             .stdin(Stdio::null())
             .output()
             .map_err(|source| Error::Spawn {

@@ -7,6 +7,8 @@
 //! gone; then the kernel is read back with `iptables-save`. Other syncs send only the chains
 //! that changed. Nothing here reads a clock or a registry.
 
+use std::collections::BTreeMap;
+
 use super::backend::{self, Backend, IptablesCommand};
 use super::diff::{self, Script};
 use super::mode_config::ModeConfig;
@@ -62,16 +64,58 @@ impl<B: Backend> IptablesDataplane<B> {
         Ok(true)
     }
 
-    /// The restore input for family `i`: partial from `last` (what the kernel holds), or full
-    /// against the kernel read back.
-    fn script(&mut self, last: Option<&Ruleset>, want: &Ruleset) -> Result<Script, SyncError> {
-        match last {
-            Some(last) => Ok(diff::partial(last, want)),
-            None => {
-                let saved = self.backend.save(want.family).map_err(io_error)?;
-                Ok(diff::full(want, &parse::parse(&saved)))
-            }
+    /// The restore input: partial from `last` (what the kernel holds), or full against the
+    /// kernel read back. `known` is the previous plan, whose chains the fallback read uses.
+    fn script(
+        &mut self,
+        last: Option<&Ruleset>,
+        want: &Ruleset,
+        known: Option<&Ruleset>,
+    ) -> Result<Script, SyncError> {
+        if let Some(last) = last {
+            return Ok(diff::partial(last, want));
         }
+        let saved = match self.backend.save(want.family) {
+            Ok(text) => parse::parse(&text),
+            Err(error) => {
+                // iptables-nft-save 1.8.9 crashes (SIGSEGV, after minutes) on 110,000 chains.
+                tracing::warn!(family = %want.family, %error,
+                    "cannot read the rules back; reading our jumps chain by chain, and deleting only stale chains this process made");
+                self.read_jumps(want, known).map_err(io_error)?
+            }
+        };
+        Ok(diff::full(want, &saved))
+    }
+
+    /// The fallback read: the built-in chains we jump from (`-S CHAIN`, small), and as our
+    /// chains those of the previous plan.
+    fn read_jumps(
+        &mut self,
+        want: &Ruleset,
+        known: Option<&Ruleset>,
+    ) -> Result<BTreeMap<Table, parse::Saved>, backend::Error> {
+        let mut out = BTreeMap::new();
+        for table in Table::ALL {
+            let mut saved = parse::Saved::default();
+            if let Some(k) = known {
+                saved.chains = k.chains(table).map(|(n, _)| n.to_string()).collect();
+            }
+            let mut builtins: Vec<&str> = want
+                .table(table)
+                .jumps
+                .iter()
+                .map(|(b, _)| b.as_str())
+                .collect();
+            builtins.dedup();
+            for chain in builtins {
+                let listed = self.backend.list_chain(want.family, table, chain)?;
+                for line in listed.lines().filter(|l| l.starts_with("-A ")) {
+                    saved.rules.push((chain.to_string(), line.to_string()));
+                }
+            }
+            out.insert(table, saved);
+        }
+        Ok(out)
     }
 }
 
@@ -111,7 +155,8 @@ impl<B: Backend> Dataplane for IptablesDataplane<B> {
         let mut families = Vec::with_capacity(2);
         for (i, w) in want.iter().enumerate() {
             let last = previous.as_ref().filter(|_| !full).map(|p| &p[i]);
-            let result = self.script(last, w).and_then(|script| {
+            let known = previous.as_ref().map(|p| &p[i]);
+            let result = self.script(last, w, known).and_then(|script| {
                 if script.is_empty() {
                     return Ok(script);
                 }
