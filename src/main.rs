@@ -9,7 +9,7 @@ use kube_proxy_rs::cli::{self, Cli, Command};
 use kube_proxy_rs::cluster::Features;
 use kube_proxy_rs::config::{self, Config, Flags, LogFormat};
 use kube_proxy_rs::conntrack;
-use kube_proxy_rs::dataplane::nftables;
+use kube_proxy_rs::dataplane::{iptables, nftables};
 
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -105,6 +105,17 @@ fn main() -> ExitCode {
                 nftables::render_from_scratch(&rulesets)
             );
         }
+        if config.mode == config::ProxyMode::Iptables && format == cli::OutputFormat::Table {
+            let mode = match iptables::ModeConfig::new(&config) {
+                Ok(m) => m,
+                Err(e) => return fail(e),
+            };
+            let rulesets = iptables::plan_all(&loaded.snapshot, &mode);
+            print!(
+                "\n# iptables: the restore input this node would apply on a node without our rules\n{}",
+                iptables::render_from_scratch(&rulesets)
+            );
+        }
         return ExitCode::SUCCESS;
     }
     run(&config, &node_name, features)
@@ -121,6 +132,9 @@ fn run(config: &Config, node_name: &str, features: Features) -> ExitCode {
         return cleanup();
     }
     set_conntrack_sysctls(config);
+    if config.mode == config::ProxyMode::Iptables {
+        set_route_localnet(config);
+    }
     if config.init_only {
         // Upstream's --init-only does the host setup that needs full privileges (the conntrack
         // sysctls) and exits, so the long-running proxy can do with CAP_NET_ADMIN.
@@ -165,7 +179,10 @@ fn run(config: &Config, node_name: &str, features: Features) -> ExitCode {
         if let Some(address) = config.healthz_bind_address {
             tokio::spawn(observe.clone().serve_health(address));
         }
-        if config.mode == config::ProxyMode::Nftables {
+        if matches!(
+            config.mode,
+            config::ProxyMode::Nftables | config::ProxyMode::Iptables
+        ) {
             // Only a mode that programs rules has flows to clean up after.
             tokio::spawn(observe.clone().reconcile_conntrack(config.sync_period));
         }
@@ -201,6 +218,33 @@ fn set_conntrack_sysctls(config: &Config) {
             %error,
             "cannot set conntrack sysctl; going on with the kernel's value"
         );
+    }
+}
+
+/// Localhost NodePorts (iptables mode, IPv4) need `route_localnet`, so packets to 127.0.0.1
+/// may be DNATed to a pod; upstream sets it at start-up too, next to the rule against
+/// CVE-2020-8558 the planner adds.
+fn set_route_localnet(config: &Config) {
+    let cfg = match iptables::ModeConfig::new(config) {
+        Ok(c) => c,
+        Err(_) => return, // reported when the dataplane is built
+    };
+    if !cfg.localhost_node_ports_active() {
+        return;
+    }
+    let path = "/proc/sys/net/ipv4/conf/all/route_localnet";
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "start-up host setup, beside the conntrack sysctls"
+    )]
+    match std::fs::write(path, "1\n") {
+        Ok(()) => tracing::info!(
+            sysctl = path,
+            value = 1,
+            "set sysctl for localhost NodePorts"
+        ),
+        Err(error) => tracing::warn!(sysctl = path, %error,
+            "cannot set sysctl; localhost NodePorts will not reach pods"),
     }
 }
 

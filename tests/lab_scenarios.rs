@@ -37,6 +37,14 @@ async fn ours_nftables_lab_scenarios() {
     .await;
 }
 
+#[tokio::test]
+async fn ours_iptables_lab_scenarios() {
+    lab::scenarios::run_suite(Proxy::Ours {
+        mode: Mode::Iptables,
+    })
+    .await;
+}
+
 /// Not a test: the entry point of the lab's pod echo servers and traffic probes, which re-run
 /// this binary inside a namespace (see `lab/helper.rs`). Without their environment variable it
 /// returns at once.

@@ -171,11 +171,7 @@ impl Observe {
             let Some(w) = wanted.borrow_and_update().clone() else {
                 continue;
             };
-            // The host's interface addresses, once read; until then the Node object's.
-            let local: Vec<_> = match &w.node.host_addresses {
-                Some(host) => host.to_vec(),
-                None => w.node.addresses.iter().map(|a| a.ip).collect(),
-            };
+            let local = w.node.local_addresses();
             servers
                 .set_listen(Listen::resolve(&addresses, &w.node, &local))
                 .await;

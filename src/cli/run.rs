@@ -14,6 +14,7 @@ use crate::cluster::source::{Event, api, interfaces, manifests};
 use crate::cluster::{Features, Tracker};
 use crate::config::{Config, ProxyMode};
 use crate::dataplane::Dataplane;
+use crate::dataplane::iptables;
 use crate::dataplane::nftables::{self, Drift, ModeConfig, NftablesDataplane};
 use crate::sync::{LogOnly, Periods, Runner, Status};
 
@@ -35,18 +36,41 @@ pub struct Mode {
     pub drift: Option<Arc<Drift>>,
 }
 
-/// The dataplane for `config`. nftables is implemented; the other modes get the stand-in that
-/// follows and logs the model, and it says so.
-pub fn dataplane(config: &Config) -> Result<Mode, nftables::mode_config::Error> {
-    if config.mode == ProxyMode::Nftables {
-        let drift = Drift::new();
-        let backend = nftables::backend::for_encoder(config.nftables_encoder, None);
-        tracing::info!(encoder = ?config.nftables_encoder, "nftables encoder");
-        let dataplane = NftablesDataplane::new(ModeConfig::new(config)?, backend, drift.clone());
-        return Ok(Mode {
-            dataplane: Box::new(dataplane),
-            drift: Some(drift),
-        });
+/// Why the dataplane of the configured mode cannot be built.
+#[derive(Debug, thiserror::Error)]
+pub enum ModeError {
+    #[error(transparent)]
+    Nftables(#[from] nftables::mode_config::Error),
+    #[error(transparent)]
+    Iptables(#[from] iptables::mode_config::Error),
+}
+
+/// The dataplane for `config`. nftables and iptables are implemented; IPVS gets the stand-in
+/// that follows and logs the model, and it says so.
+pub fn dataplane(config: &Config) -> Result<Mode, ModeError> {
+    match config.mode {
+        ProxyMode::Nftables => {
+            let drift = Drift::new();
+            let backend = nftables::backend::for_encoder(config.nftables_encoder, None);
+            tracing::info!(encoder = ?config.nftables_encoder, "nftables encoder");
+            let dataplane =
+                NftablesDataplane::new(ModeConfig::new(config)?, backend, drift.clone());
+            return Ok(Mode {
+                dataplane: Box::new(dataplane),
+                drift: Some(drift),
+            });
+        }
+        ProxyMode::Iptables => {
+            let cfg = iptables::ModeConfig::new(config)?;
+            let flavour = iptables::IptablesCommand::detect(&[]);
+            tracing::info!(flavour = flavour.as_str(), "iptables back end chosen");
+            let backend = iptables::IptablesCommand::new(flavour);
+            return Ok(Mode {
+                dataplane: Box::new(iptables::IptablesDataplane::new(cfg, backend)),
+                drift: None,
+            });
+        }
+        ProxyMode::Ipvs => {}
     }
     tracing::warn!(
         mode = config.mode.as_str(),

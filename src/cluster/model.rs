@@ -323,6 +323,15 @@ impl NodeContext {
         }
     }
 
+    /// The addresses `nodePortAddresses` CIDRs choose from: the host's interface addresses once
+    /// read, else the Node object's.
+    pub fn local_addresses(&self) -> Vec<IpAddr> {
+        match &self.host_addresses {
+            Some(host) => host.to_vec(),
+            None => self.addresses.iter().map(|a| a.ip).collect(),
+        }
+    }
+
     /// The primary address of a family: the first `InternalIP` of it, else the first address.
     pub fn primary_ip(&self, family: IpFamily) -> Option<IpAddr> {
         let of_family = || {

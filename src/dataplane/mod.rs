@@ -5,6 +5,7 @@
 //! in one transaction. The sync runner is the only caller; it owns the clock and the retries, so a
 //! mode never sleeps, never retries by itself and never reads the time.
 
+pub mod iptables;
 pub mod nftables;
 
 use crate::cluster::{Changes, IpFamily, Snapshot};

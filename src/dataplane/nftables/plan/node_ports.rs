@@ -40,7 +40,9 @@ pub(super) fn resolve(
     if cfg.all || (!cfg.primary && !localhost && cidrs.is_empty()) {
         return NodePortMatch::All;
     }
-    let mut addrs: Vec<IpAddr> = candidates(node)
+    let mut addrs: Vec<IpAddr> = node
+        .local_addresses()
+        .into_iter()
         .filter(|ip| IpFamily::of(ip) == family && cidrs.iter().any(|c| c.contains(ip)))
         .collect();
     if cfg.primary {
@@ -50,14 +52,6 @@ pub(super) fn resolve(
     addrs.sort();
     addrs.dedup();
     NodePortMatch::Addresses(addrs)
-}
-
-/// The addresses CIDR entries choose from: the host's, else the Node object's.
-fn candidates(node: &NodeContext) -> Box<dyn Iterator<Item = IpAddr> + '_> {
-    match &node.host_addresses {
-        Some(host) => Box::new(host.iter().copied()),
-        None => Box::new(node.addresses.iter().map(|a| a.ip)),
-    }
 }
 
 #[cfg(test)]

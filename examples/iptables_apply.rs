@@ -1,0 +1,192 @@
+//! Times the iptables dataplane against the real kernel (root, iptables-nft): cold sync into an
+//! empty network namespace, one endpoint change (a partial sync), and a restart's full sync,
+//! at N Services × M endpoints. Not a test: timings are reported, never asserted.
+//!
+//! Run: `sudo cargo run --release --example iptables_apply [SERVICES ENDPOINTS ...]` (default
+//! 1000 10 10000 10). Each size runs in its own namespace `ipa-bench-<pid>`, deleted afterwards.
+//! Results go to docs/benchmarks.md.
+
+#![allow(
+    clippy::disallowed_methods,
+    reason = "a timing harness: it reads the clock and runs ip"
+)]
+#![allow(non_snake_case, reason = "the sizes keep the bench's constant names")]
+
+use std::collections::BTreeMap;
+use std::process::Command;
+use std::sync::Arc;
+use std::time::Instant;
+
+use kube_proxy_rs::cluster::Changes;
+use kube_proxy_rs::cluster::model::{
+    Endpoint, FamilyView, IpFamily, NodeAddress, NodeContext, Protocol, ServiceKey, ServicePort,
+    ServicePortName, ServicePortState, ServiceType, Snapshot, TrafficPolicy,
+};
+use kube_proxy_rs::cluster::topology::{self, Features};
+use kube_proxy_rs::dataplane::Dataplane;
+use kube_proxy_rs::dataplane::iptables::{Flavour, IptablesCommand, IptablesDataplane, ModeConfig};
+
+/// The same allocator as the binary, so the numbers are the product's.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+const NODES: usize = 100;
+
+fn node() -> NodeContext {
+    let mut n = NodeContext::named("node-0");
+    n.known = true;
+    n.addresses.push(NodeAddress {
+        kind: "InternalIP".into(),
+        ip: "10.0.0.1".parse().unwrap(),
+    });
+    n
+}
+
+fn port(i: usize, ENDPOINTS: usize) -> (ServicePort, FamilyView) {
+    let port = ServicePort {
+        name: ServicePortName {
+            service: ServiceKey::new(&format!("ns-{}", i % 100), &format!("svc-{i}")),
+            port: "http".into(),
+            protocol: Protocol::Tcp,
+        },
+        service_type: ServiceType::ClusterIP,
+        port: 80,
+        node_port: None,
+        affinity_timeout_seconds: None,
+        internal_policy: TrafficPolicy::Cluster,
+        external_policy: TrafficPolicy::Cluster,
+        health_check_node_port: None,
+        traffic_distribution: None,
+        allocate_load_balancer_node_ports: true,
+    };
+    let endpoints = (0..ENDPOINTS)
+        .map(|e| {
+            let n = i * ENDPOINTS + e;
+            Endpoint {
+                ip: format!("10.{}.{}.{}", 128 + n / 65_536 % 64, n / 256 % 256, n % 256)
+                    .parse()
+                    .unwrap(),
+                port: 8080,
+                ready: true,
+                serving: true,
+                terminating: false,
+                node_name: Some(format!("node-{}", n % NODES).into()),
+                zone: None,
+                zone_hints: vec![],
+                node_hints: vec![],
+                is_local: n.is_multiple_of(NODES),
+            }
+        })
+        .collect();
+    let view = FamilyView {
+        family: IpFamily::V4,
+        cluster_ip: format!("10.96.{}.{}", i / 250, i % 250 + 1)
+            .parse()
+            .unwrap(),
+        external_ips: vec![],
+        load_balancer_ips: vec![],
+        load_balancer_source_ranges: vec![],
+        endpoints,
+        selection: Default::default(),
+    };
+    (port, view)
+}
+
+fn state(port: ServicePort, mut view: FamilyView, node: &NodeContext) -> Arc<ServicePortState> {
+    view.endpoints.sort_by_key(|e| (e.ip, e.port));
+    view.selection = topology::select(&view.endpoints, &port, false, node, Features::default());
+    Arc::new(ServicePortState {
+        port,
+        families: vec![view],
+    })
+}
+
+fn snapshot(SERVICES: usize, ENDPOINTS: usize) -> Snapshot {
+    let node = node();
+    let ports: BTreeMap<_, _> = (0..SERVICES)
+        .map(|i| {
+            let (p, v) = port(i, ENDPOINTS);
+            (p.name.clone(), state(p, v, &node))
+        })
+        .collect();
+    Snapshot {
+        node: Arc::new(node),
+        ports: Arc::new(ports),
+    }
+}
+
+/// The snapshot with one endpoint of one Service replaced.
+fn moved(snap: &Snapshot, SERVICES: usize, ENDPOINTS: usize, to: &str) -> Snapshot {
+    let (p, mut v) = port(SERVICES / 2, ENDPOINTS);
+    v.endpoints[ENDPOINTS / 2].ip = to.parse().unwrap();
+    let mut ports = (*snap.ports).clone();
+    ports.insert(p.name.clone(), state(p, v, &snap.node));
+    Snapshot {
+        node: snap.node.clone(),
+        ports: Arc::new(ports),
+    }
+}
+
+fn main() {
+    let args: Vec<usize> = std::env::args()
+        .skip(1)
+        .map(|a| a.parse().expect("numbers"))
+        .collect();
+    let sizes: Vec<(usize, usize)> = if args.is_empty() {
+        vec![(1000, 10), (10_000, 10)]
+    } else {
+        args.chunks(2).map(|c| (c[0], c[1])).collect()
+    };
+    for (services, endpoints) in sizes {
+        let ns = format!("ipa-bench-{}", std::process::id());
+        let ok = Command::new("ip")
+            .args(["netns", "add", &ns])
+            .status()
+            .expect("ip");
+        assert!(ok.success(), "ip netns add (root?)");
+        let snap = snapshot(services, endpoints);
+        let changes = Changes {
+            ports: [port(services / 2, endpoints).0.name].into(),
+            ..Changes::default()
+        };
+        let mut dp = IptablesDataplane::new(
+            ModeConfig::default(),
+            IptablesCommand::in_netns(Flavour::Nft, &ns),
+        );
+        let t = Instant::now();
+        dp.sync(&snap, &Changes::default(), true)
+            .expect("cold sync");
+        let cold = t.elapsed();
+        let mut partial = Vec::new();
+        for (i, to) in ["10.200.0.1", "10.200.0.2", "10.200.0.3"]
+            .iter()
+            .enumerate()
+        {
+            let next = moved(&snap, services, endpoints, to);
+            let t = Instant::now();
+            let r = dp.sync(&next, &changes, false).expect("partial sync");
+            assert!(!r.full, "sync {i} was full");
+            partial.push(t.elapsed());
+        }
+        let mut restarted = IptablesDataplane::new(
+            ModeConfig::default(),
+            IptablesCommand::in_netns(Flavour::Nft, &ns),
+        );
+        let last = moved(&snap, services, endpoints, "10.200.0.3");
+        let t = Instant::now();
+        restarted
+            .sync(&last, &Changes::default(), true)
+            .expect("restart sync");
+        let restart = t.elapsed();
+        let _ = Command::new("ip").args(["netns", "del", &ns]).status();
+        println!(
+            "{services} x {endpoints}: cold sync {:.2} s; one endpoint change (partial) {:?}; restart (full) {:.2} s",
+            cold.as_secs_f64(),
+            partial
+                .iter()
+                .map(|d| format!("{:.0} ms", d.as_secs_f64() * 1e3))
+                .collect::<Vec<_>>(),
+            restart.as_secs_f64()
+        );
+    }
+}

@@ -1,0 +1,217 @@
+//! The kernel seam of the iptables mode: `iptables-restore --noflush` fed through a pipe,
+//! `iptables-save`, and `iptables -S CHAIN` for the canaries, per family, in one flavour.
+//!
+//! The only code of the mode that starts a process. It never retries and never interprets what
+//! it sends: the dataplane decides, this runs. `iptables-restore` commits each table in one
+//! step and stops at the first table it cannot commit, so a refused input leaves the rules of
+//! that table as they were.
+
+use std::io::Write as _;
+use std::process::{Command, Stdio};
+
+use super::flavour::{self, Flavour};
+use super::ruleset::Table;
+use crate::cluster::IpFamily;
+
+/// How long to wait for the xtables lock (`-w`), in seconds.
+const LOCK_WAIT_SECONDS: &str = "5";
+
+/// Why the backend could not do what it was asked.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The program could not be started or talked to.
+    #[error("cannot run {program}")]
+    Spawn {
+        program: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The tool ran and refused: `message` is its standard error, verbatim.
+    #[error("{program} refused ({status}): {message}")]
+    Refused {
+        program: String,
+        status: String,
+        message: String,
+    },
+}
+
+/// Sends restore inputs to the kernel and reads it back.
+pub trait Backend: Send {
+    /// `iptables-restore --noflush` with `input`.
+    fn restore(&mut self, family: IpFamily, input: &str) -> Result<(), Error>;
+
+    /// `iptables-save`: every table.
+    fn save(&mut self, family: IpFamily) -> Result<String, Error>;
+
+    /// `iptables -t TABLE -S CHAIN`: one chain's rules, as `-A CHAIN ...` lines.
+    fn list_chain(&mut self, family: IpFamily, table: Table, chain: &str) -> Result<String, Error>;
+
+    /// Whether `chain` exists in `table`.
+    fn has_chain(&mut self, family: IpFamily, table: Table, chain: &str) -> Result<bool, Error>;
+}
+
+/// The real backend: one flavour's tools, optionally through a prefix such as
+/// `ip netns exec NAME` (tests program a network namespace).
+#[derive(Clone, Debug)]
+pub struct IptablesCommand {
+    flavour: Flavour,
+    prefix: Vec<String>,
+}
+
+impl IptablesCommand {
+    /// The tools of `flavour` from `PATH`, in the caller's network namespace.
+    pub fn new(flavour: Flavour) -> IptablesCommand {
+        IptablesCommand {
+            flavour,
+            prefix: Vec::new(),
+        }
+    }
+
+    /// The tools of `flavour` inside the named network namespace.
+    pub fn in_netns(flavour: Flavour, name: &str) -> IptablesCommand {
+        IptablesCommand {
+            flavour,
+            prefix: vec!["ip".into(), "netns".into(), "exec".into(), name.into()],
+        }
+    }
+
+    pub fn flavour(&self) -> Flavour {
+        self.flavour
+    }
+
+    /// Chooses the flavour where the node's rules live (see [`flavour`]), reading both with
+    /// their `-save` tools through `prefix` (empty: here). A flavour whose tools fail counts as
+    /// holding nothing.
+    pub fn detect(prefix: &[String]) -> Flavour {
+        let read = |f: Flavour| -> String {
+            IpFamily::ALL
+                .iter()
+                .filter_map(|&family| {
+                    let out = tool(prefix, &f.tool(family, "-save"))
+                        .stdin(Stdio::null())
+                        .stderr(Stdio::null())
+                        .output()
+                        .ok()?;
+                    out.status
+                        .success()
+                        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+                })
+                .collect()
+        };
+        flavour::choose(&read(Flavour::Nft), &read(Flavour::Legacy))
+    }
+
+    fn command(&self, family: IpFamily, suffix: &str) -> (Command, String) {
+        let program = self.flavour.tool(family, suffix);
+        (tool(&self.prefix, &program), program)
+    }
+}
+
+/// A command for `program` through `prefix`.
+fn tool(prefix: &[String], program: &str) -> Command {
+    #[allow(clippy::disallowed_methods)] // the mode's process seam: this is where tools start
+    match prefix.split_first() {
+        Some((first, rest)) => {
+            let mut c = Command::new(first);
+            c.args(rest).arg(program);
+            c
+        }
+        None => Command::new(program),
+    }
+}
+
+fn refused(program: String, out: &std::process::Output) -> Error {
+    Error::Refused {
+        program,
+        status: out.status.to_string(),
+        message: String::from_utf8_lossy(&out.stderr).trim_end().to_string(),
+    }
+}
+
+impl Backend for IptablesCommand {
+    fn restore(&mut self, family: IpFamily, input: &str) -> Result<(), Error> {
+        let (mut cmd, program) = self.command(family, "-restore");
+        let spawn_error = |source| Error::Spawn {
+            program: program.clone(),
+            source,
+        };
+        let mut child = cmd
+            .args(["-w", LOCK_WAIT_SECONDS, "--noflush"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(spawn_error)?;
+        let mut stdin = child.stdin.take().expect("stdin is piped");
+        // Written on its own thread so a large input cannot deadlock against the tool's output.
+        let output = std::thread::scope(|s| {
+            let writer = s.spawn(move || {
+                // A write error means the tool exited early; its status and stderr say why.
+                let _ = stdin.write_all(input.as_bytes());
+            });
+            let output = child.wait_with_output();
+            let _ = writer.join();
+            output
+        })
+        .map_err(spawn_error)?;
+        if output.status.success() {
+            Ok(())
+        } else {
+            Err(refused(program, &output))
+        }
+    }
+
+    fn save(&mut self, family: IpFamily) -> Result<String, Error> {
+        let (mut cmd, program) = self.command(family, "-save");
+        let out = cmd
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|source| Error::Spawn {
+                program: program.clone(),
+                source,
+            })?;
+        if out.status.success() {
+            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        } else {
+            Err(refused(program, &out))
+        }
+    }
+
+    fn list_chain(&mut self, family: IpFamily, table: Table, chain: &str) -> Result<String, Error> {
+        let (mut cmd, program) = self.command(family, "");
+        let out = cmd
+            .args(["-w", LOCK_WAIT_SECONDS, "-t", table.as_str(), "-S", chain])
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|source| Error::Spawn {
+                program: program.clone(),
+                source,
+            })?;
+        if out.status.success() {
+            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        } else {
+            Err(refused(program, &out))
+        }
+    }
+
+    fn has_chain(&mut self, family: IpFamily, table: Table, chain: &str) -> Result<bool, Error> {
+        let (mut cmd, program) = self.command(family, "");
+        let out = cmd
+            .args(["-w", LOCK_WAIT_SECONDS, "-t", table.as_str(), "-S", chain])
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|source| Error::Spawn {
+                program: program.clone(),
+                source,
+            })?;
+        if out.status.success() {
+            return Ok(true);
+        }
+        // Exit status 1 is iptables' "no such chain"; anything else (lock, permission) is an
+        // error the caller should see.
+        if out.status.code() == Some(1) {
+            return Ok(false);
+        }
+        Err(refused(program, &out))
+    }
+}

@@ -1,0 +1,80 @@
+//! The iptables dataplane: upstream kube-proxy's chain layout, programmed with
+//! `iptables-restore --noflush` (and `ip6tables-restore`), so `iptables-save` reads the same
+//! under either proxy.
+//!
+//! # Chains
+//! ```text
+//!  nat   PREROUTING, OUTPUT ─→ KUBE-SERVICES ─┬ -d clusterIP --dport p ─→ KUBE-SVC-<h> | KUBE-SVL-<h>
+//!                                            ├ -d externalIP / LB IP ─→ KUBE-EXT-<h> (LB with source
+//!                                            │                           ranges: KUBE-FW-<h> first)
+//!                                            └ (last) dst LOCAL ─────→ KUBE-NODEPORTS ─→ KUBE-EXT-<h>
+//!        KUBE-SVC/SVL-<h>: [mark for masquerade] [recent affinity] statistic ─→ KUBE-SEP-<h'>
+//!        KUBE-SEP-<h'>: hairpin → KUBE-MARK-MASQ; [recent --set]; DNAT
+//!        POSTROUTING ─→ KUBE-POSTROUTING: marked → clear mark, MASQUERADE --random-fully
+//!  filter INPUT ─→ KUBE-PROXY-FIREWALL (new), KUBE-NODEPORTS, KUBE-EXTERNAL-SERVICES (new)
+//!         FORWARD ─→ KUBE-PROXY-FIREWALL (new), KUBE-FORWARD, KUBE-SERVICES (new),
+//!                    KUBE-EXTERNAL-SERVICES (new)
+//!         OUTPUT ─→ KUBE-PROXY-FIREWALL (new), KUBE-SERVICES (new)
+//!         [INPUT, OUTPUT ─→ KUBE-FIREWALL: localnet protection, with localhost NodePorts]
+//!  mangle, nat, filter: KUBE-PROXY-CANARY (empty; gone = a firewall reload flushed us)
+//! ```
+//! Names and hashes are upstream's ([`names`]): the same service port has the same
+//! `KUBE-SVC-…` under either proxy.
+//!
+//! # Applying
+//! [`plan::plan`] gives each family's [`Ruleset`]; [`diff::full`] (against `iptables-save`,
+//! parsed by [`parse`]) or [`diff::partial`] (against the rules last applied) give the restore
+//! input, which [`render`] writes; the [`IptablesDataplane`] sends it through a [`Backend`]
+//! ([`IptablesCommand`]: iptables-nft or iptables-legacy, chosen by [`flavour`] as upstream's
+//! wrapper does).
+//! - Start-up, the periodic full resync and the sync after a failure read the kernel: stale
+//!   chains of ours are deleted, missing jumps inserted, every chain rewritten. Existing rules stay
+//!   until the restore replaces them in one commit, so a restart drops no connection.
+//! - Other syncs rewrite only the chains whose rules changed (per-service chains of changed
+//!   service ports, and the top-level chains when a capture rule changed), and delete chains that
+//!   went away; nothing is read back. Before one, the canary chains are checked: one gone means
+//!   a firewall reload, and the sync is full.
+//! - Above [`plan::LARGE_CLUSTER_ENDPOINTS`] endpoints the per-endpoint comments are left out.
+//! - `--cleanup` removes our chains and jumps through the shared cleanup
+//!   (`nftables::cleanup`), which removes every kube-proxy `KUBE-*` chain in both flavours.
+
+pub mod backend;
+pub mod dataplane;
+pub mod diff;
+pub mod flavour;
+pub mod mode_config;
+pub mod names;
+pub mod parse;
+pub mod plan;
+pub mod render;
+pub mod ruleset;
+pub mod trace;
+
+#[cfg(test)]
+mod golden_tests;
+#[cfg(test)]
+mod hostile_props;
+#[cfg(test)]
+pub(crate) mod netns;
+
+pub use backend::{Backend, IptablesCommand};
+pub use dataplane::IptablesDataplane;
+pub use flavour::Flavour;
+pub use mode_config::ModeConfig;
+pub use plan::{plan, plan_all, plan_reusing};
+pub use ruleset::Ruleset;
+
+/// The restore inputs that create both families' rules on a node holding nothing of ours:
+/// what `plan --proxy-mode iptables` prints and the goldens hold.
+pub fn render_from_scratch(rulesets: &[Ruleset]) -> String {
+    let mut out = String::new();
+    for r in rulesets {
+        let tool = match r.family {
+            crate::cluster::IpFamily::V4 => "iptables-restore",
+            crate::cluster::IpFamily::V6 => "ip6tables-restore",
+        };
+        out.push_str(&format!("# {tool} --noflush\n"));
+        out.push_str(&render::from_scratch(r));
+    }
+    out
+}

@@ -1,0 +1,382 @@
+//! The iptables dataplane against the real kernel (iptables-nft), each test in a fresh network
+//! namespace (root): programming the example cluster, partial syncs that rewrite only changed
+//! chains, stale chains deleted, a refused restore leaving the old rules, restart without
+//! duplicated jumps or lost rules, a firewall reload repaired through the canaries, and
+//! `--cleanup` removing everything of ours.
+
+#![allow(
+    clippy::disallowed_methods,
+    reason = "kernel tests run ip and the iptables tools"
+)]
+
+#[path = "support/host.rs"]
+mod host;
+
+use std::path::Path;
+use std::sync::Arc;
+
+use host::NetNs;
+use kube_proxy_rs::cli::load_manifests;
+use kube_proxy_rs::cluster::topology::{self, Features};
+use kube_proxy_rs::cluster::{Changes, IpFamily, ServicePortName, Snapshot};
+use kube_proxy_rs::dataplane::iptables::backend::{self, Backend};
+use kube_proxy_rs::dataplane::iptables::ruleset::Table;
+use kube_proxy_rs::dataplane::iptables::{
+    Flavour, IptablesCommand, IptablesDataplane, ModeConfig, parse,
+};
+use kube_proxy_rs::dataplane::nftables::NftCommand;
+use kube_proxy_rs::dataplane::{Dataplane, SyncError};
+
+/// Where `host.rs` puts process logs.
+fn scratch_dir() -> std::path::PathBuf {
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("iptables-apply-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    dir
+}
+
+fn example() -> Snapshot {
+    load_manifests(Path::new("examples/cluster"), "node-a", Features::default())
+        .expect("example loads")
+        .snapshot
+}
+
+/// The example with one service port changed by `edit`, and the changes naming it.
+fn edited(
+    snap: &Snapshot,
+    starts_with: &str,
+    edit: impl FnOnce(&mut kube_proxy_rs::cluster::ServicePortState),
+) -> (Snapshot, Changes, ServicePortName) {
+    let mut ports = (*snap.ports).clone();
+    let (name, state) = ports
+        .iter()
+        .find(|(n, _)| n.to_string().starts_with(starts_with))
+        .map(|(n, s)| (n.clone(), s.clone()))
+        .expect("the service is in the example");
+    let mut state = (*state).clone();
+    edit(&mut state);
+    ports.insert(name.clone(), Arc::new(state));
+    let snapshot = Snapshot {
+        node: snap.node.clone(),
+        ports: Arc::new(ports),
+    };
+    (snapshot, changed([name.clone()]), name)
+}
+
+fn without_one_endpoint(snap: &Snapshot) -> (Snapshot, Changes, ServicePortName) {
+    let node = snap.node.clone();
+    edited(snap, "default/web:", |state| {
+        let view = &mut state.families[0];
+        view.endpoints.pop();
+        let accessible = view.externally_accessible(&state.port);
+        view.selection = topology::select(
+            &view.endpoints,
+            &state.port,
+            accessible,
+            &node,
+            Features::default(),
+        );
+    })
+}
+
+fn changed(ports: impl IntoIterator<Item = ServicePortName>) -> Changes {
+    Changes {
+        ports: ports.into_iter().collect(),
+        ..Changes::default()
+    }
+}
+
+fn dataplane(ns: &NetNs) -> IptablesDataplane {
+    IptablesDataplane::new(
+        ModeConfig::default(),
+        IptablesCommand::in_netns(Flavour::Nft, &ns.name),
+    )
+}
+
+/// `iptables-save` of a family in the namespace, parsed.
+fn saved(ns: &NetNs, family: IpFamily) -> std::collections::BTreeMap<Table, parse::Saved> {
+    let mut b = IptablesCommand::in_netns(Flavour::Nft, &ns.name);
+    parse::parse(&b.save(family).expect("save"))
+}
+
+fn chains(ns: &NetNs, table: Table) -> Vec<String> {
+    saved(ns, IpFamily::V4)
+        .get(&table)
+        .map(|s| s.chains.clone())
+        .unwrap_or_default()
+}
+
+fn rule_lines(ns: &NetNs, table: Table) -> Vec<String> {
+    saved(ns, IpFamily::V4)
+        .get(&table)
+        .map(|s| s.rules.iter().map(|(_, l)| l.clone()).collect())
+        .unwrap_or_default()
+}
+
+#[test]
+fn the_example_is_programmed_and_an_unchanged_resync_writes_nothing() {
+    let ns = NetNs::new("kprs-ipt");
+    let mut dp = dataplane(&ns);
+    let snap = example();
+    let first = dp
+        .sync(&snap, &Changes::default(), false)
+        .expect("first sync");
+    assert!(first.full);
+    let nat = rule_lines(&ns, Table::Nat);
+    assert!(
+        nat.iter()
+            .any(|l| l.starts_with("-A KUBE-SERVICES -d 10.96.1.10/32"))
+    );
+    assert!(
+        nat.iter()
+            .any(|l| l.starts_with("-A KUBE-SEP-") && l.contains("DNAT"))
+    );
+    assert!(
+        chains(&ns, Table::Mangle)
+            .iter()
+            .any(|c| c == "KUBE-PROXY-CANARY")
+    );
+
+    let again = dp
+        .sync(&snap, &Changes::default(), false)
+        .expect("second sync");
+    assert!(!again.full);
+    assert!(
+        again.families.iter().all(|f| f.operations == 0),
+        "{again:?}"
+    );
+    assert_eq!(rule_lines(&ns, Table::Nat), nat);
+}
+
+#[test]
+fn a_removed_endpoint_rewrites_its_service_and_deletes_its_chain() {
+    let ns = NetNs::new("kprs-ipt");
+    let mut dp = dataplane(&ns);
+    let snap = example();
+    dp.sync(&snap, &Changes::default(), true)
+        .expect("first sync");
+    let before = chains(&ns, Table::Nat);
+    let (next, changes, _) = without_one_endpoint(&snap);
+    let report = dp.sync(&next, &changes, false).expect("partial sync");
+    assert!(!report.full);
+    // The web ClusterIP chain and one endpoint chain; nothing else.
+    let v4 = &report.families[0];
+    assert!(v4.operations > 0 && v4.operations < 10, "{v4:?}");
+    let after = chains(&ns, Table::Nat);
+    assert_eq!(before.len(), after.len() + 1, "one KUBE-SEP chain deleted");
+    let full = dp
+        .sync(&next, &Changes::default(), true)
+        .expect("full sync");
+    assert!(full.full);
+    assert_eq!(
+        chains(&ns, Table::Nat),
+        after,
+        "a full sync finds nothing to fix"
+    );
+}
+
+#[test]
+fn a_restart_adopts_the_rules_without_duplicating_jumps_and_deletes_stale_chains() {
+    let ns = NetNs::new("kprs-ipt");
+    let snap = example();
+    dataplane(&ns)
+        .sync(&snap, &Changes::default(), true)
+        .expect("first run");
+    // A chain a previous version left behind, referenced from a built-in chain.
+    ns.output(
+        "iptables-nft",
+        &["-t", "nat", "-N", "KUBE-SVC-LEFTOVER0000000"],
+    );
+    ns.output(
+        "iptables-nft",
+        &[
+            "-t",
+            "nat",
+            "-A",
+            "OUTPUT",
+            "-j",
+            "KUBE-SVC-LEFTOVER0000000",
+        ],
+    );
+    let filter_before = rule_lines(&ns, Table::Filter);
+    let mut second = dataplane(&ns);
+    second
+        .sync(&snap, &Changes::default(), true)
+        .expect("second run");
+    assert!(
+        !chains(&ns, Table::Nat)
+            .iter()
+            .any(|c| c.contains("LEFTOVER"))
+    );
+    assert_eq!(
+        rule_lines(&ns, Table::Filter),
+        filter_before,
+        "no duplicated jump"
+    );
+    let jumps = rule_lines(&ns, Table::Nat)
+        .into_iter()
+        .filter(|l| l.starts_with("-A PREROUTING"))
+        .count();
+    assert_eq!(jumps, 1);
+}
+
+/// Makes the real tool refuse on demand by adding a rule into a chain that does not exist.
+struct Refusing {
+    inner: IptablesCommand,
+    refuse: bool,
+    /// `iptables-save` fails, as iptables-nft-save 1.8.9 does (SIGSEGV) at 110,000 chains.
+    save_fails: bool,
+}
+
+impl Backend for Refusing {
+    fn restore(&mut self, family: IpFamily, input: &str) -> Result<(), backend::Error> {
+        if self.refuse {
+            let broken = input.replacen("COMMIT\n", "-A KUBE-NO-SUCH-CHAIN -j ACCEPT\nCOMMIT\n", 2);
+            return self.inner.restore(family, &broken);
+        }
+        self.inner.restore(family, input)
+    }
+    fn save(&mut self, family: IpFamily) -> Result<String, backend::Error> {
+        if self.save_fails {
+            return Err(backend::Error::Refused {
+                program: "iptables-nft-save".into(),
+                status: "signal: 11 (SIGSEGV)".into(),
+                message: String::new(),
+            });
+        }
+        self.inner.save(family)
+    }
+    fn list_chain(
+        &mut self,
+        family: IpFamily,
+        table: Table,
+        chain: &str,
+    ) -> Result<String, backend::Error> {
+        self.inner.list_chain(family, table, chain)
+    }
+    fn has_chain(
+        &mut self,
+        family: IpFamily,
+        table: Table,
+        chain: &str,
+    ) -> Result<bool, backend::Error> {
+        self.inner.has_chain(family, table, chain)
+    }
+}
+
+#[test]
+fn a_refused_restore_keeps_the_old_rules_names_the_line_and_the_next_sync_is_full() {
+    let ns = NetNs::new("kprs-ipt");
+    let mut dp = IptablesDataplane::new(
+        ModeConfig::default(),
+        Refusing {
+            inner: IptablesCommand::in_netns(Flavour::Nft, &ns.name),
+            refuse: false,
+            save_fails: false,
+        },
+    );
+    let snap = example();
+    dp.sync(&snap, &Changes::default(), true)
+        .expect("first sync");
+    let before = rule_lines(&ns, Table::Nat);
+    let (next, changes, _) = without_one_endpoint(&snap);
+    dp.backend_mut().refuse = true;
+    let err = dp.sync(&next, &changes, false).expect_err("refused");
+    let SyncError::Refused { message, .. } = &err else {
+        panic!("refused expected: {err}");
+    };
+    // The tool's own words and the numbered lines around the one it named (of the input the
+    // dataplane made; the wrapper's extra line is not in it).
+    assert!(message.contains("No chain/target/match"), "{message}");
+    assert!(
+        message.contains("(input line ") && message.contains("> "),
+        "{message}"
+    );
+    assert_eq!(rule_lines(&ns, Table::Nat), before, "old rules kept");
+    dp.backend_mut().refuse = false;
+    let report = dp.sync(&next, &Changes::default(), false).expect("retry");
+    assert!(report.full, "the sync after a failure is full");
+}
+
+#[test]
+fn a_full_sync_works_when_the_rules_cannot_be_read_back() {
+    let ns = NetNs::new("kprs-ipt");
+    let mut dp = IptablesDataplane::new(
+        ModeConfig::default(),
+        Refusing {
+            inner: IptablesCommand::in_netns(Flavour::Nft, &ns.name),
+            refuse: false,
+            save_fails: false,
+        },
+    );
+    let snap = example();
+    dp.sync(&snap, &Changes::default(), true)
+        .expect("first sync");
+    let filter = rule_lines(&ns, Table::Filter);
+    let before = chains(&ns, Table::Nat);
+    let mut ports = (*snap.ports).clone();
+    let gone = ports
+        .keys()
+        .find(|n| n.to_string().starts_with("default/web-sticky"))
+        .cloned()
+        .expect("in the example");
+    ports.remove(&gone);
+    let next = Snapshot {
+        node: snap.node.clone(),
+        ports: Arc::new(ports),
+    };
+    dp.backend_mut().save_fails = true;
+    let report = dp
+        .sync(&next, &Changes::default(), true)
+        .expect("full sync");
+    assert!(report.full);
+    let after = chains(&ns, Table::Nat);
+    assert!(
+        after.len() < before.len(),
+        "the removed port's chains are deleted"
+    );
+    assert_eq!(rule_lines(&ns, Table::Filter), filter, "no duplicated jump");
+}
+
+#[test]
+fn a_firewall_reload_is_noticed_through_the_canary_and_repaired() {
+    let ns = NetNs::new("kprs-ipt");
+    let mut dp = dataplane(&ns);
+    let snap = example();
+    dp.sync(&snap, &Changes::default(), true)
+        .expect("first sync");
+    let nat = rule_lines(&ns, Table::Nat);
+    for table in ["mangle", "nat", "filter"] {
+        for op in ["-F", "-X"] {
+            ns.output("iptables-nft", &["-t", table, op]);
+        }
+    }
+    assert!(rule_lines(&ns, Table::Nat).is_empty());
+    let report = dp.sync(&snap, &Changes::default(), false).expect("repair");
+    assert!(report.full);
+    assert_eq!(rule_lines(&ns, Table::Nat), nat);
+}
+
+#[test]
+fn cleanup_removes_every_chain_and_jump_of_ours() {
+    let ns = NetNs::new("kprs-ipt");
+    let mut dp = dataplane(&ns);
+    dp.sync(&example(), &Changes::default(), true)
+        .expect("sync");
+    let report =
+        kube_proxy_rs::dataplane::nftables::cleanup::cleanup(&NftCommand::in_netns(&ns.name));
+    assert!(report.errors.is_empty(), "{:?}", report.errors);
+    for table in Table::ALL {
+        // KUBE-FIREWALL (with its jumps) is kubelet's chain too: the shared cleanup leaves it.
+        let left: Vec<String> = rule_lines(&ns, table)
+            .into_iter()
+            .filter(|l| !l.contains("KUBE-FIREWALL"))
+            .collect();
+        assert!(left.is_empty(), "{table:?}: {left:?}");
+        let ours: Vec<String> = chains(&ns, table)
+            .into_iter()
+            .filter(|c| c.starts_with("KUBE-") && c != "KUBE-FIREWALL")
+            .collect();
+        assert!(ours.is_empty(), "{table:?}: {ours:?}");
+    }
+}
