@@ -273,6 +273,54 @@ fn large_sets_read_by_key_read_as_a_dump_does() {
     assert!(!has("10.97.0.7") && has("10.255.0.1"));
 }
 
+/// A batch too large to acknowledge message by message still commits, and a refusal in it
+/// still names the operation (the kernel reports errors unasked).
+#[test]
+fn a_batch_without_acknowledgements_commits_and_reports_its_errors() {
+    let chains = 5000;
+    let mut want = Ruleset::empty(Family::Ip);
+    for i in 0..chains {
+        want.chains
+            .insert(Name::parse(&format!("c{i}")).unwrap(), Default::default());
+    }
+    let mut pair = Pair::new();
+    pair.apply(&from_scratch(std::slice::from_ref(&want)), "many chains");
+    pair.check(std::slice::from_ref(&want), "many chains");
+
+    let mut broken = Ruleset::empty(Family::Ip);
+    broken.chains = want.chains.clone();
+    for i in 0..chains {
+        broken
+            .chains
+            .insert(Name::parse(&format!("d{i}")).unwrap(), Default::default());
+    }
+    let mut t = diff(&want, &broken);
+    let last = t.ops.len();
+    t.ops.push(kube_proxy_rs::dataplane::nftables::Op::AddRule {
+        chain: Name::parse("no-such-chain").unwrap(),
+        rule: kube_proxy_rs::dataplane::nftables::ruleset::Rule::new(
+            vec![],
+            vec![
+                kube_proxy_rs::dataplane::nftables::ruleset::Statement::Verdict(
+                    kube_proxy_rs::dataplane::nftables::ruleset::Verdict::Accept,
+                ),
+            ],
+        ),
+    });
+    let error = pair.encoder.apply(&[t]).expect_err("the kernel refuses");
+    let text = error.to_string();
+    assert!(
+        text.contains(&format!("operation {}", last + 1)),
+        "the error names the failing operation: {text}"
+    );
+    assert!(
+        context(&error).contains("no-such-chain"),
+        "{}",
+        context(&error)
+    );
+    pair.check(std::slice::from_ref(&want), "nothing changed");
+}
+
 /// One random Service: its shape and endpoints, as the property test draws them.
 #[derive(Clone, Debug)]
 struct Svc {
