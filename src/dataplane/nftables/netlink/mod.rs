@@ -17,7 +17,8 @@
 //!   and comments) and elements;
 //! - [`batch`]: transactions → one batch, every message acknowledged and traced to its op;
 //! - [`exchange`]: batch acknowledgements and dumps as state machines, no I/O;
-//! - [`dump`]: dump messages → [`Ruleset`];
+//! - [`dump`]: dump messages → [`Ruleset`] (large sets are read by key instead, when the plan is
+//!   known: a hash set's dump is quadratic in the kernel; see [`Netlink::dump_expecting`]);
 //! - [`socket`]: the socket, in a chosen network namespace — the only I/O.
 //!
 //! The objects are the ones the text encoder makes: the kernel-side round trip test programs
