@@ -31,7 +31,7 @@ use kube_proxy_rs::dataplane::nftables::backend::{self, Backend};
 use kube_proxy_rs::dataplane::nftables::monitor::OwnProcesses;
 use kube_proxy_rs::dataplane::nftables::parse::Parsed;
 use kube_proxy_rs::dataplane::nftables::{
-    Drift, Family, ModeConfig, NftablesDataplane, Transaction, plan_all,
+    Drift, Family, ModeConfig, NftablesDataplane, Ruleset, Transaction, plan_all,
 };
 
 #[global_allocator]
@@ -55,6 +55,17 @@ impl Backend for Timed {
     fn dump(&mut self, family: Family) -> Result<Option<Parsed>, backend::Error> {
         let t = Instant::now();
         let r = self.inner.dump(family);
+        self.dump += t.elapsed();
+        r
+    }
+
+    fn dump_expecting(
+        &mut self,
+        family: Family,
+        want: &Ruleset,
+    ) -> Result<Option<Parsed>, backend::Error> {
+        let t = Instant::now();
+        let r = self.inner.dump_expecting(family, want);
         self.dump += t.elapsed();
         r
     }

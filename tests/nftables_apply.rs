@@ -322,6 +322,14 @@ impl Backend for Refusing {
         self.inner.dump(family)
     }
 
+    fn dump_expecting(
+        &mut self,
+        family: Family,
+        want: &Ruleset,
+    ) -> Result<Option<Parsed>, backend::Error> {
+        self.inner.dump_expecting(family, want)
+    }
+
     fn record_own(&mut self, own: OwnProcesses) {
         self.inner.record_own(own)
     }

@@ -20,9 +20,10 @@ use kube_proxy_rs::cluster::source::{Event, manifests};
 use kube_proxy_rs::cluster::topology::Features;
 use kube_proxy_rs::config::NodePortAddresses;
 use kube_proxy_rs::dataplane::nftables::mode_config::DetectLocal;
+use kube_proxy_rs::dataplane::nftables::names::Name;
 use kube_proxy_rs::dataplane::nftables::netlink::Netlink;
 use kube_proxy_rs::dataplane::nftables::parse::parse;
-use kube_proxy_rs::dataplane::nftables::ruleset::IfName;
+use kube_proxy_rs::dataplane::nftables::ruleset::{Data, Element, IfName, Tuple, Value};
 use kube_proxy_rs::dataplane::nftables::{
     Family, ModeConfig, Ruleset, Transaction, diff, plan_all, render_all,
 };
@@ -213,6 +214,111 @@ fn transactions_between_goldens_apply_as_through_nft() {
     let empty: Vec<Ruleset> = last.iter().map(|r| Ruleset::empty(r.family)).collect();
     pair.apply(&between(&last, &empty), "to empty");
     pair.check(&empty, "to empty");
+}
+
+/// Large sets are adopted by asking for the planned keys (and comparing the kernel's element
+/// count), not by dump: the result must be what a dump gives, also when the kernel holds an
+/// element the plan does not have, or lacks one it has.
+#[test]
+fn large_sets_read_by_key_read_as_a_dump_does() {
+    let mut want = golden("node-a", &ModeConfig::default());
+    let ips = want[0]
+        .sets
+        .get_mut(&Name::fixed("cluster-ips"))
+        .expect("the plan has cluster-ips");
+    for i in 0..5000u32 {
+        let addr = std::net::Ipv4Addr::from(0x0a60_0000 + 0x1_0000 + i);
+        ips.elements.insert(
+            Tuple::new(&[Value::Addr(addr.into())]),
+            Element {
+                data: Data::None,
+                comment: None,
+            },
+        );
+    }
+    let mut pair = Pair::new();
+    pair.apply(&from_scratch(&want), "large");
+    pair.check(&want, "large");
+    let expecting = |pair: &mut Pair| {
+        pair.encoder
+            .dump_expecting(Family::Ip, Some(&want[0]))
+            .expect("read")
+            .expect("our table exists")
+    };
+    assert_eq!(expecting(&mut pair).ruleset, want[0], "as planned");
+    assert_eq!(pair.encoder.read_by_key(), 1, "cluster-ips was read by key");
+
+    let (net, text) = (
+        &pair.netlink,
+        "add element ip kube-proxy-rs cluster-ips { 10.255.0.1 }",
+    );
+    net.output("nft", &[text]);
+    let found = expecting(&mut pair);
+    assert_eq!(pair.encoder.read_by_key(), 0, "the count differs: dumped");
+    let dumped = pair.encoder.dump(Family::Ip).unwrap().unwrap();
+    assert_eq!(found, dumped, "an unplanned element");
+    assert_ne!(found.ruleset, want[0]);
+
+    // As many elements as planned, but one planned key missing (the unplanned one stays).
+    pair.netlink.output(
+        "nft",
+        &["delete element ip kube-proxy-rs cluster-ips { 10.97.0.7 }"],
+    );
+    let found = expecting(&mut pair);
+    assert_eq!(pair.encoder.read_by_key(), 0, "a key is missing: dumped");
+    let dumped = pair.encoder.dump(Family::Ip).unwrap().unwrap();
+    assert_eq!(found, dumped, "a planned element missing");
+    let ips = &found.ruleset.sets[&Name::fixed("cluster-ips")].elements;
+    let has = |a: &str| ips.contains_key(&Tuple::new(&[Value::Addr(a.parse().unwrap())]));
+    assert!(!has("10.97.0.7") && has("10.255.0.1"));
+}
+
+/// A batch too large to acknowledge message by message still commits, and a refusal in it
+/// still names the operation (the kernel reports errors unasked).
+#[test]
+fn a_batch_without_acknowledgements_commits_and_reports_its_errors() {
+    let chains = 5000;
+    let mut want = Ruleset::empty(Family::Ip);
+    for i in 0..chains {
+        want.chains
+            .insert(Name::parse(&format!("c{i}")).unwrap(), Default::default());
+    }
+    let mut pair = Pair::new();
+    pair.apply(&from_scratch(std::slice::from_ref(&want)), "many chains");
+    pair.check(std::slice::from_ref(&want), "many chains");
+
+    let mut broken = Ruleset::empty(Family::Ip);
+    broken.chains = want.chains.clone();
+    for i in 0..chains {
+        broken
+            .chains
+            .insert(Name::parse(&format!("d{i}")).unwrap(), Default::default());
+    }
+    let mut t = diff(&want, &broken);
+    let last = t.ops.len();
+    t.ops.push(kube_proxy_rs::dataplane::nftables::Op::AddRule {
+        chain: Name::parse("no-such-chain").unwrap(),
+        rule: kube_proxy_rs::dataplane::nftables::ruleset::Rule::new(
+            vec![],
+            vec![
+                kube_proxy_rs::dataplane::nftables::ruleset::Statement::Verdict(
+                    kube_proxy_rs::dataplane::nftables::ruleset::Verdict::Accept,
+                ),
+            ],
+        ),
+    });
+    let error = pair.encoder.apply(&[t]).expect_err("the kernel refuses");
+    let text = error.to_string();
+    assert!(
+        text.contains(&format!("operation {}", last + 1)),
+        "the error names the failing operation: {text}"
+    );
+    assert!(
+        context(&error).contains("no-such-chain"),
+        "{}",
+        context(&error)
+    );
+    pair.check(std::slice::from_ref(&want), "nothing changed");
 }
 
 /// One random Service: its shape and endpoints, as the property test draws them.

@@ -170,7 +170,7 @@ impl<B: Backend> Applier<B> {
         last: Option<&Ruleset>,
     ) -> Result<(Transaction, bool, bool), Error> {
         let family = want.family;
-        let parsed = match self.backend.dump(family) {
+        let parsed = match self.backend.dump_expecting(family, want) {
             Ok(None) => {
                 tracing::info!(family = ?family, "no table of ours yet; creating it");
                 return Ok((diff(&Ruleset::empty(family), want), last.is_some(), false));

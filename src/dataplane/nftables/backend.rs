@@ -17,7 +17,7 @@ use super::names;
 use super::netlink::{self, Netlink};
 use super::parse::{self, Parsed};
 use super::render;
-use super::ruleset::Family;
+use super::ruleset::{Family, Ruleset};
 use crate::config::NftablesEncoder;
 
 /// Lines of the script shown on each side of the one nft complained about.
@@ -74,6 +74,13 @@ pub trait Backend: Send {
     /// Our table of `family` as the kernel holds it, or `None` when it does not exist.
     fn dump(&mut self, family: Family) -> Result<Option<Parsed>, Error>;
 
+    /// [`Backend::dump`], told what the table should hold (the applier's plan), which a
+    /// backend may use to read large sets faster. Must give the same result as `dump`.
+    fn dump_expecting(&mut self, family: Family, want: &Ruleset) -> Result<Option<Parsed>, Error> {
+        let _ = want;
+        self.dump(family)
+    }
+
     /// Where to record the processes (or threads) our transactions come from, so the monitor
     /// tells them from other programs'.
     fn record_own(&mut self, own: OwnProcesses);
@@ -86,6 +93,10 @@ impl Backend for Box<dyn Backend> {
 
     fn dump(&mut self, family: Family) -> Result<Option<Parsed>, Error> {
         (**self).dump(family)
+    }
+
+    fn dump_expecting(&mut self, family: Family, want: &Ruleset) -> Result<Option<Parsed>, Error> {
+        (**self).dump_expecting(family, want)
     }
 
     fn record_own(&mut self, own: OwnProcesses) {
@@ -134,6 +145,12 @@ impl Backend for NetlinkBackend {
 
     fn dump(&mut self, family: Family) -> Result<Option<Parsed>, Error> {
         self.netlink.dump(family).map_err(Error::Netlink)
+    }
+
+    fn dump_expecting(&mut self, family: Family, want: &Ruleset) -> Result<Option<Parsed>, Error> {
+        self.netlink
+            .dump_expecting(family, Some(want))
+            .map_err(Error::Netlink)
     }
 
     fn record_own(&mut self, own: OwnProcesses) {

@@ -2,8 +2,11 @@
 //! and set operation and one per slice of elements, `BATCH_END`. The kernel applies a batch
 //! atomically, both families at once.
 //!
-//! Pure. Every message asks for an acknowledgement, and [`Batch::origin`] maps each sequence
-//! number back to the operation it came from, so a kernel error names the object that failed.
+//! Pure. Every message asks for an acknowledgement (up to [`ACKED_MESSAGES_MAX`] messages; a
+//! larger batch relies on the kernel reporting every error whether asked or not, since
+//! hundreds of thousands of acknowledgements would overflow any receive buffer), and
+//! [`Batch::origin`] maps each sequence number back to the operation it came from, so a kernel
+//! error names the object that failed.
 
 use std::collections::BTreeSet;
 
@@ -18,6 +21,9 @@ use crate::dataplane::nftables::ruleset::{Data, Family, Verdict};
 
 /// Element lists are cut before a nest outgrows an attribute's 16-bit length.
 const ELEMENT_BYTES: usize = 48 * 1024;
+/// Batches of more messages than this ask for errors only: their acknowledgements (about 1 KiB
+/// of receive buffer each) would not fit the socket's 8 MiB.
+pub const ACKED_MESSAGES_MAX: usize = 4096;
 
 /// Where a message came from: transaction `transaction`, operation `op`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -99,6 +105,19 @@ pub fn encode(
     known: &Known,
     first_seq: u32,
 ) -> Result<Batch, Unencodable> {
+    let batch = encode_with(transactions, known, first_seq, true)?;
+    if batch.origins.len() <= ACKED_MESSAGES_MAX {
+        return Ok(batch);
+    }
+    encode_with(transactions, known, first_seq, false)
+}
+
+fn encode_with(
+    transactions: &[Transaction],
+    known: &Known,
+    first_seq: u32,
+    ack: bool,
+) -> Result<Batch, Unencodable> {
     let size: usize = transactions.iter().map(|t| 64 * t.operations() + 64).sum();
     let mut w = Writer::with_capacity(size);
     let begin = w.begin(
@@ -114,6 +133,7 @@ pub fn encode(
         seq: first_seq,
         origins: Vec::new(),
         set_id: 0,
+        ack: if ack { nlm::ACK } else { 0 },
     };
     for (ti, t) in transactions.iter().enumerate() {
         let interval = |n: &Name| known.interval.contains(&(t.family, n.clone()));
@@ -151,6 +171,8 @@ struct Encoder {
     seq: u32,
     origins: Vec<Origin>,
     set_id: u32,
+    /// `NLM_F_ACK`, or nothing for a batch too large to acknowledge message by message.
+    ack: u16,
 }
 
 impl Encoder {
@@ -159,7 +181,7 @@ impl Encoder {
         self.origins.push(origin);
         self.w.begin(
             (uapi::SUBSYS << 8) | kind,
-            nlm::REQUEST | nlm::ACK | flags,
+            nlm::REQUEST | self.ack | flags,
             self.seq,
             Layout { family }.nfproto(),
             0,
@@ -280,5 +302,49 @@ impl Encoder {
         );
         self.w.str(uapi::elem::LIST_SET, set.as_str());
         self.w.nest(uapi::elem::LIST_ELEMENTS)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dataplane::nftables::netlink::attr::messages;
+    use crate::dataplane::nftables::ruleset::{Family, Rule};
+
+    fn flush_chains(n: usize) -> Transaction {
+        Transaction {
+            family: Family::Ip,
+            ops: (0..n)
+                .map(|i| Op::FlushChain(Name::parse(&format!("c{i}")).unwrap()))
+                .chain([Op::AddRule {
+                    chain: Name::parse("c0").unwrap(),
+                    rule: Rule::new(vec![], vec![]),
+                }])
+                .collect(),
+        }
+    }
+
+    fn acked(batch: &Batch) -> usize {
+        messages(&batch.bytes)
+            .filter(|m| m.flags & nlm::ACK != 0)
+            .count()
+    }
+
+    #[test]
+    fn every_message_is_acknowledged_up_to_the_limit_and_none_beyond() {
+        let small = encode(&[flush_chains(10)], &Known::default(), 1).unwrap();
+        assert_eq!((small.origins.len(), acked(&small)), (11, 11));
+        let large = encode(&[flush_chains(ACKED_MESSAGES_MAX)], &Known::default(), 1).unwrap();
+        assert_eq!(large.origins.len(), ACKED_MESSAGES_MAX + 1);
+        assert_eq!(acked(&large), 0);
+        // Either way the batch is framed and every message traces to its operation.
+        assert_eq!(messages(&large.bytes).count(), ACKED_MESSAGES_MAX + 3);
+        assert_eq!(
+            large.origin(large.first_seq + 2),
+            Some(Origin {
+                transaction: 0,
+                op: 1
+            })
+        );
     }
 }

@@ -61,6 +61,17 @@ pub fn read(
     p
 }
 
+/// The name, declaration and element count (when the kernel tells it) of the set in this
+/// `GETSET` answer, for adopting a large set by key instead of by dump.
+pub fn set_summary(family: Family, body: &[u8]) -> Option<(&str, SetDecl, Option<u32>)> {
+    let a = body_attrs(body);
+    Some((
+        find_str(a, set::NAME)?,
+        set_decl(family, a)?,
+        find_u32(a, set::COUNT),
+    ))
+}
+
 /// Whether the elements of the set in this `GETSET` answer are ours to read (dynamic sets'
 /// are the kernel's), and its name.
 pub fn wants_elements(body: &[u8]) -> Option<&str> {

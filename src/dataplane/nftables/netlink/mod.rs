@@ -17,7 +17,8 @@
 //!   and comments) and elements;
 //! - [`batch`]: transactions → one batch, every message acknowledged and traced to its op;
 //! - [`exchange`]: batch acknowledgements and dumps as state machines, no I/O;
-//! - [`dump`]: dump messages → [`Ruleset`];
+//! - [`dump`]: dump messages → [`Ruleset`] (large sets are read by key instead, when the plan is
+//!   known: a hash set's dump is quadratic in the kernel; see [`Netlink::dump_expecting`]);
 //! - [`socket`]: the socket, in a chosen network namespace — the only I/O.
 //!
 //! The objects are the ones the text encoder makes: the kernel-side round trip test programs
@@ -45,6 +46,13 @@ const ENOENT: i32 = 2;
 const QUOTED_FAILURES: usize = 3;
 /// Characters of an operation's text quoted in an error (element lists are long).
 const QUOTE_WIDTH: usize = 240;
+/// Sets planned with at least this many elements are adopted by key, not by dump: the kernel
+/// re-walks a hash set from its start for every dump message, so dumping a large one is
+/// quadratic (seconds at 250,000 elements).
+const BY_KEY_MIN: usize = 4096;
+/// Keys per by-key request: the list must fit one attribute (64 KiB; a key of four IPv6-sized
+/// parts takes 56 bytes), and the kernel's answers, one message per key, the receive buffer.
+const KEYS_PER_REQUEST: usize = 1024;
 
 /// Why a netlink apply or dump failed. A refused batch changed nothing.
 #[derive(Debug, thiserror::Error)]
@@ -70,6 +78,8 @@ pub struct Netlink {
     netns: Option<String>,
     socket: Option<socket::Socket>,
     known: batch::Known,
+    /// Sets the last read took by key rather than by dump.
+    read_by_key: usize,
 }
 
 impl Netlink {
@@ -79,6 +89,7 @@ impl Netlink {
             netns: None,
             socket: None,
             known: batch::Known::default(),
+            read_by_key: 0,
         }
     }
 
@@ -95,6 +106,11 @@ impl Netlink {
             self.socket = Some(socket::Socket::open(self.netns.as_deref())?);
         }
         Ok(self.socket.as_mut().expect("just opened"))
+    }
+
+    /// How many sets the last read took by key rather than by dump (for tests and logs).
+    pub fn read_by_key(&self) -> usize {
+        self.read_by_key
     }
 
     /// Applies `transactions` as one atomic batch.
@@ -124,7 +140,18 @@ impl Netlink {
 
     /// Our table of `family` as the kernel holds it; `None` when there is none.
     pub fn dump(&mut self, family: Family) -> Result<Option<Parsed>, Error> {
-        let result = self.read(family);
+        self.dump_expecting(family, None)
+    }
+
+    /// [`Netlink::dump`], knowing what the table should hold: large sets whose declaration is
+    /// as planned are read by asking for the planned keys and comparing the kernel's element
+    /// count, not by dumping them. Same result as a dump.
+    pub fn dump_expecting(
+        &mut self,
+        family: Family,
+        want: Option<&super::ruleset::Ruleset>,
+    ) -> Result<Option<Parsed>, Error> {
+        let result = self.read(family, want);
         if let Err(Error::Socket(_)) = &result {
             self.socket = None;
         }
@@ -140,10 +167,16 @@ impl Netlink {
         result
     }
 
-    fn read(&mut self, family: Family) -> Result<Option<Parsed>, Error> {
+    fn read(
+        &mut self,
+        family: Family,
+        want: Option<&super::ruleset::Ruleset>,
+    ) -> Result<Option<Parsed>, Error> {
         use uapi::{chain, msg, set};
         let nfproto = rule::Layout { family }.nfproto();
         let table = super::names::TABLE;
+        self.read_by_key = 0;
+        let mut by_key_sets = 0;
         let s = self.socket()?;
         let exists = s.request(msg::GETTABLE, nfproto, false, &|w| {
             w.str(uapi::table::NAME, table)
@@ -182,6 +215,11 @@ impl Netlink {
                 let Some(name) = dump::wants_elements(body) else {
                     continue;
                 };
+                if let Some(bodies) = by_key(s, family, body, want)? {
+                    elements.insert(name.to_owned(), bodies);
+                    by_key_sets += 1;
+                    continue;
+                }
                 let (bodies, intr) = dumped(
                     s.request(msg::GETSETELEM, nfproto, true, &|w| {
                         w.str(uapi::elem::LIST_TABLE, table);
@@ -193,12 +231,13 @@ impl Netlink {
                 elements.insert(name.to_owned(), bodies);
             }
             if interrupted {
+                by_key_sets = 0;
                 continue;
             }
             let lookup = |name: &str| elements.get(name).cloned().unwrap_or_default();
-            return Ok(Some(dump::read(
-                family, &chains.0, &rules.0, &sets.0, &lookup,
-            )));
+            let parsed = dump::read(family, &chains.0, &rules.0, &sets.0, &lookup);
+            self.read_by_key = by_key_sets;
+            return Ok(Some(parsed));
         }
         Err(Error::DumpRefused {
             what: "table (changing while read)",
@@ -211,6 +250,58 @@ impl Default for Netlink {
     fn default() -> Netlink {
         Netlink::new()
     }
+}
+
+/// The elements of the set in the `GETSET` answer `body`, read by asking for the keys `want`
+/// plans for it; `None` when that cannot tell the whole content (small or differently
+/// declared set, a kernel without element counts, a planned key missing, or elements we did
+/// not plan), and the caller dumps the set instead.
+fn by_key(
+    s: &mut socket::Socket,
+    family: Family,
+    body: &[u8],
+    want: Option<&super::ruleset::Ruleset>,
+) -> Result<Option<Vec<Vec<u8>>>, Error> {
+    let Some((name, decl, Some(count))) = dump::set_summary(family, body) else {
+        return Ok(None);
+    };
+    let Some(planned) = want.and_then(|w| {
+        w.sets
+            .iter()
+            .find(|(n, _)| n.as_str() == name)
+            .map(|(_, set)| set)
+    }) else {
+        return Ok(None);
+    };
+    // Interval sets are looked up by range; they are small in our layout anyway.
+    if planned.decl != decl || decl.interval || planned.elements.len() < BY_KEY_MIN {
+        return Ok(None);
+    }
+    if count as usize != planned.elements.len() {
+        return Ok(None);
+    }
+    let nfproto = rule::Layout { family }.nfproto();
+    let keys: Vec<_> = planned.elements.keys().collect();
+    let mut bodies = Vec::with_capacity(keys.len());
+    for chunk in keys.chunks(KEYS_PER_REQUEST) {
+        let answer = s.request(uapi::msg::GETSETELEM, nfproto, false, &|w| {
+            w.str(uapi::elem::LIST_TABLE, super::names::TABLE);
+            w.str(uapi::elem::LIST_SET, name);
+            let list = w.nest(uapi::elem::LIST_ELEMENTS);
+            for key in chunk {
+                object::element(w, key, None);
+            }
+            w.nest_end(list);
+        })?;
+        if answer.errno.is_some() {
+            // A planned key is missing: the dump tells what is there instead.
+            return Ok(None);
+        }
+        bodies.extend(answer.bodies);
+    }
+    // Every planned key is there and the kernel holds no more elements than that: nothing
+    // unplanned is in the set.
+    Ok((bodies.len() == keys.len()).then_some(bodies))
 }
 
 /// A dump's message bodies and whether it was interrupted, or its error.

@@ -18,6 +18,10 @@ use super::uapi::{self, msg, nlm};
 
 /// Room for the acknowledgements of a large batch (one per message, 36 bytes each capped).
 const RECEIVE_BUFFER: usize = 8 << 20;
+/// The buffer each datagram is read into. Its size also tells the kernel how large a dump
+/// message may be (it caps that at 32 KiB): reading with a small buffer makes dumps of large
+/// sets quadratic, as the kernel re-walks a hash set from its start for every message.
+const DATAGRAM_BUFFER: usize = 256 << 10;
 /// Room for the notifications of a large transaction (one per element) before the kernel
 /// drops some (`ENOBUFS`; the monitor then asks for a full sync).
 const NOTIFY_BUFFER: usize = 32 << 20;
@@ -53,6 +57,7 @@ pub struct Socket {
     netlink: Netlink,
     seq: u32,
     send_buffer: usize,
+    datagram: Vec<u8>,
 }
 
 /// Runs `open` in the named network namespace (`/run/netns/NAME`), or in the caller's.
@@ -110,6 +115,7 @@ impl Socket {
             netlink,
             seq: 1,
             send_buffer: 0,
+            datagram: Vec::with_capacity(DATAGRAM_BUFFER),
         })
     }
 
@@ -145,11 +151,20 @@ impl Socket {
             .map_err(|source| Error::Io { what, source })
     }
 
-    fn recv(&self, what: &'static str) -> Result<Vec<u8>, Error> {
-        self.netlink
-            .recv_from_full()
-            .map(|(bytes, _)| bytes)
-            .map_err(|source| Error::Io { what, source })
+    /// One datagram, whole; valid until the next call.
+    fn recv(&mut self, what: &'static str) -> Result<&[u8], Error> {
+        self.datagram.clear();
+        let len = self
+            .netlink
+            .recv(&mut self.datagram, nix::libc::MSG_TRUNC)
+            .map_err(|source| Error::Io { what, source })?;
+        if len > self.datagram.len() {
+            return Err(Error::Io {
+                what,
+                source: std::io::Error::other(format!("a datagram of {len} bytes was cut")),
+            });
+        }
+        Ok(&self.datagram)
     }
 
     /// Sends `batch` and a barrier after it; returns what the kernel refused (empty: the
@@ -171,7 +186,7 @@ impl Socket {
         self.send(&w.buf, "barrier")?;
         let mut acks = Acks::new(batch, barrier);
         while !acks.done() {
-            acks.receive(&self.recv("acknowledgements")?);
+            acks.receive(self.recv("acknowledgements")?);
         }
         Ok(acks.finish())
     }
@@ -195,7 +210,7 @@ impl Socket {
         self.send(&w.buf, "request")?;
         let mut answer = Dump::new(seq);
         while !answer.done() {
-            answer.receive(&self.recv("dump")?);
+            answer.receive(self.recv("dump")?);
         }
         Ok(answer)
     }

@@ -128,6 +128,8 @@ pub mod set {
     pub const HANDLE: u16 = 16;
     pub const EXPR: u16 = 17;
     pub const EXPRESSIONS: u16 = 18;
+    /// `NFTA_SET_COUNT`: how many elements the set holds (dumped by kernels since 6.x).
+    pub const COUNT: u16 = 20;
     pub const DESC_CONCAT: u16 = 2;
     pub const FIELD_LEN: u16 = 1;
 

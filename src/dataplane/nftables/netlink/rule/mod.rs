@@ -418,3 +418,6 @@ fn encode_statement(l: Layout, s: &Statement, out: &mut Vec<Expr>) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;
