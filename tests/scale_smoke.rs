@@ -45,6 +45,7 @@ async fn scale_harness_measures_both_proxies_at_1000_by_10() {
         },
         concurrency: 32,
         nodes: 20,
+        latency_samples: 100,
         ours_bin: PathBuf::from(env!("CARGO_BIN_EXE_kube-proxy-rs")),
         exec: SelfExec::current(&[HELPER_TEST, "--exact", "--nocapture", "--test-threads=1"]),
         out_dir: PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("scale-smoke"),

@@ -1,5 +1,5 @@
-//! The harness's in-namespace processes: the pod's echo server, the ClusterIP watcher and the
-//! metrics reader, run by re-executing the harness's own binary inside a network namespace.
+//! The harness's in-namespace processes: the pod's echo server, the ClusterIP watcher, the
+//! metrics reader and the first-packet probe, run by re-executing the harness's own binary inside a network namespace.
 //!
 //! The benchmark binary re-executes itself with [`SPEC_VAR`] set; the smoke test re-executes its
 //! test binary with the libtest filter of its entry test as well (see [`SelfExec`]). Either way
@@ -41,6 +41,14 @@ pub enum Spec {
     },
     /// `GET path` from `addr` (HTTP/1.0); prints `ok` and then the body verbatim, or `error …`.
     Get { addr: SocketAddr, path: String },
+    /// `warmup` untimed, then `samples` timed TCP connects to `target`, each checked to be
+    /// answered by `want`; prints the times (see `first_packet`).
+    Connects {
+        target: SocketAddr,
+        want: String,
+        warmup: usize,
+        samples: usize,
+    },
 }
 
 /// How to start this very binary as a harness process.
@@ -94,6 +102,12 @@ pub fn run_if_requested() {
             Duration::from_millis(limit_ms),
         ),
         Spec::Get { addr, path } => get(addr, &path),
+        Spec::Connects {
+            target,
+            want,
+            warmup,
+            samples,
+        } => super::first_packet::run(target, &want, warmup, samples),
     }
     std::process::exit(0);
 }
@@ -103,7 +117,8 @@ pub fn unix_nanos(t: SystemTime) -> u128 {
     t.duration_since(UNIX_EPOCH).unwrap_or_default().as_nanos()
 }
 
-fn result(line: &str) {
+/// Prints one machine-readable line.
+pub fn result(line: &str) {
     let mut out = std::io::stdout().lock();
     let _ = writeln!(out, "{RESULT_PREFIX}{line}");
     let _ = out.flush();
