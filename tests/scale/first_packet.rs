@@ -3,10 +3,12 @@
 //!
 //! What is timed is `connect()` alone (SYN out, SYN-ACK back), inside one long-lived harness
 //! process in the namespace ([`Spec::Connects`]): no process start, no namespace entry, no name
-//! lookup is in a sample. Each connection is then checked to have reached the pod address the
-//! caller expects (outside the timing), so a refused or misrouted connect is counted as failed,
-//! never as a fast sample. The same probe aimed at the pod itself before the proxy starts gives
-//! the floor (veth, conntrack, the pod's stack) that every proxy's figure includes.
+//! lookup is in a sample, and the process runs in the real-time FIFO class so that other work
+//! on the machine does not preempt it mid-sample. Each connection is then checked to have
+//! reached the pod address the caller expects (outside the timing), so a refused or misrouted
+//! connect is counted as failed, never as a fast sample. The same probe aimed at the pod itself
+//! before the proxy starts gives the floor (veth, conntrack, the pod's stack) that every
+//! proxy's figure includes.
 //!
 //! Why it matters: a new flow's first packet walks the `nat` hooks. In nftables mode that is a
 //! few map lookups, flat in the number of Services; in upstream's iptables mode every new flow
@@ -113,7 +115,7 @@ pub async fn probe(
         warmup: WARMUP,
         samples,
     };
-    let out = tokio::process::Command::from(exec.command(netns, &spec))
+    let out = tokio::process::Command::from(exec.realtime_command(netns, &spec))
         .stdin(Stdio::null())
         .kill_on_drop(true)
         .output()
