@@ -300,6 +300,8 @@ fn draw_panel(out: &mut String, p: &Panel, ticks: &[(f64, String)], top: f64) {
         LEFT + PLOT_WIDTH / 2.0,
         base + 46.0
     );
+    // Where value labels went, so a label that would cover another moves up a line.
+    let mut placed: Vec<(f64, f64)> = Vec::new();
     for s in &p.series {
         let pts: Vec<(f64, f64, &Point)> = s
             .points
@@ -330,12 +332,19 @@ fn draw_panel(out: &mut String, p: &Panel, ticks: &[(f64, String)], top: f64) {
             } else {
                 (s.color, number(v))
             };
+            let mut ly = py - 6.0;
+            while placed
+                .iter()
+                .any(|(x0, y0)| (x0 - px).abs() < 30.0 && (y0 - ly).abs() < 11.0)
+            {
+                ly -= 11.0;
+            }
+            placed.push((px, ly));
             let _ = writeln!(
                 out,
-                "<circle cx=\"{px:.1}\" cy=\"{py:.1}\" r=\"4\" fill=\"{fill}\" stroke=\"{}\" stroke-width=\"2\"/><text x=\"{:.1}\" y=\"{:.1}\" font-size=\"10\" fill=\"{}\">{text}</text>",
+                "<circle cx=\"{px:.1}\" cy=\"{py:.1}\" r=\"4\" fill=\"{fill}\" stroke=\"{}\" stroke-width=\"2\"/><text x=\"{:.1}\" y=\"{ly:.1}\" font-size=\"10\" fill=\"{}\">{text}</text>",
                 s.color,
                 px + 6.0,
-                py - 6.0,
                 s.color
             );
         }
