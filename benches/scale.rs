@@ -4,9 +4,12 @@
 //!
 //! ```text
 //! cargo bench --bench scale -- --scale 1000x10 --scale 10000x10
-//!     [--proxies ours-nftables,upstream-nftables,upstream-iptables]
+//!     [--proxies ours-nftables,ours-iptables,upstream-nftables,upstream-iptables]
 //!     [--churn-rate 10] [--churn-secs 30] [--cold-limit 900] [--change-limit 60]
-//!     [--drain-limit 120] [--concurrency 32] [--nodes 100] [--out target/scale]
+//!     [--drain-limit 120] [--concurrency 32] [--nodes 100] [--latency-samples 1000]
+//!     [--out target/scale]
+//! cargo bench --bench scale -- --charts-from run1/scale-results.json \
+//!     --charts-from run2/scale-results.json --out docs/images    # charts of several runs
 //! ```
 //!
 //! Needs root, `ip`, `nft`, `iptables` and `testenv/build`. A bench target, not an example, so
@@ -42,7 +45,7 @@ struct Args {
         long,
         value_delimiter = ',',
         value_parser = ProxyKind::parse,
-        default_value = "ours-nftables,upstream-nftables,upstream-iptables"
+        default_value = "ours-nftables,ours-iptables,upstream-nftables,upstream-iptables"
     )]
     proxies: Vec<ProxyKind>,
     /// Endpoint changes per second during the churn.
@@ -66,7 +69,14 @@ struct Args {
     /// Node objects the endpoints are spread over.
     #[arg(long, default_value_t = 100)]
     nodes: usize,
-    /// Where the markdown report and the SVG chart go.
+    /// Timed TCP connects per first-packet probe (after 50 untimed ones).
+    #[arg(long, default_value_t = 1000)]
+    latency_samples: usize,
+    /// Draw the charts from these saved results (`scale-results.json` of earlier runs, later
+    /// files win for a scale they share) into --out, and run nothing.
+    #[arg(long = "charts-from")]
+    charts_from: Vec<PathBuf>,
+    /// Where the report, the results (JSON) and the charts (SVG and PNG) go.
     #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/target/scale"))]
     out: PathBuf,
     /// Passed by `cargo bench`; ignored.
@@ -77,6 +87,10 @@ struct Args {
 fn main() {
     scale::helper::run_if_requested();
     let args = Args::parse();
+    if !args.charts_from.is_empty() {
+        charts_from(&args.charts_from, &args.out);
+        return;
+    }
     if args.scales.is_empty() {
         eprintln!(
             "scale: nothing to do without --scale (e.g. `cargo bench --bench scale -- --scale 1000x10`)"
@@ -105,6 +119,7 @@ fn main() {
         },
         concurrency: args.concurrency,
         nodes: args.nodes.max(1),
+        latency_samples: args.latency_samples.max(1),
         ours_bin: PathBuf::from(env!("CARGO_BIN_EXE_kube-proxy-rs")),
         exec: SelfExec::current(&[]),
         out_dir: args.out,
@@ -119,6 +134,28 @@ fn main() {
     };
     match scale::write_report(&opts, &command, &reports) {
         Ok(text) => println!("{text}"),
+        Err(e) => {
+            eprintln!("scale: {e}");
+            std::process::exit(1);
+        }
+    }
+}
+
+/// Merges saved results and writes their charts; exits on failure.
+fn charts_from(files: &[PathBuf], out: &std::path::Path) {
+    let mut reports: Vec<scale::report::ScaleReport> = Vec::new();
+    for f in files {
+        match scale::read_results(f) {
+            Ok(r) => reports.extend(r),
+            Err(e) => {
+                eprintln!("scale: {e}");
+                std::process::exit(1);
+            }
+        }
+    }
+    reports.sort_by_key(|r| r.scale.services);
+    match scale::write_charts(out, &reports) {
+        Ok(paths) => println!("charts: {}", paths.join(", ")),
         Err(e) => {
             eprintln!("scale: {e}");
             std::process::exit(1);

@@ -1,7 +1,8 @@
 //! CI smoke run of the scale harness (issue 10): 1,000 Services × 10 endpoints, ours in nftables
-//! mode and upstream in nftables mode, with a short churn. It asserts only that the harness
-//! produced a result for every proxy (numbers are never asserted: the machine is shared), so
-//! the harness cannot rot. The real runs: `cargo bench --bench scale` (see docs/benchmarks.md).
+//! mode and upstream in nftables mode, with a short churn and 100 first-packet connects. It
+//! asserts only that the harness produced a result for every proxy, its first-packet probe
+//! included, and wrote its report and PNG charts (numbers are never asserted: the machine is
+//! shared), so the harness cannot rot. The real runs: `cargo bench --bench scale` (see docs/benchmarks.md).
 //!
 //! Needs root, `ip`, `nft` and `testenv/build`; without root it fails with that reason.
 
@@ -45,6 +46,7 @@ async fn scale_harness_measures_both_proxies_at_1000_by_10() {
         },
         concurrency: 32,
         nodes: 20,
+        latency_samples: 100,
         ours_bin: PathBuf::from(env!("CARGO_BIN_EXE_kube-proxy-rs")),
         exec: SelfExec::current(&[HELPER_TEST, "--exact", "--nocapture", "--test-threads=1"]),
         out_dir: PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("scale-smoke"),
@@ -53,6 +55,10 @@ async fn scale_harness_measures_both_proxies_at_1000_by_10() {
     let text = scale::write_report(&opts, "cargo test --test scale_smoke", &reports)
         .expect("report written");
     eprintln!("{text}");
+    for chart in ["scale-sync-rss.png", "scale-first-packet.png"] {
+        let bytes = std::fs::read(opts.out_dir.join(chart)).expect("chart written");
+        assert!(bytes.starts_with(b"\x89PNG"), "{chart} is a PNG");
+    }
     assert_eq!(reports.len(), 1);
     let results = &reports[0].results;
     assert_eq!(results.len(), opts.proxies.len(), "a result per proxy");
@@ -70,6 +76,18 @@ async fn scale_harness_measures_both_proxies_at_1000_by_10() {
             r.kind.label(),
             r.notes
         );
+        // The first-packet probe ran through the ClusterIP and before the proxy (the floor).
+        let at = |name: &str| scale::report::COLUMNS.iter().position(|c| *c == name);
+        for column in ["first packet p50", "first packet p50, no rules (floor)"] {
+            let i = at(column).expect("column exists");
+            assert!(
+                matches!(figures[i], Figure::Secs(_)),
+                "{}: {column}: {:?}; {:?}",
+                r.kind.label(),
+                figures[i],
+                r.notes
+            );
+        }
     }
 }
 

@@ -1,5 +1,5 @@
-//! The harness's in-namespace processes: the pod's echo server, the ClusterIP watcher and the
-//! metrics reader, run by re-executing the harness's own binary inside a network namespace.
+//! The harness's in-namespace processes: the pod's echo server, the ClusterIP watcher, the
+//! metrics reader and the first-packet probe, run by re-executing the harness's own binary inside a network namespace.
 //!
 //! The benchmark binary re-executes itself with [`SPEC_VAR`] set; the smoke test re-executes its
 //! test binary with the libtest filter of its entry test as well (see [`SelfExec`]). Either way
@@ -41,6 +41,14 @@ pub enum Spec {
     },
     /// `GET path` from `addr` (HTTP/1.0); prints `ok` and then the body verbatim, or `error …`.
     Get { addr: SocketAddr, path: String },
+    /// `warmup` untimed, then `samples` timed TCP connects to `target`, each checked to be
+    /// answered by `want`; prints the times (see `first_packet`).
+    Connects {
+        target: SocketAddr,
+        want: String,
+        warmup: usize,
+        samples: usize,
+    },
 }
 
 /// How to start this very binary as a harness process.
@@ -62,7 +70,20 @@ impl SelfExec {
 
     /// A command that runs `spec` in the namespace `netns`.
     pub fn command(&self, netns: &str, spec: &Spec) -> Command {
-        let mut cmd = Command::new("ip");
+        self.command_via(Command::new("ip"), netns, spec)
+    }
+
+    /// [`Self::command`] under the real-time FIFO scheduling class (`chrt`), for a short,
+    /// bounded timing loop: on this shared machine other processes' compiles would otherwise
+    /// preempt it, and the tail of its figures would time the scheduler instead of the kernel's
+    /// packet path.
+    pub fn realtime_command(&self, netns: &str, spec: &Spec) -> Command {
+        let mut chrt = Command::new("chrt");
+        chrt.args(["--fifo", "50", "ip"]);
+        self.command_via(chrt, netns, spec)
+    }
+
+    fn command_via(&self, mut cmd: Command, netns: &str, spec: &Spec) -> Command {
         cmd.args(["netns", "exec", netns])
             .arg(&self.exe)
             .args(&self.args)
@@ -94,6 +115,12 @@ pub fn run_if_requested() {
             Duration::from_millis(limit_ms),
         ),
         Spec::Get { addr, path } => get(addr, &path),
+        Spec::Connects {
+            target,
+            want,
+            warmup,
+            samples,
+        } => super::first_packet::run(target, &want, warmup, samples),
     }
     std::process::exit(0);
 }
@@ -103,7 +130,8 @@ pub fn unix_nanos(t: SystemTime) -> u128 {
     t.duration_since(UNIX_EPOCH).unwrap_or_default().as_nanos()
 }
 
-fn result(line: &str) {
+/// Prints one machine-readable line.
+pub fn result(line: &str) {
     let mut out = std::io::stdout().lock();
     let _ = writeln!(out, "{RESULT_PREFIX}{line}");
     let _ = out.flush();

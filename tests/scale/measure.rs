@@ -1,5 +1,6 @@
-//! One proxy at one scale, in a fresh node: start it, time its cold sync, then one endpoint
-//! change and the churn (`changes.rs`), and read what the process cost.
+//! One proxy at one scale, in a fresh node: the probe's floor before the proxy starts, then start
+//! it, time its cold sync, let it settle, take the first-packet latency (`first_packet.rs`), one
+//! endpoint change and the churn (`changes.rs`), and read what the process cost.
 //!
 //! Cold sync is taken two ways from the same start (the wall-clock time just before the proxy is
 //! spawned): from the proxy's own metrics (`kubeproxy_sync_proxy_rules_last_timestamp_seconds`
@@ -11,9 +12,10 @@ use std::net::SocketAddrV4;
 use std::time::{Duration, SystemTime};
 
 use super::changes;
+use super::first_packet;
 use super::metrics::{LAST_SYNC, Metrics, SYNC_DURATION, scrape};
 use super::node::Node;
-use super::objects::{Cluster, PROBE_IP, SERVICE_PORT};
+use super::objects::{Cluster, POD_A, PROBE_IP, SERVICE_PORT, TARGET_PORT};
 use super::options::{Options, ProxyKind};
 use super::process;
 use super::report::{Figure, ProxyResult};
@@ -79,11 +81,20 @@ pub async fn measure(
         Err(e) => {
             return ProxyResult {
                 kind,
-                figures: Err(format!("node setup failed: {e}")),
+                figures: Err(format!("not run: node setup failed: {e}")),
                 notes,
             };
         }
     };
+    // The probe's floor: the same connects straight to the pod, before any proxy rule exists.
+    let floor = first_packet::probe(
+        &opts.exec,
+        &node.ns.name,
+        SocketAddrV4::new(POD_A, TARGET_PORT),
+        POD_A,
+        opts.latency_samples,
+    )
+    .await;
     let started = SystemTime::now();
     let pid = node.start_proxy(env, kind, &opts.ours_bin);
     let mut s = Session {
@@ -101,13 +112,15 @@ pub async fn measure(
             .push("pid is `ip netns exec`, not the proxy: RSS and CPU are not the proxy's".into());
     }
     let log = s.node.proxy_log();
+    let mut latency = vec![Figure::Missing; 2];
     if figures[1] == Figure::Missing || matches!(figures[1], Figure::Over(_)) {
         // Without a working ClusterIP the later phases would only measure the limits.
         figures.extend(std::iter::repeat_n(Figure::Missing, 8));
         s.notes
-            .push("change and churn not measured: the ClusterIP never worked".into());
+            .push("first packet, change and churn not measured: the ClusterIP never worked".into());
     } else {
         settle(&mut s).await;
+        latency = first_packet_figures(&mut s, cluster).await;
         figures.extend(changes::one_change(&mut s, cluster).await);
         figures.extend(changes::churn(&mut s, cluster).await);
     }
@@ -116,6 +129,19 @@ pub async fn measure(
         Figure::Mib(u.peak_rss as f64 / 1024.0 / 1024.0)
     }));
     figures.push(usage.map_or(Figure::Missing, |u| Figure::Secs(u.cpu_seconds)));
+    figures.extend(latency);
+    figures.push(match floor {
+        Ok(l) => {
+            s.notes.push(format!(
+                "first packet, no rules (floor, straight to the pod): {l}"
+            ));
+            Figure::Secs(l.median)
+        }
+        Err(e) => {
+            s.notes.push(format!("first packet, no rules (floor): {e}"));
+            Figure::Missing
+        }
+    });
     s.notes.push(format!("log: {log}"));
     ProxyResult {
         kind,
@@ -202,6 +228,30 @@ async fn cold(s: &mut Session<'_>, cluster: &Cluster, started: SystemTime) -> Ve
         first_sync.unwrap_or(Figure::Missing),
         cpu,
     ]
+}
+
+/// First-packet latency through the probe ClusterIP with the proxy idle: median and p99.
+async fn first_packet_figures(s: &mut Session<'_>, cluster: &Cluster) -> Vec<Figure> {
+    let target = SocketAddrV4::new(PROBE_IP, SERVICE_PORT);
+    let probe = first_packet::probe(
+        &s.opts.exec,
+        &s.node.ns.name,
+        target,
+        cluster.probe_ip(),
+        s.opts.latency_samples,
+    )
+    .await;
+    match probe {
+        Ok(l) => {
+            s.notes
+                .push(format!("first packet through the ClusterIP: {l}"));
+            vec![Figure::Secs(l.median), Figure::Secs(l.p99)]
+        }
+        Err(e) => {
+            s.notes.push(e);
+            vec![Figure::Missing; 2]
+        }
+    }
 }
 
 /// Waits until the proxy's sync count has not moved for two seconds (at most the change limit),

@@ -9,8 +9,10 @@
 //! - `helper`, `watch`: processes re-run from this binary inside namespaces (echo server,
 //!   ClusterIP watcher, metrics reader).
 //! - `metrics`, `process`: what the proxy reports, and what `/proc` says it cost.
-//! - `measure`, `changes`: the phases (cold sync, one endpoint change, churn).
-//! - `report`, `chart`: markdown tables and an SVG chart.
+//! - `measure`, `changes`, `first_packet`: the phases (cold sync, first-packet latency with the
+//!   proxy idle, one endpoint change, churn).
+//! - `report`, `chart`, `axis`, `png`: markdown tables, the results as JSON, and SVG charts
+//!   rendered to PNG.
 //!
 //! Used by `benches/scale.rs` (the command) and `tests/scale_smoke.rs` (CI, 1,000 × 10). Numbers
 //! are never asserted: the machine is shared and noisy, so only ratios within one run mean much.
@@ -24,19 +26,23 @@
     reason = "the harness is a seam: it starts processes, reads /proc and the wall clock"
 )]
 
+pub mod axis;
 pub mod changes;
 pub mod chart;
 pub mod control_plane;
+pub mod first_packet;
 pub mod helper;
 pub mod measure;
 pub mod metrics;
 pub mod node;
 pub mod objects;
 pub mod options;
+pub mod png;
 pub mod process;
 pub mod report;
 pub mod watch;
 
+use std::path::Path;
 use std::time::Instant;
 
 use control_plane::ControlPlane;
@@ -109,12 +115,43 @@ pub fn write_report(
     std::fs::create_dir_all(&opts.out_dir).map_err(|e| e.to_string())?;
     let md = opts.out_dir.join("scale-report.md");
     std::fs::write(&md, &text).map_err(|e| format!("write {}: {e}", md.display()))?;
-    let svg = opts.out_dir.join("scale-cold-sync.svg");
-    std::fs::write(&svg, chart::cold_sync(reports))
-        .map_err(|e| format!("write {}: {e}", svg.display()))?;
+    let json = opts.out_dir.join(RESULTS_FILE);
+    let data = serde_json::to_string_pretty(reports).map_err(|e| e.to_string())?;
+    std::fs::write(&json, data).map_err(|e| format!("write {}: {e}", json.display()))?;
+    let charts = write_charts(&opts.out_dir, reports)?;
     Ok(format!(
-        "{text}\n(written to {} and {})",
+        "{text}\n(written to {}, {} and {})",
         md.display(),
-        svg.display()
+        json.display(),
+        charts.join(", ")
     ))
+}
+
+/// The results of one run, as `write_report` saves them beside the markdown.
+pub const RESULTS_FILE: &str = "scale-results.json";
+
+/// Reads the results `write_report` saved (to chart several runs together).
+pub fn read_results(path: &Path) -> Result<Vec<ScaleReport>, String> {
+    let text =
+        std::fs::read_to_string(path).map_err(|e| format!("read {}: {e}", path.display()))?;
+    serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// Writes each chart as SVG and PNG into `dir`, ordered by Service count; returns the paths.
+pub fn write_charts(dir: &Path, reports: &[ScaleReport]) -> Result<Vec<String>, String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
+    let mut written = Vec::new();
+    for (name, svg) in [
+        ("scale-sync-rss", chart::sync_and_rss(reports)),
+        ("scale-first-packet", chart::first_packet(reports)),
+    ] {
+        let path = dir.join(format!("{name}.svg"));
+        std::fs::write(&path, &svg).map_err(|e| format!("write {}: {e}", path.display()))?;
+        written.push(path.display().to_string());
+        let path = dir.join(format!("{name}.png"));
+        let bytes = png::render(&svg, 1.5).map_err(|e| format!("{}: {e}", path.display()))?;
+        std::fs::write(&path, bytes).map_err(|e| format!("write {}: {e}", path.display()))?;
+        written.push(path.display().to_string());
+    }
+    Ok(written)
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 use super::helper::SelfExec;
 
 /// N Services × M endpoints each.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Scale {
     pub services: usize,
     pub endpoints: usize,
@@ -116,10 +116,24 @@ impl ProxyKind {
         format!("{who}/{}", self.mode)
     }
 
-    /// Why this proxy cannot be measured at all, when that is known before starting it.
+    /// Why this proxy cannot be measured at all, when that is known before starting it. The
+    /// one entry to remove when ours' iptables dataplane lands.
     pub fn known_gap(self) -> Option<&'static str> {
-        (self == Self::OURS_IPTABLES)
-            .then_some("no iptables dataplane yet: ours follows the model and programs nothing")
+        (self == Self::OURS_IPTABLES).then_some("not built (issue 7)")
+    }
+}
+
+/// Saved as its label (`ours/nftables`), so result files stay readable.
+impl serde::Serialize for ProxyKind {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.label())
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for ProxyKind {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<ProxyKind, D::Error> {
+        let text = String::deserialize(d)?;
+        ProxyKind::parse(&text).map_err(serde::de::Error::custom)
     }
 }
 
@@ -152,6 +166,8 @@ pub struct Options {
     pub concurrency: usize,
     /// Node objects the endpoints are spread over (the proxy's own node is one of them).
     pub nodes: usize,
+    /// Timed connects of each first-packet probe (see `first_packet`).
+    pub latency_samples: usize,
     /// Our binary.
     pub ours_bin: PathBuf,
     /// How to re-run this binary as a harness process (echo server, watcher, metrics reader).

@@ -5,10 +5,12 @@
 
 use std::fmt::Write as _;
 
+use serde::{Deserialize, Serialize};
+
 use super::options::{Implementation, ProxyKind, Scale};
 
 /// One cell.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Figure {
     /// Seconds, measured.
     Secs(f64),
@@ -49,7 +51,9 @@ impl std::fmt::Display for Figure {
 }
 
 fn secs(v: f64) -> String {
-    if v < 0.1 {
+    if v < 0.001 {
+        format!("{:.0} µs", v * 1e6)
+    } else if v < 0.1 {
         format!("{:.1} ms", v * 1000.0)
     } else if v < 10.0 {
         format!("{v:.2} s")
@@ -59,7 +63,7 @@ fn secs(v: f64) -> String {
 }
 
 /// The columns of a scale's table, in order, with their headers.
-pub const COLUMNS: [&str; 14] = [
+pub const COLUMNS: [&str; 17] = [
     "cold sync (metrics)",
     "cold sync (first connection)",
     "first sync (proxy)",
@@ -74,20 +78,24 @@ pub const COLUMNS: [&str; 14] = [
     "p99",
     "peak RSS",
     "CPU total",
+    "first packet p50",
+    "first packet p99",
+    "first packet p50, no rules (floor)",
 ];
 
 /// Everything measured for one proxy at one scale.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ProxyResult {
     pub kind: ProxyKind,
-    /// One figure per [`COLUMNS`] entry, or why the proxy was not measured at all.
+    /// One figure per [`COLUMNS`] entry, or why the proxy was not measured at all (shown as
+    /// the row's text: "not built (issue 7)", "not run: …").
     pub figures: Result<Vec<Figure>, String>,
     /// What the reader needs to know about this run (limits hit, approximations, failures).
     pub notes: Vec<String>,
 }
 
 /// One scale's results, in the order the proxies ran.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ScaleReport {
     pub scale: Scale,
     /// Seconds it took to create the objects.
@@ -110,7 +118,7 @@ impl ScaleReport {
             let cells: Vec<String> = match &r.figures {
                 Ok(figs) => figs.iter().map(Figure::to_string).collect(),
                 Err(why) => {
-                    let mut v = vec![format!("not run: {why}")];
+                    let mut v = vec![why.clone()];
                     v.resize(COLUMNS.len(), String::new());
                     v
                 }
@@ -237,7 +245,7 @@ mod tests {
                 row(ProxyKind::UPSTREAM_IPTABLES, Figure::Over(900.0)),
                 ProxyResult {
                     kind: ProxyKind::OURS_IPTABLES,
-                    figures: Err("no dataplane".into()),
+                    figures: Err("not built (issue 7)".into()),
                     notes: Vec::new(),
                 },
             ],
@@ -246,7 +254,7 @@ mod tests {
         assert!(md.contains("| ours/nftables | — | 0.50 s |"), "{md}");
         assert!(md.contains("| upstream/iptables | — | > 900 s |"), "{md}");
         assert!(
-            md.contains("| ours/iptables | not run: no dataplane |"),
+            md.contains("| ours/iptables | not built (issue 7) |"),
             "{md}"
         );
         assert!(
@@ -254,6 +262,9 @@ mod tests {
             "{md}"
         );
         assert!(md.contains("- ours/nftables: a note"), "{md}");
-        assert!(super::super::chart::cold_sync(&[report]).contains("0.50"));
+        let chart = super::super::chart::sync_and_rss(&[report]);
+        assert!(chart.contains(">0.5</text>"), "{chart}");
+        assert!(chart.contains(">&gt; 900</text>"), "{chart}");
+        assert!(chart.contains(">not built (issue 7)</text>"), "{chart}");
     }
 }
