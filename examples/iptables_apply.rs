@@ -140,12 +140,6 @@ fn main() {
         args.chunks(2).map(|c| (c[0], c[1])).collect()
     };
     for (services, endpoints) in sizes {
-        let ns = format!("ipa-bench-{}", std::process::id());
-        let ok = Command::new("ip")
-            .args(["netns", "add", &ns])
-            .status()
-            .expect("ip");
-        assert!(ok.success(), "ip netns add (root?)");
         let snap = snapshot(services, endpoints);
         let changes = Changes {
             ports: [port(services / 2, endpoints).0.name].into(),
@@ -162,6 +156,12 @@ fn main() {
             std::fs::write(path, input.text).expect("write the input");
             return;
         }
+        let ns = format!("ipa-bench-{}", std::process::id());
+        let ok = Command::new("ip")
+            .args(["netns", "add", &ns])
+            .status()
+            .expect("ip");
+        assert!(ok.success(), "ip netns add (root?)");
         let mut dp = IptablesDataplane::new(
             ModeConfig::default(),
             IptablesCommand::in_netns(Flavour::Nft, &ns),
