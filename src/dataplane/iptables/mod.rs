@@ -34,6 +34,13 @@
 //!   service ports, and the top-level chains when a capture rule changed), and delete chains that
 //!   went away; nothing is read back. Before one, the canary chains are checked: one gone means
 //!   a firewall reload, and the sync is full.
+//! - Each service port's rules are one shared value in the [`Ruleset`]
+//!   ([`ruleset::PortRules`]): [`plan::plan_reusing`] takes an unchanged port's rules from the
+//!   previous plan, and [`diff::partial`] skips them without comparing, so a small change costs
+//!   planning that change plus the fixed chains.
+//! - When `iptables-save` fails (iptables-nft-save 1.8.9 segfaults at about 110,000 chains), a
+//!   full sync reads our jumps with `-S CHAIN` per built-in chain and treats the previous plan's
+//!   chains as the ones that may be stale.
 //! - Above [`plan::LARGE_CLUSTER_ENDPOINTS`] endpoints the per-endpoint comments are left out.
 //! - `--cleanup` removes our chains and jumps through the shared cleanup
 //!   (`nftables::cleanup`), which removes every kube-proxy `KUBE-*` chain in both flavours.
