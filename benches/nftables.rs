@@ -10,127 +10,31 @@
 //!
 //! Run: `cargo bench --bench nftables`. Results go to docs/benchmarks.md.
 
-use std::collections::BTreeMap;
 use std::hint::black_box;
-use std::sync::Arc;
+
+#[path = "support/synthetic.rs"]
+mod synthetic;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use kube_proxy_rs::cluster::Changes;
-use kube_proxy_rs::cluster::model::{
-    Endpoint, FamilyView, IpFamily, NodeAddress, NodeContext, Protocol, ServiceKey, ServicePort,
-    ServicePortName, ServicePortState, ServiceType, Snapshot, TrafficPolicy,
-};
-use kube_proxy_rs::cluster::topology::{self, Features};
 use kube_proxy_rs::dataplane::nftables::{self, ModeConfig, Planner, Ruleset};
+use synthetic::Synthetic;
 
 /// The same allocator as the binary, so the numbers are the product's.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-const SERVICES: usize = 10_000;
-const ENDPOINTS: usize = 10;
-const NODES: usize = 100;
-
-fn node() -> NodeContext {
-    let mut n = NodeContext::named("node-0");
-    n.known = true;
-    n.addresses.push(NodeAddress {
-        kind: "InternalIP".into(),
-        ip: "10.0.0.1".parse().unwrap(),
-    });
-    n
-}
-
-fn port(i: usize) -> (ServicePort, FamilyView) {
-    let port = ServicePort {
-        name: ServicePortName {
-            service: ServiceKey::new(&format!("ns-{}", i % 100), &format!("svc-{i}")),
-            port: "http".into(),
-            protocol: Protocol::Tcp,
-        },
-        service_type: ServiceType::ClusterIP,
-        port: 80,
-        node_port: None,
-        affinity_timeout_seconds: None,
-        internal_policy: TrafficPolicy::Cluster,
-        external_policy: TrafficPolicy::Cluster,
-        health_check_node_port: None,
-        traffic_distribution: None,
-        allocate_load_balancer_node_ports: true,
-    };
-    let endpoints = (0..ENDPOINTS)
-        .map(|e| {
-            let n = i * ENDPOINTS + e;
-            Endpoint {
-                ip: format!("10.{}.{}.{}", 128 + n / 65_536 % 64, n / 256 % 256, n % 256)
-                    .parse()
-                    .unwrap(),
-                port: 8080,
-                ready: true,
-                serving: true,
-                terminating: false,
-                node_name: Some(format!("node-{}", n % NODES).into()),
-                zone: None,
-                zone_hints: vec![],
-                node_hints: vec![],
-                is_local: n.is_multiple_of(NODES),
-            }
-        })
-        .collect();
-    let view = FamilyView {
-        family: IpFamily::V4,
-        cluster_ip: format!("10.96.{}.{}", i / 250, i % 250 + 1)
-            .parse()
-            .unwrap(),
-        external_ips: vec![],
-        load_balancer_ips: vec![],
-        load_balancer_source_ranges: vec![],
-        endpoints,
-        selection: Default::default(),
-    };
-    (port, view)
-}
-
-fn state(port: ServicePort, mut view: FamilyView, node: &NodeContext) -> Arc<ServicePortState> {
-    view.endpoints.sort_by_key(|e| (e.ip, e.port));
-    view.selection = topology::select(&view.endpoints, &port, false, node, Features::default());
-    Arc::new(ServicePortState {
-        port,
-        families: vec![view],
-    })
-}
-
-fn snapshot() -> Snapshot {
-    let node = node();
-    let ports: BTreeMap<_, _> = (0..SERVICES)
-        .map(|i| {
-            let (p, v) = port(i);
-            (p.name.clone(), state(p, v, &node))
-        })
-        .collect();
-    Snapshot {
-        node: Arc::new(node),
-        ports: Arc::new(ports),
-    }
-}
-
-/// The snapshot with one endpoint of one Service replaced.
-fn moved(snap: &Snapshot) -> Snapshot {
-    let (p, mut v) = port(SERVICES / 2);
-    v.endpoints[3].ip = "10.200.0.1".parse().unwrap();
-    let mut ports = (*snap.ports).clone();
-    ports.insert(p.name.clone(), state(p, v, &snap.node));
-    Snapshot {
-        node: snap.node.clone(),
-        ports: Arc::new(ports),
-    }
-}
+/// 10,000 Services × 10 endpoints.
+const CLUSTER: Synthetic = Synthetic {
+    services: 10_000,
+    endpoints: 10,
+};
 
 fn bench(c: &mut Criterion) {
     let cfg = ModeConfig::default();
-    let snap = snapshot();
+    let snap = CLUSTER.snapshot();
     let before = nftables::plan_all(&snap, &cfg);
-    let after_snap = moved(&snap);
+    let after_snap = CLUSTER.moved(&snap, "10.200.0.1");
     let mut g = c.benchmark_group("nftables_10k_x_10");
     g.sample_size(10);
     g.bench_function("plan", |b| {
@@ -154,7 +58,7 @@ fn bench(c: &mut Criterion) {
         })
     });
     let changes = Changes {
-        ports: [port(SERVICES / 2).0.name].into(),
+        ports: [CLUSTER.moved_port()].into(),
         ..Changes::default()
     };
     let mut planner = Planner::new(cfg.clone());

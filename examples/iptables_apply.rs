@@ -12,122 +12,23 @@
     clippy::disallowed_methods,
     reason = "a timing harness: it reads the clock and its switches, runs ip, writes a dump"
 )]
-#![allow(non_snake_case, reason = "the sizes keep the bench's constant names")]
 
 use std::collections::BTreeMap;
 use std::process::Command;
-use std::sync::Arc;
 use std::time::Instant;
 
+#[path = "../benches/support/synthetic.rs"]
+mod synthetic;
+
 use kube_proxy_rs::cluster::Changes;
-use kube_proxy_rs::cluster::model::{
-    Endpoint, FamilyView, IpFamily, NodeAddress, NodeContext, Protocol, ServiceKey, ServicePort,
-    ServicePortName, ServicePortState, ServiceType, Snapshot, TrafficPolicy,
-};
-use kube_proxy_rs::cluster::topology::{self, Features};
+use kube_proxy_rs::cluster::IpFamily;
 use kube_proxy_rs::dataplane::Dataplane;
 use kube_proxy_rs::dataplane::iptables::{Flavour, IptablesCommand, IptablesDataplane, ModeConfig};
+use synthetic::Synthetic;
 
 /// The same allocator as the binary, so the numbers are the product's.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
-const NODES: usize = 100;
-
-fn node() -> NodeContext {
-    let mut n = NodeContext::named("node-0");
-    n.known = true;
-    n.addresses.push(NodeAddress {
-        kind: "InternalIP".into(),
-        ip: "10.0.0.1".parse().unwrap(),
-    });
-    n
-}
-
-fn port(i: usize, ENDPOINTS: usize) -> (ServicePort, FamilyView) {
-    let port = ServicePort {
-        name: ServicePortName {
-            service: ServiceKey::new(&format!("ns-{}", i % 100), &format!("svc-{i}")),
-            port: "http".into(),
-            protocol: Protocol::Tcp,
-        },
-        service_type: ServiceType::ClusterIP,
-        port: 80,
-        node_port: None,
-        affinity_timeout_seconds: None,
-        internal_policy: TrafficPolicy::Cluster,
-        external_policy: TrafficPolicy::Cluster,
-        health_check_node_port: None,
-        traffic_distribution: None,
-        allocate_load_balancer_node_ports: true,
-    };
-    let endpoints = (0..ENDPOINTS)
-        .map(|e| {
-            let n = i * ENDPOINTS + e;
-            Endpoint {
-                ip: format!("10.{}.{}.{}", 128 + n / 65_536 % 64, n / 256 % 256, n % 256)
-                    .parse()
-                    .unwrap(),
-                port: 8080,
-                ready: true,
-                serving: true,
-                terminating: false,
-                node_name: Some(format!("node-{}", n % NODES).into()),
-                zone: None,
-                zone_hints: vec![],
-                node_hints: vec![],
-                is_local: n.is_multiple_of(NODES),
-            }
-        })
-        .collect();
-    let view = FamilyView {
-        family: IpFamily::V4,
-        cluster_ip: format!("10.96.{}.{}", i / 250, i % 250 + 1)
-            .parse()
-            .unwrap(),
-        external_ips: vec![],
-        load_balancer_ips: vec![],
-        load_balancer_source_ranges: vec![],
-        endpoints,
-        selection: Default::default(),
-    };
-    (port, view)
-}
-
-fn state(port: ServicePort, mut view: FamilyView, node: &NodeContext) -> Arc<ServicePortState> {
-    view.endpoints.sort_by_key(|e| (e.ip, e.port));
-    view.selection = topology::select(&view.endpoints, &port, false, node, Features::default());
-    Arc::new(ServicePortState {
-        port,
-        families: vec![view],
-    })
-}
-
-fn snapshot(SERVICES: usize, ENDPOINTS: usize) -> Snapshot {
-    let node = node();
-    let ports: BTreeMap<_, _> = (0..SERVICES)
-        .map(|i| {
-            let (p, v) = port(i, ENDPOINTS);
-            (p.name.clone(), state(p, v, &node))
-        })
-        .collect();
-    Snapshot {
-        node: Arc::new(node),
-        ports: Arc::new(ports),
-    }
-}
-
-/// The snapshot with one endpoint of one Service replaced.
-fn moved(snap: &Snapshot, SERVICES: usize, ENDPOINTS: usize, to: &str) -> Snapshot {
-    let (p, mut v) = port(SERVICES / 2, ENDPOINTS);
-    v.endpoints[ENDPOINTS / 2].ip = to.parse().unwrap();
-    let mut ports = (*snap.ports).clone();
-    ports.insert(p.name.clone(), state(p, v, &snap.node));
-    Snapshot {
-        node: snap.node.clone(),
-        ports: Arc::new(ports),
-    }
-}
 
 fn main() {
     let args: Vec<usize> = std::env::args()
@@ -140,9 +41,18 @@ fn main() {
         args.chunks(2).map(|c| (c[0], c[1])).collect()
     };
     for (services, endpoints) in sizes {
-        let snap = snapshot(services, endpoints);
+        let snap = Synthetic {
+            services,
+            endpoints,
+        }
+        .snapshot();
         let changes = Changes {
-            ports: [port(services / 2, endpoints).0.name].into(),
+            ports: [Synthetic {
+                services,
+                endpoints,
+            }
+            .moved_port()]
+            .into(),
             ..Changes::default()
         };
         if let Ok(path) = std::env::var("IPTABLES_APPLY_DUMP") {
@@ -179,7 +89,11 @@ fn main() {
             .iter()
             .enumerate()
         {
-            let next = moved(&snap, services, endpoints, to);
+            let next = Synthetic {
+                services,
+                endpoints,
+            }
+            .moved(&snap, to);
             let t = Instant::now();
             let r = dp.sync(&next, &changes, false).expect("partial sync");
             assert!(!r.full, "sync {i} was full");
@@ -199,7 +113,11 @@ fn main() {
             ModeConfig::default(),
             IptablesCommand::in_netns(Flavour::Nft, &ns),
         );
-        let last = moved(&snap, services, endpoints, "10.200.0.3");
+        let last = Synthetic {
+            services,
+            endpoints,
+        }
+        .moved(&snap, "10.200.0.3");
         let t = Instant::now();
         if let Err(e) = restarted.sync(&last, &Changes::default(), true) {
             println!("{services} x {endpoints}: restart failed: {e}");
