@@ -123,6 +123,17 @@ fn the_example_is_programmed_and_an_unchanged_resync_writes_nothing() {
         .expect("first sync");
     assert!(first.full);
     let nat = rule_lines(&ns, Table::Nat);
+    // Upstream's rule-count metrics: a full sync writes every rule of our chains, and the
+    // counts are what the kernel shows in them.
+    let rules = first.families[0].iptables_rules.expect("iptables counts");
+    for (table, counts) in [(Table::Nat, rules.nat), (Table::Filter, rules.filter)] {
+        let in_our_chains = rule_lines(&ns, table)
+            .iter()
+            .filter(|l| l.starts_with("-A KUBE-"))
+            .count();
+        assert_eq!(counts.total, in_our_chains, "{table:?}");
+        assert_eq!(counts.last, counts.total, "{table:?}");
+    }
     assert!(
         nat.iter()
             .any(|l| l.starts_with("-A KUBE-SERVICES -d 10.96.1.10/32"))
@@ -162,6 +173,12 @@ fn a_removed_endpoint_rewrites_its_service_and_deletes_its_chain() {
     // The web ClusterIP chain and one endpoint chain; nothing else.
     let v4 = &report.families[0];
     assert!(v4.operations > 0 && v4.operations < 10, "{v4:?}");
+    let rules = v4.iptables_rules.expect("iptables counts");
+    assert!(
+        rules.nat.last > 0 && rules.nat.last < rules.nat.total,
+        "only the changed chains are written: {rules:?}"
+    );
+    assert_eq!(rules.filter.last, 0, "{rules:?}");
     let after = chains(&ns, Table::Nat);
     assert_eq!(before.len(), after.len() + 1, "one KUBE-SEP chain deleted");
     let full = dp
@@ -379,4 +396,76 @@ fn cleanup_removes_every_chain_and_jump_of_ours() {
             .collect();
         assert!(ours.is_empty(), "{table:?}: {ours:?}");
     }
+}
+
+/// A `PATH` directory holding only the IPv4 iptables-nft tools, removed on drop.
+struct Ipv4ToolsOnly(std::path::PathBuf);
+
+impl Ipv4ToolsOnly {
+    fn new() -> Ipv4ToolsOnly {
+        let dir = scratch_dir().join("ipv4-tools-only");
+        std::fs::create_dir_all(&dir).expect("tools dir");
+        for tool in ["iptables-nft", "iptables-nft-save", "iptables-nft-restore"] {
+            let link = dir.join(tool);
+            if !link.exists() {
+                std::os::unix::fs::symlink("/usr/sbin/xtables-nft-multi", &link).expect("link");
+            }
+        }
+        Ipv4ToolsOnly(dir)
+    }
+
+    /// The backend for `ns` that finds its tools only here.
+    fn backend(&self, ns: &NetNs) -> IptablesCommand {
+        let path = format!("PATH={}", self.0.display());
+        IptablesCommand::with_prefix(
+            Flavour::Nft,
+            ["ip", "netns", "exec", &ns.name, "env", &path]
+                .map(String::from)
+                .to_vec(),
+        )
+    }
+}
+
+impl Drop for Ipv4ToolsOnly {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+#[test]
+fn a_family_without_tools_is_left_out_and_the_other_is_still_programmed() {
+    let ns = NetNs::new("kprs-ipt");
+    let tools = Ipv4ToolsOnly::new();
+    let mut dp = IptablesDataplane::new(ModeConfig::default(), tools.backend(&ns));
+    dp.keep_usable_families().expect("IPv4 is usable");
+    assert_eq!(dp.families(), [IpFamily::V4]);
+    let report = dp
+        .sync(&example(), &Changes::default(), true)
+        .expect("the IPv4 sync is not held back by IPv6");
+    assert_eq!(report.families.len(), 1);
+    assert_eq!(report.families[0].family, Some(IpFamily::V4));
+    assert!(
+        rule_lines(&ns, Table::Nat)
+            .iter()
+            .any(|l| l.starts_with("-A KUBE-SERVICES -d 10.96.1.10/32"))
+    );
+    // A partial sync checks only the family it programs.
+    dp.sync(&example(), &Changes::default(), false)
+        .expect("partial sync");
+
+    // With no tools at all, the mode cannot start, and the error says why per family.
+    let none = IptablesCommand::with_prefix(
+        Flavour::Nft,
+        ["ip", "netns", "exec", &ns.name, "env", "PATH=/nonexistent"]
+            .map(String::from)
+            .to_vec(),
+    );
+    let mut dp = IptablesDataplane::new(ModeConfig::default(), none);
+    let error = dp.keep_usable_families().expect_err("nothing is usable");
+    let message = error.to_string();
+    assert!(
+        message.starts_with("iptables is not usable on this host: IPv4: ")
+            && message.contains("; IPv6: "),
+        "{message}"
+    );
 }

@@ -120,6 +120,7 @@ fn record_sync(m: &Metrics, family: IpFamily, full: bool, secs: u64) {
             objects: 50,
             no_local_endpoints_internal: 0,
             no_local_endpoints_external: 1,
+            iptables_rules: None,
         }],
     });
 }

@@ -43,6 +43,8 @@ pub enum ModeError {
     Nftables(#[from] nftables::mode_config::Error),
     #[error(transparent)]
     Iptables(#[from] iptables::mode_config::Error),
+    #[error(transparent)]
+    NoIptables(#[from] iptables::NoUsableFamily),
 }
 
 /// The dataplane for `config`. nftables and iptables are implemented; IPVS gets the stand-in
@@ -65,8 +67,10 @@ pub fn dataplane(config: &Config) -> Result<Mode, ModeError> {
             let flavour = iptables::IptablesCommand::detect(&[]);
             tracing::info!(flavour = flavour.as_str(), "iptables back end chosen");
             let backend = iptables::IptablesCommand::new(flavour);
+            let mut dataplane = iptables::IptablesDataplane::new(cfg, backend);
+            dataplane.keep_usable_families()?;
             return Ok(Mode {
-                dataplane: Box::new(iptables::IptablesDataplane::new(cfg, backend)),
+                dataplane: Box::new(dataplane),
                 drift: None,
             });
         }

@@ -32,6 +32,25 @@ pub struct FamilyReport {
     pub no_local_endpoints_internal: usize,
     /// The same for the external policy.
     pub no_local_endpoints_external: usize,
+    /// iptables mode only: rules per table, for upstream's `sync_proxy_rules_iptables_*`.
+    pub iptables_rules: Option<IptablesRules>,
+}
+
+/// The rules of the two tables upstream's `sync_proxy_rules_iptables_total{table}` and
+/// `sync_proxy_rules_iptables_last{table}` report.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct IptablesRules {
+    pub filter: RuleCounts,
+    pub nat: RuleCounts,
+}
+
+/// One table's rules: in our chains after the sync, and written by it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RuleCounts {
+    /// Rules in our chains of the table after the sync.
+    pub total: usize,
+    /// Rules the sync wrote: all of them on a full sync, those of rewritten chains otherwise.
+    pub last: usize,
 }
 
 /// Why a sync failed. The previously programmed rules are still in place when this is returned.

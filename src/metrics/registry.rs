@@ -289,9 +289,9 @@ impl Metrics {
             .set(seconds_since_epoch(at));
     }
 
-    /// Takes the counts of a successful sync: Services without local endpoints per policy, and
-    /// our kernel object and operation counts. Reports without a family are skipped: every
-    /// metric here is labelled by family.
+    /// Takes the counts of a successful sync: Services without local endpoints per policy, our
+    /// kernel object and operation counts, and in iptables mode the rules per table. Reports
+    /// without a family are skipped: every metric here is labelled by family.
     pub fn record_report(&self, report: &SyncReport) {
         for r in &report.families {
             let Some(f) = r.family else { continue };
@@ -316,6 +316,11 @@ impl Metrics {
                 .operations
                 .get_or_create(&family(f))
                 .inc_by(r.operations as u64);
+            if let Some(rules) = &r.iptables_rules {
+                for (table, counts) in [(Table::Filter, rules.filter), (Table::Nat, rules.nat)] {
+                    self.set_iptables_rules(f, table, counts.total, counts.last);
+                }
+            }
         }
     }
 

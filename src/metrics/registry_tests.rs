@@ -1,7 +1,7 @@
 //! Tests of the registry: names, types, labels and buckets as a scrape shows them.
 
 use super::*;
-use crate::dataplane::FamilyReport;
+use crate::dataplane::{FamilyReport, IptablesRules, RuleCounts};
 use crate::metrics::names::ALL;
 
 fn at(secs: u64) -> SystemTime {
@@ -46,6 +46,13 @@ fn recorded_syncs_show_with_upstream_labels_and_buckets() {
             objects: 40,
             no_local_endpoints_internal: 1,
             no_local_endpoints_external: 2,
+            iptables_rules: Some(IptablesRules {
+                filter: RuleCounts { total: 4, last: 0 },
+                nat: RuleCounts {
+                    total: 120,
+                    last: 9,
+                },
+            }),
         }],
     });
     m.count_sync_failure(ProxyMode::Iptables, IpFamily::V6, false);
@@ -62,6 +69,10 @@ fn recorded_syncs_show_with_upstream_labels_and_buckets() {
         "kubeproxy_sync_proxy_rules_iptables_restore_failures_total{ip_family=\"IPv6\"} 1\n",
         "kubeproxy_sync_proxy_rules_iptables_partial_restore_failures_total{ip_family=\"IPv6\"} 1\n",
         "kubeproxy_sync_proxy_rules_iptables_total{ip_family=\"IPv6\",table=\"nat\"} 10\n",
+        "kubeproxy_sync_proxy_rules_iptables_total{ip_family=\"IPv4\",table=\"nat\"} 120\n",
+        "kubeproxy_sync_proxy_rules_iptables_last{ip_family=\"IPv4\",table=\"nat\"} 9\n",
+        "kubeproxy_sync_proxy_rules_iptables_total{ip_family=\"IPv4\",table=\"filter\"} 4\n",
+        "kubeproxy_sync_proxy_rules_iptables_last{ip_family=\"IPv4\",table=\"filter\"} 0\n",
         "kubeproxy_proxy_healthz_total{code=\"503\"} 1\n",
         "kubeproxy_rs_sync_operations_total{ip_family=\"IPv4\"} 7\n",
         "kubeproxy_rs_sync_objects{ip_family=\"IPv4\"} 40\n",

@@ -75,6 +75,12 @@ impl IptablesCommand {
         }
     }
 
+    /// The tools of `flavour` run through `prefix` (for example `ip netns exec NAME env
+    /// PATH=...`).
+    pub fn with_prefix(flavour: Flavour, prefix: Vec<String>) -> IptablesCommand {
+        IptablesCommand { flavour, prefix }
+    }
+
     pub fn flavour(&self) -> Flavour {
         self.flavour
     }
@@ -104,6 +110,17 @@ impl IptablesCommand {
     fn command(&self, family: IpFamily, suffix: &str) -> (Command, String) {
         let program = self.flavour.tool(family, suffix);
         (tool(&self.prefix, &program), program)
+    }
+}
+
+/// Whether `family` can be programmed: its tool runs and its nat table has the built-in
+/// POSTROUTING chain (upstream's "present" check). The error says why not.
+pub fn check_family(backend: &mut impl Backend, family: IpFamily) -> Result<(), String> {
+    match backend.has_chain(family, Table::Nat, "POSTROUTING") {
+        Ok(true) => Ok(()),
+        Ok(false) => Err("the nat table has no POSTROUTING chain".to_string()),
+        Err(Error::Spawn { program, source }) => Err(format!("cannot run {program}: {source}")),
+        Err(e) => Err(e.to_string()),
     }
 }
 

@@ -18,7 +18,7 @@ use super::plan::plan_reusing;
 use super::ruleset::{Ruleset, Table};
 use crate::cluster::{Changes, IpFamily, Snapshot};
 use crate::dataplane::nftables::dataplane::no_local_endpoints;
-use crate::dataplane::{Dataplane, FamilyReport, SyncError, SyncReport};
+use crate::dataplane::{Dataplane, FamilyReport, IptablesRules, RuleCounts, SyncError, SyncReport};
 
 const MODE: &str = "iptables";
 
@@ -30,8 +30,10 @@ const CONTEXT_LINES: usize = 2;
 pub struct IptablesDataplane<B = IptablesCommand> {
     cfg: ModeConfig,
     backend: B,
-    /// Both families' last plan, IPv4 first; the next plan reuses its unchanged ports.
-    plan: Option<[Ruleset; 2]>,
+    /// The families programmed: both, unless [`Self::keep_usable_families`] left one out.
+    families: Vec<IpFamily>,
+    /// Each family's last plan, in `families` order; the next plan reuses its unchanged ports.
+    plan: Option<Vec<Ruleset>>,
     /// The kernel holds `plan`: the last sync succeeded. False at start-up and after a failure.
     in_kernel: bool,
 }
@@ -41,24 +43,59 @@ impl<B: Backend> IptablesDataplane<B> {
         IptablesDataplane {
             cfg,
             backend,
+            families: IpFamily::ALL.to_vec(),
             plan: None,
             in_kernel: false,
         }
+    }
+
+    /// The families this dataplane programs.
+    pub fn families(&self) -> &[IpFamily] {
+        &self.families
+    }
+
+    /// Leaves out the families whose tools cannot program this host (no `ip6tables`, no IPv6
+    /// nat table), as upstream does, with a warning naming the family and the reason. Errs
+    /// when no family is left: then the mode cannot run at all.
+    pub fn keep_usable_families(&mut self) -> Result<(), NoUsableFamily> {
+        let mut reasons = Vec::new();
+        let mut usable = Vec::new();
+        for &family in &self.families {
+            match backend::check_family(&mut self.backend, family) {
+                Ok(()) => usable.push(family),
+                Err(reason) => {
+                    tracing::warn!(family = %family, reason = %reason,
+                        "iptables cannot program this family on this host; leaving it out");
+                    reasons.push(format!("{family}: {reason}"));
+                }
+            }
+        }
+        if usable.is_empty() {
+            return Err(NoUsableFamily {
+                reasons: reasons.join("; "),
+            });
+        }
+        self.families = usable;
+        Ok(())
     }
 
     pub fn backend_mut(&mut self) -> &mut B {
         &mut self.backend
     }
 
-    /// Whether every family's canary chains are still there.
+    /// Whether every family's mangle canary chain is still there. Only mangle is looked at,
+    /// as upstream's monitor does: nothing of ours lives there, so a reload that flushed it
+    /// flushed the other tables too, and with iptables-nft every `-S` reads the whole table,
+    /// which at 10,000 Services costs more than the rest of a partial sync.
     fn canaries_present(&mut self) -> Result<bool, backend::Error> {
-        for family in IpFamily::ALL {
-            for table in Table::ALL {
-                if !self.backend.has_chain(family, table, names::CANARY)? {
-                    tracing::warn!(family = %family, table = table.as_str(),
-                        "our canary chain is gone (firewall reload?); syncing fully");
-                    return Ok(false);
-                }
+        for &family in &self.families {
+            if !self
+                .backend
+                .has_chain(family, Table::Mangle, names::CANARY)?
+            {
+                tracing::warn!(family = %family,
+                    "our canary chain is gone (firewall reload?); syncing fully");
+                return Ok(false);
             }
         }
         Ok(true)
@@ -131,15 +168,19 @@ impl<B: Backend> Dataplane for IptablesDataplane<B> {
         full: bool,
     ) -> Result<SyncReport, SyncError> {
         let previous = self.plan.take();
-        let want = [0, 1].map(|i| {
-            let family = IpFamily::ALL[i];
-            plan_reusing(
-                snapshot,
-                &self.cfg,
-                family,
-                previous.as_ref().map(|p| &p[i]),
-            )
-        });
+        let want: Vec<Ruleset> = self
+            .families
+            .iter()
+            .enumerate()
+            .map(|(i, &family)| {
+                plan_reusing(
+                    snapshot,
+                    &self.cfg,
+                    family,
+                    previous.as_ref().map(|p| &p[i]),
+                )
+            })
+            .collect();
         // Cleared until the kernel accepts both families.
         let in_kernel = std::mem::take(&mut self.in_kernel);
         let mut full = full || !in_kernel || previous.is_none();
@@ -152,7 +193,7 @@ impl<B: Backend> Dataplane for IptablesDataplane<B> {
                 }
             }
         }
-        let mut families = Vec::with_capacity(2);
+        let mut families = Vec::with_capacity(want.len());
         for (i, w) in want.iter().enumerate() {
             let last = previous.as_ref().filter(|_| !full).map(|p| &p[i]);
             let known = previous.as_ref().map(|p| &p[i]);
@@ -179,12 +220,33 @@ impl<B: Backend> Dataplane for IptablesDataplane<B> {
                 objects: w.objects(),
                 no_local_endpoints_internal: internal,
                 no_local_endpoints_external: external,
+                iptables_rules: Some(rule_counts(w, &script)),
             });
         }
         self.plan = Some(want);
         self.in_kernel = true;
         Ok(SyncReport { full, families })
     }
+}
+
+/// The filter and nat counts of upstream's rule metrics for one family's sync.
+fn rule_counts(want: &Ruleset, script: &Script) -> IptablesRules {
+    let counts = |table| RuleCounts {
+        total: want.rule_count(table),
+        last: script.rules_written(table),
+    };
+    IptablesRules {
+        filter: counts(Table::Filter),
+        nat: counts(Table::Nat),
+    }
+}
+
+/// No IP family can be programmed with iptables on this host.
+#[derive(Debug, thiserror::Error)]
+#[error("iptables is not usable on this host: {reasons}")]
+pub struct NoUsableFamily {
+    /// Per family, why not.
+    pub reasons: String,
 }
 
 fn io_error(e: backend::Error) -> SyncError {

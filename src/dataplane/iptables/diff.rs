@@ -27,11 +27,24 @@ pub struct Script {
     pub chains: usize,
     /// Rules written.
     pub rules: usize,
+    /// Rules written per table, indexed by [`Table::index`]
+    /// (`sync_proxy_rules_iptables_last{table}`).
+    pub rules_per_table: [usize; Table::ALL.len()],
 }
 
 impl Script {
     pub fn is_empty(&self) -> bool {
         self.text.is_empty()
+    }
+
+    /// Rules this input writes into our chains of `table`.
+    pub fn rules_written(&self, table: Table) -> usize {
+        self.rules_per_table[table.index()]
+    }
+
+    fn count_rules(&mut self, table: Table, n: usize) {
+        self.rules += n;
+        self.rules_per_table[table.index()] += n;
     }
 }
 
@@ -59,7 +72,7 @@ pub fn full(want: &Ruleset, saved: &BTreeMap<Table, Saved>) -> Script {
             for r in rules {
                 append_line(&mut s.text, name.as_str(), r, want.family);
             }
-            s.rules += rules.len();
+            s.count_rules(table, rules.len());
         }
         // Rules in chains not ours (built-in or another program's) that jump to a stale chain:
         // deleted, or the chain could not be.
@@ -110,7 +123,7 @@ pub fn partial(last: &Ruleset, want: &Ruleset) -> Script {
             for r in *rules {
                 append_line(&mut s.text, name.as_str(), r, want.family);
             }
-            s.rules += rules.len();
+            s.count_rules(table, rules.len());
         }
         for name in &gone {
             let _ = writeln!(s.text, "-X {name}");

@@ -32,8 +32,10 @@
 //!   until the restore replaces them in one commit, so a restart drops no connection.
 //! - Other syncs rewrite only the chains whose rules changed (per-service chains of changed
 //!   service ports, and the top-level chains when a capture rule changed), and delete chains that
-//!   went away; nothing is read back. Before one, the canary chains are checked: one gone means
-//!   a firewall reload, and the sync is full.
+//!   went away; nothing is read back. Before one, each family's mangle canary is checked (as
+//!   upstream's monitor does): gone means a firewall reload, and the sync is full.
+//! - At start-up a family whose tools cannot program the host is left out
+//!   ([`IptablesDataplane::keep_usable_families`]); with none left the mode does not start.
 //! - Each service port's rules are one shared value in the [`Ruleset`]
 //!   ([`ruleset::PortRules`]): [`plan::plan_reusing`] takes an unchanged port's rules from the
 //!   previous plan, and [`diff::partial`] skips them without comparing, so a small change costs
@@ -65,7 +67,7 @@ mod hostile_props;
 pub(crate) mod netns;
 
 pub use backend::{Backend, IptablesCommand};
-pub use dataplane::IptablesDataplane;
+pub use dataplane::{IptablesDataplane, NoUsableFamily};
 pub use flavour::Flavour;
 pub use mode_config::ModeConfig;
 pub use plan::{plan, plan_all, plan_reusing};

@@ -26,6 +26,15 @@ pub enum Table {
 impl Table {
     pub const ALL: [Table; 3] = [Table::Mangle, Table::Nat, Table::Filter];
 
+    /// This table's place in [`Table::ALL`], for per-table arrays.
+    pub const fn index(self) -> usize {
+        match self {
+            Table::Mangle => 0,
+            Table::Nat => 1,
+            Table::Filter => 2,
+        }
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             Table::Mangle => "mangle",

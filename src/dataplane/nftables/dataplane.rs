@@ -141,6 +141,7 @@ impl<B: Backend> Dataplane for NftablesDataplane<B> {
                     objects,
                     no_local_endpoints_internal: internal,
                     no_local_endpoints_external: external,
+                    iptables_rules: None,
                 }
             })
             .collect();
