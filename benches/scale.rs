@@ -7,7 +7,7 @@
 //!     [--proxies ours-nftables,ours-iptables,upstream-nftables,upstream-iptables]
 //!     [--churn-rate 10] [--churn-secs 30] [--cold-limit 900] [--change-limit 60]
 //!     [--drain-limit 120] [--concurrency 32] [--nodes 100] [--latency-samples 1000]
-//!     [--out target/scale]
+//!     [--iptables-flavour nft|legacy] [--out target/scale]
 //! cargo bench --bench scale -- --charts-from run1/scale-results.json \
 //!     --charts-from run2/scale-results.json --out docs/images    # charts of several runs
 //! ```
@@ -32,7 +32,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use scale::helper::SelfExec;
-use scale::options::{Churn, Limits, Options, ProxyKind, Scale};
+use scale::options::{Churn, IptablesFlavour, Limits, Options, ProxyKind, Scale};
 
 /// The scale benchmark: upstream kube-proxy against ours.
 #[derive(Parser, Debug)]
@@ -72,6 +72,10 @@ struct Args {
     /// Timed TCP connects per first-packet probe (after 50 untimed ones).
     #[arg(long, default_value_t = 1000)]
     latency_samples: usize,
+    /// The iptables back end both proxies' iptables mode uses: nft (the host's default) or
+    /// legacy (x_tables).
+    #[arg(long, value_parser = IptablesFlavour::parse, default_value = "nft")]
+    iptables_flavour: IptablesFlavour,
     /// Draw the charts from these saved results (`scale-results.json` of earlier runs, later
     /// files win for a scale they share) into --out, and run nothing.
     #[arg(long = "charts-from")]
@@ -120,6 +124,7 @@ fn main() {
         concurrency: args.concurrency,
         nodes: args.nodes.max(1),
         latency_samples: args.latency_samples.max(1),
+        iptables_flavour: args.iptables_flavour,
         ours_bin: PathBuf::from(env!("CARGO_BIN_EXE_kube-proxy-rs")),
         exec: SelfExec::current(&[]),
         out_dir: args.out,

@@ -21,7 +21,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use scale::helper::SelfExec;
-use scale::options::{Churn, Limits, Options, ProxyKind, Scale};
+use scale::options::{Churn, IptablesFlavour, Limits, Options, ProxyKind, Scale};
 use scale::report::Figure;
 
 /// The libtest name of the entry point of the harness's in-namespace processes.
@@ -47,6 +47,7 @@ async fn scale_harness_measures_both_proxies_at_1000_by_10() {
         concurrency: 32,
         nodes: 20,
         latency_samples: 100,
+        iptables_flavour: IptablesFlavour::Nft,
         ours_bin: PathBuf::from(env!("CARGO_BIN_EXE_kube-proxy-rs")),
         exec: SelfExec::current(&[HELPER_TEST, "--exact", "--nocapture", "--test-threads=1"]),
         out_dir: PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("scale-smoke"),

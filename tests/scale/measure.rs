@@ -96,7 +96,7 @@ pub async fn measure(
     )
     .await;
     let started = SystemTime::now();
-    let pid = node.start_proxy(env, kind, &opts.ours_bin);
+    let pid = node.start_proxy(env, kind, opts);
     let mut s = Session {
         opts,
         node,

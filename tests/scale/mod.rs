@@ -97,9 +97,10 @@ pub fn write_report(
     reports: &[ScaleReport],
 ) -> Result<String, String> {
     let mut text = format!(
-        "### Scale run {}\n\n- Machine: {}\n- Command: `{command}`\n- Load: churn {} changes/s for {} s; limits: cold {} s, change {} s, drain {} s; {} Nodes; {} requests in flight while loading\n\n",
+        "### Scale run {}\n\n- Machine: {}\n- Command: `{command}`\n- iptables mode: iptables-{}\n- Load: churn {} changes/s for {} s; limits: cold {} s, change {} s, drain {} s; {} Nodes; {} requests in flight while loading\n\n",
         crate::testenv::rfc3339_now(),
         report::machine(),
+        opts.iptables_flavour.as_str(),
         opts.churn.rate,
         opts.churn.duration.as_secs(),
         opts.limits.cold.as_secs(),

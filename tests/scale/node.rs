@@ -23,11 +23,14 @@ use std::time::Duration;
 use super::helper::{RESULT_PREFIX, SelfExec, Spec};
 use super::metrics::METRICS_ADDR;
 use super::objects::{CLUSTER_CIDR, NODE_IP, POD_A, POD_B, TARGET_PORT, node_name};
-use super::options::{Implementation, ProxyKind};
+use super::options::{Implementation, IptablesFlavour, Options, ProxyKind};
 use crate::testenv::{ChildGuard, NetNs, TestEnv, bridge_apiserver};
 
 /// The pods' gateway on the node's `lo`.
 const POD_GATEWAY: &str = "100.127.255.1";
+/// `iptables`, `iptables-save`, … linked to their legacy tools, first in upstream's `PATH`
+/// when the run uses iptables-legacy.
+const LEGACY_TOOLS_DIR: &str = "/tmp/kprs-scale-iptables-legacy";
 /// The cluster's service range: the pod refuses all of it locally.
 const SERVICE_RANGE: &str = "10.96.0.0/12";
 
@@ -91,13 +94,22 @@ impl Node {
 
     /// Starts `kind` in the node namespace as node 0, reading the API server through a bridge.
     /// Returns the proxy's pid.
-    pub fn start_proxy(&mut self, env: &TestEnv, kind: ProxyKind, ours_bin: &Path) -> u32 {
+    pub fn start_proxy(&mut self, env: &TestEnv, kind: ProxyKind, opts: &Options) -> u32 {
         self.bridge = Some(bridge_apiserver(env, &self.ns));
         let (name, program) = match kind.implementation {
             Implementation::Upstream => ("kube-proxy", env.bin("kube-proxy")),
-            Implementation::Ours => ("kube-proxy-rs", ours_bin.to_owned()),
+            Implementation::Ours => ("kube-proxy-rs", opts.ours_bin.clone()),
         };
         let mut cmd = self.ns.command(program);
+        if kind.mode == "iptables"
+            && opts.iptables_flavour == IptablesFlavour::Legacy
+            && let Err(e) = self.use_iptables_legacy(&mut cmd)
+        {
+            eprintln!(
+                "scale: cannot set up iptables-legacy in {}: {e}",
+                self.ns.name
+            );
+        }
         cmd.arg(format!(
             "--kubeconfig={}",
             env.kube_proxy_kubeconfig.display()
@@ -114,6 +126,44 @@ impl Node {
         let pid = child.pid();
         self.proxy = Some(child);
         pid
+    }
+
+    /// Makes iptables-legacy the node's iptables for the proxy `cmd` will start: the kubelet's
+    /// marker chain `KUBE-IPTABLES-HINT` in legacy's mangle table of both families (how ours,
+    /// like upstream's image wrapper, picks the flavour), and for upstream's binary, which runs
+    /// plain `iptables`, a `PATH` whose `iptables*` are the legacy tools.
+    fn use_iptables_legacy(&self, cmd: &mut Command) -> Result<(), String> {
+        for tool in ["iptables-legacy", "ip6tables-legacy"] {
+            let out = self
+                .ns
+                .command(tool)
+                .args(["-w", "5", "-t", "mangle", "-N", "KUBE-IPTABLES-HINT"])
+                .output()
+                .map_err(|e| format!("run {tool}: {e}"))?;
+            if !out.status.success() {
+                return Err(format!(
+                    "{tool} -N KUBE-IPTABLES-HINT: {}",
+                    String::from_utf8_lossy(&out.stderr).trim()
+                ));
+            }
+        }
+        std::fs::create_dir_all(LEGACY_TOOLS_DIR).map_err(|e| e.to_string())?;
+        for base in ["iptables", "ip6tables"] {
+            for suffix in ["", "-save", "-restore"] {
+                let link = Path::new(LEGACY_TOOLS_DIR).join(format!("{base}{suffix}"));
+                if !link.exists() {
+                    let target = format!("/usr/sbin/{base}-legacy{suffix}");
+                    std::os::unix::fs::symlink(&target, &link)
+                        .map_err(|e| format!("link {}: {e}", link.display()))?;
+                }
+            }
+        }
+        let path = std::env::var("PATH").unwrap_or_default();
+        cmd.env(
+            "PATH",
+            format!("{LEGACY_TOOLS_DIR}:/usr/sbin:/usr/bin:/sbin:/bin:{path}"),
+        );
+        Ok(())
     }
 
     /// The proxy's exit status and the end of its log, if it has exited.

@@ -137,6 +137,33 @@ impl<'de> serde::Deserialize<'de> for ProxyKind {
     }
 }
 
+/// Which iptables back end the node uses, for both proxies' iptables mode. nft is what a
+/// fresh Debian host has; legacy (x_tables) is the one where both proxies finish a full sync
+/// at 10,000 × 10 in minutes (iptables-nft takes more than half an hour there for either).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum IptablesFlavour {
+    #[default]
+    Nft,
+    Legacy,
+}
+
+impl IptablesFlavour {
+    pub fn parse(text: &str) -> Result<IptablesFlavour, String> {
+        match text.trim() {
+            "nft" => Ok(IptablesFlavour::Nft),
+            "legacy" => Ok(IptablesFlavour::Legacy),
+            _ => Err(format!("iptables flavour {text:?}: one of nft, legacy")),
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            IptablesFlavour::Nft => "nft",
+            IptablesFlavour::Legacy => "legacy",
+        }
+    }
+}
+
 /// Time limits. A phase that passes its limit is reported as "> limit", never dropped.
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
@@ -168,6 +195,8 @@ pub struct Options {
     pub nodes: usize,
     /// Timed connects of each first-packet probe (see `first_packet`).
     pub latency_samples: usize,
+    /// The iptables back end of the node (iptables mode only).
+    pub iptables_flavour: IptablesFlavour,
     /// Our binary.
     pub ours_bin: PathBuf,
     /// How to re-run this binary as a harness process (echo server, watcher, metrics reader).
@@ -199,5 +228,10 @@ mod tests {
             ProxyKind::parse("upstream/iptables"),
             Ok(ProxyKind::UPSTREAM_IPTABLES)
         );
+        assert_eq!(
+            IptablesFlavour::parse("legacy"),
+            Ok(IptablesFlavour::Legacy)
+        );
+        assert!(IptablesFlavour::parse("xtables").is_err());
     }
 }
