@@ -28,7 +28,6 @@ use kube_proxy_rs::cluster::topology::{self, Features};
 use kube_proxy_rs::config::NftablesEncoder;
 use kube_proxy_rs::dataplane::Dataplane;
 use kube_proxy_rs::dataplane::nftables::backend::{self, Backend};
-use kube_proxy_rs::dataplane::nftables::monitor::OwnProcesses;
 use kube_proxy_rs::dataplane::nftables::parse::Parsed;
 use kube_proxy_rs::dataplane::nftables::{
     Drift, Family, ModeConfig, NftablesDataplane, Ruleset, Transaction, plan_all,
@@ -70,8 +69,8 @@ impl Backend for Timed {
         r
     }
 
-    fn record_own(&mut self, own: OwnProcesses) {
-        self.inner.record_own(own)
+    fn watched_by(&mut self, drift: std::sync::Arc<Drift>) {
+        self.inner.watched_by(drift)
     }
 }
 

@@ -11,6 +11,9 @@
 #[path = "support/host.rs"]
 mod host;
 
+#[path = "../benches/support/synthetic.rs"]
+mod synthetic;
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -24,7 +27,6 @@ use kube_proxy_rs::cluster::{Changes, IpFamily, ServicePortName, Snapshot, Track
 use kube_proxy_rs::config::NftablesEncoder;
 use kube_proxy_rs::dataplane::Dataplane;
 use kube_proxy_rs::dataplane::nftables::backend::{self, Backend};
-use kube_proxy_rs::dataplane::nftables::monitor::OwnProcesses;
 use kube_proxy_rs::dataplane::nftables::names::Name;
 use kube_proxy_rs::dataplane::nftables::parse::Parsed;
 use kube_proxy_rs::dataplane::nftables::parse::parse;
@@ -33,6 +35,7 @@ use kube_proxy_rs::dataplane::nftables::{
     Drift, Family, ModeConfig, NftCommand, NftablesDataplane, Op, Ruleset, Transaction, monitor,
     plan_all,
 };
+use synthetic::Synthetic;
 
 /// Where `host.rs` puts process logs.
 fn scratch_dir() -> PathBuf {
@@ -330,8 +333,8 @@ impl Backend for Refusing {
         self.inner.dump_expecting(family, want)
     }
 
-    fn record_own(&mut self, own: OwnProcesses) {
-        self.inner.record_own(own)
+    fn watched_by(&mut self, drift: std::sync::Arc<Drift>) {
+        self.inner.watched_by(drift)
     }
 }
 
@@ -397,16 +400,9 @@ fn a_restart_adopts_the_table_and_changes_only_what_differs() {
     assert_eq!(kernel(&ns), planned(&after));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_outside_deletion_is_noticed_and_repaired_by_the_next_sync() {
-    let ns = NetNs::new("nfa-repair");
-    let snap = example();
-    let mut dp = dataplane(&ns);
-    let drift = dp.drift().clone();
-    let watcher = tokio::spawn(monitor::run(Some(ns.name.clone()), drift.clone()));
-    dp.sync(&snap, &no_changes(), true).expect("first sync");
-
-    // Wait until the monitor listens: outside changes to a scratch chain until one is seen.
+/// Waits until the monitor reports outside changes (to a scratch chain in our table, which
+/// must exist), then forgets every report so far.
+async fn wait_until_listening(ns: &NetNs, drift: &Drift) {
     let mut listening = false;
     for i in 0..50 {
         let probe = format!(
@@ -421,11 +417,112 @@ async fn an_outside_deletion_is_noticed_and_repaired_by_the_next_sync() {
             break;
         }
     }
-    assert!(listening, "nft monitor never reported an outside change");
+    assert!(listening, "the monitor never reported an outside change");
     // Let late reports of earlier probes arrive, then forget them all.
     tokio::time::sleep(Duration::from_millis(300)).await;
     let _ = tokio::time::timeout(Duration::from_millis(10), drift.changed()).await;
     drift.take_pending();
+}
+
+/// `nft ARGS` in the named namespace, from any thread.
+fn nft_in(netns: &str, args: &str) {
+    let out = std::process::Command::new("ip")
+        .args(["netns", "exec", netns, "nft", args])
+        .output()
+        .expect("run nft");
+    assert!(out.status.success(), "nft {args}: {out:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_monitor_hears_nothing_until_it_resumes() {
+    let ns = NetNs::new("nfa-pause");
+    let drift = Drift::new();
+    let watcher = tokio::spawn(monitor::run(Some(ns.name.clone()), drift.clone()));
+    ns.output("nft", &["add", "table", "ip", "kube-proxy-rs"]);
+    wait_until_listening(&ns, &drift).await;
+    let before = drift.noticed();
+
+    let (d, name) = (drift.clone(), ns.name.clone());
+    let heard_while_paused = tokio::task::spawn_blocking(move || {
+        let paused = d.pause_monitor().expect("the running monitor pauses");
+        nft_in(&name, "add chain ip kube-proxy-rs while-paused");
+        std::thread::sleep(Duration::from_millis(300));
+        let heard = d.noticed();
+        drop(paused);
+        heard
+    })
+    .await
+    .expect("pause thread");
+    assert_eq!(
+        heard_while_paused, before,
+        "a paused monitor heard a change"
+    );
+    assert_eq!(drift.pauses(), 1);
+
+    ns.output(
+        "nft",
+        &["add", "chain", "ip", "kube-proxy-rs", "after-resume"],
+    );
+    tokio::time::timeout(Duration::from_secs(2), drift.changed())
+        .await
+        .expect("the resumed monitor hears the next change");
+    assert!(drift.noticed() > before);
+
+    watcher.abort();
+    let _ = watcher.await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_sync_of_ours_is_not_taken_for_an_outside_change() {
+    let ns = NetNs::new("nfa-large");
+    let mut dp = dataplane(&ns);
+    let drift = dp.drift().clone();
+    let watcher = tokio::spawn(monitor::run(Some(ns.name.clone()), drift.clone()));
+    ns.output("nft", &["add", "table", "ip", "kube-proxy-rs"]);
+    wait_until_listening(&ns, &drift).await;
+    let noticed = drift.noticed();
+
+    // 100,000 endpoints: above the size sent with the monitor paused.
+    let snap = Synthetic {
+        services: 5_000,
+        endpoints: 20,
+    }
+    .snapshot();
+    let report =
+        tokio::task::block_in_place(|| dp.sync(&snap, &no_changes(), true)).expect("large sync");
+    assert!(operations(&report) >= backend::UNWATCHED_MIN, "{report:?}");
+    assert_eq!(
+        drift.pauses(),
+        1,
+        "the large batch went out with the monitor paused"
+    );
+    let quiet = tokio::time::timeout(Duration::from_millis(500), drift.changed()).await;
+    assert!(
+        quiet.is_err(),
+        "our own large sync was taken for an outside change"
+    );
+    assert_eq!(drift.noticed(), noticed);
+
+    // Listening again afterwards.
+    ns.output("nft", &["delete", "table", "ip", "kube-proxy-rs"]);
+    tokio::time::timeout(Duration::from_secs(2), drift.changed())
+        .await
+        .expect("the deletion after the large sync is noticed");
+
+    watcher.abort();
+    let _ = watcher.await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outside_deletion_is_noticed_and_repaired_by_the_next_sync() {
+    let ns = NetNs::new("nfa-repair");
+    let snap = example();
+    let mut dp = dataplane(&ns);
+    let drift = dp.drift().clone();
+    let watcher = tokio::spawn(monitor::run(Some(ns.name.clone()), drift.clone()));
+    dp.sync(&snap, &no_changes(), true).expect("first sync");
+
+    wait_until_listening(&ns, &drift).await;
     let noticed = drift.noticed();
 
     // Our own transactions are not outside changes.

@@ -10,9 +10,10 @@
 
 use std::io::Write as _;
 use std::process::{Command, Stdio};
+use std::sync::Arc;
 
 use super::diff::Transaction;
-use super::monitor::OwnProcesses;
+use super::monitor::{self, Drift, OwnProcesses};
 use super::names;
 use super::netlink::{self, Netlink};
 use super::parse::{self, Parsed};
@@ -81,9 +82,10 @@ pub trait Backend: Send {
         self.dump(family)
     }
 
-    /// Where to record the processes (or threads) our transactions come from, so the monitor
-    /// tells them from other programs'.
-    fn record_own(&mut self, own: OwnProcesses);
+    /// The monitor watching our table: the backend records the processes (or threads) our
+    /// transactions come from, so the monitor tells them from other programs', and may pause
+    /// it around a large transaction.
+    fn watched_by(&mut self, drift: Arc<Drift>);
 }
 
 impl Backend for Box<dyn Backend> {
@@ -99,8 +101,8 @@ impl Backend for Box<dyn Backend> {
         (**self).dump_expecting(family, want)
     }
 
-    fn record_own(&mut self, own: OwnProcesses) {
-        (**self).record_own(own)
+    fn watched_by(&mut self, drift: Arc<Drift>) {
+        (**self).watched_by(drift)
     }
 }
 
@@ -115,25 +117,78 @@ pub fn for_encoder(encoder: NftablesEncoder, netns: Option<&str>) -> Box<dyn Bac
     }
 }
 
+/// Operations from which a transaction of ours is sent with the monitor paused (see
+/// [`monitor`]): below this the notifications cost little, and a pause costs two round trips
+/// to the monitor task and two generation reads.
+pub const UNWATCHED_MIN: usize = 10_000;
+
 /// The netlink encoder as a [`Backend`].
 pub struct NetlinkBackend {
     netlink: Netlink,
-    own: Option<OwnProcesses>,
+    drift: Option<Arc<Drift>>,
 }
 
 impl NetlinkBackend {
     pub fn new(netlink: Netlink) -> NetlinkBackend {
-        NetlinkBackend { netlink, own: None }
+        NetlinkBackend {
+            netlink,
+            drift: None,
+        }
+    }
+
+    /// Applies a large batch with the monitor paused, so the kernel builds no notification per
+    /// element, and asks for a full sync if anyone else committed meanwhile (the generation
+    /// moved on by more than our own commit).
+    fn apply_unwatched(
+        &mut self,
+        drift: &Drift,
+        transactions: &[Transaction],
+    ) -> Result<(), netlink::Error> {
+        let Ok(Some(before)) = self.netlink.generation() else {
+            return self.netlink.apply(transactions);
+        };
+        let paused = drift.pause_monitor();
+        let result = self.netlink.apply(transactions);
+        let Some(paused) = paused else {
+            return result;
+        };
+        // Listening again before the second reading: a commit after it is the monitor's.
+        drop(paused);
+        match self.netlink.generation() {
+            Ok(Some(after)) if !monitor::unseen_commit(before, after, result.is_ok()) => {}
+            Ok(Some(after)) if result.is_err() => {
+                // A failed sync is followed by a full one anyway.
+                tracing::debug!(before, after, "generation moved during a refused batch");
+            }
+            Ok(_) | Err(_) => {
+                tracing::info!(
+                    "another nf_tables transaction may have run while our monitor was paused; syncing fully"
+                );
+                drift.notice();
+            }
+        }
+        result
     }
 }
 
 impl Backend for NetlinkBackend {
     fn run(&mut self, transactions: &[Transaction]) -> Result<(), Error> {
-        if let Some(own) = &self.own {
-            // The kernel names the sending thread in its generation notice.
-            own.record(nix::unistd::gettid().as_raw() as u32);
-        }
-        self.netlink.apply(transactions).map_err(|e| match e {
+        let result = match self.drift.clone() {
+            Some(drift) => {
+                // The kernel names the sending thread in its generation notice.
+                drift
+                    .own_processes()
+                    .record(nix::unistd::gettid().as_raw() as u32);
+                let operations: usize = transactions.iter().map(|t| t.operations()).sum();
+                if operations >= UNWATCHED_MIN {
+                    self.apply_unwatched(&drift, transactions)
+                } else {
+                    self.netlink.apply(transactions)
+                }
+            }
+            None => self.netlink.apply(transactions),
+        };
+        result.map_err(|e| match e {
             netlink::Error::Refused { message, context } => Error::Refused {
                 message,
                 line: None,
@@ -153,8 +208,8 @@ impl Backend for NetlinkBackend {
             .map_err(Error::Netlink)
     }
 
-    fn record_own(&mut self, own: OwnProcesses) {
-        self.own = Some(own);
+    fn watched_by(&mut self, drift: Arc<Drift>) {
+        self.drift = Some(drift);
     }
 }
 
@@ -317,7 +372,8 @@ impl Backend for NftCommand {
             .map_err(Error::Unreadable)
     }
 
-    fn record_own(&mut self, own: OwnProcesses) {
+    fn watched_by(&mut self, drift: Arc<Drift>) {
+        let own = drift.own_processes();
         self.own = Some(own);
     }
 }

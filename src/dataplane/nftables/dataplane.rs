@@ -42,7 +42,7 @@ impl NftablesDataplane<Box<dyn Backend>> {
         drift: Arc<Drift>,
     ) -> NftablesDataplane {
         let mut backend: Box<dyn Backend> = Box::new(backend);
-        backend.record_own(drift.own_processes());
+        backend.watched_by(drift.clone());
         NftablesDataplane::with_backend(cfg, backend, drift)
     }
 }

@@ -12,12 +12,19 @@
 //! transaction overflowed the socket) count as an outside change too: what was lost may have
 //! been someone else's.
 //!
+//! The kernel builds a notification for every object of a transaction while any socket
+//! listens, which for a cold sync of 250,000 elements costs about as much kernel time as the
+//! transaction itself. So the applier may [`Drift::pause_monitor`] around a large transaction
+//! of its own: the monitor leaves the group until the returned [`Paused`] is dropped, and the
+//! applier compares the ruleset generation before and after to learn whether anyone else
+//! committed meanwhile ([`unseen_commit`]), which it reports with [`Drift::notice`].
+//!
 //! Never repairs anything itself and never decides when to sync. `main` starts it; a
 //! constructor never does.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, mpsc};
 use std::time::Duration;
 
 use netlink_sys::AsyncSocketExt as _;
@@ -36,6 +43,14 @@ const OWN_PIDS: usize = 64;
 /// missed meanwhile, so a reopen also asks for a full sync.
 const RESTART_DELAY: Duration = Duration::from_secs(1);
 const RESTART_DELAY_MAX: Duration = Duration::from_secs(60);
+/// How long a pause or resume waits for the monitor to act on it. Past that the applier goes
+/// on: a pause that did not happen costs only time, and a late resume is followed by a full
+/// sync (see [`Paused`]).
+const CONTROL_WAIT: Duration = Duration::from_secs(2);
+
+/// What the applier asks of the running monitor: join (`true`) or leave the group, answered on
+/// the channel once done.
+type Control = (bool, mpsc::SyncSender<()>);
 
 /// Pids of the `nft -f` processes we started, or thread ids of our threads that sent a netlink
 /// batch; shared by the backend (writes) and the monitor (reads).
@@ -68,6 +83,39 @@ pub struct Drift {
     own: OwnProcesses,
     noticed: AtomicU64,
     repairs: AtomicU64,
+    pauses: AtomicU64,
+    /// The running monitor's control channel; `None` while no monitor runs.
+    control: Mutex<Option<tokio::sync::mpsc::UnboundedSender<Control>>>,
+}
+
+/// The monitor is not listening until this is dropped; dropping it makes it listen again and
+/// waits until it does. See [`Drift::pause_monitor`].
+#[must_use = "the monitor listens again when this is dropped"]
+pub struct Paused<'a> {
+    drift: &'a Drift,
+    control: tokio::sync::mpsc::UnboundedSender<Control>,
+}
+
+impl Drop for Paused<'_> {
+    fn drop(&mut self) {
+        if !ask(&self.control, true) {
+            // Changes from now until the monitor listens again may go unseen.
+            tracing::warn!("the nftables monitor did not resume in time; syncing fully");
+            self.drift.notice();
+        }
+    }
+}
+
+/// Sends one control request and waits for the monitor to act on it.
+fn ask(control: &tokio::sync::mpsc::UnboundedSender<Control>, subscribe: bool) -> bool {
+    let (done, acted) = mpsc::sync_channel(1);
+    control.send((subscribe, done)).is_ok() && acted.recv_timeout(CONTROL_WAIT).is_ok()
+}
+
+/// Whether another program committed between two readings of the ruleset generation around
+/// our own transaction (`committed`: ours was; it moved the generation on by one).
+pub fn unseen_commit(before: u32, after: u32, committed: bool) -> bool {
+    after.wrapping_sub(before) != u32::from(committed)
 }
 
 impl Drift {
@@ -118,10 +166,47 @@ impl Drift {
     pub fn repairs(&self) -> u64 {
         self.repairs.load(Ordering::Relaxed)
     }
+
+    /// Makes the running monitor stop listening, so the kernel builds no notifications for a
+    /// large transaction of ours, until the result is dropped. `None` when no monitor runs or
+    /// it did not answer in time; then nothing changed. Blocks for up to two seconds: call it
+    /// from the sync thread, never from the runtime's.
+    pub fn pause_monitor(&self) -> Option<Paused<'_>> {
+        let control = self
+            .control
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()?;
+        let paused = ask(&control, false).then_some(Paused {
+            drift: self,
+            control,
+        });
+        if paused.is_some() {
+            self.pauses.fetch_add(1, Ordering::Relaxed);
+        }
+        paused
+    }
+
+    /// Pauses of the monitor since start (for tests and logs).
+    pub fn pauses(&self) -> u64 {
+        self.pauses.load(Ordering::Relaxed)
+    }
+
+    fn set_control(&self, control: Option<tokio::sync::mpsc::UnboundedSender<Control>>) {
+        *self.control.lock().unwrap_or_else(|p| p.into_inner()) = control;
+    }
 }
 
-/// `NFTA_GEN_PROC_PID` in a `NEWGEN` notification.
-const GEN_PROC_PID: u16 = 2;
+/// Clears the monitor's control channel from [`Drift`] when the monitor stops, however it does.
+struct ControlRegistration<'a>(&'a Drift);
+
+impl Drop for ControlRegistration<'_> {
+    fn drop(&mut self) {
+        self.0.set_control(None);
+    }
+}
+
+use uapi::GEN_PROC_PID;
 
 /// The state of reading nf_tables notifications: whether the transaction being notified
 /// touched our table.
@@ -164,9 +249,13 @@ fn names_our_table(body: &[u8]) -> bool {
 const ENOBUFS: i32 = 105;
 
 /// Watches nf_tables notifications in the named network namespace (or ours) until the task is
-/// dropped, and reports outside changes to `drift`. Reopens the socket if it fails.
+/// dropped, and reports outside changes to `drift`. Reopens the socket if it fails. Serves
+/// [`Drift::pause_monitor`] meanwhile.
 pub async fn run(netns: Option<String>, drift: Arc<Drift>) {
     let own = drift.own_processes();
+    let (control_tx, mut control) = tokio::sync::mpsc::unbounded_channel::<Control>();
+    drift.set_control(Some(control_tx));
+    let _registration = ControlRegistration(&drift);
     let mut delay = RESTART_DELAY;
     loop {
         let started = tokio::time::Instant::now();
@@ -174,7 +263,25 @@ pub async fn run(netns: Option<String>, drift: Arc<Drift>) {
             Ok(socket) => {
                 let mut events = Events::default();
                 loop {
-                    match socket.recv_from_full().await {
+                    let received = tokio::select! {
+                        received = socket.recv_from_full() => received,
+                        Some((subscribe, done)) = control.recv() => {
+                            match socket::set_subscribed(&socket, subscribe) {
+                                // A pause whose asker gave up waiting is undone: nobody
+                                // would resume it.
+                                Ok(()) if done.send(()).is_err() && !subscribe => {
+                                    let _ = socket::set_subscribed(&socket, true);
+                                }
+                                Ok(()) => {}
+                                Err(error) => {
+                                    tracing::warn!(%error, subscribe,
+                                        "cannot change the nf_tables subscription");
+                                }
+                            }
+                            continue;
+                        }
+                    };
+                    match received {
                         Ok((bytes, _)) => {
                             for pid in events.datagram(&bytes) {
                                 if !own.contains(pid) {
@@ -286,6 +393,22 @@ mod tests {
         }
         assert!(!own.contains(0));
         assert!(own.contains(OWN_PIDS as u32));
+    }
+
+    #[test]
+    fn only_our_own_commit_between_two_generations_is_expected() {
+        assert!(!unseen_commit(41, 42, true));
+        assert!(!unseen_commit(42, 42, false));
+        assert!(unseen_commit(41, 43, true), "someone else committed too");
+        assert!(unseen_commit(41, 42, false), "someone else committed");
+        assert!(!unseen_commit(u32::MAX, 0, true), "the generation wraps");
+    }
+
+    #[test]
+    fn without_a_running_monitor_there_is_nothing_to_pause() {
+        let drift = Drift::new();
+        assert!(drift.pause_monitor().is_none());
+        assert_eq!(drift.noticed(), 0);
     }
 
     #[tokio::test]

@@ -138,6 +138,32 @@ impl Netlink {
         Err(refused(transactions, &failures))
     }
 
+    /// The ruleset generation (`GETGEN`), which every committed transaction, anyone's, moves
+    /// on by one; `None` if the kernel's answer carried none.
+    pub fn generation(&mut self) -> Result<Option<u32>, Error> {
+        let answer =
+            match self
+                .socket()?
+                .request(uapi::msg::GETGEN, uapi::NFPROTO_UNSPEC, false, &|_| {})
+            {
+                Ok(a) => a,
+                Err(e) => {
+                    self.socket = None;
+                    return Err(e.into());
+                }
+            };
+        if let Some(errno) = answer.errno {
+            return Err(Error::DumpRefused {
+                what: "generation",
+                errno,
+            });
+        }
+        Ok(answer
+            .bodies
+            .iter()
+            .find_map(|b| attr::find_u32(attr::body_attrs(b), uapi::GEN_ID)))
+    }
+
     /// Our table of `family` as the kernel holds it; `None` when there is none.
     pub fn dump(&mut self, family: Family) -> Result<Option<Parsed>, Error> {
         self.dump_expecting(family, None)

@@ -28,6 +28,17 @@ const NOTIFY_BUFFER: usize = 32 << 20;
 /// `NFNLGRP_NFTABLES`: the multicast group of nf_tables changes.
 const NFNLGRP_NFTABLES: u32 = 7;
 
+/// Joins or leaves the nf_tables change notifications on a socket from [`subscribe`]. While no
+/// socket listens, the kernel builds no notification at all for a transaction.
+pub fn set_subscribed(socket: &TokioSocket, on: bool) -> std::io::Result<()> {
+    let netlink = socket.socket_ref();
+    if on {
+        netlink.add_membership(NFNLGRP_NFTABLES)
+    } else {
+        netlink.drop_membership(NFNLGRP_NFTABLES)
+    }
+}
+
 /// A socket could not be opened or used.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {

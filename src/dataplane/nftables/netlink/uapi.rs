@@ -36,6 +36,11 @@ pub mod msg {
     pub const GETGEN: u16 = 16;
 }
 
+/// `NFTA_GEN_ID`: the generation number in a `NEWGEN` message.
+pub const GEN_ID: u16 = 1;
+/// `NFTA_GEN_PROC_PID`: the pid (thread id) that committed, in a `NEWGEN` notification.
+pub const GEN_PROC_PID: u16 = 2;
+
 /// netlink header flags and message types (`linux/netlink.h`).
 pub mod nlm {
     pub const REQUEST: u16 = 0x1;
