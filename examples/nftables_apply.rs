@@ -8,6 +8,13 @@
 //! Run: `sudo cargo run --release --example nftables_apply [SERVICES ENDPOINTS ...]`; set
 //! `ENCODERS=netlink` (or `nft`) to time one encoder only. Each size and encoder runs in its
 //! own namespace `nfa-bench-<pid>`, deleted afterwards. Results go to docs/benchmarks.md.
+//!
+//! `MONITOR` says who listens to the namespace's nf_tables notifications meanwhile, because a
+//! listener makes the kernel build one notification per element of every batch:
+//! `none` (the default: nobody in this run; other processes on the host still count, since the
+//! kernel asks whether anyone listens per protocol, not per namespace), `nft` (an
+//! `nft monitor` process, a listener we cannot pause), or `ours` (the proxy's own monitor,
+//! which large transactions pause).
 
 #![allow(
     clippy::disallowed_methods,
@@ -30,7 +37,7 @@ use kube_proxy_rs::dataplane::Dataplane;
 use kube_proxy_rs::dataplane::nftables::backend::{self, Backend};
 use kube_proxy_rs::dataplane::nftables::parse::Parsed;
 use kube_proxy_rs::dataplane::nftables::{
-    Drift, Family, ModeConfig, NftablesDataplane, Ruleset, Transaction, plan_all,
+    Drift, Family, ModeConfig, NftablesDataplane, Ruleset, Transaction, monitor, plan_all,
 };
 
 #[global_allocator]
@@ -186,13 +193,75 @@ fn ms(d: Duration) -> String {
     format!("{:.1} ms", d.as_secs_f64() * 1000.0)
 }
 
-fn dataplane(ns: &Netns, encoder: NftablesEncoder) -> NftablesDataplane<Timed> {
-    let backend = Timed {
+fn dataplane(ns: &Netns, encoder: NftablesEncoder, drift: Arc<Drift>) -> NftablesDataplane<Timed> {
+    let mut backend = Timed {
         inner: backend::for_encoder(encoder, Some(&ns.0)),
         run: Duration::ZERO,
         dump: Duration::ZERO,
     };
-    NftablesDataplane::with_backend(ModeConfig::default(), backend, Drift::new())
+    // As `NftablesDataplane::new` does: our transactions are known as ours (and large ones
+    // pause the monitor).
+    backend.watched_by(drift.clone());
+    NftablesDataplane::with_backend(ModeConfig::default(), backend, drift)
+}
+
+/// Who listens to nf_tables notifications during a measurement (`MONITOR`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Listener {
+    None,
+    Nft,
+    Ours,
+}
+
+/// A listener running in the namespace until dropped.
+enum Listening {
+    None,
+    Nft(std::process::Child),
+    /// The runtime the monitor task runs on; dropping it stops the monitor.
+    Ours {
+        _runtime: tokio::runtime::Runtime,
+    },
+}
+
+impl Drop for Listening {
+    fn drop(&mut self) {
+        if let Listening::Nft(child) = self {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Starts `listener` in `ns`, reporting to `drift`, and returns once it listens.
+fn listen(listener: Listener, ns: &Netns, drift: &Arc<Drift>) -> Listening {
+    match listener {
+        Listener::None => Listening::None,
+        Listener::Nft => {
+            let child = Command::new("ip")
+                .args(["netns", "exec", &ns.0, "nft", "monitor"])
+                .stdout(std::process::Stdio::null())
+                .spawn()
+                .expect("nft monitor");
+            // It subscribes right after start; give it the time to.
+            std::thread::sleep(Duration::from_millis(500));
+            Listening::Nft(child)
+        }
+        Listener::Ours => {
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .enable_all()
+                .build()
+                .expect("runtime");
+            runtime.spawn(monitor::run(Some(ns.0.clone()), drift.clone()));
+            // It serves pause requests once subscribed; one answered pause says it listens.
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while drift.pause_monitor().is_none() {
+                assert!(Instant::now() < deadline, "the monitor did not start");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Listening::Ours { _runtime: runtime }
+        }
+    }
 }
 
 /// This process's peak resident memory (`VmHWM`), in MB.
@@ -207,9 +276,14 @@ fn peak_rss_mb() -> u64 {
         .map_or(0, |kb| kb / 1024)
 }
 
-fn measure(services: usize, endpoints: usize, encoder: NftablesEncoder) {
-    println!("== {services} services x {endpoints} endpoints, encoder {encoder:?}");
+fn measure(services: usize, endpoints: usize, encoder: NftablesEncoder, listener: Listener) {
+    println!(
+        "== {services} services x {endpoints} endpoints, encoder {encoder:?}, listener {listener:?}"
+    );
     let ns = Netns::new();
+    let drift = Drift::new();
+    let listening = listen(listener, &ns, &drift);
+    let pauses_before = drift.pauses();
     let cfg = ModeConfig::default();
     let snap = snapshot(services, endpoints, None);
     let moved = snapshot(services, endpoints, Some(services / 2));
@@ -218,7 +292,7 @@ fn measure(services: usize, endpoints: usize, encoder: NftablesEncoder) {
     println!("plan (both families): {}", ms(t.elapsed()));
     let objects: usize = planned.iter().map(|r| r.objects()).sum();
 
-    let mut dp = dataplane(&ns, encoder);
+    let mut dp = dataplane(&ns, encoder, drift.clone());
     let t = Instant::now();
     let r = dp.sync(&snap, &Changes::default(), true).expect("cold");
     let total = t.elapsed();
@@ -272,7 +346,7 @@ fn measure(services: usize, endpoints: usize, encoder: NftablesEncoder) {
         ms(runs[REPEATS / 2])
     );
 
-    let mut restarted = dataplane(&ns, encoder);
+    let mut restarted = dataplane(&ns, encoder, drift.clone());
     let t = Instant::now();
     let r = restarted
         .sync(&moved, &Changes::default(), true)
@@ -285,10 +359,22 @@ fn measure(services: usize, endpoints: usize, encoder: NftablesEncoder) {
         ms(b.dump),
         r.families.iter().map(|f| f.operations).sum::<usize>()
     );
+    if listener == Listener::Ours {
+        println!(
+            "monitor paused for {} of these syncs",
+            drift.pauses() - pauses_before
+        );
+    }
+    drop(listening);
     println!("peak RSS of this process so far: {} MB", peak_rss_mb());
 }
 
 fn main() {
+    // The dataplane's own logs (a monitor pause, a full sync it asks for), with `RUST_LOG`.
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_writer(std::io::stderr)
+        .init();
     let args: Vec<usize> = std::env::args()
         .skip(1)
         .map(|a| a.parse().expect("numbers: SERVICES ENDPOINTS ..."))
@@ -303,9 +389,15 @@ fn main() {
         Ok("nft") => vec![NftablesEncoder::Nft],
         _ => vec![NftablesEncoder::Netlink, NftablesEncoder::Nft],
     };
+    let listener = match std::env::var("MONITOR").as_deref() {
+        Ok("nft") => Listener::Nft,
+        Ok("ours") => Listener::Ours,
+        Ok("none") | Err(_) => Listener::None,
+        Ok(other) => panic!("MONITOR={other}: accepted values are none, nft, ours"),
+    };
     for (s, e) in sizes {
         for encoder in &encoders {
-            measure(s, e, *encoder);
+            measure(s, e, *encoder, listener);
         }
     }
 }
