@@ -109,6 +109,7 @@ pub mod plan;
 pub mod render;
 pub mod ruleset;
 pub mod trace;
+pub mod tuple;
 
 #[cfg(test)]
 mod golden_tests;

@@ -292,7 +292,7 @@ fn tuple(json: &Json, kinds: &[Kind], interval: bool, family: Family) -> Option<
             value(part, *kind, as_net, family)
         })
         .collect::<Option<Vec<Value>>>()?;
-    Some(Tuple::new(&values))
+    Tuple::try_new(&values)
 }
 
 fn value(json: &Json, kind: Kind, as_net: bool, family: Family) -> Option<Value> {

@@ -6,13 +6,13 @@
 //! syntax, and `trace` interprets it.
 
 use std::collections::BTreeMap;
-use std::fmt;
 use std::net::IpAddr;
 use std::sync::Arc;
 
 use ipnet::IpNet;
 
 use super::names::Name;
+pub use super::tuple::{Tuple, Values};
 use crate::cluster::{IpFamily, Protocol};
 
 /// The nftables family of the table: `ip` for IPv4, `ip6` for IPv6.
@@ -313,43 +313,6 @@ pub enum Value {
     Index(u32),
 }
 
-/// A concatenation of up to four values, stored inline so a hundred thousand elements cost no
-/// allocation each.
-#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Tuple {
-    len: u8,
-    parts: [Value; Tuple::MAX],
-}
-
-impl Tuple {
-    pub const MAX: usize = 4;
-
-    /// Panics on more than [`Tuple::MAX`] values: every caller passes a fixed-size list.
-    pub fn new(values: &[Value]) -> Tuple {
-        assert!(
-            values.len() <= Tuple::MAX,
-            "tuple of {} values",
-            values.len()
-        );
-        let mut parts = [Value::Index(0); Tuple::MAX];
-        parts[..values.len()].copy_from_slice(values);
-        Tuple {
-            len: values.len() as u8,
-            parts,
-        }
-    }
-
-    pub fn values(&self) -> &[Value] {
-        &self.parts[..self.len as usize]
-    }
-}
-
-impl fmt::Debug for Tuple {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_list().entries(self.values()).finish()
-    }
-}
-
 /// The data of an element (none for a plain set) and its comment.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Element {
@@ -415,13 +378,5 @@ mod tests {
         for bad in ["", "a\"b", "a b", "0123456789abcdef", "a*"] {
             assert!(IfName::new(bad, false).is_none(), "{bad:?}");
         }
-    }
-
-    #[test]
-    fn tuples_compare_by_their_values() {
-        let a = Tuple::new(&[Value::Port(1), Value::Index(0)]);
-        let b = Tuple::new(&[Value::Port(1)]);
-        assert_ne!(a, b);
-        assert_eq!(a.values().len(), 2);
     }
 }

@@ -277,9 +277,10 @@ impl Walker<'_> {
         }
     }
 
-    fn key(&self, fields: &[Field], s: &State) -> Tuple {
+    /// The key a lookup builds; `None` for a shape no set of ours can hold (no element).
+    fn key(&self, fields: &[Field], s: &State) -> Option<Tuple> {
         let v: Vec<Value> = fields.iter().map(|f| self.field(*f, s)).collect();
-        Tuple::new(&v)
+        Tuple::try_new(&v)
     }
 
     fn lookup(&self, set: &Name, key: &Tuple) -> Option<&Data> {
@@ -322,7 +323,10 @@ impl Walker<'_> {
                 name.matches(iif) != *negate
             }
             Match::InSet { key, set, negate } => {
-                self.lookup(set, &self.key(key, s)).is_some() != *negate
+                self.key(key, s)
+                    .and_then(|k| self.lookup(set, &k))
+                    .is_some()
+                    != *negate
             }
             Match::MarkSet(mask) => s.mark & mask != 0,
             Match::L4Proto(p) => *p == self.packet.protocol,
@@ -344,7 +348,7 @@ impl Walker<'_> {
                     let mut out = Vec::new();
                     for k in self.expand(key, &s) {
                         if let Some(Data::Values(t)) = self.lookup(map, &k)
-                            && let [Value::Addr(a), Value::Port(p)] = t.values()
+                            && let [Value::Addr(a), Value::Port(p)] = t.values().as_slice()
                         {
                             let mut s = s.clone();
                             dnat(&mut s, *a, *p);
@@ -363,7 +367,7 @@ impl Walker<'_> {
                 }
                 Statement::Verdict(v) => return vec![(s, verdict_step(v))],
                 Statement::VerdictMap { key, map } => {
-                    return match self.lookup(map, &self.key(key, &s)) {
+                    return match self.key(key, &s).and_then(|k| self.lookup(map, &k)) {
                         Some(Data::Verdict(v)) => vec![(s, verdict_step(v))],
                         _ => vec![(s, Step::Next)],
                     };
@@ -397,7 +401,7 @@ impl Walker<'_> {
                     .collect(),
             };
         }
-        keys.iter().map(|k| Tuple::new(k)).collect()
+        keys.iter().filter_map(|k| Tuple::try_new(k)).collect()
     }
 }
 
@@ -430,11 +434,11 @@ fn dnat(s: &mut State, addr: IpAddr, port: u16) {
 /// Whether an interval-set element covers a concrete key: networks contain addresses, other
 /// parts are equal.
 fn covers(element: &Tuple, key: &Tuple) -> bool {
-    element.values().len() == key.values().len()
+    element.len() == key.len()
         && element
             .values()
             .iter()
-            .zip(key.values())
+            .zip(&key.values())
             .all(|(e, k)| match (e, k) {
                 (Value::Net(n), Value::Addr(a)) => n.contains(a),
                 (e, k) => e == k,

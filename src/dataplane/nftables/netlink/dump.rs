@@ -308,7 +308,7 @@ fn tuple(family: Family, kinds: &[Kind], bytes: &[u8], end: Option<&[u8]>) -> Op
         values.push(v);
         offset += if concat { len.next_multiple_of(4) } else { len };
     }
-    Some(Tuple::new(&values))
+    Tuple::try_new(&values)
 }
 
 fn address(family: Family, bytes: &[u8]) -> Option<IpAddr> {

@@ -295,7 +295,7 @@ fn addr_bytes(out: &mut Vec<u8>, a: IpAddr) {
 pub fn tuple_bytes(t: &Tuple, end: bool) -> Vec<u8> {
     let concat = t.values().len() > 1;
     let mut out = Vec::with_capacity(t.values().len() * 8);
-    for v in t.values() {
+    for v in &t.values() {
         match v {
             Value::Addr(a) => addr_bytes(&mut out, *a),
             Value::Net(n) if end => addr_bytes(&mut out, n.broadcast()),

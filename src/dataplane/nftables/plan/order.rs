@@ -2,21 +2,16 @@
 //!
 //! Pure. The planner collects a hundred thousand elements in the order it visits service ports
 //! and puts each set in key order once at the end; this sort was most of the planner's time.
-//! Elements are large (a [`Tuple`] holds four 20-byte values) and `Tuple`'s derived order
-//! compares value by value through enum tags, so sorting the elements themselves spends its time
-//! moving memory and branching. Instead each key is encoded once into 32 order-preserving bytes
-//! (exact for the common keys: an IPv4 or IPv6 frontend with protocol, port and index), and
-//! small (encoding, position) records are sorted, falling back to `Tuple`'s own order only when
-//! two encodings tie. The result is exactly the order of `Tuple::cmp`, with the first added of
+//! Elements are large (a key and map data of 48 bytes each, plus the comment), so sorting the
+//! elements themselves spends its time moving memory. Instead small records of the first 32
+//! bytes of each key's encoding (see [`Tuple`]: exact for the common keys, an IPv4 or IPv6
+//! frontend with protocol, port and index) and its position are sorted, falling back to
+//! `Tuple`'s own order only when two prefixes tie. The result is exactly the order of `Tuple::cmp`, with the first added of
 //! equal keys kept.
 
 use std::collections::BTreeMap;
-use std::net::IpAddr;
 
-use ipnet::IpNet;
-
-use crate::cluster::Protocol;
-use crate::dataplane::nftables::ruleset::{Data, Element, Tuple, Value};
+use crate::dataplane::nftables::ruleset::{Data, Element, Tuple};
 
 /// Elements in the order added → the element map: sorted by key, the first added of equal keys
 /// kept.
@@ -52,69 +47,25 @@ pub(super) fn sorted(mut elements: Vec<(Tuple, Element)>) -> BTreeMap<Tuple, Ele
         .collect()
 }
 
-/// The first 32 bytes of an order-preserving encoding of `key`, as big-endian words: the
-/// length, then per value a tag (variant and family, in `Value`'s order) and its bytes. Equal
-/// encodings mean equal keys only when the encoding fits, so ties are broken by `Tuple::cmp`.
+/// The first 32 bytes of the key's encoding (which orders keys as they compare), as
+/// big-endian words: equal words mean equal keys only when the rest is equal too, so ties are
+/// broken by `Tuple::cmp`.
 fn encode(key: &Tuple) -> [u64; 4] {
-    let mut buf = [0u8; 32];
-    let mut at = 0;
-    let mut put = |bytes: &[u8]| {
-        for &b in bytes {
-            if at < buf.len() {
-                buf[at] = b;
-                at += 1;
-            }
-        }
-    };
-    let values = key.values();
-    put(&[values.len() as u8]);
-    for value in values {
-        match *value {
-            Value::Addr(IpAddr::V4(a)) => {
-                put(&[0]);
-                put(&a.octets());
-            }
-            Value::Addr(IpAddr::V6(a)) => {
-                put(&[1]);
-                put(&a.octets());
-            }
-            Value::Net(IpNet::V4(n)) => {
-                put(&[2]);
-                put(&n.addr().octets());
-                put(&[n.prefix_len()]);
-            }
-            Value::Net(IpNet::V6(n)) => {
-                put(&[3]);
-                put(&n.addr().octets());
-                put(&[n.prefix_len()]);
-            }
-            Value::Proto(p) => put(&[
-                4,
-                match p {
-                    Protocol::Tcp => 0,
-                    Protocol::Udp => 1,
-                    Protocol::Sctp => 2,
-                },
-            ]),
-            Value::Port(p) => {
-                put(&[5]);
-                put(&p.to_be_bytes());
-            }
-            Value::Index(i) => {
-                put(&[6]);
-                put(&i.to_be_bytes());
-            }
-        }
-    }
-    let word = |i: usize| u64::from_be_bytes(buf[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
+    let bytes = key.encoding();
+    let word = |i: usize| u64::from_be_bytes(bytes[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
     [word(0), word(1), word(2), word(3)]
 }
 
 #[cfg(test)]
 mod tests {
+    use std::net::IpAddr;
+
+    use ipnet::IpNet;
     use proptest::prelude::*;
 
     use super::*;
+    use crate::cluster::Protocol;
+    use crate::dataplane::nftables::ruleset::Value;
 
     fn value() -> impl Strategy<Value = Value> {
         let v4 = (0u8..3, 0u8..3).prop_map(|(a, b)| IpAddr::from([10, 0, a, b]));
@@ -134,7 +85,8 @@ mod tests {
     }
 
     fn tuple() -> impl Strategy<Value = Tuple> {
-        proptest::collection::vec(value(), 0..=Tuple::MAX).prop_map(|v| Tuple::new(&v))
+        proptest::collection::vec(value(), 0..=Tuple::MAX)
+            .prop_filter_map("fits a tuple", |v| Tuple::try_new(&v))
     }
 
     proptest! {
