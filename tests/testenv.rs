@@ -34,6 +34,78 @@ async fn api_server_is_the_pinned_release() {
     );
 }
 
+/// The API server's service CIDR is dual-stack with IPv4 first: a Service that names no family
+/// stays single-stack IPv4, an IPv6 single-stack Service gets one IPv6 ClusterIP, and dual-stack
+/// Services get one of each, in the order their `ipFamilies` ask for (the primary family first
+/// when they do not say).
+#[tokio::test]
+async fn api_server_allocates_ipv6_and_dual_stack_cluster_ips() {
+    let env = TestEnv::shared();
+    let ns = env.namespace("families").await;
+    let v4: ipnet::IpNet = "10.96.0.0/12".parse().unwrap();
+    let v6: ipnet::IpNet = "fd00:10:96::/108".parse().unwrap();
+    let cases: [(&str, serde_json::Value, &[ipnet::IpNet], &[&str]); 5] = [
+        ("plain", json!({}), &[v4], &["IPv4"]),
+        (
+            "v6-single",
+            json!({ "ipFamilyPolicy": "SingleStack", "ipFamilies": ["IPv6"] }),
+            &[v6],
+            &["IPv6"],
+        ),
+        (
+            "prefer-dual",
+            json!({ "ipFamilyPolicy": "PreferDualStack" }),
+            &[v4, v6],
+            &["IPv4", "IPv6"],
+        ),
+        (
+            "require-dual",
+            json!({ "ipFamilyPolicy": "RequireDualStack" }),
+            &[v4, v6],
+            &["IPv4", "IPv6"],
+        ),
+        (
+            "require-dual-v6-first",
+            json!({ "ipFamilyPolicy": "RequireDualStack", "ipFamilies": ["IPv6", "IPv4"] }),
+            &[v6, v4],
+            &["IPv6", "IPv4"],
+        ),
+    ];
+    for (name, families, want_ranges, want_families) in cases {
+        let mut spec = json!({
+            "ports": [{ "name": "http", "port": 80, "targetPort": 8080, "protocol": "TCP" }]
+        });
+        spec.as_object_mut()
+            .unwrap()
+            .extend(families.as_object().unwrap().clone());
+        let svc = ns
+            .create_service(json!({ "metadata": { "name": name }, "spec": spec }))
+            .await;
+        let spec = svc.spec.expect("spec");
+        let ips: Vec<std::net::IpAddr> = spec
+            .cluster_ips
+            .clone()
+            .unwrap_or_default()
+            .iter()
+            .map(|ip| ip.parse().expect("a ClusterIP address"))
+            .collect();
+        assert_eq!(ips.len(), want_ranges.len(), "{name}: clusterIPs {ips:?}");
+        for (ip, range) in ips.iter().zip(want_ranges) {
+            assert!(range.contains(ip), "{name}: {ip} is not in {range}");
+        }
+        assert_eq!(
+            spec.cluster_ip.as_deref(),
+            Some(ips[0].to_string().as_str()),
+            "{name}: clusterIP is the first of clusterIPs"
+        );
+        assert_eq!(
+            spec.ip_families.unwrap_or_default(),
+            want_families.to_vec(),
+            "{name}: ipFamilies"
+        );
+    }
+}
+
 /// Service `web` (selector app=web, port 80 -> 8080) with `ips.len()` ready
 /// Pods on `node`.
 async fn web_service(ns: &testenv::TestNamespace, node: &str, ips: &[&str]) -> String {

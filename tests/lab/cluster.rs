@@ -1,4 +1,5 @@
-//! The lab's cluster objects: Nodes whose addresses are the node namespaces' IPs, and the
+//! The lab's cluster objects: Nodes whose addresses are the node namespaces' IPs (an IPv4 and an
+//! IPv6 InternalIP each, IPv4 first: dual-stack nodes whose primary family is IPv4), and the
 //! Services and EndpointSlices scenarios write, in the real API server from `testenv/`, mirrored
 //! as JSON into a manifest directory for proxies that read `--manifests DIR`.
 //!
@@ -40,6 +41,23 @@ pub struct Cluster {
     pub node_names: Vec<String>,
     nodes: Vec<TestNode>,
     pub manifests: PathBuf,
+}
+
+/// An IP family, as a slice's `addressType` or a Service's `ipFamilies` names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Family {
+    V4,
+    V6,
+}
+
+impl Family {
+    /// `IPv4` or `IPv6`
+    pub fn k8s(self) -> &'static str {
+        match self {
+            Family::V4 => "IPv4",
+            Family::V6 => "IPv6",
+        }
+    }
 }
 
 /// One endpoint of a slice.
@@ -84,7 +102,9 @@ impl Cluster {
         let api = Api::<Node>::all(ns.client.clone());
         for node in nodes {
             let name = unique_name(&format!("{prefix}-n{}", node.index + 1));
-            let guard = TestNode::create(env, &name, &node.ip.to_string()).await;
+            let ips = [node.ip.to_string(), node.ip6.to_string()];
+            let ips = ips.each_ref().map(String::as_str);
+            let guard = TestNode::create_with_ips(env, &name, &ips).await;
             let labels = json!({ "metadata": { "labels": {
                 "topology.kubernetes.io/zone": zone(node.index),
             }}});
@@ -137,9 +157,22 @@ impl Cluster {
         obj
     }
 
-    /// Creates or replaces slice `name` of `service` with `ports` (name, port, protocol).
+    /// Creates or replaces IPv4 slice `name` of `service` with `ports` (name, port, protocol).
     pub async fn apply_slice(
         &self,
+        name: &str,
+        service: &str,
+        ports: &[(&str, u16, Proto)],
+        endpoints: &[Endpoint],
+    ) -> EndpointSlice {
+        self.apply_slice_of(Family::V4, name, service, ports, endpoints)
+            .await
+    }
+
+    /// Creates or replaces slice `name` of `service` with `ports`, of address type `family`.
+    pub async fn apply_slice_of(
+        &self,
+        family: Family,
         name: &str,
         service: &str,
         ports: &[(&str, u16, Proto)],
@@ -161,7 +194,7 @@ impl Cluster {
                     "endpointslice.kubernetes.io/managed-by": SLICE_OWNER,
                 },
             },
-            "addressType": "IPv4",
+            "addressType": family.k8s(),
             "ports": ports,
             "endpoints": endpoints,
         });

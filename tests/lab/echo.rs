@@ -6,7 +6,7 @@
 //! one per socket and one per TCP connection. It never returns: the lab kills it by pid.
 
 use std::io::{Read, Write};
-use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::net::{IpAddr, Ipv6Addr, Shutdown, SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::time::Duration;
 
 use super::helper::Proto;
@@ -20,17 +20,27 @@ pub fn reply_line(pod: &str, proto: Proto, src: SocketAddr, dst: SocketAddr) -> 
     format!("pod={pod} proto={proto} src={src} dst={dst}\n")
 }
 
-/// Serves TCP and UDP on every port in `ports` on all IPv4 addresses; never returns.
-pub fn serve(pod: &str, ports: &[u16]) -> ! {
+/// Serves TCP and UDP on every port in `ports`, on all IPv4 addresses and on the pod's IPv6
+/// address `ip6`; never returns.
+///
+/// IPv6 binds the pod's address rather than `::`: a wildcard IPv6 socket would also take IPv4
+/// (dual-stack sockets are the default) and report IPv4 peers as `::ffff:a.b.c.d`.
+pub fn serve(pod: &str, ports: &[u16], ip6: Ipv6Addr) -> ! {
+    let any4 = IpAddr::from([0, 0, 0, 0]);
     for &port in ports {
-        let tcp = TcpListener::bind(("0.0.0.0", port))
-            .unwrap_or_else(|e| panic!("echo {pod}: bind tcp {port}: {e}"));
-        let udp = UdpSocket::bind(("0.0.0.0", port))
-            .unwrap_or_else(|e| panic!("echo {pod}: bind udp {port}: {e}"));
-        let name = pod.to_owned();
-        std::thread::spawn(move || serve_tcp(&name, tcp));
-        let name = pod.to_owned();
-        std::thread::spawn(move || serve_udp(&name, udp));
+        for local in [
+            SocketAddr::new(any4, port),
+            SocketAddr::new(ip6.into(), port),
+        ] {
+            let tcp = TcpListener::bind(local)
+                .unwrap_or_else(|e| panic!("echo {pod}: bind tcp {local}: {e}"));
+            let udp = UdpSocket::bind(local)
+                .unwrap_or_else(|e| panic!("echo {pod}: bind udp {local}: {e}"));
+            let name = pod.to_owned();
+            std::thread::spawn(move || serve_tcp(&name, tcp));
+            let name = pod.to_owned();
+            std::thread::spawn(move || serve_udp(&name, udp));
+        }
     }
     println!("echo {pod} ready on {ports:?}");
     loop {
@@ -65,8 +75,8 @@ fn serve_udp(pod: &str, socket: UdpSocket) {
         let Ok((_, src)) = socket.recv_from(&mut buf) else {
             continue;
         };
-        // The local address of a wildcard socket is 0.0.0.0; the port is what tells endpoints'
-        // target ports apart, and the address is the pod's only one.
+        // The local address of the IPv4 wildcard socket is 0.0.0.0; the port is what tells
+        // endpoints' target ports apart, and the address is the pod's only IPv4 one.
         let _ = socket.send_to(reply_line(pod, Proto::Udp, src, dst).as_bytes(), src);
     }
 }

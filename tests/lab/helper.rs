@@ -10,7 +10,7 @@
 //! Output protocol: every result line a probe prints starts with [`RESULT_PREFIX`] followed by one
 //! JSON object, so libtest's own lines are easy to tell apart.
 
-use std::net::SocketAddr;
+use std::net::{Ipv6Addr, SocketAddr};
 
 use serde::{Deserialize, Serialize};
 
@@ -29,9 +29,13 @@ pub const RESULT_PREFIX: &str = "LAB-RESULT ";
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "role", rename_all = "snake_case")]
 pub enum Spec {
-    /// Serve TCP and UDP on `ports` (every address), answering each connection or datagram with
-    /// one [`echo::reply_line`].
-    Echo { pod: String, ports: Vec<u16> },
+    /// Serve TCP and UDP on `ports` (every IPv4 address, and the pod's IPv6 address `ip6`),
+    /// answering each connection or datagram with one [`echo::reply_line`].
+    Echo {
+        pod: String,
+        ports: Vec<u16>,
+        ip6: Ipv6Addr,
+    },
     /// Open `count` connections (or datagram exchanges) to `target` and print one result each.
     Probe(probe::Request),
 }
@@ -48,7 +52,7 @@ pub fn run_if_requested() {
     let spec: Spec =
         serde_json::from_str(&text).unwrap_or_else(|e| panic!("bad {SPEC_VAR} ({e}): {text}"));
     match spec {
-        Spec::Echo { pod, ports } => echo::serve(&pod, &ports),
+        Spec::Echo { pod, ports, ip6 } => echo::serve(&pod, &ports, ip6),
         Spec::Probe(request) => probe::run(&request),
     }
 }

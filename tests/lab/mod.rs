@@ -3,7 +3,7 @@
 //! rules a proxy programs.
 //!
 //! - `topology`: node namespaces on an underlay bridge, host-gateway routes, an external client;
-//!   nothing is linked to the host's namespace.
+//!   dual-stack (IPv4 and IPv6 addresses everywhere); nothing is linked to the host's namespace.
 //! - `pods`: a namespace per pod behind a veth to its node, each running an echo server.
 //! - `cluster`: Nodes, Services and EndpointSlices in the real API server from `testenv/`,
 //!   mirrored into a manifest directory.
@@ -30,7 +30,7 @@ pub mod proxy;
 pub mod scenarios;
 pub mod topology;
 
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
@@ -79,7 +79,8 @@ impl Lab {
                 let name = format!("n{}-{}", node.index + 1, char::from(b'a' + k as u8));
                 let [a, b, c, _] = node.pod_gateway.octets();
                 let ip = Ipv4Addr::new(a, b, c, 10 + k as u8);
-                pods.push(Pod::start(&prefix, node, &name, ip));
+                let ip6 = node.pod_ip6(0x10 + k as u16);
+                pods.push(Pod::start(&prefix, node, &name, ip, ip6));
             }
         }
         let manifests = scratch_dir().join(format!("{prefix}-manifests"));
@@ -145,9 +146,28 @@ impl Lab {
         names.iter().map(|n| self.endpoint(self.pod(n))).collect()
     }
 
+    /// Ready IPv6 endpoints (the pods' IPv6 addresses) for the pods named, for an IPv6 slice.
+    pub fn endpoints6(&self, names: &[&str]) -> Vec<Endpoint> {
+        names
+            .iter()
+            .map(|n| {
+                let pod = self.pod(n);
+                Endpoint {
+                    ip: pod.ip6.to_string(),
+                    ..self.endpoint(pod)
+                }
+            })
+            .collect()
+    }
+
     /// Every node's underlay address.
     pub fn node_ips(&self) -> Vec<Ipv4Addr> {
         self.topo.nodes.iter().map(|n| n.ip).collect()
+    }
+
+    /// Every node's IPv6 underlay address.
+    pub fn node_ip6s(&self) -> Vec<Ipv6Addr> {
+        self.topo.nodes.iter().map(|n| n.ip6).collect()
     }
 
     /// Proxies that have exited, with the end of their logs.

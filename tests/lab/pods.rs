@@ -1,12 +1,13 @@
 //! Pods: a network namespace each, behind a point-to-point veth to its node (the node routes the
-//! pod's /32 to the veth; the pod's default route is the node's pod gateway), with an echo server
-//! on [`ECHO_PORTS`] for TCP and UDP.
+//! pod's /32 and /128 to the veth; the pod's default routes are the node's pod gateway, and for
+//! IPv6 the node's link-local address on the veth), with an echo server on [`ECHO_PORTS`] for TCP
+//! and UDP in both families.
 
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::time::Duration;
 
 use super::helper::{ENTRY_TEST, SPEC_VAR, Spec};
-use super::topology::{NodeNet, ip};
+use super::topology::{NodeNet, POD_LINK_GATEWAY6, ip};
 use crate::testenv::{ChildGuard, NetNs};
 
 /// Every pod serves TCP and UDP on these ports; scenarios pick target ports among them.
@@ -19,13 +20,20 @@ pub struct Pod {
     /// Index of the node it runs on.
     pub node: usize,
     pub ip: Ipv4Addr,
+    pub ip6: Ipv6Addr,
     server: ChildGuard,
     pub ns: NetNs,
 }
 
 impl Pod {
-    /// Creates pod `name` with address `ip` on `node` and starts its echo server.
-    pub fn start(prefix: &str, node: &NodeNet, name: &str, ip_addr: Ipv4Addr) -> Pod {
+    /// Creates pod `name` with addresses `ip_addr` and `ip6` on `node` and starts its echo server.
+    pub fn start(
+        prefix: &str,
+        node: &NodeNet,
+        name: &str,
+        ip_addr: Ipv4Addr,
+        ip6: Ipv6Addr,
+    ) -> Pod {
         let ns = NetNs::new(&format!("{prefix}-{name}"));
         let host_side = format!("vp-{name}");
         ip(
@@ -47,9 +55,30 @@ impl Pod {
         ip(&ns, &["route", "add", &gw, "dev", "eth0", "scope", "link"]);
         ip(&ns, &["route", "add", "default", "via", &gw, "dev", "eth0"]);
 
+        let link_gw = format!("{POD_LINK_GATEWAY6}/64");
+        ip(
+            &node.ns,
+            &["addr", "add", &link_gw, "dev", &host_side, "nodad"],
+        );
+        let gw6 = node.pod_gateway6.to_string();
+        let host_route6 = format!("{ip6}/128");
+        ip(
+            &node.ns,
+            &["route", "add", &host_route6, "dev", &host_side, "src", &gw6],
+        );
+        ip(&ns, &["addr", "add", &host_route6, "dev", "eth0", "nodad"]);
+        let link_gw = POD_LINK_GATEWAY6.to_string();
+        ip(
+            &ns,
+            &[
+                "-6", "route", "add", "default", "via", &link_gw, "dev", "eth0",
+            ],
+        );
+
         let spec = Spec::Echo {
             pod: name.to_owned(),
             ports: ECHO_PORTS.to_vec(),
+            ip6,
         };
         let exe = std::env::current_exe().expect("test binary path");
         let server = ChildGuard::spawn(
@@ -62,6 +91,7 @@ impl Pod {
             name: name.to_owned(),
             node: node.index,
             ip: ip_addr,
+            ip6,
             server,
             ns,
         };

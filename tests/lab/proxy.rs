@@ -7,7 +7,7 @@
 
 use std::path::Path;
 
-use super::topology::{CLUSTER_CIDR, NodeNet};
+use super::topology::{CLUSTER_CIDR, CLUSTER_CIDR6, NodeNet};
 use crate::testenv::{ChildGuard, TestEnv, bridge_apiserver};
 
 /// Why every scenario is expected to fail for our binary in a mode, or `None` once that mode
@@ -97,7 +97,8 @@ impl Proxy {
         let mut cmd = self.command(env, node, manifests);
         cmd.arg(format!("--hostname-override={node_name}"))
             .arg(format!("--proxy-mode={}", self.mode().as_str()))
-            .arg(format!("--cluster-cidr={CLUSTER_CIDR}"))
+            // Both families: the proxies run dual-stack (the Nodes have an InternalIP of each).
+            .arg(format!("--cluster-cidr={CLUSTER_CIDR},{CLUSTER_CIDR6}"))
             // nf_conntrack_max cannot be changed inside a network namespace.
             .arg("--conntrack-max-per-core=0")
             .arg("--metrics-bind-address=127.0.0.1:10249")

@@ -82,6 +82,8 @@ pub struct TestEnv {
     pub kubeconfig: PathBuf,
     /// Kubeconfig for the `system:kube-proxy` user: what a real kube-proxy has.
     pub kube_proxy_kubeconfig: PathBuf,
+    /// `--service-cluster-ip-range` as the API server got it: `10.96.0.0/12,fd00:10:96::/108`
+    /// (dual-stack, IPv4 the primary family).
     pub service_cidr: String,
     pub state_dir: PathBuf,
     pub bin_dir: PathBuf,
@@ -457,6 +459,12 @@ pub struct TestNode {
 impl TestNode {
     /// Creates Node `name` with InternalIP `ip` and a Ready condition.
     pub async fn create(env: &TestEnv, name: &str, ip: &str) -> TestNode {
+        TestNode::create_with_ips(env, name, &[ip]).await
+    }
+
+    /// Creates Node `name` with an InternalIP for each of `ips` (the first is the primary, as
+    /// a kubelet lists them: one per family on a dual-stack node) and a Ready condition.
+    pub async fn create_with_ips(env: &TestEnv, name: &str, ips: &[&str]) -> TestNode {
         let nodes = Api::<Node>::all(env.client().await);
         let node: Node = serde_json::from_value(json!({
             "metadata": {
@@ -476,11 +484,13 @@ impl TestNode {
             env: env.clone(),
         };
         let now = rfc3339_now();
+        let mut addresses: Vec<serde_json::Value> = ips
+            .iter()
+            .map(|ip| json!({ "type": "InternalIP", "address": ip }))
+            .collect();
+        addresses.push(json!({ "type": "Hostname", "address": name }));
         let status = json!({ "status": {
-            "addresses": [
-                { "type": "InternalIP", "address": ip },
-                { "type": "Hostname", "address": name }
-            ],
+            "addresses": addresses,
             "conditions": [{
                 "type": "Ready", "status": "True", "reason": "KubeletReady",
                 "lastHeartbeatTime": now, "lastTransitionTime": now

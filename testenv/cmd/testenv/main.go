@@ -127,17 +127,27 @@ type State struct {
 	Kubeconfig          string `json:"kubeconfig"`
 	KubeProxyKubeconfig string `json:"kube_proxy_kubeconfig"`
 	CAFile              string `json:"ca_file"`
-	ServiceCIDR         string `json:"service_cidr"`
+	ServiceCIDR         string `json:"service_cidr"` // as the flag takes it: comma-separated, IPv4 first
 	BinDir              string `json:"bin_dir"`
 	StateDir            string `json:"state_dir"`
 	Procs               []proc `json:"procs"`
 	ReaperPid           int    `json:"reaper_pid,omitempty"`
 }
 
-const serviceCIDR = "10.96.0.0/12"
+// serviceCIDR is the API server's --service-cluster-ip-range: dual-stack,
+// IPv4 first, so the primary family is IPv4 (a Service that says nothing
+// about families gets one IPv4 ClusterIP) and IPv6 and dual-stack Services
+// get their IPv6 ClusterIPs from the second range. /108 is the largest IPv6
+// range the API server's allocator accepts (20 bits of host part).
+const serviceCIDR = "10.96.0.0/12,fd00:10:96::/108"
 
-// The first address of serviceCIDR: the `kubernetes` Service.
-var kubernetesServiceIP = net.IPv4(10, 96, 0, 1)
+// The first address of each range of serviceCIDR. The `kubernetes` Service
+// gets the IPv4 one (it is single-stack in the primary family); the API
+// server's certificate names both, as a dual-stack cluster's would.
+var (
+	kubernetesServiceIP   = net.IPv4(10, 96, 0, 1)
+	kubernetesServiceIPv6 = net.ParseIP("fd00:10:96::1")
+)
 
 func procStartTime(pid int) string {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
@@ -716,7 +726,7 @@ func writePKI(dir string) error {
 	if err := leaf("apiserver", &x509.Certificate{
 		Subject:     pkix.Name{CommonName: "kube-apiserver"},
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback, kubernetesServiceIP},
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback, kubernetesServiceIP, kubernetesServiceIPv6},
 		DNSNames: []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
 			"kubernetes.default.svc.cluster.local"},
 	}); err != nil {

@@ -25,7 +25,7 @@ const STARTUP: Duration = Duration::from_secs(20);
 const STARTUP_XFAIL: Duration = Duration::from_secs(5);
 /// How soon deleted rules must be back (scenario 20).
 const RESTORED_WITHIN: Duration = Duration::from_secs(10);
-/// The service CIDR of the testenv API server, which scenario 24 routes from the client.
+/// The IPv4 service CIDR of the testenv API server, which scenario 24 routes from the client.
 const SERVICE_CIDR: &str = "10.96.0.0/12";
 
 /// Node 1's proxy running with extra flags; dropping it restarts the ordinary one.
@@ -295,12 +295,14 @@ impl Drop for ClientRoute<'_> {
 pub async fn snat_modes(lab: &Lab) -> Result<(), String> {
     // NodeCIDR reads the Node's podCIDR, which the lab's Nodes do not otherwise have.
     let nodes: Api<Node> = Api::all(lab.cluster.ns.client.clone());
-    let pod_cidr = lab.topo.nodes[0].pod_cidr();
+    // Both families, as a dual-stack node's IPAM would give it.
+    let (pod_cidr, pod_cidr6) = (lab.topo.nodes[0].pod_cidr(), lab.topo.nodes[0].pod_cidr6());
+    let spec = json!({ "spec": { "podCIDR": pod_cidr, "podCIDRs": [pod_cidr, pod_cidr6] } });
     nodes
         .patch(
             &lab.cluster.node_names[0],
             &PatchParams::default(),
-            &Patch::Merge(&json!({ "spec": { "podCIDR": pod_cidr, "podCIDRs": [pod_cidr] } })),
+            &Patch::Merge(&spec),
         )
         .await
         .map_err(|e| format!("set node 1's podCIDR: {e}"))?;

@@ -10,6 +10,7 @@
 
 mod basic;
 mod disruption;
+mod dual_stack;
 mod external;
 mod flags;
 mod policy;
@@ -113,11 +114,11 @@ pub fn all() -> Vec<Scenario> {
             "proxy restarted under load: zero failures",
             disruption::proxy_restart
         ),
-        scenario!(21, "IPv6 single-stack and dual-stack", policy::ipv6, |_| {
-            Some(
-                "the testenv API server has an IPv4-only service CIDR and the lab no IPv6 addresses",
-            )
-        }),
+        scenario!(
+            21,
+            "IPv6 single-stack and dual-stack",
+            dual_stack::ipv6_and_dual_stack
+        ),
         scenario!(
             22,
             "ignored: proxy-name label, headless, ExternalName",

@@ -1,5 +1,5 @@
 //! Scenarios about which endpoints a connection may use: session affinity, internal traffic
-//! policy, terminating endpoints, zone hints, and IP families.
+//! policy, terminating endpoints and zone hints.
 
 use std::time::Duration;
 
@@ -155,31 +155,4 @@ pub async fn topology(lab: &Lab) -> Result<(), String> {
         reaches_exactly(lab, from, vip, 20, &["n2-a", "n3-a"]).await?;
     }
     Ok(())
-}
-
-/// Scenario 21: IPv6 single-stack and dual-stack Services.
-pub async fn ipv6(lab: &Lab) -> Result<(), String> {
-    use k8s_openapi::api::core::v1::Service;
-    use kube::api::{Patch, PatchParams};
-    let mut svc = service(
-        "s21",
-        80,
-        8080,
-        json!({
-            "ipFamilyPolicy": "SingleStack", "ipFamilies": ["IPv6"],
-        }),
-    );
-    svc["apiVersion"] = json!("v1");
-    svc["kind"] = json!("Service");
-    lab.cluster
-        .ns
-        .api::<Service>()
-        .patch(
-            "s21",
-            &PatchParams::apply("kube-proxy-rs-lab"),
-            &Patch::Apply(&svc),
-        )
-        .await
-        .map_err(|e| format!("the API server refuses an IPv6 Service: {e}"))?;
-    Err("the lab has no IPv6 pod network yet".to_owned())
 }
