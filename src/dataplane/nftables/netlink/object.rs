@@ -293,9 +293,10 @@ fn addr_bytes(out: &mut Vec<u8>, a: IpAddr) {
 /// A tuple's bytes as the kernel keys it; `end`: the last address of each network (an
 /// interval's `KEY_END`) instead of the first.
 pub fn tuple_bytes(t: &Tuple, end: bool) -> Vec<u8> {
-    let concat = t.values().len() > 1;
-    let mut out = Vec::with_capacity(t.values().len() * 8);
-    for v in &t.values() {
+    let values = t.values();
+    let concat = values.len() > 1;
+    let mut out = Vec::with_capacity(values.len() * 8);
+    for v in &values {
         match v {
             Value::Addr(a) => addr_bytes(&mut out, *a),
             Value::Net(n) if end => addr_bytes(&mut out, n.broadcast()),
