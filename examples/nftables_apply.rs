@@ -194,14 +194,11 @@ fn ms(d: Duration) -> String {
 }
 
 fn dataplane(ns: &Netns, encoder: NftablesEncoder, drift: Arc<Drift>) -> NftablesDataplane<Timed> {
-    let mut backend = Timed {
+    let backend = Timed {
         inner: backend::for_encoder(encoder, Some(&ns.0)),
         run: Duration::ZERO,
         dump: Duration::ZERO,
     };
-    // As `NftablesDataplane::new` does: our transactions are known as ours (and large ones
-    // pause the monitor).
-    backend.watched_by(drift.clone());
     NftablesDataplane::with_backend(ModeConfig::default(), backend, drift)
 }
 

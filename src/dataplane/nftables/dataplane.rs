@@ -41,15 +41,20 @@ impl NftablesDataplane<Box<dyn Backend>> {
         backend: impl Backend + 'static,
         drift: Arc<Drift>,
     ) -> NftablesDataplane {
-        let mut backend: Box<dyn Backend> = Box::new(backend);
-        backend.watched_by(drift.clone());
-        NftablesDataplane::with_backend(cfg, backend, drift)
+        NftablesDataplane::with_backend(cfg, Box::new(backend), drift)
     }
 }
 
 impl<B: Backend> NftablesDataplane<B> {
-    /// The mode over any backend (tests pass one that fails on demand).
-    pub fn with_backend(cfg: ModeConfig, backend: B, drift: Arc<Drift>) -> NftablesDataplane<B> {
+    /// The mode over any backend (tests pass one that fails on demand). The backend records
+    /// its transactions in `drift` (and pauses the monitor for large ones), so the monitor
+    /// never takes our own changes for another program's.
+    pub fn with_backend(
+        cfg: ModeConfig,
+        mut backend: B,
+        drift: Arc<Drift>,
+    ) -> NftablesDataplane<B> {
+        backend.watched_by(drift.clone());
         NftablesDataplane {
             planner: Planner::new(cfg),
             in_kernel: false,
