@@ -293,10 +293,14 @@ fn addr_bytes(out: &mut Vec<u8>, a: IpAddr) {
 /// A tuple's bytes as the kernel keys it; `end`: the last address of each network (an
 /// interval's `KEY_END`) instead of the first.
 pub fn tuple_bytes(t: &Tuple, end: bool) -> Vec<u8> {
-    let values = t.values();
+    values_bytes(&t.values(), end)
+}
+
+/// [`tuple_bytes`] of values already decoded.
+fn values_bytes(values: &[Value], end: bool) -> Vec<u8> {
     let concat = values.len() > 1;
     let mut out = Vec::with_capacity(values.len() * 8);
-    for v in &values {
+    for v in values {
         match v {
             Value::Addr(a) => addr_bytes(&mut out, *a),
             Value::Net(n) if end => addr_bytes(&mut out, n.broadcast()),
@@ -312,10 +316,6 @@ pub fn tuple_bytes(t: &Tuple, end: bool) -> Vec<u8> {
     out
 }
 
-fn has_net(t: &Tuple) -> bool {
-    t.values().iter().any(|v| matches!(v, Value::Net(_)))
-}
-
 fn key(w: &mut Writer, kind: u16, bytes: &[u8]) {
     let n = w.nest(kind);
     w.bytes(uapi::data::VALUE, bytes);
@@ -326,9 +326,11 @@ fn key(w: &mut Writer, kind: u16, bytes: &[u8]) {
 /// `KEY_END` (concatenated interval sets).
 pub fn element(w: &mut Writer, k: &Tuple, e: Option<&Element>) {
     let item = w.nest(uapi::LIST_ELEM);
-    key(w, elem::KEY, &tuple_bytes(k, false));
-    if has_net(k) {
-        key(w, elem::KEY_END, &tuple_bytes(k, true));
+    // Decoded once: the key and, for a range, its end come from the same values.
+    let values = k.values();
+    key(w, elem::KEY, &values_bytes(&values, false));
+    if values.iter().any(|v| matches!(v, Value::Net(_))) {
+        key(w, elem::KEY_END, &values_bytes(&values, true));
     }
     if let Some(e) = e {
         let data = match &e.data {
