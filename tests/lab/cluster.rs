@@ -51,6 +51,11 @@ pub enum Family {
 }
 
 impl Family {
+    /// The family of `ip`.
+    pub fn of(ip: std::net::IpAddr) -> Family {
+        if ip.is_ipv4() { Family::V4 } else { Family::V6 }
+    }
+
     /// `IPv4` or `IPv6`
     pub fn k8s(self) -> &'static str {
         match self {

@@ -15,7 +15,7 @@ use std::net::{IpAddr, SocketAddr};
 use k8s_openapi::api::core::v1::Service;
 use serde_json::json;
 
-use super::node_port;
+use super::{node_port, service};
 use crate::lab::client::{From, addr, request};
 use crate::lab::cluster::Family;
 use crate::lab::helper::Reply;
@@ -41,15 +41,7 @@ async fn single_stack(lab: &Lab) -> Result<(), String> {
     let svc = apply(lab, "s21-v6", json!({ "ipFamilies": ["IPv6"] })).await;
     let ips = family_ips(&svc, &[Family::V6])?;
     let eps = ["n1-a", "n3-a"];
-    lab.cluster
-        .apply_slice_of(
-            Family::V6,
-            "s21-v6-x",
-            "s21-v6",
-            &PORTS,
-            &lab.endpoints6(&eps),
-        )
-        .await;
+    slice(lab, Family::V6, "s21-v6", &eps).await;
     let vip = addr(ips[0], 80);
     let client = lab.pod("n2-b");
     for proto in [Proto::Tcp, Proto::Udp] {
@@ -80,23 +72,8 @@ async fn dual_stack(lab: &Lab) -> Result<(), String> {
     let ips = family_ips(&svc, &[Family::V4, Family::V6])?;
     // Different endpoints per family, so a proxy that mixes the families' slices shows.
     let (eps4, eps6) = (["n1-b", "n2-a"], ["n2-a", "n3-b"]);
-    let c = &lab.cluster;
-    c.apply_slice_of(
-        Family::V4,
-        "s21-dual-4",
-        "s21-dual",
-        &PORTS,
-        &lab.endpoints(&eps4),
-    )
-    .await;
-    c.apply_slice_of(
-        Family::V6,
-        "s21-dual-6",
-        "s21-dual",
-        &PORTS,
-        &lab.endpoints6(&eps6),
-    )
-    .await;
+    slice(lab, Family::V4, "s21-dual", &eps4).await;
+    slice(lab, Family::V6, "s21-dual", &eps6).await;
     let from = From::Pod(lab.pod("n3-a"));
     for proto in [Proto::Tcp, Proto::Udp] {
         reaches(lab, from, proto, addr(ips[0], 80), &eps4).await?;
@@ -110,15 +87,7 @@ async fn node_port_v6(lab: &Lab) -> Result<(), String> {
     let svc = apply(lab, "s21-np", extra).await;
     family_ips(&svc, &[Family::V6])?;
     let eps = ["n1-a", "n2-a"];
-    lab.cluster
-        .apply_slice_of(
-            Family::V6,
-            "s21-np-x",
-            "s21-np",
-            &PORTS,
-            &lab.endpoints6(&eps),
-        )
-        .await;
+    slice(lab, Family::V6, "s21-np", &eps).await;
     let (tcp, udp) = (node_port(&svc, 0), node_port(&svc, 1));
     for ip in lab.node_ip6s() {
         reaches(lab, From::Client, Proto::Tcp, addr(ip, tcp), &eps).await?;
@@ -130,9 +99,7 @@ async fn node_port_v6(lab: &Lab) -> Result<(), String> {
 async fn no_endpoints_v6(lab: &Lab) -> Result<(), String> {
     let svc = apply(lab, "s21-none", json!({ "ipFamilies": ["IPv6"] })).await;
     let ips = family_ips(&svc, &[Family::V6])?;
-    lab.cluster
-        .apply_slice_of(Family::V6, "s21-none-x", "s21-none", &PORTS, &[])
-        .await;
+    slice(lab, Family::V6, "s21-none", &[]).await;
     let target = addr(ips[0], 80);
     let from = From::Pod(lab.pod("n1-a"));
     for proto in [Proto::Tcp, Proto::Udp] {
@@ -164,20 +131,34 @@ async fn no_endpoints_v6(lab: &Lab) -> Result<(), String> {
 
 /// Creates Service `name` with [`PORTS`] and the fields of `extra` in its spec (single-stack
 /// unless `extra` sets `ipFamilyPolicy`).
-async fn apply(lab: &Lab, name: &str, extra: serde_json::Value) -> Service {
-    let mut spec = json!({
-        "ipFamilyPolicy": "SingleStack",
-        "ports": [
-            { "name": "p", "port": 80, "targetPort": 8080, "protocol": "TCP" },
-            { "name": "u", "port": 80, "targetPort": 8080, "protocol": "UDP" },
-        ],
-    });
-    if let (Some(spec), Some(extra)) = (spec.as_object_mut(), extra.as_object()) {
-        spec.extend(extra.clone());
+async fn apply(lab: &Lab, name: &str, mut extra: serde_json::Value) -> Service {
+    if let Some(fields) = extra.as_object_mut() {
+        fields
+            .entry("ipFamilyPolicy")
+            .or_insert_with(|| json!("SingleStack"));
+        fields.insert(
+            "ports".into(),
+            json!([
+                { "name": "p", "port": 80, "targetPort": 8080, "protocol": "TCP" },
+                { "name": "u", "port": 80, "targetPort": 8080, "protocol": "UDP" },
+            ]),
+        );
     }
     lab.cluster
-        .apply_service(json!({ "metadata": { "name": name }, "spec": spec }))
+        .apply_service(service(name, 80, 8080, extra))
         .await
+}
+
+/// Writes `service`'s slice of `family` with [`PORTS`] and the pods `pods` as its endpoints.
+async fn slice(lab: &Lab, family: Family, service: &str, pods: &[&str]) {
+    let endpoints = match family {
+        Family::V4 => lab.endpoints(pods),
+        Family::V6 => lab.endpoints6(pods),
+    };
+    let name = format!("{service}-{}", family.k8s().to_lowercase());
+    lab.cluster
+        .apply_slice_of(family, &name, service, &PORTS, &endpoints)
+        .await;
 }
 
 /// The Service's ClusterIPs, checked to be of `want`'s families in that order.
@@ -191,20 +172,13 @@ fn family_ips(svc: &Service, want: &[Family]) -> Result<Vec<IpAddr>, String> {
         .flatten()
         .filter_map(|ip| ip.parse().ok())
         .collect();
-    let got: Vec<Family> = ips.iter().map(|ip| family(*ip)).collect();
+    let got: Vec<Family> = ips.iter().map(|ip| Family::of(*ip)).collect();
     if got == want {
         Ok(ips)
     } else {
         Err(format!(
             "service {name}: the API server allocated ClusterIPs {ips:?}, wanted families {want:?}"
         ))
-    }
-}
-
-fn family(ip: IpAddr) -> Family {
-    match ip {
-        IpAddr::V4(_) => Family::V4,
-        IpAddr::V6(_) => Family::V6,
     }
 }
 
