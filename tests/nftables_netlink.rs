@@ -18,15 +18,15 @@ use kube_proxy_rs::cli::load_manifests;
 use kube_proxy_rs::cluster::Tracker;
 use kube_proxy_rs::cluster::source::{Event, manifests};
 use kube_proxy_rs::cluster::topology::Features;
-use kube_proxy_rs::config::NodePortAddresses;
-use kube_proxy_rs::dataplane::nftables::mode_config::DetectLocal;
+use kube_proxy_rs::config;
 use kube_proxy_rs::dataplane::nftables::names::Name;
 use kube_proxy_rs::dataplane::nftables::netlink::Netlink;
 use kube_proxy_rs::dataplane::nftables::parse::parse;
-use kube_proxy_rs::dataplane::nftables::ruleset::{Data, Element, IfName, Tuple, Value};
+use kube_proxy_rs::dataplane::nftables::ruleset::{Data, Element, Tuple, Value};
 use kube_proxy_rs::dataplane::nftables::{
     Family, ModeConfig, Ruleset, Transaction, diff, plan_all, render_all,
 };
+use kube_proxy_rs::dataplane::node::{DetectLocal, IfName, NodePolicy};
 use proptest::prelude::*;
 
 /// Where `host.rs` puts process logs.
@@ -37,47 +37,19 @@ fn scratch_dir() -> PathBuf {
     dir
 }
 
-/// The settings of the goldens in `src/dataplane/nftables/testdata`.
+/// The settings of the goldens in `src/dataplane/nftables/testdata`, from the
+/// KubeProxyConfiguration files the golden tests read.
 fn golden_settings() -> Vec<(&'static str, &'static str, ModeConfig)> {
+    let settings = |name: &str| {
+        let path = Path::new("src/dataplane/nftables/testdata").join(format!("{name}.config.yaml"));
+        let text = std::fs::read_to_string(&path).expect("settings file");
+        ModeConfig::new(&config::from_file(&path, &text).expect("settings")).expect("mode settings")
+    };
     vec![
         ("defaults", "node-a", ModeConfig::default()),
-        (
-            "masquerade-all",
-            "node-a",
-            ModeConfig {
-                masquerade_all: true,
-                detect_local: DetectLocal::ClusterCidrs(vec![
-                    "10.244.0.0/16".parse().unwrap(),
-                    "fd00:10:244::/48".parse().unwrap(),
-                ]),
-                ..ModeConfig::default()
-            },
-        ),
-        (
-            "bridge-all",
-            "node-b",
-            ModeConfig {
-                detect_local: DetectLocal::Interface(IfName::new("cbr0", false).unwrap()),
-                node_ports: NodePortAddresses {
-                    all: true,
-                    ..NodePortAddresses::default()
-                },
-                drop_invalid: false,
-                ..ModeConfig::default()
-            },
-        ),
-        (
-            "prefix-cidr",
-            "node-a",
-            ModeConfig {
-                detect_local: DetectLocal::Interface(IfName::new("veth", true).unwrap()),
-                node_ports: NodePortAddresses {
-                    cidrs: vec!["10.0.0.0/24".parse().unwrap()],
-                    ..NodePortAddresses::default()
-                },
-                ..ModeConfig::default()
-            },
-        ),
+        ("masquerade-all", "node-a", settings("masquerade-all")),
+        ("bridge-all", "node-b", settings("bridge-all")),
+        ("prefix-cidr", "node-a", settings("prefix-cidr")),
     ]
 }
 
@@ -468,17 +440,19 @@ fn random_plan(services: &[Svc], cfg: &ModeConfig) -> Vec<Ruleset> {
 
 fn arb_config() -> impl Strategy<Value = ModeConfig> {
     (any::<bool>(), 0u8..3, any::<bool>()).prop_map(|(all, detect, invalid)| ModeConfig {
-        masquerade_all: all,
-        detect_local: match detect {
-            0 => DetectLocal::None,
-            1 => DetectLocal::ClusterCidrs(vec![
-                "10.244.0.0/16".parse().unwrap(),
-                "fd00:10:244::/48".parse().unwrap(),
-            ]),
-            _ => DetectLocal::Interface(IfName::new("veth", true).unwrap()),
+        node: NodePolicy {
+            masquerade_all: all,
+            detect_local: match detect {
+                0 => DetectLocal::None,
+                1 => DetectLocal::ClusterCidrs(vec![
+                    "10.244.0.0/16".parse().unwrap(),
+                    "fd00:10:244::/48".parse().unwrap(),
+                ]),
+                _ => DetectLocal::Interface(IfName::new("veth", true).unwrap()),
+            },
+            drop_invalid: invalid,
+            ..ModeConfig::default().node
         },
-        drop_invalid: invalid,
-        ..ModeConfig::default()
     })
 }
 

@@ -40,9 +40,7 @@ pub struct Mode {
 #[derive(Debug, thiserror::Error)]
 pub enum ModeError {
     #[error(transparent)]
-    Nftables(#[from] nftables::mode_config::Error),
-    #[error(transparent)]
-    Iptables(#[from] iptables::mode_config::Error),
+    Policy(#[from] crate::dataplane::node::Error),
     #[error(transparent)]
     NoIptables(#[from] iptables::NoUsableFamily),
 }

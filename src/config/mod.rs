@@ -113,6 +113,16 @@ pub struct Resolved {
     pub warnings: Vec<Warning>,
 }
 
+/// The configuration a KubeProxyConfiguration file gives on its own: what `--config PATH`
+/// without other flags resolves to. `text` is the file's content.
+pub fn from_file(path: &Path, text: &str) -> Result<Config, Error> {
+    let flags = Flags {
+        config: Some(path.to_owned()),
+        ..Flags::default()
+    };
+    resolve(&flags, Some((path, text))).map(|r| r.config)
+}
+
 /// Builds the effective configuration from the flags and, when `--config` was given, the
 /// file's path and text (`file` must be `Some` exactly when `flags.config` is).
 pub fn resolve(flags: &Flags, file: Option<(&Path, &str)>) -> Result<Resolved, Error> {

@@ -7,6 +7,7 @@
 
 pub mod iptables;
 pub mod nftables;
+pub mod node;
 
 use crate::cluster::{Changes, IpFamily, Snapshot};
 

@@ -5,13 +5,13 @@
 
 use std::path::{Path, PathBuf};
 
-use super::mode_config::{DetectLocal, ModeConfig};
+use super::mode_config::ModeConfig;
 use super::netns::Netns;
-use super::ruleset::{IfName, Ruleset};
+use super::ruleset::Ruleset;
 use super::{plan_all, render};
 use crate::cli::load_manifests;
 use crate::cluster::{Features, IpFamily};
-use crate::config::NodePortAddresses;
+use crate::config;
 
 fn testdata(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -47,14 +47,11 @@ fn golden(node: &str, cfg: &ModeConfig, name: &str) {
     }
 }
 
-pub(super) fn cluster_cidr() -> ModeConfig {
-    ModeConfig {
-        detect_local: DetectLocal::ClusterCidrs(vec![
-            "10.244.0.0/16".parse().unwrap(),
-            "fd00:10:244::/48".parse().unwrap(),
-        ]),
-        ..ModeConfig::default()
-    }
+/// The settings of a golden, from its KubeProxyConfiguration file `testdata/NAME.config.yaml`.
+pub(super) fn settings(name: &str) -> ModeConfig {
+    let path = testdata(&format!("{name}.config.yaml"));
+    let text = std::fs::read_to_string(&path).expect("settings file");
+    ModeConfig::new(&config::from_file(&path, &text).expect("settings")).expect("mode settings")
 }
 
 #[test]
@@ -64,33 +61,27 @@ fn example_cluster_on_node_a_with_upstream_defaults() {
 
 #[test]
 fn example_cluster_with_cluster_cidr_and_masquerade_all() {
-    let cfg = ModeConfig {
-        masquerade_all: true,
-        ..cluster_cidr()
-    };
-    golden("node-a", &cfg, "example.node-a.masquerade-all.iptables");
+    golden(
+        "node-a",
+        &settings("masquerade-all"),
+        "example.node-a.masquerade-all.iptables",
+    );
 }
 
 #[test]
 fn example_cluster_with_bridge_detection_and_no_localhost_node_ports() {
-    let cfg = ModeConfig {
-        detect_local: DetectLocal::Interface(IfName::new("cbr0", false).unwrap()),
-        localhost_node_ports: false,
-        drop_invalid: false,
-        ..ModeConfig::default()
-    };
-    golden("node-b", &cfg, "example.node-b.bridge.iptables");
+    golden(
+        "node-b",
+        &settings("bridge"),
+        "example.node-b.bridge.iptables",
+    );
 }
 
 #[test]
 fn example_cluster_with_prefix_detection_and_node_port_cidrs() {
-    let cfg = ModeConfig {
-        detect_local: DetectLocal::Interface(IfName::new("veth", true).unwrap()),
-        node_ports: NodePortAddresses {
-            cidrs: vec!["10.0.0.0/24".parse().unwrap()],
-            ..NodePortAddresses::default()
-        },
-        ..ModeConfig::default()
-    };
-    golden("node-a", &cfg, "example.node-a.prefix-cidr.iptables");
+    golden(
+        "node-a",
+        &settings("prefix-cidr"),
+        "example.node-a.prefix-cidr.iptables",
+    );
 }

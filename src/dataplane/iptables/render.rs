@@ -53,7 +53,10 @@ fn match_words(out: &mut String, m: &Match, family: IpFamily) {
         }
         Match::InInterface { name, negate } => {
             not(out, *negate);
-            let _ = write!(out, " -i {}", name.word());
+            let _ = write!(out, " -i {}", name.as_str());
+            if name.is_prefix() {
+                out.push('+');
+            }
         }
         Match::Protocol(p) => {
             let _ = write!(out, " -p {}", protocol_word(*p));

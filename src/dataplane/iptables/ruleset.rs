@@ -14,6 +14,9 @@ use ipnet::IpNet;
 
 use super::names::ChainName;
 use crate::cluster::{IpFamily, NodeContext, Protocol, ServicePortName, ServicePortState};
+/// Interface matches come from configuration only (the node policy's detect-local), never from
+/// an API object; rendered as `name` or `name+`.
+pub use crate::dataplane::node::IfName;
 
 /// The tables we write to, in the order they are rendered.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -260,37 +263,6 @@ impl Comment {
     }
 }
 
-/// An interface name (or prefix, rendered with `+`) that iptables accepts: 1 to 15 characters
-/// of `[A-Za-z0-9_.-]`.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct IfName {
-    name: Arc<str>,
-    prefix: bool,
-}
-
-impl IfName {
-    pub fn new(name: &str, prefix: bool) -> Option<IfName> {
-        let ok = !name.is_empty()
-            && name.len() <= 15
-            && name
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'));
-        ok.then(|| IfName {
-            name: name.into(),
-            prefix,
-        })
-    }
-
-    /// `name` or `name+`.
-    pub fn word(&self) -> String {
-        if self.prefix {
-            format!("{}+", self.name)
-        } else {
-            self.name.to_string()
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -300,13 +272,5 @@ mod tests {
         let c = Comment::sanitised("ns/web:http \"-j ACCEPT\n\\x");
         assert_eq!(c.as_str(), "ns/web:http _-j ACCEPT__x");
         assert_eq!(Comment::sanitised(&"é".repeat(500)).as_str().len(), 200);
-    }
-
-    #[test]
-    fn interface_names_are_checked() {
-        assert_eq!(IfName::new("veth", true).unwrap().word(), "veth+");
-        assert!(IfName::new("a b", false).is_none());
-        assert!(IfName::new("0123456789abcdef", false).is_none());
-        assert!(IfName::new("", false).is_none());
     }
 }

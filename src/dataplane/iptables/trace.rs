@@ -175,15 +175,7 @@ impl Walk<'_> {
             Match::Source { net, negate } => net.contains(&p.source) != *negate,
             Match::Destination { net, negate } => net.contains(&p.destination) != *negate,
             Match::InInterface { name, negate } => {
-                let word = name.word();
-                let hit = p
-                    .in_interface
-                    .as_deref()
-                    .is_some_and(|i| match word.strip_suffix('+') {
-                        Some(prefix) => i.starts_with(prefix),
-                        None => i == word,
-                    });
-                hit != *negate
+                p.in_interface.as_deref().is_some_and(|i| name.matches(i)) != *negate
             }
             Match::Protocol(proto) => *proto == p.protocol,
             Match::DestinationPort(proto, port) => *proto == p.protocol && *port == p.port,
@@ -208,7 +200,7 @@ impl Walk<'_> {
 mod tests {
     use super::*;
     use crate::cluster::IpFamily;
-    use crate::dataplane::iptables::golden_tests::cluster_cidr;
+    use crate::dataplane::iptables::golden_tests::settings;
     use crate::dataplane::iptables::plan::plan;
     use crate::dataplane::nftables::plan::fixtures::{Svc, ip, node, snapshot, svc};
 
@@ -217,7 +209,11 @@ mod tests {
     const OUTSIDE: &str = "203.0.113.9";
 
     fn rules(services: Vec<Svc>) -> Ruleset {
-        plan(&snapshot(node(), services), &cluster_cidr(), IpFamily::V4)
+        plan(
+            &snapshot(node(), services),
+            &settings("cluster-cidr"),
+            IpFamily::V4,
+        )
     }
 
     fn tcp(from: &str, to: &str, port: u16) -> Packet {

@@ -7,10 +7,11 @@ use proptest::prelude::*;
 use super::*;
 use crate::cluster::IpFamily;
 use crate::cluster::Protocol;
-use crate::dataplane::nftables::mode_config::{DetectLocal, ModeConfig};
+use crate::dataplane::nftables::mode_config::ModeConfig;
 use crate::dataplane::nftables::plan::fixtures::{Svc, node, snapshot, svc};
 use crate::dataplane::nftables::plan::plan;
 use crate::dataplane::nftables::ruleset::{Chain, Data, Set, Verdict};
+use crate::dataplane::node::{DetectLocal, NodePolicy};
 
 /// Applies a transaction as the kernel would, refusing what it would refuse.
 fn apply(r: &mut Ruleset, t: &Transaction) -> Result<(), String> {
@@ -245,14 +246,16 @@ fn arb_snapshot() -> impl Strategy<Value = Vec<Svc>> {
 
 fn arb_config() -> impl Strategy<Value = ModeConfig> {
     (any::<bool>(), any::<bool>(), any::<bool>()).prop_map(|(all, cidr, invalid)| ModeConfig {
-        masquerade_all: all,
-        detect_local: if cidr {
-            DetectLocal::ClusterCidrs(vec!["10.244.0.0/16".parse().unwrap()])
-        } else {
-            DetectLocal::None
+        node: NodePolicy {
+            masquerade_all: all,
+            detect_local: if cidr {
+                DetectLocal::ClusterCidrs(vec!["10.244.0.0/16".parse().unwrap()])
+            } else {
+                DetectLocal::None
+            },
+            drop_invalid: invalid,
+            ..ModeConfig::default().node
         },
-        drop_invalid: invalid,
-        ..ModeConfig::default()
     })
 }
 

@@ -5,12 +5,11 @@
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
-use super::mode_config::{DetectLocal, ModeConfig};
-use super::ruleset::IfName;
+use super::mode_config::ModeConfig;
 use super::{plan_all, render_from_scratch};
 use crate::cli::load_manifests;
 use crate::cluster::Features;
-use crate::config::NodePortAddresses;
+use crate::config;
 
 fn testdata(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -75,56 +74,37 @@ fn example_cluster_on_node_a_with_upstream_defaults() {
     golden("node-a", &ModeConfig::default(), "example.node-a.nft");
 }
 
-/// The golden settings, also used by the parser's round trip over dumps of these goldens.
-pub(super) fn masquerade_all() -> ModeConfig {
-    ModeConfig {
-        masquerade_all: true,
-        detect_local: DetectLocal::ClusterCidrs(vec![
-            "10.244.0.0/16".parse().unwrap(),
-            "fd00:10:244::/48".parse().unwrap(),
-        ]),
-        ..ModeConfig::default()
-    }
-}
-
-pub(super) fn bridge_all() -> ModeConfig {
-    ModeConfig {
-        detect_local: DetectLocal::Interface(IfName::new("cbr0", false).unwrap()),
-        node_ports: NodePortAddresses {
-            all: true,
-            ..NodePortAddresses::default()
-        },
-        drop_invalid: false,
-        ..ModeConfig::default()
-    }
-}
-
-pub(super) fn prefix_cidr() -> ModeConfig {
-    ModeConfig {
-        detect_local: DetectLocal::Interface(IfName::new("veth", true).unwrap()),
-        node_ports: NodePortAddresses {
-            cidrs: vec!["10.0.0.0/24".parse().unwrap()],
-            ..NodePortAddresses::default()
-        },
-        ..ModeConfig::default()
-    }
+/// The settings of a golden, from its KubeProxyConfiguration file `testdata/NAME.config.yaml`
+/// (also read by the parser's round trip and the kernel round trip over these goldens).
+pub(super) fn settings(name: &str) -> ModeConfig {
+    let path = testdata(&format!("{name}.config.yaml"));
+    let text = std::fs::read_to_string(&path).expect("settings file");
+    ModeConfig::new(&config::from_file(&path, &text).expect("settings")).expect("mode settings")
 }
 
 #[test]
 fn example_cluster_with_cluster_cidr_and_masquerade_all() {
     golden(
         "node-a",
-        &masquerade_all(),
+        &settings("masquerade-all"),
         "example.node-a.masquerade-all.nft",
     );
 }
 
 #[test]
 fn example_cluster_with_bridge_detection_and_node_ports_everywhere() {
-    golden("node-b", &bridge_all(), "example.node-b.bridge-all.nft");
+    golden(
+        "node-b",
+        &settings("bridge-all"),
+        "example.node-b.bridge-all.nft",
+    );
 }
 
 #[test]
 fn example_cluster_with_prefix_detection_and_node_cidr_ports() {
-    golden("node-a", &prefix_cidr(), "example.node-a.prefix-cidr.nft");
+    golden(
+        "node-a",
+        &settings("prefix-cidr"),
+        "example.node-a.prefix-cidr.nft",
+    );
 }

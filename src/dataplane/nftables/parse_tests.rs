@@ -42,19 +42,19 @@ fn example_dumps_read_back_as_planned() {
     round_trip(
         "example.node-a.masquerade-all.ip",
         "node-a",
-        &golden::masquerade_all(),
+        &golden::settings("masquerade-all"),
         IpFamily::V4,
     );
     round_trip(
         "example.node-b.bridge-all.ip",
         "node-b",
-        &golden::bridge_all(),
+        &golden::settings("bridge-all"),
         IpFamily::V4,
     );
     round_trip(
         "example.node-a.prefix-cidr.ip6",
         "node-a",
-        &golden::prefix_cidr(),
+        &golden::settings("prefix-cidr"),
         IpFamily::V6,
     );
 }

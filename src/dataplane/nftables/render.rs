@@ -266,7 +266,7 @@ fn ifname(name: &IfName) -> String {
     format!(
         "\"{}{}\"",
         name.as_str(),
-        if name.prefix { "*" } else { "" }
+        if name.is_prefix() { "*" } else { "" }
     )
 }
 

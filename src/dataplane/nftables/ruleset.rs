@@ -14,6 +14,9 @@ use ipnet::IpNet;
 use super::names::Name;
 pub use super::tuple::{Tuple, Values};
 use crate::cluster::{IpFamily, Protocol};
+/// Interface matches come from configuration only (the node policy's detect-local), never from
+/// an API object.
+pub use crate::dataplane::node::IfName;
 
 /// The nftables family of the table: `ip` for IPv4, `ip6` for IPv6.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -176,42 +179,6 @@ pub enum CtState {
     Invalid,
 }
 
-/// An interface match from configuration (never from an API object). Holds only
-/// `[A-Za-z0-9._-]`, at most 15 bytes (IFNAMSIZ - 1), so it needs no escaping.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct IfName {
-    name: Arc<str>,
-    /// Match every interface whose name starts with `name` (`"name*"`).
-    pub prefix: bool,
-}
-
-impl IfName {
-    pub fn new(name: &str, prefix: bool) -> Option<IfName> {
-        let ok = !name.is_empty()
-            && name.len() <= 15
-            && name
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
-        ok.then(|| IfName {
-            name: name.into(),
-            prefix,
-        })
-    }
-
-    pub fn as_str(&self) -> &str {
-        &self.name
-    }
-
-    /// Whether an interface called `iif` matches.
-    pub fn matches(&self, iif: &str) -> bool {
-        if self.prefix {
-            iif.starts_with(&*self.name)
-        } else {
-            iif == &*self.name
-        }
-    }
-}
-
 /// An action of a rule.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Statement {
@@ -369,14 +336,5 @@ mod tests {
             Comment::sanitised(&"x".repeat(500)).as_str().len(),
             Comment::MAX
         );
-    }
-
-    #[test]
-    fn interface_names_are_checked() {
-        assert!(IfName::new("cbr0", false).is_some());
-        assert!(IfName::new("veth", true).unwrap().matches("veth1234"));
-        for bad in ["", "a\"b", "a b", "0123456789abcdef", "a*"] {
-            assert!(IfName::new(bad, false).is_none(), "{bad:?}");
-        }
     }
 }

@@ -1,9 +1,9 @@
 //! Snapshot + [`ModeConfig`] → the desired [`Ruleset`] of one family.
 //!
 //! Pure and total: no I/O, no clock, no error; the same snapshot and settings always give the
-//! same ruleset. The work is split by concept:
+//! same ruleset. The work is split by concept (which destinations accept NodePorts is the shared
+//! node policy's: [`crate::dataplane::node::node_ports`], with loopback for IPv4):
 //! - `skeleton`: the fixed chains, their rules, and the jumps from the built-in chains;
-//! - `node_ports`: which destinations accept NodePorts;
 //! - `service`: one service port's capture rules, its `KUBE-SVC/SVL/EXT/FW` chains and the
 //!   filter rules for frontends without endpoints;
 //! - `endpoints`: the endpoint choice inside `KUBE-SVC/SVL` (`recent` affinity, `statistic`
@@ -13,22 +13,23 @@
 //! out as upstream's chains.
 
 mod endpoints;
-mod node_ports;
 mod service;
 mod skeleton;
 
 #[cfg(test)]
 pub(crate) mod tests;
 
-use super::mode_config::{Local, ModeConfig};
+use super::mode_config::ModeConfig;
 use super::names::ChainName;
+use crate::dataplane::node::Local;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::ruleset::{Context, PortRules, Rule, Ruleset, Table};
 use crate::cluster::{IpFamily, NodeContext, Snapshot};
 
-pub use node_ports::NodePortMatch;
+pub use crate::dataplane::node::NodePortMatch;
+use crate::dataplane::node::node_ports;
 
 /// Above this many endpoints (all service ports, this family) per-endpoint comments are left
 /// out, as upstream's "large cluster mode" does: they are a large share of the rule text.
@@ -67,8 +68,16 @@ pub fn plan_reusing(
         family,
         cfg,
         node: &snapshot.node,
-        local: cfg.detect_local.resolve(family, &snapshot.node.pod_cidrs),
-        node_ports: node_ports::resolve(cfg, &snapshot.node, family),
+        local: cfg
+            .node
+            .detect_local
+            .resolve(family, &snapshot.node.pod_cidrs),
+        node_ports: node_ports::resolve(
+            &cfg.node.node_ports,
+            &snapshot.node,
+            family,
+            cfg.localhost_node_ports,
+        ),
         large: endpoints > LARGE_CLUSTER_ENDPOINTS,
         port: None,
     };

@@ -25,9 +25,9 @@ use ipnet::IpNet;
 use super::Builder;
 use super::endpoints;
 use crate::cluster::model::{Endpoint, FamilyView, IpFamily, ServicePort, TrafficPolicy};
-use crate::dataplane::iptables::mode_config::Local;
 use crate::dataplane::iptables::names::{self as n, ChainName, PortChain};
 use crate::dataplane::iptables::ruleset::{Comment, Match, Rule, Table, Target};
+use crate::dataplane::node::Local;
 
 pub(super) fn add(b: &mut Builder, port: &ServicePort, view: &FamilyView) {
     let s = Svc {
@@ -74,7 +74,7 @@ pub(super) fn add(b: &mut Builder, port: &ServicePort, view: &FamilyView) {
             &ChainName::fixed(n::SERVICES),
             Rule::new(cip.clone(), Target::Jump(internal_chain.clone())),
         );
-        let masq_matches = if b.cfg.masquerade_all {
+        let masq_matches = if b.cfg.node.masquerade_all {
             Some(cip)
         } else {
             not_local(&b.local).map(|m| [vec![m], cip].concat())

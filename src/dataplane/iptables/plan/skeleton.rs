@@ -19,10 +19,10 @@ use std::net::{IpAddr, Ipv4Addr};
 use ipnet::IpNet;
 
 use super::Builder;
-use super::node_ports::NodePortMatch;
 use crate::cluster::IpFamily;
 use crate::dataplane::iptables::names::{self as n, ChainName, comments};
 use crate::dataplane::iptables::ruleset::{Builtin, Comment, Match, Rule, Table, Target};
+use crate::dataplane::node::NodePortMatch;
 
 const NEW: &str = "NEW";
 
@@ -42,7 +42,7 @@ fn jump(chain: &'static str) -> Target {
 }
 
 pub(super) fn begin(b: &mut Builder) {
-    let mark = b.cfg.masquerade_mark;
+    let mark = b.cfg.node.masquerade_mark;
     for table in Table::ALL {
         b.chain(table, &ChainName::fixed(n::CANARY));
     }
@@ -134,7 +134,7 @@ pub(super) fn begin(b: &mut Builder) {
         b.chain(filter, &ChainName::fixed(chain));
     }
     let forward = ChainName::fixed(n::FORWARD);
-    if b.cfg.drop_invalid {
+    if b.cfg.node.drop_invalid {
         b.push(
             filter,
             &forward,
@@ -208,7 +208,7 @@ pub(super) fn finish(b: &mut Builder) {
     let last = || comment(comments::NODEPORTS_LAST);
     let loopback = loopback_net(b.family);
     let rules = match b.node_ports.clone() {
-        NodePortMatch::Local { loopback: allowed } => {
+        NodePortMatch::All { loopback: allowed } => {
             let mut m = vec![
                 last(),
                 Match::AddrTypeLocal {

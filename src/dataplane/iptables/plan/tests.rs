@@ -7,6 +7,7 @@ use crate::dataplane::iptables::names::{self as n, ChainName, PortChain};
 use crate::dataplane::iptables::render::rule_words;
 use crate::dataplane::iptables::ruleset::{Ruleset, Table};
 use crate::dataplane::nftables::plan::fixtures::{Svc, node, snapshot, svc};
+use crate::dataplane::node::NodePolicy;
 
 fn v4(services: Vec<Svc>) -> (Snapshot, Ruleset) {
     v4_with(services, &ModeConfig::default())
@@ -145,7 +146,7 @@ fn internal_local_policy_without_a_local_endpoint_drops_cluster_ip_traffic() {
 
 #[test]
 fn external_local_policy_short_circuits_pods_and_the_host_and_drops_without_local_endpoints() {
-    let cfg = crate::dataplane::iptables::golden_tests::cluster_cidr();
+    let cfg = crate::dataplane::iptables::golden_tests::settings("cluster-cidr");
     let with_local = svc("ns/etp", "10.96.0.13", 80)
         .node_port(30013)
         .external_local()
@@ -189,8 +190,11 @@ fn external_local_policy_short_circuits_pods_and_the_host_and_drops_without_loca
 #[test]
 fn the_masquerade_bit_and_masquerade_all_come_from_the_config() {
     let cfg = ModeConfig {
-        masquerade_mark: 1 << 3,
-        masquerade_all: true,
+        node: NodePolicy {
+            masquerade_mark: 1 << 3,
+            masquerade_all: true,
+            ..ModeConfig::default().node
+        },
         ..ModeConfig::default()
     };
     let s = svc("ns/web", "10.96.0.10", 80).ep("10.244.2.2", 8080, "node-b");

@@ -2,12 +2,12 @@
 //!
 //! Pure and total: no I/O, no clock, no error. The same snapshot and settings always give the
 //! same ruleset. The layout it builds is described in the parent module; the work is split by
-//! concept:
+//! concept (which node addresses accept NodePorts is the shared node policy's:
+//! [`crate::dataplane::node::node_ports`]):
 //! - `skeleton`: the fixed chains and sets every table has, with their rules;
 //! - `service`: one service port's frontends, endpoint lists, no-endpoint verdicts, firewall and
 //!   hairpin elements;
 //! - `affinity`: the chain and dynamic sets of an endpoint list with ClientIP affinity;
-//! - `node_ports`: which node addresses accept NodePorts;
 //! - `order`: pending elements into key order, once per set;
 //! - `planner`: the [`Planner`], which keeps the last plan and re-plans only the service ports
 //!   that changed (with `contribution`, one port planned on its own, and `claims`, which port
@@ -20,7 +20,6 @@
 mod affinity;
 mod claims;
 mod contribution;
-mod node_ports;
 mod order;
 mod patch;
 mod planner;
@@ -43,7 +42,8 @@ use super::ruleset::{
 };
 use crate::cluster::{IpFamily, NodeContext, Snapshot};
 
-pub use node_ports::NodePortMatch;
+pub use crate::dataplane::node::NodePortMatch;
+use crate::dataplane::node::node_ports;
 pub use planner::{Planner, Update};
 
 /// The desired table of one family.
@@ -87,7 +87,7 @@ impl<'a> Builder<'a> {
             family,
             cfg,
             node,
-            node_ports: node_ports::resolve(&cfg.node_ports, node, family),
+            node_ports: node_ports::resolve(&cfg.node.node_ports, node, family, false),
             affinity_seeds: BTreeMap::new(),
             pending: BTreeMap::new(),
             alone: false,

@@ -19,7 +19,6 @@ use std::sync::Arc;
 
 use super::claims::Claims;
 use super::contribution::{self, Contribution};
-use super::node_ports::{self, NodePortMatch};
 use super::patch::{Patch, Touched};
 use super::plan_all;
 use crate::cluster::{Changes, IpFamily, NodeContext, ServicePortName, ServicePortState, Snapshot};
@@ -27,6 +26,7 @@ use crate::dataplane::nftables::diff::{Transaction, diff};
 use crate::dataplane::nftables::mode_config::ModeConfig;
 use crate::dataplane::nftables::names::Name;
 use crate::dataplane::nftables::ruleset::{Family, Ruleset};
+use crate::dataplane::node::{NodePortMatch, node_ports};
 
 pub(super) type Map<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 
@@ -128,7 +128,7 @@ impl Planner {
         };
         for (i, family) in IpFamily::ALL.into_iter().enumerate() {
             let fb = &mut books.families[i];
-            let np = node_ports::resolve(&self.cfg.node_ports, &snapshot.node, family);
+            let np = node_ports::resolve(&self.cfg.node.node_ports, &snapshot.node, family, false);
             for state in snapshot.ports.values() {
                 let c = contribution::of(state, family, &self.cfg, &snapshot.node, &np);
                 for (set, elements) in &c.elements {

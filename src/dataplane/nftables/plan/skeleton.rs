@@ -10,14 +10,14 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use ipnet::IpNet;
 
 use super::Builder;
-use super::node_ports::NodePortMatch;
 use crate::cluster::IpFamily;
-use crate::dataplane::nftables::mode_config::DetectLocal;
 use crate::dataplane::nftables::names::{self as n, FrontendKind, Name};
 use crate::dataplane::nftables::ruleset::{
     BaseChain, Chain, ChainType, Comment, CtState, Data, DataKind, Field, Hook, Kind, Match, Set,
     SetDecl, Statement, Tuple, Value, Verdict, priority,
 };
+use crate::dataplane::node::Local;
+use crate::dataplane::node::NodePortMatch;
 
 /// The key of an address-based frontend: destination . protocol . port.
 pub(super) const IP_KEY: [Field; 3] = [Field::Daddr, Field::L4Proto, Field::Dport];
@@ -30,7 +30,7 @@ pub(super) fn add(b: &mut Builder) {
     capture(b);
     treatments(b);
     filters(b);
-    let mark = b.cfg.masquerade_mark;
+    let mark = b.cfg.node.masquerade_mark;
     b.push(
         n::MASQUERADING,
         vec![Match::MarkSet(mark)],
@@ -155,7 +155,7 @@ fn sets(b: &mut Builder) {
     );
     allow.decl.interval = true;
     all.push((n::FIREWALL_ALLOW, allow));
-    if let NodePortMatch::Addresses(_) = b.node_ports {
+    if let NodePortMatch::Addresses { .. } = b.node_ports {
         all.push((
             n::NODEPORT_IPS,
             decl(
@@ -168,7 +168,7 @@ fn sets(b: &mut Builder) {
     for (name, set) in all {
         b.rules.sets.insert(Name::fixed(name), set);
     }
-    if let NodePortMatch::Addresses(addrs) = &b.node_ports {
+    if let NodePortMatch::Addresses { addrs, .. } = &b.node_ports {
         let set = Name::fixed(n::NODEPORT_IPS);
         for ip in addrs.clone() {
             b.element(&set, Tuple::new(&[Value::Addr(ip)]), Data::None, None);
@@ -253,7 +253,7 @@ fn base_chains(b: &mut Builder) {
     b.push(n::FILTER_OUTPUT_PRE_DNAT, new(), jump(n::FIREWALL_CHECK));
     b.push(n::FILTER_INPUT, new(), jump(n::NODEPORT_ENDPOINTS_CHECK));
     b.push(n::FILTER_INPUT, new(), jump(n::SERVICE_ENDPOINTS_CHECK));
-    if b.cfg.drop_invalid {
+    if b.cfg.node.drop_invalid {
         b.push(
             n::FILTER_FORWARD,
             vec![Match::CtState(CtState::Invalid)],
@@ -269,7 +269,7 @@ fn base_chains(b: &mut Builder) {
 /// The destination test that makes a packet NodePort traffic.
 pub(super) fn nodeport_matches(b: &Builder) -> Vec<Match> {
     match &b.node_ports {
-        NodePortMatch::All => vec![
+        NodePortMatch::All { .. } => vec![
             Match::FibLocal { source: false },
             Match::Net {
                 field: Field::Daddr,
@@ -277,7 +277,7 @@ pub(super) fn nodeport_matches(b: &Builder) -> Vec<Match> {
                 negate: true,
             },
         ],
-        NodePortMatch::Addresses(_) => vec![set_match(&[Field::Daddr], n::NODEPORT_IPS)],
+        NodePortMatch::Addresses { .. } => vec![set_match(&[Field::Daddr], n::NODEPORT_IPS)],
     }
 }
 
@@ -316,26 +316,22 @@ fn capture(b: &mut Builder) {
 
 /// Traffic from this node's pods, or (`negate`) from anywhere else; `None` without detection.
 fn from_local_pod(b: &Builder, negate: bool) -> Option<Match> {
-    match &b.cfg.detect_local {
-        DetectLocal::Interface(name) => Some(Match::Iifname {
-            name: name.clone(),
+    match b.cfg.node.detect_local.resolve(b.family, &b.node.pod_cidrs) {
+        Local::Interface(name) => Some(Match::Iifname { name, negate }),
+        Local::Cidr(net) => Some(Match::Net {
+            field: Field::Saddr,
+            net,
             negate,
         }),
-        other => other
-            .cidr_for(b.family, &b.node.pod_cidrs)
-            .map(|net| Match::Net {
-                field: Field::Saddr,
-                net,
-                negate,
-            }),
+        Local::None => None,
     }
 }
 
 fn treatments(b: &mut Builder) {
-    let mark = Statement::MarkOr(b.cfg.masquerade_mark);
+    let mark = Statement::MarkOr(b.cfg.node.masquerade_mark);
     // ClusterIP: masquerade everything, or what does not come from a local pod, so replies
     // from an endpoint on another node come back through this one.
-    if b.cfg.masquerade_all {
+    if b.cfg.node.masquerade_all {
         b.push(n::CLUSTER_IP, vec![], vec![mark.clone()]);
     } else if let Some(m) = from_local_pod(b, true) {
         b.push(n::CLUSTER_IP, vec![m], vec![mark.clone()]);

@@ -8,9 +8,8 @@ use super::fixtures::{Svc, ip, node, snapshot, svc};
 use super::*;
 use crate::cluster::Protocol;
 use crate::config::NodePortAddresses;
-use crate::dataplane::nftables::mode_config::DetectLocal;
-use crate::dataplane::nftables::ruleset::IfName;
 use crate::dataplane::nftables::trace::{self, Fate, Origin, Packet, Trace};
+use crate::dataplane::node::{DetectLocal, IfName, NodePolicy};
 
 const POD: &str = "10.244.1.5";
 const REMOTE_POD: &str = "10.244.2.5";
@@ -18,8 +17,10 @@ const CLIENT: &str = "203.0.113.9";
 
 fn cluster_cidr() -> ModeConfig {
     ModeConfig {
-        detect_local: DetectLocal::ClusterCidrs(vec!["10.244.0.0/16".parse().unwrap()]),
-        ..ModeConfig::default()
+        node: NodePolicy {
+            detect_local: DetectLocal::ClusterCidrs(vec!["10.244.0.0/16".parse().unwrap()]),
+            ..ModeConfig::default().node
+        },
     }
 }
 
@@ -93,8 +94,10 @@ fn cluster_ip_from_outside_the_cluster_cidr_is_masqueraded() {
 #[test]
 fn masquerade_all_masquerades_pod_traffic_too() {
     let cfg = ModeConfig {
-        masquerade_all: true,
-        ..cluster_cidr()
+        node: NodePolicy {
+            masquerade_all: true,
+            ..cluster_cidr().node
+        },
     };
     let t = Lab::new(&cfg, vec![web()]).tcp(POD, "10.96.0.10", 80);
     assert_eq!(t.masquerade(), Some(true));
@@ -115,8 +118,10 @@ fn bridge_and_prefix_detection_match_the_input_interface() {
         ("veth", true, "eth0", false),
     ] {
         let cfg = ModeConfig {
-            detect_local: DetectLocal::Interface(IfName::new(name, prefix).unwrap()),
-            ..ModeConfig::default()
+            node: NodePolicy {
+                detect_local: DetectLocal::Interface(IfName::new(name, prefix).unwrap()),
+                ..ModeConfig::default().node
+            },
         };
         let lab = Lab::new(&cfg, vec![web()]);
         let t = lab.send(
@@ -133,8 +138,10 @@ fn bridge_and_prefix_detection_match_the_input_interface() {
 #[test]
 fn node_cidr_detection_uses_the_nodes_pod_cidr() {
     let cfg = ModeConfig {
-        detect_local: DetectLocal::NodeCidr,
-        ..ModeConfig::default()
+        node: NodePolicy {
+            detect_local: DetectLocal::NodeCidr,
+            ..ModeConfig::default().node
+        },
     };
     let lab = Lab::new(&cfg, vec![web()]);
     assert_eq!(lab.tcp(POD, "10.96.0.10", 80).masquerade(), Some(false));
@@ -257,11 +264,13 @@ fn node_ports_answer_only_on_the_configured_addresses() {
     );
     assert_eq!(other.endpoints().len(), 0);
     let cfg = ModeConfig {
-        node_ports: NodePortAddresses {
-            all: true,
-            ..NodePortAddresses::default()
+        node: NodePolicy {
+            node_ports: NodePortAddresses {
+                all: true,
+                ..NodePortAddresses::default()
+            },
+            ..cluster_cidr().node
         },
-        ..cluster_cidr()
     };
     let mut all = Lab::new(&cfg, vec![s]);
     all.local.push(ip("192.168.5.5"));

@@ -248,7 +248,7 @@ fn encode_match(l: Layout, m: &Match, interval: &dyn Fn(&Name) -> bool, out: &mu
                 dreg: reg::R1,
             });
             let mut data = name.as_str().as_bytes().to_vec();
-            if !name.prefix {
+            if !name.is_prefix() {
                 data.resize(IFNAMSIZ, 0);
             }
             out.push(Expr::Cmp {
