@@ -14,6 +14,7 @@ pub mod conntrack;
 pub mod dataplane;
 pub mod health;
 pub mod metrics;
+pub mod netlink;
 pub mod sync;
 
 #[cfg(test)]

@@ -1,16 +1,18 @@
-//! ctnetlink messages as bytes: the dump and delete requests we send, and the kernel's replies
-//! read back into [`Flow`]s, acknowledgements and errors.
+//! ctnetlink messages as bytes: the dump and delete requests we send, and the kernel's dumped
+//! entries read back into [`Flow`]s.
 //!
 //! Pure: no I/O, never panics on kernel input. Message layouts come from
 //! `netlink-packet-netfilter` (its conntrack types cover the tuples, status and timeout); the
 //! two attributes it has no variant for, `CTA_ID` and `CTA_ZONE`, are carried as raw
-//! attributes here. A message that cannot be decoded becomes [`Reply::Undecodable`] rather than
-//! an error, so one entry the crate does not understand never stops a reconcile.
+//! attributes here. Framing, acknowledgements and the end of a dump are the netlink core's
+//! ([`crate::netlink`]). A message that cannot be decoded becomes [`Entry::Undecodable`]
+//! rather than an error, so one entry the crate does not understand never stops a reconcile.
 
 use std::net::IpAddr;
 
 use netlink_packet_core::{
-    DefaultNla, NLM_F_ACK, NLM_F_DUMP, NLM_F_REQUEST, NetlinkHeader, NetlinkMessage, NetlinkPayload,
+    DefaultNla, NLA_TYPE_MASK, NLM_F_ACK, NLM_F_DUMP, NLM_F_REQUEST, NetlinkHeader, NetlinkMessage,
+    NetlinkPayload,
 };
 use netlink_packet_netfilter::conntrack::{
     ConntrackAttribute, ConntrackMessage, IPTuple, ProtoTuple, Protocol as L4, Tuple as Nested,
@@ -21,48 +23,24 @@ use netlink_packet_netfilter::{
 
 use super::flow::{Flow, Tuple};
 use crate::cluster::IpFamily;
+use crate::netlink::message::Message;
+use crate::netlink::nfnetlink::NFNETLINK_V0;
 
 /// `CTA_ID` (`include/uapi/linux/netfilter/nfnetlink_conntrack.h`), a big-endian u32.
 const CTA_ID: u16 = 12;
 /// `CTA_ZONE`, a big-endian u16.
 const CTA_ZONE: u16 = 18;
-/// Attribute type bits without `NLA_F_NESTED` and `NLA_F_NET_BYTEORDER`.
-const NLA_TYPE_MASK: u16 = 0x3fff;
-/// `NFNETLINK_V0`.
-const NFNETLINK_V0: u8 = 0;
-/// netlink message header length, and the alignment of messages in a datagram.
-const HEADER_LEN: usize = 16;
-const ALIGN: usize = 4;
 
-/// One message of a kernel reply, with the sequence number of the request it answers.
+/// One message of a dump's answer, read.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Reply {
-    /// A conntrack entry of a dump.
-    Flow { seq: u32, flow: Flow },
+pub enum Entry {
+    /// A conntrack entry.
+    Flow(Flow),
     /// A conntrack message without the tuples a flow needs (or of a protocol family we do not
     /// track); counted, not an error.
-    Skipped { seq: u32 },
+    Skipped,
     /// A message the decoder could not read; counted, not an error.
-    Undecodable { seq: u32, reason: String },
-    /// The end of a dump.
-    Done { seq: u32 },
-    /// A request succeeded (an `NLMSG_ERROR` with code 0).
-    Ack { seq: u32 },
-    /// A request failed with this errno (positive, e.g. 2 for `ENOENT`).
-    Error { seq: u32, errno: i32 },
-}
-
-impl Reply {
-    pub fn seq(&self) -> u32 {
-        match self {
-            Reply::Flow { seq, .. }
-            | Reply::Skipped { seq }
-            | Reply::Undecodable { seq, .. }
-            | Reply::Done { seq }
-            | Reply::Ack { seq }
-            | Reply::Error { seq, .. } => *seq,
-        }
-    }
+    Undecodable(String),
 }
 
 fn nf_family(family: IpFamily) -> NetfilterProtoFamily {
@@ -132,68 +110,16 @@ pub fn delete_request(flow: &Flow, seq: u32) -> Vec<u8> {
     )
 }
 
-/// Reads every message of one datagram. Only a datagram whose framing is broken (a length that
-/// runs past its end) is an error; what is inside a well-framed message never is.
-pub fn parse(datagram: &[u8]) -> Result<Vec<Reply>, FramingError> {
-    let mut replies = Vec::new();
-    let mut at = 0;
-    while at < datagram.len() {
-        let rest = &datagram[at..];
-        let len = match rest.first_chunk::<4>() {
-            Some(len) if rest.len() >= HEADER_LEN => u32::from_ne_bytes(*len) as usize,
-            _ => 0,
-        };
-        if len < HEADER_LEN || len > rest.len() {
-            return Err(FramingError {
-                offset: at,
-                length: len,
-                available: rest.len(),
-            });
-        }
-        let seq = u32::from_ne_bytes([rest[8], rest[9], rest[10], rest[11]]);
-        replies.push(parse_message(&rest[..len], seq));
-        at += len.div_ceil(ALIGN) * ALIGN;
-        at = at.min(datagram.len());
-    }
-    Ok(replies)
-}
-
-/// A datagram whose netlink framing is inconsistent.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("netlink message at offset {offset} claims {length} bytes; {available} are left")]
-pub struct FramingError {
-    pub offset: usize,
-    pub length: usize,
-    pub available: usize,
-}
-
-fn parse_message(bytes: &[u8], seq: u32) -> Reply {
-    let message = match NetlinkMessage::<NetfilterMessage>::deserialize(bytes) {
-        Ok(m) => m,
-        Err(e) => {
-            return Reply::Undecodable {
-                seq,
-                reason: e.to_string(),
-            };
-        }
-    };
-    match message.payload {
-        NetlinkPayload::Done(_) => Reply::Done { seq },
-        NetlinkPayload::Error(e) => match e.code {
-            None => Reply::Ack { seq },
-            Some(code) => Reply::Error {
-                seq,
-                errno: code.get().saturating_abs(),
-            },
-        },
-        NetlinkPayload::InnerMessage(NetfilterMessage {
+/// Reads one message of a dump's answer (an object, not its end: the core's dump state
+/// machine tells which).
+pub fn entry(message: &Message<'_>) -> Entry {
+    match NetlinkMessage::<NetfilterMessage>::deserialize(message.bytes).map(|m| m.payload) {
+        Ok(NetlinkPayload::InnerMessage(NetfilterMessage {
             inner: NetfilterMessageInner::Conntrack(ConntrackMessage::New(attributes)),
             ..
-        }) => match flow(&attributes) {
-            Some(flow) => Reply::Flow { seq, flow },
-            None => Reply::Skipped { seq },
-        },
-        _ => Reply::Skipped { seq },
+        })) => flow(&attributes).map_or(Entry::Skipped, Entry::Flow),
+        Ok(_) => Entry::Skipped,
+        Err(e) => Entry::Undecodable(e.to_string()),
     }
 }
 

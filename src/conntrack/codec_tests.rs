@@ -1,17 +1,20 @@
 //! Encoding and decoding ctnetlink messages, against bytes captured from a real kernel by
 //! `tests/conntrack.rs` (`UPDATE_GOLDENS=1`; the file names say which part made them): the
-//! IPv4 and IPv6 dumps after its traffic, and the answers to deleting one entry twice.
+//! IPv4 and IPv6 dumps after its traffic, and the answers to deleting one entry twice. The
+//! exchanges read them through the netlink core, as the socket does.
 
 use std::net::IpAddr;
 
-use netlink_packet_core::{NetlinkMessage, NetlinkPayload};
+use netlink_packet_core::{NLMSG_DONE, NetlinkMessage, NetlinkPayload};
 use netlink_packet_netfilter::NetfilterMessage;
 use netlink_packet_netfilter::NetfilterMessageInner;
 use netlink_packet_netfilter::conntrack::{ConntrackAttribute, ConntrackMessage};
 
 use super::*;
-use crate::conntrack::exchange::{DELETE_BATCH, Deletion, Dump, DumpRefused};
+use crate::conntrack::exchange::{DELETE_BATCH, Deletion, Dump, DumpRefused, Dumped};
 use crate::conntrack::flow::{IPPROTO_TCP, IPPROTO_UDP};
+use crate::netlink::ack::Ack;
+use crate::netlink::message::messages;
 
 const DUMP_V4: &[u8] = include_bytes!("testdata/dump_ipv4_conntrack_rs_traffic.bin");
 const DUMP_V6: &[u8] = include_bytes!("testdata/dump_ipv6_conntrack_rs_traffic.bin");
@@ -22,18 +25,30 @@ fn ip(s: &str) -> IpAddr {
     s.parse().unwrap()
 }
 
-fn flows(replies: &[Reply]) -> Vec<&Flow> {
-    replies
-        .iter()
-        .filter_map(|r| match r {
-            Reply::Flow { flow, .. } => Some(flow),
-            _ => None,
-        })
-        .collect()
+/// What a dump with sequence number `seq` reads from `datagram`, which must end it.
+fn dumped(family: IpFamily, seq: u32, datagram: &[u8]) -> Dumped {
+    let (mut dump, _) = Dump::start(family, seq);
+    dump.receive(datagram).unwrap();
+    assert!(dump.done());
+    dump.finish().unwrap()
+}
+
+/// The answers in a datagram.
+fn answers(datagram: &[u8]) -> Vec<Ack> {
+    messages(datagram).filter_map(|m| Ack::of(&m)).collect()
+}
+
+fn ack(seq: u32, errno: i32) -> Vec<u8> {
+    Ack {
+        seq,
+        errno,
+        message: None,
+    }
+    .encode()
 }
 
 /// `proto orig-src:port > orig-dst:port reply-from reply-src:port`, in dump order.
-fn brief(flows: &[&Flow]) -> Vec<String> {
+fn brief(flows: &[Flow]) -> Vec<String> {
     flows
         .iter()
         .map(|f| {
@@ -48,10 +63,9 @@ fn brief(flows: &[&Flow]) -> Vec<String> {
 
 #[test]
 fn the_ipv4_dump_decodes_to_the_flows_the_traffic_made() {
-    let replies = parse(DUMP_V4).unwrap();
-    assert!(replies.iter().all(|r| r.seq() == 1));
-    assert_eq!(replies.last(), Some(&Reply::Done { seq: 1 }));
-    let flows = flows(&replies);
+    assert!(messages(DUMP_V4).all(|m| m.seq == 1));
+    assert_eq!(messages(DUMP_V4).last().map(|m| m.kind), Some(NLMSG_DONE));
+    let flows = dumped(IpFamily::V4, 1, DUMP_V4).flows;
     let mut got = brief(&flows);
     // The TCP client's source port is the kernel's choice.
     let tcp = flows
@@ -87,9 +101,11 @@ fn the_ipv4_dump_decodes_to_the_flows_the_traffic_made() {
 
 #[test]
 fn the_ipv6_dump_decodes_to_its_two_flows() {
-    let replies = parse(DUMP_V6).unwrap();
-    assert_eq!(replies.last(), Some(&Reply::Done { seq: 2 }));
-    let mut got = brief(&flows(&replies));
+    assert_eq!(
+        messages(DUMP_V6).last().map(|m| (m.kind, m.seq)),
+        Some((NLMSG_DONE, 2))
+    );
+    let mut got = brief(&dumped(IpFamily::V6, 2, DUMP_V6).flows);
     got.sort();
     assert_eq!(
         got,
@@ -102,11 +118,13 @@ fn the_ipv6_dump_decodes_to_its_two_flows() {
 
 #[test]
 fn delete_answers_decode_to_an_ack_and_enoent() {
-    assert_eq!(parse(DELETE_ACK).unwrap(), [Reply::Ack { seq: 4 }]);
-    assert_eq!(
-        parse(DELETE_ENOENT).unwrap(),
-        [Reply::Error { seq: 5, errno: 2 }]
-    );
+    let answer = |seq, errno| Ack {
+        seq,
+        errno,
+        message: None,
+    };
+    assert_eq!(answers(DELETE_ACK), [answer(4, 0)]);
+    assert_eq!(answers(DELETE_ENOENT), [answer(5, 2)]);
 }
 
 #[test]
@@ -126,12 +144,11 @@ fn a_dump_request_is_a_get_with_the_dump_flags() {
 
 #[test]
 fn a_delete_request_names_the_original_tuple_the_id_and_the_zone() {
-    let replies = parse(DUMP_V4).unwrap();
-    let mut flow = flows(&replies)
+    let mut flow = dumped(IpFamily::V4, 1, DUMP_V4)
+        .flows
         .into_iter()
         .find(|f| f.original.src_port == 40001)
-        .unwrap()
-        .clone();
+        .unwrap();
     flow.zone = Some(3);
     let bytes = delete_request(&flow, 77);
     let message = NetlinkMessage::<NetfilterMessage>::deserialize(&bytes).unwrap();
@@ -164,60 +181,58 @@ fn a_delete_request_names_the_original_tuple_the_id_and_the_zone() {
 
 #[test]
 fn broken_framing_is_an_error_and_a_broken_message_is_only_undecodable() {
-    assert!(parse(&DUMP_V4[..DUMP_V4.len() - 8]).is_err());
+    let (mut dump, _) = Dump::start(IpFamily::V4, 1);
+    assert!(dump.receive(&DUMP_V4[..DUMP_V4.len() - 8]).is_err());
     // A well-framed conntrack message whose attribute claims more bytes than it has.
     let mut bytes = dump_request(IpFamily::V4, 3);
     bytes[4] = 0; // IPCTNL_MSG_CT_NEW, as dump entries are
     bytes.extend([200, 0, 1, 0]);
     bytes[0] = bytes.len() as u8;
-    assert!(matches!(
-        parse(&bytes).unwrap()[..],
-        [Reply::Undecodable { seq: 3, .. }]
-    ));
-    assert_eq!(parse(&[]).unwrap(), []);
+    let message = messages(&bytes).next().unwrap();
+    assert!(matches!(entry(&message), Entry::Undecodable(_)));
+    let (mut dump, _) = Dump::start(IpFamily::V4, 3);
+    dump.receive(&bytes).unwrap();
+    dump.receive(&[]).unwrap();
+    assert!(!dump.done());
+    dump.receive(&ack(3, 0)).unwrap();
+    assert_eq!(dump.finish().unwrap().undecodable.len(), 1);
 }
 
 #[test]
 fn a_dump_collects_flows_until_done_and_ignores_other_requests() {
     let (mut dump, request) = Dump::start(IpFamily::V4, 1);
     assert_eq!(request, dump_request(IpFamily::V4, 1));
-    let mut replies = parse(DUMP_V4).unwrap();
-    let done = replies.pop().unwrap();
-    replies.push(Reply::Flow {
-        seq: 8,
-        flow: flows(&parse(DUMP_V6).unwrap())[0].clone(),
-    });
-    dump.receive(replies).unwrap();
+    let done = messages(DUMP_V4).last().unwrap().bytes;
+    dump.receive(&DUMP_V4[..DUMP_V4.len() - done.len()])
+        .unwrap();
     assert!(!dump.done());
-    dump.receive(vec![done]).unwrap();
+    dump.receive(DUMP_V6).unwrap(); // another request's, its end included
+    assert!(!dump.done());
+    dump.receive(done).unwrap();
     assert!(dump.done());
-    assert_eq!(dump.finish().flows.len(), 7);
+    assert_eq!(dump.finish().unwrap().flows.len(), 7);
 
     let (mut dump, _) = Dump::start(IpFamily::V4, 5);
-    assert_eq!(
-        dump.receive(parse(DELETE_ENOENT).unwrap()),
-        Err(DumpRefused { errno: 2 })
-    );
+    dump.receive(DELETE_ENOENT).unwrap();
+    assert!(dump.done());
+    assert_eq!(dump.finish(), Err(DumpRefused { errno: 2 }));
 }
 
 #[test]
 fn a_deletion_sends_batches_and_counts_acks_gone_and_refusals() {
-    let flows: Vec<Flow> = flows(&parse(DUMP_V4).unwrap())
-        .into_iter()
-        .cloned()
-        .collect();
+    let flows = dumped(IpFamily::V4, 1, DUMP_V4).flows;
     let mut deletion = Deletion::new(flows[..3].to_vec(), 4);
     let batch = deletion.next_batch().unwrap();
-    let sent = parse(&batch).unwrap();
-    assert_eq!(sent.len(), 3, "three requests in one datagram");
+    assert_eq!(
+        messages(&batch).count(),
+        3,
+        "three requests in one datagram"
+    );
     assert!(deletion.next_batch().is_none(), "waits for the answers");
-    deletion.receive(parse(DELETE_ACK).unwrap()); // seq 4
-    deletion.receive(parse(DELETE_ENOENT).unwrap()); // seq 5
+    deletion.receive(DELETE_ACK).unwrap(); // seq 4
+    deletion.receive(DELETE_ENOENT).unwrap(); // seq 5
     assert!(deletion.waiting());
-    deletion.receive(vec![
-        Reply::Ack { seq: 99 },
-        Reply::Error { seq: 6, errno: 1 },
-    ]);
+    deletion.receive(&[ack(99, 0), ack(6, 1)].concat()).unwrap();
     assert!(!deletion.waiting());
     assert!(deletion.next_batch().is_none());
     assert_eq!(deletion.next_seq(), 7);
@@ -228,13 +243,12 @@ fn a_deletion_sends_batches_and_counts_acks_gone_and_refusals() {
     let many = vec![flows[0].clone(); DELETE_BATCH + 1];
     let mut deletion = Deletion::new(many, 1);
     assert_eq!(
-        parse(&deletion.next_batch().unwrap()).unwrap().len(),
+        messages(&deletion.next_batch().unwrap()).count(),
         DELETE_BATCH
     );
-    deletion.receive(
-        (1..=DELETE_BATCH as u32)
-            .map(|seq| Reply::Ack { seq })
-            .collect(),
-    );
-    assert_eq!(parse(&deletion.next_batch().unwrap()).unwrap().len(), 1);
+    let acks: Vec<u8> = (1..=DELETE_BATCH as u32)
+        .flat_map(|seq| ack(seq, 0))
+        .collect();
+    deletion.receive(&acks).unwrap();
+    assert_eq!(messages(&deletion.next_batch().unwrap()).count(), 1);
 }

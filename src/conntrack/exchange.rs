@@ -1,13 +1,17 @@
 //! The two ctnetlink conversations the reconciler has with the kernel, as state machines:
-//! bytes to send come out, decoded replies go in, and each says when it is finished.
+//! bytes to send come out, received datagrams go in, and each says when it is finished.
 //!
 //! Pure: no sockets, no clocks. `socket.rs` drives them; tests drive them with captured bytes.
+//! The netlink core does the bookkeeping ([`crate::netlink::dump`] picks a dump's messages and
+//! sees its end, [`crate::netlink::batch`] traces each delete's answer to its flow); what is
+//! ctnetlink's own here is what a message means and what an errno says about a flow.
 
-use std::collections::BTreeMap;
-
-use super::codec::{self, Reply};
+use super::codec::{self, Entry};
 use super::flow::Flow;
 use crate::cluster::IpFamily;
+use crate::netlink::batch::{Acks, Answer, Batch, Until};
+use crate::netlink::dump;
+use crate::netlink::message::{self, FramingError};
 
 /// How many delete requests go out in one datagram before their acknowledgements are read.
 /// Small enough that the acknowledgements fit the socket's default receive buffer.
@@ -26,11 +30,8 @@ pub struct DumpRefused {
 /// A dump of one family's conntrack table.
 #[derive(Debug)]
 pub struct Dump {
-    seq: u32,
-    flows: Vec<Flow>,
-    skipped: usize,
-    undecodable: Vec<String>,
-    done: bool,
+    answer: dump::Dump,
+    found: Dumped,
 }
 
 /// What a finished dump found.
@@ -47,45 +48,40 @@ impl Dump {
     /// Starts a dump; returns it and the request to send.
     pub fn start(family: IpFamily, seq: u32) -> (Dump, Vec<u8>) {
         let dump = Dump {
-            seq,
-            flows: Vec::new(),
-            skipped: 0,
-            undecodable: Vec::new(),
-            done: false,
+            answer: dump::Dump::new(seq),
+            found: Dumped::default(),
         };
         (dump, codec::dump_request(family, seq))
     }
 
-    /// Takes the replies of one datagram. Replies to other requests are ignored.
-    pub fn receive(&mut self, replies: Vec<Reply>) -> Result<(), DumpRefused> {
-        for reply in replies {
-            if reply.seq() != self.seq || self.done {
-                continue;
+    /// Takes one datagram of the answer. Messages answering other requests are ignored; only
+    /// broken framing is an error.
+    pub fn receive(&mut self, datagram: &[u8]) -> Result<(), FramingError> {
+        message::each(datagram, |m| {
+            if !self.answer.receive(&m) {
+                return;
             }
-            match reply {
-                Reply::Flow { flow, .. } => self.flows.push(flow),
-                Reply::Skipped { .. } => self.skipped += 1,
-                Reply::Undecodable { reason, .. } => {
-                    if self.undecodable.len() < 3 {
-                        self.undecodable.push(reason);
+            match codec::entry(&m) {
+                Entry::Flow(flow) => self.found.flows.push(flow),
+                Entry::Skipped => self.found.skipped += 1,
+                Entry::Undecodable(reason) => {
+                    if self.found.undecodable.len() < 3 {
+                        self.found.undecodable.push(reason);
                     }
                 }
-                Reply::Done { .. } | Reply::Ack { .. } => self.done = true,
-                Reply::Error { errno, .. } => return Err(DumpRefused { errno }),
             }
-        }
-        Ok(())
+        })
     }
 
     pub fn done(&self) -> bool {
-        self.done
+        self.answer.done()
     }
 
-    pub fn finish(self) -> Dumped {
-        Dumped {
-            flows: self.flows,
-            skipped: self.skipped,
-            undecodable: self.undecodable,
+    /// What the dump found, or the kernel's refusal of it.
+    pub fn finish(self) -> Result<Dumped, DumpRefused> {
+        match self.answer.errno() {
+            Some(errno) => Err(DumpRefused { errno }),
+            None => Ok(self.found),
         }
     }
 }
@@ -95,8 +91,8 @@ impl Dump {
 pub struct Deletion {
     queue: std::vec::IntoIter<Flow>,
     next_seq: u32,
-    /// Sent and not yet answered, by sequence number.
-    awaiting: BTreeMap<u32, Flow>,
+    /// The answers to the batch last sent.
+    sent: Option<Acks<Flow>>,
     outcome: Deleted,
 }
 
@@ -118,49 +114,56 @@ impl Deletion {
         Deletion {
             queue: flows.into_iter(),
             next_seq: first_seq,
-            awaiting: BTreeMap::new(),
+            sent: None,
             outcome: Deleted::default(),
         }
     }
 
-    /// The next datagram to send: up to [`DELETE_BATCH`] requests. `None` while answers are
-    /// outstanding or when nothing is left.
+    /// The next datagram to send: up to [`DELETE_BATCH`] requests, each asking for an
+    /// acknowledgement. `None` while answers are outstanding or when nothing is left.
     pub fn next_batch(&mut self) -> Option<Vec<u8>> {
-        if !self.awaiting.is_empty() {
+        if self.waiting() {
             return None;
         }
+        let first = self.next_seq;
         let mut bytes = Vec::new();
+        let mut flows = Vec::new();
         for flow in self.queue.by_ref().take(DELETE_BATCH) {
-            let seq = self.next_seq;
+            bytes.extend(codec::delete_request(&flow, self.next_seq));
             self.next_seq = self.next_seq.wrapping_add(1);
-            bytes.extend(codec::delete_request(&flow, seq));
-            self.awaiting.insert(seq, flow);
+            flows.push(flow);
         }
-        (!bytes.is_empty()).then_some(bytes)
+        if flows.is_empty() {
+            return None;
+        }
+        let (bytes, acks) = Batch::new(bytes, first, flows).send(Until::EveryMessage);
+        self.sent = Some(acks);
+        Some(bytes)
     }
 
-    /// Takes the replies of one datagram.
-    pub fn receive(&mut self, replies: Vec<Reply>) {
-        for reply in replies {
-            let seq = reply.seq();
-            let Some(flow) = self.awaiting.remove(&seq) else {
-                continue;
+    /// Takes one datagram of answers; only broken framing is an error.
+    pub fn receive(&mut self, datagram: &[u8]) -> Result<(), FramingError> {
+        let Deletion { sent, outcome, .. } = self;
+        message::each(datagram, |m| {
+            let Some(Answer {
+                origin: Some(flow),
+                errno,
+                ..
+            }) = sent.as_mut().and_then(|acks| acks.receive(&m))
+            else {
+                return;
             };
-            match reply {
-                Reply::Ack { .. } => self.outcome.deleted += 1,
-                Reply::Error { errno: ENOENT, .. } => self.outcome.gone += 1,
-                Reply::Error { errno, .. } => self.outcome.failed.push((flow, errno)),
-                _ => {
-                    // Not an answer to a delete; keep waiting for it.
-                    self.awaiting.insert(seq, flow);
-                }
+            match errno {
+                0 => outcome.deleted += 1,
+                ENOENT => outcome.gone += 1,
+                errno => outcome.failed.push((flow, errno)),
             }
-        }
+        })
     }
 
     /// Whether answers to the last batch are still outstanding.
     pub fn waiting(&self) -> bool {
-        !self.awaiting.is_empty()
+        self.sent.as_ref().is_some_and(|acks| !acks.done())
     }
 
     /// The next sequence number nobody used.

@@ -12,9 +12,9 @@
 //!
 //! - [`flow`]: a conntrack entry as plain values.
 //! - [`plan`]: which flows are stale, given the model (the rules are in its module doc).
-//! - [`codec`]: ctnetlink requests and replies as bytes.
+//! - [`codec`]: ctnetlink requests as bytes, and dumped entries read back.
 //! - [`exchange`]: the dump and delete conversations, without a socket.
-//! - [`socket`]: the netlink socket that drives them.
+//! - [`socket`]: the netlink socket (the core's, [`crate::netlink`]) that drives them.
 //! - [`reconcile`]: the task: a pass per family after relevant syncs and every sync period.
 //! - [`sysctls`]: start-up sysctls (`nf_conntrack_max`, timeouts, `tcp_be_liberal`).
 

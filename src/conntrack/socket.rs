@@ -1,29 +1,32 @@
-//! The thin netlink I/O of the conntrack reconciler: one `NETLINK_NETFILTER` socket that drives
-//! the [`super::exchange`] state machines.
+//! The thin netlink I/O of the conntrack reconciler: one ctnetlink socket of the netlink core
+//! that drives the [`super::exchange`] state machines.
 //!
 //! Blocking; callers run it on a blocking thread. It works in the network namespace the calling
 //! thread was in when [`Socket::open`] ran. Needs `CAP_NET_ADMIN` there.
 
-use netlink_sys::{Socket as Netlink, protocols::NETLINK_NETFILTER};
-
-use super::codec;
 use super::exchange::{Deleted, Deletion, Dump, DumpRefused, Dumped};
 use super::flow::Flow;
 use crate::cluster::IpFamily;
+use crate::netlink::message::FramingError;
+use crate::netlink::nfnetlink;
+use crate::netlink::socket::{self, Options, Protocol};
+
+/// ctnetlink's socket, as errors name it.
+const PROTOCOL: Protocol = nfnetlink::protocol("a ctnetlink socket", "ctnetlink");
+/// Short acknowledgements: without this each one echoes its whole request.
+const OPTIONS: Options = Options {
+    cap_ack: true,
+    ext_ack: false,
+    receive_buffer: None,
+};
 
 /// A conntrack socket could not be used.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("cannot open a ctnetlink socket")]
-    Open(#[source] std::io::Error),
-    #[error("ctnetlink {what} failed")]
-    Io {
-        what: &'static str,
-        #[source]
-        source: std::io::Error,
-    },
+    #[error(transparent)]
+    Socket(#[from] socket::Error),
     #[error("ctnetlink reply is malformed")]
-    Framing(#[from] codec::FramingError),
+    Framing(#[from] FramingError),
     #[error("{family} conntrack dump")]
     Dump {
         family: IpFamily,
@@ -34,35 +37,13 @@ pub enum Error {
 
 /// A ctnetlink socket with its own sequence numbers.
 pub struct Socket {
-    netlink: Netlink,
-    seq: u32,
+    netlink: socket::Socket,
 }
 
 impl Socket {
     pub fn open() -> Result<Socket, Error> {
-        let mut netlink = Netlink::new(NETLINK_NETFILTER).map_err(Error::Open)?;
-        netlink.bind_auto().map_err(Error::Open)?;
-        netlink
-            .connect(&netlink_sys::SocketAddr::new(0, 0))
-            .map_err(Error::Open)?;
-        // Short acknowledgements: without this each one echoes its whole request.
-        let _ = netlink.set_cap_ack(true);
-        Ok(Socket { netlink, seq: 1 })
-    }
-
-    fn send(&self, bytes: &[u8], what: &'static str) -> Result<(), Error> {
-        self.netlink
-            .send(bytes, 0)
-            .map(drop)
-            .map_err(|source| Error::Io { what, source })
-    }
-
-    /// One datagram, whole.
-    fn recv(&self, what: &'static str) -> Result<Vec<u8>, Error> {
-        self.netlink
-            .recv_from_full()
-            .map(|(bytes, _)| bytes)
-            .map_err(|source| Error::Io { what, source })
+        let netlink = socket::Socket::open(PROTOCOL, None, OPTIONS)?;
+        Ok(Socket { netlink })
     }
 
     /// Every conntrack entry of `family`. `raw` receives each datagram as read (for fixtures).
@@ -71,16 +52,15 @@ impl Socket {
         family: IpFamily,
         raw: &mut dyn FnMut(&[u8]),
     ) -> Result<Dumped, Error> {
-        let (mut dump, request) = Dump::start(family, self.seq);
-        self.seq = self.seq.wrapping_add(1);
-        self.send(&request, "dump request")?;
+        let (mut dump, request) = Dump::start(family, self.netlink.take_seq());
+        self.netlink.send(&request, "dump request")?;
         while !dump.done() {
-            let datagram = self.recv("dump")?;
-            raw(&datagram);
-            dump.receive(codec::parse(&datagram)?)
-                .map_err(|source| Error::Dump { family, source })?;
+            let datagram = self.netlink.recv("dump")?;
+            raw(datagram);
+            dump.receive(datagram)?;
         }
-        Ok(dump.finish())
+        dump.finish()
+            .map_err(|source| Error::Dump { family, source })
     }
 
     /// Every conntrack entry of `family`.
@@ -100,16 +80,16 @@ impl Socket {
         flows: Vec<Flow>,
         raw: &mut dyn FnMut(&[u8]),
     ) -> Result<Deleted, Error> {
-        let mut deletion = Deletion::new(flows, self.seq);
+        let mut deletion = Deletion::new(flows, self.netlink.next_seq());
         while let Some(batch) = deletion.next_batch() {
-            self.send(&batch, "delete request")?;
+            self.netlink.send(&batch, "delete request")?;
             while deletion.waiting() {
-                let datagram = self.recv("delete acknowledgement")?;
-                raw(&datagram);
-                deletion.receive(codec::parse(&datagram)?);
+                let datagram = self.netlink.recv("delete acknowledgement")?;
+                raw(datagram);
+                deletion.receive(datagram)?;
             }
         }
-        self.seq = deletion.next_seq();
+        self.netlink.set_next_seq(deletion.next_seq());
         Ok(deletion.finish())
     }
 }

@@ -7,9 +7,10 @@
 //! re-reading the whole list after any of them, so an address added or removed later reaches
 //! the dataplane and the health-check listeners within one sync.
 //!
-//! Decoding is pure ([`addresses_in`]); [`watch`] is the thin blocking I/O, on its own thread. It
-//! reads the network namespace the process runs in. Where rtnetlink cannot be used, it warns
-//! once and emits nothing, and the Node object's addresses stand in (as before).
+//! Decoding is pure ([`addresses_in`]); [`watch`] is the thin blocking I/O, on its own thread,
+//! over the netlink core's socket and dump state machine. It reads the network namespace the
+//! process runs in. Where rtnetlink cannot be used, it warns once and emits nothing, and the
+//! Node object's addresses stand in (as before).
 
 use std::net::IpAddr;
 
@@ -20,13 +21,22 @@ use netlink_packet_core::{
 };
 use netlink_packet_route::RouteNetlinkMessage;
 use netlink_packet_route::address::{AddressAttribute, AddressMessage};
-use netlink_sys::{Socket, SocketAddr, protocols::NETLINK_ROUTE};
+use netlink_sys::protocols::NETLINK_ROUTE;
 
 use super::Event;
+use crate::netlink::dump::Dump;
+use crate::netlink::message::{Message, messages};
+use crate::netlink::socket::{self, Options, Protocol, Socket};
 
 /// rtnetlink multicast groups announcing address changes (`linux/rtnetlink.h`).
 const RTNLGRP_IPV4_IFADDR: u32 = 5;
 const RTNLGRP_IPV6_IFADDR: u32 = 9;
+/// rtnetlink's socket, as errors name it.
+const PROTOCOL: Protocol = Protocol {
+    number: NETLINK_ROUTE,
+    socket: "an rtnetlink socket",
+    name: "rtnetlink",
+};
 
 /// The request that dumps every address of every family.
 pub fn dump_request(seq: u32) -> Vec<u8> {
@@ -43,44 +53,26 @@ pub fn dump_request(seq: u32) -> Vec<u8> {
     buf
 }
 
-/// What one datagram of a dump answer held.
-#[derive(Debug, Default, PartialEq, Eq)]
-pub struct Datagram {
-    pub addresses: Vec<IpAddr>,
-    /// The dump's closing message was in it.
-    pub done: bool,
-    /// The kernel refused the dump (an errno).
-    pub error: Option<i32>,
+/// The host addresses in one datagram of the dump's answer; `dump` learns whether it ended.
+pub fn addresses_in(datagram: &[u8], dump: &mut Dump) -> Vec<IpAddr> {
+    messages(datagram)
+        .filter(|m| dump.receive(m))
+        .filter_map(|m| address(&m))
+        .collect()
 }
 
-/// The host addresses announced in one datagram (a dump part or a notification).
+/// The host address one message announces (a dump part or a notification).
 ///
 /// An address message carries `IFA_LOCAL` (the interface's own address) and `IFA_ADDRESS` (the
 /// peer's on point-to-point links, else the same); the local one is ours when present.
 /// Messages that cannot be decoded are skipped: a later notification re-reads everything.
-pub fn addresses_in(datagram: &[u8]) -> Datagram {
-    let mut out = Datagram::default();
-    let mut rest = datagram;
-    while rest.len() >= 16 {
-        let len = u32::from_ne_bytes([rest[0], rest[1], rest[2], rest[3]]) as usize;
-        if len < 16 || len > rest.len() {
-            break;
+pub fn address(m: &Message<'_>) -> Option<IpAddr> {
+    match NetlinkMessage::<RouteNetlinkMessage>::deserialize(m.bytes).map(|m| m.payload) {
+        Ok(NetlinkPayload::InnerMessage(RouteNetlinkMessage::NewAddress(msg))) => {
+            local_address(&msg)
         }
-        let (one, tail) = rest.split_at(len);
-        rest = &tail[(len.next_multiple_of(4) - len).min(tail.len())..];
-        match NetlinkMessage::<RouteNetlinkMessage>::deserialize(one).map(|m| m.payload) {
-            Ok(NetlinkPayload::InnerMessage(RouteNetlinkMessage::NewAddress(msg))) => {
-                out.addresses.extend(local_address(&msg));
-            }
-            Ok(NetlinkPayload::Done(_)) => out.done = true,
-            Ok(NetlinkPayload::Error(e)) => {
-                out.error = e.code.map(|c| c.get());
-                out.done = true;
-            }
-            _ => {}
-        }
+        _ => None,
     }
-    out
 }
 
 fn local_address(msg: &AddressMessage) -> Option<IpAddr> {
@@ -106,21 +98,21 @@ pub fn normalised(mut addresses: Vec<IpAddr>) -> Vec<IpAddr> {
 
 /// Every address on this host's interfaces (the namespace the thread runs in), sorted.
 pub fn read() -> std::io::Result<Vec<IpAddr>> {
-    let mut socket = Socket::new(NETLINK_ROUTE)?;
-    socket.bind_auto()?;
-    socket.connect(&SocketAddr::new(0, 0))?;
-    socket.send(&dump_request(1), 0)?;
+    let io = socket::Error::into_io;
+    let mut socket = Socket::open(PROTOCOL, None, Options::default()).map_err(io)?;
+    let seq = socket.take_seq();
+    socket
+        .send(&dump_request(seq), "address dump request")
+        .map_err(io)?;
+    let mut dump = Dump::new(seq);
     let mut addresses = Vec::new();
-    loop {
-        let (bytes, _) = socket.recv_from_full()?;
-        let part = addresses_in(&bytes);
-        addresses.extend(part.addresses);
-        if let Some(errno) = part.error.filter(|e| *e != 0) {
-            return Err(std::io::Error::from_raw_os_error(-errno));
-        }
-        if part.done {
-            return Ok(normalised(addresses));
-        }
+    while !dump.done() {
+        let datagram = socket.recv("address dump").map_err(io)?;
+        addresses.extend(addresses_in(datagram, &mut dump));
+    }
+    match dump.errno() {
+        Some(errno) => Err(std::io::Error::from_raw_os_error(errno)),
+        None => Ok(normalised(addresses)),
     }
 }
 
@@ -150,21 +142,24 @@ pub fn watch() -> impl Stream<Item = Event> + Send + 'static {
 /// Emits the address list, then waits for notifications and emits again when it changed, until
 /// `emit` returns false (the receiver is gone).
 fn follow(mut emit: impl FnMut(Vec<IpAddr>) -> bool) -> std::io::Result<()> {
-    let mut notifications = Socket::new(NETLINK_ROUTE)?;
-    notifications.bind_auto()?;
-    notifications.add_membership(RTNLGRP_IPV4_IFADDR)?;
+    let io = socket::Error::into_io;
+    let groups = [RTNLGRP_IPV4_IFADDR];
+    let mut notifications =
+        Socket::listen(PROTOCOL, None, Options::default(), &groups).map_err(io)?;
     // A host without IPv6 has no such group to join; IPv4 changes are still followed.
-    let _ = notifications.add_membership(RTNLGRP_IPV6_IFADDR);
+    let _ = notifications.join(RTNLGRP_IPV6_IFADDR);
     // Subscribed before the first read, so no change between the two is missed.
     let mut last = read()?;
     if !emit(last.clone()) {
         return Ok(());
     }
     loop {
-        match notifications.recv_from_full() {
-            Ok(_) => {}
-            // ENOBUFS: notifications were dropped; re-reading covers them.
-            Err(e) if e.raw_os_error() == Some(105) => {}
+        // What changed does not matter: the whole list is read again.
+        let received = notifications.recv("address notifications").map(drop);
+        match received.map_err(io) {
+            Ok(()) => {}
+            // Notifications were dropped; re-reading covers them.
+            Err(e) if e.raw_os_error() == Some(nix::libc::ENOBUFS) => {}
             Err(e) => return Err(e),
         }
         let now = read()?;
@@ -221,17 +216,22 @@ mod tests {
             // Not an address: ignored.
             RouteNetlinkMessage::NewLink(Default::default()).into(),
         ]);
-        let got = addresses_in(&bytes);
-        assert_eq!(got.addresses, vec![ip("10.0.0.1"), ip("fd00::1")]);
-        assert!(!got.done);
+        let mut dump = Dump::new(0);
+        let got = addresses_in(&bytes, &mut dump);
+        assert_eq!(got, vec![ip("10.0.0.1"), ip("fd00::1")]);
+        assert!(!dump.done());
     }
 
     #[test]
     fn a_dump_ends_with_done_and_truncated_input_is_not_read_past() {
         let mut done = datagram(vec![NetlinkPayload::Done(Default::default())]);
-        assert!(addresses_in(&done).done);
+        let mut dump = Dump::new(0);
+        assert!(addresses_in(&done, &mut dump).is_empty());
+        assert!(dump.done());
         done.truncate(10);
-        assert_eq!(addresses_in(&done), Datagram::default());
+        let mut dump = Dump::new(0);
+        assert!(addresses_in(&done, &mut dump).is_empty());
+        assert!(!dump.done());
     }
 
     #[test]

@@ -27,16 +27,23 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::Duration;
 
-use netlink_sys::AsyncSocketExt as _;
 use tokio::sync::Notify;
 
 use super::names;
-use super::netlink::attr::{self, body_attrs, find_str, find_u32};
-use super::netlink::{socket, uapi};
+use super::netlink::{self, uapi};
+use crate::netlink::attr::{find_be32, find_str};
+use crate::netlink::message::messages;
+use crate::netlink::nfnetlink::{self, NFNLGRP_NFTABLES};
+use crate::netlink::socket::Options;
+use crate::netlink::subscription::Subscription;
 
 /// How many of our recent `nft -f` pids are remembered. Syncs run one at a time, so a handful
 /// covers every transaction whose events can still be in flight.
 const OWN_PIDS: usize = 64;
+
+/// Room for the notifications of a large transaction (one per element) before the kernel
+/// drops some (`ENOBUFS`; the monitor then asks for a full sync).
+const NOTIFY_BUFFER: usize = 32 << 20;
 
 /// How long to wait before reopening a socket that failed, doubling while it keeps failing, so a
 /// broken socket can neither spin nor cause a full sync every second. Events may have been
@@ -220,13 +227,14 @@ impl Events {
     /// touched our table (0 when the kernel named none).
     pub fn datagram(&mut self, bytes: &[u8]) -> Vec<u32> {
         let mut found = Vec::new();
-        for m in attr::messages(bytes) {
-            if m.kind >> 8 != uapi::SUBSYS {
+        for m in messages(bytes) {
+            if nfnetlink::subsystem(m.kind) != uapi::SUBSYS {
                 continue;
             }
-            if m.kind & 0xff == uapi::msg::NEWGEN {
+            if nfnetlink::message(m.kind) == uapi::msg::NEWGEN {
                 if std::mem::take(&mut self.touched) {
-                    found.push(find_u32(body_attrs(m.body), GEN_PROC_PID).unwrap_or(0));
+                    let body = nfnetlink::attributes(m.body);
+                    found.push(find_be32(body, GEN_PROC_PID).unwrap_or(0));
                 }
                 continue;
             }
@@ -240,9 +248,9 @@ impl Events {
 /// `NFTA_CHAIN_TABLE`, `NFTA_RULE_TABLE`, `NFTA_SET_TABLE`, `NFTA_SET_ELEM_LIST_TABLE`, ...)
 /// and its family in the nfgenmsg header.
 fn names_our_table(body: &[u8]) -> bool {
-    let family = body.first().copied();
+    let family = nfnetlink::family(body);
     matches!(family, Some(uapi::NFPROTO_IPV4 | uapi::NFPROTO_IPV6))
-        && find_str(body_attrs(body), 1) == Some(names::TABLE)
+        && find_str(nfnetlink::attributes(body), 1) == Some(names::TABLE)
 }
 
 /// `ENOBUFS`: the kernel dropped notifications for us.
@@ -259,18 +267,23 @@ pub async fn run(netns: Option<String>, drift: Arc<Drift>) {
     let mut delay = RESTART_DELAY;
     loop {
         let started = tokio::time::Instant::now();
-        match socket::subscribe(netns.as_deref()) {
+        let options = Options {
+            receive_buffer: Some(NOTIFY_BUFFER),
+            ..Options::default()
+        };
+        let groups = [NFNLGRP_NFTABLES];
+        match Subscription::open(netlink::PROTOCOL, netns.as_deref(), options, &groups) {
             Ok(socket) => {
                 let mut events = Events::default();
                 loop {
                     let received = tokio::select! {
-                        received = socket.recv_from_full() => received,
+                        received = socket.recv() => received,
                         Some((subscribe, done)) = control.recv() => {
-                            match socket::set_subscribed(&socket, subscribe) {
+                            match socket.set_joined(NFNLGRP_NFTABLES, subscribe) {
                                 // A pause whose asker gave up waiting is undone: nobody
                                 // would resume it.
                                 Ok(()) if done.send(()).is_err() && !subscribe => {
-                                    let _ = socket::set_subscribed(&socket, true);
+                                    let _ = socket.set_joined(NFNLGRP_NFTABLES, true);
                                 }
                                 Ok(()) => {}
                                 Err(error) => {
@@ -282,7 +295,7 @@ pub async fn run(netns: Option<String>, drift: Arc<Drift>) {
                         }
                     };
                     match received {
-                        Ok((bytes, _)) => {
+                        Ok(bytes) => {
                             for pid in events.datagram(&bytes) {
                                 if !own.contains(pid) {
                                     tracing::warn!(
@@ -325,20 +338,21 @@ pub async fn run(netns: Option<String>, drift: Arc<Drift>) {
 mod tests {
     use super::*;
 
-    use crate::dataplane::nftables::netlink::attr::Writer;
+    use crate::netlink::writer::Writer;
 
     /// A notification of message `msg` for table `table` of `family`.
     fn object(w: &mut Writer, msg: u16, family: u8, table: &str) {
-        let m = w.begin((uapi::SUBSYS << 8) | msg, 0, 0, family, 0);
+        let m = nfnetlink::begin(w, nfnetlink::kind(uapi::SUBSYS, msg), 0, 0, family, 0);
         w.str(1, table);
         w.str(2, "x");
         w.end(m);
     }
 
     fn generation(w: &mut Writer, pid: u32) {
-        let m = w.begin((uapi::SUBSYS << 8) | uapi::msg::NEWGEN, 0, 0, 0, 0);
-        w.u32(1, 42);
-        w.u32(GEN_PROC_PID, pid);
+        let kind = nfnetlink::kind(uapi::SUBSYS, uapi::msg::NEWGEN);
+        let m = nfnetlink::begin(w, kind, 0, 0, 0, 0);
+        w.be32(1, 42);
+        w.be32(GEN_PROC_PID, pid);
         w.str(3, "nft");
         w.end(m);
     }

@@ -10,14 +10,17 @@
 
 use std::collections::BTreeSet;
 
-use super::attr::Writer;
+use netlink_packet_core::{NLM_F_ACK, NLM_F_APPEND, NLM_F_CREATE, NLM_F_REQUEST};
+
 use super::expr;
 use super::object;
 use super::rule::{self, Layout};
-use super::uapi::{self, msg, nlm};
+use super::uapi::{self, msg};
 use crate::dataplane::nftables::diff::{Op, Transaction};
 use crate::dataplane::nftables::names::Name;
 use crate::dataplane::nftables::ruleset::{Data, Family, Verdict};
+use crate::netlink::nfnetlink;
+use crate::netlink::writer::Writer;
 
 /// Element lists are cut before a nest outgrows an attribute's 16-bit length.
 const ELEMENT_BYTES: usize = 48 * 1024;
@@ -32,32 +35,9 @@ pub struct Origin {
     pub op: usize,
 }
 
-/// One encoded batch.
-#[derive(Debug)]
-pub struct Batch {
-    pub bytes: Vec<u8>,
-    /// Sequence number of `BATCH_BEGIN`; messages follow it one by one.
-    pub first_seq: u32,
-    /// Origin of each acknowledged message, in order from `first_seq + 1`.
-    pub origins: Vec<Origin>,
-}
-
-impl Batch {
-    /// The operation a sequence number belongs to; `None` for the batch itself (commit).
-    pub fn origin(&self, seq: u32) -> Option<Origin> {
-        let i = seq.wrapping_sub(self.first_seq).wrapping_sub(1);
-        self.origins.get(i as usize).copied()
-    }
-
-    /// The sequence numbers the kernel acknowledges.
-    pub fn acknowledged(&self) -> std::ops::Range<u32> {
-        self.first_seq + 1..self.first_seq + 1 + self.origins.len() as u32
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.origins.is_empty()
-    }
-}
+/// One encoded batch: `BATCH_BEGIN` (whose sequence number a commit error answers), one
+/// message per operation or slice of elements, each traced to its [`Origin`], `BATCH_END`.
+pub type Batch = crate::netlink::batch::Batch<Origin>;
 
 /// An operation the kernel cannot express.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -106,7 +86,7 @@ pub fn encode(
     first_seq: u32,
 ) -> Result<Batch, Unencodable> {
     let batch = encode_with(transactions, known, first_seq, true)?;
-    if batch.origins.len() <= ACKED_MESSAGES_MAX {
+    if batch.len() <= ACKED_MESSAGES_MAX {
         return Ok(batch);
     }
     encode_with(transactions, known, first_seq, false)
@@ -120,20 +100,13 @@ fn encode_with(
 ) -> Result<Batch, Unencodable> {
     let size: usize = transactions.iter().map(|t| 64 * t.operations() + 64).sum();
     let mut w = Writer::with_capacity(size);
-    let begin = w.begin(
-        uapi::BATCH_BEGIN,
-        nlm::REQUEST,
-        first_seq,
-        uapi::NFPROTO_UNSPEC,
-        uapi::SUBSYS,
-    );
-    w.end(begin);
+    nfnetlink::batch_begin(&mut w, first_seq, uapi::SUBSYS);
     let mut b = Encoder {
         w,
         seq: first_seq,
         origins: Vec::new(),
         set_id: 0,
-        ack: if ack { nlm::ACK } else { 0 },
+        ack: if ack { NLM_F_ACK } else { 0 },
     };
     for (ti, t) in transactions.iter().enumerate() {
         let interval = |n: &Name| known.interval.contains(&(t.family, n.clone()));
@@ -150,20 +123,8 @@ fn encode_with(
                 })?;
         }
     }
-    let seq = b.seq + 1;
-    let end = b.w.begin(
-        uapi::BATCH_END,
-        nlm::REQUEST,
-        seq,
-        uapi::NFPROTO_UNSPEC,
-        uapi::SUBSYS,
-    );
-    b.w.end(end);
-    Ok(Batch {
-        bytes: b.w.buf,
-        first_seq,
-        origins: b.origins,
-    })
+    nfnetlink::batch_end(&mut b.w, b.seq + 1, uapi::SUBSYS);
+    Ok(Batch::new(b.w.buf, first_seq.wrapping_add(1), b.origins).refused_whole_at(first_seq))
 }
 
 struct Encoder {
@@ -179,9 +140,10 @@ impl Encoder {
     fn begin(&mut self, family: Family, kind: u16, flags: u16, origin: Origin) -> usize {
         self.seq += 1;
         self.origins.push(origin);
-        self.w.begin(
-            (uapi::SUBSYS << 8) | kind,
-            nlm::REQUEST | self.ack | flags,
+        nfnetlink::begin(
+            &mut self.w,
+            nfnetlink::kind(uapi::SUBSYS, kind),
+            NLM_F_REQUEST | self.ack | flags,
             self.seq,
             Layout { family }.nfproto(),
             0,
@@ -195,7 +157,7 @@ impl Encoder {
         origin: Origin,
         interval: &dyn Fn(&Name) -> bool,
     ) -> Result<(), &'static str> {
-        let create = nlm::CREATE;
+        let create = NLM_F_CREATE;
         match op {
             Op::AddTable => {
                 let m = self.begin(family, msg::NEWTABLE, create, origin);
@@ -226,7 +188,7 @@ impl Encoder {
             }
             Op::AddRule { chain, rule: r } => {
                 let exprs = rule::encode(family, r, interval);
-                let m = self.begin(family, msg::NEWRULE, create | nlm::APPEND, origin);
+                let m = self.begin(family, msg::NEWRULE, create | NLM_F_APPEND, origin);
                 self.w
                     .str(uapi::rule::TABLE, crate::dataplane::nftables::names::TABLE);
                 self.w.str(uapi::rule::CHAIN, chain.as_str());
@@ -308,8 +270,10 @@ impl Encoder {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dataplane::nftables::netlink::attr::messages;
     use crate::dataplane::nftables::ruleset::{Family, Rule};
+    use crate::netlink::ack::Ack;
+    use crate::netlink::batch::{Answer, Until};
+    use crate::netlink::message::messages;
 
     fn flush_chains(n: usize) -> Transaction {
         Transaction {
@@ -326,25 +290,75 @@ mod tests {
 
     fn acked(batch: &Batch) -> usize {
         messages(&batch.bytes)
-            .filter(|m| m.flags & nlm::ACK != 0)
+            .filter(|m| m.flags & NLM_F_ACK != 0)
             .count()
     }
 
     #[test]
     fn every_message_is_acknowledged_up_to_the_limit_and_none_beyond() {
         let small = encode(&[flush_chains(10)], &Known::default(), 1).unwrap();
-        assert_eq!((small.origins.len(), acked(&small)), (11, 11));
+        assert_eq!((small.len(), acked(&small)), (11, 11));
         let large = encode(&[flush_chains(ACKED_MESSAGES_MAX)], &Known::default(), 1).unwrap();
-        assert_eq!(large.origins.len(), ACKED_MESSAGES_MAX + 1);
+        assert_eq!(large.len(), ACKED_MESSAGES_MAX + 1);
         assert_eq!(acked(&large), 0);
         // Either way the batch is framed and every message traces to its operation.
         assert_eq!(messages(&large.bytes).count(), ACKED_MESSAGES_MAX + 3);
         assert_eq!(
-            large.origin(large.first_seq + 2),
-            Some(Origin {
+            large.origin(large.acknowledged().start + 1),
+            Some(&Origin {
                 transaction: 0,
                 op: 1
             })
+        );
+    }
+
+    #[test]
+    fn a_kernel_error_names_its_operation_and_a_commit_error_the_batch() {
+        let t = Transaction {
+            family: Family::Ip,
+            ops: vec![Op::AddTable, Op::DeleteTable],
+        };
+        let batch = encode(&[t], &Known::default(), 100).expect("encodes");
+        assert_eq!(batch.acknowledged(), 101..103);
+        let (bytes, mut acks) = batch.send(Until::Barrier(104));
+        assert_eq!(messages(&bytes).count(), 4, "begin, two operations, end");
+        let answer = |seq, errno, text: Option<&str>| {
+            Ack {
+                seq,
+                errno,
+                message: text.map(str::to_owned),
+            }
+            .encode()
+        };
+        let datagram = [
+            answer(101, 0, None),
+            answer(102, 2, Some("No such table")),
+            answer(100, 40, None),
+            answer(104, 0, None),
+        ]
+        .concat();
+        let failures: Vec<_> = messages(&datagram)
+            .filter_map(|m| acks.receive(&m))
+            .filter(|a| a.errno != 0)
+            .collect();
+        assert!(acks.done());
+        assert_eq!(
+            failures,
+            [
+                Answer {
+                    origin: Some(Origin {
+                        transaction: 0,
+                        op: 1
+                    }),
+                    errno: 2,
+                    message: Some("No such table".into()),
+                },
+                Answer {
+                    origin: None,
+                    errno: 40,
+                    message: None
+                }
+            ]
         );
     }
 }

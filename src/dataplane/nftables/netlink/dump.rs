@@ -10,7 +10,6 @@
 
 use std::net::IpAddr;
 
-use super::attr::{self, be32, be64, body_attrs, find, find_str, find_u32};
 use super::expr::{self, Data as KernelData};
 use super::object::{self, concat_type, hook_of, kinds_len, range_net};
 use super::rule::{self, Layout};
@@ -21,6 +20,8 @@ use crate::dataplane::nftables::ruleset::{
     BaseChain, ChainType, Comment, Data, DataKind, Element, Family, Kind, Ruleset, Set, SetDecl,
     Tuple, Value,
 };
+use crate::netlink::attr::{self, be32, be64, find, find_be32, find_str};
+use crate::netlink::nfnetlink;
 
 /// Reads one family's table from its dump messages. `elements` gives, for a set name, the
 /// bodies of its `GETSETELEM` answers (only asked for sets [`wants_elements`] says).
@@ -37,13 +38,13 @@ pub fn read(
         foreign: Vec::new(),
     };
     for body in chains {
-        read_chain(&mut p, body_attrs(body));
+        read_chain(&mut p, nfnetlink::attributes(body));
     }
     for body in sets {
-        read_set(&mut p, family, body_attrs(body), elements);
+        read_set(&mut p, family, nfnetlink::attributes(body), elements);
     }
     for body in rules {
-        let a = body_attrs(body);
+        let a = nfnetlink::attributes(body);
         let raw = find_str(a, uapi::rule::CHAIN).unwrap_or("?");
         let Some(name) = Name::parse(raw) else {
             p.foreign.push(format!("rule in chain {raw}"));
@@ -64,19 +65,19 @@ pub fn read(
 /// The name, declaration and element count (when the kernel tells it) of the set in this
 /// `GETSET` answer, for adopting a large set by key instead of by dump.
 pub fn set_summary(family: Family, body: &[u8]) -> Option<(&str, SetDecl, Option<u32>)> {
-    let a = body_attrs(body);
+    let a = nfnetlink::attributes(body);
     Some((
         find_str(a, set::NAME)?,
         set_decl(family, a)?,
-        find_u32(a, set::COUNT),
+        find_be32(a, set::COUNT),
     ))
 }
 
 /// Whether the elements of the set in this `GETSET` answer are ours to read (dynamic sets'
 /// are the kernel's), and its name.
 pub fn wants_elements(body: &[u8]) -> Option<&str> {
-    let a = body_attrs(body);
-    let flags = find_u32(a, set::FLAGS).unwrap_or(0);
+    let a = nfnetlink::attributes(body);
+    let flags = find_be32(a, set::FLAGS).unwrap_or(0);
     (flags & set::F_TIMEOUT == 0)
         .then(|| find_str(a, set::NAME))
         .flatten()
@@ -107,7 +108,7 @@ fn base_chain(a: &[u8], hook: &[u8]) -> Option<BaseChain> {
         "nat" => ChainType::Nat,
         _ => return None,
     };
-    let policy = find_u32(a, chain::POLICY).unwrap_or(chain::POLICY_ACCEPT);
+    let policy = find_be32(a, chain::POLICY).unwrap_or(chain::POLICY_ACCEPT);
     if policy != chain::POLICY_ACCEPT
         || find(hook, chain::HOOK_DEV).is_some()
         || find(hook, chain::HOOK_DEVS).is_some()
@@ -116,7 +117,7 @@ fn base_chain(a: &[u8], hook: &[u8]) -> Option<BaseChain> {
     }
     Some(BaseChain {
         kind,
-        hook: hook_of(find_u32(hook, chain::HOOK_NUM)?)?,
+        hook: hook_of(find_be32(hook, chain::HOOK_NUM)?)?,
         priority: find(hook, chain::HOOK_PRIORITY).and_then(be32)? as i32,
     })
 }
@@ -146,7 +147,7 @@ fn read_set(p: &mut Parsed, family: Family, a: &[u8], elements: &dyn Fn(&str) ->
     let mut s = Set::new(decl);
     if s.decl.dynamic_timeout.is_none() {
         for body in elements(raw) {
-            let list = find(body_attrs(&body), elem::LIST_ELEMENTS).unwrap_or(&[]);
+            let list = find(nfnetlink::attributes(&body), elem::LIST_ELEMENTS).unwrap_or(&[]);
             for (_, e) in attr::attrs(list).filter(|(k, _)| *k == uapi::LIST_ELEM) {
                 match element(family, &s.decl, e) {
                     Some((key, element)) => {
@@ -183,15 +184,15 @@ fn kinds(family: Family, mut id: u32) -> Option<Vec<Kind>> {
 }
 
 fn set_decl(family: Family, a: &[u8]) -> Option<SetDecl> {
-    let flags = find_u32(a, set::FLAGS).unwrap_or(0);
+    let flags = find_be32(a, set::FLAGS).unwrap_or(0);
     let ours = set::F_MAP | set::F_INTERVAL | set::F_CONCAT | set::F_TIMEOUT | set::F_EVAL;
     if flags & !ours != 0 || find(a, set::EXPR).is_some() || find(a, set::EXPRESSIONS).is_some() {
         return None;
     }
-    let key_type = find_u32(a, set::KEY_TYPE)?;
+    let key_type = find_be32(a, set::KEY_TYPE)?;
     let key = kinds(family, key_type)?;
     // A key type we would write differently (an `integer` of another width) reads as changed.
-    if find_u32(a, set::KEY_LEN)? != kinds_len(family, &key)
+    if find_be32(a, set::KEY_LEN)? != kinds_len(family, &key)
         || concat_type(family, &key) != key_type
     {
         return None;
@@ -199,11 +200,11 @@ fn set_decl(family: Family, a: &[u8]) -> Option<SetDecl> {
     let data = if flags & set::F_MAP == 0 {
         DataKind::None
     } else {
-        match find_u32(a, set::DATA_TYPE)? {
+        match find_be32(a, set::DATA_TYPE)? {
             set::DATA_VERDICT => DataKind::Verdict,
             id => {
                 let v = kinds(family, id)?;
-                if find_u32(a, set::DATA_LEN)? != kinds_len(family, &v) {
+                if find_be32(a, set::DATA_LEN)? != kinds_len(family, &v) {
                     return None;
                 }
                 DataKind::Values(v)
@@ -242,7 +243,7 @@ fn tlv(mut ud: &[u8], kind: u8) -> Option<&[u8]> {
 }
 
 fn element(family: Family, d: &SetDecl, e: &[u8]) -> Option<(Tuple, Element)> {
-    if find_u32(e, elem::FLAGS).unwrap_or(0) & elem::F_INTERVAL_END != 0 {
+    if find_be32(e, elem::FLAGS).unwrap_or(0) & elem::F_INTERVAL_END != 0 {
         return None;
     }
     let value = |kind| find(find(e, kind)?, uapi::data::VALUE);

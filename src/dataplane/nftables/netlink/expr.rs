@@ -4,11 +4,12 @@
 //! as [`Expr::Other`] so the rule is reported as unreadable, never refused. Registers are the
 //! kernel's numbers (see [`super::uapi::register_at`]).
 
-use super::attr::{self, Writer, be32, find, find_str, find_u32};
 use super::uapi::{
     self, bitwise, byteorder, cmp, ct, data, dynset, fib, immediate, lookup, masq, meta, nat,
     numgen, payload, reject,
 };
+use crate::netlink::attr::{self, be32, find, find_be32, find_str};
+use crate::netlink::writer::Writer;
 
 /// A verdict as the kernel stores it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -175,26 +176,26 @@ fn write(w: &mut Writer, e: &Expr) {
             len,
             dreg,
         } => {
-            w.u32(payload::DREG, *dreg);
-            w.u32(payload::BASE, *base);
-            w.u32(payload::OFFSET, *offset);
-            w.u32(payload::LEN, *len);
+            w.be32(payload::DREG, *dreg);
+            w.be32(payload::BASE, *base);
+            w.be32(payload::OFFSET, *offset);
+            w.be32(payload::LEN, *len);
         }
         Expr::Meta { key, dreg } => {
-            w.u32(meta::KEY, *key);
-            w.u32(meta::DREG, *dreg);
+            w.be32(meta::KEY, *key);
+            w.be32(meta::DREG, *dreg);
         }
         Expr::MetaSet { key, sreg } => {
-            w.u32(meta::KEY, *key);
-            w.u32(meta::SREG, *sreg);
+            w.be32(meta::KEY, *key);
+            w.be32(meta::SREG, *sreg);
         }
         Expr::Ct { key, dreg } => {
-            w.u32(ct::KEY, *key);
-            w.u32(ct::DREG, *dreg);
+            w.be32(ct::KEY, *key);
+            w.be32(ct::DREG, *dreg);
         }
         Expr::Cmp { sreg, op, data } => {
-            w.u32(cmp::SREG, *sreg);
-            w.u32(cmp::OP, *op);
+            w.be32(cmp::SREG, *sreg);
+            w.be32(cmp::OP, *op);
             let n = w.nest(cmp::DATA);
             w.bytes(uapi::data::VALUE, data);
             w.nest_end(n);
@@ -205,9 +206,9 @@ fn write(w: &mut Writer, e: &Expr) {
             mask,
             xor,
         } => {
-            w.u32(bitwise::SREG, *sreg);
-            w.u32(bitwise::DREG, *dreg);
-            w.u32(bitwise::LEN, mask.len() as u32);
+            w.be32(bitwise::SREG, *sreg);
+            w.be32(bitwise::DREG, *dreg);
+            w.be32(bitwise::LEN, mask.len() as u32);
             let n = w.nest(bitwise::MASK);
             w.bytes(uapi::data::VALUE, mask);
             w.nest_end(n);
@@ -222,11 +223,11 @@ fn write(w: &mut Writer, e: &Expr) {
             len,
             size,
         } => {
-            w.u32(byteorder::SREG, *sreg);
-            w.u32(byteorder::DREG, *dreg);
-            w.u32(byteorder::OP, *op);
-            w.u32(byteorder::LEN, *len);
-            w.u32(byteorder::SIZE, *size);
+            w.be32(byteorder::SREG, *sreg);
+            w.be32(byteorder::DREG, *dreg);
+            w.be32(byteorder::OP, *op);
+            w.be32(byteorder::LEN, *len);
+            w.be32(byteorder::SIZE, *size);
         }
         Expr::Lookup {
             set,
@@ -235,16 +236,16 @@ fn write(w: &mut Writer, e: &Expr) {
             inverted,
         } => {
             w.str(lookup::SET, set);
-            w.u32(lookup::SREG, *sreg);
+            w.be32(lookup::SREG, *sreg);
             if let Some(d) = dreg {
-                w.u32(lookup::DREG, *d);
+                w.be32(lookup::DREG, *d);
             }
             if *inverted {
-                w.u32(lookup::FLAGS, lookup::F_INV);
+                w.be32(lookup::FLAGS, lookup::F_INV);
             }
         }
         Expr::Immediate { dreg, data } => {
-            w.u32(immediate::DREG, *dreg);
+            w.be32(immediate::DREG, *dreg);
             let n = w.nest(immediate::DATA);
             write_data(w, data);
             w.nest_end(n);
@@ -255,10 +256,10 @@ fn write(w: &mut Writer, e: &Expr) {
             kind,
             offset,
         } => {
-            w.u32(numgen::DREG, *dreg);
-            w.u32(numgen::MODULUS, *modulus);
-            w.u32(numgen::TYPE, *kind);
-            w.u32(numgen::OFFSET, *offset);
+            w.be32(numgen::DREG, *dreg);
+            w.be32(numgen::MODULUS, *modulus);
+            w.be32(numgen::TYPE, *kind);
+            w.be32(numgen::OFFSET, *offset);
         }
         Expr::Nat {
             kind,
@@ -267,25 +268,25 @@ fn write(w: &mut Writer, e: &Expr) {
             proto_min,
             flags,
         } => {
-            w.u32(nat::TYPE, *kind);
-            w.u32(nat::FAMILY, *family);
+            w.be32(nat::TYPE, *kind);
+            w.be32(nat::FAMILY, *family);
             if let Some(r) = addr_min {
-                w.u32(nat::REG_ADDR_MIN, *r);
+                w.be32(nat::REG_ADDR_MIN, *r);
             }
             if let Some(r) = proto_min {
-                w.u32(nat::REG_PROTO_MIN, *r);
+                w.be32(nat::REG_PROTO_MIN, *r);
             }
             if *flags != 0 {
-                w.u32(nat::FLAGS, *flags);
+                w.be32(nat::FLAGS, *flags);
             }
         }
         Expr::Masq { flags } => {
             if *flags != 0 {
-                w.u32(masq::FLAGS, *flags);
+                w.be32(masq::FLAGS, *flags);
             }
         }
         Expr::Reject { kind, code } => {
-            w.u32(reject::TYPE, *kind);
+            w.be32(reject::TYPE, *kind);
             w.bytes(reject::ICMP_CODE, &[*code]);
         }
         Expr::Fib {
@@ -293,14 +294,14 @@ fn write(w: &mut Writer, e: &Expr) {
             result,
             flags,
         } => {
-            w.u32(fib::DREG, *dreg);
-            w.u32(fib::RESULT, *result);
-            w.u32(fib::FLAGS, *flags);
+            w.be32(fib::DREG, *dreg);
+            w.be32(fib::RESULT, *result);
+            w.be32(fib::FLAGS, *flags);
         }
         Expr::Dynset { set, op, sreg_key } => {
             w.str(dynset::SET_NAME, set);
-            w.u32(dynset::OP, *op);
-            w.u32(dynset::SREG_KEY, *sreg_key);
+            w.be32(dynset::OP, *op);
+            w.be32(dynset::SREG_KEY, *sreg_key);
         }
         Expr::Other(_) => {}
     }
@@ -324,7 +325,7 @@ fn value_of(bytes: &[u8], kind: u16) -> Option<Vec<u8>> {
 }
 
 fn read(name: &str, b: &[u8]) -> Option<Expr> {
-    let u = |k| find_u32(b, k);
+    let u = |k| find_be32(b, k);
     Some(match name {
         "payload" => {
             if find(b, payload::SREG).is_some() {

@@ -6,39 +6,59 @@
 //! printing one (`notes/nft-scale.md`, issue 12); the kernel itself needs a fraction of that.
 //!
 //! Why our own message types: no maintained Apache-compatible crate covers nf_tables without
-//! linking libnftnl (GPL), and the rust-netlink family has none for it. So sockets come from
-//! `netlink-sys`, and the framing, expressions and objects are written here, each in its own
-//! file, typed values kept apart from bytes:
+//! linking libnftnl (GPL), and the rust-netlink family has none for it. So the socket and the
+//! framing come from our netlink core ([`crate::netlink`], over `netlink-sys`), and nf_tables'
+//! expressions and objects are written here, each in its own file, typed values kept apart
+//! from bytes:
 //! - [`uapi`]: the kernel's numbers and nft's userdata tags;
-//! - [`attr`]: messages and attributes, written and read;
 //! - [`expr`]: expressions as typed values ↔ attributes;
 //! - [`rule`]: our typed rules ↔ expression lists shaped as nft shapes them;
 //! - [`object`]: tables, chains, sets (with nft's userdata, so `nft list` prints our `typeof`
 //!   and comments) and elements;
 //! - [`batch`]: transactions → one batch, every message acknowledged and traced to its op;
-//! - [`exchange`]: batch acknowledgements and dumps as state machines, no I/O;
 //! - [`dump`]: dump messages → [`Ruleset`] (large sets are read by key instead, when the plan is
-//!   known: a hash set's dump is quadratic in the kernel; see [`Netlink::dump_expecting`]);
-//! - [`socket`]: the socket, in a chosen network namespace — the only I/O.
+//!   known: a hash set's dump is quadratic in the kernel; see [`Netlink::dump_expecting`]).
+//!
+//! From the core come the socket (opened in a chosen network namespace; the only I/O),
+//! message and attribute framing, the nfgenmsg header and batch frame
+//! ([`crate::netlink::nfnetlink`]), and the acknowledgement and dump state machines that
+//! [`Netlink`] drives here. A batch is followed by a barrier request (`GETGEN`): netlink
+//! answers in order, so once the barrier is answered every answer to the batch, including a
+//! commit error addressed to `BATCH_BEGIN`, has arrived.
 //!
 //! The objects are the ones the text encoder makes: the kernel-side round trip test programs
 //! every golden ruleset both ways and compares what nft lists.
 
-pub mod attr;
 pub mod batch;
 pub mod dump;
-pub mod exchange;
 pub mod expr;
 pub mod object;
 pub mod rule;
-pub mod socket;
 pub mod uapi;
+
+use netlink_packet_core::{NLM_F_ACK, NLM_F_DUMP, NLM_F_REQUEST};
 
 use super::diff::{Op, Transaction};
 use super::parse::Parsed;
 use super::render;
 use super::ruleset::Family;
-use exchange::Failure;
+use crate::netlink::batch::{Answer, Until};
+use crate::netlink::message::messages;
+use crate::netlink::socket::{self, Options, Protocol, Socket};
+use crate::netlink::writer::Writer;
+use crate::netlink::{attr, dump::Dump, nfnetlink};
+
+/// nf_tables' socket, as errors name it.
+pub const PROTOCOL: Protocol =
+    nfnetlink::protocol("an nf_tables netlink socket", "nf_tables netlink");
+/// Room for the acknowledgements of a large batch (one per message, 36 bytes each capped).
+const RECEIVE_BUFFER: usize = 8 << 20;
+/// Short acknowledgements, the kernel's reason with an error, and room for many of them.
+const OPTIONS: Options = Options {
+    cap_ack: true,
+    ext_ack: true,
+    receive_buffer: Some(RECEIVE_BUFFER),
+};
 
 /// The errno the kernel answers for a table that does not exist.
 const ENOENT: i32 = 2;
@@ -76,7 +96,7 @@ pub enum Error {
 /// a socket error.
 pub struct Netlink {
     netns: Option<String>,
-    socket: Option<socket::Socket>,
+    socket: Option<Socket>,
     known: batch::Known,
     /// Sets the last read took by key rather than by dump.
     read_by_key: usize,
@@ -101,9 +121,9 @@ impl Netlink {
         }
     }
 
-    fn socket(&mut self) -> Result<&mut socket::Socket, Error> {
+    fn socket(&mut self) -> Result<&mut Socket, Error> {
         if self.socket.is_none() {
-            self.socket = Some(socket::Socket::open(self.netns.as_deref())?);
+            self.socket = Some(Socket::open(PROTOCOL, self.netns.as_deref(), OPTIONS)?);
         }
         Ok(self.socket.as_mut().expect("just opened"))
     }
@@ -124,7 +144,7 @@ impl Netlink {
         if batch.is_empty() {
             return Ok(());
         }
-        let failures = match self.socket()?.apply(&batch) {
+        let failures = match commit(self.socket()?, batch) {
             Ok(f) => f,
             Err(e) => {
                 self.socket = None;
@@ -141,17 +161,19 @@ impl Netlink {
     /// The ruleset generation (`GETGEN`), which every committed transaction, anyone's, moves
     /// on by one; `None` if the kernel's answer carried none.
     pub fn generation(&mut self) -> Result<Option<u32>, Error> {
-        let answer =
-            match self
-                .socket()?
-                .request(uapi::msg::GETGEN, uapi::NFPROTO_UNSPEC, false, &|_| {})
-            {
-                Ok(a) => a,
-                Err(e) => {
-                    self.socket = None;
-                    return Err(e.into());
-                }
-            };
+        let answer = match request(
+            self.socket()?,
+            uapi::msg::GETGEN,
+            uapi::NFPROTO_UNSPEC,
+            false,
+            &|_| {},
+        ) {
+            Ok(a) => a,
+            Err(e) => {
+                self.socket = None;
+                return Err(e.into());
+            }
+        };
         if let Some(errno) = answer.errno {
             return Err(Error::DumpRefused {
                 what: "generation",
@@ -161,7 +183,7 @@ impl Netlink {
         Ok(answer
             .bodies
             .iter()
-            .find_map(|b| attr::find_u32(attr::body_attrs(b), uapi::GEN_ID)))
+            .find_map(|b| attr::find_be32(nfnetlink::attributes(b), uapi::GEN_ID)))
     }
 
     /// Our table of `family` as the kernel holds it; `None` when there is none.
@@ -204,7 +226,7 @@ impl Netlink {
         self.read_by_key = 0;
         let mut by_key_sets = 0;
         let s = self.socket()?;
-        let exists = s.request(msg::GETTABLE, nfproto, false, &|w| {
+        let exists = request(s, msg::GETTABLE, nfproto, false, &|w| {
             w.str(uapi::table::NAME, table)
         })?;
         match exists.errno {
@@ -220,17 +242,17 @@ impl Netlink {
         // Objects changing while we read show as an interrupted dump: read again, a few times.
         for _ in 0..3 {
             let chains = dumped(
-                s.request(msg::GETCHAIN, nfproto, true, &|w| {
+                request(s, msg::GETCHAIN, nfproto, true, &|w| {
                     w.str(chain::TABLE, table)
                 })?,
                 "chain",
             )?;
             let sets = dumped(
-                s.request(msg::GETSET, nfproto, true, &|w| w.str(set::TABLE, table))?,
+                request(s, msg::GETSET, nfproto, true, &|w| w.str(set::TABLE, table))?,
                 "set",
             )?;
             let rules = dumped(
-                s.request(msg::GETRULE, nfproto, true, &|w| {
+                request(s, msg::GETRULE, nfproto, true, &|w| {
                     w.str(uapi::rule::TABLE, table)
                 })?,
                 "rule",
@@ -247,7 +269,7 @@ impl Netlink {
                     continue;
                 }
                 let (bodies, intr) = dumped(
-                    s.request(msg::GETSETELEM, nfproto, true, &|w| {
+                    request(s, msg::GETSETELEM, nfproto, true, &|w| {
                         w.str(uapi::elem::LIST_TABLE, table);
                         w.str(uapi::elem::LIST_SET, name);
                     })?,
@@ -283,7 +305,7 @@ impl Default for Netlink {
 /// declared set, a kernel without element counts, a planned key missing, or elements we did
 /// not plan), and the caller dumps the set instead.
 fn by_key(
-    s: &mut socket::Socket,
+    s: &mut Socket,
     family: Family,
     body: &[u8],
     want: Option<&super::ruleset::Ruleset>,
@@ -310,7 +332,7 @@ fn by_key(
     let keys: Vec<_> = planned.elements.keys().collect();
     let mut bodies = Vec::with_capacity(keys.len());
     for chunk in keys.chunks(KEYS_PER_REQUEST) {
-        let answer = s.request(uapi::msg::GETSETELEM, nfproto, false, &|w| {
+        let answer = request(s, uapi::msg::GETSETELEM, nfproto, false, &|w| {
             w.str(uapi::elem::LIST_TABLE, super::names::TABLE);
             w.str(uapi::elem::LIST_SET, name);
             let list = w.nest(uapi::elem::LIST_ELEMENTS);
@@ -331,12 +353,79 @@ fn by_key(
 }
 
 /// A dump's message bodies and whether it was interrupted, or its error.
-fn dumped(d: exchange::Dump, what: &'static str) -> Result<(Vec<Vec<u8>>, bool), Error> {
+fn dumped(d: Answered, what: &'static str) -> Result<(Vec<Vec<u8>>, bool), Error> {
     match d.errno {
         Some(errno) => Err(Error::DumpRefused { what, errno }),
         None => Ok((d.bodies, d.interrupted)),
     }
 }
+
+/// The answer to one request: the bodies of its messages (nfgenmsg header included), and how
+/// it ended.
+struct Answered {
+    bodies: Vec<Vec<u8>>,
+    errno: Option<i32>,
+    interrupted: bool,
+}
+
+/// Sends one request of `kind` (a dump with `dump`), with the attributes `attrs` writes; reads
+/// every message of its answer.
+fn request(
+    s: &mut Socket,
+    kind: u16,
+    family: u8,
+    dump: bool,
+    attrs: &dyn Fn(&mut Writer),
+) -> Result<Answered, socket::Error> {
+    let seq = s.take_seq();
+    let mut w = Writer::default();
+    let flags = NLM_F_REQUEST | if dump { NLM_F_DUMP } else { NLM_F_ACK };
+    let kind = nfnetlink::kind(uapi::SUBSYS, kind);
+    let m = nfnetlink::begin(&mut w, kind, flags, seq, family, 0);
+    attrs(&mut w);
+    w.end(m);
+    s.send(&w.buf, "request")?;
+    let mut answer = Dump::new(seq);
+    let mut bodies = Vec::new();
+    while !answer.done() {
+        for m in messages(s.recv("dump")?) {
+            if answer.receive(&m) {
+                bodies.push(m.body.to_vec());
+            }
+        }
+    }
+    Ok(Answered {
+        bodies,
+        errno: answer.errno(),
+        interrupted: answer.interrupted(),
+    })
+}
+
+/// Sends `batch` and a barrier after it; returns what the kernel refused (empty: the batch
+/// was committed).
+fn commit(s: &mut Socket, batch: batch::Batch) -> Result<Vec<Failure>, socket::Error> {
+    // After BATCH_END, which takes the number after the last message's.
+    let barrier = batch.acknowledged().end.wrapping_add(1);
+    let (bytes, mut acks) = batch.send(Until::Barrier(barrier));
+    s.send(&bytes, "batch")?;
+    s.set_next_seq(barrier.wrapping_add(1));
+    let mut w = Writer::default();
+    let kind = nfnetlink::kind(uapi::SUBSYS, uapi::msg::GETGEN);
+    let flags = NLM_F_REQUEST | NLM_F_ACK;
+    let m = nfnetlink::begin(&mut w, kind, flags, barrier, uapi::NFPROTO_UNSPEC, 0);
+    w.end(m);
+    s.send(&w.buf, "barrier")?;
+    let mut failures = Vec::new();
+    while !acks.done() {
+        for m in messages(s.recv("acknowledgements")?) {
+            failures.extend(acks.receive(&m).filter(|a| a.errno != 0));
+        }
+    }
+    Ok(failures)
+}
+
+/// One message the kernel refused: its operation (`None`: the whole batch, at commit).
+type Failure = Answer<batch::Origin>;
 
 /// The kernel's refusal as an error naming the operations, with their nft text.
 fn refused(transactions: &[Transaction], failures: &[Failure]) -> Error {

@@ -8,7 +8,6 @@ use std::net::IpAddr;
 
 use ipnet::IpNet;
 
-use super::attr::Writer;
 use super::expr::{self, Data as KernelData};
 use super::rule::{Layout, kernel_verdict, proto_number};
 use super::uapi::{self, chain, datatype, elem, hook, set, table, udata};
@@ -16,6 +15,7 @@ use crate::dataplane::nftables::names::{self, Name};
 use crate::dataplane::nftables::ruleset::{
     BaseChain, ChainType, Data, DataKind, Element, Family, Hook, Kind, SetDecl, Tuple, Value,
 };
+use crate::netlink::writer::Writer;
 
 /// One libnftnl userdata TLV.
 fn tlv(out: &mut Vec<u8>, kind: u8, value: &[u8]) {
@@ -33,7 +33,7 @@ fn comment_tlv(out: &mut Vec<u8>, kind: u8, text: &str) {
 
 pub fn add_table(w: &mut Writer) {
     w.str(table::NAME, names::TABLE);
-    w.u32(table::FLAGS, 0);
+    w.be32(table::FLAGS, 0);
     let mut ud = Vec::new();
     comment_tlv(&mut ud, udata::TABLE_COMMENT, names::TABLE_COMMENT);
     w.bytes(table::USERDATA, &ud);
@@ -76,7 +76,7 @@ pub fn chain(w: &mut Writer, name: &Name, base: Option<&BaseChain>) {
     w.str(chain::NAME, name.as_str());
     if let Some(b) = base {
         let n = w.nest(chain::HOOK);
-        w.u32(chain::HOOK_NUM, hook_number(b.hook));
+        w.be32(chain::HOOK_NUM, hook_number(b.hook));
         w.bytes(chain::HOOK_PRIORITY, &b.priority.to_be_bytes());
         w.nest_end(n);
         w.str(chain::TYPE, chain_type_name(b.kind));
@@ -142,30 +142,30 @@ pub fn set_flags(d: &SetDecl) -> u32 {
 pub fn add_set(w: &mut Writer, family: Family, name: &Name, d: &SetDecl, id: u32) {
     w.str(set::TABLE, names::TABLE);
     w.str(set::NAME, name.as_str());
-    w.u32(set::FLAGS, set_flags(d));
-    w.u32(set::KEY_TYPE, concat_type(family, &d.key));
-    w.u32(set::KEY_LEN, kinds_len(family, &d.key));
+    w.be32(set::FLAGS, set_flags(d));
+    w.be32(set::KEY_TYPE, concat_type(family, &d.key));
+    w.be32(set::KEY_LEN, kinds_len(family, &d.key));
     match &d.data {
         DataKind::None => {}
         DataKind::Values(v) => {
-            w.u32(set::DATA_TYPE, concat_type(family, v));
-            w.u32(set::DATA_LEN, kinds_len(family, v));
+            w.be32(set::DATA_TYPE, concat_type(family, v));
+            w.be32(set::DATA_LEN, kinds_len(family, v));
         }
         DataKind::Verdict => {
-            w.u32(set::DATA_TYPE, set::DATA_VERDICT);
-            w.u32(set::DATA_LEN, 0);
+            w.be32(set::DATA_TYPE, set::DATA_VERDICT);
+            w.be32(set::DATA_LEN, 0);
         }
     }
-    w.u32(set::ID, id);
+    w.be32(set::ID, id);
     if let Some(t) = d.dynamic_timeout {
-        w.u64(set::TIMEOUT, u64::from(t) * 1000);
+        w.be64(set::TIMEOUT, u64::from(t) * 1000);
     }
     if d.interval && d.key.len() > 1 {
         let desc = w.nest(set::DESC);
         let concat = w.nest(set::DESC_CONCAT);
         for k in &d.key {
             let item = w.nest(uapi::LIST_ELEM);
-            w.u32(set::FIELD_LEN, kind_len(family, *k));
+            w.be32(set::FIELD_LEN, kind_len(family, *k));
             w.nest_end(item);
         }
         w.nest_end(concat);

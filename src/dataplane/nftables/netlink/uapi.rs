@@ -11,9 +11,6 @@
 
 /// `NFNL_SUBSYS_NFTABLES`: the high byte of every nf_tables message type.
 pub const SUBSYS: u16 = 10;
-/// `NFNL_MSG_BATCH_BEGIN` / `NFNL_MSG_BATCH_END`.
-pub const BATCH_BEGIN: u16 = 16;
-pub const BATCH_END: u16 = 17;
 
 /// `NFT_MSG_*`.
 pub mod msg {
@@ -41,33 +38,10 @@ pub const GEN_ID: u16 = 1;
 /// `NFTA_GEN_PROC_PID`: the pid (thread id) that committed, in a `NEWGEN` notification.
 pub const GEN_PROC_PID: u16 = 2;
 
-/// netlink header flags and message types (`linux/netlink.h`).
-pub mod nlm {
-    pub const REQUEST: u16 = 0x1;
-    pub const MULTI: u16 = 0x2;
-    pub const ACK: u16 = 0x4;
-    pub const DUMP_INTR: u16 = 0x10;
-    pub const DUMP: u16 = 0x300;
-    pub const CREATE: u16 = 0x400;
-    pub const APPEND: u16 = 0x800;
-    /// On an error message: extended-ack attributes follow.
-    pub const ACK_TLVS: u16 = 0x200;
-    /// On an error message: the request was not echoed (`NETLINK_CAP_ACK`).
-    pub const CAPPED: u16 = 0x100;
-    pub const NOOP: u16 = 1;
-    pub const ERROR: u16 = 2;
-    pub const DONE: u16 = 3;
-    /// `NLMSGERR_ATTR_MSG`: the extended-ack text.
-    pub const ERR_ATTR_MSG: u16 = 1;
-}
-
 /// `NFPROTO_*`.
 pub const NFPROTO_UNSPEC: u8 = 0;
 pub const NFPROTO_IPV4: u8 = 2;
 pub const NFPROTO_IPV6: u8 = 10;
-
-pub const NLA_F_NESTED: u16 = 0x8000;
-pub const NLA_TYPE_MASK: u16 = 0x3fff;
 
 /// `NFTA_LIST_ELEM`: each item of a list attribute.
 pub const LIST_ELEM: u16 = 1;
