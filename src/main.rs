@@ -9,7 +9,7 @@ use kube_proxy_rs::cli::{self, Cli, Command};
 use kube_proxy_rs::cluster::Features;
 use kube_proxy_rs::config::{self, Config, Flags, LogFormat};
 use kube_proxy_rs::conntrack;
-use kube_proxy_rs::dataplane::{iptables, nftables};
+use kube_proxy_rs::dataplane::{self, iptables, nftables};
 
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -251,7 +251,7 @@ fn set_route_localnet(config: &Config) {
 /// `--cleanup`: removes our nftables tables and upstream kube-proxy's leftovers, whatever the
 /// mode, and exits; 1 when a tool refused.
 fn cleanup() -> ExitCode {
-    let report = nftables::cleanup::cleanup(&nftables::NftCommand::new());
+    let report = dataplane::cleanup::cleanup(&dataplane::tool::Launcher::here());
     for table in &report.tables {
         tracing::info!(table = %table, "--cleanup: removed nftables table");
     }

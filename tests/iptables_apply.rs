@@ -22,9 +22,9 @@ use kube_proxy_rs::cluster::{Changes, IpFamily, ServicePortName, Snapshot};
 use kube_proxy_rs::dataplane::iptables::backend::{self, Backend};
 use kube_proxy_rs::dataplane::iptables::ruleset::Table;
 use kube_proxy_rs::dataplane::iptables::{
-    Flavour, IptablesCommand, IptablesDataplane, ModeConfig, parse,
+    Flavour, IptablesCommand, IptablesDataplane, ModeConfig, adopt,
 };
-use kube_proxy_rs::dataplane::nftables::NftCommand;
+use kube_proxy_rs::dataplane::tool::Launcher;
 use kube_proxy_rs::dataplane::{Dataplane, SyncError};
 
 /// Where `host.rs` puts process logs.
@@ -94,9 +94,9 @@ fn dataplane(ns: &NetNs) -> IptablesDataplane {
 }
 
 /// `iptables-save` of a family in the namespace, parsed.
-fn saved(ns: &NetNs, family: IpFamily) -> std::collections::BTreeMap<Table, parse::Saved> {
+fn saved(ns: &NetNs, family: IpFamily) -> std::collections::BTreeMap<Table, adopt::Saved> {
     let mut b = IptablesCommand::in_netns(Flavour::Nft, &ns.name);
-    parse::parse(&b.save(family).expect("save"))
+    adopt::parse(&b.save(family).expect("save"))
 }
 
 fn chains(ns: &NetNs, table: Table) -> Vec<String> {
@@ -380,8 +380,7 @@ fn cleanup_removes_every_chain_and_jump_of_ours() {
     let mut dp = dataplane(&ns);
     dp.sync(&example(), &Changes::default(), true)
         .expect("sync");
-    let report =
-        kube_proxy_rs::dataplane::nftables::cleanup::cleanup(&NftCommand::in_netns(&ns.name));
+    let report = kube_proxy_rs::dataplane::cleanup::cleanup(&Launcher::in_netns(&ns.name));
     assert!(report.errors.is_empty(), "{:?}", report.errors);
     for table in Table::ALL {
         // KUBE-FIREWALL (with its jumps) is kubelet's chain too: the shared cleanup leaves it.

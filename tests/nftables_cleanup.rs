@@ -15,10 +15,9 @@ use std::path::{Path, PathBuf};
 use host::NetNs;
 use kube_proxy_rs::cli::load_manifests;
 use kube_proxy_rs::cluster::{Changes, Features};
-use kube_proxy_rs::dataplane::Dataplane;
-use kube_proxy_rs::dataplane::nftables::{
-    Drift, ModeConfig, NftCommand, NftablesDataplane, cleanup,
-};
+use kube_proxy_rs::dataplane::nftables::{Drift, ModeConfig, NftCommand, NftablesDataplane};
+use kube_proxy_rs::dataplane::tool::Launcher;
+use kube_proxy_rs::dataplane::{Dataplane, cleanup};
 
 /// Where `host.rs` puts process logs.
 fn scratch_dir() -> PathBuf {
@@ -68,7 +67,7 @@ fn cleanup_removes_ours_and_upstreams_leftovers_and_nothing_else() {
         sh(&ns, line);
     }
 
-    let report = cleanup::cleanup(&NftCommand::in_netns(&ns.name));
+    let report = cleanup::cleanup(&Launcher::in_netns(&ns.name));
     assert!(report.errors.is_empty(), "{:?}", report.errors);
     assert_eq!(
         report.tables,
@@ -100,6 +99,6 @@ fn cleanup_removes_ours_and_upstreams_leftovers_and_nothing_else() {
     assert!(nft_save.contains(":KUBE-KUBELET-CANARY"), "{nft_save}");
 
     // Nothing left: a second run removes nothing and fails at nothing.
-    let again = cleanup::cleanup(&NftCommand::in_netns(&ns.name));
+    let again = cleanup::cleanup(&Launcher::in_netns(&ns.name));
     assert_eq!(again, cleanup::Report::default());
 }

@@ -5,9 +5,11 @@
 //! in one transaction. The sync runner is the only caller; it owns the clock and the retries, so a
 //! mode never sleeps, never retries by itself and never reads the time.
 
+pub mod cleanup;
 pub mod iptables;
 pub mod nftables;
 pub mod node;
+pub mod tool;
 
 use crate::cluster::{Changes, IpFamily, Snapshot};
 

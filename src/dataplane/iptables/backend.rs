@@ -6,12 +6,12 @@
 //! step and stops at the first table it cannot commit, so a refused input leaves the rules of
 //! that table as they were.
 
-use std::io::Write as _;
 use std::process::{Command, Stdio};
 
 use super::flavour::{self, Flavour};
 use super::ruleset::Table;
 use crate::cluster::IpFamily;
+use crate::dataplane::tool::{self, Launcher};
 
 /// How long to wait for the xtables lock (`-w`), in seconds.
 const LOCK_WAIT_SECONDS: &str = "5";
@@ -55,7 +55,7 @@ pub trait Backend: Send {
 #[derive(Clone, Debug)]
 pub struct IptablesCommand {
     flavour: Flavour,
-    prefix: Vec<String>,
+    launcher: Launcher,
 }
 
 impl IptablesCommand {
@@ -63,7 +63,7 @@ impl IptablesCommand {
     pub fn new(flavour: Flavour) -> IptablesCommand {
         IptablesCommand {
             flavour,
-            prefix: Vec::new(),
+            launcher: Launcher::here(),
         }
     }
 
@@ -71,14 +71,17 @@ impl IptablesCommand {
     pub fn in_netns(flavour: Flavour, name: &str) -> IptablesCommand {
         IptablesCommand {
             flavour,
-            prefix: vec!["ip".into(), "netns".into(), "exec".into(), name.into()],
+            launcher: Launcher::in_netns(name),
         }
     }
 
     /// The tools of `flavour` run through `prefix` (for example `ip netns exec NAME env
     /// PATH=...`).
     pub fn with_prefix(flavour: Flavour, prefix: Vec<String>) -> IptablesCommand {
-        IptablesCommand { flavour, prefix }
+        IptablesCommand {
+            flavour,
+            launcher: Launcher::with_prefix(prefix),
+        }
     }
 
     pub fn flavour(&self) -> Flavour {
@@ -89,11 +92,13 @@ impl IptablesCommand {
     /// their `-save` tools through `prefix` (empty: here). A flavour whose tools fail counts as
     /// holding nothing.
     pub fn detect(prefix: &[String]) -> Flavour {
+        let launcher = Launcher::with_prefix(prefix.to_vec());
         let read = |f: Flavour| -> String {
             IpFamily::ALL
                 .iter()
                 .filter_map(|&family| {
-                    let out = tool(prefix, &f.tool(family, "-save"))
+                    let out = launcher
+                        .command(&f.tool(family, "-save"))
                         .stdin(Stdio::null())
                         .stderr(Stdio::null())
                         .output()
@@ -109,7 +114,7 @@ impl IptablesCommand {
 
     fn command(&self, family: IpFamily, suffix: &str) -> (Command, String) {
         let program = self.flavour.tool(family, suffix);
-        (tool(&self.prefix, &program), program)
+        (self.launcher.command(&program), program)
     }
 }
 
@@ -121,19 +126,6 @@ pub fn check_family(backend: &mut impl Backend, family: IpFamily) -> Result<(), 
         Ok(false) => Err("the nat table has no POSTROUTING chain".to_string()),
         Err(Error::Spawn { program, source }) => Err(format!("cannot run {program}: {source}")),
         Err(e) => Err(e.to_string()),
-    }
-}
-
-/// A command for `program` through `prefix`.
-fn tool(prefix: &[String], program: &str) -> Command {
-    #[allow(clippy::disallowed_methods)] // the mode's process seam: this is where tools start
-    match prefix.split_first() {
-        Some((first, rest)) => {
-            let mut c = Command::new(first);
-            c.args(rest).arg(program);
-            c
-        }
-        None => Command::new(program),
     }
 }
 
@@ -152,25 +144,8 @@ impl Backend for IptablesCommand {
             program: program.clone(),
             source,
         };
-        let mut child = cmd
-            .args(["-w", LOCK_WAIT_SECONDS, "--noflush"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(spawn_error)?;
-        let mut stdin = child.stdin.take().expect("stdin is piped");
-        // Written on its own thread so a large input cannot deadlock against the tool's output.
-        let output = std::thread::scope(|s| {
-            let writer = s.spawn(move || {
-                // A write error means the tool exited early; its status and stderr say why.
-                let _ = stdin.write_all(input.as_bytes());
-            });
-            let output = child.wait_with_output();
-            let _ = writer.join();
-            output
-        })
-        .map_err(spawn_error)?;
+        cmd.args(["-w", LOCK_WAIT_SECONDS, "--noflush"]);
+        let output = tool::run_with_input(&mut cmd, input, |_| {}).map_err(spawn_error)?;
         if output.status.success() {
             Ok(())
         } else {

@@ -9,15 +9,16 @@
 
 use std::collections::BTreeMap;
 
+use super::adopt;
 use super::backend::{self, Backend, IptablesCommand};
 use super::diff::{self, Script};
 use super::mode_config::ModeConfig;
 use super::names;
-use super::parse;
 use super::plan::plan_reusing;
 use super::ruleset::{Ruleset, Table};
 use crate::cluster::{Changes, IpFamily, Snapshot};
 use crate::dataplane::nftables::dataplane::no_local_endpoints;
+use crate::dataplane::tool;
 use crate::dataplane::{Dataplane, FamilyReport, IptablesRules, RuleCounts, SyncError, SyncReport};
 
 const MODE: &str = "iptables";
@@ -113,7 +114,7 @@ impl<B: Backend> IptablesDataplane<B> {
             return Ok(diff::partial(last, want));
         }
         let saved = match self.backend.save(want.family) {
-            Ok(text) => parse::parse(&text),
+            Ok(text) => adopt::parse(&text),
             Err(error) => {
                 // iptables-nft-save 1.8.9 crashes (SIGSEGV, after minutes) on 110,000 chains.
                 tracing::warn!(family = %want.family, %error,
@@ -130,10 +131,10 @@ impl<B: Backend> IptablesDataplane<B> {
         &mut self,
         want: &Ruleset,
         known: Option<&Ruleset>,
-    ) -> Result<BTreeMap<Table, parse::Saved>, backend::Error> {
+    ) -> Result<BTreeMap<Table, adopt::Saved>, backend::Error> {
         let mut out = BTreeMap::new();
         for table in Table::ALL {
-            let mut saved = parse::Saved::default();
+            let mut saved = adopt::Saved::default();
             if let Some(k) = known {
                 saved.chains = k.chains(table).map(|(n, _)| n.to_string()).collect();
             }
@@ -266,7 +267,10 @@ fn refused(e: backend::Error, input: &str) -> SyncError {
         return io_error(e);
     };
     let context = failing_line(message)
-        .map(|n| format!(" (input line {n}:\n{})", context(input, n)))
+        .map(|n| {
+            let quoted = tool::excerpt(input, n, CONTEXT_LINES, usize::MAX);
+            format!(" (input line {n}:\n{quoted})")
+        })
         .unwrap_or_default();
     SyncError::Refused {
         mode: MODE,
@@ -285,22 +289,6 @@ fn failing_line(message: &str) -> Option<usize> {
         .ok()
 }
 
-/// Lines around `n` of `input`, numbered, `>` marking line `n`.
-fn context(input: &str, n: usize) -> String {
-    let first = n.saturating_sub(CONTEXT_LINES).max(1);
-    input
-        .lines()
-        .enumerate()
-        .skip(first - 1)
-        .take(n + CONTEXT_LINES + 1 - first)
-        .map(|(i, text)| {
-            let mark = if i + 1 == n { '>' } else { ' ' };
-            format!("{mark}{:>6} | {text}", i + 1)
-        })
-        .collect::<Vec<_>>()
-        .join("\n")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -313,9 +301,5 @@ mod tests {
             Some(7)
         );
         assert_eq!(failing_line("something else"), None);
-        assert_eq!(
-            context("a\nb\nc\nd", 1),
-            ">     1 | a\n      2 | b\n      3 | c"
-        );
     }
 }

@@ -14,8 +14,8 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::fmt::Write as _;
 use std::sync::Arc;
 
+use super::adopt::Saved;
 use super::names::ChainName;
-use super::parse::Saved;
 use super::render::{append_line, jumps};
 use super::ruleset::{Rule, Ruleset, Table};
 
@@ -79,7 +79,7 @@ pub fn full(want: &Ruleset, saved: &BTreeMap<Table, Saved>) -> Script {
         let stale_set: BTreeSet<&str> = stale.iter().map(|c| c.as_str()).collect();
         for (owner, line) in &kernel.rules {
             if !super::names::ours(owner)
-                && super::parse::jump_target(line).is_some_and(|t| stale_set.contains(t))
+                && super::adopt::jump_target(line).is_some_and(|t| stale_set.contains(t))
             {
                 let _ = writeln!(s.text, "-D{}", &line[2..]);
             }

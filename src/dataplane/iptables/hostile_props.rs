@@ -7,8 +7,8 @@
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 
+use super::adopt;
 use super::netns::Netns;
-use super::parse;
 use super::render::from_scratch;
 use super::ruleset::Table;
 use super::{ModeConfig, plan_all};
@@ -125,7 +125,7 @@ fn hostile_names_cannot_add_rules_or_chains() {
             prop_assert!(ok, "restore refused: {}", err);
             let (ok, saved, err) = ns.run("iptables-nft-save", &[], None);
             prop_assert!(ok, "save failed: {}", err);
-            let tables = parse::parse(&saved);
+            let tables = adopt::parse(&saved);
             for table in Table::ALL {
                 let planned = r.table(table);
                 let got = tables.get(&table).cloned().unwrap_or_default();

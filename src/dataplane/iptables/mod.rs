@@ -23,7 +23,7 @@
 //!
 //! # Applying
 //! [`plan::plan`] gives each family's [`Ruleset`]; [`diff::full`] (against `iptables-save`,
-//! parsed by [`parse`]) or [`diff::partial`] (against the rules last applied) give the restore
+//! parsed by [`adopt`]) or [`diff::partial`] (against the rules last applied) give the restore
 //! input, which [`render`] writes; the [`IptablesDataplane`] sends it through a [`Backend`]
 //! ([`IptablesCommand`]: iptables-nft or iptables-legacy, chosen by [`flavour`] as upstream's
 //! wrapper does).
@@ -47,13 +47,14 @@
 //! - `--cleanup` removes our chains and jumps through the shared cleanup
 //!   (`nftables::cleanup`), which removes every kube-proxy `KUBE-*` chain in both flavours.
 
+pub mod adopt;
 pub mod backend;
+pub mod cleanup;
 pub mod dataplane;
 pub mod diff;
 pub mod flavour;
 pub mod mode_config;
 pub mod names;
-pub mod parse;
 pub mod plan;
 pub mod render;
 pub mod ruleset;

@@ -8,7 +8,6 @@
 //! decides, this runs. A transaction list is one atomic batch either way, so a refused one
 //! changes nothing.
 
-use std::io::Write as _;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 
@@ -20,6 +19,7 @@ use super::parse::{self, Parsed};
 use super::render;
 use super::ruleset::{Family, Ruleset};
 use crate::config::NftablesEncoder;
+use crate::dataplane::tool::{self, Launcher};
 
 /// Lines of the script shown on each side of the one nft complained about.
 const CONTEXT_LINES: usize = 2;
@@ -217,8 +217,7 @@ impl Backend for NetlinkBackend {
 /// `ip netns exec NAME` (tests program a network namespace).
 #[derive(Clone, Debug)]
 pub struct NftCommand {
-    /// Program and leading arguments before `nft`'s own; empty runs `nft` directly.
-    prefix: Vec<String>,
+    launcher: Launcher,
     /// Where the pids of our `nft -f` processes are recorded, so the monitor can tell our
     /// transactions from other programs'.
     own: Option<OwnProcesses>,
@@ -234,7 +233,7 @@ impl NftCommand {
     /// `nft` from `PATH`, in the caller's network namespace.
     pub fn new() -> NftCommand {
         NftCommand {
-            prefix: Vec::new(),
+            launcher: Launcher::here(),
             own: None,
         }
     }
@@ -242,7 +241,7 @@ impl NftCommand {
     /// `nft` inside the named network namespace (`ip netns exec NAME nft ...`).
     pub fn in_netns(name: &str) -> NftCommand {
         NftCommand {
-            prefix: vec!["ip".into(), "netns".into(), "exec".into(), name.into()],
+            launcher: Launcher::in_netns(name),
             own: None,
         }
     }
@@ -253,35 +252,24 @@ impl NftCommand {
         self
     }
 
-    /// A command for `nft` with `args`, through the prefix. `ip netns exec` execs nft in place,
-    /// so the child's pid is nft's pid.
+    /// A command for `nft` with `args`, through the launcher's prefix.
     pub fn command<I, S>(&self, args: I) -> Command
     where
         I: IntoIterator<Item = S>,
         S: AsRef<std::ffi::OsStr>,
     {
-        let mut cmd = self.tool("nft");
+        let mut cmd = self.launcher.command("nft");
         cmd.args(args);
         cmd
     }
 
-    /// Another netfilter tool (`iptables-save`, ...) through the same prefix, for `--cleanup`.
-    pub fn tool(&self, program: &str) -> Command {
-        #[allow(clippy::disallowed_methods)] // the mode's process seam: this is where tools start
-        match self.prefix.split_first() {
-            Some((first, rest)) => {
-                let mut c = Command::new(first);
-                c.args(rest).arg(program);
-                c
-            }
-            None => Command::new(program),
-        }
+    /// How this backend starts tools (for `--cleanup` in the same place).
+    pub fn launcher(&self) -> &Launcher {
+        &self.launcher
     }
 
     fn program(&self) -> String {
-        let mut words = self.prefix.clone();
-        words.push("nft".into());
-        words.join(" ")
+        self.launcher.describe("nft")
     }
 }
 
@@ -292,27 +280,12 @@ impl NftCommand {
             program: self.program(),
             source,
         };
-        let mut child = self
-            .command(["-f", "-"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(spawn_error)?;
-        if let Some(own) = &self.own {
-            // Before the script is written: the transaction cannot commit earlier.
-            own.record(child.id());
-        }
-        let mut stdin = child.stdin.take().expect("stdin is piped");
-        // Written on its own thread so a large script cannot deadlock against nft's output.
-        let output = std::thread::scope(|s| {
-            let writer = s.spawn(move || {
-                // A write error means nft exited early; its status and stderr tell why.
-                let _ = stdin.write_all(script.as_bytes());
-            });
-            let output = child.wait_with_output();
-            let _ = writer.join();
-            output
+        let own = self.own.clone();
+        // Recorded before the script is written: the transaction cannot commit earlier.
+        let output = tool::run_with_input(&mut self.command(["-f", "-"]), script, |pid| {
+            if let Some(own) = &own {
+                own.record(pid);
+            }
         })
         .map_err(spawn_error)?;
         if output.status.success() {
@@ -381,7 +354,9 @@ impl Backend for NftCommand {
 /// nft's refusal, with the script lines it pointed at.
 fn refused(message: String, script: &str) -> Error {
     let line = failing_line(&message);
-    let context = line.map(|n| context(script, n)).unwrap_or_default();
+    let context = line
+        .map(|n| tool::excerpt(script, n, CONTEXT_LINES, CONTEXT_WIDTH))
+        .unwrap_or_default();
     Error::Refused {
         message,
         line,
@@ -393,24 +368,6 @@ fn refused(message: String, script: &str) -> Error {
 fn failing_line(message: &str) -> Option<usize> {
     let rest = &message[message.find("stdin:")? + "stdin:".len()..];
     rest.split(':').next()?.parse().ok()
-}
-
-/// Lines `n - CONTEXT_LINES ..= n + CONTEXT_LINES` of `script`, numbered, `>` marking line `n`.
-fn context(script: &str, n: usize) -> String {
-    let first = n.saturating_sub(CONTEXT_LINES).max(1);
-    script
-        .lines()
-        .enumerate()
-        .skip(first - 1)
-        .take(n + CONTEXT_LINES + 1 - first)
-        .map(|(i, text)| {
-            let mark = if i + 1 == n { '>' } else { ' ' };
-            let cut: String = text.chars().take(CONTEXT_WIDTH).collect();
-            let more = if cut.len() < text.len() { " ..." } else { "" };
-            format!("{mark}{:>6} | {cut}{more}", i + 1)
-        })
-        .collect::<Vec<_>>()
-        .join("\n")
 }
 
 /// The family as nft spells it.
@@ -440,10 +397,7 @@ mod tests {
     }
 
     #[test]
-    fn long_lines_are_cut_and_a_message_without_a_line_has_no_context() {
-        let long = "x".repeat(1000);
-        let c = context(&long, 1);
-        assert!(c.ends_with("x ...") && c.len() < 300, "{c}");
+    fn a_message_without_a_line_has_no_context() {
         assert_eq!(failing_line("Error: Could not process rule"), None);
     }
 }

@@ -88,7 +88,8 @@
 //! - Outside changes: [`monitor::run`] watches nf_tables notifications (the multicast group
 //!   `nft monitor` reads) and marks the next sync full through [`Drift`]; the runner awaits
 //!   [`Drift::changed`] to start it at once.
-//! - `--cleanup`: [`cleanup::cleanup`] removes our tables and upstream's leftovers.
+//! - `--cleanup`: [`cleanup`] removes our tables and upstream's (with every other mode's
+//!   leftovers, by `dataplane::cleanup`).
 //! - Incremental: [`Planner`] keeps the last plan and, given the tracker's changes, re-plans
 //!   only the changed service ports and returns the transactions from its previous plan (equal
 //!   to `plan_all` + `diff`, at a cost proportional to the change). They apply while the kernel

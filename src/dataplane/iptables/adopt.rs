@@ -1,4 +1,4 @@
-//! `iptables-save` output → per table, the chains and rules the kernel holds. Pure.
+//! Adoption: `iptables-save` output → per table, the chains and rules the kernel holds. Pure.
 //!
 //! Only what a full sync needs: which chains exist (to delete our stale ones) and the rule lines
 //! (to see which of our jumps from built-in chains are already there, and which foreign rules

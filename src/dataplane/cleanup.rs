@@ -1,0 +1,29 @@
+//! `--cleanup`: removes what our modes and upstream kube-proxy's leave on the node, then the
+//! binary exits.
+//!
+//! Every mode says what is its own in its `cleanup` module (`nftables::cleanup`,
+//! `iptables::cleanup`); this runs all of them whatever mode is configured, as upstream's
+//! `--cleanup` does, because the node may have run another mode (or upstream) before. A tool or
+//! table that is not there is not an error.
+
+use super::tool::Launcher;
+use super::{iptables, nftables};
+
+/// What was removed, and what could not be.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Report {
+    /// `ip kube-proxy-rs`, ...
+    pub tables: Vec<String>,
+    /// (tool, chains removed).
+    pub iptables: Vec<(String, usize)>,
+    /// Tools that ran and refused; empty on success.
+    pub errors: Vec<String>,
+}
+
+/// Removes every mode's leftovers, running the tools through `tools`.
+pub fn cleanup(tools: &Launcher) -> Report {
+    let mut report = Report::default();
+    nftables::cleanup::remove(tools, &mut report);
+    iptables::cleanup::remove(tools, &mut report);
+    report
+}

@@ -1,0 +1,174 @@
+//! Rule tools (`nft`, `iptables-restore`, `iptables-save`, ...) run as child processes: the one
+//! place the text backends of every mode and `--cleanup` start them.
+//!
+//! Thin I/O, no decisions: a [`Launcher`] says how a tool is started (directly, or through a
+//! prefix such as `ip netns exec NAME` when tests program a network namespace),
+//! [`run_with_input`] feeds a script to one without deadlocking, [`run_if_installed`] runs a
+//! one-shot command that may be missing, and [`excerpt`] quotes the
+//! lines of a script a tool complained about, for errors.
+
+use std::io::Write as _;
+use std::process::{Command, Output, Stdio};
+
+/// How tools are started: directly from `PATH`, or through a prefix.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Launcher {
+    prefix: Vec<String>,
+}
+
+impl Launcher {
+    /// Tools from `PATH`, in the caller's network namespace.
+    pub fn here() -> Launcher {
+        Launcher::default()
+    }
+
+    /// Tools inside the named network namespace: `ip netns exec NAME`, which execs the tool in
+    /// place, so a child's pid is the tool's pid.
+    pub fn in_netns(name: &str) -> Launcher {
+        Launcher::with_prefix(vec![
+            "ip".into(),
+            "netns".into(),
+            "exec".into(),
+            name.into(),
+        ])
+    }
+
+    /// Tools run through `prefix` (for example `ip netns exec NAME env PATH=...`).
+    pub fn with_prefix(prefix: Vec<String>) -> Launcher {
+        Launcher { prefix }
+    }
+
+    /// A command for `program`, through the prefix.
+    pub fn command(&self, program: &str) -> Command {
+        #[allow(clippy::disallowed_methods)] // the process seam: this is where tools start
+        match self.prefix.split_first() {
+            Some((first, rest)) => {
+                let mut c = Command::new(first);
+                c.args(rest).arg(program);
+                c
+            }
+            None => Command::new(program),
+        }
+    }
+
+    /// How `program` is run, as the words of its command line, for messages.
+    pub fn describe(&self, program: &str) -> String {
+        let mut words = self.prefix.clone();
+        words.push(program.into());
+        words.join(" ")
+    }
+}
+
+/// Runs `cmd` with `input` on its standard input and collects both outputs. The input is
+/// written on its own thread, so a script larger than the pipe cannot deadlock against the
+/// tool's output; a write error means the tool exited early, and its status and standard error
+/// say why. `started` receives the child's pid before anything is written (the nftables monitor
+/// attributes the transaction to it, and it cannot commit before its input is complete).
+pub fn run_with_input(
+    cmd: &mut Command,
+    input: &str,
+    started: impl FnOnce(u32),
+) -> std::io::Result<Output> {
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    started(child.id());
+    let mut stdin = child.stdin.take().expect("stdin is piped");
+    std::thread::scope(|s| {
+        let writer = s.spawn(move || {
+            let _ = stdin.write_all(input.as_bytes());
+        });
+        let output = child.wait_with_output();
+        let _ = writer.join();
+        output
+    })
+}
+
+/// Runs a tool to its end, feeding `input` when given: its standard output on success,
+/// `Ok(None)` when the tool is not installed, else its standard error and exit status as one
+/// line. For the one-shot commands (`--cleanup`), which report rather than fail.
+pub fn run_if_installed(cmd: &mut Command, input: Option<&str>) -> Result<Option<String>, String> {
+    let out = match input {
+        Some(text) => run_with_input(cmd, text, |_| {}),
+        None => cmd.stdin(Stdio::null()).output(),
+    };
+    let out = match out {
+        Ok(out) => out,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e.to_string()),
+    };
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    // `ip netns exec` reports a missing program itself, with exit status 255.
+    if !out.status.success() && stderr.contains("No such file or directory") && input.is_none() {
+        return Ok(None);
+    }
+    if out.status.success() {
+        Ok(Some(String::from_utf8_lossy(&out.stdout).into_owned()))
+    } else {
+        Err(format!("{} ({})", stderr.trim_end(), out.status))
+    }
+}
+
+/// Lines `n - around ..= n + around` of `script`, numbered, `>` marking line `n` (1-based);
+/// lines longer than `width` characters are cut and end in ` ...`.
+pub fn excerpt(script: &str, n: usize, around: usize, width: usize) -> String {
+    let first = n.saturating_sub(around).max(1);
+    script
+        .lines()
+        .enumerate()
+        .skip(first - 1)
+        .take(n + around + 1 - first)
+        .map(|(i, text)| {
+            let mark = if i + 1 == n { '>' } else { ' ' };
+            let cut: String = text.chars().take(width).collect();
+            let more = if cut.len() < text.len() { " ..." } else { "" };
+            format!("{mark}{:>6} | {cut}{more}", i + 1)
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_excerpt_numbers_the_lines_around_the_one_named() {
+        let script = "a\nb\nc\nd\ne\nf\n";
+        assert_eq!(
+            excerpt(script, 4, 2, 240),
+            "      2 | b\n      3 | c\n>     4 | d\n      5 | e\n      6 | f"
+        );
+        assert_eq!(excerpt(script, 1, 1, 240), ">     1 | a\n      2 | b");
+        let long = "x".repeat(1000);
+        let cut = excerpt(&long, 1, 2, 240);
+        assert!(cut.ends_with("x ...") && cut.len() < 300, "{cut}");
+    }
+
+    #[test]
+    fn a_large_input_reaches_the_tool_whole() {
+        let input = "line of input\n".repeat(100_000);
+        let mut pid = 0;
+        let out = run_with_input(&mut Launcher::here().command("wc"), &input, |p| pid = p)
+            .expect("wc runs");
+        assert!(out.status.success() && pid > 0);
+        let words: Vec<String> = String::from_utf8_lossy(&out.stdout)
+            .split_whitespace()
+            .map(str::to_owned)
+            .collect();
+        assert_eq!(words[0], "100000");
+    }
+
+    #[test]
+    fn a_prefix_goes_before_the_program() {
+        let l = Launcher::in_netns("ns1");
+        assert_eq!(l.describe("nft"), "ip netns exec ns1 nft");
+        assert_eq!(Launcher::here().describe("nft"), "nft");
+        let c = l.command("nft");
+        assert_eq!(c.get_program(), "ip");
+        let args: Vec<_> = c.get_args().collect();
+        assert_eq!(args, ["netns", "exec", "ns1", "nft"]);
+    }
+}
