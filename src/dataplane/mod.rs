@@ -6,6 +6,7 @@
 //! mode never sleeps, never retries by itself and never reads the time.
 
 pub mod cleanup;
+pub mod comment;
 pub mod iptables;
 pub mod nftables;
 pub mod node;

@@ -59,6 +59,39 @@ impl Launcher {
     }
 }
 
+/// A tool could not be started, or talked to.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot run {program}")]
+pub struct SpawnError {
+    /// The tool as the message names it.
+    pub program: String,
+    #[source]
+    pub source: std::io::Error,
+}
+
+/// Runs `cmd` (named `program` in errors) to its end with nothing on its standard input.
+pub fn output(cmd: &mut Command, program: &str) -> Result<Output, SpawnError> {
+    cmd.stdin(Stdio::null())
+        .output()
+        .map_err(|source| SpawnError {
+            program: program.to_owned(),
+            source,
+        })
+}
+
+/// [`run_with_input`], with a failure to run named after `program`.
+pub fn feed(
+    cmd: &mut Command,
+    program: &str,
+    input: &str,
+    started: impl FnOnce(u32),
+) -> Result<Output, SpawnError> {
+    run_with_input(cmd, input, started).map_err(|source| SpawnError {
+        program: program.to_owned(),
+        source,
+    })
+}
+
 /// Runs `cmd` with `input` on its standard input and collects both outputs. The input is
 /// written on its own thread, so a script larger than the pipe cannot deadlock against the
 /// tool's output; a write error means the tool exited early, and its status and standard error

@@ -19,13 +19,8 @@ const LOCK_WAIT_SECONDS: &str = "5";
 /// Why the backend could not do what it was asked.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// The program could not be started or talked to.
-    #[error("cannot run {program}")]
-    Spawn {
-        program: String,
-        #[source]
-        source: std::io::Error,
-    },
+    #[error(transparent)]
+    Spawn(#[from] tool::SpawnError),
     /// The tool ran and refused: `message` is its standard error, verbatim.
     #[error("{program} refused ({status}): {message}")]
     Refused {
@@ -124,7 +119,7 @@ pub fn check_family(backend: &mut impl Backend, family: IpFamily) -> Result<(), 
     match backend.has_chain(family, Table::Nat, "POSTROUTING") {
         Ok(true) => Ok(()),
         Ok(false) => Err("the nat table has no POSTROUTING chain".to_string()),
-        Err(Error::Spawn { program, source }) => Err(format!("cannot run {program}: {source}")),
+        Err(Error::Spawn(e)) => Err(format!("{e}: {}", e.source)),
         Err(e) => Err(e.to_string()),
     }
 }
@@ -140,12 +135,8 @@ fn refused(program: String, out: &std::process::Output) -> Error {
 impl Backend for IptablesCommand {
     fn restore(&mut self, family: IpFamily, input: &str) -> Result<(), Error> {
         let (mut cmd, program) = self.command(family, "-restore");
-        let spawn_error = |source| Error::Spawn {
-            program: program.clone(),
-            source,
-        };
         cmd.args(["-w", LOCK_WAIT_SECONDS, "--noflush"]);
-        let output = tool::run_with_input(&mut cmd, input, |_| {}).map_err(spawn_error)?;
+        let output = tool::feed(&mut cmd, &program, input, |_| {})?;
         if output.status.success() {
             Ok(())
         } else {
@@ -155,13 +146,7 @@ impl Backend for IptablesCommand {
 
     fn save(&mut self, family: IpFamily) -> Result<String, Error> {
         let (mut cmd, program) = self.command(family, "-save");
-        let out = cmd
-            .stdin(Stdio::null())
-            .output()
-            .map_err(|source| Error::Spawn {
-                program: program.clone(),
-                source,
-            })?;
+        let out = tool::output(&mut cmd, &program)?;
         if out.status.success() {
             Ok(String::from_utf8_lossy(&out.stdout).into_owned())
         } else {
@@ -171,14 +156,8 @@ impl Backend for IptablesCommand {
 
     fn list_chain(&mut self, family: IpFamily, table: Table, chain: &str) -> Result<String, Error> {
         let (mut cmd, program) = self.command(family, "");
-        let out = cmd
-            .args(["-w", LOCK_WAIT_SECONDS, "-t", table.as_str(), "-S", chain])
-            .stdin(Stdio::null())
-            .output()
-            .map_err(|source| Error::Spawn {
-                program: program.clone(),
-                source,
-            })?;
+        cmd.args(["-w", LOCK_WAIT_SECONDS, "-t", table.as_str(), "-S", chain]);
+        let out = tool::output(&mut cmd, &program)?;
         if out.status.success() {
             Ok(String::from_utf8_lossy(&out.stdout).into_owned())
         } else {
@@ -188,14 +167,8 @@ impl Backend for IptablesCommand {
 
     fn has_chain(&mut self, family: IpFamily, table: Table, chain: &str) -> Result<bool, Error> {
         let (mut cmd, program) = self.command(family, "");
-        let out = cmd
-            .args(["-w", LOCK_WAIT_SECONDS, "-t", table.as_str(), "-S", chain])
-            .stdin(Stdio::null())
-            .output()
-            .map_err(|source| Error::Spawn {
-                program: program.clone(),
-                source,
-            })?;
+        cmd.args(["-w", LOCK_WAIT_SECONDS, "-t", table.as_str(), "-S", chain]);
+        let out = tool::output(&mut cmd, &program)?;
         if out.status.success() {
             return Ok(true);
         }

@@ -255,7 +255,7 @@ fn io_error(e: backend::Error) -> SyncError {
         mode: MODE,
         message: e.to_string(),
         source: match e {
-            backend::Error::Spawn { source, .. } => Some(source),
+            backend::Error::Spawn(e) => Some(e.source),
             backend::Error::Refused { .. } => None,
         },
     }

@@ -71,8 +71,13 @@ pub use backend::{Backend, IptablesCommand};
 pub use dataplane::{IptablesDataplane, NoUsableFamily};
 pub use flavour::Flavour;
 pub use mode_config::ModeConfig;
-pub use plan::{plan, plan_all, plan_reusing};
+pub use plan::{plan, plan_reusing};
 pub use ruleset::Ruleset;
+
+/// The desired rules of both families, IPv4 first: what a sync plans.
+pub fn plan_all(snapshot: &crate::cluster::Snapshot, cfg: &ModeConfig) -> [Ruleset; 2] {
+    crate::cluster::IpFamily::ALL.map(|f| plan(snapshot, cfg, f))
+}
 
 /// The restore inputs that create both families' rules on a node holding nothing of ours:
 /// what `plan --proxy-mode iptables` prints and the goldens hold.

@@ -243,19 +243,12 @@ impl Comment {
     pub const MAX: usize = 200;
 
     pub fn sanitised(text: &str) -> Comment {
-        let clean: String = text
-            .chars()
-            .take(Comment::MAX)
-            .map(|c| {
-                if c.is_ascii_alphanumeric() || matches!(c, ' ' | '.' | '/' | ':' | '_' | '-' | '>')
-                {
-                    c
-                } else {
-                    '_'
-                }
-            })
-            .collect();
-        Comment(clean.into())
+        // `>` reads well in `ns/svc:port -> endpoint` and is harmless inside `"..."`.
+        Comment(crate::dataplane::comment::sanitise(
+            text,
+            Comment::MAX,
+            &['>'],
+        ))
     }
 
     pub fn as_str(&self) -> &str {

@@ -8,7 +8,7 @@
 //! decides, this runs. A transaction list is one atomic batch either way, so a refused one
 //! changes nothing.
 
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::Arc;
 
 use super::diff::Transaction;
@@ -29,13 +29,8 @@ const CONTEXT_WIDTH: usize = 240;
 /// Why the backend could not do what it was asked.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// The program could not be started or talked to.
-    #[error("cannot run {program}")]
-    Spawn {
-        program: String,
-        #[source]
-        source: std::io::Error,
-    },
+    #[error(transparent)]
+    Spawn(#[from] tool::SpawnError),
     /// The kernel (or nft) refused the transactions; nothing changed.
     #[error("{message}{}", at(*line, context))]
     Refused {
@@ -276,18 +271,14 @@ impl NftCommand {
 impl NftCommand {
     /// Runs `script` through `nft -f -`.
     fn run_script(&mut self, script: &str) -> Result<(), Error> {
-        let spawn_error = |source| Error::Spawn {
-            program: self.program(),
-            source,
-        };
         let own = self.own.clone();
+        let mut cmd = self.command(["-f", "-"]);
         // Recorded before the script is written: the transaction cannot commit earlier.
-        let output = tool::run_with_input(&mut self.command(["-f", "-"]), script, |pid| {
+        let output = tool::feed(&mut cmd, &self.program(), script, |pid| {
             if let Some(own) = &own {
                 own.record(pid);
             }
-        })
-        .map_err(spawn_error)?;
+        })?;
         if output.status.success() {
             return Ok(());
         }
@@ -299,14 +290,8 @@ impl NftCommand {
 
     /// `nft -j list table <family> kube-proxy-rs`, or `None` when the table does not exist.
     pub fn list_json(&mut self, family: Family) -> Result<Option<String>, Error> {
-        let output = self
-            .command(["-j", "list", "table", family_word(family), names::TABLE])
-            .stdin(Stdio::null())
-            .output()
-            .map_err(|source| Error::Spawn {
-                program: self.program(),
-                source,
-            })?;
+        let mut cmd = self.command(["-j", "list", "table", family_word(family), names::TABLE]);
+        let output = tool::output(&mut cmd, &self.program())?;
         if output.status.success() {
             return String::from_utf8(output.stdout)
                 .map(Some)

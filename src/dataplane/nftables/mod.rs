@@ -122,9 +122,14 @@ pub use dataplane::NftablesDataplane;
 pub use diff::{Op, Transaction, diff, rebuild};
 pub use mode_config::ModeConfig;
 pub use monitor::Drift;
-pub use plan::{Planner, Update, plan, plan_all};
+pub use plan::{Planner, Update, plan};
 pub use render::{Encoder, NftText, render, render_all};
 pub use ruleset::{Family, Ruleset};
+
+/// The desired tables of both families, IPv4 first (a full plan; syncs use the [`Planner`]).
+pub fn plan_all(snapshot: &crate::cluster::Snapshot, cfg: &ModeConfig) -> [Ruleset; 2] {
+    crate::cluster::IpFamily::ALL.map(|f| plan(snapshot, cfg, f))
+}
 
 /// The full scripts that create both families' tables from nothing: what `plan --proxy-mode
 /// nftables` prints and the goldens hold.

@@ -305,18 +305,7 @@ impl Comment {
 
     /// Keeps `[A-Za-z0-9 ./:_-]`, replaces anything else with `_`, and cuts at [`Comment::MAX`].
     pub fn sanitised(text: &str) -> Comment {
-        let clean: String = text
-            .chars()
-            .take(Comment::MAX)
-            .map(|c| {
-                if c.is_ascii_alphanumeric() || matches!(c, ' ' | '.' | '/' | ':' | '_' | '-') {
-                    c
-                } else {
-                    '_'
-                }
-            })
-            .collect();
-        Comment(clean.into())
+        Comment(crate::dataplane::comment::sanitise(text, Comment::MAX, &[]))
     }
 
     pub fn as_str(&self) -> &str {

@@ -113,17 +113,13 @@ pub fn plan_reusing(
     b.rules
 }
 
-/// The desired rules of both families, IPv4 first.
-pub fn plan_all(snapshot: &Snapshot, cfg: &ModeConfig) -> [Ruleset; 2] {
-    IpFamily::ALL.map(|f| plan(snapshot, cfg, f))
-}
-
 /// The ruleset being built, with what the parts share.
 struct Builder<'a> {
     rules: Ruleset,
-    family: IpFamily,
     cfg: &'a ModeConfig,
     node: &'a NodeContext,
+    family: IpFamily,
+    /// How this family recognises local traffic.
     local: Local,
     node_ports: NodePortMatch,
     /// Large-cluster mode: no per-endpoint comments.

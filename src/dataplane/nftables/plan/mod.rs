@@ -59,11 +59,6 @@ pub fn plan(snapshot: &Snapshot, cfg: &ModeConfig, family: IpFamily) -> Ruleset 
     b.finish()
 }
 
-/// The desired tables of both families, IPv4 first.
-pub fn plan_all(snapshot: &Snapshot, cfg: &ModeConfig) -> [Ruleset; 2] {
-    IpFamily::ALL.map(|f| plan(snapshot, cfg, f))
-}
-
 /// The ruleset being built, with what the parts need to share.
 struct Builder<'a> {
     rules: Ruleset,

@@ -1,7 +1,7 @@
 //! The [`Planner`]: keeps the last plan and, for the service ports that changed, re-plans only
 //! those and yields the transaction from the last plan to the new one.
 //!
-//! Pure: no I/O, no clock. Its rulesets always equal [`plan_all`](super::plan_all) of the last
+//! Pure: no I/O, no clock. Its rulesets always equal [`plan_all`](crate::dataplane::nftables::plan_all) of the last
 //! snapshot it was given, and its transactions equal [`diff`] of the previous rulesets and the
 //! new ones (property-tested), so callers may switch between the two freely. A one-endpoint
 //! change costs work proportional to that service port, not to the cluster: each changed port's
@@ -20,11 +20,11 @@ use std::sync::Arc;
 use super::claims::Claims;
 use super::contribution::{self, Contribution};
 use super::patch::{Patch, Touched};
-use super::plan_all;
 use crate::cluster::{Changes, IpFamily, NodeContext, ServicePortName, ServicePortState, Snapshot};
 use crate::dataplane::nftables::diff::{Transaction, diff};
 use crate::dataplane::nftables::mode_config::ModeConfig;
 use crate::dataplane::nftables::names::Name;
+use crate::dataplane::nftables::plan_all;
 use crate::dataplane::nftables::ruleset::{Family, Ruleset};
 use crate::dataplane::node::{NodePortMatch, node_ports};
 

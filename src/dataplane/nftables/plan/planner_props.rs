@@ -8,11 +8,12 @@
 
 use proptest::prelude::*;
 
-use super::{Planner, plan_all};
+use super::Planner;
 use crate::cluster::source::Event;
 use crate::cluster::{Features, Tracker};
 use crate::dataplane::nftables::diff::diff;
 use crate::dataplane::nftables::mode_config::ModeConfig;
+use crate::dataplane::nftables::plan_all;
 use crate::testing::{
     affinity, applied_node, applied_service, applied_slice, deleted_service, deleted_slice, ep,
     load_balancer, node, node_port, service, slice, spec,

@@ -379,7 +379,7 @@ fn udp_and_sctp_ports_are_separate_frontends() {
 fn ipv6_services_are_planned_into_the_ip6_table_only() {
     let s = svc("default/v6", "fd00:96::10", 80).ep("fd00:244:1::2", 8080, "node-a");
     let snap = snapshot(node(), vec![s]);
-    let [v4, v6] = plan_all(&snap, &ModeConfig::default());
+    let [v4, v6] = crate::dataplane::nftables::plan_all(&snap, &ModeConfig::default());
     assert!(
         v4.sets[&Name::fixed(names::SERVICE_IPS)]
             .elements
