@@ -4,12 +4,14 @@
 //! Pure; built once at start-up and never fails afterwards. It holds how local (pod) traffic is
 //! recognised ([`DetectLocal`]), the masquerade mark, which node addresses accept NodePorts
 //! ([`node_ports::resolve`], from `nodePortAddresses`), and whether conntrack-INVALID packets are
-//! dropped. Each mode's `ModeConfig` embeds one [`NodePolicy`] and adds only what is its own
+//! dropped, and which sources a LoadBalancer with source ranges accepts ([`source_ranges`]).
+//! Each mode's `ModeConfig` embeds one [`NodePolicy`] and adds only what is its own
 //! (iptables: localhost NodePorts), so a new mode gets these rules by construction, not by copy.
 //! Node addresses and pod CIDRs are not here: they come from the snapshot's node at plan time.
 
 pub mod detect_local;
 pub mod node_ports;
+pub mod source_ranges;
 
 pub use detect_local::{DetectLocal, IfName, Local};
 pub use node_ports::NodePortMatch;

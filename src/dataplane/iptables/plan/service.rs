@@ -24,10 +24,10 @@ use ipnet::IpNet;
 
 use super::Builder;
 use super::endpoints;
-use crate::cluster::model::{Endpoint, FamilyView, IpFamily, ServicePort, TrafficPolicy};
+use crate::cluster::model::{Endpoint, FamilyView, ServicePort, TrafficPolicy};
 use crate::dataplane::iptables::names::{self as n, ChainName, PortChain};
 use crate::dataplane::iptables::ruleset::{Comment, Match, Rule, Table, Target};
-use crate::dataplane::node::Local;
+use crate::dataplane::node::{Local, source_ranges};
 
 pub(super) fn add(b: &mut Builder, port: &ServicePort, view: &FamilyView) {
     let s = Svc {
@@ -317,18 +317,7 @@ impl Svc<'_> {
 
     fn firewall_chain(&self, b: &mut Builder, fw: &ChainName, ext: &ChainName) {
         let view = self.view;
-        let family = view.family;
-        let node_inside = b.node.addresses.iter().any(|a| {
-            IpFamily::of(&a.ip) == family
-                && view
-                    .load_balancer_source_ranges
-                    .iter()
-                    .any(|r| r.contains(&a.ip))
-        });
-        let mut sources: Vec<IpNet> = view.load_balancer_source_ranges.clone();
-        if node_inside {
-            sources.extend(view.load_balancer_ips.iter().map(|&ip| IpNet::from(ip)));
-        }
+        let sources = source_ranges::allowed_sources(view, b.node);
         for net in sources {
             b.push(
                 Table::Nat,

@@ -19,9 +19,10 @@ use ipnet::IpNet;
 
 use super::Builder;
 use super::affinity;
-use crate::cluster::model::{FamilyView, IpFamily, ServicePort, TrafficPolicy};
+use crate::cluster::model::{FamilyView, ServicePort, TrafficPolicy};
 use crate::dataplane::nftables::names::{self as n, FrontendKind, ListKind, Name};
 use crate::dataplane::nftables::ruleset::{Comment, Data, Tuple, Value, Verdict};
+use crate::dataplane::node::source_ranges;
 
 /// Where a frontend's traffic goes first.
 #[derive(Clone, Copy)]
@@ -239,17 +240,7 @@ impl Svc<'_> {
 
 fn firewall(b: &mut Builder, port: &ServicePort, view: &FamilyView, comment: &Comment) {
     let proto = Value::Proto(port.name.protocol);
-    let node_inside = b.node.addresses.iter().any(|a| {
-        IpFamily::of(&a.ip) == view.family
-            && view
-                .load_balancer_source_ranges
-                .iter()
-                .any(|r| r.contains(&a.ip))
-    });
-    let mut allowed: Vec<IpNet> = view.load_balancer_source_ranges.clone();
-    if node_inside {
-        allowed.extend(view.load_balancer_ips.iter().map(|&ip| IpNet::from(ip)));
-    }
+    let mut allowed = source_ranges::allowed_sources(view, b.node);
     // Interval sets refuse overlapping elements; CIDRs either nest or are disjoint, so keeping
     // only the outermost ones leaves the same allowed space without overlaps.
     allowed.sort();
