@@ -144,7 +144,7 @@ fn the_example_cluster_is_programmed_and_reads_back_as_planned() {
             v4.no_local_endpoints_internal,
             v4.no_local_endpoints_external
         ),
-        kube_proxy_rs::dataplane::nftables::dataplane::no_local_endpoints(&snap, IpFamily::V4)
+        kube_proxy_rs::dataplane::no_local_endpoints(&snap, IpFamily::V4)
     );
 }
 

@@ -1,61 +1,52 @@
-//! The contract every dataplane mode meets (nftables, iptables, IPVS).
+//! The contract every dataplane mode meets (nftables, iptables; IPVS, eBPF and userspace next),
+//! and the layer the modes share.
 //!
 //! A mode turns a [`Snapshot`] into kernel state: a pure planner builds the desired state as
-//! values, and an applier diffs it against what it last programmed and sends the smallest change
-//! in one transaction. The sync runner is the only caller; it owns the clock and the retries, so a
-//! mode never sleeps, never retries by itself and never reads the time.
+//! values, and an applier diffs it against what it last programmed (or adopted) and sends the
+//! smallest change in one transaction where the kernel allows. The sync runner is the only
+//! caller, through [`Dataplane`]; it owns the clock and the retries, so a mode never sleeps,
+//! never retries by itself and never reads the time.
+//!
+//! # A mode is a folder with the same parts
+//! ```text
+//! <mode>/mod.rs       the kernel layout it programs (the operator's reference), re-exports
+//!        names.rs     every kernel-visible name and how it is derived
+//!        mode_config  its settings: the shared node::NodePolicy plus what only it has
+//!        plan/        pure: (Snapshot, ModeConfig, family) -> desired state as values
+//!        apply        the Dataplane impl: diff against the last programmed or adopted state,
+//!                     render, send one transaction; replace "last" only once the kernel took it
+//!        adopt        read the kernel back into desired-state values, on start (never flush)
+//!                     and on full syncs
+//!        trace        walk the desired state with one packet: tests and `explain`
+//!        cleanup      what `--cleanup` removes of this mode (dataplane::cleanup runs them all)
+//!        backend      the thin I/O: one trait, one real implementation per way of talking to
+//!                     the kernel, and in tests one that fails on demand
+//! ```
+//! The desired-state types (`ruleset.rs`), their `diff` and `render` are the mode's own
+//! vocabulary beside these parts. A new mode adds its folder, a [`crate::config::ProxyMode`]
+//! value and one arm in `cli::run::dataplane`; it touches no other mode.
+//!
+//! # What the modes share (write it here, not twice)
+//! - [`node`]: node traffic policy (detect-local, masquerade mark, NodePort addresses, INVALID
+//!   drop, LoadBalancer source ranges), resolved once from the configuration;
+//! - [`report`]: what a sync reports, and the counts every mode derives alike;
+//! - [`comment`]: how object names become comments in rule text;
+//! - [`tool`]: starting rule tools (`nft`, `iptables-restore`) for text backends;
+//! - [`cleanup`]: `--cleanup` over every mode;
+//! - [`crate::netlink`]: sockets, framing, batches and dumps for every netlink protocol (nf_tables,
+//!   ctnetlink, rtnetlink, generic netlink).
 
 pub mod cleanup;
 pub mod comment;
 pub mod iptables;
 pub mod nftables;
 pub mod node;
+pub mod report;
 pub mod tool;
 
-use crate::cluster::{Changes, IpFamily, Snapshot};
+pub use report::{FamilyReport, IptablesRules, RuleCounts, SyncReport, no_local_endpoints};
 
-/// What one successful sync did, for logs and metrics. Counts only; the runner measures time.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct SyncReport {
-    /// The sync compared against a fresh read of the kernel (start-up, periodic resync, after a
-    /// failure or an outside change) rather than against what was last programmed.
-    pub full: bool,
-    pub families: Vec<FamilyReport>,
-}
-
-/// Per-family counts, for upstream's `ip_family`-labelled metrics.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct FamilyReport {
-    pub family: Option<IpFamily>,
-    /// Kernel objects (chains, sets, maps, elements, rules) created, changed or deleted.
-    pub operations: usize,
-    /// Kernel objects this mode owns after the sync.
-    pub objects: usize,
-    /// Services with a Local internal policy and no local endpoint
-    /// (`sync_proxy_rules_no_local_endpoints_total{traffic_policy="internal"}`).
-    pub no_local_endpoints_internal: usize,
-    /// The same for the external policy.
-    pub no_local_endpoints_external: usize,
-    /// iptables mode only: rules per table, for upstream's `sync_proxy_rules_iptables_*`.
-    pub iptables_rules: Option<IptablesRules>,
-}
-
-/// The rules of the two tables upstream's `sync_proxy_rules_iptables_total{table}` and
-/// `sync_proxy_rules_iptables_last{table}` report.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct IptablesRules {
-    pub filter: RuleCounts,
-    pub nat: RuleCounts,
-}
-
-/// One table's rules: in our chains after the sync, and written by it.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct RuleCounts {
-    /// Rules in our chains of the table after the sync.
-    pub total: usize,
-    /// Rules the sync wrote: all of them on a full sync, those of rewritten chains otherwise.
-    pub last: usize,
-}
+use crate::cluster::{Changes, Snapshot};
 
 /// Why a sync failed. The previously programmed rules are still in place when this is returned.
 #[derive(Debug, thiserror::Error)]

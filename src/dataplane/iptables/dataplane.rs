@@ -17,9 +17,11 @@ use super::names;
 use super::plan::plan_reusing;
 use super::ruleset::{Ruleset, Table};
 use crate::cluster::{Changes, IpFamily, Snapshot};
-use crate::dataplane::nftables::dataplane::no_local_endpoints;
+
 use crate::dataplane::tool;
-use crate::dataplane::{Dataplane, FamilyReport, IptablesRules, RuleCounts, SyncError, SyncReport};
+use crate::dataplane::{
+    Dataplane, FamilyReport, IptablesRules, RuleCounts, SyncError, SyncReport, no_local_endpoints,
+};
 
 const MODE: &str = "iptables";
 

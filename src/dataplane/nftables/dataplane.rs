@@ -17,8 +17,8 @@ use super::mode_config::ModeConfig;
 use super::monitor::Drift;
 use super::plan::Planner;
 use super::ruleset::Family;
-use crate::cluster::{Changes, IpFamily, Snapshot, TrafficPolicy};
-use crate::dataplane::{Dataplane, FamilyReport, SyncError, SyncReport};
+use crate::cluster::{Changes, Snapshot};
+use crate::dataplane::{Dataplane, FamilyReport, SyncError, SyncReport, no_local_endpoints};
 
 const MODE: &str = "nftables";
 
@@ -181,30 +181,4 @@ fn with_causes(error: &dyn std::error::Error) -> String {
         cause = c.source();
     }
     text
-}
-
-/// Service ports of `family` with a Local internal (external) policy and no local endpoint, as
-/// upstream's `sync_proxy_rules_no_local_endpoints_total` counts them; external only where the
-/// port has an external frontend.
-pub fn no_local_endpoints(snapshot: &Snapshot, family: IpFamily) -> (usize, usize) {
-    let mut internal = 0;
-    let mut external = 0;
-    for state in snapshot.ports.values() {
-        let Some(view) = state.family(family) else {
-            continue;
-        };
-        let no_local = view
-            .local_endpoints()
-            .is_none_or(|mut endpoints| endpoints.next().is_none());
-        if state.port.internal_policy == TrafficPolicy::Local && no_local {
-            internal += 1;
-        }
-        if state.port.external_policy == TrafficPolicy::Local
-            && view.externally_accessible(&state.port)
-            && no_local
-        {
-            external += 1;
-        }
-    }
-    (internal, external)
 }

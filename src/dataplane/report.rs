@@ -1,0 +1,74 @@
+//! What a sync did, as every mode reports it to the runner for logs and upstream's metrics.
+//!
+//! Pure values and the counts every mode derives the same way from the snapshot.
+
+use crate::cluster::{IpFamily, Snapshot, TrafficPolicy};
+
+/// What one successful sync did, for logs and metrics. Counts only; the runner measures time.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SyncReport {
+    /// The sync compared against a fresh read of the kernel (start-up, periodic resync, after a
+    /// failure or an outside change) rather than against what was last programmed.
+    pub full: bool,
+    pub families: Vec<FamilyReport>,
+}
+
+/// Per-family counts, for upstream's `ip_family`-labelled metrics.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FamilyReport {
+    pub family: Option<IpFamily>,
+    /// Kernel objects (chains, sets, maps, elements, rules) created, changed or deleted.
+    pub operations: usize,
+    /// Kernel objects this mode owns after the sync.
+    pub objects: usize,
+    /// Services with a Local internal policy and no local endpoint
+    /// (`sync_proxy_rules_no_local_endpoints_total{traffic_policy="internal"}`).
+    pub no_local_endpoints_internal: usize,
+    /// The same for the external policy.
+    pub no_local_endpoints_external: usize,
+    /// iptables mode only: rules per table, for upstream's `sync_proxy_rules_iptables_*`.
+    pub iptables_rules: Option<IptablesRules>,
+}
+
+/// The rules of the two tables upstream's `sync_proxy_rules_iptables_total{table}` and
+/// `sync_proxy_rules_iptables_last{table}` report.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct IptablesRules {
+    pub filter: RuleCounts,
+    pub nat: RuleCounts,
+}
+
+/// One table's rules: in our chains after the sync, and written by it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RuleCounts {
+    /// Rules in our chains of the table after the sync.
+    pub total: usize,
+    /// Rules the sync wrote: all of them on a full sync, those of rewritten chains otherwise.
+    pub last: usize,
+}
+
+/// Service ports of `family` with a Local internal (external) policy and no local endpoint, as
+/// upstream's `sync_proxy_rules_no_local_endpoints_total` counts them; external only where the
+/// port has an external frontend.
+pub fn no_local_endpoints(snapshot: &Snapshot, family: IpFamily) -> (usize, usize) {
+    let mut internal = 0;
+    let mut external = 0;
+    for state in snapshot.ports.values() {
+        let Some(view) = state.family(family) else {
+            continue;
+        };
+        let no_local = view
+            .local_endpoints()
+            .is_none_or(|mut endpoints| endpoints.next().is_none());
+        if state.port.internal_policy == TrafficPolicy::Local && no_local {
+            internal += 1;
+        }
+        if state.port.external_policy == TrafficPolicy::Local
+            && view.externally_accessible(&state.port)
+            && no_local
+        {
+            external += 1;
+        }
+    }
+    (internal, external)
+}
