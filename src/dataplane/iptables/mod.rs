@@ -44,15 +44,19 @@
 //!   full sync reads our jumps with `-S CHAIN` per built-in chain and treats the previous plan's
 //!   chains as the ones that may be stale.
 //! - Above [`plan::LARGE_CLUSTER_ENDPOINTS`] endpoints the per-endpoint comments are left out.
-//! - `--cleanup` removes our chains and jumps through the shared cleanup
-//!   (`nftables::cleanup`), which removes every kube-proxy `KUBE-*` chain in both flavours.
+//! - `--cleanup` ([`cleanup`], run with every other mode's by `dataplane::cleanup`) removes
+//!   every kube-proxy `KUBE-*` chain and the jumps to it, in both flavours.
+//!
+//! # Parts (the mode contract of `dataplane`)
+//! [`plan`](mod@plan) (pure), [`apply`] (the [`IptablesDataplane`], with [`diff`] and [`render`]),
+//! [`adopt`] (`iptables-save` read back), [`trace`], [`cleanup`], [`backend`] (the tools, and
+//! [`flavour`]: which of them).
 
 pub mod adopt;
+pub mod apply;
 pub mod backend;
 pub mod cleanup;
-pub mod dataplane;
 pub mod diff;
-pub mod flavour;
 pub mod mode_config;
 pub mod names;
 pub mod plan;
@@ -67,9 +71,9 @@ mod hostile_props;
 #[cfg(test)]
 pub(crate) mod netns;
 
+pub use apply::{IptablesDataplane, NoUsableFamily};
+pub use backend::flavour::{self, Flavour};
 pub use backend::{Backend, IptablesCommand};
-pub use dataplane::{IptablesDataplane, NoUsableFamily};
-pub use flavour::Flavour;
 pub use mode_config::ModeConfig;
 pub use plan::{plan, plan_reusing};
 pub use ruleset::Ruleset;

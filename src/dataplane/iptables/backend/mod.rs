@@ -8,10 +8,12 @@
 
 use std::process::{Command, Stdio};
 
-use super::flavour::{self, Flavour};
+pub mod flavour;
+
 use super::ruleset::Table;
 use crate::cluster::IpFamily;
 use crate::dataplane::tool::{self, Launcher};
+use flavour::Flavour;
 
 /// How long to wait for the xtables lock (`-w`), in seconds.
 const LOCK_WAIT_SECONDS: &str = "5";

@@ -1,4 +1,4 @@
-//! The iptables mode as the sync runner drives it: plan both families, check the canaries,
+//! Applying, the iptables mode as the sync runner drives it: plan both families, check the canaries,
 //! send a full or partial restore input per family, report.
 //!
 //! What the kernel holds is "last applied": replaced only after both families' inputs were
