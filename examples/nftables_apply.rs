@@ -34,10 +34,10 @@ use kube_proxy_rs::cluster::model::{
 use kube_proxy_rs::cluster::topology::{self, Features};
 use kube_proxy_rs::config::NftablesEncoder;
 use kube_proxy_rs::dataplane::Dataplane;
+use kube_proxy_rs::dataplane::nftables::adopt::Parsed;
 use kube_proxy_rs::dataplane::nftables::backend::{self, Backend};
-use kube_proxy_rs::dataplane::nftables::parse::Parsed;
 use kube_proxy_rs::dataplane::nftables::{
-    Drift, Family, ModeConfig, NftablesDataplane, Ruleset, Transaction, monitor, plan_all,
+    Drift, Family, ModeConfig, NftablesDataplane, Ruleset, Transaction, backend::monitor, plan_all,
 };
 
 #[global_allocator]

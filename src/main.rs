@@ -167,7 +167,7 @@ fn run(config: &Config, node_name: &str, features: Features) -> ExitCode {
         if let Some(drift) = mode.drift {
             proxy.full_sync_on(drift.waker());
             observe.count_repairs(drift.clone());
-            tokio::spawn(nftables::monitor::run(None, drift));
+            tokio::spawn(nftables::backend::monitor::run(None, drift));
         }
         proxy.on_report(observe.observer());
         tokio::spawn(observe.clone().follow_status(proxy.status.clone()));

@@ -26,14 +26,14 @@ use kube_proxy_rs::cluster::topology::{self, Features};
 use kube_proxy_rs::cluster::{Changes, IpFamily, ServicePortName, Snapshot, Tracker};
 use kube_proxy_rs::config::NftablesEncoder;
 use kube_proxy_rs::dataplane::Dataplane;
+use kube_proxy_rs::dataplane::nftables::adopt::Parsed;
+use kube_proxy_rs::dataplane::nftables::adopt::parse;
 use kube_proxy_rs::dataplane::nftables::backend::{self, Backend};
 use kube_proxy_rs::dataplane::nftables::names::Name;
-use kube_proxy_rs::dataplane::nftables::parse::Parsed;
-use kube_proxy_rs::dataplane::nftables::parse::parse;
 use kube_proxy_rs::dataplane::nftables::ruleset::{Rule, Statement, Verdict};
 use kube_proxy_rs::dataplane::nftables::{
-    Drift, Family, ModeConfig, NftCommand, NftablesDataplane, Op, Ruleset, Transaction, monitor,
-    plan_all,
+    Drift, Family, ModeConfig, NftCommand, NftablesDataplane, Op, Ruleset, Transaction,
+    backend::monitor, plan_all,
 };
 use synthetic::Synthetic;
 

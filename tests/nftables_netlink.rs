@@ -19,9 +19,9 @@ use kube_proxy_rs::cluster::Tracker;
 use kube_proxy_rs::cluster::source::{Event, manifests};
 use kube_proxy_rs::cluster::topology::Features;
 use kube_proxy_rs::config;
+use kube_proxy_rs::dataplane::nftables::adopt::parse;
+use kube_proxy_rs::dataplane::nftables::backend::netlink::Netlink;
 use kube_proxy_rs::dataplane::nftables::names::Name;
-use kube_proxy_rs::dataplane::nftables::netlink::Netlink;
-use kube_proxy_rs::dataplane::nftables::parse::parse;
 use kube_proxy_rs::dataplane::nftables::ruleset::{Data, Element, Tuple, Value};
 use kube_proxy_rs::dataplane::nftables::{
     Family, ModeConfig, Ruleset, Transaction, diff, plan_all, render_all,
@@ -141,11 +141,11 @@ impl Pair {
     }
 }
 
-fn context(e: &kube_proxy_rs::dataplane::nftables::netlink::Error) -> String {
+fn context(e: &kube_proxy_rs::dataplane::nftables::backend::netlink::Error) -> String {
     match e {
-        kube_proxy_rs::dataplane::nftables::netlink::Error::Refused { context, .. } => {
-            context.clone()
-        }
+        kube_proxy_rs::dataplane::nftables::backend::netlink::Error::Refused {
+            context, ..
+        } => context.clone(),
         _ => String::new(),
     }
 }

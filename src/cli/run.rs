@@ -31,7 +31,7 @@ pub enum Error {
 pub struct Mode {
     pub dataplane: Box<dyn Dataplane>,
     /// nftables: what the monitor reports outside changes into. `main` starts
-    /// [`nftables::monitor::run`] with it and hands [`Drift::waker`] to the runner;
+    /// [`nftables::backend::monitor::run`] with it and hands [`Drift::waker`] to the runner;
     /// [`Drift::repairs`] is `kubeproxy_rs_nftables_repairs_total`.
     pub drift: Option<Arc<Drift>>,
 }

@@ -68,7 +68,7 @@
 //! # Applying
 //! [`plan::plan`] gives the desired [`Ruleset`] per family; [`diff::diff`] (last applied, desired)
 //! gives the [`diff::Transaction`]; the [`apply::Applier`] sends it through a [`Backend`]:
-//! by default [`netlink`] encodes it as one nf_tables netlink batch; with
+//! by default [`backend::netlink`] encodes it as one nf_tables netlink batch; with
 //! `--nftables-encoder=nft`, [`NftCommand`] sends [`render::render`]'s text to `nft -f -`.
 //! [`NftablesDataplane`] is what the sync runner drives:
 //! - Steady state: the [`Planner`] re-plans only the service ports the sync's changes name and
@@ -76,8 +76,8 @@
 //!   transactions go as one batch (atomic). After a failure the kernel kept the
 //!   previous rules while the planner moved on, so the next sync is full.
 //! - Start-up and full resyncs: diff against the kernel's table read back (netlink `GET*`
-//!   dumps read by [`netlink::dump`]; with the text encoder `nft -j list table` and
-//!   [`parse::parse`]), so a restart changes only what differs (zero operations when nothing
+//!   dumps read by [`backend::netlink::dump`]; with the text encoder `nft -j list table` and
+//!   [`adopt::parse`]), so a restart changes only what differs (zero operations when nothing
 //!   did). Listing through nft is slow at scale (`notes/nft-scale.md`); the netlink reader
 //!   avoids it. Never
 //!   `flush table`: it empties chains but keeps stale sets, and a non-atomic flush-then-fill
@@ -85,7 +85,7 @@
 //! - A dump holding objects we cannot name: [`diff::rebuild`] sends `add table; delete table;`
 //!   and the whole ruleset in one batch. Atomic, and established connections survive (their NAT
 //!   lives in conntrack); only remembered affinity clients are lost.
-//! - Outside changes: [`monitor::run`] watches nf_tables notifications (the multicast group
+//! - Outside changes: [`backend::monitor::run`] watches nf_tables notifications (the multicast group
 //!   `nft monitor` reads) and marks the next sync full through [`Drift`]; the runner awaits
 //!   [`Drift::changed`] to start it at once.
 //! - `--cleanup`: [`cleanup`] removes our tables and upstream's (with every other mode's
@@ -95,17 +95,21 @@
 //!   to `plan_all` + `diff`, at a cost proportional to the change). They apply while the kernel
 //!   holds the planner's previous plan; otherwise (full syncs) the kernel read back is diffed
 //!   against [`Planner::rulesets`] after [`Planner::replan`].
+//!
+//! # Parts (the mode contract of `dataplane`)
+//! [`plan`](mod@plan) (pure, with the incremental [`Planner`]), [`apply`] (the [`apply::Applier`]
+//! and the [`NftablesDataplane`]; [`diff`] and [`render`] are its vocabulary), [`adopt`] (`nft -j`
+//! JSON read back; the netlink dump reader is [`backend::netlink::dump`]), [`trace`], [`cleanup`],
+//! [`backend`] ([`NftCommand`], [`backend::netlink`], and the [`backend::monitor`] of outside
+//! changes).
 
+pub mod adopt;
 pub mod apply;
 pub mod backend;
 pub mod cleanup;
-pub mod dataplane;
 pub mod diff;
 pub mod mode_config;
-pub mod monitor;
 pub mod names;
-pub mod netlink;
-pub mod parse;
 pub mod plan;
 pub mod render;
 pub mod ruleset;
@@ -117,11 +121,11 @@ mod golden_tests;
 #[cfg(test)]
 mod hostile_props;
 
+pub use apply::dataplane::NftablesDataplane;
+pub use backend::monitor::Drift;
 pub use backend::{Backend, NftCommand};
-pub use dataplane::NftablesDataplane;
 pub use diff::{Op, Transaction, diff, rebuild};
 pub use mode_config::ModeConfig;
-pub use monitor::Drift;
 pub use plan::{Planner, Update, plan};
 pub use render::{Encoder, NftText, render, render_all};
 pub use ruleset::{Family, Ruleset};

@@ -8,7 +8,7 @@
 //! names [`IfName`]s, comments [`Comment`]s (no quotes, no backslashes, no newlines), and every
 //! other value is a typed number or address. So no input can end a string or add a statement.
 //! The text encoder is selectable with `--nftables-encoder=nft` (the default is the netlink
-//! encoder, `super::netlink`); its text also quotes failing operations in netlink errors.
+//! encoder, `super::backend::netlink`); its text also quotes failing operations in netlink errors.
 
 use std::fmt::Write as _;
 use std::net::IpAddr;

@@ -1,5 +1,6 @@
-//! The nf_tables netlink encoder and dump reader: [`Transaction`]s go to the kernel as one
-//! nf_tables batch over a netlink socket, and our table comes back as a [`Ruleset`] from
+//! The nf_tables netlink encoder and dump reader: [`Transaction`](crate::dataplane::nftables::Transaction)s go to the kernel as one
+//! nf_tables batch over a netlink socket, and our table comes back as a
+//! [`Ruleset`](crate::dataplane::nftables::Ruleset) from
 //! `GET*` dumps, without `nft` in between.
 //!
 //! Why: `nft -f` spends seconds parsing a large ruleset and `nft list` tens of seconds
@@ -16,7 +17,7 @@
 //! - [`object`]: tables, chains, sets (with nft's userdata, so `nft list` prints our `typeof`
 //!   and comments) and elements;
 //! - [`batch`]: transactions → one batch, every message acknowledged and traced to its op;
-//! - [`dump`]: dump messages → [`Ruleset`] (large sets are read by key instead, when the plan is
+//! - [`dump`]: dump messages → a `Ruleset` (large sets are read by key instead, when the plan is
 //!   known: a hash set's dump is quadratic in the kernel; see [`Netlink::dump_expecting`]).
 //!
 //! From the core come the socket (opened in a chosen network namespace; the only I/O),
@@ -38,10 +39,10 @@ pub mod uapi;
 
 use netlink_packet_core::{NLM_F_ACK, NLM_F_DUMP, NLM_F_REQUEST};
 
-use super::diff::{Op, Transaction};
-use super::parse::Parsed;
-use super::render;
-use super::ruleset::Family;
+use crate::dataplane::nftables::adopt::Parsed;
+use crate::dataplane::nftables::diff::{Op, Transaction};
+use crate::dataplane::nftables::render;
+use crate::dataplane::nftables::ruleset::Family;
 use crate::netlink::batch::{Answer, Until};
 use crate::netlink::message::messages;
 use crate::netlink::socket::{self, Options, Protocol, Socket};
@@ -197,7 +198,7 @@ impl Netlink {
     pub fn dump_expecting(
         &mut self,
         family: Family,
-        want: Option<&super::ruleset::Ruleset>,
+        want: Option<&crate::dataplane::nftables::ruleset::Ruleset>,
     ) -> Result<Option<Parsed>, Error> {
         let result = self.read(family, want);
         if let Err(Error::Socket(_)) = &result {
@@ -218,11 +219,11 @@ impl Netlink {
     fn read(
         &mut self,
         family: Family,
-        want: Option<&super::ruleset::Ruleset>,
+        want: Option<&crate::dataplane::nftables::ruleset::Ruleset>,
     ) -> Result<Option<Parsed>, Error> {
         use uapi::{chain, msg, set};
         let nfproto = rule::Layout { family }.nfproto();
-        let table = super::names::TABLE;
+        let table = crate::dataplane::nftables::names::TABLE;
         self.read_by_key = 0;
         let mut by_key_sets = 0;
         let s = self.socket()?;
@@ -308,7 +309,7 @@ fn by_key(
     s: &mut Socket,
     family: Family,
     body: &[u8],
-    want: Option<&super::ruleset::Ruleset>,
+    want: Option<&crate::dataplane::nftables::ruleset::Ruleset>,
 ) -> Result<Option<Vec<Vec<u8>>>, Error> {
     let Some((name, decl, Some(count))) = dump::set_summary(family, body) else {
         return Ok(None);
@@ -333,7 +334,10 @@ fn by_key(
     let mut bodies = Vec::with_capacity(keys.len());
     for chunk in keys.chunks(KEYS_PER_REQUEST) {
         let answer = request(s, uapi::msg::GETSETELEM, nfproto, false, &|w| {
-            w.str(uapi::elem::LIST_TABLE, super::names::TABLE);
+            w.str(
+                uapi::elem::LIST_TABLE,
+                crate::dataplane::nftables::names::TABLE,
+            );
             w.str(uapi::elem::LIST_SET, name);
             let list = w.nest(uapi::elem::LIST_ELEMENTS);
             for key in chunk {

@@ -29,8 +29,8 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
-use super::names;
 use super::netlink::{self, uapi};
+use crate::dataplane::nftables::names;
 use crate::netlink::attr::{find_be32, find_str};
 use crate::netlink::message::messages;
 use crate::netlink::nfnetlink::{self, NFNLGRP_NFTABLES};

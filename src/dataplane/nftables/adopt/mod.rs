@@ -23,7 +23,6 @@ use super::ruleset::{
     SetDecl, Tuple, Value,
 };
 
-#[path = "parse_rule.rs"]
 mod rule;
 
 /// What was read, and what could not be read as our values.
@@ -339,5 +338,4 @@ fn network(json: &Json, family: Family) -> Option<IpNet> {
 }
 
 #[cfg(test)]
-#[path = "parse_tests.rs"]
 mod tests;

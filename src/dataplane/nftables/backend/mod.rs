@@ -8,18 +8,21 @@
 //! decides, this runs. A transaction list is one atomic batch either way, so a refused one
 //! changes nothing.
 
+pub mod monitor;
+pub mod netlink;
+
 use std::process::Command;
 use std::sync::Arc;
 
+use super::adopt::{self, Parsed};
 use super::diff::Transaction;
-use super::monitor::{self, Drift, OwnProcesses};
 use super::names;
-use super::netlink::{self, Netlink};
-use super::parse::{self, Parsed};
 use super::render;
 use super::ruleset::{Family, Ruleset};
 use crate::config::NftablesEncoder;
 use crate::dataplane::tool::{self, Launcher};
+use monitor::{Drift, OwnProcesses};
+use netlink::Netlink;
 
 /// Lines of the script shown on each side of the one nft complained about.
 const CONTEXT_LINES: usize = 2;
@@ -47,7 +50,7 @@ pub enum Error {
     NotText,
     /// Our table was read but is not in a form we can read at all.
     #[error("cannot read our table back")]
-    Unreadable(#[source] parse::Error),
+    Unreadable(#[source] adopt::Error),
     /// The netlink socket or a dump failed.
     #[error("nf_tables netlink")]
     Netlink(#[source] netlink::Error),
@@ -325,7 +328,7 @@ impl Backend for NftCommand {
         let Some(json) = self.list_json(family)? else {
             return Ok(None);
         };
-        parse::parse(&json, family)
+        adopt::parse(&json, family)
             .map(Some)
             .map_err(Error::Unreadable)
     }

@@ -15,9 +15,11 @@
 //! What was last applied is the caller's (the planner holds it); the applier never plans, never
 //! retries, never sleeps: the runner decides when.
 
+pub mod dataplane;
+
+use super::adopt;
 use super::backend::{self, Backend};
 use super::diff::{Transaction, diff, rebuild};
-use super::parse;
 use super::ruleset::{Family, Ruleset};
 
 /// Why an apply failed. The kernel still holds the previous rules.
@@ -183,7 +185,7 @@ impl<B: Backend> Applier<B> {
             }
             Err(e) => return Err(e.into()),
         };
-        let parse::Parsed {
+        let adopt::Parsed {
             ruleset,
             unknown,
             foreign,

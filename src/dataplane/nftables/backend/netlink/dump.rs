@@ -3,7 +3,7 @@
 //! verification read.
 //!
 //! Pure, never panics on kernel input, and follows the rules of the JSON parser
-//! ([`crate::dataplane::nftables::parse`]): what it cannot express as our values is made to
+//! ([`crate::dataplane::nftables::adopt`]): what it cannot express as our values is made to
 //! differ (an unreadable rule becomes an empty rule, an unreadable set an empty key) and
 //! objects the diff could not name are [`Parsed::foreign`], so the applier rebuilds. Elements
 //! of dynamic sets are the kernel's (affinity clients) and are not read at all.
@@ -14,8 +14,8 @@ use super::expr::{self, Data as KernelData};
 use super::object::{self, concat_type, hook_of, kinds_len, range_net};
 use super::rule::{self, Layout};
 use super::uapi::{self, chain, datatype, elem, set, udata};
+use crate::dataplane::nftables::adopt::Parsed;
 use crate::dataplane::nftables::names::Name;
-use crate::dataplane::nftables::parse::Parsed;
 use crate::dataplane::nftables::ruleset::{
     BaseChain, ChainType, Comment, Data, DataKind, Element, Family, Kind, Ruleset, Set, SetDecl,
     Tuple, Value,

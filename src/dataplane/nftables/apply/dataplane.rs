@@ -11,13 +11,13 @@
 
 use std::sync::Arc;
 
-use super::apply::{self, Applier};
-use super::backend::Backend;
-use super::mode_config::ModeConfig;
-use super::monitor::Drift;
-use super::plan::Planner;
-use super::ruleset::Family;
+use super::{self as apply, Applier};
 use crate::cluster::{Changes, Snapshot};
+use crate::dataplane::nftables::backend::Backend;
+use crate::dataplane::nftables::backend::monitor::Drift;
+use crate::dataplane::nftables::mode_config::ModeConfig;
+use crate::dataplane::nftables::plan::Planner;
+use crate::dataplane::nftables::ruleset::Family;
 use crate::dataplane::{Dataplane, FamilyReport, SyncError, SyncReport, no_local_endpoints};
 
 const MODE: &str = "nftables";
