@@ -11,7 +11,7 @@
 #[path = "support/host.rs"]
 mod host;
 
-#[path = "../benches/support/synthetic.rs"]
+#[path = "../src/testing/synthetic.rs"]
 mod synthetic;
 
 use std::path::{Path, PathBuf};
