@@ -55,23 +55,6 @@ pub fn bin_dir() -> PathBuf {
     repo_root().join("testenv").join("bin")
 }
 
-/// A scratch directory for this test binary's logs and state.
-pub fn scratch_dir() -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-        .join("testenv")
-        .join(format!("{}-{}", exe_name(), std::process::id()));
-    std::fs::create_dir_all(&dir).expect("create scratch dir");
-    dir
-}
-
-fn exe_name() -> String {
-    std::env::current_exe()
-        .ok()
-        .and_then(|p| p.file_stem().map(|s| s.to_string_lossy().into_owned()))
-        .map(|s| s.split('-').next().unwrap_or("test").to_owned())
-        .unwrap_or_else(|| "test".to_owned())
-}
-
 /// A running control plane, as described by its `state.json`.
 #[derive(Debug, Clone)]
 pub struct TestEnv {
