@@ -13,40 +13,21 @@
 use std::collections::BTreeMap;
 use std::hint::black_box;
 
-#[path = "support/synthetic.rs"]
-mod synthetic;
+#[path = "support/planner_bench.rs"]
+mod planner_bench;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use kube_proxy_rs::cluster::IpFamily;
-use kube_proxy_rs::dataplane::iptables::{self, ModeConfig, diff};
-use synthetic::Synthetic;
-
-/// The same allocator as the binary, so the numbers are the product's.
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
-/// 10,000 Services × 10 endpoints.
-const CLUSTER: Synthetic = Synthetic {
-    services: 10_000,
-    endpoints: 10,
-};
+use kube_proxy_rs::dataplane::iptables::{self, diff};
 
 fn bench(c: &mut Criterion) {
-    let cfg = ModeConfig::default();
-    let snap = CLUSTER.snapshot();
-    let before = iptables::plan_all(&snap, &cfg);
-    let after_snap = CLUSTER.moved(&snap, "10.200.0.1");
-    let mut g = c.benchmark_group("iptables_10k_x_10");
-    g.sample_size(10);
-    g.bench_function("plan", |b| {
-        b.iter(|| black_box(iptables::plan_all(&snap, &cfg)))
-    });
+    let (mut g, cluster, cfg, before) = planner_bench::start(c, "iptables", iptables::plan_all);
     g.bench_function("full_input", |b| {
         b.iter(|| black_box(diff::full(&before[0], &BTreeMap::new()).text.len()))
     });
     g.bench_function("one_endpoint_change_replan", |b| {
         b.iter(|| {
-            let want = iptables::plan_all(&after_snap, &cfg);
+            let want = iptables::plan_all(&cluster.after, &cfg);
             let n: usize = before
                 .iter()
                 .zip(&want)
@@ -61,7 +42,7 @@ fn bench(c: &mut Criterion) {
     g.bench_function("one_endpoint_change", |b| {
         b.iter(|| {
             there = !there;
-            let next = if there { &after_snap } else { &snap };
+            let next = cluster.snapshot(there);
             let want = [0, 1]
                 .map(|i| iptables::plan_reusing(next, &cfg, IpFamily::ALL[i], Some(&last[i])));
             let n: usize = last
@@ -74,7 +55,7 @@ fn bench(c: &mut Criterion) {
         })
     });
     g.finish();
-    let want = iptables::plan_all(&after_snap, &cfg);
+    let want = iptables::plan_all(&cluster.after, &cfg);
     let partial = diff::partial(&before[0], &want[0]);
     let full = diff::full(&before[0], &BTreeMap::new());
     println!(

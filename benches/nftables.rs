@@ -12,34 +12,14 @@
 
 use std::hint::black_box;
 
-#[path = "support/synthetic.rs"]
-mod synthetic;
+#[path = "support/planner_bench.rs"]
+mod planner_bench;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use kube_proxy_rs::cluster::Changes;
-use kube_proxy_rs::dataplane::nftables::{self, ModeConfig, Planner, Ruleset};
-use synthetic::Synthetic;
-
-/// The same allocator as the binary, so the numbers are the product's.
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
-/// 10,000 Services × 10 endpoints.
-const CLUSTER: Synthetic = Synthetic {
-    services: 10_000,
-    endpoints: 10,
-};
+use kube_proxy_rs::dataplane::nftables::{self, Planner, Ruleset};
 
 fn bench(c: &mut Criterion) {
-    let cfg = ModeConfig::default();
-    let snap = CLUSTER.snapshot();
-    let before = nftables::plan_all(&snap, &cfg);
-    let after_snap = CLUSTER.moved(&snap, "10.200.0.1");
-    let mut g = c.benchmark_group("nftables_10k_x_10");
-    g.sample_size(10);
-    g.bench_function("plan", |b| {
-        b.iter(|| black_box(nftables::plan_all(&snap, &cfg)))
-    });
+    let (mut g, cluster, cfg, before) = planner_bench::start(c, "nftables", nftables::plan_all);
     g.bench_function("cold_diff_render", |b| {
         b.iter(|| {
             let t = nftables::diff(&Ruleset::empty(before[0].family), &before[0]);
@@ -48,7 +28,7 @@ fn bench(c: &mut Criterion) {
     });
     g.bench_function("one_endpoint_change", |b| {
         b.iter(|| {
-            let want = nftables::plan_all(&after_snap, &cfg);
+            let want = nftables::plan_all(&cluster.after, &cfg);
             let ts: Vec<_> = before
                 .iter()
                 .zip(&want)
@@ -57,24 +37,20 @@ fn bench(c: &mut Criterion) {
             black_box(nftables::render_all(&ts).len())
         })
     });
-    let changes = Changes {
-        ports: [CLUSTER.moved_port()].into(),
-        ..Changes::default()
-    };
     let mut planner = Planner::new(cfg.clone());
-    planner.update(&snap, &changes);
+    planner.update(&cluster.before, &cluster.changes);
     // Each iteration moves the endpoint there or back: always one change from the last plan.
     let mut there = false;
     g.bench_function("one_endpoint_change_incremental", |b| {
         b.iter(|| {
             there = !there;
-            let next = if there { &after_snap } else { &snap };
-            let update = planner.update(next, &changes);
+            let next = cluster.snapshot(there);
+            let update = planner.update(next, &cluster.changes);
             black_box(nftables::render_all(&update.transactions).len())
         })
     });
     g.finish();
-    let want = nftables::plan_all(&after_snap, &cfg);
+    let want = nftables::plan_all(&cluster.after, &cfg);
     let t = nftables::diff(&before[0], &want[0]);
     let cold = nftables::render(&nftables::diff(
         &Ruleset::empty(before[0].family),

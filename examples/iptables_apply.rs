@@ -5,8 +5,9 @@
 //! Run: `sudo cargo run --release --example iptables_apply [SERVICES ENDPOINTS ...]` (default
 //! 1000 10 10000 10). Above 5,000 Services the restart is measured only with
 //! `IPTABLES_APPLY_RESTART=1`; `IPTABLES_APPLY_DUMP=FILE` writes the IPv4 full-sync input of the
-//! first size instead, to time `iptables-restore` by hand. Each size runs in its own namespace `ipa-bench-<pid>`, deleted afterwards.
-//! Results go to docs/benchmarks.md.
+//! first size instead, to time `iptables-restore` by hand. Each size runs in its own namespace
+//! `ipa-bench-<pid>-<n>`, deleted afterwards (also when a sync fails). Results go to
+//! docs/benchmarks.md.
 
 #![allow(
     clippy::disallowed_methods,
@@ -14,16 +15,18 @@
 )]
 
 use std::collections::BTreeMap;
-use std::process::Command;
 use std::time::Instant;
 
-#[path = "../benches/support/synthetic.rs"]
+#[path = "../src/testing/netns.rs"]
+mod netns;
+#[path = "../src/testing/synthetic.rs"]
 mod synthetic;
 
 use kube_proxy_rs::cluster::Changes;
 use kube_proxy_rs::cluster::IpFamily;
 use kube_proxy_rs::dataplane::Dataplane;
 use kube_proxy_rs::dataplane::iptables::{Flavour, IptablesCommand, IptablesDataplane, ModeConfig};
+use netns::NetNs;
 use synthetic::Synthetic;
 
 /// The same allocator as the binary, so the numbers are the product's.
@@ -41,18 +44,13 @@ fn main() {
         args.chunks(2).map(|c| (c[0], c[1])).collect()
     };
     for (services, endpoints) in sizes {
-        let snap = Synthetic {
+        let cluster = Synthetic {
             services,
             endpoints,
-        }
-        .snapshot();
+        };
+        let snap = cluster.snapshot();
         let changes = Changes {
-            ports: [Synthetic {
-                services,
-                endpoints,
-            }
-            .moved_port()]
-            .into(),
+            ports: [cluster.moved_port()].into(),
             ..Changes::default()
         };
         if let Ok(path) = std::env::var("IPTABLES_APPLY_DUMP") {
@@ -66,15 +64,10 @@ fn main() {
             std::fs::write(path, input.text).expect("write the input");
             return;
         }
-        let ns = format!("ipa-bench-{}", std::process::id());
-        let ok = Command::new("ip")
-            .args(["netns", "add", &ns])
-            .status()
-            .expect("ip");
-        assert!(ok.success(), "ip netns add (root?)");
+        let ns = NetNs::new("ipa-bench");
         let mut dp = IptablesDataplane::new(
             ModeConfig::default(),
-            IptablesCommand::in_netns(Flavour::Nft, &ns),
+            IptablesCommand::in_netns(Flavour::Nft, &ns.name),
         );
         let t = Instant::now();
         dp.sync(&snap, &Changes::default(), true)
@@ -89,11 +82,7 @@ fn main() {
             .iter()
             .enumerate()
         {
-            let next = Synthetic {
-                services,
-                endpoints,
-            }
-            .moved(&snap, to);
+            let next = cluster.moved(&snap, to);
             let t = Instant::now();
             let r = dp.sync(&next, &changes, false).expect("partial sync");
             assert!(!r.full, "sync {i} was full");
@@ -106,18 +95,13 @@ fn main() {
         if services > 5000 && std::env::var("IPTABLES_APPLY_RESTART").is_err() {
             // At this size iptables-nft-save runs minutes and then crashes (1.8.9), and the
             // fallback full restore costs as much as the cold one: opt in.
-            let _ = Command::new("ip").args(["netns", "del", &ns]).status();
             continue;
         }
         let mut restarted = IptablesDataplane::new(
             ModeConfig::default(),
-            IptablesCommand::in_netns(Flavour::Nft, &ns),
+            IptablesCommand::in_netns(Flavour::Nft, &ns.name),
         );
-        let last = Synthetic {
-            services,
-            endpoints,
-        }
-        .moved(&snap, "10.200.0.3");
+        let last = cluster.moved(&snap, "10.200.0.3");
         let t = Instant::now();
         if let Err(e) = restarted.sync(&last, &Changes::default(), true) {
             println!("{services} x {endpoints}: restart failed: {e}");
@@ -127,7 +111,7 @@ fn main() {
             "{services} x {endpoints}: restart (full sync) {:.2} s",
             restart.as_secs_f64()
         );
-        let _ = Command::new("ip").args(["netns", "del", &ns]).status();
+        drop(ns);
         println!(
             "{services} x {endpoints}: cold sync {:.2} s; one endpoint change (partial) {:?}; restart (full) {:.2} s",
             cold.as_secs_f64(),

@@ -7,7 +7,7 @@
 //!
 //! Run: `sudo cargo run --release --example nftables_apply [SERVICES ENDPOINTS ...]`; set
 //! `ENCODERS=netlink` (or `nft`) to time one encoder only. Each size and encoder runs in its
-//! own namespace `nfa-bench-<pid>`, deleted afterwards. Results go to docs/benchmarks.md.
+//! own namespace `nfa-bench-<pid>-<n>`, deleted afterwards. Results go to docs/benchmarks.md.
 //!
 //! `MONITOR` says who listens to the namespace's nf_tables notifications meanwhile, because a
 //! listener makes the kernel build one notification per element of every batch:
@@ -21,24 +21,24 @@
     reason = "a timing harness: it reads the clock and runs ip"
 )]
 
-use std::collections::BTreeMap;
-use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use kube_proxy_rs::cluster::Changes;
-use kube_proxy_rs::cluster::model::{
-    Endpoint, FamilyView, IpFamily, NodeAddress, NodeContext, Protocol, ServiceKey, ServicePort,
-    ServicePortName, ServicePortState, ServiceType, Snapshot, TrafficPolicy,
-};
-use kube_proxy_rs::cluster::topology::{self, Features};
+#[path = "../src/testing/netns.rs"]
+mod netns;
+#[path = "../src/testing/synthetic.rs"]
+mod synthetic;
+
+use kube_proxy_rs::cluster::{Changes, Snapshot};
 use kube_proxy_rs::config::NftablesEncoder;
-use kube_proxy_rs::dataplane::Dataplane;
 use kube_proxy_rs::dataplane::nftables::adopt::Parsed;
 use kube_proxy_rs::dataplane::nftables::backend::{self, Backend};
 use kube_proxy_rs::dataplane::nftables::{
     Drift, Family, ModeConfig, NftablesDataplane, Ruleset, Transaction, backend::monitor, plan_all,
 };
+use kube_proxy_rs::dataplane::{Dataplane, SyncReport};
+use netns::NetNs;
+use synthetic::Synthetic;
 
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -81,121 +81,16 @@ impl Backend for Timed {
     }
 }
 
-struct Netns(String);
-
-impl Netns {
-    fn new() -> Netns {
-        let name = format!("nfa-bench-{}", std::process::id());
-        let ok = Command::new("ip").args(["netns", "add", &name]).status();
-        assert!(ok.is_ok_and(|s| s.success()), "ip netns add (root?)");
-        Netns(name)
-    }
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
-    }
-}
-
-fn node() -> NodeContext {
-    let mut n = NodeContext::named("node-0");
-    n.known = true;
-    n.addresses.push(NodeAddress {
-        kind: "InternalIP".into(),
-        ip: "10.0.0.1".parse().unwrap(),
-    });
-    n
-}
-
 /// One-endpoint syncs timed after the first, alternating the endpoint back and forth.
 const REPEATS: usize = 20;
-
-/// Service `i`'s one port.
-fn port_name(i: usize) -> ServicePortName {
-    ServicePortName {
-        service: ServiceKey::new(&format!("ns-{}", i % 100), &format!("svc-{i}")),
-        port: "http".into(),
-        protocol: Protocol::Tcp,
-    }
-}
-
-/// Service `i` (ClusterIP, TCP 80) with `endpoints` endpoints; `shift` moves one endpoint.
-fn state(i: usize, endpoints: usize, shift: bool, node: &NodeContext) -> Arc<ServicePortState> {
-    let port = ServicePort {
-        name: port_name(i),
-        service_type: ServiceType::ClusterIP,
-        port: 80,
-        node_port: None,
-        affinity_timeout_seconds: None,
-        internal_policy: TrafficPolicy::Cluster,
-        external_policy: TrafficPolicy::Cluster,
-        health_check_node_port: None,
-        traffic_distribution: None,
-        allocate_load_balancer_node_ports: true,
-    };
-    let mut eps: Vec<Endpoint> = (0..endpoints)
-        .map(|e| {
-            let n = i * endpoints + e;
-            Endpoint {
-                ip: format!("10.{}.{}.{}", 128 + n / 65_536 % 64, n / 256 % 256, n % 256)
-                    .parse()
-                    .unwrap(),
-                port: 8080,
-                ready: true,
-                serving: true,
-                terminating: false,
-                node_name: Some(format!("node-{}", n % 100).into()),
-                zone: None,
-                zone_hints: vec![],
-                node_hints: vec![],
-                is_local: n.is_multiple_of(100),
-            }
-        })
-        .collect();
-    if shift {
-        eps[0].ip = "10.200.0.1".parse().unwrap();
-    }
-    eps.sort_by_key(|e| (e.ip, e.port));
-    let selection = topology::select(&eps, &port, false, node, Features::default());
-    let view = FamilyView {
-        family: IpFamily::V4,
-        cluster_ip: format!("10.{}.{}.{}", 96 + i / 64_000, i / 250 % 256, i % 250 + 1)
-            .parse()
-            .unwrap(),
-        external_ips: vec![],
-        load_balancer_ips: vec![],
-        load_balancer_source_ranges: vec![],
-        endpoints: eps,
-        selection,
-    };
-    Arc::new(ServicePortState {
-        port,
-        families: vec![view],
-    })
-}
-
-fn snapshot(services: usize, endpoints: usize, shifted: Option<usize>) -> Snapshot {
-    let node = node();
-    let ports: BTreeMap<_, _> = (0..services)
-        .map(|i| {
-            let s = state(i, endpoints, shifted == Some(i), &node);
-            (s.port.name.clone(), s)
-        })
-        .collect();
-    Snapshot {
-        node: Arc::new(node),
-        ports: Arc::new(ports),
-    }
-}
 
 fn ms(d: Duration) -> String {
     format!("{:.1} ms", d.as_secs_f64() * 1000.0)
 }
 
-fn dataplane(ns: &Netns, encoder: NftablesEncoder, drift: Arc<Drift>) -> NftablesDataplane<Timed> {
+fn dataplane(ns: &NetNs, encoder: NftablesEncoder, drift: Arc<Drift>) -> NftablesDataplane<Timed> {
     let backend = Timed {
-        inner: backend::for_encoder(encoder, Some(&ns.0)),
+        inner: backend::for_encoder(encoder, Some(&ns.name)),
         run: Duration::ZERO,
         dump: Duration::ZERO,
     };
@@ -230,12 +125,13 @@ impl Drop for Listening {
 }
 
 /// Starts `listener` in `ns`, reporting to `drift`, and returns once it listens.
-fn listen(listener: Listener, ns: &Netns, drift: &Arc<Drift>) -> Listening {
+fn listen(listener: Listener, ns: &NetNs, drift: &Arc<Drift>) -> Listening {
     match listener {
         Listener::None => Listening::None,
         Listener::Nft => {
-            let child = Command::new("ip")
-                .args(["netns", "exec", &ns.0, "nft", "monitor"])
+            let child = ns
+                .command("nft")
+                .arg("monitor")
                 .stdout(std::process::Stdio::null())
                 .spawn()
                 .expect("nft monitor");
@@ -249,7 +145,7 @@ fn listen(listener: Listener, ns: &Netns, drift: &Arc<Drift>) -> Listening {
                 .enable_all()
                 .build()
                 .expect("runtime");
-            runtime.spawn(monitor::run(Some(ns.0.clone()), drift.clone()));
+            runtime.spawn(monitor::run(Some(ns.name.clone()), drift.clone()));
             // It serves pause requests once subscribed; one answered pause says it listens.
             let deadline = Instant::now() + Duration::from_secs(5);
             while drift.pause_monitor().is_none() {
@@ -273,53 +169,69 @@ fn peak_rss_mb() -> u64 {
         .map_or(0, |kb| kb / 1024)
 }
 
+/// One sync, timed; the sync must succeed (`what` names it when it does not).
+fn timed_sync(
+    dp: &mut NftablesDataplane<Timed>,
+    snap: &Snapshot,
+    changes: &Changes,
+    full: bool,
+    what: &str,
+) -> (SyncReport, Duration) {
+    let t = Instant::now();
+    let report = dp.sync(snap, changes, full).expect(what);
+    (report, t.elapsed())
+}
+
+/// Operations sent over both families.
+fn operations(report: &SyncReport) -> usize {
+    report.families.iter().map(|f| f.operations).sum()
+}
+
 fn measure(services: usize, endpoints: usize, encoder: NftablesEncoder, listener: Listener) {
     println!(
         "== {services} services x {endpoints} endpoints, encoder {encoder:?}, listener {listener:?}"
     );
-    let ns = Netns::new();
+    let ns = NetNs::new("nfa-bench");
     let drift = Drift::new();
     let listening = listen(listener, &ns, &drift);
     let pauses_before = drift.pauses();
     let cfg = ModeConfig::default();
-    let snap = snapshot(services, endpoints, None);
-    let moved = snapshot(services, endpoints, Some(services / 2));
+    let cluster = Synthetic {
+        services,
+        endpoints,
+    };
+    let snap = cluster.snapshot();
+    let moved = cluster.moved(&snap, "10.200.0.1");
     let t = Instant::now();
     let planned = plan_all(&snap, &cfg);
     println!("plan (both families): {}", ms(t.elapsed()));
     let objects: usize = planned.iter().map(|r| r.objects()).sum();
 
     let mut dp = dataplane(&ns, encoder, drift.clone());
-    let t = Instant::now();
-    let r = dp.sync(&snap, &Changes::default(), true).expect("cold");
-    let total = t.elapsed();
+    let (r, total) = timed_sync(&mut dp, &snap, &Changes::default(), true, "cold");
     let b = dp.applier().backend();
     println!(
         "cold apply: total {} (backend run {}, empty-table probe {}), {} operations, {} objects",
         ms(total),
         ms(b.run),
         ms(b.dump),
-        r.families.iter().map(|f| f.operations).sum::<usize>(),
+        operations(&r),
         objects,
     );
 
     // What the tracker reports for this change: the one service port.
     let changes = Changes {
-        ports: [port_name(services / 2)].into(),
+        ports: [cluster.moved_port()].into(),
         ..Changes::default()
     };
-    let b = dp.applier_mut().backend_mut();
-    b.run = Duration::ZERO;
-    let t = Instant::now();
-    let r = dp.sync(&moved, &changes, false).expect("one change");
-    let total = t.elapsed();
+    dp.applier_mut().backend_mut().run = Duration::ZERO;
+    let (r, total) = timed_sync(&mut dp, &moved, &changes, false, "one change");
     assert!(!r.full, "a steady-state sync");
-    let b = dp.applier().backend();
     println!(
         "one endpoint change: total {} (backend run {}), {} operations",
         ms(total),
-        ms(b.run),
-        r.families.iter().map(|f| f.operations).sum::<usize>(),
+        ms(dp.applier().backend().run),
+        operations(&r),
     );
 
     let mut totals = Vec::with_capacity(REPEATS);
@@ -327,9 +239,8 @@ fn measure(services: usize, endpoints: usize, encoder: NftablesEncoder, listener
     for k in 0..REPEATS {
         let next = if k % 2 == 0 { &snap } else { &moved };
         dp.applier_mut().backend_mut().run = Duration::ZERO;
-        let t = Instant::now();
-        let r = dp.sync(next, &changes, false).expect("one change");
-        totals.push(t.elapsed());
+        let (r, total) = timed_sync(&mut dp, next, &changes, false, "one change");
+        totals.push(total);
         runs.push(dp.applier().backend().run);
         assert!(!r.full, "a steady-state sync");
     }
@@ -344,17 +255,12 @@ fn measure(services: usize, endpoints: usize, encoder: NftablesEncoder, listener
     );
 
     let mut restarted = dataplane(&ns, encoder, drift.clone());
-    let t = Instant::now();
-    let r = restarted
-        .sync(&moved, &Changes::default(), true)
-        .expect("adopt");
-    let total = t.elapsed();
-    let b = restarted.applier().backend();
+    let (r, total) = timed_sync(&mut restarted, &moved, &Changes::default(), true, "adopt");
     println!(
         "restart (adopt, nothing changed): total {} (dump and parse {}), {} operations",
         ms(total),
-        ms(b.dump),
-        r.families.iter().map(|f| f.operations).sum::<usize>()
+        ms(restarted.applier().backend().dump),
+        operations(&r)
     );
     if listener == Listener::Ours {
         println!(

@@ -19,3 +19,8 @@ pub mod sync;
 
 #[cfg(test)]
 pub(crate) mod testing;
+
+/// The crate under its own name in its unit tests, so that test support written against the
+/// public API (`testing/synthetic.rs`, also included by benches and examples) compiles here too.
+#[cfg(test)]
+extern crate self as kube_proxy_rs;

@@ -18,25 +18,14 @@ mod host;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use host::NetNs;
+use host::helper_process::{HelperProcess, RESULT};
 use kube_proxy_rs::cli::load_manifests;
 use kube_proxy_rs::cluster::{Features, IpFamily};
 use kube_proxy_rs::conntrack::{Frontends, Socket, reconcile};
-
-/// Where `host.rs` puts process logs.
-fn scratch_dir() -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("conntrack-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("scratch dir");
-    dir
-}
-
-const HELPER: &str = "conntrack_helper_process";
-const SPEC_VAR: &str = "KPRS_CONNTRACK_HELPER";
-const RESULT: &str = "RESULT ";
 
 /// Endpoint "pods" (local addresses), the node address, and the routes to Service addresses.
 const SETUP: &[&str] = &[
@@ -162,48 +151,13 @@ fn lab() -> NetNs {
         let words: Vec<&str> = line.split(' ').collect();
         ns.output("ip", &words);
     }
-    let mut nft = ns.command("nft");
-    nft.args(["-f", "-"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped());
-    let mut child = nft.spawn().expect("nft");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(RULES.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "nft: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    ns.output_fed("nft", &["-f", "-"], RULES);
     ns
 }
 
 /// Runs this binary's helper entry in `ns` with `spec`; returns its `RESULT` lines.
 fn helper(ns: &NetNs, spec: &str) -> Vec<String> {
-    let exe = std::env::current_exe().expect("test binary path");
-    let out = ns
-        .command(exe)
-        .args([HELPER, "--exact", "--nocapture", "--test-threads=1", "-q"])
-        .env(SPEC_VAR, spec)
-        .stdin(std::process::Stdio::null())
-        .output()
-        .expect("run helper");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "helper {spec} failed: {stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    stdout
-        .lines()
-        .filter_map(|l| l.strip_prefix(RESULT))
-        .map(str::to_owned)
-        .collect()
+    HELPER.results_in(&ns.name, spec)
 }
 
 /// Client source ports of the entries `conntrack -L` lists in `ns` (both families); [`TCP`]
@@ -273,15 +227,14 @@ fn reconciler_deletes_exactly_the_stale_udp_flows_and_nothing_still_valid() {
     assert_eq!(passes, ["IPv4 stale=0 deleted=0", "IPv6 stale=0 deleted=0"]);
 }
 
+/// The entry below, run in the namespace: `traffic`, `reconcile:DIR` or `capture:DIR`.
+const HELPER: HelperProcess = HelperProcess::new("conntrack_helper_process");
+
 /// Not a test of its own: the entry point of the helper processes above. Without the
 /// environment variable it does nothing.
 #[test]
 fn conntrack_helper_process() {
-    let Some(spec) = std::env::var_os(SPEC_VAR) else {
-        return;
-    };
-    let spec = spec.to_string_lossy().into_owned();
-    match spec.split_once(':') {
+    HELPER.when_requested(|spec| match spec.split_once(':') {
         None if spec == "traffic" => traffic(),
         Some(("reconcile", dir)) => {
             let loaded = load_manifests(Path::new(dir), "node-a", Features::default())
@@ -331,7 +284,7 @@ fn conntrack_helper_process() {
             }
         }
         _ => panic!("unknown helper spec {spec}"),
-    }
+    });
 }
 
 /// Echo servers on the endpoints, then one client per flow of [`FLOWS`].

@@ -21,7 +21,7 @@ use k8s_openapi::api::authorization::v1::{
 };
 use kube::Api;
 use kube::api::PostParams;
-use testenv::{TestEnv, repo_root, wait_for};
+use testenv::{TestEnv, output_with_stdin, repo_root, wait_for};
 
 const OVERLAYS: [&str; 3] = [
     "deploy/base",
@@ -32,22 +32,13 @@ const SERVICE_ACCOUNT: &str = "system:serviceaccount:kube-system:kube-proxy-rs";
 
 /// Runs kubectl against the test control plane as admin, feeding `stdin`; returns stdout.
 fn kubectl(env: &TestEnv, args: &[&str], stdin: Option<&str>) -> String {
-    let mut child = Command::new(env.bin("kubectl"))
-        .arg(format!("--kubeconfig={}", env.kubeconfig.display()))
-        .args(args)
-        .current_dir(repo_root())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("kubectl runs");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(stdin.unwrap_or("").as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
+    let out = output_with_stdin(
+        Command::new(env.bin("kubectl"))
+            .arg(format!("--kubeconfig={}", env.kubeconfig.display()))
+            .args(args)
+            .current_dir(repo_root()),
+        stdin.unwrap_or(""),
+    );
     assert!(
         out.status.success(),
         "kubectl {args:?} failed: {}",

@@ -16,9 +16,6 @@
     reason = "a kernel test: boots a guest, runs ip and nft, re-executes itself"
 )]
 
-#[path = "support/host.rs"]
-mod host;
-
 #[path = "support/guest.rs"]
 mod guest;
 
@@ -28,19 +25,8 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use guest::host::helper_process::{self, HelperProcess, RESULT};
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
-
-/// Where `host.rs` puts process logs.
-fn scratch_dir() -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("guest-sctp-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("scratch dir");
-    dir
-}
-
-const HELPER: &str = "guest_sctp_helper_process";
-const ROLE_VAR: &str = "KPRS_GUEST_SCTP";
-const RESULT: &str = "RESULT ";
 
 const NODE_IP: &str = "192.168.77.1";
 const CLIENT_IP: &str = "192.168.77.2";
@@ -68,18 +54,13 @@ const NODE_PORT: u16 = 30777;
 #[test]
 fn sctp_services_carry_real_sctp_traffic_in_a_guest() {
     let guest = guest::Guest::prepare();
-    let exe = std::env::current_exe().expect("test binary path");
     let command = format!(
-        "cd {} && {ROLE_VAR}=node {} {HELPER} --exact --nocapture --test-threads=1 -q",
+        "cd {} && {}",
         env!("CARGO_MANIFEST_DIR"),
-        exe.display()
+        HELPER.shell_line("node")
     );
     let run = guest.run(&command, Duration::from_secs(600));
-    let results: Vec<&str> = run
-        .output
-        .lines()
-        .filter_map(|l| l.trim().strip_prefix(RESULT))
-        .collect();
+    let results = helper_process::results(&run.output);
     assert_eq!(
         run.exit_code,
         Some(0),
@@ -101,15 +82,15 @@ fn sctp_services_carry_real_sctp_traffic_in_a_guest() {
     }
 }
 
-/// Not a test of its own: what runs inside the guest (role `node`), and in its namespaces
-/// (roles `server`, `client:ADDR:PORT`). Without the environment variable it does nothing.
+/// The entry below, run inside the guest (`node`) and in its namespaces (`server`,
+/// `client:ADDR:PORT`).
+const HELPER: HelperProcess = HelperProcess::new("guest_sctp_helper_process");
+
+/// Not a test of its own: what runs inside the guest and in its namespaces. Without the
+/// environment variable it does nothing.
 #[test]
 fn guest_sctp_helper_process() {
-    let Some(role) = std::env::var_os(ROLE_VAR) else {
-        return;
-    };
-    let role = role.to_string_lossy().into_owned();
-    match role.split_once(':') {
+    HELPER.when_requested(|role| match role.split_once(':') {
         None if role == "node" => node(),
         None if role == "server" => serve(),
         Some(("client", target)) => {
@@ -120,7 +101,7 @@ fn guest_sctp_helper_process() {
             }
         }
         _ => panic!("unknown role {role}"),
-    }
+    });
 }
 
 /// The node: network, manifests, the proxy, the probes.
@@ -155,13 +136,8 @@ fn node() {
     for module in NFT_MODULES {
         run(&format!("modprobe {module}"));
     }
-    let exe = std::env::current_exe().expect("test binary path");
-    let mut server = Command::new("ip")
-        .args(["netns", "exec", "pod"])
-        .arg(&exe)
-        .args([HELPER, "--exact", "--nocapture", "--test-threads=1", "-q"])
-        .env(ROLE_VAR, "server")
-        .stdin(Stdio::null())
+    let mut server = HELPER
+        .in_netns("pod", "server")
         .spawn()
         .expect("start the pod's SCTP server");
 
@@ -234,19 +210,13 @@ fn eventually(mut probe: impl FnMut() -> Result<String, String>) -> String {
 
 /// The exchange from the client namespace.
 fn in_client(target: &str) -> Result<String, String> {
-    let exe = std::env::current_exe().expect("test binary path");
-    let out = Command::new("ip")
-        .args(["netns", "exec", "client"])
-        .arg(exe)
-        .args([HELPER, "--exact", "--nocapture", "--test-threads=1", "-q"])
-        .env(ROLE_VAR, format!("client:{target}"))
-        .stdin(Stdio::null())
+    let out = HELPER
+        .in_netns("client", &format!("client:{target}"))
         .output()
         .map_err(|e| e.to_string())?;
     let stdout = String::from_utf8_lossy(&out.stdout);
-    let line = stdout
-        .lines()
-        .find_map(|l| l.trim().strip_prefix(RESULT))
+    let line = *helper_process::results(&stdout)
+        .first()
         .ok_or_else(|| format!("client printed nothing: {stdout}"))?;
     match line.split_once(' ') {
         Some(("answered", seen)) => Ok(seen.to_owned()),

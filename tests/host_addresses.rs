@@ -14,26 +14,15 @@
 mod host;
 
 use std::net::IpAddr;
-use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use futures::StreamExt;
 use host::NetNs;
+use host::helper_process::{HelperProcess, RESULT};
 use kube_proxy_rs::cluster::source::Event;
 use kube_proxy_rs::cluster::source::interfaces;
 
-/// Where `host.rs` puts process logs.
-fn scratch_dir() -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("host-addresses-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("scratch dir");
-    dir
-}
-
-const HELPER: &str = "host_addresses_helper_process";
-const SPEC_VAR: &str = "KPRS_HOST_ADDRESSES_HELPER";
-const RESULT: &str = "RESULT ";
 /// Added by the helper while it watches, then removed.
 const ADDED: &str = "10.77.9.9";
 
@@ -57,26 +46,12 @@ fn reports_what_ip_shows_and_follows_changes() {
         assert!(shown.contains(&ip(want)), "ip -j addr: {shown:?}");
     }
 
-    let exe = std::env::current_exe().expect("test binary path");
-    let out = ns
-        .command(exe)
-        .args([HELPER, "--exact", "--nocapture", "--test-threads=1", "-q"])
-        .env(SPEC_VAR, "watch")
-        .stdin(Stdio::null())
-        .output()
-        .expect("run helper");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "helper failed: {stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let lists: Vec<Vec<IpAddr>> = stdout
-        .lines()
-        .filter_map(|l| l.strip_prefix(RESULT))
+    let lists: Vec<Vec<IpAddr>> = HELPER
+        .results_in(&ns.name, "watch")
+        .iter()
         .map(|l| l.split_whitespace().map(ip).collect())
         .collect();
-    assert_eq!(lists.len(), 3, "helper output: {stdout}");
+    assert_eq!(lists.len(), 3, "helper reports: {lists:?}");
     assert_eq!(
         lists[0],
         sorted(shown.clone()),
@@ -109,14 +84,19 @@ fn ip_shows(ns: &NetNs) -> Vec<IpAddr> {
     sorted(out)
 }
 
+/// The entry below, run in the namespace: `watch`.
+const HELPER: HelperProcess = HelperProcess::new("host_addresses_helper_process");
+
 /// Not a test of its own: the entry point of the helper above. Without the environment
-/// variable it does nothing. Prints the first report, adds an address and prints the next,
-/// removes it and prints the next.
+/// variable it does nothing.
 #[test]
 fn host_addresses_helper_process() {
-    if std::env::var_os(SPEC_VAR).is_none() {
-        return;
-    }
+    HELPER.when_requested(|_| watch());
+}
+
+/// Prints the first report, adds an address and prints the next, removes it and prints the
+/// next.
+fn watch() {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .build()
@@ -143,10 +123,5 @@ fn host_addresses_helper_process() {
 }
 
 fn run_ip(args: &[&str]) {
-    let status = Command::new("ip")
-        .args(args)
-        .stdin(Stdio::null())
-        .status()
-        .expect("run ip");
-    assert!(status.success(), "ip {args:?}: {status}");
+    host::stdout_of(Command::new("ip").args(args));
 }

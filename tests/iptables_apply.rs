@@ -9,16 +9,18 @@
     reason = "kernel tests run ip and the iptables tools"
 )]
 
+#[path = "support/example_cluster.rs"]
+mod example_cluster;
 #[path = "support/host.rs"]
 mod host;
+#[path = "../src/testing/synthetic.rs"]
+mod synthetic;
 
-use std::path::Path;
 use std::sync::Arc;
 
-use host::NetNs;
-use kube_proxy_rs::cli::load_manifests;
-use kube_proxy_rs::cluster::topology::{self, Features};
-use kube_proxy_rs::cluster::{Changes, IpFamily, ServicePortName, Snapshot};
+use example_cluster::{example, without_one_web_endpoint};
+use host::{NetNs, scratch_dir};
+use kube_proxy_rs::cluster::{Changes, IpFamily, Snapshot};
 use kube_proxy_rs::dataplane::iptables::backend::{self, Backend};
 use kube_proxy_rs::dataplane::iptables::ruleset::Table;
 use kube_proxy_rs::dataplane::iptables::{
@@ -26,65 +28,6 @@ use kube_proxy_rs::dataplane::iptables::{
 };
 use kube_proxy_rs::dataplane::tool::Launcher;
 use kube_proxy_rs::dataplane::{Dataplane, SyncError};
-
-/// Where `host.rs` puts process logs.
-fn scratch_dir() -> std::path::PathBuf {
-    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("iptables-apply-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("scratch dir");
-    dir
-}
-
-fn example() -> Snapshot {
-    load_manifests(Path::new("examples/cluster"), "node-a", Features::default())
-        .expect("example loads")
-        .snapshot
-}
-
-/// The example with one service port changed by `edit`, and the changes naming it.
-fn edited(
-    snap: &Snapshot,
-    starts_with: &str,
-    edit: impl FnOnce(&mut kube_proxy_rs::cluster::ServicePortState),
-) -> (Snapshot, Changes, ServicePortName) {
-    let mut ports = (*snap.ports).clone();
-    let (name, state) = ports
-        .iter()
-        .find(|(n, _)| n.to_string().starts_with(starts_with))
-        .map(|(n, s)| (n.clone(), s.clone()))
-        .expect("the service is in the example");
-    let mut state = (*state).clone();
-    edit(&mut state);
-    ports.insert(name.clone(), Arc::new(state));
-    let snapshot = Snapshot {
-        node: snap.node.clone(),
-        ports: Arc::new(ports),
-    };
-    (snapshot, changed([name.clone()]), name)
-}
-
-fn without_one_endpoint(snap: &Snapshot) -> (Snapshot, Changes, ServicePortName) {
-    let node = snap.node.clone();
-    edited(snap, "default/web:", |state| {
-        let view = &mut state.families[0];
-        view.endpoints.pop();
-        let accessible = view.externally_accessible(&state.port);
-        view.selection = topology::select(
-            &view.endpoints,
-            &state.port,
-            accessible,
-            &node,
-            Features::default(),
-        );
-    })
-}
-
-fn changed(ports: impl IntoIterator<Item = ServicePortName>) -> Changes {
-    Changes {
-        ports: ports.into_iter().collect(),
-        ..Changes::default()
-    }
-}
 
 fn dataplane(ns: &NetNs) -> IptablesDataplane {
     IptablesDataplane::new(
@@ -167,7 +110,7 @@ fn a_removed_endpoint_rewrites_its_service_and_deletes_its_chain() {
     dp.sync(&snap, &Changes::default(), true)
         .expect("first sync");
     let before = chains(&ns, Table::Nat);
-    let (next, changes, _) = without_one_endpoint(&snap);
+    let (next, changes) = without_one_web_endpoint(&snap);
     let report = dp.sync(&next, &changes, false).expect("partial sync");
     assert!(!report.full);
     // The web ClusterIP chain and one endpoint chain; nothing else.
@@ -245,6 +188,20 @@ struct Refusing {
     save_fails: bool,
 }
 
+impl Refusing {
+    /// The mode over the real tool in `ns`, doing as told until a test says otherwise.
+    fn dataplane(ns: &NetNs) -> IptablesDataplane<Refusing> {
+        IptablesDataplane::new(
+            ModeConfig::default(),
+            Refusing {
+                inner: IptablesCommand::in_netns(Flavour::Nft, &ns.name),
+                refuse: false,
+                save_fails: false,
+            },
+        )
+    }
+}
+
 impl Backend for Refusing {
     fn restore(&mut self, family: IpFamily, input: &str) -> Result<(), backend::Error> {
         if self.refuse {
@@ -284,19 +241,12 @@ impl Backend for Refusing {
 #[test]
 fn a_refused_restore_keeps_the_old_rules_names_the_line_and_the_next_sync_is_full() {
     let ns = NetNs::new("kprs-ipt");
-    let mut dp = IptablesDataplane::new(
-        ModeConfig::default(),
-        Refusing {
-            inner: IptablesCommand::in_netns(Flavour::Nft, &ns.name),
-            refuse: false,
-            save_fails: false,
-        },
-    );
+    let mut dp = Refusing::dataplane(&ns);
     let snap = example();
     dp.sync(&snap, &Changes::default(), true)
         .expect("first sync");
     let before = rule_lines(&ns, Table::Nat);
-    let (next, changes, _) = without_one_endpoint(&snap);
+    let (next, changes) = without_one_web_endpoint(&snap);
     dp.backend_mut().refuse = true;
     let err = dp.sync(&next, &changes, false).expect_err("refused");
     let SyncError::Refused { message, .. } = &err else {
@@ -318,14 +268,7 @@ fn a_refused_restore_keeps_the_old_rules_names_the_line_and_the_next_sync_is_ful
 #[test]
 fn a_full_sync_works_when_the_rules_cannot_be_read_back() {
     let ns = NetNs::new("kprs-ipt");
-    let mut dp = IptablesDataplane::new(
-        ModeConfig::default(),
-        Refusing {
-            inner: IptablesCommand::in_netns(Flavour::Nft, &ns.name),
-            refuse: false,
-            save_fails: false,
-        },
-    );
+    let mut dp = Refusing::dataplane(&ns);
     let snap = example();
     dp.sync(&snap, &Changes::default(), true)
         .expect("first sync");

@@ -8,22 +8,23 @@
     reason = "kernel tests run nft and ip, and wait on the real clock for the monitor"
 )]
 
+#[path = "support/example_cluster.rs"]
+mod example_cluster;
 #[path = "support/host.rs"]
 mod host;
-
-#[path = "../benches/support/synthetic.rs"]
+#[path = "../src/testing/synthetic.rs"]
 mod synthetic;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use example_cluster::{changed, example, without_one_web_endpoint};
 use host::NetNs;
-use kube_proxy_rs::cli::load_manifests;
 use kube_proxy_rs::cluster::source::manifests;
 use kube_proxy_rs::cluster::source::{Event, Object};
-use kube_proxy_rs::cluster::topology::{self, Features};
-use kube_proxy_rs::cluster::{Changes, IpFamily, ServicePortName, Snapshot, Tracker};
+use kube_proxy_rs::cluster::topology::Features;
+use kube_proxy_rs::cluster::{Changes, IpFamily, Snapshot, Tracker};
 use kube_proxy_rs::config::NftablesEncoder;
 use kube_proxy_rs::dataplane::Dataplane;
 use kube_proxy_rs::dataplane::nftables::adopt::Parsed;
@@ -36,56 +37,6 @@ use kube_proxy_rs::dataplane::nftables::{
     backend::monitor, plan_all,
 };
 use synthetic::Synthetic;
-
-/// Where `host.rs` puts process logs.
-fn scratch_dir() -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("nftables-apply-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("scratch dir");
-    dir
-}
-
-fn example() -> Snapshot {
-    load_manifests(Path::new("examples/cluster"), "node-a", Features::default())
-        .expect("example loads")
-        .snapshot
-}
-
-/// The example with `default/web`'s last endpoint gone (as if its pod was deleted), and the
-/// changes that name it, as the tracker would.
-fn without_one_web_endpoint(snap: &Snapshot) -> (Snapshot, Changes) {
-    let mut ports = (*snap.ports).clone();
-    let (name, state) = ports
-        .iter()
-        .find(|(n, _)| n.to_string().starts_with("default/web:"))
-        .map(|(n, s)| (n.clone(), s.clone()))
-        .expect("default/web is in the example");
-    let mut state = (*state).clone();
-    let view = &mut state.families[0];
-    view.endpoints.pop();
-    let accessible = view.externally_accessible(&state.port);
-    view.selection = topology::select(
-        &view.endpoints,
-        &state.port,
-        accessible,
-        &snap.node,
-        Features::default(),
-    );
-    ports.insert(name.clone(), Arc::new(state));
-    let snapshot = Snapshot {
-        node: snap.node.clone(),
-        ports: Arc::new(ports),
-    };
-    (snapshot, changed([name]))
-}
-
-/// Changes naming `ports`.
-fn changed(ports: impl IntoIterator<Item = ServicePortName>) -> Changes {
-    Changes {
-        ports: ports.into_iter().collect(),
-        ..Changes::default()
-    }
-}
 
 /// The mode as `main` makes it, with the default (netlink) encoder.
 fn dataplane(ns: &NetNs) -> NftablesDataplane {

@@ -11,7 +11,7 @@
 #[path = "support/host.rs"]
 mod host;
 
-use std::path::PathBuf;
+use std::process::Command;
 
 use host::{ChildGuard, NetNs};
 use kube_proxy_rs::cli::load_manifests;
@@ -20,14 +20,6 @@ use kube_proxy_rs::config::NftablesEncoder;
 use kube_proxy_rs::dataplane::Dataplane;
 use kube_proxy_rs::dataplane::nftables::backend;
 use kube_proxy_rs::dataplane::nftables::{Drift, ModeConfig, NftablesDataplane};
-
-/// Where `host.rs` puts process logs.
-fn scratch_dir() -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("nftables-traffic-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("scratch dir");
-    dir
-}
 
 const MANIFESTS: &str = r#"
 apiVersion: v1
@@ -109,17 +101,12 @@ fn ip(ns: &NetNs, args: &str) {
 fn a_cluster_ip_reaches_a_pod_and_a_service_without_endpoints_is_rejected() {
     let node = NetNs::new("nfa-node");
     let pod = NetNs::new("nfa-pod");
-    let out = std::process::Command::new("ip")
-        .args([
-            "link", "add", "veth-pod", "netns", &node.name, "type", "veth",
-        ])
-        .args(["peer", "name", "eth0", "netns", &pod.name])
-        .output()
-        .expect("ip link add");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    host::stdout_of(
+        Command::new("ip")
+            .args([
+                "link", "add", "veth-pod", "netns", &node.name, "type", "veth",
+            ])
+            .args(["peer", "name", "eth0", "netns", &pod.name]),
     );
     ip(&node, "addr add 10.244.1.1/24 dev veth-pod");
     ip(&node, "link set veth-pod up");

@@ -31,9 +31,9 @@
 //! "tentative".
 
 use std::net::{Ipv4Addr, Ipv6Addr};
-use std::process::{Command, Stdio};
+use std::process::Command;
 
-use crate::testenv::NetNs;
+use crate::testenv::{NetNs, stdout_of};
 
 /// The underlay subnet every node and the client sit on.
 pub const UNDERLAY_PREFIX: u8 = 24;
@@ -255,27 +255,7 @@ table ip6 lab-router {
 
 /// `nft -f -` in `ns` with `rules`.
 fn nft(ns: &NetNs, rules: &str) {
-    use std::io::Write;
-    let mut child = ns
-        .command("nft")
-        .args(["-f", "-"])
-        .stdin(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run nft");
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(rules.as_bytes())
-        .expect("write rules");
-    let out = child.wait_with_output().expect("wait for nft");
-    assert!(
-        out.status.success(),
-        "nft -f - in {}: {}",
-        ns.name,
-        String::from_utf8_lossy(&out.stderr).trim()
-    );
+    ns.output_fed("nft", &["-f", "-"], rules);
 }
 
 /// A veth from `ns` (`eth0`) to the underlay bridge (port `port`).
@@ -301,18 +281,5 @@ fn plug(underlay: &NetNs, ns: &NetNs, port: &str) {
 
 /// `ip -n NS ARGS…`; panics with stderr on failure.
 pub fn ip(ns: &NetNs, args: &[&str]) {
-    let out = Command::new("ip")
-        .arg("-n")
-        .arg(&ns.name)
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap_or_else(|e| panic!("run ip: {e}"));
-    assert!(
-        out.status.success(),
-        "ip -n {} {}: {}",
-        ns.name,
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr).trim()
-    );
+    stdout_of(Command::new("ip").arg("-n").arg(&ns.name).args(args));
 }

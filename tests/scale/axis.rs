@@ -89,10 +89,6 @@ pub fn number(v: f64) -> String {
 }
 
 #[cfg(test)]
-#[allow(
-    unused_imports,
-    reason = "the harness = false bench compiles this module without its #[test] functions"
-)]
 mod tests {
     use super::*;
 

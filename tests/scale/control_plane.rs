@@ -44,11 +44,11 @@ impl ControlPlane {
                 String::from_utf8_lossy(&out.stderr).trim()
             ));
         }
-        match load(&state) {
+        match TestEnv::load(&state) {
             Ok(env) => Ok(ControlPlane { env, state }),
             Err(e) => {
                 down(&state);
-                Err(e)
+                Err(format!("{e:#}"))
             }
         }
     }
@@ -76,31 +76,4 @@ fn down(state: &std::path::Path) {
             String::from_utf8_lossy(&o.stderr).trim()
         );
     }
-}
-
-/// Reads `state.json` the way `tests/support/testenv.rs` does (its loader is private).
-fn load(dir: &std::path::Path) -> Result<TestEnv, String> {
-    let path = dir.join("state.json");
-    let text =
-        std::fs::read_to_string(&path).map_err(|e| format!("read {}: {e}", path.display()))?;
-    let v: serde_json::Value =
-        serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
-    let s = |k: &str| -> Result<String, String> {
-        v[k].as_str()
-            .map(str::to_owned)
-            .ok_or_else(|| format!("{}: no {k}", path.display()))
-    };
-    Ok(TestEnv {
-        server: s("server")?,
-        apiserver_port: v["apiserver_port"]
-            .as_u64()
-            .and_then(|p| u16::try_from(p).ok())
-            .ok_or_else(|| format!("{}: no apiserver_port", path.display()))?,
-        kubeconfig: s("kubeconfig")?.into(),
-        kube_proxy_kubeconfig: s("kube_proxy_kubeconfig")?.into(),
-        service_cidr: s("service_cidr")?,
-        state_dir: dir.to_owned(),
-        bin_dir: s("bin_dir")?.into(),
-        version: v["version"].as_str().unwrap_or_default().to_owned(),
-    })
 }

@@ -15,11 +15,11 @@
 //! walks `KUBE-SERVICES` rule by rule, linear in the number of Services.
 
 use std::io::Read as _;
-use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use super::helper::{RESULT_PREFIX, SelfExec, Spec, result};
+use super::helper::{Aim, RESULT_PREFIX, SelfExec, Spec, result};
 
 /// Connects before the timed ones: warms caches, ARP/neighbour entries and the pod's accept loop.
 pub const WARMUP: usize = 50;
@@ -101,17 +101,16 @@ fn connect(target: SocketAddr, want: &str) -> Option<Duration> {
     (reply == want).then_some(took)
 }
 
-/// Runs the probe from `netns` against `target`, expecting `want` to answer.
+/// Runs the probe from `netns` at `aim`.
 pub async fn probe(
     exec: &SelfExec,
     netns: &str,
-    target: SocketAddrV4,
-    want: Ipv4Addr,
+    aim: Aim,
     samples: usize,
 ) -> Result<Latency, String> {
+    let target = aim.target;
     let spec = Spec::Connects {
-        target: SocketAddr::V4(target),
-        want: want.to_string(),
+        aim,
         warmup: WARMUP,
         samples,
     };
@@ -154,10 +153,6 @@ fn parse(line: &str) -> Result<(usize, Vec<u64>), String> {
 }
 
 #[cfg(test)]
-#[allow(
-    unused_imports,
-    reason = "the harness = false bench compiles this module without its #[test] functions"
-)]
 mod tests {
     use super::*;
 

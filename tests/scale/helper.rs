@@ -9,7 +9,7 @@
 //! tell apart. Times are Unix nanoseconds, so the harness can compare them with its own clock.
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -22,6 +22,24 @@ pub const SPEC_VAR: &str = "KPRS_SCALE_HELPER";
 /// Prefix of every machine-readable line.
 pub const RESULT_PREFIX: &str = "SCALE-RESULT ";
 
+/// Where a harness process connects, and the pod whose answer it waits for: the pods' echo
+/// servers answer with the address they were reached on, so an answer equal to `want` says that
+/// pod, and no other, was reached.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Aim {
+    pub target: SocketAddr,
+    pub want: String,
+}
+
+impl Aim {
+    pub fn new(target: SocketAddrV4, want: Ipv4Addr) -> Aim {
+        Aim {
+            target: SocketAddr::V4(target),
+            want: want.to_string(),
+        }
+    }
+}
+
 /// What a harness process should do.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "role", rename_all = "snake_case")]
@@ -29,23 +47,21 @@ pub enum Spec {
     /// Accept TCP on `port` (all addresses) and answer each connection with the local address
     /// it arrived on, then close. Never returns.
     Echo { port: u16 },
-    /// Connect to `target` every `interval_ms` until a reply equals `want` or `limit_ms` passes.
-    /// Prints `armed` after the first attempt (whatever it got), then `seen <unix ns>` or
-    /// `timeout <last outcome>`.
+    /// Connect to the aim's target every `interval_ms` until a reply equals its `want` or
+    /// `limit_ms` passes. Prints `armed` after the first attempt (whatever it got), then
+    /// `seen <unix ns>` or `timeout <last outcome>`.
     Watch {
-        target: SocketAddr,
-        want: String,
+        aim: Aim,
         interval_ms: u64,
         attempt_timeout_ms: u64,
         limit_ms: u64,
     },
     /// `GET path` from `addr` (HTTP/1.0); prints `ok` and then the body verbatim, or `error …`.
     Get { addr: SocketAddr, path: String },
-    /// `warmup` untimed, then `samples` timed TCP connects to `target`, each checked to be
-    /// answered by `want`; prints the times (see `first_packet`).
+    /// `warmup` untimed, then `samples` timed TCP connects to the aim's target, each checked to
+    /// be answered by its `want`; prints the times (see `first_packet`).
     Connects {
-        target: SocketAddr,
-        want: String,
+        aim: Aim,
         warmup: usize,
         samples: usize,
     },
@@ -102,25 +118,23 @@ pub fn run_if_requested() {
     match spec {
         Spec::Echo { port } => echo(port),
         Spec::Watch {
-            target,
-            want,
+            aim,
             interval_ms,
             attempt_timeout_ms,
             limit_ms,
         } => watch(
-            target,
-            &want,
+            aim.target,
+            &aim.want,
             Duration::from_millis(interval_ms),
             Duration::from_millis(attempt_timeout_ms),
             Duration::from_millis(limit_ms),
         ),
         Spec::Get { addr, path } => get(addr, &path),
         Spec::Connects {
-            target,
-            want,
+            aim,
             warmup,
             samples,
-        } => super::first_packet::run(target, &want, warmup, samples),
+        } => super::first_packet::run(aim.target, &aim.want, warmup, samples),
     }
     std::process::exit(0);
 }

@@ -13,6 +13,7 @@ use std::time::{Duration, SystemTime};
 
 use super::changes;
 use super::first_packet;
+use super::helper::Aim;
 use super::metrics::{LAST_SYNC, Metrics, SYNC_DURATION, scrape};
 use super::node::Node;
 use super::objects::{Cluster, POD_A, PROBE_IP, SERVICE_PORT, TARGET_PORT};
@@ -49,15 +50,8 @@ impl Session<'_> {
         interval: Duration,
         limit: Duration,
     ) -> Result<Watcher, String> {
-        let target = SocketAddrV4::new(PROBE_IP, SERVICE_PORT);
-        Watcher::start(
-            &self.opts.exec,
-            &self.node.ns.name,
-            target,
-            want,
-            interval,
-            limit,
-        )
+        let aim = Aim::new(SocketAddrV4::new(PROBE_IP, SERVICE_PORT), want);
+        Watcher::start(&self.opts.exec, &self.node.ns.name, aim, interval, limit)
     }
 }
 
@@ -90,8 +84,7 @@ pub async fn measure(
     let floor = first_packet::probe(
         &opts.exec,
         &node.ns.name,
-        SocketAddrV4::new(POD_A, TARGET_PORT),
-        POD_A,
+        Aim::new(SocketAddrV4::new(POD_A, TARGET_PORT), POD_A),
         opts.latency_samples,
     )
     .await;
@@ -232,15 +225,12 @@ async fn cold(s: &mut Session<'_>, cluster: &Cluster, started: SystemTime) -> Ve
 
 /// First-packet latency through the probe ClusterIP with the proxy idle: median and p99.
 async fn first_packet_figures(s: &mut Session<'_>, cluster: &Cluster) -> Vec<Figure> {
-    let target = SocketAddrV4::new(PROBE_IP, SERVICE_PORT);
-    let probe = first_packet::probe(
-        &s.opts.exec,
-        &s.node.ns.name,
-        target,
+    let aim = Aim::new(
+        SocketAddrV4::new(PROBE_IP, SERVICE_PORT),
         cluster.probe_ip(),
-        s.opts.latency_samples,
-    )
-    .await;
+    );
+    let probe =
+        first_packet::probe(&s.opts.exec, &s.node.ns.name, aim, s.opts.latency_samples).await;
     match probe {
         Ok(l) => {
             s.notes

@@ -187,10 +187,6 @@ pub async fn scrape(exec: &SelfExec, netns: &str) -> Result<Metrics, String> {
 }
 
 #[cfg(test)]
-#[allow(
-    unused_imports,
-    reason = "the harness = false bench compiles this module without its #[test] functions"
-)]
 mod tests {
     use super::*;
 

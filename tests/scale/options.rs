@@ -206,10 +206,6 @@ pub struct Options {
 }
 
 #[cfg(test)]
-#[allow(
-    unused_imports,
-    reason = "the harness = false bench compiles this module without its #[test] functions"
-)]
 mod tests {
     use super::*;
 

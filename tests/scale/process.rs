@@ -73,10 +73,6 @@ fn cpu_ticks(stat: &str) -> Option<f64> {
 }
 
 #[cfg(test)]
-#[allow(
-    unused_imports,
-    reason = "the harness = false bench compiles this module without its #[test] functions"
-)]
 mod tests {
     use super::*;
 

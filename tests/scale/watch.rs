@@ -2,14 +2,13 @@
 //! connects to a ClusterIP again and again until the pod address it is waiting for answers, and
 //! reports when (see `helper::Spec::Watch`).
 
-use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::process::Stdio;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::io::{AsyncBufReadExt as _, BufReader, Lines};
 use tokio::process::{Child, ChildStdout};
 
-use super::helper::{RESULT_PREFIX, SelfExec, Spec};
+use super::helper::{Aim, RESULT_PREFIX, SelfExec, Spec};
 
 /// How a watch ended.
 #[derive(Debug, Clone)]
@@ -29,18 +28,16 @@ pub struct Watcher {
 }
 
 impl Watcher {
-    /// Starts watching `target` from `netns` for a reply from `want`, every `interval`.
+    /// Starts watching `aim` from `netns`, every `interval`.
     pub fn start(
         exec: &SelfExec,
         netns: &str,
-        target: SocketAddrV4,
-        want: Ipv4Addr,
+        aim: Aim,
         interval: Duration,
         limit: Duration,
     ) -> Result<Watcher, String> {
         let spec = Spec::Watch {
-            target: SocketAddr::V4(target),
-            want: want.to_string(),
+            aim,
             interval_ms: u64::try_from(interval.as_millis()).unwrap_or(u64::MAX),
             attempt_timeout_ms: 500,
             limit_ms: u64::try_from(limit.as_millis()).unwrap_or(u64::MAX),

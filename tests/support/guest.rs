@@ -8,15 +8,21 @@
 //! has no network card: its traffic stays inside it.
 //!
 //! Needs root, `qemu-system-x86_64`, busybox-static, kmod and `apt-get download` (`.ci/run`
-//! installs them). The kernel package is resolved through the `linux-image-amd64` metapackage,
+//! installs them). Includes `host.rs` (as `guest::host`) for the root check, the commands it runs
+//! and the helper process a test starts in the guest. The kernel package is resolved through the `linux-image-amd64` metapackage,
 //! because its ABI name changes with every Debian update, then unpacked once per target dir.
 
-use std::io::Read;
+#[path = "host.rs"]
+pub mod host;
 
-use base64::Engine as _;
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+
+use base64::Engine as _;
+
+use host::stdout_of;
 
 /// A prepared guest: an unpacked kernel and the initramfs that boots it.
 pub struct Guest {
@@ -35,7 +41,7 @@ pub struct GuestRun {
 impl Guest {
     /// Downloads and unpacks the kernel and builds the initramfs, unless a previous run did.
     pub fn prepare() -> Guest {
-        crate::host::require_root();
+        host::require_root();
         let cache = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("guest");
         std::fs::create_dir_all(&cache).expect("guest cache dir");
         let debs = cache.join("debs");
@@ -44,7 +50,7 @@ impl Guest {
         let kver = newest_kernel()
             .filter(|kver| unpacked(&cache, kver) || download(&debs, kver))
             .or_else(|| {
-                sh(Command::new("apt-get").args(["update", "-qq"]));
+                stdout_of(Command::new("apt-get").args(["update", "-qq"]));
                 newest_kernel().filter(|kver| download(&debs, kver))
             })
             .expect("apt-get download of linux-image-amd64's kernel package");
@@ -61,12 +67,12 @@ impl Guest {
                 })
                 .expect("the downloaded kernel package");
             let _ = std::fs::remove_dir_all(&kroot);
-            sh(Command::new("dpkg-deb").arg("-x").arg(&deb).arg(&kroot));
+            stdout_of(Command::new("dpkg-deb").arg("-x").arg(&deb).arg(&kroot));
             std::fs::write(kroot.join(".unpacked"), "").expect("stamp");
         }
         let initrd = cache.join(format!("initrd-{kver}.cpio.gz"));
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/guest/build-initramfs.sh");
-        sh(Command::new(script).arg(&kroot).arg(&kver).arg(&initrd));
+        stdout_of(Command::new(script).arg(&kroot).arg(&kver).arg(&initrd));
         Guest {
             kroot,
             kver,
@@ -149,7 +155,7 @@ impl Guest {
 
 /// The kernel ABI name (`6.1.0-57-amd64`) the `linux-image-amd64` metapackage depends on.
 fn newest_kernel() -> Option<String> {
-    sh(Command::new("apt-cache").args(["depends", "linux-image-amd64"]))
+    stdout_of(Command::new("apt-cache").args(["depends", "linux-image-amd64"]))
         .lines()
         .find_map(|l| {
             l.trim()
@@ -173,18 +179,4 @@ fn download(debs: &Path, kver: &str) -> bool {
         .stdin(Stdio::null())
         .output()
         .is_ok_and(|o| o.status.success())
-}
-
-fn sh(cmd: &mut Command) -> String {
-    let out = cmd
-        .stdin(Stdio::null())
-        .output()
-        .unwrap_or_else(|e| panic!("run {cmd:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "{cmd:?} failed ({}): {}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }

@@ -1,6 +1,10 @@
 //! Test support for host-side resources: network namespaces and child processes, each removed
-//! by its guard's `Drop`, so also when a test panics. Used by `testenv.rs` and by any test that
-//! builds hosts out of network namespaces.
+//! by its guard's `Drop`, so also when a test panics, the scratch directory their logs go to,
+//! and the test binary re-run as a helper process inside a namespace (`helper_process.rs`).
+//! Used by `testenv.rs` and by any test that builds hosts out of network namespaces.
+//!
+//! The namespace guard itself is `src/testing/netns.rs`, included here: the crate's unit tests
+//! use the same one.
 
 #![allow(dead_code)] // each test binary uses a different part of this module
 #![allow(
@@ -12,110 +16,29 @@ use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
-use super::scratch_dir;
-use std::sync::atomic::{AtomicU32, Ordering};
-// ---------------------------------------------------------------------------
-// network namespaces and processes
+#[path = "helper_process.rs"]
+pub mod helper_process;
+#[path = "../../src/testing/netns.rs"]
+mod netns;
+pub use netns::*;
 
-/// Fails the calling test unless it runs as root (network namespaces need it).
-pub fn require_root() {
-    let uid = std::fs::read_to_string("/proc/self/status")
+/// This test binary's scratch directory for process logs and state,
+/// `target/tmp/testenv/<binary>-<pid>` (the place `docs/testing.md` names), created.
+pub fn scratch_dir() -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join("testenv")
+        .join(format!("{}-{}", exe_name(), std::process::id()));
+    std::fs::create_dir_all(&dir).expect("create scratch dir");
+    dir
+}
+
+/// The running test binary's name without cargo's hash (`conntrack`, `lab_scenarios`).
+fn exe_name() -> String {
+    std::env::current_exe()
         .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("Uid:"))
-                .and_then(|l| l.split_whitespace().nth(2).map(str::to_owned))
-        })
-        .unwrap_or_default();
-    assert_eq!(
-        uid, "0",
-        "this test needs root (network namespaces, nftables); run `cargo test` as root as CI does"
-    );
-}
-
-/// A network namespace (`ip netns add`) with `lo` up, deleted on drop.
-pub struct NetNs {
-    pub name: String,
-}
-
-impl NetNs {
-    pub fn new(prefix: &str) -> NetNs {
-        require_root();
-        static COUNTER: AtomicU32 = AtomicU32::new(0);
-        let name = format!(
-            "{prefix}-{}-{}",
-            std::process::id(),
-            COUNTER.fetch_add(1, Ordering::Relaxed)
-        );
-        sh(Command::new("ip").args(["netns", "add", &name]));
-        let ns = NetNs { name };
-        sh(Command::new("ip").args(["-n", &ns.name, "link", "set", "lo", "up"]));
-        ns
-    }
-
-    /// A command that runs inside this namespace (`ip netns exec`).
-    pub fn command(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
-        let mut cmd = Command::new("ip");
-        cmd.args(["netns", "exec", &self.name]).arg(program);
-        cmd
-    }
-
-    /// Runs a command in the namespace and returns its stdout; panics on
-    /// failure.
-    pub fn output(&self, program: &str, args: &[&str]) -> String {
-        sh(self.command(program).args(args))
-    }
-
-    /// Runs a command in the namespace; `Err(stderr)` on failure.
-    pub fn try_output(&self, program: &str, args: &[&str]) -> Result<String, String> {
-        let out = self
-            .command(program)
-            .args(args)
-            .stdin(Stdio::null())
-            .output()
-            .map_err(|e| e.to_string())?;
-        if out.status.success() {
-            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-        } else {
-            Err(String::from_utf8_lossy(&out.stderr).into_owned())
-        }
-    }
-
-    pub fn exists(name: &str) -> bool {
-        Path::new("/var/run/netns").join(name).exists()
-    }
-}
-
-impl Drop for NetNs {
-    fn drop(&mut self) {
-        let out = Command::new("ip")
-            .args(["netns", "del", &self.name])
-            .stdin(Stdio::null())
-            .output();
-        match out {
-            Ok(o) if o.status.success() => {}
-            Ok(o) => eprintln!(
-                "testenv: cleanup: ip netns del {}: {}",
-                self.name,
-                String::from_utf8_lossy(&o.stderr)
-            ),
-            Err(e) => eprintln!("testenv: cleanup: ip netns del {}: {e}", self.name),
-        }
-    }
-}
-
-fn sh(cmd: &mut Command) -> String {
-    let out = cmd
-        .stdin(Stdio::null())
-        .output()
-        .unwrap_or_else(|e| panic!("run {cmd:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "{cmd:?} failed ({}): {}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+        .and_then(|p| p.file_stem().map(|s| s.to_string_lossy().into_owned()))
+        .map(|s| s.split('-').next().unwrap_or("test").to_owned())
+        .unwrap_or_else(|| "test".to_owned())
 }
 
 /// A child process, killed (SIGKILL, by pid) and reaped on drop. Its output

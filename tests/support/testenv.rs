@@ -19,7 +19,8 @@
 //! never skips.
 //!
 //! Everything that a guard creates is removed in its `Drop`, so it also goes
-//! away when a test panics.
+//! away when a test panics. The guards for API objects are in `cluster_objects.rs`,
+//! those for network namespaces and processes in `host.rs`; both are re-exported here.
 
 #![allow(dead_code)] // each test binary uses a different part of this module
 #![allow(
@@ -31,6 +32,10 @@
 pub mod host;
 pub use host::*;
 
+#[path = "cluster_objects.rs"]
+mod cluster_objects;
+pub use cluster_objects::*;
+
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -38,12 +43,8 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Service};
-use k8s_openapi::api::discovery::v1::EndpointSlice;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
-use serde_json::json;
 
 /// The repository root (where `testenv/` lives).
 pub fn repo_root() -> PathBuf {
@@ -53,23 +54,6 @@ pub fn repo_root() -> PathBuf {
 /// Where the Go binaries are built by `testenv/build`.
 pub fn bin_dir() -> PathBuf {
     repo_root().join("testenv").join("bin")
-}
-
-/// A scratch directory for this test binary's logs and state.
-pub fn scratch_dir() -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-        .join("testenv")
-        .join(format!("{}-{}", exe_name(), std::process::id()));
-    std::fs::create_dir_all(&dir).expect("create scratch dir");
-    dir
-}
-
-fn exe_name() -> String {
-    std::env::current_exe()
-        .ok()
-        .and_then(|p| p.file_stem().map(|s| s.to_string_lossy().into_owned()))
-        .map(|s| s.split('-').next().unwrap_or("test").to_owned())
-        .unwrap_or_else(|| "test".to_owned())
 }
 
 /// A running control plane, as described by its `state.json`.
@@ -166,11 +150,14 @@ impl TestEnv {
         Self::load(&dir)
     }
 
-    fn load(dir: &Path) -> anyhow::Result<TestEnv> {
+    /// The control plane that `testenv up --state DIR` describes in `DIR/state.json`; also
+    /// for callers that start their own (the scale harness's private control planes).
+    pub fn load(dir: &Path) -> anyhow::Result<TestEnv> {
         let path = dir.join("state.json");
         let text = std::fs::read_to_string(&path)
             .map_err(|e| anyhow::anyhow!("read {}: {e}", path.display()))?;
-        let v: serde_json::Value = serde_json::from_str(&text)?;
+        let v: serde_json::Value =
+            serde_json::from_str(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
         let s = |k: &str| -> anyhow::Result<String> {
             v[k].as_str()
                 .map(str::to_owned)
@@ -202,7 +189,7 @@ impl TestEnv {
         self.client_in(None).await
     }
 
-    async fn client_in(&self, namespace: Option<&str>) -> Client {
+    pub(super) async fn client_in(&self, namespace: Option<&str>) -> Client {
         let kubeconfig = Kubeconfig::read_from(&self.kubeconfig)
             .unwrap_or_else(|e| panic!("read {}: {e}", self.kubeconfig.display()));
         let mut config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
@@ -217,22 +204,7 @@ impl TestEnv {
     /// A new namespace, deleted again when the guard drops. Its name starts
     /// with `prefix` and is unique across test binaries and runs.
     pub async fn namespace(&self, prefix: &str) -> TestNamespace {
-        let name = unique_name(prefix);
-        let client = self.client().await;
-        let ns: Namespace = serde_json::from_value(json!({
-            "metadata": { "name": name, "labels": { "kube-proxy-rs.test/owner": "testenv" } }
-        }))
-        .unwrap();
-        Api::<Namespace>::all(client)
-            .create(&PostParams::default(), &ns)
-            .await
-            .unwrap_or_else(|e| panic!("create namespace {name}: {e}"));
-        let client = self.client_in(Some(&name)).await;
-        TestNamespace {
-            name,
-            client,
-            env: self.clone(),
-        }
+        TestNamespace::create(self, prefix).await
     }
 }
 
@@ -269,257 +241,6 @@ pub fn unique_name(prefix: &str) -> String {
     let p = p.trim_matches('-');
     let p = if p.is_empty() { "t" } else { p };
     format!("{p}-{:x}-{n}-{:x}", std::process::id(), nanos & 0xffff)
-}
-
-/// Deletes, on drop, an object created through the API. Runs the delete on
-/// its own thread and runtime, so it works from `Drop` inside any test.
-fn delete_on_own_runtime(env: &TestEnv, what: String, f: impl AsyncDelete + Send + 'static) {
-    let env = env.clone();
-    let res = std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("runtime");
-        rt.block_on(async move {
-            let client = env.client().await;
-            tokio::time::timeout(Duration::from_secs(20), f.delete(client)).await
-        })
-    })
-    .join();
-    match res {
-        Ok(Ok(Ok(()))) => {}
-        Ok(Ok(Err(e))) => eprintln!("testenv: cleanup: delete {what}: {e}"),
-        Ok(Err(_)) => eprintln!("testenv: cleanup: delete {what}: timed out"),
-        Err(_) => eprintln!("testenv: cleanup: delete {what}: panicked"),
-    }
-}
-
-trait AsyncDelete {
-    fn delete(self, client: Client) -> impl Future<Output = Result<(), kube::Error>> + Send;
-}
-
-struct DeleteNamespace(String);
-impl AsyncDelete for DeleteNamespace {
-    async fn delete(self, client: Client) -> Result<(), kube::Error> {
-        // Without a namespace controller nothing would empty the namespace,
-        // and a kube-proxy watching a reused testenv would keep seeing its
-        // Services. Pods go at once: no kubelet is there to confirm.
-        let services = Api::<Service>::namespaced(client.clone(), &self.0);
-        for svc in services.list(&ListParams::default()).await?.items {
-            if let Some(name) = svc.metadata.name {
-                ignore_not_found(
-                    services
-                        .delete(&name, &DeleteParams::default())
-                        .await
-                        .map(|_| ()),
-                )?;
-            }
-        }
-        let now = DeleteParams {
-            grace_period_seconds: Some(0),
-            ..DeleteParams::default()
-        };
-        Api::<Pod>::namespaced(client.clone(), &self.0)
-            .delete_collection(&now, &ListParams::default())
-            .await?;
-        Api::<EndpointSlice>::namespaced(client.clone(), &self.0)
-            .delete_collection(&DeleteParams::default(), &ListParams::default())
-            .await?;
-        ignore_not_found(
-            Api::<Namespace>::all(client)
-                .delete(&self.0, &DeleteParams::default())
-                .await
-                .map(|_| ()),
-        )
-    }
-}
-
-struct DeleteNode(String);
-impl AsyncDelete for DeleteNode {
-    async fn delete(self, client: Client) -> Result<(), kube::Error> {
-        ignore_not_found(
-            Api::<Node>::all(client)
-                .delete(&self.0, &DeleteParams::default())
-                .await
-                .map(|_| ()),
-        )
-    }
-}
-
-fn ignore_not_found(r: Result<(), kube::Error>) -> Result<(), kube::Error> {
-    match r {
-        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-        other => other,
-    }
-}
-
-/// A namespace of one test. Its client defaults to this namespace.
-///
-/// Dropping it deletes its Services, Pods and EndpointSlices, then the
-/// namespace. testenv runs no namespace controller, so the namespace itself
-/// stays `Terminating` until `testenv/down`; names are unique, so that does
-/// not get in anyone's way.
-pub struct TestNamespace {
-    pub name: String,
-    pub client: Client,
-    env: TestEnv,
-}
-
-impl TestNamespace {
-    pub fn api<K>(&self) -> Api<K>
-    where
-        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
-        <K as kube::Resource>::DynamicType: Default,
-    {
-        Api::namespaced(self.client.clone(), &self.name)
-    }
-
-    /// Creates a Service from JSON (`metadata.namespace` is filled in).
-    pub async fn create_service(&self, mut svc: serde_json::Value) -> Service {
-        svc["metadata"]["namespace"] = json!(self.name);
-        let svc: Service = serde_json::from_value(svc).expect("Service JSON");
-        self.api::<Service>()
-            .create(&PostParams::default(), &svc)
-            .await
-            .unwrap_or_else(|e| panic!("create service: {e}"))
-    }
-
-    /// Creates a Pod bound to `node` with `labels`, then patches its status
-    /// to Running and Ready with `ip`, as a kubelet would. No container runs.
-    pub async fn create_ready_pod(
-        &self,
-        name: &str,
-        node: &str,
-        labels: serde_json::Value,
-        ip: &str,
-        container_port: u16,
-    ) -> Pod {
-        let pods = self.api::<Pod>();
-        let pod: Pod = serde_json::from_value(json!({
-            "metadata": { "name": name, "namespace": self.name, "labels": labels },
-            "spec": {
-                "nodeName": node,
-                "containers": [{
-                    "name": "app",
-                    "image": "example.invalid/app:1",
-                    "ports": [{ "containerPort": container_port, "protocol": "TCP" }]
-                }]
-            }
-        }))
-        .unwrap();
-        pods.create(&PostParams::default(), &pod)
-            .await
-            .unwrap_or_else(|e| panic!("create pod {name}: {e}"));
-        self.set_pod_ready(name, ip, true).await
-    }
-
-    /// Patches a Pod's status as a kubelet would: Running, with `ip`, and the
-    /// Ready condition set to `ready`.
-    pub async fn set_pod_ready(&self, name: &str, ip: &str, ready: bool) -> Pod {
-        let status = if ready { "True" } else { "False" };
-        let now = rfc3339_now();
-        let patch = json!({
-            "status": {
-                "phase": "Running",
-                "podIP": ip,
-                "podIPs": [{ "ip": ip }],
-                "startTime": now,
-                "conditions": [
-                    { "type": "PodScheduled", "status": "True", "lastTransitionTime": now },
-                    { "type": "Initialized", "status": "True", "lastTransitionTime": now },
-                    { "type": "ContainersReady", "status": status, "lastTransitionTime": now },
-                    { "type": "Ready", "status": status, "lastTransitionTime": now }
-                ]
-            }
-        });
-        self.api::<Pod>()
-            .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-            .unwrap_or_else(|e| panic!("patch status of pod {name}: {e}"))
-    }
-}
-
-impl Drop for TestNamespace {
-    fn drop(&mut self) {
-        delete_on_own_runtime(
-            &self.env,
-            format!("namespace {}", self.name),
-            DeleteNamespace(self.name.clone()),
-        );
-    }
-}
-
-/// A Node object (cluster-scoped), deleted on drop. Nothing runs on it; it
-/// is what kube-proxy's `--hostname-override` names.
-pub struct TestNode {
-    pub name: String,
-    env: TestEnv,
-}
-
-impl TestNode {
-    /// Creates Node `name` with InternalIP `ip` and a Ready condition.
-    pub async fn create(env: &TestEnv, name: &str, ip: &str) -> TestNode {
-        TestNode::create_with_ips(env, name, &[ip]).await
-    }
-
-    /// Creates Node `name` with an InternalIP for each of `ips` (the first is the primary, as
-    /// a kubelet lists them: one per family on a dual-stack node) and a Ready condition.
-    pub async fn create_with_ips(env: &TestEnv, name: &str, ips: &[&str]) -> TestNode {
-        let nodes = Api::<Node>::all(env.client().await);
-        let node: Node = serde_json::from_value(json!({
-            "metadata": {
-                "name": name,
-                "labels": { "kubernetes.io/hostname": name, "kube-proxy-rs.test/owner": "testenv" }
-            }
-        }))
-        .unwrap();
-        nodes
-            .create(&PostParams::default(), &node)
-            .await
-            .unwrap_or_else(|e| panic!("create node {name}: {e}"));
-        // Built before the patch, so that the guard deletes the Node even if
-        // the patch fails.
-        let guard = TestNode {
-            name: name.to_owned(),
-            env: env.clone(),
-        };
-        let now = rfc3339_now();
-        let mut addresses: Vec<serde_json::Value> = ips
-            .iter()
-            .map(|ip| json!({ "type": "InternalIP", "address": ip }))
-            .collect();
-        addresses.push(json!({ "type": "Hostname", "address": name }));
-        let status = json!({ "status": {
-            "addresses": addresses,
-            "conditions": [{
-                "type": "Ready", "status": "True", "reason": "KubeletReady",
-                "lastHeartbeatTime": now, "lastTransitionTime": now
-            }]
-        }});
-        nodes
-            .patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
-            .await
-            .unwrap_or_else(|e| panic!("patch status of node {name}: {e}"));
-        guard
-    }
-}
-
-impl Drop for TestNode {
-    fn drop(&mut self) {
-        delete_on_own_runtime(
-            &self.env,
-            format!("node {}", self.name),
-            DeleteNode(self.name.clone()),
-        );
-    }
-}
-
-/// The current time in whole seconds, RFC 3339, as the API wants it.
-pub fn rfc3339_now() -> String {
-    let now = k8s_openapi::jiff::Timestamp::now().as_second();
-    k8s_openapi::jiff::Timestamp::from_second(now)
-        .expect("timestamp")
-        .to_string()
 }
 
 /// Polls `f` until it returns `Some`, or panics after `timeout` with `what`

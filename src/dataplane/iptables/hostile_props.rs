@@ -13,7 +13,7 @@ use super::render::from_scratch;
 use super::ruleset::Table;
 use super::{ModeConfig, plan_all};
 use crate::cluster::model::ServiceKey;
-use crate::dataplane::nftables::plan::fixtures::{Svc, node, snapshot, svc};
+use crate::testing::snapshots::{Svc, node, snapshot, svc};
 
 /// Strings built to break out of quoting or add rules, plus arbitrary unicode.
 fn hostile() -> impl Strategy<Value = String> {

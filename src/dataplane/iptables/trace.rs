@@ -202,7 +202,7 @@ mod tests {
     use crate::cluster::IpFamily;
     use crate::dataplane::iptables::golden_tests::settings;
     use crate::dataplane::iptables::plan::plan;
-    use crate::dataplane::nftables::plan::fixtures::{Svc, ip, node, snapshot, svc};
+    use crate::testing::snapshots::{Svc, ip, node, snapshot, svc};
 
     const NODE: &str = "10.0.0.11";
     const POD: &str = "10.244.1.7";

@@ -8,10 +8,10 @@ use super::*;
 use crate::cluster::IpFamily;
 use crate::cluster::Protocol;
 use crate::dataplane::nftables::mode_config::ModeConfig;
-use crate::dataplane::nftables::plan::fixtures::{Svc, node, snapshot, svc};
 use crate::dataplane::nftables::plan::plan;
 use crate::dataplane::nftables::ruleset::{Chain, Data, Set, Verdict};
 use crate::dataplane::node::{DetectLocal, NodePolicy};
+use crate::testing::snapshots::{Svc, node, snapshot, svc};
 
 /// Applies a transaction as the kernel would, refusing what it would refuse.
 fn apply(r: &mut Ruleset, t: &Transaction) -> Result<(), String> {

@@ -6,9 +6,9 @@ use proptest::prelude::*;
 
 use super::golden_tests::nft_check;
 use super::mode_config::ModeConfig;
-use super::plan::fixtures::{Svc, node, snapshot, svc};
 use super::{plan_all, render_from_scratch};
 use crate::cluster::model::ServiceKey;
+use crate::testing::snapshots::{Svc, node, snapshot, svc};
 
 /// Strings built to break out of quoting or add statements, plus arbitrary unicode.
 fn hostile() -> impl Strategy<Value = String> {

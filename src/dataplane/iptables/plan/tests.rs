@@ -6,8 +6,8 @@ use crate::dataplane::iptables::mode_config::ModeConfig;
 use crate::dataplane::iptables::names::{self as n, ChainName, PortChain};
 use crate::dataplane::iptables::render::rule_words;
 use crate::dataplane::iptables::ruleset::{Ruleset, Table};
-use crate::dataplane::nftables::plan::fixtures::{Svc, node, snapshot, svc};
 use crate::dataplane::node::NodePolicy;
+use crate::testing::snapshots::{Svc, node, snapshot, svc};
 
 fn v4(services: Vec<Svc>) -> (Snapshot, Ruleset) {
     v4_with(services, &ModeConfig::default())

@@ -27,8 +27,6 @@ mod service;
 mod skeleton;
 
 #[cfg(test)]
-pub(crate) mod fixtures;
-#[cfg(test)]
 mod planner_props;
 #[cfg(test)]
 mod tests;

@@ -4,12 +4,12 @@
 use std::collections::BTreeSet;
 use std::net::IpAddr;
 
-use super::fixtures::{Svc, ip, node, snapshot, svc};
 use super::*;
 use crate::cluster::Protocol;
 use crate::config::NodePortAddresses;
 use crate::dataplane::nftables::trace::{self, Fate, Origin, Packet, Trace};
 use crate::dataplane::node::{DetectLocal, IfName, NodePolicy};
+use crate::testing::snapshots::{Svc, ip, node, snapshot, svc};
 
 const POD: &str = "10.244.1.5";
 const REMOTE_POD: &str = "10.244.2.5";

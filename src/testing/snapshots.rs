@@ -1,14 +1,16 @@
 //! Snapshots for planner, trace and diff tests, built directly from the model (the tracker has
-//! its own tests), with endpoint selection done by the real `topology::select`.
+//! its own tests): service ports under construction ([`Svc`]), the node the tests run on, and the
+//! snapshot of both, with endpoint selection done by the real `topology::select` (through
+//! [`synthetic::state`], the same as the benches' clusters).
 
 use std::net::IpAddr;
 use std::sync::Arc;
 
+use super::synthetic;
 use crate::cluster::model::{
     Endpoint, FamilyView, IpFamily, NodeAddress, NodeContext, Protocol, ServiceKey, ServicePort,
-    ServicePortName, ServicePortState, ServiceType, Snapshot, TrafficPolicy,
+    ServicePortName, ServiceType, Snapshot, TrafficPolicy,
 };
-use crate::cluster::topology::{self, Features};
 
 /// The node the tests run on: `node-a`, 10.0.0.11 / fd00::11, pods in 10.244.1.0/24.
 pub fn node() -> NodeContext {
@@ -45,23 +47,13 @@ pub struct Svc {
 /// `ns/name` port `port` (TCP, unnamed) on `cluster_ip`.
 pub fn svc(ns_name: &str, cluster_ip: &str, port: u16) -> Svc {
     let (ns, name) = ns_name.split_once('/').unwrap();
+    let name = ServicePortName {
+        service: ServiceKey::new(ns, name),
+        port: "".into(),
+        protocol: Protocol::Tcp,
+    };
     Svc {
-        port: ServicePort {
-            name: ServicePortName {
-                service: ServiceKey::new(ns, name),
-                port: "".into(),
-                protocol: Protocol::Tcp,
-            },
-            service_type: ServiceType::ClusterIP,
-            port,
-            node_port: None,
-            affinity_timeout_seconds: None,
-            internal_policy: TrafficPolicy::Cluster,
-            external_policy: TrafficPolicy::Cluster,
-            health_check_node_port: None,
-            traffic_distribution: None,
-            allocate_load_balancer_node_ports: true,
-        },
+        port: synthetic::cluster_ip_port(name, port),
         cluster_ip: ip(cluster_ip),
         external_ips: vec![],
         lb_ips: vec![],
@@ -138,7 +130,7 @@ pub fn snapshot(node: NodeContext, services: Vec<Svc>) -> Snapshot {
     let mut ports = std::collections::BTreeMap::new();
     for s in services {
         let family = IpFamily::of(&s.cluster_ip);
-        let mut endpoints: Vec<Endpoint> = s
+        let endpoints: Vec<Endpoint> = s
             .endpoints
             .into_iter()
             .filter(|e| IpFamily::of(&e.ip) == family)
@@ -147,8 +139,7 @@ pub fn snapshot(node: NodeContext, services: Vec<Svc>) -> Snapshot {
                 e
             })
             .collect();
-        endpoints.sort_by_key(|e| (e.ip, e.port));
-        let mut view = FamilyView {
+        let view = FamilyView {
             family,
             cluster_ip: s.cluster_ip,
             external_ips: s.external_ips,
@@ -157,21 +148,7 @@ pub fn snapshot(node: NodeContext, services: Vec<Svc>) -> Snapshot {
             endpoints,
             selection: Default::default(),
         };
-        let accessible = view.externally_accessible(&s.port);
-        view.selection = topology::select(
-            &view.endpoints,
-            &s.port,
-            accessible,
-            &node,
-            Features::default(),
-        );
-        ports.insert(
-            s.port.name.clone(),
-            Arc::new(ServicePortState {
-                port: s.port,
-                families: vec![view],
-            }),
-        );
+        ports.insert(s.port.name.clone(), synthetic::state(s.port, view, &node));
     }
     Snapshot {
         node: Arc::new(node),

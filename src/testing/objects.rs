@@ -1,8 +1,8 @@
-//! Builders for Services, EndpointSlices and Nodes in unit tests: short to write, complete enough
-//! to pass the tracker's checks, and changeable with plain field access afterwards.
+//! Builders for Services, EndpointSlices and Nodes in unit tests, and the source events that
+//! carry them: short to write, complete enough to pass the tracker's checks, and changeable with
+//! plain field access afterwards.
 
 use std::collections::BTreeMap;
-use std::path::Path;
 
 use k8s_openapi::api::core::v1::{
     ClientIPConfig, LoadBalancerIngress, LoadBalancerStatus, Node, NodeAddress, NodeSpec,
@@ -257,27 +257,4 @@ pub fn deleted_service(s: Service) -> Event {
 }
 pub fn listed(kind: Kind, objects: Vec<Object>) -> Event {
     Event::Listed(kind, objects)
-}
-
-/// Compares `got` with the golden file at `path` byte for byte; `UPDATE_GOLDENS=1` rewrites the
-/// file instead (review the diff like code).
-pub fn check_golden(path: &Path, got: &str) {
-    #[allow(clippy::disallowed_methods)] // test-only switch for rewriting goldens
-    let update = std::env::var("UPDATE_GOLDENS").is_ok_and(|v| v == "1");
-    if update {
-        #[allow(clippy::disallowed_methods)] // test-only golden rewrite
-        std::fs::write(path, got).expect("write golden");
-        return;
-    }
-    let want = std::fs::read_to_string(path).unwrap_or_else(|e| {
-        panic!(
-            "{}: {e}; run with UPDATE_GOLDENS=1 to create it",
-            path.display()
-        )
-    });
-    assert!(
-        got == want,
-        "{} differs from the golden; rerun with UPDATE_GOLDENS=1 and review:\n{got}",
-        path.display()
-    );
 }

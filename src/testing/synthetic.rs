@@ -1,11 +1,17 @@
-//! A synthetic cluster for the planner benches and the kernel timing examples: N ClusterIP
-//! Services (TCP 80 → 8080) × M ready endpoints spread over 100 nodes, IPv4, already turned
-//! into a tracker [`Snapshot`], so a bench times the dataplane alone. Shared by
-//! `benches/{nftables,iptables}.rs` and `examples/iptables_apply.rs` through `#[path]`.
+//! Service port states built straight from the model, skipping the API objects and the tracker
+//! (which have tests of their own), with endpoint selection done by the real
+//! `topology::select`: one plain ClusterIP port at a time ([`cluster_ip_port`], [`state`]), or a
+//! whole synthetic cluster of N ClusterIP Services (TCP 80 → 8080) × M ready endpoints spread
+//! over 100 nodes, IPv4, as a snapshot ([`Synthetic`]), so a bench times the dataplane alone.
+//!
+//! Written against the public API only (`kube_proxy_rs::…`), because benches, examples and
+//! integration tests include this very file with `#[path]` (`benches/support/planner_bench.rs`,
+//! `examples/*_apply.rs`, `tests/{iptables,nftables}_apply.rs`) and the crate's unit tests build
+//! their snapshots on it (`testing::snapshots`): one copy, and none of it in the library.
 
 #![allow(
     dead_code,
-    reason = "each bench or example that includes it uses a part"
+    reason = "each bench, example or test that includes it uses a part"
 )]
 
 use std::collections::BTreeMap;
@@ -16,6 +22,41 @@ use kube_proxy_rs::cluster::model::{
     ServicePortName, ServicePortState, ServiceType, Snapshot, TrafficPolicy,
 };
 use kube_proxy_rs::cluster::topology::{self, Features};
+
+/// What the tracker makes of a plain `type: ClusterIP` port: every policy `Cluster`, no node
+/// port, no affinity, no topology.
+pub fn cluster_ip_port(name: ServicePortName, port: u16) -> ServicePort {
+    ServicePort {
+        name,
+        service_type: ServiceType::ClusterIP,
+        port,
+        node_port: None,
+        affinity_timeout_seconds: None,
+        internal_policy: TrafficPolicy::Cluster,
+        external_policy: TrafficPolicy::Cluster,
+        health_check_node_port: None,
+        traffic_distribution: None,
+        allocate_load_balancer_node_ports: true,
+    }
+}
+
+/// Chooses `view`'s endpoints for each kind of traffic again, as the tracker does after any
+/// change to them (default features).
+pub fn select(view: &mut FamilyView, port: &ServicePort, node: &NodeContext) {
+    let accessible = view.externally_accessible(port);
+    view.selection = topology::select(&view.endpoints, port, accessible, node, Features::default());
+}
+
+/// `port` with its one family `view`: endpoints in the tracker's order (by address and port),
+/// then selected for `node`.
+pub fn state(port: ServicePort, mut view: FamilyView, node: &NodeContext) -> Arc<ServicePortState> {
+    view.endpoints.sort_by_key(|e| (e.ip, e.port));
+    select(&mut view, &port, node);
+    Arc::new(ServicePortState {
+        port,
+        families: vec![view],
+    })
+}
 
 /// Nodes the endpoints are spread over; this node (`node-0`) holds every 100th.
 const NODES: usize = 100;
@@ -70,22 +111,13 @@ impl Synthetic {
         }
     }
 
+    /// Service `i`'s one port and its endpoints, in no particular order. ClusterIPs count up
+    /// from 10.96.0.1, 250 to a /24, into 10.97.0.0/16 after 64,000 Services.
     fn port(self, i: usize) -> (ServicePort, FamilyView) {
-        let port = ServicePort {
-            name: ServicePortName {
-                service: ServiceKey::new(&format!("ns-{}", i % 100), &format!("svc-{i}")),
-                port: "http".into(),
-                protocol: Protocol::Tcp,
-            },
-            service_type: ServiceType::ClusterIP,
-            port: 80,
-            node_port: None,
-            affinity_timeout_seconds: None,
-            internal_policy: TrafficPolicy::Cluster,
-            external_policy: TrafficPolicy::Cluster,
-            health_check_node_port: None,
-            traffic_distribution: None,
-            allocate_load_balancer_node_ports: true,
+        let name = ServicePortName {
+            service: ServiceKey::new(&format!("ns-{}", i % 100), &format!("svc-{i}")),
+            port: "http".into(),
+            protocol: Protocol::Tcp,
         };
         let endpoints = (0..self.endpoints)
             .map(|e| {
@@ -108,7 +140,7 @@ impl Synthetic {
             .collect();
         let view = FamilyView {
             family: IpFamily::V4,
-            cluster_ip: format!("10.96.{}.{}", i / 250, i % 250 + 1)
+            cluster_ip: format!("10.{}.{}.{}", 96 + i / 64_000, i / 250 % 256, i % 250 + 1)
                 .parse()
                 .unwrap(),
             external_ips: vec![],
@@ -117,15 +149,6 @@ impl Synthetic {
             endpoints,
             selection: Default::default(),
         };
-        (port, view)
+        (cluster_ip_port(name, 80), view)
     }
-}
-
-fn state(port: ServicePort, mut view: FamilyView, node: &NodeContext) -> Arc<ServicePortState> {
-    view.endpoints.sort_by_key(|e| (e.ip, e.port));
-    view.selection = topology::select(&view.endpoints, &port, false, node, Features::default());
-    Arc::new(ServicePortState {
-        port,
-        families: vec![view],
-    })
 }
