@@ -12,64 +12,29 @@ use super::netns::Netns;
 use super::render::from_scratch;
 use super::ruleset::Table;
 use super::{ModeConfig, plan_all};
-use crate::cluster::model::ServiceKey;
-use crate::testing::snapshots::{Svc, node, snapshot, svc};
+use crate::testing::hostile::{self, services};
+use crate::testing::snapshots::{node, snapshot};
 
-/// Strings built to break out of quoting or add rules, plus arbitrary unicode.
+/// Strings built to break out of iptables-restore's quoting or add rules, and the shared ones.
 fn hostile() -> impl Strategy<Value = String> {
-    prop_oneof![
-        Just("x\" -j ACCEPT\n-A INPUT -j DROP\n#".to_string()),
-        Just("a\nCOMMIT\n*filter\n-F\n".to_string()),
-        Just("\\\"\\n\u{0}\u{202e}'$(reboot)".to_string()),
-        Just("é".repeat(300)),
-        ".{0,120}",
-    ]
+    hostile::names(
+        vec![
+            "x\" -j ACCEPT\n-A INPUT -j DROP\n#".to_string(),
+            "a\nCOMMIT\n*filter\n-F\n".to_string(),
+            "\\\"\\n\u{0}\u{202e}'$(reboot)".to_string(),
+        ],
+        120,
+    )
 }
 
-fn services(names: &[String]) -> Vec<Svc> {
-    names
-        .iter()
-        .enumerate()
-        .map(|(i, name)| {
-            let mut s = svc("ns/placeholder", &format!("10.96.0.{}", i + 1), 80)
-                .node_port(30000 + i as u16)
-                .lb(&format!("192.0.2.{}", i + 1))
-                .range("198.51.100.0/24")
-                .ep(&format!("10.244.1.{}", i + 2), 8080, "node-a")
-                .ep(&format!("10.244.2.{}", i + 2), 8080, "node-b");
-            if i % 2 == 0 {
-                s = s.affinity(30).external_local();
-            }
-            s.port.name.service = ServiceKey::new(name, name);
-            s.port.name.port = name.as_str().into();
-            s
-        })
-        .collect()
-}
-
-/// The input's lines with comment contents blanked and hashed chain-name parts replaced by
-/// `H`, sorted (hashes decide chain order): what must not depend on names.
+/// The input's lines with comment contents blanked and hashed chain-name parts replaced by `H`.
 fn shape(input: &str) -> Vec<String> {
-    let mut lines: Vec<String> = input
-        .lines()
-        .map(|line| {
-            let mut out = String::new();
-            let mut rest = line;
-            while let Some(at) = rest.find("--comment \"") {
-                out.push_str(&rest[..at + 11]);
-                let after = &rest[at + 11..];
-                let end = after.find('"').expect("comments are closed on their line");
-                out.push('"');
-                rest = &after[end + 1..];
-            }
-            out.push_str(rest);
-            unhash(&out)
-        })
-        .collect();
-    lines.sort();
-    lines
+    hostile::shape(input, |line| {
+        unhash(&hostile::blank_comments(line, "--comment \""))
+    })
 }
 
+/// Replaces the 16-character hash of upstream's per-service chain names with `H`.
 fn unhash(line: &str) -> String {
     let mut out = String::new();
     let mut rest = line;

@@ -7,63 +7,27 @@ use proptest::prelude::*;
 use super::golden_tests::nft_check;
 use super::mode_config::ModeConfig;
 use super::{plan_all, render_from_scratch};
-use crate::cluster::model::ServiceKey;
-use crate::testing::snapshots::{Svc, node, snapshot, svc};
+use crate::testing::hostile::{self, services};
+use crate::testing::snapshots::{node, snapshot};
 
-/// Strings built to break out of quoting or add statements, plus arbitrary unicode.
+/// Strings built to break out of nft's quoting or add statements, and the shared ones.
 fn hostile() -> impl Strategy<Value = String> {
-    prop_oneof![
-        Just("x\" ; flush ruleset ; add rule ip t c accept comment \"".to_string()),
-        Just("a\nadd table ip evil\n".to_string()),
-        Just("}} ; delete table ip kube-proxy-rs ; {{".to_string()),
-        Just("\\\"\\n\u{0}\u{202e}#".to_string()),
-        Just("é".repeat(300)),
-        ".{0,200}",
-    ]
+    hostile::names(
+        vec![
+            "x\" ; flush ruleset ; add rule ip t c accept comment \"".to_string(),
+            "a\nadd table ip evil\n".to_string(),
+            "}} ; delete table ip kube-proxy-rs ; {{".to_string(),
+            "\\\"\\n\u{0}\u{202e}#".to_string(),
+        ],
+        200,
+    )
 }
 
-fn services(names: &[String]) -> Vec<Svc> {
-    names
-        .iter()
-        .enumerate()
-        .map(|(i, name)| {
-            let mut s = svc("ns/placeholder", &format!("10.96.0.{}", i + 1), 80)
-                .node_port(30000 + i as u16)
-                .lb(&format!("192.0.2.{}", i + 1))
-                .range("198.51.100.0/24")
-                .ep(&format!("10.244.1.{}", i + 2), 8080, "node-a")
-                .ep(&format!("10.244.2.{}", i + 2), 8080, "node-b");
-            if i % 2 == 0 {
-                s = s.affinity(30).external_local();
-            }
-            s.port.name.service = ServiceKey::new(name, name);
-            s.port.name.port = name.as_str().into();
-            s
-        })
-        .collect()
-}
-
-/// The script's lines with every comment's content blanked and every hashed name part replaced
-/// by `H`, sorted (hashes decide the order of affinity objects): what must not depend on names.
+/// A script's lines with comment contents blanked and hashed name parts replaced by `H`.
 fn shape(script: &str) -> Vec<String> {
-    let mut lines: Vec<String> = script
-        .lines()
-        .map(|line| {
-            let mut out = String::new();
-            let mut rest = line;
-            while let Some(at) = rest.find("comment \"") {
-                out.push_str(&rest[..at + 9]);
-                let after = &rest[at + 9..];
-                let end = after.find('"').expect("comments are closed on their line");
-                out.push('"');
-                rest = &after[end + 1..];
-            }
-            out.push_str(rest);
-            unhash(&out)
-        })
-        .collect();
-    lines.sort();
-    lines
+    hostile::shape(script, |line| {
+        unhash(&hostile::blank_comments(line, "comment \""))
+    })
 }
 
 /// Replaces the 16-hex-digit hashes after `affinity-` and `-` in derived names with `H`.
