@@ -1,30 +1,80 @@
 //! Hostile input for every mode's property tests: service ports whose names an attacker chose,
 //! and how to compare a rule file made from them with the same file made from benign names.
 //!
-//! Each mode adds the strings built against its own rule language (`hostile_props.rs` in the
-//! mode); what is the same for every mode is here: arbitrary unicode and long names, the
-//! service ports that carry the names into every kind of frontend, and blanking the parts of a
-//! line that may depend on a name (comment text, hashed name parts).
+//! Every mode's `hostile_props.rs` plans these, renders them and checks the result with its own
+//! tool; what they share is here: the strings built against each rule language ([`NFT`],
+//! [`IPTABLES_RESTORE`]) beside long and arbitrary unicode names, the service ports that carry
+//! the names into every kind of frontend, and blanking what may depend on a name (comment text;
+//! the mode unhashes its own names).
 
 use proptest::prelude::*;
 
 use super::snapshots::{Svc, svc};
 use crate::cluster::model::ServiceKey;
 
-/// Strings every mode must survive: `specific` (built against its own quoting), then long
-/// non-ASCII text and arbitrary unicode up to `max_len` characters.
-pub fn names(specific: Vec<String>, max_len: usize) -> impl Strategy<Value = String> {
-    let fixed: Vec<BoxedStrategy<String>> = specific
-        .into_iter()
-        .chain(["é".repeat(300)])
-        .map(|s| Just(s).boxed())
-        .chain(
-            [proptest::string::string_regex(&format!(".{{0,{max_len}}}"))
-                .expect("a valid pattern")
-                .boxed()],
-        )
-        .collect();
-    proptest::strategy::Union::new(fixed)
+/// A rule language, as hostile-name tests need it.
+pub struct Language {
+    /// Strings built to close its quotes, or to add a rule or statement.
+    pub attacks: &'static [&'static str],
+    /// The longest arbitrary name tried.
+    pub max_len: usize,
+    /// What opens a comment's quoted text (ends in `"`).
+    pub comment: &'static str,
+}
+
+/// `nft -f` scripts.
+pub const NFT: Language = Language {
+    attacks: &[
+        "x\" ; flush ruleset ; add rule ip t c accept comment \"",
+        "a\nadd table ip evil\n",
+        "}} ; delete table ip kube-proxy-rs ; {{",
+        "\\\"\\n\u{0}\u{202e}#",
+    ],
+    max_len: 200,
+    comment: "comment \"",
+};
+
+/// `iptables-restore` input.
+pub const IPTABLES_RESTORE: Language = Language {
+    attacks: &[
+        "x\" -j ACCEPT\n-A INPUT -j DROP\n#",
+        "a\nCOMMIT\n*filter\n-F\n",
+        "\\\"\\n\u{0}\u{202e}'$(reboot)",
+    ],
+    max_len: 120,
+    comment: "--comment \"",
+};
+
+impl Language {
+    /// Names to try: the attacks, long non-ASCII text, and arbitrary unicode up to `max_len`
+    /// characters.
+    pub fn names(&self) -> impl Strategy<Value = String> + use<> {
+        let fixed: Vec<BoxedStrategy<String>> = self
+            .attacks
+            .iter()
+            .map(|s| s.to_string())
+            .chain(["é".repeat(300)])
+            .map(|s| Just(s).boxed())
+            .chain([
+                proptest::string::string_regex(&format!(".{{0,{}}}", self.max_len))
+                    .expect("a valid pattern")
+                    .boxed(),
+            ])
+            .collect();
+        proptest::strategy::Union::new(fixed)
+    }
+
+    /// The lines of `script` with comment text blanked and each line through `unhash`
+    /// (hashed name parts), sorted (hashes of names decide the order of hashed objects): what
+    /// must not depend on names.
+    pub fn shape(&self, script: &str, unhash: impl Fn(&str) -> String) -> Vec<String> {
+        let mut lines: Vec<String> = script
+            .lines()
+            .map(|line| unhash(&blank_comments(line, self.comment)))
+            .collect();
+        lines.sort();
+        lines
+    }
 }
 
 /// One service port per name, named `name/name:name`, with every kind of frontend (ClusterIP,
@@ -65,14 +115,6 @@ pub fn blank_comments(line: &str, opener: &str) -> String {
     }
     out.push_str(rest);
     out
-}
-
-/// The lines of `script`, each through `line`, sorted (hashes of names decide the order of
-/// hashed objects): what must not depend on names.
-pub fn shape(script: &str, line: impl Fn(&str) -> String) -> Vec<String> {
-    let mut lines: Vec<String> = script.lines().map(line).collect();
-    lines.sort();
-    lines
 }
 
 #[cfg(test)]

@@ -15,25 +15,6 @@ use super::{ModeConfig, plan_all};
 use crate::testing::hostile::{self, services};
 use crate::testing::snapshots::{node, snapshot};
 
-/// Strings built to break out of iptables-restore's quoting or add rules, and the shared ones.
-fn hostile() -> impl Strategy<Value = String> {
-    hostile::names(
-        vec![
-            "x\" -j ACCEPT\n-A INPUT -j DROP\n#".to_string(),
-            "a\nCOMMIT\n*filter\n-F\n".to_string(),
-            "\\\"\\n\u{0}\u{202e}'$(reboot)".to_string(),
-        ],
-        120,
-    )
-}
-
-/// The input's lines with comment contents blanked and hashed chain-name parts replaced by `H`.
-fn shape(input: &str) -> Vec<String> {
-    hostile::shape(input, |line| {
-        unhash(&hostile::blank_comments(line, "--comment \""))
-    })
-}
-
 /// Replaces the 16-character hash of upstream's per-service chain names with `H`.
 fn unhash(line: &str) -> String {
     let mut out = String::new();
@@ -74,37 +55,44 @@ fn hostile_names_cannot_add_rules_or_chains() {
     });
     let cfg = ModeConfig::default();
     runner
-        .run(&proptest::collection::vec(hostile(), 1..4), |mut names| {
-            // Equal names are one service port; the benign twin must have as many.
-            names.sort();
-            names.dedup();
-            let hostile = plan_all(&snapshot(node(), services(&names)), &cfg);
-            let benign_names: Vec<String> = (0..names.len()).map(|i| format!("svc{i}")).collect();
-            let benign = plan_all(&snapshot(node(), services(&benign_names)), &cfg);
-            let r = &hostile[0];
-            let input = from_scratch(r);
-            prop_assert_eq!(shape(&input), shape(&from_scratch(&benign[0])));
+        .run(
+            &proptest::collection::vec(hostile::IPTABLES_RESTORE.names(), 1..4),
+            |mut names| {
+                // Equal names are one service port; the benign twin must have as many.
+                names.sort();
+                names.dedup();
+                let hostile = plan_all(&snapshot(node(), services(&names)), &cfg);
+                let benign_names: Vec<String> =
+                    (0..names.len()).map(|i| format!("svc{i}")).collect();
+                let benign = plan_all(&snapshot(node(), services(&benign_names)), &cfg);
+                let r = &hostile[0];
+                let input = from_scratch(r);
+                prop_assert_eq!(
+                    hostile::IPTABLES_RESTORE.shape(&input, unhash),
+                    hostile::IPTABLES_RESTORE.shape(&from_scratch(&benign[0]), unhash)
+                );
 
-            let ns = Netns::new();
-            let (ok, _, err) = ns.run("iptables-nft-restore", &["--noflush"], Some(&input));
-            prop_assert!(ok, "restore refused: {}", err);
-            let (ok, saved, err) = ns.run("iptables-nft-save", &[], None);
-            prop_assert!(ok, "save failed: {}", err);
-            let tables = adopt::parse(&saved);
-            for table in Table::ALL {
-                let planned = r.table(table);
-                let got = tables.get(&table).cloned().unwrap_or_default();
-                let builtin = |c: &str| c.chars().all(|ch| ch.is_ascii_uppercase());
-                let ours: Vec<&String> = got.chains.iter().filter(|c| !builtin(c)).collect();
-                let names: Vec<&str> = r.chains(table).map(|(n, _)| n.as_str()).collect();
-                prop_assert_eq!(ours.len(), names.len(), "chains in {:?}", table);
-                for c in ours {
-                    prop_assert!(names.contains(&c.as_str()), "unplanned chain {}", c);
+                let ns = Netns::new();
+                let (ok, _, err) = ns.run("iptables-nft-restore", &["--noflush"], Some(&input));
+                prop_assert!(ok, "restore refused: {}", err);
+                let (ok, saved, err) = ns.run("iptables-nft-save", &[], None);
+                prop_assert!(ok, "save failed: {}", err);
+                let tables = adopt::parse(&saved);
+                for table in Table::ALL {
+                    let planned = r.table(table);
+                    let got = tables.get(&table).cloned().unwrap_or_default();
+                    let builtin = |c: &str| c.chars().all(|ch| ch.is_ascii_uppercase());
+                    let ours: Vec<&String> = got.chains.iter().filter(|c| !builtin(c)).collect();
+                    let names: Vec<&str> = r.chains(table).map(|(n, _)| n.as_str()).collect();
+                    prop_assert_eq!(ours.len(), names.len(), "chains in {:?}", table);
+                    for c in ours {
+                        prop_assert!(names.contains(&c.as_str()), "unplanned chain {}", c);
+                    }
+                    let want = r.rule_count(table) + planned.jumps.len();
+                    prop_assert_eq!(got.rules.len(), want, "rules in {:?}", table);
                 }
-                let want = r.rule_count(table) + planned.jumps.len();
-                prop_assert_eq!(got.rules.len(), want, "rules in {:?}", table);
-            }
-            Ok(())
-        })
+                Ok(())
+            },
+        )
         .unwrap();
 }

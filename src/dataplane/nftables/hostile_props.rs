@@ -10,26 +10,6 @@ use super::{plan_all, render_from_scratch};
 use crate::testing::hostile::{self, services};
 use crate::testing::snapshots::{node, snapshot};
 
-/// Strings built to break out of nft's quoting or add statements, and the shared ones.
-fn hostile() -> impl Strategy<Value = String> {
-    hostile::names(
-        vec![
-            "x\" ; flush ruleset ; add rule ip t c accept comment \"".to_string(),
-            "a\nadd table ip evil\n".to_string(),
-            "}} ; delete table ip kube-proxy-rs ; {{".to_string(),
-            "\\\"\\n\u{0}\u{202e}#".to_string(),
-        ],
-        200,
-    )
-}
-
-/// A script's lines with comment contents blanked and hashed name parts replaced by `H`.
-fn shape(script: &str) -> Vec<String> {
-    hostile::shape(script, |line| {
-        unhash(&hostile::blank_comments(line, "comment \""))
-    })
-}
-
 /// Replaces the 16-hex-digit hashes after `affinity-` and `-` in derived names with `H`.
 fn unhash(line: &str) -> String {
     let mut out = String::new();
@@ -62,7 +42,7 @@ proptest! {
 
     #[test]
     fn hostile_names_cannot_add_statements_or_break_the_script(
-        names in prop::collection::vec(hostile(), 1..5)
+        names in prop::collection::vec(hostile::NFT.names(), 1..5)
     ) {
         let benign: Vec<String> = (0..names.len()).map(|i| format!("svc{i}")).collect();
         let cfg = ModeConfig::default();
@@ -71,7 +51,7 @@ proptest! {
             let bad_script = render_from_scratch(&plan_all(&snapshot(node(), services(std::slice::from_ref(bad))), &cfg));
             let good_script = render_from_scratch(&plan_all(&snapshot(node(), services(std::slice::from_ref(good))), &cfg));
             prop_assert_eq!(bad_script.lines().count(), good_script.lines().count());
-            prop_assert!(shape(&bad_script) == shape(&good_script), "statements differ for {:?}", bad);
+            prop_assert!(hostile::NFT.shape(&bad_script, unhash) == hostile::NFT.shape(&good_script, unhash), "statements differ for {:?}", bad);
         }
         let all = render_from_scratch(&plan_all(&snapshot(node(), services(&names)), &cfg));
         if let Err(e) = nft_check(&all) {
