@@ -93,6 +93,24 @@ impl NetNs {
         }
     }
 
+    /// [`NetNs::try_output`] with `input` on the command's stdin: a refusal is what some tests
+    /// look for.
+    pub fn try_output_fed(
+        &self,
+        program: &str,
+        args: &[&str],
+        input: &str,
+    ) -> Result<String, String> {
+        let mut cmd = self.command(program);
+        cmd.args(args);
+        let out = output_with_stdin(&mut cmd, input);
+        if out.status.success() {
+            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        } else {
+            Err(String::from_utf8_lossy(&out.stderr).into_owned())
+        }
+    }
+
     pub fn exists(name: &str) -> bool {
         Path::new("/var/run/netns").join(name).exists()
     }

@@ -6,12 +6,12 @@
 use std::path::{Path, PathBuf};
 
 use super::mode_config::ModeConfig;
-use super::netns::Netns;
 use super::ruleset::Ruleset;
 use super::{plan_all, render};
 use crate::cli::load_manifests;
 use crate::cluster::{Features, IpFamily};
 use crate::config;
+use crate::testing::netns::NetNs;
 
 fn testdata(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -26,20 +26,20 @@ fn rulesets(node: &str, cfg: &ModeConfig) -> [Ruleset; 2] {
 }
 
 /// Runs `<family>-nft-restore --test --noflush` on `input` in `ns`; the tool's error on refusal.
-pub(super) fn restore_test(ns: &Netns, family: IpFamily, input: &str) -> Result<(), String> {
+pub(super) fn restore_test(ns: &NetNs, family: IpFamily, input: &str) -> Result<(), String> {
     let tool = match family {
         IpFamily::V4 => "iptables-nft-restore",
         IpFamily::V6 => "ip6tables-nft-restore",
     };
-    let (ok, _, err) = ns.run(tool, &["--test", "--noflush"], Some(input));
-    if ok { Ok(()) } else { Err(err) }
+    ns.try_output_fed(tool, &["--test", "--noflush"], input)
+        .map(drop)
 }
 
 fn golden(node: &str, cfg: &ModeConfig, name: &str) {
     let rules = rulesets(node, cfg);
     let got = super::render_from_scratch(&rules);
     crate::testing::check_golden(&testdata(name), &got);
-    let ns = Netns::new();
+    let ns = NetNs::new("kprs-ipt");
     for r in &rules {
         if let Err(e) = restore_test(&ns, r.family, &render::from_scratch(r)) {
             panic!("restore --test refused {name} ({:?}):\n{e}", r.family);

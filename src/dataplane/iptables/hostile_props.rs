@@ -8,11 +8,11 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 
 use super::adopt;
-use super::netns::Netns;
 use super::render::from_scratch;
 use super::ruleset::Table;
 use super::{ModeConfig, plan_all};
 use crate::testing::hostile::{self, services};
+use crate::testing::netns::NetNs;
 use crate::testing::snapshots::{node, snapshot};
 
 /// Replaces the 16-character hash of upstream's per-service chain names with `H`.
@@ -72,11 +72,12 @@ fn hostile_names_cannot_add_rules_or_chains() {
                     hostile::IPTABLES_RESTORE.shape(&from_scratch(&benign[0]), unhash)
                 );
 
-                let ns = Netns::new();
-                let (ok, _, err) = ns.run("iptables-nft-restore", &["--noflush"], Some(&input));
-                prop_assert!(ok, "restore refused: {}", err);
-                let (ok, saved, err) = ns.run("iptables-nft-save", &[], None);
-                prop_assert!(ok, "save failed: {}", err);
+                let ns = NetNs::new("kprs-ipt");
+                ns.try_output_fed("iptables-nft-restore", &["--noflush"], &input)
+                    .map_err(|e| TestCaseError::fail(format!("restore refused: {e}")))?;
+                let saved = ns
+                    .try_output("iptables-nft-save", &[])
+                    .map_err(|e| TestCaseError::fail(format!("save failed: {e}")))?;
                 let tables = adopt::parse(&saved);
                 for table in Table::ALL {
                     let planned = r.table(table);

@@ -68,8 +68,6 @@ pub mod trace;
 mod golden_tests;
 #[cfg(test)]
 mod hostile_props;
-#[cfg(test)]
-pub(crate) mod netns;
 
 pub use apply::{IptablesDataplane, NoUsableFamily};
 pub use backend::flavour::{self, Flavour};
