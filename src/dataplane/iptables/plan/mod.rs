@@ -28,8 +28,7 @@ use std::sync::Arc;
 use super::ruleset::{Context, PortRules, Rule, Ruleset, Table};
 use crate::cluster::{IpFamily, NodeContext, Snapshot};
 
-pub use crate::dataplane::node::NodePortMatch;
-use crate::dataplane::node::node_ports;
+use crate::dataplane::node::{NodePortMatch, node_ports};
 
 /// Above this many endpoints (all service ports, this family) per-endpoint comments are left
 /// out, as upstream's "large cluster mode" does: they are a large share of the rule text.

@@ -40,8 +40,7 @@ use super::ruleset::{
 };
 use crate::cluster::{IpFamily, NodeContext, Snapshot};
 
-pub use crate::dataplane::node::NodePortMatch;
-use crate::dataplane::node::node_ports;
+use crate::dataplane::node::{NodePortMatch, node_ports};
 pub use planner::{Planner, Update};
 
 /// The desired table of one family.

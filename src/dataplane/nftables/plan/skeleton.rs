@@ -16,8 +16,7 @@ use crate::dataplane::nftables::ruleset::{
     BaseChain, Chain, ChainType, Comment, CtState, Data, DataKind, Field, Hook, Kind, Match, Set,
     SetDecl, Statement, Tuple, Value, Verdict, priority,
 };
-use crate::dataplane::node::Local;
-use crate::dataplane::node::NodePortMatch;
+use crate::dataplane::node::{Local, NodePortMatch};
 
 /// The key of an address-based frontend: destination . protocol . port.
 pub(super) const IP_KEY: [Field; 3] = [Field::Daddr, Field::L4Proto, Field::Dport];
