@@ -7,6 +7,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod causes;
 pub mod cli;
 pub mod cluster;
 pub mod config;

@@ -5,6 +5,7 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use clap::Parser;
+use kube_proxy_rs::causes;
 use kube_proxy_rs::cli::{self, Cli, Command};
 use kube_proxy_rs::cluster::Features;
 use kube_proxy_rs::config::{self, Config, Flags, LogFormat};
@@ -82,10 +83,12 @@ fn main() -> ExitCode {
     };
     if let Some(format) = plan {
         let loaded = match &config.manifests {
-            Some(dir) => cli::load_manifests(dir, &node_name, features).map_err(|e| chain(&e)),
+            Some(dir) => {
+                cli::load_manifests(dir, &node_name, features).map_err(|e| causes::one_line(&e))
+            }
             None => runtime().and_then(|rt| {
                 rt.block_on(cli::load_cluster(&config.client, &node_name, features))
-                    .map_err(|e| chain(&e))
+                    .map_err(|e| causes::one_line(&e))
             }),
         };
         let loaded = match loaded {
@@ -154,7 +157,7 @@ fn run(config: &Config, node_name: &str, features: Features) -> ExitCode {
         let mut proxy =
             match cli::run::Proxy::build(config, node_name, features, mode.dataplane).await {
                 Ok(p) => p,
-                Err(e) => return fail(chain(&e)),
+                Err(e) => return fail(causes::one_line(&e)),
             };
         if let Some(client) = proxy.client.clone() {
             tokio::spawn(cli::events::follow(
@@ -270,18 +273,6 @@ fn runtime() -> Result<tokio::runtime::Runtime, String> {
         .enable_all()
         .build()
         .map_err(|e| format!("cannot start the runtime: {e}"))
-}
-
-/// An error and its causes on one line, `outer: inner: innermost`.
-fn chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut cause = error.source();
-    while let Some(e) = cause {
-        text.push_str(": ");
-        text.push_str(&e.to_string());
-        cause = e.source();
-    }
-    text
 }
 
 #[allow(clippy::disallowed_methods)] // the one place that writes the requested config file

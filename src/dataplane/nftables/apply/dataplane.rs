@@ -165,20 +165,8 @@ fn sync_error(e: apply::Error) -> SyncError {
         },
         apply::Error::Backend(inner) => SyncError::Io {
             mode: MODE,
-            message: with_causes(&inner),
+            message: crate::causes::one_line(&inner),
             source: None,
         },
     }
-}
-
-/// `error: cause: cause`, on one line.
-fn with_causes(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut cause = error.source();
-    while let Some(c) = cause {
-        text.push_str(": ");
-        text.push_str(&c.to_string());
-        cause = c.source();
-    }
-    text
 }
