@@ -15,6 +15,18 @@ use kube_proxy_rs::dataplane::{self, iptables, nftables};
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// Writes a command's output to stdout. A reader that went away (`| head`, `| grep -q`) ends
+/// the command quietly with success, as Unix tools do, instead of a panic and a backtrace.
+fn emit(text: &str) -> ExitCode {
+    use std::io::Write as _;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+        Err(e) => fail(format!("cannot write the output: {e}")),
+    }
+}
+
 /// One error line and exit code 1, as upstream does for any bad flag or config.
 fn fail(message: impl std::fmt::Display) -> ExitCode {
     eprintln!("error: {message}");
@@ -48,11 +60,14 @@ fn main() -> ExitCode {
         }
     };
     if let Some(style) = flags.version_requested() {
-        println!("kube-proxy-rs v{}", env!("CARGO_PKG_VERSION"));
+        let mut text = format!("kube-proxy-rs v{}\n", env!("CARGO_PKG_VERSION"));
         if style == config::VersionStyle::Raw {
-            println!("rust-version: {}", env!("CARGO_PKG_RUST_VERSION"));
+            text.push_str(&format!(
+                "rust-version: {}\n",
+                env!("CARGO_PKG_RUST_VERSION")
+            ));
         }
-        return ExitCode::SUCCESS;
+        return emit(&text);
     }
     let file_text = match &flags.config {
         Some(path) => match std::fs::read_to_string(path) {
@@ -96,17 +111,15 @@ fn main() -> ExitCode {
             Err(e) => return fail(e),
         };
         let report = cli::plan::report(&loaded.snapshot, &loaded.ignored, &loaded.warnings);
-        print!("{}", cli::render(&report, format));
+        let mut text = cli::render(&report, format);
         if config.mode == config::ProxyMode::Nftables && format == cli::OutputFormat::Table {
             let mode = match nftables::ModeConfig::new(&config) {
                 Ok(m) => m,
                 Err(e) => return fail(e),
             };
             let rulesets = nftables::plan_all(&loaded.snapshot, &mode);
-            print!(
-                "\n# nftables: the ruleset this node would program (nft -f -)\n{}",
-                nftables::render_from_scratch(&rulesets)
-            );
+            text.push_str("\n# nftables: the ruleset this node would program (nft -f -)\n");
+            text.push_str(&nftables::render_from_scratch(&rulesets));
         }
         if config.mode == config::ProxyMode::Iptables && format == cli::OutputFormat::Table {
             let mode = match iptables::ModeConfig::new(&config) {
@@ -114,12 +127,12 @@ fn main() -> ExitCode {
                 Err(e) => return fail(e),
             };
             let rulesets = iptables::plan_all(&loaded.snapshot, &mode);
-            print!(
-                "\n# iptables: the restore input this node would apply on a node without our rules\n{}",
-                iptables::render_from_scratch(&rulesets)
+            text.push_str(
+                "\n# iptables: the restore input this node would apply on a node without our rules\n",
             );
+            text.push_str(&iptables::render_from_scratch(&rulesets));
         }
-        return ExitCode::SUCCESS;
+        return emit(&text);
     }
     run(&config, &node_name, features)
 }

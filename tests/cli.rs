@@ -160,6 +160,28 @@ fn plan_prints_the_golden_report() {
 }
 
 #[test]
+fn plan_into_a_closed_pipe_ends_quietly() {
+    // `plan ... | head` closes the pipe early; here it is closed before plan writes at all.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kube-proxy-rs"))
+        .args([
+            "plan",
+            "--manifests",
+            "examples/cluster",
+            "--hostname-override=node-a",
+            "--proxy-mode=nftables",
+        ])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("the binary runs");
+    drop(child.stdout.take());
+    let out = child.wait_with_output().expect("it ends");
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(!stderr(&out).contains("panicked"), "{}", stderr(&out));
+}
+
+#[test]
 fn plan_without_a_directory_fails_clearly() {
     let out = run(&[
         "plan",
