@@ -313,8 +313,12 @@ fn init_logging(config: &Config) {
         4..=5 => tracing::Level::DEBUG,
         _ => tracing::Level::TRACE,
     };
+    // Colour only for a person at a terminal: a container runtime or `2> file` keeps the bytes
+    // for `kubectl logs` and log pipelines, where escape sequences are noise.
+    let colour = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let builder = tracing_subscriber::fmt()
         .with_max_level(level)
+        .with_ansi(colour)
         .with_writer(std::io::stderr);
     match config.logging.format {
         LogFormat::Json => builder.json().init(),

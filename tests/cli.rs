@@ -160,6 +160,29 @@ fn plan_prints_the_golden_report() {
 }
 
 #[test]
+fn logs_to_a_pipe_carry_no_colour_codes() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config_file(
+        dir.path(),
+        "c.yaml",
+        "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nmode: nftables\n",
+    );
+    let written = dir.path().join("out.yaml").display().to_string();
+    // A flag beside --config is ignored with a warning: a log line, and nothing touches the host.
+    let out = run(&[
+        "--config",
+        &cfg,
+        "--masquerade-all",
+        "--write-config-to",
+        &written,
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let log = stderr(&out);
+    assert!(log.contains("--masquerade-all is ignored"), "{log}");
+    assert!(!log.contains('\u{1b}'), "escape sequences in {log:?}");
+}
+
+#[test]
 fn plan_into_a_closed_pipe_ends_quietly() {
     // `plan ... | head` closes the pipe early; here it is closed before plan writes at all.
     let mut child = Command::new(env!("CARGO_BIN_EXE_kube-proxy-rs"))
