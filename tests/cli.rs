@@ -183,6 +183,34 @@ fn logs_to_a_pipe_carry_no_colour_codes() {
 }
 
 #[test]
+fn plan_help_shows_what_to_plan_before_the_proxy_flags() {
+    let out = run(&["plan", "--help"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let help = String::from_utf8_lossy(&out.stdout).into_owned();
+    let at = |flag: &str| {
+        help.find(flag)
+            .unwrap_or_else(|| panic!("{flag} missing:\n{help}"))
+    };
+    for first in [
+        "--manifests",
+        "--hostname-override",
+        "--output",
+        "--proxy-mode",
+    ] {
+        for later in [
+            "--masquerade-all",
+            "--cluster-cidr",
+            "--healthz-bind-address",
+        ] {
+            assert!(
+                at(first) < at(later),
+                "{first} should come before {later}:\n{help}"
+            );
+        }
+    }
+}
+
+#[test]
 fn plan_into_a_closed_pipe_ends_quietly() {
     // `plan ... | head` closes the pipe early; here it is closed before plan writes at all.
     let mut child = Command::new(env!("CARGO_BIN_EXE_kube-proxy-rs"))

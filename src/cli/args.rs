@@ -22,6 +22,9 @@ pub struct Cli {
     pub command: Option<Command>,
 }
 
+/// The help heading of what `plan` needs first.
+const PLAN_HEADING: &str = "What to plan";
+
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Print every service port with its frontends and the endpoints chosen for cluster, local
@@ -30,13 +33,26 @@ pub enum Command {
     Plan(PlanArgs),
 }
 
+/// `plan`'s flags: what to plan (where the objects come from, for which node, in which mode,
+/// printed how) first under "Options", then every other proxy flag under its own heading, since
+/// they shape the plan as they shape the proxy.
 #[derive(Debug, Args)]
+#[command(
+    mut_arg("manifests", |a| a.help_heading(PLAN_HEADING)),
+    mut_arg("hostname_override", |a| a.help_heading(PLAN_HEADING)),
+    mut_arg("proxy_mode", |a| a.help_heading(PLAN_HEADING)),
+    mut_arg("kubeconfig", |a| a.help_heading(PLAN_HEADING)),
+    mut_arg("config", |a| a.help_heading(PLAN_HEADING))
+)]
 pub struct PlanArgs {
-    #[command(flatten)]
-    pub flags: Flags,
     /// Output format
-    #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
+    #[arg(long, value_enum, default_value_t = OutputFormat::Table, help_heading = PLAN_HEADING)]
     pub output: OutputFormat,
+    #[command(
+        flatten,
+        next_help_heading = "Proxy flags (the plan follows them as the proxy does)"
+    )]
+    pub flags: Flags,
 }
 
 #[cfg(test)]
