@@ -322,6 +322,11 @@ fn init_logging(config: &Config) {
         .with_writer(std::io::stderr);
     match config.logging.format {
         LogFormat::Json => builder.json().init(),
-        _ => builder.init(),
+        LogFormat::Text => builder
+            .event_format(cli::klog::Klog {
+                now: k8s_openapi::jiff::Timestamp::now,
+                pid: std::process::id(),
+            })
+            .init(),
     }
 }

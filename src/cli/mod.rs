@@ -4,6 +4,7 @@
 
 mod args;
 pub mod events;
+pub mod klog;
 pub mod observe;
 pub mod plan;
 pub mod run;
