@@ -160,7 +160,7 @@ fn plan_prints_the_golden_report() {
 }
 
 #[test]
-fn logs_to_a_pipe_carry_no_colour_codes() {
+fn logs_to_a_pipe_are_klog_lines_without_colour_codes() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = config_file(
         dir.path(),
@@ -180,6 +180,21 @@ fn logs_to_a_pipe_carry_no_colour_codes() {
     let log = stderr(&out);
     assert!(log.contains("--masquerade-all is ignored"), "{log}");
     assert!(!log.contains('\u{1b}'), "escape sequences in {log:?}");
+    // klog's shape, as upstream's: `W1202 04:36:03.547810   12375 main.rs:87] "..."`.
+    let line = log.lines().find(|l| l.contains("is ignored")).unwrap();
+    let (head, message) = line.split_once("] ").expect("klog header ends in `] `");
+    let words: Vec<&str> = head.split_whitespace().collect();
+    assert_eq!(words.len(), 4, "{line}");
+    assert!(words[0].starts_with('W') && words[0].len() == 5, "{line}");
+    assert!(
+        words[1].len() == 15 && words[1].as_bytes()[2] == b':',
+        "{line}"
+    );
+    assert!(
+        words[2].parse::<u32>().is_ok() && words[3].contains(".rs:"),
+        "{line}"
+    );
+    assert!(message.starts_with('"'), "{line}");
 }
 
 #[test]
