@@ -55,7 +55,16 @@ impl Lab {
     }
 
     /// Runs `request` from `from` (its `bind` is set for [`From::OtherClient`]).
-    pub async fn probe_with(&self, from: From<'_>, mut request: Request) -> Vec<Outcome> {
+    pub async fn probe_with(&self, from: From<'_>, request: Request) -> Vec<Outcome> {
+        self.attempts(from, request)
+            .await
+            .into_iter()
+            .map(|a| a.reply.ok_or_else(|| a.error.unwrap_or_default()))
+            .collect()
+    }
+
+    /// Runs `request` from `from`: every attempt with what it got and how long it took.
+    pub async fn attempts(&self, from: From<'_>, mut request: Request) -> Vec<Attempt> {
         if matches!(from, From::OtherClient) {
             request.bind = Some(IpAddr::V4(OTHER_CLIENT_IP));
         }
@@ -78,13 +87,10 @@ impl Lab {
             .await
             .expect("run probe");
         let stdout = String::from_utf8_lossy(&out.stdout);
-        let attempts: Vec<Outcome> = stdout
+        let attempts: Vec<Attempt> = stdout
             .lines()
             .filter_map(|l| l.strip_prefix(RESULT_PREFIX))
-            .map(|l| {
-                let a: Attempt = serde_json::from_str(l).expect("attempt JSON");
-                a.reply.ok_or_else(|| a.error.unwrap_or_default())
-            })
+            .map(|l| serde_json::from_str(l).expect("attempt JSON"))
             .collect();
         assert_eq!(
             attempts.len(),

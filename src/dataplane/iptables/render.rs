@@ -124,6 +124,7 @@ fn target_words(out: &mut String, t: &Target) {
         Target::Accept => out.push_str(" -j ACCEPT"),
         Target::Drop => out.push_str(" -j DROP"),
         Target::Reject => out.push_str(" -j REJECT"),
+        Target::RejectTcpReset => out.push_str(" -j REJECT --reject-with tcp-reset"),
         Target::Dnat { ip, port } => {
             let _ = match ip {
                 IpAddr::V4(a) => write!(out, " -j DNAT --to-destination {a}:{port}"),

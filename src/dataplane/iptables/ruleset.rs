@@ -219,7 +219,11 @@ pub enum Target {
     Return,
     Accept,
     Drop,
+    /// `-j REJECT`: ICMP port unreachable.
     Reject,
+    /// `-j REJECT --reject-with tcp-reset`, for a rule that matches `-p tcp`: connect() fails at
+    /// once, where an ICMP error is rate-limited per host and a burst of connects would hang.
+    RejectTcpReset,
     /// `-j DNAT --to-destination ip:port`
     Dnat {
         ip: IpAddr,

@@ -78,7 +78,7 @@ pub fn trace(rules: &Ruleset, packet: &Packet, node_ips: &[IpAddr]) -> Trace {
         w.builtin(Table::Filter, b, packet);
     }
     let outcome = match w.verdict {
-        Some(Target::Reject) => Outcome::Reject,
+        Some(Target::Reject | Target::RejectTcpReset) => Outcome::Reject,
         Some(Target::Drop) => Outcome::Drop,
         _ => Outcome::Untouched,
     };
@@ -158,7 +158,7 @@ impl Walk<'_> {
                 });
                 End::Stop
             }
-            t @ (Target::Accept | Target::Drop | Target::Reject) => {
+            t @ (Target::Accept | Target::Drop | Target::Reject | Target::RejectTcpReset) => {
                 if table == Table::Filter && self.verdict.is_none() {
                     self.verdict = Some(t.clone());
                 }

@@ -318,6 +318,7 @@ fn verdict(out: &mut String, v: &Verdict) {
         Verdict::Accept => out.push_str("accept"),
         Verdict::Drop => out.push_str("drop"),
         Verdict::Reject => out.push_str("reject"),
+        Verdict::RejectTcpReset => out.push_str("reject with tcp reset"),
         Verdict::Return => out.push_str("return"),
         Verdict::Jump(to) => {
             let _ = write!(out, "jump {to}");

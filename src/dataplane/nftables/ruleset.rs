@@ -214,8 +214,12 @@ pub enum Statement {
 pub enum Verdict {
     Accept,
     Drop,
-    /// `reject`: ICMP unreachable, or a TCP RST. A statement, not a kernel verdict, but terminal.
+    /// `reject`: ICMP port unreachable. A statement, not a kernel verdict, but terminal.
     Reject,
+    /// `reject with tcp reset`: a TCP RST, for a rule that matched TCP only. A connect() sees
+    /// ECONNREFUSED at once; an ICMP error is rate-limited per host and can be lost while the
+    /// socket is busy, so a burst of connects would hang. A statement too.
+    RejectTcpReset,
     Return,
     Jump(Name),
     Goto(Name),

@@ -417,7 +417,7 @@ fn verdict_step(v: &Verdict) -> Step {
     match v {
         Verdict::Accept => Step::End(End::Fate(Fate::Accept)),
         Verdict::Drop => Step::End(End::Fate(Fate::Drop)),
-        Verdict::Reject => Step::End(End::Fate(Fate::Reject)),
+        Verdict::Reject | Verdict::RejectTcpReset => Step::End(End::Fate(Fate::Reject)),
         Verdict::Return => Step::End(End::Continue),
         Verdict::Jump(name) => Step::Jumped(name.clone()),
         // A goto never comes back: the target's end is this chain's end.

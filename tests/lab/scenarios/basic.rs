@@ -6,8 +6,8 @@ use std::net::SocketAddr;
 use serde_json::json;
 
 use super::{cluster_ip, reaches_exactly, service};
-use crate::lab::client::{From, addr, expect_pods};
-use crate::lab::{Lab, Proto};
+use crate::lab::client::{From, addr, expect_pods, request};
+use crate::lab::{Lab, Proto, Proxy};
 
 /// Scenario 1: From a pod on every node, many connections reach every endpoint, on every node.
 pub async fn cluster_ip_tcp(lab: &Lab) -> Result<(), String> {
@@ -152,6 +152,75 @@ pub async fn no_endpoints(lab: &Lab) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// How soon a connect to a Service without endpoints must be refused (scenario 25): a TCP
+/// reset comes back in microseconds; a lost ICMP error leaves `connect()` waiting for the first
+/// SYN retransmission, a second later.
+const REFUSED_WITHIN_MS: u64 = 100;
+/// Connects in a row from each client: well past the kernel's per-host ICMP burst (6).
+const BURST: u32 = 50;
+
+/// Scenario 25: A burst of TCP connects to a Service without endpoints, from a pod and from a
+/// node, is refused at once every time (a TCP reset, which nothing rate-limits); UDP to it still
+/// gets its ICMP port unreachable.
+pub async fn no_endpoints_burst(lab: &Lab) -> Result<(), String> {
+    let svc = lab
+        .cluster
+        .apply_service(json!({
+            "metadata": { "name": "s25" },
+            "spec": { "ports": [
+                { "name": "p", "port": 80, "targetPort": 8080, "protocol": "TCP" },
+                { "name": "u", "port": 80, "targetPort": 8080, "protocol": "UDP" },
+            ]}
+        }))
+        .await;
+    lab.cluster
+        .apply_slice("s25-x", "s25", &[("p", 8080, Proto::Tcp)], &[])
+        .await;
+    let target = addr(cluster_ip(&svc), 80);
+    let pod = From::Pod(lab.pod("n1-a"));
+    lab.eventually(&format!("TCP to {target} is refused"), || async {
+        lab.all_fail(pod, Proto::Tcp, target, 1, &["refused"]).await
+    })
+    .await?;
+    for from in [pod, From::Node(0)] {
+        let attempts = lab.attempts(from, request(Proto::Tcp, target, BURST)).await;
+        let slow: Vec<String> = attempts
+            .iter()
+            .enumerate()
+            .filter(|(_, a)| a.error.as_deref() != Some("refused") || a.ms >= REFUSED_WITHIN_MS)
+            .map(|(i, a)| {
+                format!(
+                    "#{i}: {} after {} ms",
+                    a.error.as_deref().unwrap_or("answered"),
+                    a.ms
+                )
+            })
+            .collect();
+        if !slow.is_empty() {
+            return Err(format!(
+                "{BURST} TCP connects from {from} to {target}: {} not refused within {REFUSED_WITHIN_MS} ms: {}",
+                slow.len(),
+                slow.join(", ")
+            ));
+        }
+    }
+    lab.all_fail(pod, Proto::Udp, target, 3, &["refused"])
+        .await
+        .map_err(|e| format!("UDP must still get its ICMP error: {e}"))
+}
+
+/// Upstream refuses TCP with ICMP port unreachable, which the kernel rate-limits per host.
+pub fn no_endpoints_burst_xfail(proxy: Proxy) -> Option<&'static str> {
+    match proxy {
+        Proxy::Upstream { .. } => Some(
+            "upstream refuses TCP with ICMP port unreachable, which the kernel rate-limits per \
+             host (a burst of 6, then one a second): most connects of a burst wait for a SYN \
+             retransmission",
+        ),
+        Proxy::Ours { .. } => None,
+    }
 }
 
 /// Scenario 14: A pod reaches a Service whose only endpoint is itself.

@@ -124,6 +124,12 @@ pub fn all() -> Vec<Scenario> {
             "ignored: proxy-name label, headless, ExternalName",
             basic::ignored
         ),
+        scenario!(
+            25,
+            "no endpoints: a burst of TCP connects is refused at once",
+            basic::no_endpoints_burst,
+            basic::no_endpoints_burst_xfail
+        ),
         // Last: these restart node 1's proxy with other flags (and put it back afterwards).
         scenario!(
             20,

@@ -24,6 +24,7 @@ use ipnet::IpNet;
 
 use super::Builder;
 use super::endpoints;
+use crate::cluster::Protocol;
 use crate::cluster::model::{Endpoint, FamilyView, ServicePort, TrafficPolicy};
 use crate::dataplane::iptables::names::{self as n, ChainName, PortChain};
 use crate::dataplane::iptables::ruleset::{Comment, Match, Rule, Table, Target};
@@ -161,11 +162,16 @@ impl Svc<'_> {
     /// No endpoint anywhere: every frontend is rejected.
     fn reject_all(&self, b: &mut Builder) {
         let what = "has no endpoints";
+        // TCP gets a reset: ICMP errors are rate-limited per host, so a burst would hang.
+        let target = match self.port.name.protocol {
+            Protocol::Tcp => Target::RejectTcpReset,
+            _ => Target::Reject,
+        };
         let reject = |b: &mut Builder, chain: &'static str, m: Vec<Match>| {
             b.push(
                 Table::Filter,
                 &ChainName::fixed(chain),
-                Rule::new(m, Target::Reject),
+                Rule::new(m, target.clone()),
             );
         };
         reject(b, n::SERVICES, self.frontend(self.view.cluster_ip, what));

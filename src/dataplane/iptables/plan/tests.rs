@@ -1,7 +1,7 @@
 //! Planner behaviour on small snapshots, stated as the rules a chain must hold.
 
 use super::plan;
-use crate::cluster::{IpFamily, Snapshot};
+use crate::cluster::{IpFamily, Protocol, Snapshot};
 use crate::dataplane::iptables::mode_config::ModeConfig;
 use crate::dataplane::iptables::names::{self as n, ChainName, PortChain};
 use crate::dataplane::iptables::render::rule_words;
@@ -51,18 +51,30 @@ fn a_service_without_endpoints_is_rejected_everywhere_and_gets_no_nat_chain() {
     assert_eq!(
         chain(&r, Table::Filter, n::SERVICES),
         [
-            "-d 10.96.0.5/32 -p tcp -m comment --comment \"ns/empty has no endpoints\" -m tcp --dport 80 -j REJECT"
+            "-d 10.96.0.5/32 -p tcp -m comment --comment \"ns/empty has no endpoints\" -m tcp --dport 80 -j REJECT --reject-with tcp-reset"
         ]
     );
     assert_eq!(
         chain(&r, Table::Filter, n::EXTERNAL_SERVICES),
         [
-            "-d 192.0.2.5/32 -p tcp -m comment --comment \"ns/empty has no endpoints\" -m tcp --dport 80 -j REJECT",
-            "-p tcp -m comment --comment \"ns/empty has no endpoints\" -m addrtype --dst-type LOCAL -m tcp --dport 30005 -j REJECT",
+            "-d 192.0.2.5/32 -p tcp -m comment --comment \"ns/empty has no endpoints\" -m tcp --dport 80 -j REJECT --reject-with tcp-reset",
+            "-p tcp -m comment --comment \"ns/empty has no endpoints\" -m addrtype --dst-type LOCAL -m tcp --dport 30005 -j REJECT --reject-with tcp-reset",
         ]
     );
     assert!(!has_chain(&r, Table::Nat, svc_chain.as_str()));
     assert_eq!(chain(&r, Table::Nat, n::NODEPORTS), Vec::<String>::new());
+}
+
+#[test]
+fn a_udp_service_without_endpoints_is_refused_by_icmp_not_by_a_reset() {
+    let s = svc("ns/dns", "10.96.0.53", 53).proto(Protocol::Udp);
+    let (_, r) = v4(vec![s]);
+    assert_eq!(
+        chain(&r, Table::Filter, n::SERVICES),
+        [
+            "-d 10.96.0.53/32 -p udp -m comment --comment \"ns/dns has no endpoints\" -m udp --dport 53 -j REJECT"
+        ]
+    );
 }
 
 #[test]

@@ -40,6 +40,17 @@ pub(super) fn parse(expr: Option<&Json>, family: Family) -> Result<Rule, String>
                 }
                 _ => return Err("dnat to an address without a protocol match".into()),
             },
+            Some(Item::Statement(Statement::Verdict(Verdict::RejectTcpReset))) => {
+                // nft prints `meta l4proto tcp reject with tcp reset` as the bare reject: the
+                // match is the reset's implied dependency, still in the kernel, hidden in listings.
+                if !matches!(
+                    items.last(),
+                    Some(Item::Match(Match::L4Proto(Protocol::Tcp)))
+                ) {
+                    items.push(Item::Match(Match::L4Proto(Protocol::Tcp)));
+                }
+                items.push(Item::Statement(Statement::Verdict(Verdict::RejectTcpReset)));
+            }
             Some(i) => items.push(i),
             None => return Err(format!("expression {e}")),
         }
@@ -96,6 +107,9 @@ fn item(e: &Json, family: Family) -> Option<Item> {
             key: fields(body.get("key")?, family)?,
             map: set_ref(body.get("data")?)?,
         }),
+        "reject" if body.get("type").and_then(Json::as_str) == Some("tcp reset") => {
+            statement(Statement::Verdict(Verdict::RejectTcpReset))
+        }
         "reject" => {
             let default = body.is_null()
                 || (matches!(

@@ -10,7 +10,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use ipnet::IpNet;
 
 use super::Builder;
-use crate::cluster::IpFamily;
+use crate::cluster::{IpFamily, Protocol};
 use crate::dataplane::nftables::names::{self as n, FrontendKind, Name};
 use crate::dataplane::nftables::ruleset::{
     BaseChain, Chain, ChainType, Comment, CtState, Data, DataKind, Field, Hook, Kind, Match, Set,
@@ -394,10 +394,24 @@ fn filters(b: &mut Builder) {
         m,
         vec![vmap(&NODEPORT_KEY, n::NO_ENDPOINT_NODEPORTS)],
     );
+    // TCP is refused with a reset, everything else with ICMP port unreachable: the kernel
+    // rate-limits ICMP errors per host, so a burst of connects would hang on the lost ones.
+    let tcp = || Match::L4Proto(Protocol::Tcp);
+    let to_cluster_ip = || set_match(&[Field::Daddr], n::CLUSTER_IPS);
     b.push(
         n::CLUSTER_IPS_CHECK,
-        vec![set_match(&[Field::Daddr], n::CLUSTER_IPS)],
+        vec![to_cluster_ip(), tcp()],
+        vec![Statement::Verdict(Verdict::RejectTcpReset)],
+    );
+    b.push(
+        n::CLUSTER_IPS_CHECK,
+        vec![to_cluster_ip()],
         vec![Statement::Verdict(Verdict::Reject)],
+    );
+    b.push(
+        n::REJECT_CHAIN,
+        vec![tcp()],
+        vec![Statement::Verdict(Verdict::RejectTcpReset)],
     );
     b.push(
         n::REJECT_CHAIN,

@@ -209,10 +209,12 @@ impl Encoder {
                 self.w.end(m);
             }
             Op::AddElements { set, elements } => {
-                if elements
-                    .iter()
-                    .any(|(_, e)| e.data == Data::Verdict(Verdict::Reject))
-                {
+                if elements.iter().any(|(_, e)| {
+                    matches!(
+                        e.data,
+                        Data::Verdict(Verdict::Reject | Verdict::RejectTcpReset)
+                    )
+                }) {
                     return Err("reject is a statement, not a verdict a map can hold");
                 }
                 let mut rest = elements.as_slice();

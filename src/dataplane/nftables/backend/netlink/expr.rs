@@ -89,9 +89,10 @@ pub enum Expr {
     Masq {
         flags: u32,
     },
+    /// `code` is the ICMP code; the kernel takes and dumps none for a TCP reset.
     Reject {
         kind: u32,
-        code: u8,
+        code: Option<u8>,
     },
     Fib {
         dreg: u32,
@@ -287,7 +288,9 @@ fn write(w: &mut Writer, e: &Expr) {
         }
         Expr::Reject { kind, code } => {
             w.be32(reject::TYPE, *kind);
-            w.bytes(reject::ICMP_CODE, &[*code]);
+            if let Some(code) = code {
+                w.bytes(reject::ICMP_CODE, &[*code]);
+            }
         }
         Expr::Fib {
             dreg,
@@ -423,7 +426,10 @@ fn read(name: &str, b: &[u8]) -> Option<Expr> {
         }
         "reject" => Expr::Reject {
             kind: u(reject::TYPE)?,
-            code: *find(b, reject::ICMP_CODE)?.first()?,
+            code: match find(b, reject::ICMP_CODE) {
+                Some(c) => Some(*c.first()?),
+                None => None,
+            },
         },
         "fib" => Expr::Fib {
             dreg: u(fib::DREG)?,
@@ -508,7 +514,14 @@ mod tests {
                 flags: 0,
             },
             Expr::Masq { flags: 0x10 },
-            Expr::Reject { kind: 0, code: 3 },
+            Expr::Reject {
+                kind: 0,
+                code: Some(3),
+            },
+            Expr::Reject {
+                kind: 1,
+                code: None,
+            },
             Expr::Fib {
                 dreg: 1,
                 result: 3,

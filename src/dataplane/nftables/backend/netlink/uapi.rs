@@ -295,6 +295,8 @@ pub mod reject {
     pub const TYPE: u16 = 1;
     pub const ICMP_CODE: u16 = 2;
     pub const ICMP_UNREACH: u32 = 0;
+    /// `NFT_REJECT_TCP_RST`: no ICMP code attribute.
+    pub const TCP_RST: u32 = 1;
     /// ICMP port unreachable, and ICMPv6's.
     pub const PORT_UNREACH_V4: u8 = 3;
     pub const PORT_UNREACH_V6: u8 = 4;

@@ -292,7 +292,20 @@ fn item(l: Layout, e: &[Expr]) -> Option<(Item, usize)> {
         [Expr::Masq { flags }, ..] if *flags == uapi::masq::F_RANDOM_FULLY => {
             (s(Statement::Masquerade)?.0, 1)
         }
-        [Expr::Reject { .. }, ..] => (s(Statement::Verdict(Verdict::Reject))?.0, 1),
+        [
+            Expr::Reject {
+                kind: uapi::reject::ICMP_UNREACH,
+                code: Some(code),
+            },
+            ..,
+        ] if *code == super::port_unreachable(l) => (s(Statement::Verdict(Verdict::Reject))?.0, 1),
+        [
+            Expr::Reject {
+                kind: uapi::reject::TCP_RST,
+                ..
+            },
+            ..,
+        ] => (s(Statement::Verdict(Verdict::RejectTcpReset))?.0, 1),
         [
             Expr::Immediate {
                 dreg: 0,

@@ -309,7 +309,15 @@ fn mark_update(out: &mut Vec<Expr>, mask: u32, xor: u32) {
     });
 }
 
-/// A verdict as the kernel stores it; `None` for `reject`, which is a statement.
+/// The ICMP code of "port unreachable" in the table's family: plain `reject`.
+pub(super) fn port_unreachable(l: Layout) -> u8 {
+    match l.family {
+        Family::Ip => uapi::reject::PORT_UNREACH_V4,
+        Family::Ip6 => uapi::reject::PORT_UNREACH_V6,
+    }
+}
+
+/// A verdict as the kernel stores it; `None` for the rejects, which are statements.
 pub fn kernel_verdict(v: &Verdict) -> Option<KernelVerdict> {
     let (code, chain) = match v {
         Verdict::Accept => (code::ACCEPT, None),
@@ -317,7 +325,7 @@ pub fn kernel_verdict(v: &Verdict) -> Option<KernelVerdict> {
         Verdict::Return => (code::RETURN, None),
         Verdict::Jump(c) => (code::JUMP, Some(c.as_str().to_owned())),
         Verdict::Goto(c) => (code::GOTO, Some(c.as_str().to_owned())),
-        Verdict::Reject => return None,
+        Verdict::Reject | Verdict::RejectTcpReset => return None,
     };
     Some(KernelVerdict { code, chain })
 }
@@ -394,10 +402,11 @@ fn encode_statement(l: Layout, s: &Statement, out: &mut Vec<Expr>) {
         }),
         Statement::Verdict(Verdict::Reject) => out.push(Expr::Reject {
             kind: uapi::reject::ICMP_UNREACH,
-            code: match l.family {
-                Family::Ip => uapi::reject::PORT_UNREACH_V4,
-                Family::Ip6 => uapi::reject::PORT_UNREACH_V6,
-            },
+            code: Some(port_unreachable(l)),
+        }),
+        Statement::Verdict(Verdict::RejectTcpReset) => out.push(Expr::Reject {
+            kind: uapi::reject::TCP_RST,
+            code: None,
         }),
         Statement::Verdict(v) => {
             if let Some(kv) = kernel_verdict(v) {

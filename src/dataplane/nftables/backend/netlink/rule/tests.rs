@@ -84,6 +84,7 @@ fn verdict() -> impl Strategy<Value = Verdict> {
         Just(Verdict::Accept),
         Just(Verdict::Drop),
         Just(Verdict::Reject),
+        Just(Verdict::RejectTcpReset),
         Just(Verdict::Return),
         name().prop_map(Verdict::Jump),
         name().prop_map(Verdict::Goto),
