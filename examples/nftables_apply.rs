@@ -31,10 +31,11 @@ mod synthetic;
 
 use kube_proxy_rs::cluster::{Changes, Snapshot};
 use kube_proxy_rs::config::NftablesEncoder;
+use kube_proxy_rs::dataplane::monitor::{self, Watch};
 use kube_proxy_rs::dataplane::nftables::adopt::Parsed;
 use kube_proxy_rs::dataplane::nftables::backend::{self, Backend};
 use kube_proxy_rs::dataplane::nftables::{
-    Drift, Family, ModeConfig, NftablesDataplane, Ruleset, Transaction, backend::monitor, plan_all,
+    Drift, Family, ModeConfig, NftablesDataplane, Ruleset, Transaction, plan_all,
 };
 use kube_proxy_rs::dataplane::{Dataplane, SyncReport};
 use netns::NetNs;
@@ -145,7 +146,11 @@ fn listen(listener: Listener, ns: &NetNs, drift: &Arc<Drift>) -> Listening {
                 .enable_all()
                 .build()
                 .expect("runtime");
-            runtime.spawn(monitor::run(Some(ns.name.clone()), drift.clone()));
+            runtime.spawn(monitor::run(
+                Some(ns.name.clone()),
+                drift.clone(),
+                Watch::NftablesTable,
+            ));
             // It serves pause requests once subscribed; one answered pause says it listens.
             let deadline = Instant::now() + Duration::from_secs(5);
             while drift.pause_monitor().is_none() {

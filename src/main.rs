@@ -180,10 +180,10 @@ fn run(config: &Config, node_name: &str, features: Features) -> ExitCode {
             ));
         }
         let mut observe = cli::observe::Observe::new(config);
-        if let Some(drift) = mode.drift {
+        if let Some((drift, watch)) = mode.monitor {
             proxy.full_sync_on(drift.waker());
             observe.count_repairs(drift.clone());
-            tokio::spawn(nftables::backend::monitor::run(None, drift));
+            tokio::spawn(dataplane::monitor::run(None, drift, watch));
         }
         proxy.on_report(observe.observer());
         tokio::spawn(observe.clone().follow_status(proxy.status.clone()));

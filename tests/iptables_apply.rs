@@ -1,7 +1,8 @@
 //! The iptables dataplane against the real kernel (iptables-nft), each test in a fresh network
 //! namespace (root): programming the example cluster, partial syncs that rewrite only changed
 //! chains, stale chains deleted, a refused restore leaving the old rules, restart without
-//! duplicated jumps or lost rules, a firewall reload repaired through the canaries, and
+//! duplicated jumps or lost rules, a firewall reload repaired through the canaries and heard at
+//! once by the nf_tables monitor (a large restore of ours going out with it paused), and
 //! `--cleanup` removing everything of ours.
 
 #![allow(
@@ -17,6 +18,7 @@ mod host;
 mod synthetic;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use example_cluster::{example, without_one_web_endpoint};
 use host::{NetNs, scratch_dir};
@@ -26,6 +28,7 @@ use kube_proxy_rs::dataplane::iptables::ruleset::Table;
 use kube_proxy_rs::dataplane::iptables::{
     Flavour, IptablesCommand, IptablesDataplane, ModeConfig, adopt,
 };
+use kube_proxy_rs::dataplane::monitor::{self, Drift, Watch};
 use kube_proxy_rs::dataplane::tool::Launcher;
 use kube_proxy_rs::dataplane::{Dataplane, SyncError};
 
@@ -236,6 +239,9 @@ impl Backend for Refusing {
     ) -> Result<bool, backend::Error> {
         self.inner.has_chain(family, table, chain)
     }
+    fn watched_by(&mut self, drift: Arc<Drift>) {
+        self.inner.watched_by(drift)
+    }
 }
 
 #[test]
@@ -315,6 +321,122 @@ fn a_firewall_reload_is_noticed_through_the_canary_and_repaired() {
     let report = dp.sync(&snap, &Changes::default(), false).expect("repair");
     assert!(report.full);
     assert_eq!(rule_lines(&ns, Table::Nat), nat);
+}
+
+/// Waits until the monitor hears an outside deletion of ours (a scratch `KUBE-*` chain, made
+/// and deleted by `iptables-nft`), then forgets every report so far.
+async fn wait_until_listening(ns: &NetNs, drift: &Drift) {
+    let mut listening = false;
+    for i in 0..50 {
+        let chain = format!("KUBE-PROBE-{i}");
+        ns.output("iptables-nft", &["-t", "nat", "-N", &chain]);
+        ns.output("iptables-nft", &["-t", "nat", "-X", &chain]);
+        if tokio::time::timeout(Duration::from_millis(200), drift.changed())
+            .await
+            .is_ok()
+        {
+            listening = true;
+            break;
+        }
+    }
+    assert!(listening, "the monitor never reported an outside change");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let _ = tokio::time::timeout(Duration::from_millis(10), drift.changed()).await;
+    drift.take_pending();
+}
+
+/// Our dataplane watched by a running nf_tables monitor in `ns`, and the monitor's task.
+fn watched(ns: &NetNs) -> (IptablesDataplane, Arc<Drift>, tokio::task::JoinHandle<()>) {
+    let drift = Drift::new();
+    let mut dp = dataplane(ns);
+    dp.watched_by(drift.clone());
+    let watcher = tokio::spawn(monitor::run(
+        Some(ns.name.clone()),
+        drift.clone(),
+        Watch::IptablesNft,
+    ));
+    (dp, drift, watcher)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_firewall_reload_is_heard_by_the_nf_tables_monitor_and_repaired_by_the_next_sync() {
+    let ns = NetNs::new("kprs-iptm");
+    let (mut dp, drift, watcher) = watched(&ns);
+    wait_until_listening(&ns, &drift).await;
+    let noticed = drift.noticed();
+
+    // Our own restores, full and partial, are not outside changes.
+    let snap = example();
+    tokio::task::block_in_place(|| dp.sync(&snap, &Changes::default(), true)).expect("first");
+    let (changed, changes) = without_one_web_endpoint(&snap);
+    tokio::task::block_in_place(|| dp.sync(&changed, &changes, false)).expect("partial");
+    let nat = rule_lines(&ns, Table::Nat);
+    // Nor are another program's own rules, added and deleted beside ours.
+    for args in [
+        &["-t", "nat", "-N", "OTHER"][..],
+        &["-t", "nat", "-A", "OTHER", "-j", "RETURN"],
+        &["-t", "nat", "-I", "PREROUTING", "1", "-j", "OTHER"],
+        &["-t", "nat", "-D", "PREROUTING", "-j", "OTHER"],
+        &["-t", "nat", "-F", "OTHER"],
+        &["-t", "nat", "-X", "OTHER"],
+    ] {
+        ns.output("iptables-nft", args);
+    }
+    let quiet = tokio::time::timeout(Duration::from_millis(500), drift.changed()).await;
+    assert!(
+        quiet.is_err(),
+        "our own or another program's own rules were taken for a change of ours"
+    );
+    assert_eq!(drift.noticed(), noticed);
+
+    // A firewall reload flushes nat: heard at once, not at the next canary check.
+    ns.output("iptables-nft", &["-t", "nat", "-F"]);
+    tokio::time::timeout(Duration::from_secs(2), drift.changed())
+        .await
+        .expect("the flush is heard within about a second");
+    let report = tokio::task::block_in_place(|| dp.sync(&changed, &Changes::default(), false))
+        .expect("repair");
+    assert!(report.full, "a pending outside change makes the sync full");
+    assert_eq!(drift.repairs(), 1);
+    assert_eq!(rule_lines(&ns, Table::Nat), nat);
+
+    watcher.abort();
+    let _ = watcher.await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_restore_of_ours_goes_out_unwatched_and_is_not_taken_for_an_outside_change() {
+    let ns = NetNs::new("kprs-iptl");
+    let (mut dp, drift, watcher) = watched(&ns);
+    wait_until_listening(&ns, &drift).await;
+    let noticed = drift.noticed();
+
+    // About 15,000 restore lines: above the size sent with the monitor paused.
+    let snap = synthetic::Synthetic {
+        services: 700,
+        endpoints: 5,
+    }
+    .snapshot();
+    tokio::task::block_in_place(|| dp.sync(&snap, &Changes::default(), true)).expect("large");
+    assert!(
+        drift.pauses() >= 1,
+        "the large restore went out with the monitor paused"
+    );
+    let quiet = tokio::time::timeout(Duration::from_millis(500), drift.changed()).await;
+    assert!(
+        quiet.is_err(),
+        "our own large restore was taken for an outside change"
+    );
+    assert_eq!(drift.noticed(), noticed);
+
+    // Listening again afterwards.
+    ns.output("iptables-nft", &["-t", "nat", "-F", "KUBE-SERVICES"]);
+    tokio::time::timeout(Duration::from_secs(2), drift.changed())
+        .await
+        .expect("the flush after the large restore is heard");
+
+    watcher.abort();
+    let _ = watcher.await;
 }
 
 #[test]

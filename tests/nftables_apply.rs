@@ -27,14 +27,14 @@ use kube_proxy_rs::cluster::topology::Features;
 use kube_proxy_rs::cluster::{Changes, IpFamily, Snapshot, Tracker};
 use kube_proxy_rs::config::NftablesEncoder;
 use kube_proxy_rs::dataplane::Dataplane;
+use kube_proxy_rs::dataplane::monitor::{self, Watch};
 use kube_proxy_rs::dataplane::nftables::adopt::Parsed;
 use kube_proxy_rs::dataplane::nftables::adopt::parse;
 use kube_proxy_rs::dataplane::nftables::backend::{self, Backend};
 use kube_proxy_rs::dataplane::nftables::names::Name;
 use kube_proxy_rs::dataplane::nftables::ruleset::{Rule, Statement, Verdict};
 use kube_proxy_rs::dataplane::nftables::{
-    Drift, Family, ModeConfig, NftCommand, NftablesDataplane, Op, Ruleset, Transaction,
-    backend::monitor, plan_all,
+    Drift, Family, ModeConfig, NftCommand, NftablesDataplane, Op, Ruleset, Transaction, plan_all,
 };
 use synthetic::Synthetic;
 
@@ -388,7 +388,11 @@ fn nft_in(netns: &str, args: &str) {
 async fn a_paused_monitor_hears_nothing_until_it_resumes() {
     let ns = NetNs::new("nfa-pause");
     let drift = Drift::new();
-    let watcher = tokio::spawn(monitor::run(Some(ns.name.clone()), drift.clone()));
+    let watcher = tokio::spawn(monitor::run(
+        Some(ns.name.clone()),
+        drift.clone(),
+        Watch::NftablesTable,
+    ));
     ns.output("nft", &["add", "table", "ip", "kube-proxy-rs"]);
     wait_until_listening(&ns, &drift).await;
     let before = drift.noticed();
@@ -428,7 +432,11 @@ async fn a_large_sync_of_ours_is_not_taken_for_an_outside_change() {
     let ns = NetNs::new("nfa-large");
     let mut dp = dataplane(&ns);
     let drift = dp.drift().clone();
-    let watcher = tokio::spawn(monitor::run(Some(ns.name.clone()), drift.clone()));
+    let watcher = tokio::spawn(monitor::run(
+        Some(ns.name.clone()),
+        drift.clone(),
+        Watch::NftablesTable,
+    ));
     ns.output("nft", &["add", "table", "ip", "kube-proxy-rs"]);
     wait_until_listening(&ns, &drift).await;
     let noticed = drift.noticed();
@@ -470,7 +478,11 @@ async fn an_outside_deletion_is_noticed_and_repaired_by_the_next_sync() {
     let snap = example();
     let mut dp = dataplane(&ns);
     let drift = dp.drift().clone();
-    let watcher = tokio::spawn(monitor::run(Some(ns.name.clone()), drift.clone()));
+    let watcher = tokio::spawn(monitor::run(
+        Some(ns.name.clone()),
+        drift.clone(),
+        Watch::NftablesTable,
+    ));
     dp.sync(&snap, &no_changes(), true).expect("first sync");
 
     wait_until_listening(&ns, &drift).await;

@@ -18,7 +18,7 @@ use tokio::sync::watch;
 use crate::cluster::{IpFamily, NodeContext, ServiceKey, Snapshot};
 use crate::config::{Config, NodePortAddresses, ProxyMode};
 use crate::conntrack;
-use crate::dataplane::nftables::Drift;
+use crate::dataplane::monitor::Drift;
 use crate::health::service::{Check, Listen, Servers, desired};
 use crate::health::{ProxyHealth, SharedHealth};
 use crate::metrics::Metrics;
@@ -46,7 +46,7 @@ pub struct Observe {
     wanted: watch::Sender<Option<Wanted>>,
     /// The UDP/SCTP frontends of the last successful sync, for the conntrack reconciler.
     frontends: watch::Sender<Option<Arc<conntrack::Frontends>>>,
-    /// The nftables dataplane's record of outside changes it repaired, when that mode runs.
+    /// The dataplane's record of outside changes it repaired, when the nf_tables monitor runs.
     drift: Option<Arc<Drift>>,
 }
 
@@ -65,7 +65,8 @@ impl Observe {
         }
     }
 
-    /// Exports the nftables dataplane's repair count (`kubeproxy_rs_nftables_repairs_total`).
+    /// Exports the dataplane's repair count of outside changes the nf_tables monitor noticed
+    /// (`kubeproxy_rs_nftables_repairs_total`, or `kubeproxy_rs_iptables_repairs_total`).
     /// Call before [`Observe::observer`].
     pub fn count_repairs(&mut self, drift: Arc<Drift>) {
         self.drift = Some(drift);
@@ -125,7 +126,10 @@ impl Observe {
         }
         self.metrics.set_change_counts(&report.counts);
         if let Some(drift) = &self.drift {
-            self.metrics.set_nftables_repairs(drift.repairs());
+            match self.mode {
+                ProxyMode::Iptables => self.metrics.set_iptables_repairs(drift.repairs()),
+                _ => self.metrics.set_nftables_repairs(drift.repairs()),
+            }
         }
         if moved {
             self.wanted.send_replace(Some(Wanted {

@@ -15,7 +15,8 @@ use crate::cluster::{Features, Tracker};
 use crate::config::{Config, ProxyMode};
 use crate::dataplane::Dataplane;
 use crate::dataplane::iptables;
-use crate::dataplane::nftables::{self, Drift, ModeConfig, NftablesDataplane};
+use crate::dataplane::monitor::{Drift, Watch};
+use crate::dataplane::nftables::{self, ModeConfig, NftablesDataplane};
 use crate::sync::{LogOnly, Periods, Runner, Status};
 
 /// Why the proxy could not start.
@@ -30,10 +31,11 @@ pub enum Error {
 /// The dataplane of `config`'s mode, and what its kernel watcher needs.
 pub struct Mode {
     pub dataplane: Box<dyn Dataplane>,
-    /// nftables: what the monitor reports outside changes into. `main` starts
-    /// [`nftables::backend::monitor::run`] with it and hands [`Drift::waker`] to the runner;
-    /// [`Drift::repairs`] is `kubeproxy_rs_nftables_repairs_total`.
-    pub drift: Option<Arc<Drift>>,
+    /// The modes whose rules live in nf_tables (nftables, iptables-nft): what the monitor
+    /// watches and reports outside changes into. `main` starts
+    /// [`crate::dataplane::monitor::run`] with it and hands [`Drift::waker`] to the runner;
+    /// [`Drift::repairs`] is the mode's `kubeproxy_rs_*_repairs_total`.
+    pub monitor: Option<(Arc<Drift>, Watch)>,
 }
 
 /// Why the dataplane of the configured mode cannot be built.
@@ -57,7 +59,7 @@ pub fn dataplane(config: &Config) -> Result<Mode, ModeError> {
                 NftablesDataplane::new(ModeConfig::new(config)?, backend, drift.clone());
             return Ok(Mode {
                 dataplane: Box::new(dataplane),
-                drift: Some(drift),
+                monitor: Some((drift, Watch::NftablesTable)),
             });
         }
         ProxyMode::Iptables => {
@@ -67,9 +69,16 @@ pub fn dataplane(config: &Config) -> Result<Mode, ModeError> {
             let backend = iptables::IptablesCommand::new(flavour);
             let mut dataplane = iptables::IptablesDataplane::new(cfg, backend);
             dataplane.keep_usable_families()?;
+            // iptables-nft rules are nf_tables objects: the monitor sees another program delete
+            // them. iptables-legacy keeps only the canary check at each sync.
+            let monitor = (flavour == iptables::Flavour::Nft).then(|| {
+                let drift = Drift::new();
+                dataplane.watched_by(drift.clone());
+                (drift, Watch::IptablesNft)
+            });
             return Ok(Mode {
                 dataplane: Box::new(dataplane),
-                drift: None,
+                monitor,
             });
         }
         ProxyMode::Ipvs => {}
@@ -80,7 +89,7 @@ pub fn dataplane(config: &Config) -> Result<Mode, ModeError> {
     );
     Ok(Mode {
         dataplane: Box::new(LogOnly),
-        drift: None,
+        monitor: None,
     })
 }
 

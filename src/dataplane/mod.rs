@@ -33,12 +33,15 @@
 //! - [`comment`]: how object names become comments in rule text;
 //! - [`tool`]: starting rule tools (`nft`, `iptables-restore`) for text backends;
 //! - [`cleanup`]: `--cleanup` over every mode;
+//! - [`monitor`]: noticing another program changing our rules in nf_tables (nftables mode, and
+//!   iptables mode on the nft back end), so the next sync repairs them at once;
 //! - [`crate::netlink`]: sockets, framing, batches and dumps for every netlink protocol (nf_tables,
 //!   ctnetlink, rtnetlink, generic netlink).
 
 pub mod cleanup;
 pub mod comment;
 pub mod iptables;
+pub mod monitor;
 pub mod nftables;
 pub mod node;
 pub mod report;

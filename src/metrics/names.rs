@@ -212,6 +212,12 @@ pub const RS_NFTABLES_REPAIRS: Spec = spec(
     NONE,
     "Full syncs that found our nftables tables changed by another program and repaired them",
 );
+pub const RS_IPTABLES_REPAIRS: Spec = spec(
+    "kubeproxy_rs_iptables_repairs_total",
+    Counter,
+    NONE,
+    "Full syncs started by the nf_tables monitor (iptables-nft) that rewrote our iptables rules after another program deleted some",
+);
 pub const RS_HEALTH_CHECKS: Spec = spec(
     "kubeproxy_rs_service_health_checks",
     Gauge,
@@ -246,6 +252,7 @@ pub const ALL: &[Spec] = &[
     RS_OPERATIONS,
     RS_HEALTH_CHECKS,
     RS_NFTABLES_REPAIRS,
+    RS_IPTABLES_REPAIRS,
 ];
 
 /// Sync durations: 1 ms doubling to about 16 s (15 buckets), as upstream.

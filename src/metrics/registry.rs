@@ -72,6 +72,7 @@ struct Inner {
     operations: PerFamily,
     health_checks: Family<StateLabels, Gauge>,
     nftables_repairs: Counter,
+    iptables_repairs: Counter,
 }
 
 /// The proxy's metrics. Clone it into every task that records.
@@ -183,6 +184,7 @@ impl Metrics {
             operations: register(&mut r, &names::RS_OPERATIONS, Family::default()),
             health_checks: register(&mut r, &names::RS_HEALTH_CHECKS, Family::default()),
             nftables_repairs: register(&mut r, &names::RS_NFTABLES_REPAIRS, Counter::default()),
+            iptables_repairs: register(&mut r, &names::RS_IPTABLES_REPAIRS, Counter::default()),
             // Last: every field above borrowed the registry to register itself.
             registry: r,
         };
@@ -420,10 +422,12 @@ impl Metrics {
 
     /// The nftables dataplane's running count of repairs of outside changes.
     pub fn set_nftables_repairs(&self, total: u64) {
-        let seen = self.0.nftables_repairs.get();
-        if total > seen {
-            self.0.nftables_repairs.inc_by(total - seen);
-        }
+        catch_up(&self.0.nftables_repairs, total);
+    }
+
+    /// The iptables dataplane's (nft flavour) running count of repairs of outside changes.
+    pub fn set_iptables_repairs(&self, total: u64) {
+        catch_up(&self.0.iptables_repairs, total);
     }
 
     /// How many Service health checks are open and how many cannot bind.
@@ -443,3 +447,11 @@ impl Metrics {
 #[cfg(test)]
 #[path = "registry_tests.rs"]
 mod tests;
+
+/// Moves a counter up to a running total kept elsewhere.
+fn catch_up(counter: &Counter, total: u64) {
+    let seen = counter.get();
+    if total > seen {
+        counter.inc_by(total - seen);
+    }
+}

@@ -8,6 +8,7 @@
 //! that changed. Nothing here reads a clock or a registry.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use super::adopt;
 use super::backend::{self, Backend, IptablesCommand};
@@ -18,6 +19,7 @@ use super::plan::plan_reusing;
 use super::ruleset::{Ruleset, Table};
 use crate::cluster::{Changes, IpFamily, Snapshot};
 
+use crate::dataplane::monitor::Drift;
 use crate::dataplane::tool;
 use crate::dataplane::{
     Dataplane, FamilyReport, IptablesRules, RuleCounts, SyncError, SyncReport, no_local_endpoints,
@@ -39,6 +41,9 @@ pub struct IptablesDataplane<B = IptablesCommand> {
     plan: Option<Vec<Ruleset>>,
     /// The kernel holds `plan`: the last sync succeeded. False at start-up and after a failure.
     in_kernel: bool,
+    /// The nf_tables monitor's record of outside changes (nft flavour only): one pending makes
+    /// the next sync full, at once, instead of at the next canary check.
+    drift: Option<Arc<Drift>>,
 }
 
 impl<B: Backend> IptablesDataplane<B> {
@@ -49,7 +54,16 @@ impl<B: Backend> IptablesDataplane<B> {
             families: IpFamily::ALL.to_vec(),
             plan: None,
             in_kernel: false,
+            drift: None,
         }
+    }
+
+    /// Has outside changes reported by the nf_tables monitor repaired by the next sync, and
+    /// tells the backend so it records its restores as ours. Only for the nft flavour:
+    /// iptables-legacy rules are not in nf_tables.
+    pub fn watched_by(&mut self, drift: Arc<Drift>) {
+        self.backend.watched_by(drift.clone());
+        self.drift = Some(drift);
     }
 
     /// The families this dataplane programs.
@@ -186,7 +200,9 @@ impl<B: Backend> Dataplane for IptablesDataplane<B> {
             .collect();
         // Cleared until the kernel accepts both families.
         let in_kernel = std::mem::take(&mut self.in_kernel);
-        let mut full = full || !in_kernel || previous.is_none();
+        // A failed sync is followed by a full one, so a repair that fails is still retried.
+        let outside = self.drift.as_ref().is_some_and(|d| d.take_pending());
+        let mut full = full || outside || !in_kernel || previous.is_none();
         if !full {
             match self.canaries_present() {
                 Ok(present) => full = !present,
@@ -228,6 +244,14 @@ impl<B: Backend> Dataplane for IptablesDataplane<B> {
         }
         self.plan = Some(want);
         self.in_kernel = true;
+        let written: usize = families.iter().map(|f| f.operations).sum();
+        if let Some(drift) = self.drift.as_ref().filter(|_| outside && written > 0) {
+            drift.repaired();
+            tracing::warn!(
+                operations = written,
+                "repaired our iptables rules after an outside change"
+            );
+        }
         Ok(SyncReport { full, families })
     }
 }

@@ -34,6 +34,13 @@
 //!   service ports, and the top-level chains when a capture rule changed), and delete chains that
 //!   went away; nothing is read back. Before one, each family's mangle canary is checked (as
 //!   upstream's monitor does): gone means a firewall reload, and the sync is full.
+//! - With iptables-nft the rules are nf_tables objects, so the shared
+//!   [`monitor`](crate::dataplane::monitor) ([`Watch::IptablesNft`](crate::dataplane::monitor::Watch))
+//!   hears another program delete a table, a chain of ours or a rule in or jumping to one, and
+//!   starts the repairing full sync at once ([`IptablesDataplane::watched_by`]); the canaries
+//!   stay as the check for iptables-legacy, whose rules nf_tables does not see, and as a second
+//!   line. Restores of [`backend::UNWATCHED_MIN_LINES`] lines or more go out with the monitor
+//!   paused (see the monitor's doc).
 //! - At start-up a family whose tools cannot program the host is left out
 //!   ([`IptablesDataplane::keep_usable_families`]); with none left the mode does not start.
 //! - Each service port's rules are one shared value in the [`Ruleset`]

@@ -85,7 +85,7 @@
 //! - A dump holding objects we cannot name: [`diff::rebuild`] sends `add table; delete table;`
 //!   and the whole ruleset in one batch. Atomic, and established connections survive (their NAT
 //!   lives in conntrack); only remembered affinity clients are lost.
-//! - Outside changes: [`backend::monitor::run`] watches nf_tables notifications (the multicast group
+//! - Outside changes: [`monitor::run`](crate::dataplane::monitor::run) watches nf_tables notifications (the multicast group
 //!   `nft monitor` reads) and marks the next sync full through [`Drift`]; the runner awaits
 //!   [`Drift::changed`] to start it at once.
 //! - `--cleanup`: [`cleanup`] removes our tables and upstream's (with every other mode's
@@ -100,7 +100,7 @@
 //! [`plan`](mod@plan) (pure, with the incremental [`Planner`]), [`apply`] (the [`apply::Applier`]
 //! and the [`NftablesDataplane`]; [`diff`] and [`render`] are its vocabulary), [`adopt`] (`nft -j`
 //! JSON read back; the netlink dump reader is [`backend::netlink::dump`]), [`trace`], [`cleanup`],
-//! [`backend`] ([`NftCommand`], [`backend::netlink`], and the [`backend::monitor`] of outside
+//! [`backend`] ([`NftCommand`], [`backend::netlink`], and the shared [`monitor`](crate::dataplane::monitor) of outside
 //! changes).
 
 pub mod adopt;
@@ -121,8 +121,8 @@ mod golden_tests;
 #[cfg(test)]
 mod hostile_props;
 
+pub use crate::dataplane::monitor::Drift;
 pub use apply::dataplane::NftablesDataplane;
-pub use backend::monitor::Drift;
 pub use backend::{Backend, NftCommand};
 pub use diff::{Op, Transaction, diff, rebuild};
 pub use mode_config::ModeConfig;

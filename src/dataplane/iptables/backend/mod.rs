@@ -1,5 +1,7 @@
 //! The kernel seam of the iptables mode: `iptables-restore --noflush` fed through a pipe,
 //! `iptables-save`, and `iptables -S CHAIN` for the canaries, per family, in one flavour.
+//! With the nft flavour it also tells the nf_tables [`monitor`] which transactions are ours
+//! (the restore's pid) and pauses it around a large restore.
 //!
 //! The only code of the mode that starts a process. It never retries and never interprets what
 //! it sends: the dataplane decides, this runs. `iptables-restore` commits each table in one
@@ -7,16 +9,25 @@
 //! that table as they were.
 
 use std::process::{Command, Stdio};
+use std::sync::Arc;
 
 pub mod flavour;
 
 use super::ruleset::Table;
 use crate::cluster::IpFamily;
+use crate::dataplane::monitor::{self, Drift};
+use crate::dataplane::nftables::backend::netlink::Netlink;
 use crate::dataplane::tool::{self, Launcher};
 use flavour::Flavour;
 
 /// How long to wait for the xtables lock (`-w`), in seconds.
 const LOCK_WAIT_SECONDS: &str = "5";
+
+/// Restore inputs from this many lines on are sent with the nf_tables monitor paused: the
+/// kernel notifies every rule of a transaction while anyone listens, and a cold sync of a
+/// large cluster (a few hundred thousand rules) would overflow the monitor's socket, which
+/// counts as an outside change and would start the next full sync, and so on.
+pub const UNWATCHED_MIN_LINES: usize = 10_000;
 
 /// Why the backend could not do what it was asked.
 #[derive(Debug, thiserror::Error)]
@@ -45,6 +56,11 @@ pub trait Backend: Send {
 
     /// Whether `chain` exists in `table`.
     fn has_chain(&mut self, family: IpFamily, table: Table, chain: &str) -> Result<bool, Error>;
+
+    /// The nf_tables monitor watching our rules (nft flavour): the backend records the pid of
+    /// every restore it runs, so the monitor tells our transactions from other programs', and
+    /// may pause it around a large one.
+    fn watched_by(&mut self, drift: Arc<Drift>);
 }
 
 /// The real backend: one flavour's tools, optionally through a prefix such as
@@ -53,6 +69,19 @@ pub trait Backend: Send {
 pub struct IptablesCommand {
     flavour: Flavour,
     launcher: Launcher,
+    /// Where the tools run, for reading the nf_tables generation around a paused restore.
+    place: Place,
+    /// The monitor watching our rules, once [`Backend::watched_by`] was called.
+    drift: Option<Arc<Drift>>,
+}
+
+/// The network namespace the tools run in, as far as this backend knows it.
+#[derive(Clone, Debug)]
+enum Place {
+    Here,
+    Netns(String),
+    /// Behind a caller's prefix: not known, so no restore is sent unwatched.
+    Unknown,
 }
 
 impl IptablesCommand {
@@ -61,6 +90,8 @@ impl IptablesCommand {
         IptablesCommand {
             flavour,
             launcher: Launcher::here(),
+            place: Place::Here,
+            drift: None,
         }
     }
 
@@ -69,6 +100,8 @@ impl IptablesCommand {
         IptablesCommand {
             flavour,
             launcher: Launcher::in_netns(name),
+            place: Place::Netns(name.to_owned()),
+            drift: None,
         }
     }
 
@@ -78,6 +111,8 @@ impl IptablesCommand {
         IptablesCommand {
             flavour,
             launcher: Launcher::with_prefix(prefix),
+            place: Place::Unknown,
+            drift: None,
         }
     }
 
@@ -113,6 +148,34 @@ impl IptablesCommand {
         let program = self.flavour.tool(family, suffix);
         (self.launcher.command(&program), program)
     }
+
+    /// Runs `iptables-restore` with `input`, recording its pid for the monitor before anything
+    /// is written (no table can commit earlier).
+    fn run_restore(&self, family: IpFamily, input: &str) -> Result<(), Error> {
+        let (mut cmd, program) = self.command(family, "-restore");
+        cmd.args(["-w", LOCK_WAIT_SECONDS, "--noflush"]);
+        let own = self.drift.as_ref().map(|d| d.own_processes());
+        let output = tool::feed(&mut cmd, &program, input, |pid| {
+            if let Some(own) = &own {
+                own.record(pid);
+            }
+        })?;
+        if output.status.success() {
+            Ok(())
+        } else {
+            Err(refused(program, &output))
+        }
+    }
+
+    /// The nf_tables generation where the tools run, when it can be read.
+    fn generation(&self) -> Option<u32> {
+        let mut netlink = match &self.place {
+            Place::Here => Netlink::new(),
+            Place::Netns(name) => Netlink::in_netns(name),
+            Place::Unknown => return None,
+        };
+        netlink.generation().ok().flatten()
+    }
 }
 
 /// Whether `family` can be programmed: its tool runs and its nat table has the built-in
@@ -136,13 +199,19 @@ fn refused(program: String, out: &std::process::Output) -> Error {
 
 impl Backend for IptablesCommand {
     fn restore(&mut self, family: IpFamily, input: &str) -> Result<(), Error> {
-        let (mut cmd, program) = self.command(family, "-restore");
-        cmd.args(["-w", LOCK_WAIT_SECONDS, "--noflush"]);
-        let output = tool::feed(&mut cmd, &program, input, |_| {})?;
-        if output.status.success() {
-            Ok(())
-        } else {
-            Err(refused(program, &output))
+        match &self.drift {
+            Some(drift) if input.lines().count() >= UNWATCHED_MIN_LINES => {
+                // iptables-nft-restore commits each table's section as one transaction.
+                let tables = input.lines().filter(|l| *l == "COMMIT").count();
+                let commits = u32::try_from(tables).unwrap_or(u32::MAX);
+                monitor::apply_unwatched(
+                    drift,
+                    || self.generation(),
+                    commits,
+                    || self.run_restore(family, input),
+                )
+            }
+            _ => self.run_restore(family, input),
         }
     }
 
@@ -180,5 +249,9 @@ impl Backend for IptablesCommand {
             return Ok(false);
         }
         Err(refused(program, &out))
+    }
+
+    fn watched_by(&mut self, drift: Arc<Drift>) {
+        self.drift = Some(drift);
     }
 }

@@ -13,8 +13,8 @@ use std::sync::Arc;
 
 use super::{self as apply, Applier};
 use crate::cluster::{Changes, Snapshot};
+use crate::dataplane::monitor::Drift;
 use crate::dataplane::nftables::backend::Backend;
-use crate::dataplane::nftables::backend::monitor::Drift;
 use crate::dataplane::nftables::mode_config::ModeConfig;
 use crate::dataplane::nftables::plan::Planner;
 use crate::dataplane::nftables::ruleset::Family;

@@ -8,7 +8,6 @@
 //! decides, this runs. A transaction list is one atomic batch either way, so a refused one
 //! changes nothing.
 
-pub mod monitor;
 pub mod netlink;
 
 use std::process::Command;
@@ -20,8 +19,8 @@ use super::names;
 use super::render;
 use super::ruleset::{Family, Ruleset};
 use crate::config::NftablesEncoder;
+use crate::dataplane::monitor::{self, Drift, OwnProcesses};
 use crate::dataplane::tool::{self, Launcher};
-use monitor::{Drift, OwnProcesses};
 use netlink::Netlink;
 
 /// Lines of the script shown on each side of the one nft complained about.
@@ -134,38 +133,20 @@ impl NetlinkBackend {
         }
     }
 
-    /// Applies a large batch with the monitor paused, so the kernel builds no notification per
-    /// element, and asks for a full sync if anyone else committed meanwhile (the generation
-    /// moved on by more than our own commit).
+    /// Applies a large batch with the monitor paused (see [`monitor::apply_unwatched`]): one
+    /// batch, one generation.
     fn apply_unwatched(
         &mut self,
         drift: &Drift,
         transactions: &[Transaction],
     ) -> Result<(), netlink::Error> {
-        let Ok(Some(before)) = self.netlink.generation() else {
-            return self.netlink.apply(transactions);
-        };
-        let paused = drift.pause_monitor();
-        let result = self.netlink.apply(transactions);
-        let Some(paused) = paused else {
-            return result;
-        };
-        // Listening again before the second reading: a commit after it is the monitor's.
-        drop(paused);
-        match self.netlink.generation() {
-            Ok(Some(after)) if !monitor::unseen_commit(before, after, result.is_ok()) => {}
-            Ok(Some(after)) if result.is_err() => {
-                // A failed sync is followed by a full one anyway.
-                tracing::debug!(before, after, "generation moved during a refused batch");
-            }
-            Ok(_) | Err(_) => {
-                tracing::info!(
-                    "another nf_tables transaction may have run while our monitor was paused; syncing fully"
-                );
-                drift.notice();
-            }
-        }
-        result
+        let netlink = std::cell::RefCell::new(&mut self.netlink);
+        monitor::apply_unwatched(
+            drift,
+            || netlink.borrow_mut().generation().ok().flatten(),
+            1,
+            || netlink.borrow_mut().apply(transactions),
+        )
     }
 }
 

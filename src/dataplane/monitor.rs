@@ -1,12 +1,16 @@
-//! Notices another program changing our table, so the next sync re-reads the kernel and repairs
-//! it: a netlink socket subscribed to the nf_tables multicast group (`NFNLGRP_NFTABLES`, what
-//! `nft monitor` reads), without an `nft` process.
+//! Notices another program changing our rules in nf_tables, so the next sync re-reads the kernel
+//! and repairs them: a netlink socket subscribed to the nf_tables multicast group
+//! (`NFNLGRP_NFTABLES`, what `nft monitor` reads), without an `nft` process. Shared by the two
+//! modes whose rules live in nf_tables: nftables mode (our own table) and iptables mode on the
+//! nft back end (iptables-nft keeps each iptables table as an nf_tables table, `ip nat` and so
+//! on); [`Watch`] says which objects are ours in each. iptables-legacy rules are not in
+//! nf_tables; that flavour keeps the canary check at each sync.
 //!
 //! The message logic ([`Events`]) is pure and tested on notification bytes; [`run`] is the I/O
 //! around it. The kernel notifies each object a transaction touched and then `NEWGEN` with the
 //! new generation and the pid (thread id) of the process that committed it. A transaction that
-//! touched `ip`/`ip6 kube-proxy-rs` and came from a process or thread that is not ours
-//! ([`OwnProcesses`]: our `nft -f` children, or our threads that sent a netlink batch) is an
+//! touched our objects and came from a process or thread that is not ours ([`OwnProcesses`]: our
+//! `nft -f` and `iptables-restore` children, or our threads that sent a netlink batch) is an
 //! outside change: [`Drift`] then marks the next sync as full and wakes whoever awaits
 //! [`Drift::changed`] (the sync runner). Notifications the kernel had to drop (`ENOBUFS`: a huge
 //! transaction overflowed the socket) count as an outside change too: what was lost may have
@@ -15,9 +19,10 @@
 //! The kernel builds a notification for every object of a transaction while any socket
 //! listens, which for a cold sync of 250,000 elements costs about as much kernel time as the
 //! transaction itself. So the applier may [`Drift::pause_monitor`] around a large transaction
-//! of its own: the monitor leaves the group until the returned [`Paused`] is dropped, and the
-//! applier compares the ruleset generation before and after to learn whether anyone else
-//! committed meanwhile ([`unseen_commit`]), which it reports with [`Drift::notice`].
+//! of its own ([`apply_unwatched`]): the monitor leaves the group until the returned [`Paused`]
+//! is dropped, and the applier compares the ruleset generation before and after to learn
+//! whether anyone else committed meanwhile ([`unseen_commit`]), which it reports with
+//! [`Drift::notice`].
 //!
 //! Never repairs anything itself and never decides when to sync. `main` starts it; a
 //! constructor never does.
@@ -29,7 +34,8 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
-use super::netlink::{self, uapi};
+use crate::dataplane::iptables::names as iptables_names;
+use crate::dataplane::nftables::backend::netlink::{self, uapi};
 use crate::dataplane::nftables::names;
 use crate::netlink::attr::{find_be32, find_str};
 use crate::netlink::message::messages;
@@ -37,7 +43,7 @@ use crate::netlink::nfnetlink::{self, NFNLGRP_NFTABLES};
 use crate::netlink::socket::Options;
 use crate::netlink::subscription::Subscription;
 
-/// How many of our recent `nft -f` pids are remembered. Syncs run one at a time, so a handful
+/// How many of our recent tool pids are remembered. Syncs run one at a time, so a handful
 /// covers every transaction whose events can still be in flight.
 const OWN_PIDS: usize = 64;
 
@@ -59,7 +65,7 @@ const CONTROL_WAIT: Duration = Duration::from_secs(2);
 /// the channel once done.
 type Control = (bool, mpsc::SyncSender<()>);
 
-/// Pids of the `nft -f` processes we started, or thread ids of our threads that sent a netlink
+/// Pids of the `nft -f` and `iptables-restore` processes we started, or thread ids of our threads that sent a netlink
 /// batch; shared by the backend (writes) and the monitor (reads).
 #[derive(Clone, Debug, Default)]
 pub struct OwnProcesses(Arc<Mutex<VecDeque<u32>>>);
@@ -120,9 +126,50 @@ fn ask(control: &tokio::sync::mpsc::UnboundedSender<Control>, subscribe: bool) -
 }
 
 /// Whether another program committed between two readings of the ruleset generation around
-/// our own transaction (`committed`: ours was; it moved the generation on by one).
-pub fn unseen_commit(before: u32, after: u32, committed: bool) -> bool {
-    after.wrapping_sub(before) != u32::from(committed)
+/// our own transaction, which moved the generation on by `commits` (one per nf_tables batch:
+/// one for a netlink batch or `nft -f`, one per table for `iptables-restore`; none if refused).
+pub fn unseen_commit(before: u32, after: u32, commits: u32) -> bool {
+    after.wrapping_sub(before) != commits
+}
+
+/// Runs `apply`, a large transaction of ours that commits `commits` generations when it
+/// succeeds, with the monitor paused, so the kernel builds no notification per object; then
+/// asks for a full sync through `drift` if anyone else committed meanwhile. `generation` reads
+/// the ruleset generation (`None`: unknown); without one before, nothing is paused.
+pub fn apply_unwatched<E>(
+    drift: &Drift,
+    mut generation: impl FnMut() -> Option<u32>,
+    commits: u32,
+    apply: impl FnOnce() -> Result<(), E>,
+) -> Result<(), E> {
+    let Some(before) = generation() else {
+        return apply();
+    };
+    let paused = drift.pause_monitor();
+    let result = apply();
+    let Some(paused) = paused else {
+        return result;
+    };
+    // Listening again before the second reading: a commit after it is the monitor's.
+    drop(paused);
+    match generation() {
+        Some(after) if result.is_ok() && !unseen_commit(before, after, commits) => {}
+        Some(after) if result.is_err() => {
+            // A failed sync is followed by a full one anyway.
+            tracing::debug!(
+                before,
+                after,
+                "generation moved during a refused transaction"
+            );
+        }
+        _ => {
+            tracing::info!(
+                "another nf_tables transaction may have run while our monitor was paused; syncing fully"
+            );
+            drift.notice();
+        }
+    }
+    result
 }
 
 impl Drift {
@@ -215,51 +262,108 @@ impl Drop for ControlRegistration<'_> {
 
 use uapi::GEN_PROC_PID;
 
+/// Which nf_tables objects are ours to watch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Watch {
+    /// nftables mode: every object of `ip` and `ip6 kube-proxy-rs`.
+    NftablesTable,
+    /// iptables mode on the nft back end: in the `ip`/`ip6` mangle, nat and filter tables, a
+    /// deleted table, a deleted chain of ours, or a deleted rule in or jumping to one. Other
+    /// programs add and remove their own rules in these tables all the time (CNI plugins,
+    /// container runtimes), and rules added beside ours do not break ours, so only these count.
+    IptablesNft,
+}
+
+impl Watch {
+    /// Whether object notification `msg` (its nfgenmsg and attributes in `body`) is about ours.
+    fn concerns(self, msg: u16, body: &[u8]) -> bool {
+        let family = nfnetlink::family(body);
+        if !matches!(family, Some(uapi::NFPROTO_IPV4 | uapi::NFPROTO_IPV6)) {
+            return false;
+        }
+        // Every object notification carries its table as attribute 1 (`NFTA_TABLE_NAME`,
+        // `NFTA_CHAIN_TABLE`, `NFTA_RULE_TABLE`, `NFTA_SET_TABLE`, ...).
+        let attrs = nfnetlink::attributes(body);
+        let table = find_str(attrs, 1);
+        match self {
+            Watch::NftablesTable => table == Some(names::TABLE),
+            Watch::IptablesNft => {
+                matches!(table, Some("mangle" | "nat" | "filter"))
+                    && match msg {
+                        uapi::msg::DELTABLE => true,
+                        uapi::msg::DELCHAIN | uapi::msg::DELRULE => names_our_chain(attrs),
+                        _ => false,
+                    }
+            }
+        }
+    }
+}
+
+/// Whether a chain or rule notification names a `KUBE-*` chain of iptables mode anywhere: as
+/// the chain itself (`NFTA_CHAIN_NAME`, `NFTA_RULE_CHAIN`) or as a jump target inside the
+/// rule's expressions. Read as the NUL-terminated strings that start with `KUBE-`, so nested
+/// expression attributes need no decoding.
+fn names_our_chain(attrs: &[u8]) -> bool {
+    const PREFIX: &[u8] = b"KUBE-";
+    let mut rest = attrs;
+    while let Some(at) = rest.windows(PREFIX.len()).position(|w| w == PREFIX) {
+        let tail = &rest[at..];
+        let end = tail.iter().position(|&b| b == 0).unwrap_or(tail.len());
+        if let Ok(name) = std::str::from_utf8(&tail[..end])
+            && iptables_names::ours(name)
+        {
+            return true;
+        }
+        rest = &tail[PREFIX.len()..];
+    }
+    false
+}
+
 /// The state of reading nf_tables notifications: whether the transaction being notified
-/// touched our table.
-#[derive(Debug, Default)]
+/// touched our objects.
+#[derive(Debug)]
 pub struct Events {
+    watch: Watch,
     touched: bool,
 }
 
 impl Events {
+    pub fn new(watch: Watch) -> Events {
+        Events {
+            watch,
+            touched: false,
+        }
+    }
+
     /// Feeds one datagram of notifications; returns the pid of each finished transaction that
-    /// touched our table (0 when the kernel named none).
+    /// touched our objects (0 when the kernel named none).
     pub fn datagram(&mut self, bytes: &[u8]) -> Vec<u32> {
         let mut found = Vec::new();
         for m in messages(bytes) {
             if nfnetlink::subsystem(m.kind) != uapi::SUBSYS {
                 continue;
             }
-            if nfnetlink::message(m.kind) == uapi::msg::NEWGEN {
+            let msg = nfnetlink::message(m.kind);
+            if msg == uapi::msg::NEWGEN {
                 if std::mem::take(&mut self.touched) {
                     let body = nfnetlink::attributes(m.body);
                     found.push(find_be32(body, GEN_PROC_PID).unwrap_or(0));
                 }
                 continue;
             }
-            self.touched |= names_our_table(m.body);
+            self.touched |= self.watch.concerns(msg, m.body);
         }
         found
     }
-}
-
-/// Every object notification carries its table as attribute 1 (`NFTA_TABLE_NAME`,
-/// `NFTA_CHAIN_TABLE`, `NFTA_RULE_TABLE`, `NFTA_SET_TABLE`, `NFTA_SET_ELEM_LIST_TABLE`, ...)
-/// and its family in the nfgenmsg header.
-fn names_our_table(body: &[u8]) -> bool {
-    let family = nfnetlink::family(body);
-    matches!(family, Some(uapi::NFPROTO_IPV4 | uapi::NFPROTO_IPV6))
-        && find_str(nfnetlink::attributes(body), 1) == Some(names::TABLE)
 }
 
 /// `ENOBUFS`: the kernel dropped notifications for us.
 const ENOBUFS: i32 = 105;
 
 /// Watches nf_tables notifications in the named network namespace (or ours) until the task is
-/// dropped, and reports outside changes to `drift`. Reopens the socket if it fails. Serves
-/// [`Drift::pause_monitor`] meanwhile.
-pub async fn run(netns: Option<String>, drift: Arc<Drift>) {
+/// dropped, and reports outside changes to what `watch` names to `drift`. Reopens the socket if
+/// it fails. Serves [`Drift::pause_monitor`] meanwhile.
+pub async fn run(netns: Option<String>, drift: Arc<Drift>, watch: Watch) {
     let own = drift.own_processes();
     let (control_tx, mut control) = tokio::sync::mpsc::unbounded_channel::<Control>();
     drift.set_control(Some(control_tx));
@@ -274,7 +378,7 @@ pub async fn run(netns: Option<String>, drift: Arc<Drift>) {
         let groups = [NFNLGRP_NFTABLES];
         match Subscription::open(netlink::PROTOCOL, netns.as_deref(), options, &groups) {
             Ok(socket) => {
-                let mut events = Events::default();
+                let mut events = Events::new(watch);
                 loop {
                     let received = tokio::select! {
                         received = socket.recv() => received,
@@ -299,9 +403,9 @@ pub async fn run(netns: Option<String>, drift: Arc<Drift>) {
                             for pid in events.datagram(&bytes) {
                                 if !own.contains(pid) {
                                     tracing::warn!(
-                                        table = names::TABLE,
+                                        watched = ?watch,
                                         pid,
-                                        "another program changed our nftables table; repairing"
+                                        "another program changed our rules; repairing"
                                     );
                                     drift.notice();
                                 }
@@ -311,7 +415,7 @@ pub async fn run(netns: Option<String>, drift: Arc<Drift>) {
                             tracing::info!(
                                 "nf_tables notifications were dropped; a full sync checks our table"
                             );
-                            events = Events::default();
+                            events = Events::new(watch);
                             drift.notice();
                         }
                         Err(error) => {
@@ -379,8 +483,77 @@ mod tests {
             names::TABLE,
         );
         generation(&mut w, 20039);
-        let mut events = Events::default();
+        let mut events = Events::new(Watch::NftablesTable);
         assert_eq!(events.datagram(&w.buf), vec![19986, 20039]);
+    }
+
+    /// A rule notification in `table`'s `chain`, with `target` as a jump inside its
+    /// expressions (nested, as the kernel sends them).
+    fn rule(w: &mut Writer, msg: u16, table: &str, chain: &str, target: Option<&str>) {
+        let m = nfnetlink::begin(
+            w,
+            nfnetlink::kind(uapi::SUBSYS, msg),
+            0,
+            0,
+            uapi::NFPROTO_IPV4,
+            0,
+        );
+        w.str(1, table);
+        w.str(2, chain);
+        let exprs = w.nest(4);
+        let elem = w.nest(1);
+        w.str(1, "immediate");
+        if let Some(t) = target {
+            let data = w.nest(2);
+            w.str(2, t);
+            w.nest_end(data);
+        }
+        w.nest_end(elem);
+        w.nest_end(exprs);
+        w.end(m);
+    }
+
+    #[test]
+    fn iptables_nft_counts_deletions_of_our_chains_rules_and_jumps_and_of_tables() {
+        let count = |build: &dyn Fn(&mut Writer)| {
+            let mut w = Writer::default();
+            build(&mut w);
+            generation(&mut w, 5);
+            Events::new(Watch::IptablesNft).datagram(&w.buf).len()
+        };
+        let del = uapi::msg::DELRULE;
+        // A firewall reload: `iptables -t nat -F` deletes our rules, `-X` our chains.
+        assert_eq!(count(&|w| rule(w, del, "nat", "KUBE-SERVICES", None)), 1);
+        assert_eq!(
+            count(&|w| rule(w, uapi::msg::DELCHAIN, "filter", "KUBE-SVC-ABC", None)),
+            1
+        );
+        // Our jump from a built-in chain deleted.
+        assert_eq!(
+            count(&|w| rule(w, del, "nat", "PREROUTING", Some("KUBE-SERVICES"))),
+            1
+        );
+        // `nft flush ruleset` deletes the tables.
+        assert_eq!(
+            count(&|w| object(w, uapi::msg::DELTABLE, uapi::NFPROTO_IPV6, "filter")),
+            1
+        );
+        // Not ours: another program's rules, rules added beside ours, kubelet's chains, tables
+        // iptables does not use, our nftables table.
+        assert_eq!(count(&|w| rule(w, del, "nat", "DOCKER", Some("RETURN"))), 0);
+        assert_eq!(
+            count(&|w| rule(w, uapi::msg::NEWRULE, "nat", "KUBE-SERVICES", None)),
+            0
+        );
+        assert_eq!(
+            count(&|w| rule(w, del, "nat", "POSTROUTING", Some("KUBE-MARK-DROP"))),
+            0
+        );
+        assert_eq!(count(&|w| rule(w, del, "raw", "KUBE-SERVICES", None)), 0);
+        assert_eq!(
+            count(&|w| object(w, uapi::msg::DELTABLE, uapi::NFPROTO_IPV4, names::TABLE)),
+            0
+        );
     }
 
     #[test]
@@ -394,7 +567,7 @@ mod tests {
         );
         let mut second = Writer::default();
         generation(&mut second, 7);
-        let mut events = Events::default();
+        let mut events = Events::new(Watch::NftablesTable);
         assert!(events.datagram(&first.buf).is_empty());
         assert_eq!(events.datagram(&second.buf), vec![7]);
     }
@@ -411,11 +584,15 @@ mod tests {
 
     #[test]
     fn only_our_own_commit_between_two_generations_is_expected() {
-        assert!(!unseen_commit(41, 42, true));
-        assert!(!unseen_commit(42, 42, false));
-        assert!(unseen_commit(41, 43, true), "someone else committed too");
-        assert!(unseen_commit(41, 42, false), "someone else committed");
-        assert!(!unseen_commit(u32::MAX, 0, true), "the generation wraps");
+        assert!(!unseen_commit(41, 42, 1));
+        assert!(!unseen_commit(42, 42, 0));
+        assert!(
+            !unseen_commit(40, 43, 3),
+            "iptables-restore commits once per table"
+        );
+        assert!(unseen_commit(41, 43, 1), "someone else committed too");
+        assert!(unseen_commit(41, 42, 0), "someone else committed");
+        assert!(!unseen_commit(u32::MAX, 0, 1), "the generation wraps");
     }
 
     #[test]
