@@ -39,6 +39,7 @@
 pub mod cleanup;
 pub mod comment;
 pub mod iptables;
+pub mod ipvs;
 pub mod nftables;
 pub mod node;
 pub mod report;
