@@ -123,7 +123,9 @@ impl Client {
             })
     }
 
-    /// Every destination of one service, with its connection counts and counters.
+    /// Every destination of one service, with its connection counts and counters. A service
+    /// that does not exist has none: the kernel (6.1) answers its dump empty, not with an
+    /// error.
     pub fn destinations(&mut self, key: &ServiceKey) -> Result<Vec<ListedDestination>, Error> {
         let request = Request::GetDests(*key);
         let bodies = self.exchange(&request)?;

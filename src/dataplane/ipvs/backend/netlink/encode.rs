@@ -38,7 +38,7 @@ pub enum Request {
     /// `IPVS_CMD_GET_SERVICE` as a dump: every service of the network namespace.
     GetServices,
     /// `IPVS_CMD_GET_DEST` as a dump: every destination of one service (there is no dump of
-    /// all destinations).
+    /// all destinations); empty, not refused, when there is no such service.
     GetDests(ServiceKey),
     /// `IPVS_CMD_SET_CONFIG`: the timeouts that are not 0.
     SetConfig(Timeouts),
