@@ -15,6 +15,8 @@
 //! - `unknown-scheduler`: the error names the scheduler the kernel has no module for.
 //!
 //! Traffic goes only between addresses this test puts into its own namespaces.
+//! `UPDATE_GOLDENS=1` also stores the kernel's dump bytes as the decoder's fixtures
+//! (`src/dataplane/ipvs/backend/netlink/testdata/`): the guest prints them, the host writes them.
 
 #![allow(
     clippy::disallowed_methods,
@@ -27,7 +29,10 @@ mod uml;
 use std::io::{Read as _, Write as _};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
+
+use base64::Engine as _;
 
 use kube_proxy_rs::cluster::IpFamily;
 use kube_proxy_rs::dataplane::ipvs::backend::netlink::{
@@ -61,10 +66,12 @@ fn our_ipvs_client_and_ipvsadm_agree_on_a_real_ipvs_kernel() {
     let Some(uml) = uml::Uml::find() else {
         return;
     };
+    let update = std::env::var("UPDATE_GOLDENS").is_ok_and(|v| v == "1");
+    let role = if update { "guest-capture" } else { "guest" };
     let run = uml.run(
         MODULES,
         Path::new(env!("CARGO_MANIFEST_DIR")),
-        &HELPER.shell_line("guest"),
+        &HELPER.shell_line(role),
         Duration::from_secs(180),
     );
     assert_eq!(
@@ -83,7 +90,10 @@ fn our_ipvs_client_and_ipvsadm_agree_on_a_real_ipvs_kernel() {
         .collect();
     assert_eq!(reported, passed, "{}", run.output);
     for r in results.iter().filter(|r| !r.ends_with(" ok")) {
-        println!("{r}");
+        match r.strip_prefix("capture ").and_then(|c| c.split_once(' ')) {
+            Some((name, bytes)) => store_fixture(name, bytes),
+            None => println!("{r}"),
+        }
     }
     println!("one UML boot ran every case in {:?}", run.took);
 }
@@ -123,6 +133,33 @@ fn the_uml_harness_reports_the_command_s_status_and_kills_a_guest_at_its_limit()
     assert!(left.len() <= 1, "scratch directories left: {left:?}");
 }
 
+/// Writes a dump the guest captured (base64) as a decoder fixture.
+fn store_fixture(name: &str, base64: &str) {
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(base64)
+        .expect("a captured dump in base64");
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("src/dataplane/ipvs/backend/netlink/testdata")
+        .join(format!("{name}.bin"));
+    std::fs::create_dir_all(path.parent().unwrap()).expect("testdata dir");
+    std::fs::write(&path, bytes).expect("write fixture");
+    println!("stored {}", path.display());
+}
+
+/// Set in the guest when the host asked for fixtures.
+static CAPTURE: AtomicBool = AtomicBool::new(false);
+
+/// Reports the datagrams of one dump for the host to store as the fixture `name`, when asked.
+fn capture(name: &str, dump: impl FnOnce(&mut dyn FnMut(&[u8]))) {
+    if !CAPTURE.load(Ordering::Relaxed) {
+        return;
+    }
+    let mut bytes = Vec::new();
+    dump(&mut |d| bytes.extend_from_slice(d));
+    let text = base64::engine::general_purpose::STANDARD.encode(&bytes);
+    println!("{RESULT}capture {name} {text}");
+}
+
 /// The entry below, run inside the guest.
 const HELPER: HelperProcess = HelperProcess::new("ipvs_netlink_helper_process");
 
@@ -131,7 +168,11 @@ const HELPER: HelperProcess = HelperProcess::new("ipvs_netlink_helper_process");
 #[test]
 fn ipvs_netlink_helper_process() {
     HELPER.when_requested(|role| {
-        assert_eq!(role, "guest", "unknown role");
+        match role {
+            "guest" => {}
+            "guest-capture" => CAPTURE.store(true, Ordering::Relaxed),
+            _ => panic!("unknown role {role}"),
+        }
         let cases: [(&str, fn()); 5] = [
             ("ours-to-ipvsadm", ours_to_ipvsadm),
             ("ipvsadm-to-ours", ipvsadm_to_ours),
@@ -344,6 +385,14 @@ FWM 43 IPv6 rr";
         );
     }
     assert_eq!(client.timeouts().expect("read timeouts"), timeouts);
+    capture("get_service_dump_ipvs_uml_6.1", |raw| {
+        client.services_raw(raw).expect("list services");
+    });
+    capture("get_dest_dump_wrr_thresholds_ipvs_uml_6.1", |raw| {
+        client
+            .destinations_raw(&udp("10.10.0.2:53"), raw)
+            .expect("list destinations");
+    });
 }
 
 fn ipvsadm_to_ours() {
@@ -591,6 +640,11 @@ fn traffic_counters() {
         s.bytes_in >= 40 * s.packets_in && s.bytes_out >= 40 * s.packets_out,
         "{s:?}"
     );
+    capture("get_dest_dump_traffic_ipvs_uml_6.1", |raw| {
+        client
+            .destinations_raw(&key, raw)
+            .expect("list destinations");
+    });
     let services = client.services().expect("list services");
     assert_eq!(services.len(), 1);
     assert_eq!(

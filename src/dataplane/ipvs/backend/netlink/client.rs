@@ -111,8 +111,16 @@ impl Client {
 
     /// Every service of the namespace, with its counters.
     pub fn services(&mut self) -> Result<Vec<ListedService>, Error> {
+        self.services_raw(&mut |_| {})
+    }
+
+    /// [`Client::services`]; `raw` receives each datagram of the answer as read (fixtures).
+    pub fn services_raw(
+        &mut self,
+        raw: &mut dyn FnMut(&[u8]),
+    ) -> Result<Vec<ListedService>, Error> {
         let request = Request::GetServices;
-        let bodies = self.exchange(&request)?;
+        let bodies = self.exchange(&request, raw)?;
         bodies
             .iter()
             .map(|b| decode::service(b))
@@ -127,8 +135,17 @@ impl Client {
     /// that does not exist has none: the kernel (6.1) answers its dump empty, not with an
     /// error.
     pub fn destinations(&mut self, key: &ServiceKey) -> Result<Vec<ListedDestination>, Error> {
+        self.destinations_raw(key, &mut |_| {})
+    }
+
+    /// [`Client::destinations`]; `raw` receives each datagram of the answer as read.
+    pub fn destinations_raw(
+        &mut self,
+        key: &ServiceKey,
+        raw: &mut dyn FnMut(&[u8]),
+    ) -> Result<Vec<ListedDestination>, Error> {
         let request = Request::GetDests(*key);
-        let bodies = self.exchange(&request)?;
+        let bodies = self.exchange(&request, raw)?;
         bodies
             .iter()
             .map(|b| decode::destination(b, key.family()))
@@ -140,27 +157,30 @@ impl Client {
     }
 
     pub fn add_service(&mut self, service: &Service) -> Result<(), Error> {
-        self.exchange(&Request::NewService(service.clone()))
+        self.exchange(&Request::NewService(service.clone()), &mut |_| {})
             .map(drop)
     }
 
     /// Changes the scheduler, flags, timeout and netmask of an existing service in place.
     pub fn update_service(&mut self, service: &Service) -> Result<(), Error> {
-        self.exchange(&Request::SetService(service.clone()))
+        self.exchange(&Request::SetService(service.clone()), &mut |_| {})
             .map(drop)
     }
 
     pub fn delete_service(&mut self, key: &ServiceKey) -> Result<(), Error> {
-        self.exchange(&Request::DelService(*key)).map(drop)
+        self.exchange(&Request::DelService(*key), &mut |_| {})
+            .map(drop)
     }
 
     pub fn add_destination(&mut self, key: &ServiceKey, d: &Destination) -> Result<(), Error> {
-        self.exchange(&Request::NewDest(*key, *d)).map(drop)
+        self.exchange(&Request::NewDest(*key, *d), &mut |_| {})
+            .map(drop)
     }
 
     /// Changes forwarding, weight and thresholds of an existing destination in place.
     pub fn update_destination(&mut self, key: &ServiceKey, d: &Destination) -> Result<(), Error> {
-        self.exchange(&Request::SetDest(*key, *d)).map(drop)
+        self.exchange(&Request::SetDest(*key, *d), &mut |_| {})
+            .map(drop)
     }
 
     pub fn delete_destination(
@@ -168,16 +188,18 @@ impl Client {
         key: &ServiceKey,
         address: std::net::SocketAddr,
     ) -> Result<(), Error> {
-        self.exchange(&Request::DelDest(*key, address)).map(drop)
+        self.exchange(&Request::DelDest(*key, address), &mut |_| {})
+            .map(drop)
     }
 
     /// Sets the timeouts that are not 0.
     pub fn set_timeouts(&mut self, timeouts: &Timeouts) -> Result<(), Error> {
-        self.exchange(&Request::SetConfig(*timeouts)).map(drop)
+        self.exchange(&Request::SetConfig(*timeouts), &mut |_| {})
+            .map(drop)
     }
 
     pub fn timeouts(&mut self) -> Result<Timeouts, Error> {
-        let bodies = self.exchange(&Request::GetConfig)?;
+        let bodies = self.exchange(&Request::GetConfig, &mut |_| {})?;
         Ok(bodies
             .first()
             .map(|b| decode::timeouts(b))
@@ -186,18 +208,25 @@ impl Client {
 
     /// Removes every service of the namespace, ours or not.
     pub fn flush(&mut self) -> Result<(), Error> {
-        self.exchange(&Request::Flush).map(drop)
+        self.exchange(&Request::Flush, &mut |_| {}).map(drop)
     }
 
     /// Sends `request` and reads its whole answer: the bodies of the objects it carried.
-    fn exchange(&mut self, request: &Request) -> Result<Vec<Vec<u8>>, Error> {
+    /// `raw` sees each datagram as it arrives.
+    fn exchange(
+        &mut self,
+        request: &Request,
+        raw: &mut dyn FnMut(&[u8]),
+    ) -> Result<Vec<Vec<u8>>, Error> {
         let seq = self.socket.take_seq();
         self.socket
             .send(&request.encode(self.family, seq), "request")?;
         let mut answer = Dump::new(seq);
         let mut bodies = Vec::new();
         while !answer.done() {
-            message::each(self.socket.recv("answer")?, |m| {
+            let datagram = self.socket.recv("answer")?;
+            raw(datagram);
+            message::each(datagram, |m| {
                 if answer.receive(&m) {
                     bodies.push(m.body.to_vec());
                 }

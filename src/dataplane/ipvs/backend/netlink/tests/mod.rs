@@ -4,6 +4,7 @@
 //! `ip_vs_genl_fill_dest` write them, and property round trips through both. The helpers below
 //! frame bytes by hand, apart from the netlink core's writer, so the goldens check it too.
 
+mod captured;
 mod decode;
 mod encode;
 mod props;
