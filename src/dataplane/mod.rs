@@ -41,6 +41,7 @@
 pub mod cleanup;
 pub mod comment;
 pub mod iptables;
+pub mod ipvs;
 pub mod monitor;
 pub mod nftables;
 pub mod node;

@@ -16,6 +16,7 @@ pub struct Dump {
     seq: u32,
     done: bool,
     errno: Option<i32>,
+    message: Option<String>,
     interrupted: bool,
 }
 
@@ -40,9 +41,9 @@ impl Dump {
         match m.kind {
             NLMSG_DONE => self.done = true,
             NLMSG_ERROR => {
-                let errno = Ack::of(m).map_or(0, |a| a.errno);
-                if errno != 0 {
-                    self.errno = Some(errno);
+                if let Some(ack) = Ack::of(m).filter(|a| a.errno != 0) {
+                    self.errno = Some(ack.errno);
+                    self.message = ack.message;
                 }
                 self.done = true;
             }
@@ -59,6 +60,11 @@ impl Dump {
     /// The kernel refused the request (positive errno).
     pub fn errno(&self) -> Option<i32> {
         self.errno
+    }
+
+    /// The kernel's extended-ack text with its refusal, when it gave one.
+    pub fn message(&self) -> Option<String> {
+        self.message.clone()
     }
 
     /// The kernel changed the objects while dumping them: what came is not a consistent
@@ -111,14 +117,16 @@ mod tests {
         let refused = Ack {
             seq: 3,
             errno: 2,
-            message: None,
+            message: Some("no such thing".into()),
         };
         let mut dump = Dump::new(3);
         assert!(feed(&mut dump, &refused.encode()).is_empty());
         assert!(dump.done());
         assert_eq!(dump.errno(), Some(2));
+        assert_eq!(dump.message().as_deref(), Some("no such thing"));
         let acked = Ack {
             errno: 0,
+            message: None,
             ..refused
         };
         let mut dump = Dump::new(3);

@@ -1,5 +1,5 @@
 //! The netlink core every kernel conversation of ours stands on (nf_tables, ctnetlink,
-//! rtnetlink, and generic netlink next): sockets, message framing, attributes, and the batch
+//! rtnetlink, and generic netlink for IPVS): sockets, message framing, attributes, and the batch
 //! and dump conversations as state machines, each written once and protocol-independent.
 //!
 //! What it guarantees: the readers ([`message`], [`attr`], [`ack`]) never panic on kernel
@@ -8,8 +8,8 @@
 //! [`subscription`], which send each batch as one datagram, receive whole datagrams (a cut
 //! one is an error, never read as complete), and open a socket inside a named network
 //! namespace without moving the calling thread ([`netns`]). It knows no protocol's messages:
-//! each user encodes and decodes its own, and [`nfnetlink`] holds the one layer two of them
-//! share.
+//! each user encodes and decodes its own; [`nfnetlink`] and [`genetlink`] hold the family
+//! layers that sit between plain netlink and a protocol.
 //!
 //! - [`writer`]: messages and attributes appended to one buffer, aligned;
 //! - [`message`]: the messages of a received datagram, and where its framing broke;
@@ -21,7 +21,9 @@
 //! - [`subscription`]: the tokio socket a monitor reads notifications from;
 //! - [`netns`]: opening a socket inside a named network namespace;
 //! - [`nfnetlink`]: what nf_tables and ctnetlink share beyond plain netlink (nfgenmsg, the
-//!   batch frame), kept here so neither owns it.
+//!   batch frame), kept here so neither owns it;
+//! - [`genetlink`]: generic netlink's `genlmsghdr` and resolving a family by name through
+//!   `nlctrl` (IPVS is a generic netlink family).
 //!
 //! Why by hand, beside the crates: `netlink-sys` gives the socket and `netlink-packet-core`
 //! the header constants, and our users encode their typed messages with
@@ -36,6 +38,7 @@ pub mod ack;
 pub mod attr;
 pub mod batch;
 pub mod dump;
+pub mod genetlink;
 pub mod message;
 pub mod netns;
 pub mod nfnetlink;
