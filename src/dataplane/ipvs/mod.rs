@@ -1,18 +1,20 @@
 //! The IPVS dataplane mode (issue 19): Services as IPVS virtual services whose destinations are
 //! the endpoints, as upstream's `--proxy-mode=ipvs` programs them.
 //!
-//! What exists so far is the foundation, the kernel I/O:
+//! What exists so far:
 //! - [`backend::netlink`]: a generic netlink IPVS client on our netlink core: typed services
 //!   (address or fwmark; scheduler; persistence; sh/mh flags) and destinations (NAT, weight,
 //!   thresholds), their encoders, the dump decoders with counters and connection counts, the
 //!   timeouts, and a blocking client that works in a chosen network namespace. It is tested
 //!   byte by byte without a kernel and against a real IPVS kernel in User-mode Linux
-//!   (`tests/ipvs_netlink.rs`).
+//!   (`tests/ipvs_netlink.rs`);
+//! - [`names`], [`mode_config`] (the scheduler, its flags, `excludeCIDRs`), [`desired`] (one
+//!   family's virtual services, destinations, bound addresses and the [`Guard`] each needs)
+//!   and [`plan`](mod@plan), the pure planner with its tests.
 //!
 //! What is to come, as every mode has (`docs/architecture.md`):
-//! - `names.rs`, `mode_config.rs`: `kube-ipvs0`, the scheduler and timeouts flags;
-//! - `plan/`: (Snapshot, ModeConfig, family) → desired virtual services and destinations,
-//!   bound addresses on `kube-ipvs0`, and the nftables rules for masquerade and the VIP filter;
+//! - `plan/`: the helper rules in our nftables table (masquerade, the VIP port filter, the
+//!   guards, source ranges), and the per-Service scheduler annotation;
 //! - `apply`: diff against the last programmed (or adopted) state and send the difference,
 //!   pipelined, graceful termination by weight 0;
 //! - `adopt`: the service and destination dumps read back into desired-state values;
@@ -20,3 +22,11 @@
 //! - `cleanup`: what `--cleanup` removes (our services, `kube-ipvs0`).
 
 pub mod backend;
+pub mod desired;
+pub mod mode_config;
+pub mod names;
+pub mod plan;
+
+pub use desired::{Desired, Frontend, Guard, VirtualService};
+pub use mode_config::ModeConfig;
+pub use plan::{HostAddresses, plan};

@@ -1,0 +1,89 @@
+//! The settings the IPVS planner reads, resolved once from [`Config`].
+//!
+//! Pure. The node traffic policy every mode shares ([`NodePolicy`]), and what only this mode
+//! has: the scheduler with its flags, and the ranges whose virtual services are never ours.
+
+use ipnet::IpNet;
+
+use super::backend::netlink::{Flags, Scheduler};
+use super::names;
+use crate::config::{Config, ProxyMode};
+use crate::dataplane::node::{self, NodePolicy};
+
+/// Planner settings for the IPVS mode.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ModeConfig {
+    pub node: NodePolicy,
+    /// Every virtual service's scheduler (`ipvs.scheduler`, `rr` when empty).
+    pub scheduler: Scheduler,
+    /// The scheduler flags every virtual service gets. Upstream sets one: `mh-port` with `mh`
+    /// (hash the source port too, so one client's connections spread), and so do we.
+    pub scheduler_flags: Flags,
+    /// Virtual services in these ranges belong to someone else (`ipvs.excludeCIDRs`): never
+    /// changed or deleted.
+    pub exclude_cidrs: Vec<IpNet>,
+}
+
+impl ModeConfig {
+    /// Resolves the planner settings from the effective configuration.
+    pub fn new(cfg: &Config) -> Result<ModeConfig, node::Error> {
+        Ok(ModeConfig {
+            node: NodePolicy::new(cfg)?,
+            ..ModeConfig::with_scheduler(&cfg.ipvs.scheduler, cfg.ipvs.exclude_cidrs.clone())
+        })
+    }
+
+    fn with_scheduler(name: &str, exclude_cidrs: Vec<IpNet>) -> ModeConfig {
+        let name = if name.is_empty() {
+            names::DEFAULT_SCHEDULER
+        } else {
+            name
+        };
+        ModeConfig {
+            node: NodePolicy::defaults_for(ProxyMode::Ipvs),
+            scheduler: Scheduler::new(name),
+            scheduler_flags: if name == "mh" {
+                Flags::MH_PORT
+            } else {
+                Flags::NONE
+            },
+            exclude_cidrs,
+        }
+    }
+
+    /// Whether a virtual service at `address` is in `excludeCIDRs`: someone else's.
+    pub fn excluded(&self, address: &std::net::IpAddr) -> bool {
+        self.exclude_cidrs.iter().any(|c| c.contains(address))
+    }
+}
+
+impl Default for ModeConfig {
+    /// Upstream's IPVS defaults: round robin, NodePorts on every local address.
+    fn default() -> ModeConfig {
+        ModeConfig::with_scheduler("", Vec::new())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_scheduler_defaults_to_round_robin_and_mh_hashes_the_source_port_too() {
+        assert_eq!(ModeConfig::default().scheduler.as_str(), "rr");
+        assert_eq!(ModeConfig::default().scheduler_flags, Flags::NONE);
+        let mh = ModeConfig::with_scheduler("mh", vec![]);
+        assert_eq!(mh.scheduler_flags, Flags::MH_PORT);
+        assert_eq!(
+            ModeConfig::with_scheduler("sh", vec![]).scheduler_flags,
+            Flags::NONE
+        );
+    }
+
+    #[test]
+    fn exclude_cidrs_name_virtual_services_that_are_not_ours() {
+        let c = ModeConfig::with_scheduler("", vec!["10.200.0.0/16".parse().unwrap()]);
+        assert!(c.excluded(&"10.200.3.4".parse().unwrap()));
+        assert!(!c.excluded(&"10.96.0.1".parse().unwrap()));
+    }
+}
