@@ -3,6 +3,8 @@
 //! Pure. The node traffic policy every mode shares ([`NodePolicy`]), and what only this mode
 //! has: the scheduler with its flags, and the ranges whose virtual services are never ours.
 
+use std::time::Duration;
+
 use ipnet::IpNet;
 
 use super::backend::netlink::{Flags, Scheduler};
@@ -22,7 +24,15 @@ pub struct ModeConfig {
     /// Virtual services in these ranges belong to someone else (`ipvs.excludeCIDRs`): never
     /// changed or deleted.
     pub exclude_cidrs: Vec<IpNet>,
+    /// How long a TCP destination that left the plan may keep its connections at weight 0
+    /// before it is deleted anyway. Upstream has no bound, so one busy or stuck client keeps a
+    /// dead pod's destination for ever (kubernetes#81775); a Pod's default grace period is
+    /// 30 s, and its connections are gone once the pod is.
+    pub drain_limit: Duration,
 }
+
+/// [`ModeConfig::drain_limit`] unless configured otherwise.
+pub const DRAIN_LIMIT: Duration = Duration::from_secs(300);
 
 impl ModeConfig {
     /// Resolves the planner settings from the effective configuration.
@@ -48,6 +58,7 @@ impl ModeConfig {
                 Flags::NONE
             },
             exclude_cidrs,
+            drain_limit: DRAIN_LIMIT,
         }
     }
 
