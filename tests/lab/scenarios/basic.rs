@@ -7,6 +7,7 @@ use serde_json::json;
 
 use super::{cluster_ip, reaches_exactly, service};
 use crate::lab::client::{From, addr, expect_pods, request};
+use crate::lab::scenarios::report::Expect;
 use crate::lab::{Lab, Proto, Proxy};
 
 /// Scenario 1: From a pod on every node, many connections reach every endpoint, on every node.
@@ -211,15 +212,18 @@ pub async fn no_endpoints_burst(lab: &Lab) -> Result<(), String> {
         .map_err(|e| format!("UDP must still get its ICMP error: {e}"))
 }
 
-/// Upstream refuses TCP with ICMP port unreachable, which the kernel rate-limits per host.
-pub fn no_endpoints_burst_xfail(proxy: Proxy) -> Option<&'static str> {
+/// Upstream refuses TCP with ICMP port unreachable, which the kernel rate-limits per host: a
+/// burst hangs when the limit applies. On this host it applies to upstream nftables' refusals
+/// on every run seen, to upstream iptables' only on some (the same kernel function sends
+/// both; why the limit holds back one and mostly not the other is not known yet).
+pub fn no_endpoints_burst_expect(proxy: Proxy) -> Expect {
     match proxy {
-        Proxy::Upstream { .. } => Some(
+        Proxy::Upstream { .. } => Expect::Either(
             "upstream refuses TCP with ICMP port unreachable, which the kernel rate-limits per \
-             host (a burst of 6, then one a second): most connects of a burst wait for a SYN \
-             retransmission",
+             host (a burst of 6, then one a second); when the limit applies, most connects of a \
+             burst wait for a SYN retransmission",
         ),
-        Proxy::Ours { .. } => None,
+        Proxy::Ours { .. } => Expect::Pass,
     }
 }
 

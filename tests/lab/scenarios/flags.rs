@@ -17,6 +17,7 @@ use serde_json::json;
 
 use super::{cluster_ip, node_port, reaches_exactly, service};
 use crate::lab::client::{From, addr};
+use crate::lab::scenarios::report::Expect;
 use crate::lab::{Lab, Mode, Proto, Proxy};
 
 /// How long a scenario waits for a freshly started proxy's first sync.
@@ -111,21 +112,21 @@ async fn fresh_service(
 // Scenario 20
 
 /// Why `proxy` is expected not to restore deleted rules quickly.
-pub fn rules_deleted_xfail(proxy: Proxy) -> Option<&'static str> {
+pub fn rules_deleted_expect(proxy: Proxy) -> Expect {
     match proxy {
         Proxy::Upstream {
             mode: Mode::Nftables,
-        } => Some(
+        } => Expect::Fail(
             "upstream nftables does not watch its table: a deleted table comes back only at its \
              next sync (a Service/EndpointSlice change, or the hourly full sync)",
         ),
         Proxy::Upstream {
             mode: Mode::Iptables,
-        } => Some(
+        } => Expect::Fail(
             "upstream iptables checks its canary chains every --iptables-sync-period (60 s here), \
              so a firewall reload is repaired only then",
         ),
-        Proxy::Ours { .. } => None,
+        Proxy::Ours { .. } => Expect::Pass,
     }
 }
 

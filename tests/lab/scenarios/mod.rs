@@ -3,7 +3,7 @@
 //! interfere), and judged against what that proxy is expected to do.
 //!
 //! A scenario a proxy cannot pass yet is declared expected-to-fail with its reason (the proxy's
-//! [`Proxy::known_gap`] or the scenario's own `xfail`), still runs (with a short settle time),
+//! [`Proxy::known_gap`] or the scenario's own `expect`), still runs (with a short settle time),
 //! and is reported as such; one that unexpectedly passes fails the suite so the declaration gets
 //! updated. Scenarios the lab does not build yet are listed as not run, with why ([`NOT_BUILT`]).
 //! `LAB_SCENARIOS=1,4,9` runs a subset (the rest are reported as not run).
@@ -28,7 +28,7 @@ use serde_json::json;
 use super::client::{From, expect_pods};
 use super::{Lab, Proto, Proxy};
 use crate::testenv::TestEnv;
-use report::{Row, Verdict};
+use report::{Expect, Row, Verdict};
 
 type Run = for<'a> fn(&'a Lab) -> LocalBoxFuture<'a, Result<(), String>>;
 
@@ -38,20 +38,20 @@ pub struct Scenario {
     pub id: u8,
     pub title: &'static str,
     pub run: Run,
-    /// Why `proxy` is expected to fail this scenario, beyond its known gap; `None`: must pass.
-    pub xfail: fn(Proxy) -> Option<&'static str>,
+    /// What `proxy` is expected to do here, beyond its known gap.
+    pub expect: fn(Proxy) -> Expect,
 }
 
 /// Every proxy is held to the scenario.
-fn must_pass(_: Proxy) -> Option<&'static str> {
-    None
+fn must_pass(_: Proxy) -> Expect {
+    Expect::Pass
 }
 
 macro_rules! scenario {
     ($id:expr, $title:expr, $f:path) => {
         scenario!($id, $title, $f, must_pass)
     };
-    ($id:expr, $title:expr, $f:path, $xfail:expr) => {{
+    ($id:expr, $title:expr, $f:path, $expect:expr) => {{
         fn run(lab: &Lab) -> LocalBoxFuture<'_, Result<(), String>> {
             Box::pin($f(lab))
         }
@@ -59,7 +59,7 @@ macro_rules! scenario {
             id: $id,
             title: $title,
             run,
-            xfail: $xfail,
+            expect: $expect,
         }
     }};
 }
@@ -128,14 +128,14 @@ pub fn all() -> Vec<Scenario> {
             25,
             "no endpoints: a burst of TCP connects is refused at once",
             basic::no_endpoints_burst,
-            basic::no_endpoints_burst_xfail
+            basic::no_endpoints_burst_expect
         ),
         // Last: these restart node 1's proxy with other flags (and put it back afterwards).
         scenario!(
             20,
             "rules deleted by another program come back",
             flags::rules_deleted,
-            flags::rules_deleted_xfail
+            flags::rules_deleted_expect
         ),
         scenario!(23, "nodePortAddresses", flags::node_port_addresses),
         scenario!(
@@ -187,11 +187,14 @@ pub async fn run_suite(proxy: Proxy) {
         let verdict = if only.as_ref().is_some_and(|o| !o.contains(&s.id)) {
             Verdict::NotRun("not selected by LAB_SCENARIOS".to_owned())
         } else {
-            let expected = proxy.known_gap().or((s.xfail)(proxy));
-            lab.set_settle(if expected.is_some() {
-                SETTLE_XFAIL
-            } else {
+            let expected = match proxy.known_gap() {
+                Some(gap) => Expect::Fail(gap),
+                None => (s.expect)(proxy),
+            };
+            lab.set_settle(if expected == Expect::Pass {
                 SETTLE
+            } else {
+                SETTLE_XFAIL
             });
             let run = tokio::time::timeout(SCENARIO_LIMIT, (s.run)(&lab));
             let result = match AssertUnwindSafe(run).catch_unwind().await {

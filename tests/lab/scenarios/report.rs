@@ -7,6 +7,16 @@
 use std::io::Write;
 use std::time::Duration;
 
+/// What a proxy is expected to do in a scenario.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Expect {
+    Pass,
+    /// Fails, for this reason.
+    Fail(&'static str),
+    /// Passes on some runs and fails on others, for this reason.
+    Either(&'static str),
+}
+
 /// The verdict on one scenario for one proxy.
 #[derive(Debug, Clone)]
 pub enum Verdict {
@@ -19,21 +29,31 @@ pub enum Verdict {
     /// Expected to fail for `reason`, but passed: the expectation is stale. Fails the suite, so
     /// the one line that declares it gets flipped.
     XPass { reason: String },
+    /// Known to pass on some runs and fail on others for `reason` (a kernel behaviour the lab
+    /// cannot pin down): reported with what it did this time, never bad.
+    Either {
+        reason: String,
+        error: Option<String>,
+    },
     /// Not run in this invocation (filtered by `LAB_SCENARIOS`) or not built in the lab yet.
     NotRun(String),
 }
 
 impl Verdict {
-    pub fn judge(result: Result<(), String>, expected_failure: Option<&str>) -> Verdict {
-        match (result, expected_failure) {
-            (Ok(()), None) => Verdict::Pass,
-            (Err(e), None) => Verdict::Fail(e),
-            (Err(error), Some(reason)) => Verdict::XFail {
+    pub fn judge(result: Result<(), String>, expected: Expect) -> Verdict {
+        match (result, expected) {
+            (Ok(()), Expect::Pass) => Verdict::Pass,
+            (Err(e), Expect::Pass) => Verdict::Fail(e),
+            (Err(error), Expect::Fail(reason)) => Verdict::XFail {
                 reason: reason.to_owned(),
                 error,
             },
-            (Ok(()), Some(reason)) => Verdict::XPass {
+            (Ok(()), Expect::Fail(reason)) => Verdict::XPass {
                 reason: reason.to_owned(),
+            },
+            (result, Expect::Either(reason)) => Verdict::Either {
+                reason: reason.to_owned(),
+                error: result.err(),
             },
         }
     }
@@ -44,6 +64,8 @@ impl Verdict {
             Verdict::Fail(_) => "FAIL",
             Verdict::XFail { .. } => "xfail",
             Verdict::XPass { .. } => "XPASS",
+            Verdict::Either { error: None, .. } => "either+",
+            Verdict::Either { .. } => "either-",
             Verdict::NotRun(_) => "not run",
         }
     }
@@ -61,6 +83,10 @@ impl Verdict {
             Verdict::XPass { reason } => {
                 format!("expected to fail ({reason}) but passed: update the expectation")
             }
+            Verdict::Either { reason, error } => match error {
+                None => format!("passed this time; may fail: {reason}"),
+                Some(e) => format!("{reason} (saw: {})", first_line(e)),
+            },
             Verdict::NotRun(why) => why.clone(),
         }
     }
@@ -108,11 +134,12 @@ pub fn summary(label: &str, rows: &[Row], took: Duration) -> String {
     }
     let count = |f: fn(&Verdict) -> bool| rows.iter().filter(|r| f(&r.verdict)).count();
     s.push_str(&format!(
-        "{label}: {} passed, {} failed, {} expected failures, {} unexpectedly passed, {} not run, of {}\n",
+        "{label}: {} passed, {} failed, {} expected failures, {} unexpectedly passed, {} either way, {} not run, of {}\n",
         count(|v| matches!(v, Verdict::Pass)),
         count(|v| matches!(v, Verdict::Fail(_))),
         count(|v| matches!(v, Verdict::XFail { .. })),
         count(|v| matches!(v, Verdict::XPass { .. })),
+        count(|v| matches!(v, Verdict::Either { .. })),
         count(|v| matches!(v, Verdict::NotRun(_))),
         rows.len()
     ));
