@@ -12,17 +12,18 @@
 //!   family's virtual services, destinations, bound addresses and the [`Guard`] each needs)
 //!   and [`plan`](mod@plan), the pure planner with its tests;
 //! - [`diff`]: the requests that take the kernel to the plan, with graceful termination
-//!   (weight 0, deleted once idle or after [`ModeConfig::drain_limit`]; UDP/SCTP at once).
+//!   (weight 0, deleted once idle or after [`ModeConfig::drain_limit`]; UDP/SCTP at once);
+//! - [`adopt`](mod@adopt): the kernel's dumps into the state the diff starts from.
 //!
 //! What is to come, as every mode has (`docs/architecture.md`):
 //! - `plan/`: the helper rules in our nftables table (masquerade, the VIP port filter, the
 //!   guards, source ranges), and the per-Service scheduler annotation;
 //! - `apply`: read the kernel at start-up and on full syncs, send [`diff`]'s requests
 //!   (pipelined), keep the draining destinations' clocks, bind addresses on `kube-ipvs0`;
-//! - `adopt`: the service and destination dumps read back into desired-state values;
 //! - `trace`: a packet walked through the planned services;
 //! - `cleanup`: what `--cleanup` removes (our services, `kube-ipvs0`).
 
+pub mod adopt;
 pub mod backend;
 pub mod desired;
 pub mod diff;
