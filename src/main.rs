@@ -10,7 +10,7 @@ use kube_proxy_rs::cli::{self, Cli, Command};
 use kube_proxy_rs::cluster::Features;
 use kube_proxy_rs::config::{self, Config, Flags, LogFormat};
 use kube_proxy_rs::conntrack;
-use kube_proxy_rs::dataplane::{self, iptables, nftables};
+use kube_proxy_rs::dataplane::{self, iptables, ipvs, nftables};
 
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -131,6 +131,18 @@ fn main() -> ExitCode {
                 "\n# iptables: the restore input this node would apply on a node without our rules\n",
             );
             text.push_str(&iptables::render_from_scratch(&rulesets));
+        }
+        if config.mode == config::ProxyMode::Ipvs && format == cli::OutputFormat::Table {
+            let mode = match ipvs::ModeConfig::new(&config) {
+                Ok(m) => m,
+                Err(e) => return fail(e),
+            };
+            // Offline: the Node object's addresses stand in for the host's.
+            let states = ipvs::plan_all(&loaded.snapshot, &mode, &ipvs::HostAddresses::default());
+            text.push_str(
+                "\n# ipvs: the virtual services this node would program (as ipvsadm -Sn lists them)\n",
+            );
+            text.push_str(&ipvs::render_all(&states));
         }
         return emit(&text);
     }

@@ -160,6 +160,37 @@ fn plan_prints_the_golden_report() {
 }
 
 #[test]
+fn plan_in_ipvs_mode_lists_the_virtual_services_as_ipvsadm_does() {
+    let out = run(&[
+        "plan",
+        "--manifests",
+        "examples/cluster",
+        "--hostname-override=node-a",
+        "--proxy-mode=ipvs",
+        "--ipvs-scheduler=sh",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let (_, ipvs) = text
+        .split_once("# ipvs: the virtual services this node would program")
+        .unwrap_or_else(|| panic!("no ipvs section in:\n{text}"));
+    assert!(ipvs.contains("# IPv4 kube-ipvs0: "), "{ipvs}");
+    let services: Vec<&str> = ipvs.lines().filter(|l| l.starts_with("-A ")).collect();
+    let destinations = ipvs.lines().filter(|l| l.starts_with("-a ")).count();
+    assert!(!services.is_empty() && destinations > 0, "{ipvs}");
+    assert!(
+        services.iter().all(|l| l.contains(" -s sh")),
+        "the scheduler flag reaches every virtual service: {services:?}"
+    );
+    assert!(
+        ipvs.lines()
+            .filter(|l| l.starts_with("-a "))
+            .all(|l| l.ends_with(" -m -w 1")),
+        "NAT, weight 1: {ipvs}"
+    );
+}
+
+#[test]
 fn logs_to_a_pipe_are_klog_lines_without_colour_codes() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = config_file(

@@ -13,7 +13,8 @@
 //!   and [`plan`](mod@plan), the pure planner with its tests;
 //! - [`diff`]: the requests that take the kernel to the plan, with graceful termination
 //!   (weight 0, deleted once idle or after [`ModeConfig::drain_limit`]; UDP/SCTP at once);
-//! - [`adopt`](mod@adopt): the kernel's dumps into the state the diff starts from.
+//! - [`adopt`](mod@adopt): the kernel's dumps into the state the diff starts from;
+//! - [`render`](mod@render): the plan as `ipvsadm -Sn` lines, for `plan --proxy-mode ipvs`.
 //!
 //! What is to come, as every mode has (`docs/architecture.md`):
 //! - `plan/`: the helper rules in our nftables table (masquerade, the VIP port filter, the
@@ -30,7 +31,18 @@ pub mod diff;
 pub mod mode_config;
 pub mod names;
 pub mod plan;
+pub mod render;
 
 pub use desired::{Desired, Frontend, Guard, VirtualService};
 pub use mode_config::ModeConfig;
 pub use plan::{HostAddresses, plan};
+pub use render::render_all;
+
+/// The desired state of both families, IPv4 first, over the host's addresses `host`.
+pub fn plan_all(
+    snapshot: &crate::cluster::Snapshot,
+    cfg: &ModeConfig,
+    host: &HostAddresses,
+) -> [Desired; 2] {
+    crate::cluster::IpFamily::ALL.map(|f| plan(snapshot, cfg, f, host))
+}
