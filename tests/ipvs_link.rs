@@ -314,6 +314,20 @@ fn lifecycle() {
         !client.delete_dummy(DUMMY_LINK).expect("delete again"),
         "nothing to delete"
     );
+
+    // A refusal names the change, the address and the link.
+    let stale = AddressChanges {
+        bind: set(&["10.96.0.1"]),
+        unbind: BTreeSet::new(),
+    };
+    let err = client.update(&link, &stale).expect_err("the link is gone");
+    let text = err.to_string();
+    assert_eq!(err.errno(), Some(19), "ENODEV: {text}");
+    assert!(
+        text.starts_with("the kernel refused to bind 10.96.0.1/32 on kube-ipvs0: "),
+        "{text}"
+    );
+    println!("{RESULT}lifecycle error after deletion: {text}");
 }
 
 fn not_a_dummy() {

@@ -14,8 +14,9 @@ use crate::netlink::batch::{Acks, Answer, Batch, Until};
 use crate::netlink::message::{self as framing, FramingError};
 
 /// How many address requests go out in one datagram before their answers are read: few
-/// enough that the acknowledgements fit the socket's default receive buffer (each is its own
-/// kernel buffer of about a kilobyte, against a default of 208 KiB).
+/// enough that the acknowledgements, each a kernel buffer of its own, fit the socket's
+/// default receive buffer (208 KiB) with room to spare; many enough that 6,000 addresses
+/// take under a second in the UML test.
 pub const ADDRESS_BATCH: usize = 128;
 
 /// `EEXIST`: on adding, the address is on the interface already.
