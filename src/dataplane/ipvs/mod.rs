@@ -8,6 +8,9 @@
 //!   timeouts, and a blocking client that works in a chosen network namespace. It is tested
 //!   byte by byte without a kernel and against a real IPVS kernel in User-mode Linux
 //!   (`tests/ipvs_netlink.rs`);
+//! - [`backend::link`]: the `kube-ipvs0` dummy link (created down, as upstream leaves it) and
+//!   the service addresses bound to it, with upstream's bind rule as a pure function and the
+//!   host's other addresses for NodePorts, over rtnetlink (`tests/ipvs_link.rs` in UML);
 //! - [`names`], [`mode_config`] (the scheduler, its flags, `excludeCIDRs`), [`desired`] (one
 //!   family's virtual services, destinations, bound addresses and the [`Guard`] each needs)
 //!   and [`plan`](mod@plan), the pure planner with its tests;

@@ -1,4 +1,6 @@
-//! The IPVS mode's ways to the kernel. One so far: generic netlink ([`netlink`]), which
-//! programs and lists virtual services and destinations without `ipvsadm`.
+//! The IPVS mode's ways to the kernel: generic netlink for virtual services and destinations
+//! ([`netlink`], without `ipvsadm`), and rtnetlink for the `kube-ipvs0` dummy link and the
+//! service addresses bound to it ([`link`], without `ip`).
 
+pub mod link;
 pub mod netlink;
