@@ -181,9 +181,7 @@ fn lifecycle() {
     let mut client = Client::open(Some(&ns.name)).expect("open the rtnetlink client");
 
     let link = client.ensure_dummy(LINK).expect("create kube-ipvs0");
-    let again = client
-        .ensure_dummy(LINK)
-        .expect("ensure kube-ipvs0 again");
+    let again = client.ensure_dummy(LINK).expect("ensure kube-ipvs0 again");
     assert_eq!(again, link, "the second call finds the same link");
     assert!(link.is_dummy() && !link.up, "{link:?}");
     let shown = ns.output("ip", &["-d", "link", "show", LINK]);
@@ -339,9 +337,7 @@ fn not_a_dummy() {
         ],
     );
     let mut client = Client::open(Some(&ns.name)).expect("open the rtnetlink client");
-    let err = client
-        .ensure_dummy(LINK)
-        .expect_err("a veth is not ours");
+    let err = client.ensure_dummy(LINK).expect_err("a veth is not ours");
     assert!(
         matches!(&err, Error::NotDummy { name, kind } if name == LINK && kind.as_deref() == Some("veth")),
         "{err:?}"

@@ -1,12 +1,12 @@
 //! The IPVS mode's desired kernel state for one family, as plain values: the virtual services
-//! with their destinations, the addresses bound on [`LINK`](super::names::LINK), and what the
-//! helper rules must do where IPVS alone would not behave as kube-proxy does.
+//! with their destinations, the service addresses for [`LINK`](super::names::LINK), and what
+//! the helper rules must do where IPVS alone would not behave as kube-proxy does.
 //!
 //! Pure data, built by [`plan`](super::plan); the applier diffs it against what the kernel holds.
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::net::IpAddr;
+use std::collections::BTreeMap;
 
+use super::backend::link::ServiceAddresses;
 use super::backend::netlink::{Destination, Service, ServiceKey};
 use crate::cluster::{IpFamily, ServicePortName};
 
@@ -56,10 +56,10 @@ pub struct VirtualService {
 pub struct Desired {
     pub family: IpFamily,
     pub services: BTreeMap<ServiceKey, VirtualService>,
-    /// Addresses to bind on the dummy link: every ClusterIP, and every externalIP and
-    /// LoadBalancer IP not already on another interface of the node (upstream's rule: the node
-    /// already takes those as local).
-    pub bound: BTreeSet<IpAddr>,
+    /// The service addresses to make local on the dummy link, by kind; which of them are
+    /// bound is upstream's rule, applied against the host's addresses of the same sync by
+    /// [`address_changes`](super::backend::link::address_changes).
+    pub addresses: ServiceAddresses,
 }
 
 impl Desired {
@@ -67,16 +67,18 @@ impl Desired {
         Desired {
             family,
             services: BTreeMap::new(),
-            bound: BTreeSet::new(),
+            addresses: ServiceAddresses::default(),
         }
     }
 
-    /// Kernel objects this state holds: virtual services, destinations and bound addresses.
+    /// Kernel objects this state holds: virtual services, destinations and service addresses
+    /// (those already on another interface are counted too).
     pub fn objects(&self) -> usize {
         self.services
             .values()
             .map(|s| 1 + s.destinations.len())
             .sum::<usize>()
-            + self.bound.len()
+            + self.addresses.cluster_ips.len()
+            + self.addresses.external.len()
     }
 }

@@ -21,8 +21,14 @@ pub fn render_all(states: &[Desired]) -> String {
 
 fn render(out: &mut String, d: &Desired) {
     let _ = write!(out, "# {} {}:", d.family, names::LINK);
-    for ip in &d.bound {
+    for ip in &d.addresses.cluster_ips {
         let _ = write!(out, " {ip}");
+    }
+    if !d.addresses.external.is_empty() {
+        out.push_str(" + unless on another interface:");
+        for ip in &d.addresses.external {
+            let _ = write!(out, " {ip}");
+        }
     }
     out.push('\n');
     for vs in d.services.values() {

@@ -3,8 +3,10 @@
 //! Pure. Upstream's layout, so `ipvsadm -Ln` reads the same under either proxy: one NAT virtual
 //! service per frontend address and port (ClusterIP, each externalIP, each LoadBalancer IP with
 //! ipMode VIP, and each node address × NodePort), every destination with weight 1, ClientIP
-//! affinity as persistence with the Service's timeout, every ClusterIP, externalIP and
-//! LoadBalancer IP bound on `kube-ipvs0` except those already on another interface.
+//! affinity as persistence with the Service's timeout, and every ClusterIP, externalIP and
+//! LoadBalancer IP as an address for `kube-ipvs0` (upstream's bind rule, which leaves out
+//! external addresses already on another interface, is the link's
+//! [`address_changes`](super::backend::link::address_changes)).
 //!
 //! Where upstream's IPVS mode differs from its iptables and nftables modes, we follow the
 //! latter and say so in the virtual service's [`Guard`], which the helper rules carry out:
@@ -33,8 +35,8 @@ use crate::cluster::{IpFamily, Snapshot};
 use crate::dataplane::node::{NodePortMatch, node_ports};
 
 /// The node's addresses on every interface except `kube-ipvs0`, as the shell read them for
-/// this sync: which externalIPs the node already owns, and where NodePorts listen. Empty when
-/// unknown (`plan` from manifests): the Node object's addresses stand in.
+/// this sync: where NodePorts listen. Empty when unknown (`plan` from manifests): the Node
+/// object's addresses stand in.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct HostAddresses(pub BTreeSet<IpAddr>);
 
@@ -83,12 +85,10 @@ pub fn plan(
                 add(ip, np, Frontend::NodePort, external(port, view));
             }
         }
-        out.bound.insert(view.cluster_ip);
-        for &ip in view.external_ips.iter().chain(&view.load_balancer_ips) {
-            if !host.0.contains(&ip) {
-                out.bound.insert(ip);
-            }
-        }
+        out.addresses.cluster_ips.insert(view.cluster_ip);
+        out.addresses
+            .external
+            .extend(view.external_ips.iter().chain(&view.load_balancer_ips));
     }
     out
 }

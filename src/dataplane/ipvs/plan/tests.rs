@@ -6,6 +6,7 @@ use std::net::{IpAddr, SocketAddr};
 
 use super::{HostAddresses, plan};
 use crate::cluster::{IpFamily, Protocol};
+use crate::dataplane::ipvs::backend::link::addresses::wanted;
 use crate::dataplane::ipvs::backend::netlink::{Flags, Forwarding, ServiceKey};
 use crate::dataplane::ipvs::desired::{Desired, Frontend, Guard, VirtualService};
 use crate::dataplane::ipvs::mode_config::ModeConfig;
@@ -67,7 +68,8 @@ fn a_cluster_ip_is_one_nat_virtual_service_with_every_endpoint_at_weight_one_and
             .iter()
             .all(|d| d.weight == 1 && d.forwarding == Forwarding::Masquerade)
     );
-    assert_eq!(d.bound, BTreeSet::from([ip("10.96.0.10")]));
+    assert_eq!(d.addresses.cluster_ips, BTreeSet::from([ip("10.96.0.10")]));
+    assert!(d.addresses.external.is_empty());
     assert_eq!(d.objects(), 4);
 }
 
@@ -184,7 +186,7 @@ fn node_port_addresses_choose_among_the_hosts_addresses() {
 }
 
 #[test]
-fn external_ips_and_load_balancer_ips_are_bound_unless_the_node_already_has_them() {
+fn external_ips_and_load_balancer_ips_are_service_addresses_bound_unless_the_node_has_them() {
     let d = v4_on(
         vec![
             svc("ns/ext", "10.96.0.30", 80)
@@ -198,7 +200,8 @@ fn external_ips_and_load_balancer_ips_are_bound_unless_the_node_already_has_them
     assert_eq!(vs(&d, "192.0.2.30", 80).frontend, Frontend::ExternalIp);
     assert_eq!(vs(&d, "10.0.0.11", 80).frontend, Frontend::ExternalIp);
     assert_eq!(vs(&d, "198.51.100.30", 80).frontend, Frontend::LoadBalancer);
-    let bound: Vec<IpAddr> = d.bound.iter().copied().collect();
+    let host = BTreeSet::from([ip("10.0.0.11")]);
+    let bound: Vec<IpAddr> = wanted(&d.addresses, &host).into_iter().collect();
     assert_eq!(
         bound,
         [ip("10.96.0.30"), ip("192.0.2.30"), ip("198.51.100.30")],
@@ -287,5 +290,8 @@ fn each_family_plans_only_its_own_services_and_protocols_stay_apart() {
     let k6: Vec<String> = d6.services.keys().map(|k| k.to_string()).collect();
     assert_eq!(k4, ["UDP 10.96.0.70:53"]);
     assert_eq!(k6, ["TCP [fd00:96::70]:80"]);
-    assert_eq!(d6.bound, BTreeSet::from([ip("fd00:96::70")]));
+    assert_eq!(
+        d6.addresses.cluster_ips,
+        BTreeSet::from([ip("fd00:96::70")])
+    );
 }
