@@ -17,17 +17,23 @@
 //! - [`diff`]: the requests that take the kernel to the plan, with graceful termination
 //!   (weight 0, deleted once idle or after [`ModeConfig::drain_limit`]; UDP/SCTP at once);
 //! - [`adopt`](mod@adopt): the kernel's dumps into the state the diff starts from;
-//! - [`render`](mod@render): the plan as `ipvsadm -Sn` lines, for `plan --proxy-mode ipvs`.
+//! - [`render`](mod@render): the plan as `ipvsadm -Sn` lines, for `plan --proxy-mode ipvs`;
+//! - [`apply`](mod@apply): the [`IpvsDataplane`](apply::IpvsDataplane): reads the link's
+//!   addresses and the kernel's services on full syncs, binds the service addresses, sends
+//!   [`diff`]'s requests one by one, keeps "last programmed" (an idle sync sends nothing) and
+//!   the draining destinations' clocks; tested on a real IPVS kernel (`tests/ipvs_apply.rs`).
 //!
-//! What is to come, as every mode has (`docs/architecture.md`):
+//! Still to come before the mode runs (`cli::run` gives it the log-only stand-in until then):
+//! - the start-up check that the kernel has the scheduler (one clear error), the sysctls and
+//!   timeouts upstream sets, `--cleanup`, per-Service counters as metrics;
+//! - requests pipelined many per datagram (the core's batch state machine);
 //! - `plan/`: the helper rules in our nftables table (masquerade, the VIP port filter, the
 //!   guards, source ranges), and the per-Service scheduler annotation;
-//! - `apply`: read the kernel at start-up and on full syncs, send [`diff`]'s requests
-//!   (pipelined), keep the draining destinations' clocks, bind addresses on `kube-ipvs0`;
 //! - `trace`: a packet walked through the planned services;
 //! - `cleanup`: what `--cleanup` removes (our services, `kube-ipvs0`).
 
 pub mod adopt;
+pub mod apply;
 pub mod backend;
 pub mod desired;
 pub mod diff;

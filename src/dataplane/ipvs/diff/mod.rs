@@ -38,6 +38,56 @@ pub struct KernelService {
     pub destinations: BTreeMap<SocketAddr, ListedDestination>,
 }
 
+impl Kernel {
+    /// What the kernel holds once it accepted `request`: how the applier keeps "last
+    /// programmed" without reading it back. A new destination starts with no connections.
+    pub fn apply(&mut self, request: &Request) {
+        let listed = |d: &Destination| ListedDestination {
+            destination: *d,
+            active_connections: 0,
+            inactive_connections: 0,
+            persistent_connections: 0,
+            stats: Default::default(),
+        };
+        match request {
+            Request::NewService(s) | Request::SetService(s) => {
+                let entry = self.services.entry(s.key).or_insert_with(|| KernelService {
+                    service: s.clone(),
+                    destinations: BTreeMap::new(),
+                });
+                entry.service = s.clone();
+            }
+            Request::DelService(key) => {
+                self.services.remove(key);
+            }
+            Request::NewDest(key, d) => {
+                if let Some(s) = self.services.get_mut(key) {
+                    s.destinations.insert(d.address, listed(d));
+                }
+            }
+            Request::SetDest(key, d) => {
+                if let Some(l) = self
+                    .services
+                    .get_mut(key)
+                    .and_then(|s| s.destinations.get_mut(&d.address))
+                {
+                    l.destination = *d;
+                }
+            }
+            Request::DelDest(key, addr) => {
+                if let Some(s) = self.services.get_mut(key) {
+                    s.destinations.remove(addr);
+                }
+            }
+            Request::GetServices
+            | Request::GetDests(_)
+            | Request::SetConfig(_)
+            | Request::GetConfig
+            | Request::Flush => {}
+        }
+    }
+}
+
 /// A destination at weight 0 waiting for its connections to end.
 pub type Drain = (ServiceKey, SocketAddr);
 

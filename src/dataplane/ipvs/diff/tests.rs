@@ -216,3 +216,35 @@ fn only_our_familys_address_services_outside_exclude_cidrs_are_deleted() {
     let d = diff(&k, &want(&[]), &cfg, &BTreeMap::new());
     assert_eq!(d.requests, [Request::DelService(stale)]);
 }
+
+#[test]
+fn the_kernel_after_the_requests_is_the_plan_and_then_nothing_is_left_to_send() {
+    let vip = tcp("10.96.0.10:80");
+    let stale = tcp("10.96.0.99:80");
+    let mut k = kernel(&[
+        (
+            vip,
+            vec![
+                listed("10.244.1.5:8080", 1, 0),
+                listed("10.244.9.9:8080", 1, 5),
+            ],
+        ),
+        (stale, vec![listed("10.244.1.5:8080", 1, 0)]),
+    ]);
+    let w = want(&[
+        (vip, &["10.244.1.5:8080", "10.244.2.5:8080"]),
+        (tcp("10.96.0.11:80"), &["10.244.3.5:8080"]),
+    ]);
+    let d = run(&k, &w);
+    for r in &d.requests {
+        k.apply(r);
+    }
+    let again = run(&k, &w);
+    assert!(again.requests.is_empty(), "{:?}", again.requests);
+    assert_eq!(
+        again.draining,
+        [(vip, addr("10.244.9.9:8080"))],
+        "still draining at weight 0"
+    );
+    assert!(!k.services.contains_key(&stale));
+}

@@ -206,6 +206,11 @@ impl Client {
             .unwrap_or_default())
     }
 
+    /// Sends one request that answers with an acknowledgement (not a dump).
+    pub fn send(&mut self, request: &Request) -> Result<(), Error> {
+        self.exchange(request, &mut |_| {}).map(drop)
+    }
+
     /// Removes every service of the namespace, ours or not.
     pub fn flush(&mut self) -> Result<(), Error> {
         self.exchange(&Request::Flush, &mut |_| {}).map(drop)

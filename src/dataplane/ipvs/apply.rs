@@ -1,0 +1,332 @@
+//! Applying, the IPVS mode as the sync runner drives it: read the link's addresses and (on full
+//! syncs) the kernel's services, plan both families, bind the service addresses, send
+//! [`diff`]'s requests, and keep what the kernel now holds.
+//!
+//! What the kernel holds is "last programmed": the state read at the last full sync with every
+//! accepted request applied to it ([`Kernel::apply`]), so a sync with nothing changed sends
+//! nothing at all. A sync is full when the runner asks (start-up, the periodic resync, after a
+//! failure) or nothing was programmed yet: then the link's addresses and every virtual service
+//! are read back and repaired, and nothing is flushed, so a restart keeps every connection.
+//! Draining destinations (graceful termination) are read again on every sync, for their
+//! connection counts.
+//!
+//! IPVS has no transactions: a request the kernel refuses stops the sync, the requests before
+//! it stay, and the next sync (full) repairs from a fresh read. The previous virtual services
+//! stay in place meanwhile.
+//!
+//! The one clock in a mode: graceful termination bounds how long a destination may drain
+//! ([`ModeConfig::drain_limit`]), so the dataplane is given a [`Clock`] (a fixed one in tests).
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use super::adopt::adopt;
+use super::backend::link::{self, AddressChanges, Link, LinkAddresses, ServiceAddresses};
+use super::backend::netlink::{
+    self as ipvs, ListedDestination, ListedService, Request, ServiceKey,
+};
+use super::desired::Desired;
+use super::diff::{Drain, Kernel, diff};
+use super::mode_config::ModeConfig;
+use super::names;
+use super::plan::{HostAddresses, plan};
+use crate::cluster::{Changes, IpFamily, Snapshot};
+use crate::dataplane::{Dataplane, FamilyReport, SyncError, SyncReport, no_local_endpoints};
+
+const MODE: &str = "ipvs";
+
+/// Why the backend could not do what it was asked.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Ipvs(#[from] ipvs::Error),
+    #[error(transparent)]
+    Link(#[from] link::Error),
+}
+
+/// The kernel as this mode reaches it.
+pub trait Backend: Send {
+    /// The dummy link, created (down) when missing.
+    fn ensure_link(&mut self) -> Result<Link, Error>;
+    /// The link's addresses and every other interface's.
+    fn addresses(&mut self, link: &Link) -> Result<LinkAddresses, Error>;
+    /// Binds and unbinds service addresses on the link.
+    fn update_addresses(&mut self, link: &Link, changes: &AddressChanges) -> Result<(), Error>;
+    /// Every virtual service of the network namespace.
+    fn services(&mut self) -> Result<Vec<ListedService>, Error>;
+    /// One virtual service's destinations, with their connection counts.
+    fn destinations(&mut self, key: &ServiceKey) -> Result<Vec<ListedDestination>, Error>;
+    /// One request that changes a virtual service or destination.
+    fn send(&mut self, request: &Request) -> Result<(), Error>;
+}
+
+/// The real backend: IPVS over generic netlink, the link over rtnetlink, in the caller's
+/// network namespace or a named one. The IPVS socket opens on first use, so a kernel without
+/// `ip_vs` fails the sync with the reason rather than the constructor.
+pub struct KernelBackend {
+    netns: Option<String>,
+    ipvs: Option<ipvs::Client>,
+    link: Option<link::Client>,
+}
+
+impl KernelBackend {
+    pub fn new(netns: Option<&str>) -> KernelBackend {
+        KernelBackend {
+            netns: netns.map(str::to_owned),
+            ipvs: None,
+            link: None,
+        }
+    }
+
+    fn ipvs(&mut self) -> Result<&mut ipvs::Client, Error> {
+        if self.ipvs.is_none() {
+            self.ipvs = Some(ipvs::Client::open(self.netns.as_deref())?);
+        }
+        Ok(self.ipvs.as_mut().expect("opened above"))
+    }
+
+    fn link(&mut self) -> Result<&mut link::Client, Error> {
+        if self.link.is_none() {
+            self.link = Some(link::Client::open(self.netns.as_deref())?);
+        }
+        Ok(self.link.as_mut().expect("opened above"))
+    }
+
+    /// Runs `f` on the IPVS client; a socket or framing error forgets the socket, so the next
+    /// call opens a fresh one (a refusal keeps it: the socket is fine).
+    fn on_ipvs<T>(
+        &mut self,
+        f: impl FnOnce(&mut ipvs::Client) -> Result<T, ipvs::Error>,
+    ) -> Result<T, Error> {
+        let result = f(self.ipvs()?);
+        if matches!(
+            result,
+            Err(ipvs::Error::Socket(_) | ipvs::Error::Framing(_))
+        ) {
+            self.ipvs = None;
+        }
+        Ok(result?)
+    }
+
+    /// The same for the link client.
+    fn on_link<T>(
+        &mut self,
+        f: impl FnOnce(&mut link::Client) -> Result<T, link::Error>,
+    ) -> Result<T, Error> {
+        let result = f(self.link()?);
+        if matches!(
+            result,
+            Err(link::Error::Socket(_) | link::Error::Framing(_))
+        ) {
+            self.link = None;
+        }
+        Ok(result?)
+    }
+}
+
+impl Backend for KernelBackend {
+    fn ensure_link(&mut self) -> Result<Link, Error> {
+        self.on_link(|c| c.ensure_dummy(names::LINK))
+    }
+
+    fn addresses(&mut self, link: &Link) -> Result<LinkAddresses, Error> {
+        self.on_link(|c| c.addresses(link))
+    }
+
+    fn update_addresses(&mut self, link: &Link, changes: &AddressChanges) -> Result<(), Error> {
+        self.on_link(|c| c.update(link, changes).map(drop))
+    }
+
+    fn services(&mut self) -> Result<Vec<ListedService>, Error> {
+        self.on_ipvs(|c| c.services())
+    }
+
+    fn destinations(&mut self, key: &ServiceKey) -> Result<Vec<ListedDestination>, Error> {
+        self.on_ipvs(|c| c.destinations(key))
+    }
+
+    fn send(&mut self, request: &Request) -> Result<(), Error> {
+        self.on_ipvs(|c| c.send(request))
+    }
+}
+
+/// Where the dataplane reads the time (see the module doc).
+pub trait Clock: Send {
+    fn now(&self) -> Instant;
+}
+
+/// The runner's clock: tokio's (which tests can pause and advance).
+pub struct MonotonicClock;
+
+impl Clock for MonotonicClock {
+    fn now(&self) -> Instant {
+        tokio::time::Instant::now().into_std()
+    }
+}
+
+/// What the last successful sync left in the kernel.
+struct Programmed {
+    link: Link,
+    addresses: LinkAddresses,
+    /// Per family, in [`IpFamily::ALL`] order.
+    kernel: [Kernel; 2],
+}
+
+/// See the module doc.
+#[doc(alias = "proxier")]
+pub struct IpvsDataplane<B = KernelBackend, C = MonotonicClock> {
+    cfg: ModeConfig,
+    backend: B,
+    clock: C,
+    /// `None` at start-up and after a failure: the next sync reads everything back.
+    programmed: Option<Programmed>,
+    /// When each draining destination went to weight 0 (as far as this process saw).
+    draining_since: BTreeMap<Drain, Instant>,
+}
+
+impl<B: Backend, C: Clock> IpvsDataplane<B, C> {
+    pub fn new(cfg: ModeConfig, backend: B, clock: C) -> IpvsDataplane<B, C> {
+        IpvsDataplane {
+            cfg,
+            backend,
+            clock,
+            programmed: None,
+            draining_since: BTreeMap::new(),
+        }
+    }
+
+    pub fn backend_mut(&mut self) -> &mut B {
+        &mut self.backend
+    }
+
+    /// Destinations draining now, for tests and metrics.
+    pub fn draining(&self) -> impl Iterator<Item = &Drain> {
+        self.draining_since.keys()
+    }
+
+    fn try_sync(&mut self, snapshot: &Snapshot, full: bool) -> Result<SyncReport, Error> {
+        let previous = if full { None } else { self.programmed.take() };
+        let full = previous.is_none();
+        let (link, addresses, mut kernel) = match previous {
+            Some(p) => (p.link, p.addresses, p.kernel),
+            None => {
+                let link = self.backend.ensure_link()?;
+                let addresses = self.backend.addresses(&link)?;
+                let listed = self.backend.services()?;
+                let backend = &mut self.backend;
+                let kernel = IpFamily::ALL
+                    .map(|f| adopt(listed.clone(), f, |s| backend.destinations(&s.service.key)));
+                let [a, b] = kernel;
+                (link, addresses, [a?, b?])
+            }
+        };
+        let host = HostAddresses(addresses.elsewhere.clone());
+        let want: [Desired; 2] = IpFamily::ALL.map(|f| plan(snapshot, &self.cfg, f, &host));
+
+        let mut wanted = ServiceAddresses::default();
+        for d in &want {
+            wanted.cluster_ips.extend(&d.addresses.cluster_ips);
+            wanted.external.extend(&d.addresses.external);
+        }
+        let changes = link::address_changes(&addresses.bound, &wanted, &addresses.elsewhere);
+        if !changes.is_empty() {
+            self.backend.update_addresses(&link, &changes)?;
+        }
+        let mut addresses = addresses;
+        for ip in &changes.unbind {
+            addresses.bound.remove(ip);
+        }
+        addresses.bound.extend(&changes.bind);
+
+        let now = self.clock.now();
+        let mut families = Vec::with_capacity(2);
+        let mut still_draining = BTreeMap::new();
+        for (i, w) in want.iter().enumerate() {
+            let k = &mut kernel[i];
+            if !full {
+                self.refresh_draining(k)?;
+            }
+            let drained_for = self
+                .draining_since
+                .iter()
+                .map(|(d, since)| (*d, now.saturating_duration_since(*since)))
+                .collect();
+            let d = diff(k, w, &self.cfg, &drained_for);
+            for r in &d.requests {
+                self.backend.send(r)?;
+                k.apply(r);
+            }
+            for drain in d.draining {
+                let since = self.draining_since.get(&drain).copied().unwrap_or(now);
+                still_draining.insert(drain, since);
+            }
+            let address_ops = changes
+                .bind
+                .iter()
+                .chain(&changes.unbind)
+                .filter(|ip| IpFamily::of(ip) == w.family)
+                .count();
+            let (internal, external) = no_local_endpoints(snapshot, w.family);
+            families.push(FamilyReport {
+                family: Some(w.family),
+                operations: d.requests.len() + address_ops,
+                objects: w.objects(),
+                no_local_endpoints_internal: internal,
+                no_local_endpoints_external: external,
+                iptables_rules: None,
+            });
+        }
+        self.draining_since = still_draining;
+        self.programmed = Some(Programmed {
+            link,
+            addresses,
+            kernel,
+        });
+        Ok(SyncReport { full, families })
+    }
+
+    /// Reads the destinations of every service with one at weight 0 again: their connection
+    /// counts decide when they go.
+    fn refresh_draining(&mut self, kernel: &mut Kernel) -> Result<(), Error> {
+        for (key, s) in kernel.services.iter_mut() {
+            if s.destinations.values().any(|d| d.destination.weight == 0) {
+                s.destinations = self
+                    .backend
+                    .destinations(key)?
+                    .into_iter()
+                    .map(|d| (d.destination.address, d))
+                    .collect();
+            }
+        }
+        Ok(())
+    }
+}
+
+impl<B: Backend, C: Clock> Dataplane for IpvsDataplane<B, C> {
+    fn mode(&self) -> &'static str {
+        MODE
+    }
+
+    fn sync(
+        &mut self,
+        snapshot: &Snapshot,
+        _changes: &Changes,
+        full: bool,
+    ) -> Result<SyncReport, SyncError> {
+        self.try_sync(snapshot, full).map_err(|e| {
+            self.programmed = None;
+            match e {
+                Error::Ipvs(ipvs::Error::Refused { .. } | ipvs::Error::UnknownScheduler { .. })
+                | Error::Link(link::Error::Refused { .. }) => SyncError::Refused {
+                    mode: MODE,
+                    message: e.to_string(),
+                },
+                other => SyncError::Io {
+                    mode: MODE,
+                    message: other.to_string(),
+                    source: None,
+                },
+            }
+        })
+    }
+}

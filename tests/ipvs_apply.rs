@@ -1,0 +1,250 @@
+//! The IPVS dataplane against a real IPVS kernel (issue 19): one User-mode Linux boot
+//! (`support/uml.rs`) re-runs this binary inside the guest (`ipvs_apply_helper_process`), which
+//! programs the example cluster into a network namespace of its own (`ipa-…`, removed when the
+//! case ends, also on failure) and checks, with `ipvsadm` and `ip`:
+//! - the first sync programs every virtual service and destination of the plan (as `ipvsadm
+//!   -Sn` lists them) and binds every ClusterIP on `kube-ipvs0`;
+//! - a sync with nothing changed sends no netlink message at all (counted);
+//! - an endpoint that leaves goes to weight 0 first and is deleted once it has no connection;
+//! - a restarted dataplane adopts the kernel and changes nothing;
+//! - a stale virtual service is deleted by the next full sync, one in `excludeCIDRs` is kept.
+//!
+//! No traffic leaves the namespace.
+
+#![allow(
+    clippy::disallowed_methods,
+    reason = "a kernel test: boots a UML guest, runs ip and ipvsadm, re-executes itself"
+)]
+
+#[path = "support/example_cluster.rs"]
+mod example_cluster;
+#[path = "../src/testing/synthetic.rs"]
+mod synthetic;
+#[path = "support/uml.rs"]
+mod uml;
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::time::Duration;
+
+use example_cluster::{example, without_one_web_endpoint};
+use kube_proxy_rs::cluster::Changes;
+use kube_proxy_rs::dataplane::Dataplane;
+use kube_proxy_rs::dataplane::ipvs::apply::{
+    Backend, Error, IpvsDataplane, KernelBackend, MonotonicClock,
+};
+use kube_proxy_rs::dataplane::ipvs::backend::link::{AddressChanges, Link, LinkAddresses};
+use kube_proxy_rs::dataplane::ipvs::backend::netlink::{
+    ListedDestination, ListedService, Request, ServiceKey,
+};
+use kube_proxy_rs::dataplane::ipvs::{HostAddresses, ModeConfig, plan_all, render_all};
+use uml::host::NetNs;
+use uml::host::helper_process::{self, HelperProcess, RESULT};
+
+const MODULES: &[&str] = &["ipv6", "dummy", "ip_vs", "ip_vs_rr"];
+const CASES: &[&str] = &["sync"];
+
+#[test]
+fn the_ipvs_dataplane_programs_adopts_and_drains_on_a_real_ipvs_kernel() {
+    let Some(uml) = uml::Uml::find() else {
+        return;
+    };
+    let run = uml.run(
+        MODULES,
+        Path::new(env!("CARGO_MANIFEST_DIR")),
+        &HELPER.shell_line("guest"),
+        Duration::from_secs(180),
+    );
+    assert_eq!(
+        run.exit_code,
+        Some(0),
+        "the guest's cases failed (after {:?}):\n{}",
+        run.took,
+        run.output
+    );
+    let results = helper_process::results(&run.output);
+    let passed: Vec<String> = CASES.iter().map(|c| format!("{c} ok")).collect();
+    let reported: Vec<&str> = results
+        .iter()
+        .copied()
+        .filter(|r| r.ends_with(" ok"))
+        .collect();
+    assert_eq!(reported, passed, "{}", run.output);
+}
+
+const HELPER: HelperProcess = HelperProcess::new("ipvs_apply_helper_process");
+
+/// Not a test of its own: the cases, run inside the guest.
+#[test]
+fn ipvs_apply_helper_process() {
+    HELPER.when_requested(|role| {
+        assert_eq!(role, "guest", "unknown role");
+        sync();
+        println!("{RESULT}sync ok");
+    });
+}
+
+/// The real backend, counting every call that reaches the kernel.
+struct Counting {
+    inner: KernelBackend,
+    calls: usize,
+}
+
+impl Backend for Counting {
+    fn ensure_link(&mut self) -> Result<Link, Error> {
+        self.calls += 1;
+        self.inner.ensure_link()
+    }
+    fn addresses(&mut self, link: &Link) -> Result<LinkAddresses, Error> {
+        self.calls += 1;
+        self.inner.addresses(link)
+    }
+    fn update_addresses(&mut self, link: &Link, changes: &AddressChanges) -> Result<(), Error> {
+        self.calls += 1;
+        self.inner.update_addresses(link, changes)
+    }
+    fn services(&mut self) -> Result<Vec<ListedService>, Error> {
+        self.calls += 1;
+        self.inner.services()
+    }
+    fn destinations(&mut self, key: &ServiceKey) -> Result<Vec<ListedDestination>, Error> {
+        self.calls += 1;
+        self.inner.destinations(key)
+    }
+    fn send(&mut self, request: &Request) -> Result<(), Error> {
+        self.calls += 1;
+        self.inner.send(request)
+    }
+}
+
+fn dataplane(ns: &NetNs, cfg: ModeConfig) -> IpvsDataplane<Counting> {
+    let backend = Counting {
+        inner: KernelBackend::new(Some(&ns.name)),
+        calls: 0,
+    };
+    IpvsDataplane::new(cfg, backend, MonotonicClock)
+}
+
+/// `ipvsadm -Sn`'s lines, as a set (its order is its own).
+fn saved(ns: &NetNs) -> BTreeSet<String> {
+    ns.output("ipvsadm", &["-Sn"])
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The plan's lines as `ipvsadm -Sn` prints them, over the namespace's host addresses (none
+/// but loopback: no NodePort virtual services).
+fn planned(snap: &kube_proxy_rs::cluster::Snapshot, cfg: &ModeConfig) -> BTreeSet<String> {
+    let host = HostAddresses(BTreeSet::from(["192.0.2.99".parse().unwrap()]));
+    render_all(&plan_all(snap, cfg, &host))
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The weight `ipvsadm -Ln` shows for destination `dest` of the virtual service `vs` (as
+/// "TCP 10.96.0.1:80").
+fn weight(ns: &NetNs, vs: &str, dest: &str) -> Option<u32> {
+    let listed = ns.output("ipvsadm", &["-Ln"]);
+    let mut current = String::new();
+    for line in listed.lines() {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        match words.as_slice() {
+            ["->", addr, _fwd, w, ..] if current == vs && *addr == dest => return w.parse().ok(),
+            [proto @ ("TCP" | "UDP" | "SCTP"), addr, ..] => current = format!("{proto} {addr}"),
+            _ => {}
+        }
+    }
+    None
+}
+
+fn sync() {
+    let ns = NetNs::new("ipa-sync");
+    // A node address (NodePorts listen there), and routes that make the pods' addresses
+    // unicast: IPVS takes an IPv4 destination only then.
+    ns.output("ip", &["link", "set", "lo", "up"]);
+    ns.output("ip", &["link", "add", "ipa-eth", "type", "dummy"]);
+    ns.output("ip", &["addr", "add", "192.0.2.99/24", "dev", "ipa-eth"]);
+    ns.output("ip", &["link", "set", "ipa-eth", "up"]);
+    ns.output("ip", &["route", "add", "10.244.0.0/16", "dev", "ipa-eth"]);
+    ns.output("ip", &["-6", "route", "add", "fd00::/8", "dev", "lo"]);
+    let cfg = ModeConfig::default();
+    let snap = example();
+    let no_changes = Changes::default();
+
+    // First sync: the whole plan.
+    let mut dp = dataplane(&ns, cfg.clone());
+    let report = dp.sync(&snap, &no_changes, true).expect("first sync");
+    assert!(report.full);
+    assert_eq!(saved(&ns), planned(&snap, &cfg), "ipvsadm -Sn is the plan");
+    let bound = ns.output("ip", &["-o", "addr", "show", "dev", "kube-ipvs0"]);
+    for svc in snap.ports.values() {
+        for view in &svc.families {
+            assert!(
+                bound.contains(&format!(" {}/", view.cluster_ip)),
+                "{} bound on kube-ipvs0:\n{bound}",
+                view.cluster_ip
+            );
+        }
+    }
+
+    // Nothing changed: nothing reaches the kernel.
+    let before = dp.backend_mut().calls;
+    let report = dp.sync(&snap, &no_changes, false).expect("idle sync");
+    assert!(!report.full);
+    assert_eq!(
+        dp.backend_mut().calls,
+        before,
+        "an idle sync sent a netlink message"
+    );
+    assert_eq!(
+        report.families.iter().map(|f| f.operations).sum::<usize>(),
+        0
+    );
+
+    // An endpoint leaves: weight 0 first (TCP), then deleted once idle.
+    let (changed, changes) = without_one_web_endpoint(&snap);
+    dp.sync(&changed, &changes, false)
+        .expect("endpoint removed");
+    let draining: Vec<_> = dp.draining().cloned().collect();
+    assert!(!draining.is_empty(), "the removed endpoint drains");
+    let (vs, gone) = draining[0];
+    assert_eq!(
+        weight(&ns, &vs.to_string(), &gone.to_string()),
+        Some(0),
+        "{gone} of {vs} drains at weight 0"
+    );
+    dp.sync(&changed, &no_changes, false).expect("drained");
+    assert_eq!(dp.draining().count(), 0, "no connection: deleted");
+    assert_eq!(saved(&ns), planned(&changed, &cfg));
+
+    // A restart adopts the kernel and changes nothing.
+    let mut restarted = dataplane(&ns, cfg.clone());
+    let report = restarted
+        .sync(&changed, &no_changes, true)
+        .expect("restart");
+    assert_eq!(
+        report.families.iter().map(|f| f.operations).sum::<usize>(),
+        0,
+        "a restart rewrites nothing"
+    );
+
+    // Another program's virtual services: a stale one in our range goes, one in
+    // excludeCIDRs stays.
+    ns.output("ipvsadm", &["-A", "-t", "10.96.99.99:80", "-s", "rr"]);
+    ns.output("ipvsadm", &["-A", "-t", "10.200.0.1:80", "-s", "rr"]);
+    let cfg = ModeConfig {
+        exclude_cidrs: vec!["10.200.0.0/16".parse().unwrap()],
+        ..cfg
+    };
+    let mut dp = dataplane(&ns, cfg.clone());
+    dp.sync(&changed, &no_changes, true).expect("full sync");
+    let now = saved(&ns);
+    assert!(
+        !now.iter().any(|l| l.contains("10.96.99.99")),
+        "stale deleted"
+    );
+    assert!(now.contains("-A -t 10.200.0.1:80 -s rr"), "excluded kept");
+}
