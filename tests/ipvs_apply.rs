@@ -7,7 +7,8 @@
 //! - a sync with nothing changed sends no netlink message at all (counted);
 //! - an endpoint that leaves goes to weight 0 first and is deleted once it has no connection;
 //! - a restarted dataplane adopts the kernel and changes nothing;
-//! - a stale virtual service is deleted by the next full sync, one in `excludeCIDRs` is kept.
+//! - a stale virtual service is deleted by the next full sync, one in `excludeCIDRs` is kept;
+//! - the start-up scheduler check passes for `rr` and names a scheduler the kernel lacks.
 //!
 //! No traffic leaves the namespace.
 
@@ -31,9 +32,10 @@ use example_cluster::{example, without_one_web_endpoint};
 use kube_proxy_rs::cluster::Changes;
 use kube_proxy_rs::dataplane::Dataplane;
 use kube_proxy_rs::dataplane::ipvs::apply::{
-    Backend, Error, IpvsDataplane, KernelBackend, MonotonicClock,
+    Backend, Error, IpvsDataplane, KernelBackend, MonotonicClock, check_scheduler,
 };
 use kube_proxy_rs::dataplane::ipvs::backend::link::{AddressChanges, Link, LinkAddresses};
+use kube_proxy_rs::dataplane::ipvs::backend::netlink::Scheduler;
 use kube_proxy_rs::dataplane::ipvs::backend::netlink::{
     ListedDestination, ListedService, Request, ServiceKey,
 };
@@ -42,7 +44,7 @@ use uml::host::NetNs;
 use uml::host::helper_process::{self, HelperProcess, RESULT};
 
 const MODULES: &[&str] = &["ipv6", "dummy", "ip_vs", "ip_vs_rr"];
-const CASES: &[&str] = &["sync"];
+const CASES: &[&str] = &["scheduler-check", "sync"];
 
 #[test]
 fn the_ipvs_dataplane_programs_adopts_and_drains_on_a_real_ipvs_kernel() {
@@ -79,6 +81,8 @@ const HELPER: HelperProcess = HelperProcess::new("ipvs_apply_helper_process");
 fn ipvs_apply_helper_process() {
     HELPER.when_requested(|role| {
         assert_eq!(role, "guest", "unknown role");
+        scheduler_check();
+        println!("{RESULT}scheduler-check ok");
         sync();
         println!("{RESULT}sync ok");
     });
@@ -158,6 +162,30 @@ fn weight(ns: &NetNs, vs: &str, dest: &str) -> Option<u32> {
         }
     }
     None
+}
+
+/// The start-up check: the kernel's scheduler passes and leaves nothing behind; one it lacks
+/// is an error naming it.
+fn scheduler_check() {
+    let ns = NetNs::new("ipa-sched");
+    let mut backend = KernelBackend::new(Some(&ns.name));
+    check_scheduler(&mut backend, &ModeConfig::default()).expect("rr is there");
+    assert_eq!(
+        ns.output("ipvsadm", &["-Sn"]),
+        "",
+        "the probe is deleted again"
+    );
+    let cfg = ModeConfig {
+        scheduler: Scheduler::new("nosuch"),
+        ..ModeConfig::default()
+    };
+    let err = check_scheduler(&mut backend, &cfg).expect_err("no ip_vs_nosuch");
+    let text = err.to_string();
+    assert!(
+        text.contains("\"nosuch\"") && text.contains("ip_vs_nosuch"),
+        "{text}"
+    );
+    assert_eq!(ns.output("ipvsadm", &["-Sn"]), "");
 }
 
 fn sync() {

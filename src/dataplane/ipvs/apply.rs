@@ -150,6 +150,27 @@ impl Backend for KernelBackend {
     }
 }
 
+/// The virtual service the scheduler check makes and deletes at once: upstream's, in TEST-NET-2
+/// (`198.51.100.0:20000`, documentation addresses nobody routes).
+const SCHEDULER_PROBE: &str = "198.51.100.0:20000";
+
+/// Whether the kernel has the configured scheduler: adds a probe virtual service with it and
+/// deletes it again, as upstream does at start-up, so a scheduler the kernel lacks is one clear
+/// error before the first sync (`the kernel has no IPVS scheduler "x" (no module ip_vs_x)`),
+/// not a sync loop that fails for ever.
+pub fn check_scheduler(backend: &mut impl Backend, cfg: &ModeConfig) -> Result<(), Error> {
+    let key = ServiceKey::Address {
+        protocol: ipvs::Protocol::Tcp,
+        address: SCHEDULER_PROBE.parse().expect("a socket address"),
+    };
+    let mut probe = ipvs::Service::new(key, cfg.scheduler.as_str());
+    probe.flags = cfg.scheduler_flags;
+    // A probe left by a crashed earlier check is taken away first.
+    let _ = backend.send(&Request::DelService(key));
+    backend.send(&Request::NewService(probe))?;
+    backend.send(&Request::DelService(key))
+}
+
 /// Where the dataplane reads the time (see the module doc).
 pub trait Clock: Send {
     fn now(&self) -> Instant;
