@@ -286,6 +286,13 @@ fn cleanup() -> ExitCode {
     for (tool, chains) in &report.iptables {
         tracing::info!(tool = %tool, chains, "--cleanup: removed KUBE-* chains");
     }
+    if report.ipvs_services > 0 || report.ipvs_link {
+        tracing::info!(
+            services = report.ipvs_services,
+            link = report.ipvs_link,
+            "--cleanup: removed IPVS virtual services and kube-ipvs0"
+        );
+    }
     if report.errors.is_empty() {
         ExitCode::SUCCESS
     } else {

@@ -8,7 +8,9 @@
 //! - an endpoint that leaves goes to weight 0 first and is deleted once it has no connection;
 //! - a restarted dataplane adopts the kernel and changes nothing;
 //! - a stale virtual service is deleted by the next full sync, one in `excludeCIDRs` is kept;
-//! - the start-up scheduler check passes for `rr` and names a scheduler the kernel lacks.
+//! - the start-up scheduler check passes for `rr` and names a scheduler the kernel lacks;
+//! - `--cleanup`'s IPVS part flushes every virtual service and deletes `kube-ipvs0`, and a
+//!   second run finds nothing.
 //!
 //! No traffic leaves the namespace.
 
@@ -275,4 +277,17 @@ fn sync() {
         "stale deleted"
     );
     assert!(now.contains("-A -t 10.200.0.1:80 -s rr"), "excluded kept");
+
+    // --cleanup: every virtual service (as upstream) and kube-ipvs0 go.
+    let mut report = kube_proxy_rs::dataplane::cleanup::Report::default();
+    kube_proxy_rs::dataplane::ipvs::cleanup::remove(Some(&ns.name), &mut report);
+    assert!(report.errors.is_empty(), "{:?}", report.errors);
+    assert!(report.ipvs_services > 1 && report.ipvs_link, "{report:?}");
+    assert_eq!(ns.output("ipvsadm", &["-Sn"]), "");
+    let links = ns.output("ip", &["-o", "link", "show"]);
+    assert!(!links.contains("kube-ipvs0"), "{links}");
+    // Again: nothing left, nothing refused.
+    let mut again = kube_proxy_rs::dataplane::cleanup::Report::default();
+    kube_proxy_rs::dataplane::ipvs::cleanup::remove(Some(&ns.name), &mut again);
+    assert!(again.errors.is_empty() && !again.ipvs_link, "{again:?}");
 }

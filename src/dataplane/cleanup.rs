@@ -2,12 +2,12 @@
 //! binary exits.
 //!
 //! Every mode says what is its own in its `cleanup` module (`nftables::cleanup`,
-//! `iptables::cleanup`); this runs all of them whatever mode is configured, as upstream's
+//! `iptables::cleanup`, `ipvs::cleanup`); this runs all of them whatever mode is configured, as upstream's
 //! `--cleanup` does, because the node may have run another mode (or upstream) before. A tool or
 //! table that is not there is not an error.
 
 use super::tool::Launcher;
-use super::{iptables, nftables};
+use super::{iptables, ipvs, nftables};
 
 /// What was removed, and what could not be.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -16,6 +16,10 @@ pub struct Report {
     pub tables: Vec<String>,
     /// (tool, chains removed).
     pub iptables: Vec<(String, usize)>,
+    /// IPVS virtual services flushed.
+    pub ipvs_services: usize,
+    /// Whether `kube-ipvs0` was there and is gone.
+    pub ipvs_link: bool,
     /// Tools that ran and refused; empty on success.
     pub errors: Vec<String>,
 }
@@ -25,5 +29,6 @@ pub fn cleanup(tools: &Launcher) -> Report {
     let mut report = Report::default();
     nftables::cleanup::remove(tools, &mut report);
     iptables::cleanup::remove(tools, &mut report);
+    ipvs::cleanup::remove(tools.netns(), &mut report);
     report
 }

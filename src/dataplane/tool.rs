@@ -51,6 +51,17 @@ impl Launcher {
         }
     }
 
+    /// The network namespace the tools run in, when the prefix is `ip netns exec NAME`: for
+    /// the netlink parts of a cleanup, which start no tool.
+    pub fn netns(&self) -> Option<&str> {
+        match self.prefix.as_slice() {
+            [ip, netns, exec, name] if ip == "ip" && netns == "netns" && exec == "exec" => {
+                Some(name)
+            }
+            _ => None,
+        }
+    }
+
     /// How `program` is run, as the words of its command line, for messages.
     pub fn describe(&self, program: &str) -> String {
         let mut words = self.prefix.clone();

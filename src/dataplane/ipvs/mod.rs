@@ -25,16 +25,18 @@
 //!
 //! Still to come before the mode runs (`cli::run` gives it the log-only stand-in until then):
 //! - the start-up check that the kernel has the scheduler (one clear error), the sysctls and
-//!   timeouts upstream sets, `--cleanup`, per-Service counters as metrics;
+//!   timeouts upstream sets, per-Service counters as metrics;
 //! - requests pipelined many per datagram (the core's batch state machine);
 //! - `plan/`: the helper rules in our nftables table (masquerade, the VIP port filter, the
 //!   guards, source ranges), and the per-Service scheduler annotation;
 //! - `trace`: a packet walked through the planned services;
-//! - `cleanup`: what `--cleanup` removes (our services, `kube-ipvs0`).
+//! - [`cleanup`](mod@cleanup): what `--cleanup` removes (every virtual service, as upstream,
+//!   and `kube-ipvs0`); done.
 
 pub mod adopt;
 pub mod apply;
 pub mod backend;
+pub mod cleanup;
 pub mod desired;
 pub mod diff;
 pub mod mode_config;
