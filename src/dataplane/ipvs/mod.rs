@@ -24,8 +24,8 @@
 //!   the draining destinations' clocks; tested on a real IPVS kernel (`tests/ipvs_apply.rs`).
 //!
 //! Still to come before the mode runs (`cli::run` gives it the log-only stand-in until then):
-//! - the start-up check that the kernel has the scheduler (one clear error), the sysctls and
-//!   timeouts upstream sets, per-Service counters as metrics;
+//! - at start-up: [`apply::check_scheduler`] (done), writing [`sysctls`]' plan (the plan is
+//!   done), the timeouts; per-Service counters as metrics;
 //! - requests pipelined many per datagram (the core's batch state machine);
 //! - `plan/`: the helper rules in our nftables table (masquerade, the VIP port filter, the
 //!   guards, source ranges), and the per-Service scheduler annotation;
@@ -43,6 +43,7 @@ pub mod mode_config;
 pub mod names;
 pub mod plan;
 pub mod render;
+pub mod sysctls;
 
 pub use desired::{Desired, Frontend, Guard, VirtualService};
 pub use mode_config::ModeConfig;
