@@ -8,7 +8,8 @@
 //! - an endpoint that leaves goes to weight 0 first and is deleted once it has no connection;
 //! - a restarted dataplane adopts the kernel and changes nothing;
 //! - a stale virtual service is deleted by the next full sync, one in `excludeCIDRs` is kept;
-//! - the start-up scheduler check passes for `rr` and names a scheduler the kernel lacks;
+//! - the start-up scheduler check passes for `rr` and names a scheduler the kernel lacks; the
+//!   configured timeouts are set and a 0 one left as it was;
 //! - `--cleanup`'s IPVS part flushes every virtual service and deletes `kube-ipvs0`, and a
 //!   second run finds nothing.
 //!
@@ -34,13 +35,13 @@ use example_cluster::{example, without_one_web_endpoint};
 use kube_proxy_rs::cluster::Changes;
 use kube_proxy_rs::dataplane::Dataplane;
 use kube_proxy_rs::dataplane::ipvs::apply::{
-    Backend, Error, IpvsDataplane, KernelBackend, MonotonicClock, check_scheduler,
+    Backend, Error, IpvsDataplane, KernelBackend, MonotonicClock, check_scheduler, set_timeouts,
 };
 use kube_proxy_rs::dataplane::ipvs::backend::link::{AddressChanges, Link, LinkAddresses};
-use kube_proxy_rs::dataplane::ipvs::backend::netlink::Scheduler;
 use kube_proxy_rs::dataplane::ipvs::backend::netlink::{
     ListedDestination, ListedService, Request, ServiceKey,
 };
+use kube_proxy_rs::dataplane::ipvs::backend::netlink::{Scheduler, Timeouts};
 use kube_proxy_rs::dataplane::ipvs::{HostAddresses, ModeConfig, plan_all, render_all};
 use uml::host::NetNs;
 use uml::host::helper_process::{self, HelperProcess, RESULT};
@@ -188,6 +189,30 @@ fn scheduler_check() {
         "{text}"
     );
     assert_eq!(ns.output("ipvsadm", &["-Sn"]), "");
+
+    // The timeouts: the ones given are set, a 0 one is left as it was.
+    let before = ns.output("ipvsadm", &["-L", "--timeout"]);
+    let cfg = ModeConfig {
+        timeouts: Timeouts {
+            tcp: 1200,
+            tcp_fin: 0,
+            udp: 45,
+        },
+        ..ModeConfig::default()
+    };
+    set_timeouts(&mut backend, &cfg).expect("set timeouts");
+    let after = ns.output("ipvsadm", &["-L", "--timeout"]);
+    let fin = |s: &str| s.split_whitespace().nth(5).map(str::to_owned);
+    assert!(
+        after.starts_with("Timeout (tcp tcpfin udp): 1200 "),
+        "{after}"
+    );
+    assert!(after.trim_end().ends_with(" 45"), "{after}");
+    assert_eq!(
+        fin(&after),
+        fin(&before),
+        "tcpfin 0 leaves the kernel's: {before} / {after}"
+    );
 }
 
 fn sync() {

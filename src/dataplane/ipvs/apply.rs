@@ -171,6 +171,16 @@ pub fn check_scheduler(backend: &mut impl Backend, cfg: &ModeConfig) -> Result<(
     backend.send(&Request::DelService(key))
 }
 
+/// Sets the configured connection timeouts, as upstream does at start-up when any is not 0
+/// (`ipvsadm --set`); the kernel leaves a 0 one as it is.
+pub fn set_timeouts(backend: &mut impl Backend, cfg: &ModeConfig) -> Result<(), Error> {
+    let t = cfg.timeouts;
+    if t.tcp == 0 && t.tcp_fin == 0 && t.udp == 0 {
+        return Ok(());
+    }
+    backend.send(&Request::SetConfig(t))
+}
+
 /// Where the dataplane reads the time (see the module doc).
 pub trait Clock: Send {
     fn now(&self) -> Instant;

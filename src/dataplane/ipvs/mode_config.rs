@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use ipnet::IpNet;
 
-use super::backend::netlink::{Flags, Scheduler};
+use super::backend::netlink::{Flags, Scheduler, Timeouts};
 use super::names;
 use crate::config::{Config, ProxyMode};
 use crate::dataplane::node::{self, NodePolicy};
@@ -29,6 +29,9 @@ pub struct ModeConfig {
     /// dead pod's destination for ever (kubernetes#81775); a Pod's default grace period is
     /// 30 s, and its connections are gone once the pod is.
     pub drain_limit: Duration,
+    /// The connection timeouts set at start-up (`ipvs.tcpTimeout`, `tcpFinTimeout`,
+    /// `udpTimeout`), in seconds; 0 leaves the kernel's.
+    pub timeouts: Timeouts,
 }
 
 /// [`ModeConfig::drain_limit`] unless configured otherwise.
@@ -37,8 +40,14 @@ pub const DRAIN_LIMIT: Duration = Duration::from_secs(300);
 impl ModeConfig {
     /// Resolves the planner settings from the effective configuration.
     pub fn new(cfg: &Config) -> Result<ModeConfig, node::Error> {
+        let seconds = |d: Duration| u32::try_from(d.as_secs()).unwrap_or(u32::MAX);
         Ok(ModeConfig {
             node: NodePolicy::new(cfg)?,
+            timeouts: Timeouts {
+                tcp: seconds(cfg.ipvs.tcp_timeout),
+                tcp_fin: seconds(cfg.ipvs.tcp_fin_timeout),
+                udp: seconds(cfg.ipvs.udp_timeout),
+            },
             ..ModeConfig::with_scheduler(&cfg.ipvs.scheduler, cfg.ipvs.exclude_cidrs.clone())
         })
     }
@@ -59,6 +68,7 @@ impl ModeConfig {
             },
             exclude_cidrs,
             drain_limit: DRAIN_LIMIT,
+            timeouts: Timeouts::default(),
         }
     }
 
