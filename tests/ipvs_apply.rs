@@ -28,7 +28,6 @@ mod synthetic;
 mod uml;
 
 use std::collections::BTreeSet;
-use std::path::Path;
 use std::time::Duration;
 
 use example_cluster::{example, without_one_web_endpoint};
@@ -44,37 +43,14 @@ use kube_proxy_rs::dataplane::ipvs::backend::netlink::{
 use kube_proxy_rs::dataplane::ipvs::backend::netlink::{Scheduler, Timeouts};
 use kube_proxy_rs::dataplane::ipvs::{HostAddresses, ModeConfig, plan_all, render_all};
 use uml::host::NetNs;
-use uml::host::helper_process::{self, HelperProcess, RESULT};
+use uml::host::helper_process::{HelperProcess, RESULT};
 
 const MODULES: &[&str] = &["ipv6", "dummy", "ip_vs", "ip_vs_rr"];
 const CASES: &[&str] = &["scheduler-check", "sync"];
 
 #[test]
 fn the_ipvs_dataplane_programs_adopts_and_drains_on_a_real_ipvs_kernel() {
-    let Some(uml) = uml::Uml::find() else {
-        return;
-    };
-    let run = uml.run(
-        MODULES,
-        Path::new(env!("CARGO_MANIFEST_DIR")),
-        &HELPER.shell_line("guest"),
-        Duration::from_secs(180),
-    );
-    assert_eq!(
-        run.exit_code,
-        Some(0),
-        "the guest's cases failed (after {:?}):\n{}",
-        run.took,
-        run.output
-    );
-    let results = helper_process::results(&run.output);
-    let passed: Vec<String> = CASES.iter().map(|c| format!("{c} ok")).collect();
-    let reported: Vec<&str> = results
-        .iter()
-        .copied()
-        .filter(|r| r.ends_with(" ok"))
-        .collect();
-    assert_eq!(reported, passed, "{}", run.output);
+    uml::run_cases(MODULES, &HELPER, "guest", CASES, Duration::from_secs(180));
 }
 
 const HELPER: HelperProcess = HelperProcess::new("ipvs_apply_helper_process");

@@ -23,6 +23,8 @@
     reason = "a kernel test: boots a UML guest, runs ipvsadm and ip, re-executes itself"
 )]
 
+#[path = "ipvs_netlink/traffic.rs"]
+mod traffic;
 #[path = "support/uml.rs"]
 mod uml;
 
@@ -39,7 +41,7 @@ use kube_proxy_rs::dataplane::ipvs::backend::netlink::{
     Client, Destination, Error, Flags, ListedDestination, Protocol, Service, ServiceKey, Timeouts,
 };
 use kube_proxy_rs::netlink::netns;
-use uml::host::helper_process::{self, HelperProcess, RESULT};
+use uml::host::helper_process::{HelperProcess, RESULT};
 use uml::host::{NetNs, stdout_of};
 
 /// What the guest loads: IPVS, the schedulers the cases use (others load on demand), veth.
@@ -63,39 +65,15 @@ const CASES: &[&str] = &[
 
 #[test]
 fn our_ipvs_client_and_ipvsadm_agree_on_a_real_ipvs_kernel() {
-    let Some(uml) = uml::Uml::find() else {
-        return;
-    };
     let update = std::env::var("UPDATE_GOLDENS").is_ok_and(|v| v == "1");
     let role = if update { "guest-capture" } else { "guest" };
-    let run = uml.run(
-        MODULES,
-        Path::new(env!("CARGO_MANIFEST_DIR")),
-        &HELPER.shell_line(role),
-        Duration::from_secs(180),
-    );
-    assert_eq!(
-        run.exit_code,
-        Some(0),
-        "the guest's cases failed (after {:?}):\n{}",
-        run.took,
-        run.output
-    );
-    let results = helper_process::results(&run.output);
-    let passed: Vec<String> = CASES.iter().map(|c| format!("{c} ok")).collect();
-    let reported: Vec<&str> = results
-        .iter()
-        .copied()
-        .filter(|r| r.ends_with(" ok"))
-        .collect();
-    assert_eq!(reported, passed, "{}", run.output);
-    for r in results.iter().filter(|r| !r.ends_with(" ok")) {
+    let others = uml::run_cases(MODULES, &HELPER, role, CASES, Duration::from_secs(180));
+    for r in others.into_iter().flatten() {
         match r.strip_prefix("capture ").and_then(|c| c.split_once(' ')) {
             Some((name, bytes)) => store_fixture(name, bytes),
             None => println!("{r}"),
         }
     }
-    println!("one UML boot ran every case in {:?}", run.took);
 }
 
 #[test]
@@ -177,7 +155,7 @@ fn ipvs_netlink_helper_process() {
             ("ours-to-ipvsadm", ours_to_ipvsadm),
             ("ipvsadm-to-ours", ipvsadm_to_ours),
             ("update-delete", update_delete),
-            ("traffic-counters", traffic_counters),
+            ("traffic-counters", traffic::traffic_counters),
             ("unknown-scheduler", unknown_scheduler),
         ];
         for (name, case) in cases {
@@ -534,147 +512,6 @@ fn assert_errno(result: Result<(), Error>, errno: i32, what: &str) {
         }
         Ok(()) => panic!("{what}: the kernel accepted it"),
     }
-}
-
-const VIP: &str = "10.50.0.1:80";
-const BACKEND: &str = "192.168.50.2:8080";
-/// Connections opened and closed before the counters are read; one more stays open.
-const CLOSED: usize = 3;
-
-/// A TCP server bound in `ns`: answers each of `count` connections with one byte and closes
-/// it once the client has.
-fn serve(ns: &str, count: usize) -> std::thread::JoinHandle<()> {
-    let listener = netns::run_in(Some(ns), || TcpListener::bind(BACKEND)).expect("bind server");
-    std::thread::spawn(move || {
-        for _ in 0..count {
-            let (mut conn, _) = listener.accept().expect("accept");
-            conn.set_read_timeout(Some(Duration::from_secs(20)))
-                .expect("read timeout");
-            conn.write_all(b"x").expect("answer");
-            let _ = conn.read_to_end(&mut Vec::new());
-        }
-    })
-}
-
-/// Connects from `ns` to the virtual server and reads the server's byte.
-fn connect(ns: &str) -> TcpStream {
-    let mut conn = netns::run_in(Some(ns), || {
-        TcpStream::connect_timeout(&addr(VIP), Duration::from_secs(5))
-    })
-    .expect("connect to the virtual server");
-    conn.set_read_timeout(Some(Duration::from_secs(5)))
-        .expect("read timeout");
-    let mut byte = [0];
-    conn.read_exact(&mut byte).expect("the backend's answer");
-    assert_eq!(&byte, b"x");
-    conn
-}
-
-fn traffic_counters() {
-    let director = NetNs::new("ipvs-director");
-    let backend = NetNs::new("ipvs-backend");
-    stdout_of(std::process::Command::new("ip").args([
-        "-n",
-        &director.name,
-        "link",
-        "add",
-        "vd",
-        "type",
-        "veth",
-        "peer",
-        "name",
-        "vb",
-        "netns",
-        &backend.name,
-    ]));
-    director.output("ip", &["addr", "add", "192.168.50.1/24", "dev", "vd"]);
-    director.output("ip", &["link", "set", "vd", "up"]);
-    // The VIP is local to the director, as on kube-ipvs0, so the director's own connections
-    // reach IPVS.
-    director.output("ip", &["addr", "add", "10.50.0.1/32", "dev", "lo"]);
-    backend.output("ip", &["addr", "add", "192.168.50.2/24", "dev", "vb"]);
-    backend.output("ip", &["link", "set", "vb", "up"]);
-    backend.output("ip", &["route", "add", "default", "via", "192.168.50.1"]);
-
-    let mut client = Client::open(Some(&director.name)).expect("open the IPVS client");
-    let key = tcp(VIP);
-    client
-        .add_service(&Service::new(key, "rr"))
-        .expect("add service");
-    client
-        .add_destination(&key, &Destination::masquerade(addr(BACKEND), 1))
-        .expect("add destination");
-
-    let server = serve(&backend.name, CLOSED + 1);
-    for _ in 0..CLOSED {
-        drop(connect(&director.name));
-    }
-    let held = connect(&director.name);
-
-    // The kernel moves a connection to inactive as it sees the FINs, and (6.1) sums its
-    // per-CPU counters into what it reports only in its estimator, every two seconds.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let listed = loop {
-        let listed = client.destinations(&key).expect("list destinations");
-        let [one] = listed.as_slice() else {
-            panic!("one destination: {listed:?}")
-        };
-        let settled = (one.active_connections, one.inactive_connections) == (1, CLOSED as u32)
-            && one.stats.connections == CLOSED as u64 + 1;
-        if settled || Instant::now() > deadline {
-            break one.clone();
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    assert_eq!(
-        (listed.active_connections, listed.inactive_connections),
-        (1, CLOSED as u32),
-        "{listed:?}"
-    );
-    let s = listed.stats;
-    assert_eq!(s.connections, CLOSED as u64 + 1, "{s:?}");
-    // Each connection: SYN, ACK, FIN and ACKs in; SYN-ACK, the byte, FIN out.
-    assert!(s.packets_in >= 3 * (CLOSED as u64 + 1), "{s:?}");
-    assert!(s.packets_out >= 2 * (CLOSED as u64 + 1), "{s:?}");
-    assert!(
-        s.bytes_in >= 40 * s.packets_in && s.bytes_out >= 40 * s.packets_out,
-        "{s:?}"
-    );
-    capture("get_dest_dump_traffic_ipvs_uml_6.1", |raw| {
-        client
-            .destinations_raw(&key, raw)
-            .expect("list destinations");
-    });
-    let services = client.services().expect("list services");
-    assert_eq!(services.len(), 1);
-    assert_eq!(
-        services[0].stats.connections, s.connections,
-        "service counts it too"
-    );
-    // ipvsadm reads the same counters.
-    let stats = ns_stats_line(&director, BACKEND);
-    assert_eq!(
-        stats,
-        format!(
-            "-> {BACKEND} {} {} {} {} {}",
-            s.connections, s.packets_in, s.packets_out, s.bytes_in, s.bytes_out
-        )
-    );
-    println!(
-        "{RESULT}counters: {} connections, {} packets in, {} out, {} bytes in, {} out",
-        s.connections, s.packets_in, s.packets_out, s.bytes_in, s.bytes_out
-    );
-    drop(held);
-    server.join().expect("server thread");
-}
-
-/// The destination's line of `ipvsadm -Ln --stats --exact`, squeezed.
-fn ns_stats_line(ns: &NetNs, destination: &str) -> String {
-    let out = squeezed(&ns.output("ipvsadm", &["-Ln", "--stats", "--exact"]));
-    out.lines()
-        .find(|l| l.starts_with(&format!("-> {destination} ")))
-        .unwrap_or_else(|| panic!("no {destination} in:\n{out}"))
-        .to_owned()
 }
 
 fn unknown_scheduler() {

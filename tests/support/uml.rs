@@ -42,6 +42,49 @@ const EXIT_MARKER: &str = "UML-EXIT=";
 /// Set (to anything) where the tests must run, not skip, without `linux.uml`: `.ci/run`.
 pub const REQUIRE_VAR: &str = "KPRS_REQUIRE_UML";
 
+/// Boots the guest once and re-runs the test binary in it as `helper` in `role`, which runs
+/// `cases` in order and prints `<case> ok` after each; fails unless the guest exited 0 and every
+/// case reported so, in order. Returns the guest's other result lines (timings, captures), or
+/// `None` when the test is skipped (no `linux.uml`, see [`Uml::find`]).
+pub fn run_cases(
+    modules: &[&str],
+    helper: &host::helper_process::HelperProcess,
+    role: &str,
+    cases: &[&str],
+    limit: Duration,
+) -> Option<Vec<String>> {
+    let uml = Uml::find()?;
+    let run = uml.run(
+        modules,
+        Path::new(env!("CARGO_MANIFEST_DIR")),
+        &helper.shell_line(role),
+        limit,
+    );
+    assert_eq!(
+        run.exit_code,
+        Some(0),
+        "the guest's cases failed (after {:?}):\n{}",
+        run.took,
+        run.output
+    );
+    let results = host::helper_process::results(&run.output);
+    let passed: Vec<String> = cases.iter().map(|c| format!("{c} ok")).collect();
+    let reported: Vec<&str> = results
+        .iter()
+        .copied()
+        .filter(|r| r.ends_with(" ok"))
+        .collect();
+    assert_eq!(reported, passed, "{}", run.output);
+    println!("one UML boot ran every case in {:?}", run.took);
+    Some(
+        results
+            .into_iter()
+            .filter(|r| !r.ends_with(" ok"))
+            .map(str::to_owned)
+            .collect(),
+    )
+}
+
 /// The UML kernel, found.
 pub struct Uml {
     kernel: PathBuf,
