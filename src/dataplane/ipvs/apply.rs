@@ -17,7 +17,7 @@
 //! The one clock in a mode: graceful termination bounds how long a destination may drain
 //! ([`ModeConfig::drain_limit`]), so the dataplane is given a [`Clock`] (a fixed one in tests).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
 
 use super::adopt::adopt;
@@ -316,14 +316,15 @@ impl<B: Backend, C: Clock> IpvsDataplane<B, C> {
         Ok(SyncReport { full, families })
     }
 
-    /// Reads the destinations of every service with one at weight 0 again: their connection
-    /// counts decide when they go.
+    /// Reads again the destinations of the services that have one draining: their connection
+    /// counts decide when they go. Only those services: an idle sync reads nothing.
     fn refresh_draining(&mut self, kernel: &mut Kernel) -> Result<(), Error> {
-        for (key, s) in kernel.services.iter_mut() {
-            if s.destinations.values().any(|d| d.destination.weight == 0) {
+        let keys: BTreeSet<ServiceKey> = self.draining_since.keys().map(|(k, _)| *k).collect();
+        for key in keys {
+            if let Some(s) = kernel.services.get_mut(&key) {
                 s.destinations = self
                     .backend
-                    .destinations(key)?
+                    .destinations(&key)?
                     .into_iter()
                     .map(|d| (d.destination.address, d))
                     .collect();
