@@ -14,6 +14,8 @@
 mod example_cluster;
 #[path = "support/host.rs"]
 mod host;
+#[path = "support/monitor_probe.rs"]
+mod monitor_probe;
 #[path = "../src/testing/synthetic.rs"]
 mod synthetic;
 
@@ -326,23 +328,12 @@ fn a_firewall_reload_is_noticed_through_the_canary_and_repaired() {
 /// Waits until the monitor hears an outside deletion of ours (a scratch `KUBE-*` chain, made
 /// and deleted by `iptables-nft`), then forgets every report so far.
 async fn wait_until_listening(ns: &NetNs, drift: &Drift) {
-    let mut listening = false;
-    for i in 0..50 {
+    monitor_probe::wait_until_listening(drift, |i| {
         let chain = format!("KUBE-PROBE-{i}");
         ns.output("iptables-nft", &["-t", "nat", "-N", &chain]);
         ns.output("iptables-nft", &["-t", "nat", "-X", &chain]);
-        if tokio::time::timeout(Duration::from_millis(200), drift.changed())
-            .await
-            .is_ok()
-        {
-            listening = true;
-            break;
-        }
-    }
-    assert!(listening, "the monitor never reported an outside change");
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let _ = tokio::time::timeout(Duration::from_millis(10), drift.changed()).await;
-    drift.take_pending();
+    })
+    .await;
 }
 
 /// Our dataplane watched by a running nf_tables monitor in `ns`, and the monitor's task.

@@ -12,6 +12,8 @@
 mod example_cluster;
 #[path = "support/host.rs"]
 mod host;
+#[path = "support/monitor_probe.rs"]
+mod monitor_probe;
 #[path = "../src/testing/synthetic.rs"]
 mod synthetic;
 
@@ -354,25 +356,13 @@ fn a_restart_adopts_the_table_and_changes_only_what_differs() {
 /// Waits until the monitor reports outside changes (to a scratch chain in our table, which
 /// must exist), then forgets every report so far.
 async fn wait_until_listening(ns: &NetNs, drift: &Drift) {
-    let mut listening = false;
-    for i in 0..50 {
+    monitor_probe::wait_until_listening(drift, |i| {
         let probe = format!(
             "add chain ip kube-proxy-rs probe-{i} ; delete chain ip kube-proxy-rs probe-{i}"
         );
         ns.output("nft", &[&probe]);
-        if tokio::time::timeout(Duration::from_millis(200), drift.changed())
-            .await
-            .is_ok()
-        {
-            listening = true;
-            break;
-        }
-    }
-    assert!(listening, "the monitor never reported an outside change");
-    // Let late reports of earlier probes arrive, then forget them all.
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let _ = tokio::time::timeout(Duration::from_millis(10), drift.changed()).await;
-    drift.take_pending();
+    })
+    .await;
 }
 
 /// `nft ARGS` in the named namespace, from any thread.
