@@ -16,7 +16,13 @@
 //! to its own tmpfs mounts, and a failed mount powers the guest off before anything else runs
 //! (under hostfs every other path is the host's own file).
 //!
-//! Needs `linux.uml` (Debian's `user-mode-linux` package; `.ci/run` installs it) and room in
+//! On a host whose XSAVE area is larger than UML 6.1 knows (AVX-512, AMX) the kernel refuses
+//! UML's register writes and the guest's init dies at once ("ptrace set fp regs failed,
+//! errno = 14"); the kernel then runs with `uml_xstate_shim.c` preloaded, built here with the
+//! host's C compiler, which pads those writes to the host's size. The guest's glibc is told
+//! not to use AVX-512 (`GLIBC_TUNABLES`), whose registers UML does not switch between threads.
+//!
+//! Needs `linux.uml` (Debian's `user-mode-linux` package; `.ci/run` installs it), `cc`, and room in
 //! `/dev/shm`, which backs the guest's memory. Without `linux.uml` [`Uml::find`] says so and
 //! the caller skips, unless [`REQUIRE_VAR`] is set (as `.ci/run` does): then it fails.
 //! Includes `host.rs` (as `uml::host`) for the helper process a test starts in the guest.
@@ -139,6 +145,7 @@ impl Uml {
         let started = Instant::now();
         let mut child = Command::new(&self.kernel);
         child
+            .env("LD_PRELOAD", xstate_shim(&scratch.dir))
             .arg(format!("mem={MEMORY_MIB}M"))
             .args(["root=/dev/root", "rootfstype=hostfs", "rootflags=/", "rw"])
             .arg(format!("init={}", init.display()))
@@ -210,6 +217,7 @@ impl Uml {
             r#"#!/bin/sh
 # PID 1 of a test's UML guest, written by tests/support/uml.rs.
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+export GLIBC_TUNABLES=glibc.cpu.hwcaps=-AVX512F,-AVX512VL,-AVX512BW,-AVX512DQ,-AVX512CD
 fail() {{ echo "UML-SETUP-FAILED: $1"; poweroff -f; exit 1; }}
 mount -t proc proc /proc || fail proc
 mount -t sysfs sys /sys || fail sysfs
@@ -268,6 +276,26 @@ impl Drop for Guest {
 }
 
 /// A run's scratch directory, removed on drop.
+/// Builds the XSAVE shim (see the module doc) into `dir` and returns its path.
+fn xstate_shim(dir: &Path) -> PathBuf {
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/uml_xstate_shim.c");
+    let out = dir.join("uml_xstate_shim.so");
+    let built = Command::new("cc")
+        .args(["-shared", "-fPIC", "-O2", "-Wall", "-o"])
+        .arg(&out)
+        .arg(&source)
+        .arg("-ldl")
+        .output()
+        .unwrap_or_else(|e| panic!("run cc to build {}: {e}", source.display()));
+    assert!(
+        built.status.success(),
+        "cc {}: {}",
+        source.display(),
+        String::from_utf8_lossy(&built.stderr)
+    );
+    out
+}
+
 struct Scratch {
     dir: PathBuf,
     /// The kernel's `umid`, unique per run.
