@@ -143,6 +143,13 @@ fn main() -> ExitCode {
                 "\n# ipvs: the virtual services this node would program (as ipvsadm -Sn lists them)\n",
             );
             text.push_str(&ipvs::render_all(&states));
+            let node_ips = loaded.snapshot.node.local_addresses().into_iter().collect();
+            let bound = ipvs::bound_addresses(&states, &node_ips);
+            let tables = ipvs::rules_all(&states, &mode, &loaded.snapshot.node, &bound);
+            text.push_str(
+                "\n# ipvs: the helper rules this node would program in our nftables table (nft -f -)\n",
+            );
+            text.push_str(&nftables::render_from_scratch(&tables));
         }
         return emit(&text);
     }
@@ -209,7 +216,7 @@ fn run(config: &Config, node_name: &str, features: Features) -> ExitCode {
         }
         if matches!(
             config.mode,
-            config::ProxyMode::Nftables | config::ProxyMode::Iptables
+            config::ProxyMode::Nftables | config::ProxyMode::Iptables | config::ProxyMode::Ipvs
         ) {
             // Only a mode that programs rules has flows to clean up after.
             tokio::spawn(observe.clone().reconcile_conntrack(config.sync_period));

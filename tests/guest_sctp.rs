@@ -35,20 +35,6 @@ const POD_IP: &str = "10.244.0.2";
 const CLUSTER_IP: &str = "10.96.0.50";
 const NO_ENDPOINTS_IP: &str = "10.96.0.51";
 const PORT: u16 = 7777;
-/// The nf_tables modules our ruleset uses (Debian builds them as modules).
-const NFT_MODULES: &[&str] = &[
-    "nf_tables",
-    "nft_chain_nat",
-    "nft_nat",
-    "nft_masq",
-    "nft_ct",
-    "nft_numgen",
-    "nft_fib_ipv4",
-    "nft_fib_ipv6",
-    "nft_reject_ipv4",
-    "nft_reject_ipv6",
-    "nft_reject_inet",
-];
 const NODE_PORT: u16 = 30777;
 
 #[test]
@@ -130,10 +116,7 @@ fn node() {
     ] {
         run(cmd);
     }
-    // Loaded up front: in this guest, a first transaction that makes the kernel autoload many
-    // nf_tables expression modules at once never completes (each rule alone autoloads fine;
-    // seen with Debian's 6.1 kernel and nft 1.0.6, the modprobe forwarded into the chroot).
-    for module in NFT_MODULES {
+    for module in guest::NFT_MODULES {
         run(&format!("modprobe {module}"));
     }
     let mut server = HELPER

@@ -1,10 +1,12 @@
-//! The IPVS dataplane against a real IPVS kernel (issue 19): one User-mode Linux boot
-//! (`support/uml.rs`) re-runs this binary inside the guest (`ipvs_apply_helper_process`), which
+//! The IPVS dataplane against a real IPVS kernel (issue 19): one boot of the qemu guest with
+//! Debian's kernel (`support/guest.rs`; the User-mode Linux kernel has IPVS but no nf_tables
+//! NAT for the helper rules) re-runs this binary inside it (`ipvs_apply_helper_process`), which
 //! programs the example cluster into a network namespace of its own (`ipa-…`, removed when the
-//! case ends, also on failure) and checks, with `ipvsadm` and `ip`:
+//! case ends, also on failure) and checks, with `ipvsadm`, `ip` and `nft`:
 //! - the first sync programs every virtual service and destination of the plan (as `ipvsadm
-//!   -Sn` lists them) and binds every ClusterIP on `kube-ipvs0`;
-//! - a sync with nothing changed sends no netlink message at all (counted);
+//!   -Sn` lists them), binds every ClusterIP on `kube-ipvs0`, and installs the planned helper
+//!   tables (read back by the nftables mode's reader);
+//! - a sync with nothing changed sends no netlink message at all (counted, IPVS and nf_tables);
 //! - an endpoint that leaves goes to weight 0 first and is deleted once it has no connection;
 //! - a restarted dataplane adopts the kernel and changes nothing;
 //! - a stale virtual service is deleted by the next full sync, one in `excludeCIDRs` is kept;
@@ -22,16 +24,21 @@
 
 #[path = "support/example_cluster.rs"]
 mod example_cluster;
+#[path = "support/guest.rs"]
+mod guest;
 #[path = "../src/testing/synthetic.rs"]
 mod synthetic;
-#[path = "support/uml.rs"]
-mod uml;
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use example_cluster::{example, without_one_web_endpoint};
+use guest::host::NetNs;
+use guest::host::helper_process::{HelperProcess, RESULT};
 use kube_proxy_rs::cluster::Changes;
+use kube_proxy_rs::config::NftablesEncoder;
 use kube_proxy_rs::dataplane::Dataplane;
 use kube_proxy_rs::dataplane::ipvs::apply::{
     Backend, Error, IpvsDataplane, KernelBackend, MonotonicClock, check_scheduler, set_timeouts,
@@ -42,15 +49,16 @@ use kube_proxy_rs::dataplane::ipvs::backend::netlink::{
 };
 use kube_proxy_rs::dataplane::ipvs::backend::netlink::{Scheduler, Timeouts};
 use kube_proxy_rs::dataplane::ipvs::{HostAddresses, ModeConfig, plan_all, render_all};
-use uml::host::NetNs;
-use uml::host::helper_process::{HelperProcess, RESULT};
+use kube_proxy_rs::dataplane::monitor::Drift;
+use kube_proxy_rs::dataplane::nftables::{self, Backend as _};
 
-const MODULES: &[&str] = &["ipv6", "dummy", "ip_vs", "ip_vs_rr"];
+const MODULES: &[&str] = &["dummy", "ip_vs", "ip_vs_rr"];
 const CASES: &[&str] = &["scheduler-check", "sync"];
 
 #[test]
 fn the_ipvs_dataplane_programs_adopts_and_drains_on_a_real_ipvs_kernel() {
-    uml::run_cases(MODULES, &HELPER, "guest", CASES, Duration::from_secs(180));
+    let modules: Vec<&str> = MODULES.iter().chain(guest::NFT_MODULES).copied().collect();
+    guest::run_cases(&modules, &HELPER, "guest", CASES, Duration::from_secs(600));
 }
 
 const HELPER: HelperProcess = HelperProcess::new("ipvs_apply_helper_process");
@@ -100,12 +108,52 @@ impl Backend for Counting {
     }
 }
 
-fn dataplane(ns: &NetNs, cfg: ModeConfig) -> IpvsDataplane<Counting> {
+/// The helper rules' real backend (nf_tables netlink), counting every transaction it sends.
+struct CountingRules {
+    inner: Box<dyn nftables::Backend>,
+    batches: Arc<AtomicUsize>,
+}
+
+impl nftables::Backend for CountingRules {
+    fn run(&mut self, t: &[nftables::Transaction]) -> Result<(), nftables::backend::Error> {
+        self.batches.fetch_add(1, Ordering::SeqCst);
+        self.inner.run(t)
+    }
+    fn dump(
+        &mut self,
+        family: nftables::Family,
+    ) -> Result<Option<nftables::adopt::Parsed>, nftables::backend::Error> {
+        self.inner.dump(family)
+    }
+    fn watched_by(&mut self, drift: Arc<Drift>) {
+        self.inner.watched_by(drift)
+    }
+}
+
+type Dp = IpvsDataplane<Counting, MonotonicClock, CountingRules>;
+
+fn dataplane(ns: &NetNs, cfg: ModeConfig) -> (Dp, Arc<AtomicUsize>) {
     let backend = Counting {
         inner: KernelBackend::new(Some(&ns.name)),
         calls: 0,
     };
-    IpvsDataplane::new(cfg, backend, MonotonicClock)
+    let batches = Arc::new(AtomicUsize::new(0));
+    let rules = CountingRules {
+        inner: nftables::backend::for_encoder(NftablesEncoder::Netlink, Some(&ns.name)),
+        batches: batches.clone(),
+    };
+    let dp = IpvsDataplane::new(cfg, backend, rules, MonotonicClock, Drift::new());
+    (dp, batches)
+}
+
+/// Our table of `family` in the namespace, as the nftables mode's reader parses it.
+fn helper_table(ns: &NetNs, family: nftables::Family) -> nftables::Ruleset {
+    let mut backend = nftables::backend::for_encoder(NftablesEncoder::Netlink, Some(&ns.name));
+    backend
+        .dump(family)
+        .expect("read our table")
+        .expect("our table exists")
+        .ruleset
 }
 
 /// `ipvsadm -Sn`'s lines, as a set (its order is its own).
@@ -206,10 +254,18 @@ fn sync() {
     let no_changes = Changes::default();
 
     // First sync: the whole plan.
-    let mut dp = dataplane(&ns, cfg.clone());
+    let (mut dp, batches) = dataplane(&ns, cfg.clone());
     let report = dp.sync(&snap, &no_changes, true).expect("first sync");
     assert!(report.full);
     assert_eq!(saved(&ns), planned(&snap, &cfg), "ipvsadm -Sn is the plan");
+    let tables = dp.tables().expect("helper tables applied").to_vec();
+    for want in &tables {
+        assert_eq!(
+            &helper_table(&ns, want.family),
+            want,
+            "the kernel holds the planned helper table"
+        );
+    }
     let bound = ns.output("ip", &["-o", "addr", "show", "dev", "kube-ipvs0"]);
     for svc in snap.ports.values() {
         for view in &svc.families {
@@ -223,12 +279,18 @@ fn sync() {
 
     // Nothing changed: nothing reaches the kernel.
     let before = dp.backend_mut().calls;
+    let batches_before = batches.load(Ordering::SeqCst);
     let report = dp.sync(&snap, &no_changes, false).expect("idle sync");
     assert!(!report.full);
     assert_eq!(
         dp.backend_mut().calls,
         before,
         "an idle sync sent a netlink message"
+    );
+    assert_eq!(
+        batches.load(Ordering::SeqCst),
+        batches_before,
+        "an idle sync sent an nf_tables batch"
     );
     assert_eq!(
         report.families.iter().map(|f| f.operations).sum::<usize>(),
@@ -252,7 +314,7 @@ fn sync() {
     assert_eq!(saved(&ns), planned(&changed, &cfg));
 
     // A restart adopts the kernel and changes nothing.
-    let mut restarted = dataplane(&ns, cfg.clone());
+    let (mut restarted, _) = dataplane(&ns, cfg.clone());
     let report = restarted
         .sync(&changed, &no_changes, true)
         .expect("restart");
@@ -270,7 +332,7 @@ fn sync() {
         exclude_cidrs: vec!["10.200.0.0/16".parse().unwrap()],
         ..cfg
     };
-    let mut dp = dataplane(&ns, cfg.clone());
+    let (mut dp, _) = dataplane(&ns, cfg.clone());
     dp.sync(&changed, &no_changes, true).expect("full sync");
     let now = saved(&ns);
     assert!(

@@ -14,10 +14,10 @@ use crate::cluster::source::{Event, api, interfaces, manifests};
 use crate::cluster::{Features, Tracker};
 use crate::config::{Config, ProxyMode};
 use crate::dataplane::Dataplane;
-use crate::dataplane::iptables;
 use crate::dataplane::monitor::{Drift, Watch};
 use crate::dataplane::nftables::{self, ModeConfig, NftablesDataplane};
-use crate::sync::{LogOnly, Periods, Runner, Status};
+use crate::dataplane::{iptables, ipvs};
+use crate::sync::{Periods, Runner, Status};
 
 /// Why the proxy could not start.
 #[derive(Debug, thiserror::Error)]
@@ -45,10 +45,13 @@ pub enum ModeError {
     Policy(#[from] crate::dataplane::node::Error),
     #[error(transparent)]
     NoIptables(#[from] iptables::NoUsableFamily),
+    /// The kernel cannot run the IPVS mode as configured (no `ip_vs`, no such scheduler).
+    #[error("IPVS: {0}")]
+    Ipvs(#[from] ipvs::apply::Error),
 }
 
-/// The dataplane for `config`. nftables and iptables are implemented; IPVS gets the stand-in
-/// that follows and logs the model, and it says so.
+/// The dataplane for `config`, after the host set-up its mode needs at start-up (IPVS: the
+/// scheduler check, the sysctls and the connection timeouts).
 pub fn dataplane(config: &Config) -> Result<Mode, ModeError> {
     match config.mode {
         ProxyMode::Nftables => {
@@ -83,14 +86,38 @@ pub fn dataplane(config: &Config) -> Result<Mode, ModeError> {
         }
         ProxyMode::Ipvs => {}
     }
-    tracing::warn!(
-        mode = config.mode.as_str(),
-        "this dataplane mode is not implemented yet: the cluster model is followed and logged, no rules are programmed"
+    let cfg = ipvs::ModeConfig::new(config)?;
+    let mut backend = ipvs::apply::KernelBackend::new(None);
+    ipvs::apply::check_scheduler(&mut backend, &cfg)?;
+    set_ipvs_sysctls(config.ipvs.strict_arp);
+    ipvs::apply::set_timeouts(&mut backend, &cfg)?;
+    tracing::info!(scheduler = cfg.scheduler.as_str(), "IPVS mode");
+    let drift = Drift::new();
+    let rules = nftables::backend::for_encoder(config.nftables_encoder, None);
+    let dataplane = ipvs::apply::IpvsDataplane::new(
+        cfg,
+        backend,
+        rules,
+        ipvs::apply::MonotonicClock,
+        drift.clone(),
     );
     Ok(Mode {
-        dataplane: Box::new(LogOnly),
-        monitor: None,
+        dataplane: Box::new(dataplane),
+        monitor: Some((drift, Watch::NftablesTable)),
     })
+}
+
+/// The sysctls the IPVS mode needs; one the kernel refuses is one warning, and start-up goes on
+/// (upstream logs and goes on too).
+fn set_ipvs_sysctls(strict_arp: bool) {
+    let applied = ipvs::sysctls::apply(std::path::Path::new("/proc/sys"), strict_arp);
+    for w in &applied.written {
+        tracing::info!(sysctl = w.path, value = w.value, "set IPVS sysctl");
+    }
+    for (w, error) in &applied.refused {
+        tracing::warn!(sysctl = w.path, value = w.value, %error,
+            "cannot set IPVS sysctl; going on with the kernel's value");
+    }
 }
 
 /// A proxy ready to run.

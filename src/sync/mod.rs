@@ -9,13 +9,11 @@
 
 mod carry;
 pub mod latency;
-mod log_only;
 pub mod report;
 pub mod runner;
 pub mod schedule;
 pub mod status;
 
-pub use log_only::LogOnly;
 pub use report::Report;
 pub use runner::Runner;
 pub use schedule::{Periods, Reason, Schedule};

@@ -24,6 +24,24 @@ use base64::Engine as _;
 
 use host::stdout_of;
 
+/// The nf_tables modules our rules use (Debian builds them as modules). Tests load them up
+/// front: in this guest, a first transaction that makes the kernel autoload many nf_tables
+/// expression modules at once never completes (each rule alone autoloads fine; seen with
+/// Debian's 6.1 kernel and nft 1.0.6, the modprobe forwarded into the chroot).
+pub const NFT_MODULES: &[&str] = &[
+    "nf_tables",
+    "nft_chain_nat",
+    "nft_nat",
+    "nft_masq",
+    "nft_ct",
+    "nft_numgen",
+    "nft_fib_ipv4",
+    "nft_fib_ipv6",
+    "nft_reject_ipv4",
+    "nft_reject_ipv6",
+    "nft_reject_inet",
+];
+
 /// A prepared guest: an unpacked kernel and the initramfs that boots it.
 pub struct Guest {
     kroot: PathBuf,
@@ -151,6 +169,31 @@ impl Guest {
             took: started.elapsed(),
         }
     }
+}
+
+/// Boots the guest once, loads `modules`, and re-runs the test binary in it as `helper` in
+/// `role`, which runs `cases` in order and prints `<case> ok` after each; fails unless the
+/// guest exited 0 and every case reported so, in order. Returns the other result lines.
+#[allow(
+    dead_code,
+    reason = "not every test that includes the guest runs cases"
+)]
+pub fn run_cases(
+    modules: &[&str],
+    helper: &host::helper_process::HelperProcess,
+    role: &str,
+    cases: &[&str],
+    limit: Duration,
+) -> Vec<String> {
+    let guest = Guest::prepare();
+    let command = format!(
+        "for m in {}; do modprobe $m || exit 1; done; cd {} && {}",
+        modules.join(" "),
+        env!("CARGO_MANIFEST_DIR"),
+        helper.shell_line(role)
+    );
+    let run = guest.run(&command, limit);
+    host::helper_process::expect_cases("qemu", &run.output, run.exit_code, run.took, cases)
 }
 
 /// The kernel ABI name (`6.1.0-57-amd64`) the `linux-image-amd64` metapackage depends on.

@@ -81,6 +81,37 @@ pub fn results(output: &str) -> Vec<&str> {
         .collect()
 }
 
+/// Checks a guest's run of a helper that runs `cases` in order and prints `<case> ok` after
+/// each: the guest's command exited 0 and every case reported so, in order. Returns the other
+/// result lines (timings, captures). `kernel` names the guest in messages.
+pub fn expect_cases(
+    kernel: &str,
+    output: &str,
+    exit_code: Option<i32>,
+    took: std::time::Duration,
+    cases: &[&str],
+) -> Vec<String> {
+    assert_eq!(
+        exit_code,
+        Some(0),
+        "the {kernel} guest's cases failed (after {took:?}):\n{output}"
+    );
+    let results = results(output);
+    let passed: Vec<String> = cases.iter().map(|c| format!("{c} ok")).collect();
+    let reported: Vec<&str> = results
+        .iter()
+        .copied()
+        .filter(|r| r.ends_with(" ok"))
+        .collect();
+    assert_eq!(reported, passed, "{output}");
+    println!("one {kernel} boot ran every case in {took:?}");
+    results
+        .into_iter()
+        .filter(|r| !r.ends_with(" ok"))
+        .map(str::to_owned)
+        .collect()
+}
+
 fn exe() -> PathBuf {
     std::env::current_exe().expect("test binary path")
 }

@@ -66,29 +66,13 @@ pub fn run_cases(
         &helper.shell_line(role),
         limit,
     );
-    assert_eq!(
+    Some(host::helper_process::expect_cases(
+        "UML",
+        &run.output,
         run.exit_code,
-        Some(0),
-        "the guest's cases failed (after {:?}):\n{}",
         run.took,
-        run.output
-    );
-    let results = host::helper_process::results(&run.output);
-    let passed: Vec<String> = cases.iter().map(|c| format!("{c} ok")).collect();
-    let reported: Vec<&str> = results
-        .iter()
-        .copied()
-        .filter(|r| r.ends_with(" ok"))
-        .collect();
-    assert_eq!(reported, passed, "{}", run.output);
-    println!("one UML boot ran every case in {:?}", run.took);
-    Some(
-        results
-            .into_iter()
-            .filter(|r| !r.ends_with(" ok"))
-            .map(str::to_owned)
-            .collect(),
-    )
+        cases,
+    ))
 }
 
 /// The UML kernel, found.

@@ -1,6 +1,13 @@
 //! Applying, the IPVS mode as the sync runner drives it: read the link's addresses and (on full
-//! syncs) the kernel's services, plan both families, bind the service addresses, send
-//! [`diff`]'s requests, and keep what the kernel now holds.
+//! syncs) the kernel's services, plan both families, apply the helper rules
+//! ([`rules`](super::rules)), bind the service addresses, send [`diff`]'s requests, and keep
+//! what the kernel now holds.
+//!
+//! The helper rules go first, so a new virtual service is never reachable before its
+//! masquerade and guard rules are (upstream writes its iptables rules last, kubernetes#133773).
+//! They are one nftables transaction for both families through the nftables mode's
+//! [`Applier`]: adopted from the kernel on full syncs (or when the monitor saw another program
+//! change our table), the plain difference from the last applied tables otherwise.
 //!
 //! What the kernel holds is "last programmed": the state read at the last full sync with every
 //! accepted request applied to it ([`Kernel::apply`]), so a sync with nothing changed sends
@@ -18,6 +25,7 @@
 //! ([`ModeConfig::drain_limit`]), so the dataplane is given a [`Clock`] (a fixed one in tests).
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 use std::time::Instant;
 
 use super::adopt::adopt;
@@ -31,6 +39,8 @@ use super::mode_config::ModeConfig;
 use super::names;
 use super::plan::{HostAddresses, plan};
 use crate::cluster::{Changes, IpFamily, Snapshot};
+use crate::dataplane::monitor::Drift;
+use crate::dataplane::nftables::{self, Ruleset, apply::Applier};
 use crate::dataplane::{Dataplane, FamilyReport, SyncError, SyncReport, no_local_endpoints};
 
 const MODE: &str = "ipvs";
@@ -42,6 +52,8 @@ pub enum Error {
     Ipvs(#[from] ipvs::Error),
     #[error(transparent)]
     Link(#[from] link::Error),
+    #[error("helper rules: {0}")]
+    Rules(#[from] nftables::apply::Error),
 }
 
 /// The kernel as this mode reaches it.
@@ -205,22 +217,41 @@ struct Programmed {
 
 /// See the module doc.
 #[doc(alias = "proxier")]
-pub struct IpvsDataplane<B = KernelBackend, C = MonotonicClock> {
+pub struct IpvsDataplane<B = KernelBackend, C = MonotonicClock, R = Box<dyn nftables::Backend>> {
     cfg: ModeConfig,
     backend: B,
     clock: C,
+    /// The helper rules' applier, over the nftables mode's backend.
+    rules: Applier<R>,
+    /// The helper tables the kernel holds, one per family; `None` when unknown (start-up, after
+    /// a failure).
+    tables: Option<Vec<Ruleset>>,
+    /// Where the nf_tables monitor reports another program's change to our table.
+    drift: Arc<Drift>,
     /// `None` at start-up and after a failure: the next sync reads everything back.
     programmed: Option<Programmed>,
     /// When each draining destination went to weight 0 (as far as this process saw).
     draining_since: BTreeMap<Drain, Instant>,
 }
 
-impl<B: Backend, C: Clock> IpvsDataplane<B, C> {
-    pub fn new(cfg: ModeConfig, backend: B, clock: C) -> IpvsDataplane<B, C> {
+impl<B: Backend, C: Clock, R: nftables::Backend> IpvsDataplane<B, C, R> {
+    /// The mode over an IPVS backend and an nftables backend for the helper rules, which
+    /// records its transactions in `drift` so the monitor tells them from other programs'.
+    pub fn new(
+        cfg: ModeConfig,
+        backend: B,
+        mut rules: R,
+        clock: C,
+        drift: Arc<Drift>,
+    ) -> IpvsDataplane<B, C, R> {
+        rules.watched_by(drift.clone());
         IpvsDataplane {
             cfg,
             backend,
             clock,
+            rules: Applier::new(rules),
+            tables: None,
+            drift,
             programmed: None,
             draining_since: BTreeMap::new(),
         }
@@ -230,13 +261,28 @@ impl<B: Backend, C: Clock> IpvsDataplane<B, C> {
         &mut self.backend
     }
 
+    /// The helper rules' backend, for tests that fail it on demand.
+    pub fn rules_backend_mut(&mut self) -> &mut R {
+        self.rules.backend_mut()
+    }
+
+    /// The helper tables last applied, one per family.
+    pub fn tables(&self) -> Option<&[Ruleset]> {
+        self.tables.as_deref()
+    }
+
     /// Destinations draining now, for tests and metrics.
     pub fn draining(&self) -> impl Iterator<Item = &Drain> {
         self.draining_since.keys()
     }
 
     fn try_sync(&mut self, snapshot: &Snapshot, full: bool) -> Result<SyncReport, Error> {
-        let previous = if full { None } else { self.programmed.take() };
+        let outside = self.drift.take_pending();
+        let previous = if full || outside {
+            None
+        } else {
+            self.programmed.take()
+        };
         let full = previous.is_none();
         let (link, addresses, mut kernel) = match previous {
             Some(p) => (p.link, p.addresses, p.kernel),
@@ -260,6 +306,9 @@ impl<B: Backend, C: Clock> IpvsDataplane<B, C> {
             wanted.external.extend(&d.addresses.external);
         }
         let changes = link::address_changes(&addresses.bound, &wanted, &addresses.elsewhere);
+        let bound = link::addresses::wanted(&wanted, &addresses.elsewhere);
+        let tables = super::rules_all(&want, &self.cfg, &snapshot.node, &bound);
+        let rule_ops = self.apply_rules(&tables, full)?;
         if !changes.is_empty() {
             self.backend.update_addresses(&link, &changes)?;
         }
@@ -300,8 +349,8 @@ impl<B: Backend, C: Clock> IpvsDataplane<B, C> {
             let (internal, external) = no_local_endpoints(snapshot, w.family);
             families.push(FamilyReport {
                 family: Some(w.family),
-                operations: d.requests.len() + address_ops,
-                objects: w.objects(),
+                operations: d.requests.len() + address_ops + rule_ops[i],
+                objects: w.objects() + tables[i].objects(),
                 no_local_endpoints_internal: internal,
                 no_local_endpoints_external: external,
                 iptables_rules: None,
@@ -314,6 +363,40 @@ impl<B: Backend, C: Clock> IpvsDataplane<B, C> {
             kernel,
         });
         Ok(SyncReport { full, families })
+    }
+
+    /// Makes the kernel's helper tables `tables`: adopted from a fresh read on full syncs, the
+    /// difference from the last applied ones otherwise. Operations per family.
+    fn apply_rules(&mut self, tables: &[Ruleset], full: bool) -> Result<[usize; 2], Error> {
+        let last = self.tables.take();
+        let report = match &last {
+            Some(last) if !full && !self.rules.needs_full() => {
+                let transactions: Vec<nftables::Transaction> = last
+                    .iter()
+                    .zip(tables)
+                    .map(|(l, w)| nftables::diff(l, w))
+                    .collect();
+                self.rules.send(&transactions)?
+            }
+            _ => self.rules.adopt(tables, last.as_deref())?,
+        };
+        if report.repaired {
+            self.drift.repaired();
+            tracing::warn!(
+                operations = report.operations.iter().map(|(_, n)| n).sum::<usize>(),
+                "repaired the IPVS helper rules after an outside change"
+            );
+        }
+        self.tables = Some(tables.to_vec());
+        let mut ops = [0; 2];
+        for (family, n) in report.operations {
+            let i = IpFamily::ALL
+                .iter()
+                .position(|f| *f == family.ip_family())
+                .expect("a family");
+            ops[i] = n;
+        }
+        Ok(ops)
     }
 
     /// Reads again the destinations of the services that have one draining: their connection
@@ -334,7 +417,7 @@ impl<B: Backend, C: Clock> IpvsDataplane<B, C> {
     }
 }
 
-impl<B: Backend, C: Clock> Dataplane for IpvsDataplane<B, C> {
+impl<B: Backend, C: Clock, R: nftables::Backend> Dataplane for IpvsDataplane<B, C, R> {
     fn mode(&self) -> &'static str {
         MODE
     }
@@ -347,9 +430,11 @@ impl<B: Backend, C: Clock> Dataplane for IpvsDataplane<B, C> {
     ) -> Result<SyncReport, SyncError> {
         self.try_sync(snapshot, full).map_err(|e| {
             self.programmed = None;
+            self.tables = None;
             match e {
                 Error::Ipvs(ipvs::Error::Refused { .. } | ipvs::Error::UnknownScheduler { .. })
-                | Error::Link(link::Error::Refused { .. }) => SyncError::Refused {
+                | Error::Link(link::Error::Refused { .. })
+                | Error::Rules(nftables::apply::Error::Refused { .. }) => SyncError::Refused {
                     mode: MODE,
                     message: e.to_string(),
                 },

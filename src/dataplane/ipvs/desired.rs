@@ -4,11 +4,14 @@
 //!
 //! Pure data, built by [`plan`](super::plan); the applier diffs it against what the kernel holds.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::SocketAddr;
+
+use ipnet::IpNet;
 
 use super::backend::link::ServiceAddresses;
 use super::backend::netlink::{Destination, Service, ServiceKey};
-use crate::cluster::{IpFamily, ServicePortName};
+use crate::cluster::{IpFamily, Protocol, ServicePortName};
 
 /// Which frontend of a Service a virtual service is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -39,6 +42,21 @@ pub enum Guard {
     DropFromOutside,
 }
 
+/// Which connections to a virtual service leave the node with the node's address as source,
+/// so the endpoint's replies come back through this node (IPVS rewrites only the destination).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Masquerade {
+    /// A ClusterIP: everything with `masqueradeAll`; else what does not come from this node's
+    /// pods (detect-local); else what the node itself sends, whose source is a bound service
+    /// address (upstream marks those by `src,dst`).
+    ClusterIp,
+    /// An external frontend with `externalTrafficPolicy: Cluster`: every connection.
+    Always,
+    /// An external frontend with `externalTrafficPolicy: Local`: what the node itself sends
+    /// (clients outside keep their address; pods are routed back through this node anyway).
+    FromNode,
+}
+
 /// One virtual service as the plan wants it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct VirtualService {
@@ -49,6 +67,11 @@ pub struct VirtualService {
     pub owner: ServicePortName,
     pub frontend: Frontend,
     pub guard: Guard,
+    pub masquerade: Masquerade,
+    /// `loadBalancerSourceRanges` of a LoadBalancer frontend, with the Service's own VIPs when
+    /// the node lies inside a range, folded to disjoint networks: only these sources may
+    /// connect. `None`: no restriction.
+    pub allowed_sources: Option<Vec<IpNet>>,
 }
 
 /// One family's desired IPVS state.
@@ -60,6 +83,9 @@ pub struct Desired {
     /// bound is upstream's rule, applied against the host's addresses of the same sync by
     /// [`address_changes`](super::backend::link::address_changes).
     pub addresses: ServiceAddresses,
+    /// The endpoints on this node, by address, port and protocol: a pod sent to itself through
+    /// a service must be masqueraded, or it would answer itself from its own address.
+    pub hairpin: BTreeSet<(SocketAddr, Protocol)>,
 }
 
 impl Desired {
@@ -68,6 +94,7 @@ impl Desired {
             family,
             services: BTreeMap::new(),
             addresses: ServiceAddresses::default(),
+            hairpin: BTreeSet::new(),
         }
     }
 

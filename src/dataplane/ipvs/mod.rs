@@ -27,8 +27,9 @@
 //! - at start-up: [`apply::check_scheduler`] (done), writing [`sysctls`]' plan (the plan is
 //!   done), the timeouts; per-Service counters as metrics;
 //! - requests pipelined many per datagram (the core's batch state machine);
-//! - `plan/`: the helper rules in our nftables table (masquerade, the VIP port filter, the
-//!   guards, source ranges), and the per-Service scheduler annotation;
+//! - [`rules`](mod@rules): the helper rules in our nftables table (masquerade, hairpin, the
+//!   VIP port filter, the guards, source ranges), applied before the virtual services by the
+//!   nftables mode's applier; done. Still to come: the per-Service scheduler annotation;
 //! - `trace`: a packet walked through the planned services;
 //! - [`cleanup`](mod@cleanup): what `--cleanup` removes (every virtual service, as upstream,
 //!   and `kube-ipvs0`); done.
@@ -43,12 +44,41 @@ pub mod mode_config;
 pub mod names;
 pub mod plan;
 pub mod render;
+pub mod rules;
 pub mod sysctls;
 
-pub use desired::{Desired, Frontend, Guard, VirtualService};
+pub use desired::{Desired, Frontend, Guard, Masquerade, VirtualService};
 pub use mode_config::ModeConfig;
 pub use plan::{HostAddresses, plan};
 pub use render::render_all;
+
+/// The addresses `kube-ipvs0` holds for `states`: every ClusterIP, and every external address
+/// not already on another interface (`elsewhere`).
+pub fn bound_addresses(
+    states: &[Desired],
+    elsewhere: &std::collections::BTreeSet<std::net::IpAddr>,
+) -> std::collections::BTreeSet<std::net::IpAddr> {
+    let mut all = backend::link::ServiceAddresses::default();
+    for d in states {
+        all.cluster_ips.extend(&d.addresses.cluster_ips);
+        all.external.extend(&d.addresses.external);
+    }
+    backend::link::addresses::wanted(&all, elsewhere)
+}
+
+/// The helper tables of `states`, one per family in the same order, with `bound` on
+/// `kube-ipvs0` ([`bound_addresses`]).
+pub fn rules_all(
+    states: &[Desired],
+    cfg: &ModeConfig,
+    node: &crate::cluster::NodeContext,
+    bound: &std::collections::BTreeSet<std::net::IpAddr>,
+) -> Vec<crate::dataplane::nftables::Ruleset> {
+    states
+        .iter()
+        .map(|d| rules::plan(d, cfg, node, bound))
+        .collect()
+}
 
 /// The desired state of both families, IPv4 first, over the host's addresses `host`.
 pub fn plan_all(

@@ -82,6 +82,35 @@ pub fn plan(
     wanted
 }
 
+/// What [`apply`] did.
+#[derive(Debug, Default)]
+pub struct Applied {
+    pub written: Vec<Write>,
+    /// Writes the kernel refused (no such sysctl, read-only, no permission).
+    pub refused: Vec<(Write, std::io::Error)>,
+}
+
+/// Reads the kernel's version and current values under `proc_sys` (`/proc/sys`, or a fake
+/// tree in tests), plans, and writes. The `vs/` sysctls exist once `ip_vs` is loaded, so this
+/// runs after the IPVS socket opened (the scheduler check). Every write is attempted.
+pub fn apply(proc_sys: &std::path::Path, strict_arp: bool) -> Applied {
+    let read = |path: &str| std::fs::read_to_string(proc_sys.join(path)).ok();
+    let kernel = read("kernel/osrelease").and_then(|r| KernelVersion::parse(&r));
+    let writes = plan(strict_arp, kernel, |p| read(p)?.trim().parse().ok());
+    let mut applied = Applied::default();
+    for w in writes {
+        #[allow(
+            clippy::disallowed_methods,
+            reason = "the seam that writes the IPVS sysctls at start-up"
+        )]
+        match std::fs::write(proc_sys.join(w.path), format!("{}\n", w.value)) {
+            Ok(()) => applied.written.push(w),
+            Err(e) => applied.refused.push((w, e)),
+        }
+    }
+    applied
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -121,6 +150,29 @@ mod tests {
         assert_eq!(has(Some(KernelVersion(5, 9)), true), (false, true));
         assert_eq!(has(Some(KernelVersion(4, 0)), false), (false, false));
         assert_eq!(has(None, false), (false, false));
+    }
+
+    #[test]
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "builds a fake /proc/sys tree with std::fs::write"
+    )]
+    fn apply_writes_what_differs_into_the_tree_and_reports_what_it_could_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir_all(root.join("kernel")).unwrap();
+        std::fs::create_dir_all(root.join("net/ipv4/vs")).unwrap();
+        std::fs::write(root.join("kernel/osrelease"), "5.4.0-1-amd64\n").unwrap();
+        std::fs::write(root.join("net/ipv4/ip_forward"), "1\n").unwrap();
+        let applied = apply(root, false);
+        let read = |p: &str| std::fs::read_to_string(root.join(p)).unwrap();
+        assert_eq!(read("net/ipv4/vs/conntrack"), "1\n");
+        assert_eq!(read("net/ipv4/vs/conn_reuse_mode"), "0\n", "a 5.4 kernel");
+        assert!(!paths(&applied.written).contains(&"net/ipv4/ip_forward"));
+        assert!(applied.refused.is_empty());
+        let missing = apply(&root.join("nothing"), true);
+        assert!(missing.written.is_empty());
+        assert_eq!(missing.refused.len(), 6, "{:?}", missing.refused);
     }
 
     #[test]

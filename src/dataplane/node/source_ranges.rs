@@ -24,3 +24,17 @@ pub fn allowed_sources(view: &FamilyView, node: &NodeContext) -> Vec<IpNet> {
     }
     allowed
 }
+
+/// [`allowed_sources`] folded to the outermost networks, sorted: the same allowed space without
+/// overlaps, which nftables interval sets refuse. CIDRs either nest or are disjoint, so keeping
+/// only those no other one contains is enough.
+pub fn allowed_disjoint(view: &FamilyView, node: &NodeContext) -> Vec<IpNet> {
+    let mut allowed = allowed_sources(view, node);
+    allowed.sort();
+    allowed.dedup();
+    allowed
+        .iter()
+        .filter(|n| !allowed.iter().any(|o| o != *n && o.contains(*n)))
+        .copied()
+        .collect()
+}

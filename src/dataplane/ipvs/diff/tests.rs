@@ -8,7 +8,7 @@ use std::time::Duration;
 use super::*;
 use crate::cluster::IpFamily;
 use crate::dataplane::ipvs::backend::netlink::{Protocol, Scheduler, Stats};
-use crate::dataplane::ipvs::desired::{Desired, Frontend, Guard, VirtualService};
+use crate::dataplane::ipvs::desired::{Desired, Frontend, Guard, Masquerade, VirtualService};
 
 fn addr(s: &str) -> SocketAddr {
     s.parse().unwrap()
@@ -43,6 +43,8 @@ fn want(services: &[(ServiceKey, &[&str])]) -> Desired {
                 },
                 frontend: Frontend::ClusterIp,
                 guard: Guard::None,
+                masquerade: Masquerade::ClusterIp,
+                allowed_sources: None,
             },
         );
     }

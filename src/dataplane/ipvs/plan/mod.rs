@@ -28,11 +28,11 @@ use std::net::{IpAddr, SocketAddr};
 
 use super::backend::netlink::value::single_address_netmask;
 use super::backend::netlink::{Destination, Flags, Service, ServiceKey as VsKey};
-use super::desired::{Desired, Frontend, Guard, VirtualService};
+use super::desired::{Desired, Frontend, Guard, Masquerade, VirtualService};
 use super::mode_config::ModeConfig;
 use crate::cluster::model::{Endpoint, FamilyView, ServicePort, TrafficPolicy};
 use crate::cluster::{IpFamily, Snapshot};
-use crate::dataplane::node::{NodePortMatch, node_ports};
+use crate::dataplane::node::{NodePortMatch, node_ports, source_ranges};
 
 /// The node's addresses on every interface except `kube-ipvs0`, as the shell read them for
 /// this sync: where NodePorts listen. Empty when unknown (`plan` from manifests): the Node
@@ -54,6 +54,12 @@ pub fn plan(
             continue;
         };
         let port = &state.port;
+        let outside = match port.external_policy {
+            TrafficPolicy::Cluster => Masquerade::Always,
+            TrafficPolicy::Local => Masquerade::FromNode,
+        };
+        let firewall = (!view.load_balancer_source_ranges.is_empty())
+            .then(|| source_ranges::allowed_disjoint(view, &snapshot.node));
         let mut add = |ip: IpAddr, port_number: u16, frontend: Frontend, (dests, guard)| {
             let key = VsKey::Address {
                 protocol: port.name.protocol.into(),
@@ -65,6 +71,14 @@ pub fn plan(
                 owner: port.name.clone(),
                 frontend,
                 guard,
+                masquerade: match frontend {
+                    Frontend::ClusterIp => Masquerade::ClusterIp,
+                    _ => outside,
+                },
+                allowed_sources: match frontend {
+                    Frontend::LoadBalancer => firewall.clone(),
+                    _ => None,
+                },
             };
             out.services.insert(key, vs);
         };
@@ -89,6 +103,10 @@ pub fn plan(
         out.addresses
             .external
             .extend(view.external_ips.iter().chain(&view.load_balancer_ips));
+        for ep in view.reachable_endpoints().filter(|e| e.is_local) {
+            out.hairpin
+                .insert((SocketAddr::new(ep.ip, ep.port), port.name.protocol));
+        }
     }
     out
 }

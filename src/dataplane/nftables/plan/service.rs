@@ -15,8 +15,6 @@
 
 use std::net::IpAddr;
 
-use ipnet::IpNet;
-
 use super::Builder;
 use super::affinity;
 use crate::cluster::model::{FamilyView, ServicePort, TrafficPolicy};
@@ -240,16 +238,7 @@ impl Svc<'_> {
 
 fn firewall(b: &mut Builder, port: &ServicePort, view: &FamilyView, comment: &Comment) {
     let proto = Value::Proto(port.name.protocol);
-    let mut allowed = source_ranges::allowed_sources(view, b.node);
-    // Interval sets refuse overlapping elements; CIDRs either nest or are disjoint, so keeping
-    // only the outermost ones leaves the same allowed space without overlaps.
-    allowed.sort();
-    allowed.dedup();
-    let outermost: Vec<IpNet> = allowed
-        .iter()
-        .filter(|n| !allowed.iter().any(|o| o != *n && o.contains(*n)))
-        .copied()
-        .collect();
+    let outermost = source_ranges::allowed_disjoint(view, b.node);
     for &lb in &view.load_balancer_ips {
         let frontend = [Value::Addr(lb), proto, Value::Port(port.port)];
         b.element(

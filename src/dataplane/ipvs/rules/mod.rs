@@ -1,0 +1,418 @@
+//! The helper rules: what IPVS cannot do itself, as one family's nftables table, planned from
+//! the same [`Desired`] state as the virtual services.
+//!
+//! Pure. Upstream's IPVS mode writes these with `iptables-restore` and fills a dozen ipsets
+//! with one `ipset` process per entry (kubernetes#133773, #93445); here they are one nftables
+//! table with native sets, applied in one netlink batch by the nftables mode's applier (the
+//! same diff, adoption and repair), so no ipset and no iptables process is ever run.
+//!
+//! Where the rules sit, against IPVS's own hooks (it takes packets to a local virtual service
+//! at `LOCAL_IN` priority 99 and those the node sends at `LOCAL_OUT` -98, after nat output):
+//! - `nat-prerouting` and `nat-output` (-100, before IPVS): the frontend's treatment, which
+//!   sets the masquerade mark ([`Masquerade`]); `nat-postrouting` (100) masquerades marked
+//!   connections and a pod sent to itself (hairpin). IPVS re-injects the packets it rewrote at
+//!   `LOCAL_OUT`, so they reach postrouting, where NAT still sees an unconfirmed connection;
+//!   that is why the mode sets `net.ipv4.vs.conntrack=1`.
+//! - `filter-input` (0, before IPVS) and `filter-output-pre-dnat` (-110, before IPVS): the
+//!   [`Guard`]s (refuse at once, drop), the LoadBalancer source ranges, and on input the VIP
+//!   port filter ([`IPVS_FILTER`](super::names::rules::IPVS_FILTER)). Without the guards a
+//!   virtual service with no destination answers even TCP with an ICMP error the kernel
+//!   rate-limits per host.
+//! - `filter-forward`: the conntrack-INVALID drop of the node policy.
+
+#[cfg(test)]
+mod tests;
+
+use std::collections::BTreeSet;
+use std::net::IpAddr;
+
+use super::backend::netlink::ServiceKey;
+use super::desired::{Desired, Guard, Masquerade};
+use super::mode_config::ModeConfig;
+use super::names::rules as r;
+use crate::cluster::{NodeContext, Protocol};
+use crate::dataplane::nftables::names::{self as n, Name};
+use crate::dataplane::nftables::ruleset::{
+    BaseChain, Chain, ChainType, Comment, CtState, Data, DataKind, Element, Family, Field, Hook,
+    Kind, Match, Rule, Ruleset, Set, SetDecl, Statement, Tuple, Value, Verdict, priority,
+};
+use crate::dataplane::node::Local;
+
+/// The key of a virtual service: destination . protocol . port.
+const FRONTEND: [Field; 3] = [Field::Daddr, Field::L4Proto, Field::Dport];
+
+/// The helper table of `desired`'s family; `bound` is what [`LINK`](super::names::LINK) holds
+/// once this sync's addresses are bound.
+pub fn plan(
+    desired: &Desired,
+    cfg: &ModeConfig,
+    node: &NodeContext,
+    bound: &BTreeSet<IpAddr>,
+) -> Ruleset {
+    let mut b = Builder {
+        rules: Ruleset::empty(Family::of(desired.family)),
+    };
+    declare_sets(&mut b);
+    base_chains(&mut b, cfg);
+    treatments(&mut b, cfg, desired.family, node);
+    filters(&mut b, cfg, desired.family, node);
+
+    for ip in bound
+        .iter()
+        .filter(|ip| crate::cluster::IpFamily::of(ip) == desired.family)
+    {
+        b.element(r::BOUND_ADDRESSES, &[Value::Addr(*ip)], Data::None, None);
+    }
+    for (key, vs) in &desired.services {
+        let ServiceKey::Address { address, .. } = key else {
+            continue;
+        };
+        let proto = vs.owner.protocol;
+        let frontend = [
+            Value::Addr(address.ip()),
+            Value::Proto(proto),
+            Value::Port(address.port()),
+        ];
+        let comment = Comment::sanitised(&vs.owner.to_string());
+        let treatment = match vs.masquerade {
+            Masquerade::ClusterIp => n::CLUSTER_IP,
+            Masquerade::Always => n::EXTERNAL,
+            Masquerade::FromNode => n::EXTERNAL_LOCAL,
+        };
+        b.element(
+            n::SERVICE_IPS,
+            &frontend,
+            Data::Verdict(goto(treatment)),
+            Some(&comment),
+        );
+        b.element(r::SERVICE_PORTS, &frontend, Data::None, None);
+        let guard = match vs.guard {
+            Guard::None => None,
+            Guard::Reject => Some(goto(n::REJECT_CHAIN)),
+            Guard::Drop => Some(Verdict::Drop),
+            Guard::DropFromOutside => Some(goto(r::NO_LOCAL_ENDPOINT)),
+        };
+        if let Some(verdict) = guard {
+            b.element(
+                n::NO_ENDPOINT_SERVICES,
+                &frontend,
+                Data::Verdict(verdict),
+                Some(&comment),
+            );
+        }
+        if let Some(allowed) = &vs.allowed_sources {
+            b.element(n::FIREWALL_IPS, &frontend, Data::None, Some(&comment));
+            for net in allowed {
+                let mut key = frontend.to_vec();
+                key.push(Value::Net(*net));
+                b.element(n::FIREWALL_ALLOW, &key, Data::None, None);
+            }
+        }
+    }
+    for (endpoint, proto) in &desired.hairpin {
+        let key = [
+            Value::Addr(endpoint.ip()),
+            Value::Addr(endpoint.ip()),
+            Value::Proto(*proto),
+            Value::Port(endpoint.port()),
+        ];
+        b.element(n::HAIRPIN, &key, Data::None, None);
+    }
+    b.rules
+}
+
+struct Builder {
+    rules: Ruleset,
+}
+
+impl Builder {
+    fn push(&mut self, chain: &'static str, matches: Vec<Match>, statements: Vec<Statement>) {
+        self.rules
+            .chains
+            .entry(Name::fixed(chain))
+            .or_default()
+            .rules
+            .push(Rule::new(matches, statements));
+    }
+
+    fn set(&mut self, name: &'static str, key: &[Kind], data: DataKind, comment: &str) {
+        let mut set = Set::new(SetDecl {
+            key: key.to_vec(),
+            data,
+            interval: false,
+            dynamic_timeout: None,
+            comment: Some(Comment::sanitised(comment)),
+        });
+        set.decl.interval = name == n::FIREWALL_ALLOW;
+        self.rules.sets.insert(Name::fixed(name), set);
+    }
+
+    /// An element of a declared set; the first of two equal keys wins (virtual services are
+    /// visited in key order, so the choice is deterministic).
+    fn element(&mut self, set: &'static str, key: &[Value], data: Data, comment: Option<&Comment>) {
+        let set = self
+            .rules
+            .sets
+            .get_mut(&Name::fixed(set))
+            .expect("declared by declare_sets");
+        set.elements
+            .entry(Tuple::new(key))
+            .or_insert_with(|| Element {
+                data,
+                comment: comment.cloned(),
+            });
+    }
+}
+
+fn goto(chain: &'static str) -> Verdict {
+    Verdict::Goto(Name::fixed(chain))
+}
+
+fn jump(chain: &'static str) -> Vec<Statement> {
+    vec![Statement::Verdict(Verdict::Jump(Name::fixed(chain)))]
+}
+
+fn in_set(key: &[Field], set: &'static str, negate: bool) -> Match {
+    Match::InSet {
+        key: key.to_vec(),
+        set: Name::fixed(set),
+        negate,
+    }
+}
+
+fn vmap(key: &[Field], map: &'static str) -> Vec<Statement> {
+    vec![Statement::VerdictMap {
+        key: key.to_vec(),
+        map: Name::fixed(map),
+    }]
+}
+
+fn declare_sets(b: &mut Builder) {
+    use Kind::{Addr, Port, Proto};
+    let frontend = [Addr, Proto, Port];
+    b.set(
+        n::SERVICE_IPS,
+        &frontend,
+        DataKind::Verdict,
+        "virtual service to treatment",
+    );
+    b.set(
+        r::SERVICE_PORTS,
+        &frontend,
+        DataKind::None,
+        "every virtual service",
+    );
+    b.set(
+        n::NO_ENDPOINT_SERVICES,
+        &frontend,
+        DataKind::Verdict,
+        "virtual services without a usable endpoint",
+    );
+    b.set(
+        n::FIREWALL_IPS,
+        &frontend,
+        DataKind::None,
+        "frontends with source ranges",
+    );
+    b.set(
+        n::FIREWALL_ALLOW,
+        &[Addr, Proto, Port, Addr],
+        DataKind::None,
+        "allowed sources per frontend",
+    );
+    b.set(
+        n::HAIRPIN,
+        &[Addr, Addr, Proto, Port],
+        DataKind::None,
+        "local endpoints reaching themselves",
+    );
+    b.set(
+        r::BOUND_ADDRESSES,
+        &[Addr],
+        DataKind::None,
+        "addresses bound on kube-ipvs0",
+    );
+}
+
+fn base_chains(b: &mut Builder, cfg: &ModeConfig) {
+    let table = [
+        (
+            n::NAT_PREROUTING,
+            ChainType::Nat,
+            Hook::Prerouting,
+            priority::DSTNAT,
+        ),
+        (
+            n::NAT_OUTPUT,
+            ChainType::Nat,
+            Hook::Output,
+            priority::DSTNAT,
+        ),
+        (
+            n::NAT_POSTROUTING,
+            ChainType::Nat,
+            Hook::Postrouting,
+            priority::SRCNAT,
+        ),
+        (
+            n::FILTER_INPUT,
+            ChainType::Filter,
+            Hook::Input,
+            priority::FILTER,
+        ),
+        (
+            n::FILTER_OUTPUT_PRE_DNAT,
+            ChainType::Filter,
+            Hook::Output,
+            priority::DSTNAT - 10,
+        ),
+        (
+            n::FILTER_FORWARD,
+            ChainType::Filter,
+            Hook::Forward,
+            priority::FILTER,
+        ),
+    ];
+    for (name, kind, hook, priority) in table {
+        b.rules.chains.insert(
+            Name::fixed(name),
+            Chain {
+                base: Some(BaseChain {
+                    kind,
+                    hook,
+                    priority,
+                }),
+                rules: Vec::new(),
+            },
+        );
+    }
+    let new = || vec![Match::CtState(CtState::New)];
+    b.push(n::NAT_PREROUTING, vec![], vmap(&FRONTEND, n::SERVICE_IPS));
+    b.push(n::NAT_OUTPUT, vec![], vmap(&FRONTEND, n::SERVICE_IPS));
+    b.push(n::NAT_POSTROUTING, vec![], jump(n::MASQUERADING));
+    for chain in [n::FILTER_INPUT, n::FILTER_OUTPUT_PRE_DNAT] {
+        b.push(chain, new(), jump(n::FIREWALL_CHECK));
+        b.push(chain, new(), vmap(&FRONTEND, n::NO_ENDPOINT_SERVICES));
+    }
+    b.push(
+        n::FILTER_INPUT,
+        vec![
+            Match::CtState(CtState::New),
+            in_set(&[Field::Daddr], r::BOUND_ADDRESSES, false),
+        ],
+        jump(r::IPVS_FILTER),
+    );
+    if cfg.node.drop_invalid {
+        b.push(
+            n::FILTER_FORWARD,
+            vec![Match::CtState(CtState::Invalid)],
+            vec![Statement::Verdict(Verdict::Drop)],
+        );
+    }
+}
+
+/// Traffic from this node's pods, or (`negate`) from anywhere else; `None` without detection.
+fn from_local_pod(
+    cfg: &ModeConfig,
+    family: crate::cluster::IpFamily,
+    node: &NodeContext,
+    negate: bool,
+) -> Option<Match> {
+    match cfg.node.detect_local.resolve(family, &node.pod_cidrs) {
+        Local::Interface(name) => Some(Match::Iifname { name, negate }),
+        Local::Cidr(net) => Some(Match::Net {
+            field: Field::Saddr,
+            net,
+            negate,
+        }),
+        Local::None => None,
+    }
+}
+
+fn treatments(
+    b: &mut Builder,
+    cfg: &ModeConfig,
+    family: crate::cluster::IpFamily,
+    node: &NodeContext,
+) {
+    let mark = cfg.node.masquerade_mark;
+    let set_mark = || vec![Statement::MarkOr(mark)];
+    let from_node = || vec![Match::FibLocal { source: true }];
+    // ClusterIP. Without detect-local, what the node sends must still be masqueraded: its
+    // source is the service address itself (bound on the link), which an endpoint on another
+    // node cannot answer.
+    if cfg.node.masquerade_all {
+        b.push(n::CLUSTER_IP, vec![], set_mark());
+    } else if let Some(m) = from_local_pod(cfg, family, node, true) {
+        b.push(n::CLUSTER_IP, vec![m], set_mark());
+    } else {
+        b.push(n::CLUSTER_IP, from_node(), set_mark());
+    }
+    b.push(n::EXTERNAL, vec![], set_mark());
+    b.push(n::EXTERNAL_LOCAL, from_node(), set_mark());
+
+    b.push(
+        n::MASQUERADING,
+        vec![Match::MarkSet(mark)],
+        vec![Statement::MarkXor(mark), Statement::Masquerade],
+    );
+    b.push(
+        n::MASQUERADING,
+        vec![in_set(
+            &[Field::Saddr, Field::Daddr, Field::L4Proto, Field::Dport],
+            n::HAIRPIN,
+            false,
+        )],
+        vec![Statement::Masquerade],
+    );
+}
+
+fn filters(
+    b: &mut Builder,
+    cfg: &ModeConfig,
+    family: crate::cluster::IpFamily,
+    node: &NodeContext,
+) {
+    let verdict = |v: Verdict| vec![Statement::Verdict(v)];
+    b.push(
+        n::FIREWALL_CHECK,
+        vec![
+            in_set(&FRONTEND, n::FIREWALL_IPS, false),
+            in_set(
+                &[Field::Daddr, Field::L4Proto, Field::Dport, Field::Saddr],
+                n::FIREWALL_ALLOW,
+                true,
+            ),
+        ],
+        verdict(Verdict::Drop),
+    );
+    // Only the port protocols: a ping to a Service address still answers, as it does under
+    // upstream's IPVS mode.
+    for proto in [Protocol::Tcp, Protocol::Udp, Protocol::Sctp] {
+        b.push(
+            r::IPVS_FILTER,
+            vec![
+                Match::L4Proto(proto),
+                in_set(&FRONTEND, r::SERVICE_PORTS, true),
+            ],
+            verdict(goto(n::REJECT_CHAIN)),
+        );
+    }
+    b.push(
+        r::NO_LOCAL_ENDPOINT,
+        vec![Match::FibLocal { source: true }],
+        verdict(Verdict::Return),
+    );
+    if let Some(m) = from_local_pod(cfg, family, node, false) {
+        b.push(r::NO_LOCAL_ENDPOINT, vec![m], verdict(Verdict::Return));
+    }
+    b.push(r::NO_LOCAL_ENDPOINT, vec![], verdict(Verdict::Drop));
+    // TCP is refused with a reset, everything else with ICMP port unreachable (see the
+    // nftables mode's reject-chain).
+    b.push(
+        n::REJECT_CHAIN,
+        vec![Match::L4Proto(Protocol::Tcp)],
+        verdict(Verdict::RejectTcpReset),
+    );
+    b.push(n::REJECT_CHAIN, vec![], verdict(Verdict::Reject));
+}

@@ -1,0 +1,440 @@
+//! The IPVS mode end to end (issue 19): the real `kube-proxy-rs` binary with
+//! `--proxy-mode=ipvs`, real TCP traffic through the virtual services and the helper rules.
+//!
+//! The helper rules need nf_tables NAT chains, `reject` and `fib`, which the User-mode Linux
+//! kernel of the other IPVS tests lacks (Debian builds it without `nft_chain_nat`,
+//! `nft_reject_ipv4` and `nft_fib_ipv4`), so this test boots the qemu guest with Debian's own
+//! kernel (`support/guest.rs`), which has IPVS too, and re-runs this binary inside it
+//! (`guest_ipvs_helper_process`). In the guest (no network card) the root namespace is the
+//! node and runs the proxy from a manifest directory; two pod namespaces sit behind veths, one
+//! serving TCP, and a client namespace outside the cluster reaches the node's address.
+//! It checks:
+//! - a ClusterIP reaches the pod from another pod, which keeps its address (detect-local);
+//! - from the node, masqueraded (its source would be the Service address on `kube-ipvs0`);
+//! - from the pod itself (hairpin), masqueraded;
+//! - a NodePort reaches the pod from the external client, masqueraded (policy Cluster);
+//! - a TCP connect to a Service without endpoints is refused at once by a reset: the node
+//!   sends no ICMP error (IPVS alone answers with one, rate-limited per host);
+//! - a host port is not reachable on a Service address (the VIP port filter, upstream's
+//!   kubernetes#72236): refused, and the node's listener never sees the connection;
+//! - `--cleanup` removes every virtual service, `kube-ipvs0` and our nftables table.
+
+#![allow(
+    clippy::disallowed_methods,
+    reason = "a kernel test: boots a guest, runs ip, nft and ipvsadm, re-executes itself"
+)]
+
+#[path = "support/guest.rs"]
+mod guest;
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use guest::host::helper_process::{self, HelperProcess, RESULT};
+
+const NODE_IP: &str = "192.168.77.1";
+const CLIENT_IP: &str = "192.168.77.2";
+/// The node's end of every pod veth.
+const POD_GATEWAY: &str = "10.244.0.1";
+const SERVER_POD: &str = "10.244.0.2";
+const CLIENT_POD: &str = "10.244.0.3";
+const CLUSTER_IP: &str = "10.96.0.50";
+const NO_ENDPOINTS_IP: &str = "10.96.0.51";
+const PORT: u16 = 80;
+const TARGET_PORT: u16 = 8080;
+const NODE_PORT: u16 = 30080;
+/// A port the node itself listens on, on every address.
+const HOST_PORT: u16 = 9999;
+/// IPVS with the scheduler and the dummy link's driver; the nf_tables modules are
+/// [`guest::NFT_MODULES`].
+const MODULES: &[&str] = &["ip_vs", "ip_vs_rr", "dummy"];
+
+#[test]
+fn the_ipvs_mode_carries_real_traffic_in_a_guest() {
+    let guest = guest::Guest::prepare();
+    let command = format!(
+        "cd {} && {}",
+        env!("CARGO_MANIFEST_DIR"),
+        HELPER.shell_line("node")
+    );
+    let run = guest.run(&command, Duration::from_secs(600));
+    let results = helper_process::results(&run.output);
+    assert_eq!(
+        run.exit_code,
+        Some(0),
+        "the guest's test failed (after {:?}):\n{}",
+        run.took,
+        run.output
+    );
+    println!("guest ran in {:?}: {results:?}", run.took);
+    for want in [
+        format!("pod to clusterip seen as {CLIENT_POD}"),
+        format!("node to clusterip seen as {POD_GATEWAY}"),
+        format!("hairpin seen as {POD_GATEWAY}"),
+        format!("nodeport from outside seen as {POD_GATEWAY}"),
+        "no endpoints: reset, no icmp".to_owned(),
+        "host port on a service address: refused".to_owned(),
+        "cleanup: nothing left".to_owned(),
+    ] {
+        assert!(
+            results.iter().any(|r| *r == want),
+            "missing {want:?} in {results:?}:\n{}",
+            run.output
+        );
+    }
+}
+
+/// The entry below, run inside the guest (`node`) and in its namespaces (`server`,
+/// `client:ADDR:PORT`).
+const HELPER: HelperProcess = HelperProcess::new("guest_ipvs_helper_process");
+
+/// Not a test of its own: what runs inside the guest and in its namespaces. Without the
+/// environment variable it does nothing.
+#[test]
+fn guest_ipvs_helper_process() {
+    HELPER.when_requested(|role| match role.split_once(':') {
+        None if role == "node" => node(),
+        None if role == "server" => serve(),
+        Some(("client", target)) => {
+            let target: SocketAddr = target.parse().expect("client target");
+            match exchange(target) {
+                Ok(seen) => println!("{RESULT}answered {seen}"),
+                Err(e) => println!("{RESULT}failed {e}"),
+            }
+        }
+        _ => panic!("unknown role {role}"),
+    });
+}
+
+fn network() {
+    let mut cmds = vec![
+        "ip link set lo up".to_owned(),
+        "ip netns add client".to_owned(),
+        "ip link add vclient type veth peer name eth0 netns client".to_owned(),
+        format!("ip addr add {NODE_IP}/24 dev vclient"),
+        "ip link set vclient up".to_owned(),
+        "ip -n client link set lo up".to_owned(),
+        "ip -n client link set eth0 up".to_owned(),
+        format!("ip -n client addr add {CLIENT_IP}/24 dev eth0"),
+        "sysctl -qw net.ipv4.ip_forward=1".to_owned(),
+    ];
+    // Two pods, each behind its own veth, routed by /32 (as many CNIs do).
+    for (ns, ip) in [("server", SERVER_POD), ("cpod", CLIENT_POD)] {
+        cmds.extend([
+            format!("ip netns add {ns}"),
+            format!("ip link add v{ns} type veth peer name eth0 netns {ns}"),
+            format!("ip addr add {POD_GATEWAY}/32 dev v{ns}"),
+            format!("ip link set v{ns} up"),
+            format!("ip route add {ip}/32 dev v{ns}"),
+            format!("ip -n {ns} link set lo up"),
+            format!("ip -n {ns} link set eth0 up"),
+            format!("ip -n {ns} addr add {ip}/32 dev eth0"),
+            format!("ip -n {ns} route add {POD_GATEWAY} dev eth0"),
+            format!("ip -n {ns} route add default via {POD_GATEWAY}"),
+        ]);
+    }
+    cmds.extend(
+        MODULES
+            .iter()
+            .chain(guest::NFT_MODULES)
+            .map(|m| format!("modprobe {m}")),
+    );
+    for cmd in &cmds {
+        run(cmd);
+    }
+}
+
+/// The node: network, manifests, the proxy, the probes.
+fn node() {
+    network();
+    let mut server = HELPER
+        .in_netns("server", "server")
+        .spawn()
+        .expect("start the pod's TCP server");
+    // The node's own service on every address, which a Service address must not expose.
+    let host_listener = TcpListener::bind(("0.0.0.0", HOST_PORT)).expect("bind the host port");
+    let host_accepted = Arc::new(AtomicUsize::new(0));
+    {
+        let accepted = host_accepted.clone();
+        std::thread::spawn(move || {
+            for conn in host_listener.incoming() {
+                if conn.is_ok() {
+                    accepted.fetch_add(1, Ordering::SeqCst);
+                }
+            }
+        });
+    }
+
+    let dir = PathBuf::from("/tmp/kprs-ipvs-manifests");
+    std::fs::create_dir_all(&dir).expect("manifest dir");
+    std::fs::write(dir.join("cluster.yaml"), manifests()).expect("write manifests");
+    let log_path = "/tmp/kprs-ipvs-proxy.log";
+    let log = std::fs::File::create(log_path).expect("proxy log");
+    let mut proxy = Command::new(env!("CARGO_BIN_EXE_kube-proxy-rs"))
+        .arg(format!("--manifests={}", dir.display()))
+        .args([
+            "--hostname-override=guest-node",
+            "--proxy-mode=ipvs",
+            "--cluster-cidr=10.244.0.0/16",
+            "--conntrack-max-per-core=0",
+            "--metrics-bind-address=127.0.0.1:10249",
+            "--healthz-bind-address=127.0.0.1:10256",
+        ])
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().expect("log"))
+        .stderr(log)
+        .spawn()
+        .expect("start kube-proxy-rs");
+
+    let outcome = std::panic::catch_unwind(|| {
+        let cluster = format!("{CLUSTER_IP}:{PORT}");
+        let seen = eventually(|| in_netns("cpod", &cluster));
+        println!("{RESULT}pod to clusterip seen as {seen}");
+        let seen = eventually(|| exchange(cluster.parse().unwrap()));
+        println!("{RESULT}node to clusterip seen as {seen}");
+        let seen = eventually(|| in_netns("server", &cluster));
+        println!("{RESULT}hairpin seen as {seen}");
+        let seen = eventually(|| in_netns("client", &format!("{NODE_IP}:{NODE_PORT}")));
+        println!("{RESULT}nodeport from outside seen as {seen}");
+
+        let icmp_before = icmp_unreachables_sent();
+        for from in ["cpod", "node"] {
+            let target = format!("{NO_ENDPOINTS_IP}:{PORT}");
+            let started = Instant::now();
+            let outcome = match from {
+                "node" => exchange(target.parse().unwrap()),
+                ns => in_netns(ns, &target),
+            };
+            let took = started.elapsed();
+            match outcome {
+                Err(e) if e.contains("refused") => {}
+                other => panic!("{from} to a Service without endpoints: {other:?}"),
+            }
+            assert!(took < Duration::from_secs(2), "refused only after {took:?}");
+        }
+        assert_eq!(
+            icmp_unreachables_sent(),
+            icmp_before,
+            "the refusals were ICMP errors, not TCP resets"
+        );
+        println!("{RESULT}no endpoints: reset, no icmp");
+
+        match in_netns("cpod", &format!("{CLUSTER_IP}:{HOST_PORT}")) {
+            Err(e) if e.contains("refused") => {}
+            other => panic!("a host port answered on a Service address: {other:?}"),
+        }
+        // Control: the same port on the node's own address does answer.
+        let direct = TcpStream::connect_timeout(
+            &format!("{NODE_IP}:{HOST_PORT}").parse().unwrap(),
+            Duration::from_secs(3),
+        );
+        assert!(direct.is_ok(), "the host port itself: {direct:?}");
+        drop(direct);
+        std::thread::sleep(Duration::from_millis(200));
+        assert_eq!(
+            host_accepted.load(Ordering::SeqCst),
+            1,
+            "only the direct connection reached the host's listener"
+        );
+        println!("{RESULT}host port on a service address: refused");
+    });
+    let _ = proxy.kill();
+    let _ = proxy.wait();
+    let _ = server.kill();
+    let _ = server.wait();
+    if let Err(panic) = outcome {
+        let log = std::fs::read_to_string(log_path).unwrap_or_default();
+        eprintln!(
+            "proxy log:\n{log}\nipvsadm -Ln:\n{}\nnft list ruleset:\n{}",
+            output("ipvsadm", &["-Ln"]),
+            output("nft", &["list", "ruleset"])
+        );
+        std::panic::resume_unwind(panic);
+    }
+
+    let cleanup = Command::new(env!("CARGO_BIN_EXE_kube-proxy-rs"))
+        .arg("--cleanup")
+        .output()
+        .expect("run --cleanup");
+    assert!(
+        cleanup.status.success(),
+        "--cleanup: {}",
+        String::from_utf8_lossy(&cleanup.stderr)
+    );
+    assert_eq!(output("ipvsadm", &["-Sn"]), "", "virtual services left");
+    assert!(
+        !output("ip", &["-o", "link", "show"]).contains("kube-ipvs0"),
+        "kube-ipvs0 left"
+    );
+    let tables = output("nft", &["list", "tables"]);
+    assert!(!tables.contains("kube-proxy-rs"), "{tables}");
+    println!("{RESULT}cleanup: nothing left");
+}
+
+/// Tries `probe` until it answers, for up to 60 s (the guest is emulated and slow).
+fn eventually(mut probe: impl FnMut() -> Result<String, String>) -> String {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        match probe() {
+            Ok(seen) => return seen,
+            Err(e) if Instant::now() > deadline => panic!("no answer within 60 s: {e}"),
+            Err(_) => std::thread::sleep(Duration::from_millis(500)),
+        }
+    }
+}
+
+/// The exchange from network namespace `ns`.
+fn in_netns(ns: &str, target: &str) -> Result<String, String> {
+    let out = HELPER
+        .in_netns(ns, &format!("client:{target}"))
+        .output()
+        .map_err(|e| e.to_string())?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let line = *helper_process::results(&stdout)
+        .first()
+        .ok_or_else(|| format!("client printed nothing: {stdout}"))?;
+    match line.split_once(' ') {
+        Some(("answered", seen)) => Ok(seen.to_owned()),
+        _ => Err(line.to_owned()),
+    }
+}
+
+/// One TCP connection to `target`: sends a line, returns the source address the server saw.
+/// A refusal's error says "refused".
+fn exchange(target: SocketAddr) -> Result<String, String> {
+    let mut stream = TcpStream::connect_timeout(&target, Duration::from_secs(3)).map_err(|e| {
+        match e.kind() {
+            ErrorKind::ConnectionRefused => format!("connect {target}: refused"),
+            _ => format!("connect {target}: {e}"),
+        }
+    })?;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(3)))
+        .map_err(|e| e.to_string())?;
+    stream
+        .write_all(b"hello\n")
+        .map_err(|e| format!("send: {e}"))?;
+    let mut buf = [0u8; 128];
+    let n = stream.read(&mut buf).map_err(|e| format!("recv: {e}"))?;
+    let reply = String::from_utf8_lossy(&buf[..n]).trim().to_owned();
+    reply
+        .strip_prefix("saw ")
+        .map(str::to_owned)
+        .ok_or_else(|| format!("unexpected reply {reply:?}"))
+}
+
+/// The pod's server: answers each connection with the peer address it saw.
+fn serve() {
+    let listener = TcpListener::bind(("0.0.0.0", TARGET_PORT)).expect("bind");
+    for conn in listener.incoming() {
+        let Ok(mut stream) = conn else { continue };
+        let peer = stream
+            .peer_addr()
+            .map(|p| p.ip().to_string())
+            .unwrap_or_default();
+        let mut buf = [0u8; 128];
+        let _ = stream.read(&mut buf);
+        let _ = stream.write_all(format!("saw {peer}\n").as_bytes());
+    }
+}
+
+/// `Icmp: OutDestUnreachs` of this namespace (`/proc/net/snmp`).
+fn icmp_unreachables_sent() -> u64 {
+    let snmp = std::fs::read_to_string("/proc/net/snmp").expect("/proc/net/snmp");
+    let mut icmp = snmp.lines().filter(|l| l.starts_with("Icmp: "));
+    let (names, values) = (icmp.next().unwrap_or(""), icmp.next().unwrap_or(""));
+    names
+        .split_whitespace()
+        .zip(values.split_whitespace())
+        .find(|(n, _)| *n == "OutDestUnreachs")
+        .and_then(|(_, v)| v.parse().ok())
+        .expect("OutDestUnreachs in /proc/net/snmp")
+}
+
+fn run(cmd: &str) {
+    let words: Vec<&str> = cmd.split(' ').collect();
+    let status = Command::new(words[0])
+        .args(&words[1..])
+        .stdin(Stdio::null())
+        .status()
+        .unwrap_or_else(|e| panic!("{cmd}: {e}"));
+    assert!(status.success(), "{cmd}: {status}");
+}
+
+fn output(cmd: &str, args: &[&str]) -> String {
+    Command::new(cmd)
+        .args(args)
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_else(|e| format!("{cmd}: {e}"))
+}
+
+/// The cluster the guest's proxy reads: its Node, a NodePort Service with the server pod as
+/// endpoint, and a Service without endpoints.
+fn manifests() -> String {
+    format!(
+        r#"apiVersion: v1
+kind: Node
+metadata:
+  name: guest-node
+status:
+  addresses:
+  - type: InternalIP
+    address: {NODE_IP}
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: web
+  namespace: default
+spec:
+  type: NodePort
+  clusterIP: {CLUSTER_IP}
+  clusterIPs: [{CLUSTER_IP}]
+  ipFamilies: [IPv4]
+  ports:
+  - name: http
+    protocol: TCP
+    port: {PORT}
+    targetPort: {TARGET_PORT}
+    nodePort: {NODE_PORT}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: web-1
+  namespace: default
+  labels:
+    kubernetes.io/service-name: web
+addressType: IPv4
+ports:
+- name: http
+  protocol: TCP
+  port: {TARGET_PORT}
+endpoints:
+- addresses: [{SERVER_POD}]
+  conditions: {{ready: true, serving: true, terminating: false}}
+  nodeName: guest-node
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: empty
+  namespace: default
+spec:
+  clusterIP: {NO_ENDPOINTS_IP}
+  clusterIPs: [{NO_ENDPOINTS_IP}]
+  ipFamilies: [IPv4]
+  ports:
+  - name: http
+    protocol: TCP
+    port: {PORT}
+    targetPort: {TARGET_PORT}
+"#
+    )
+}
