@@ -193,12 +193,25 @@ fn run(config: &Config, node_name: &str, features: Features) -> ExitCode {
             };
         if let Some(client) = proxy.client.clone() {
             tokio::spawn(cli::events::follow(
-                client,
+                client.clone(),
                 node_name.to_string(),
                 proxy.status.clone(),
             ));
+            let (tx, rx) = tokio::sync::mpsc::channel(64);
+            proxy.on_event_warning(move |w| {
+                // Full: the budget would have dropped it anyway.
+                let _ = tx.try_send(w.clone());
+            });
+            tokio::spawn(cli::events::publish_object_warnings(
+                client,
+                node_name.to_string(),
+                rx,
+            ));
         }
         let mut observe = cli::observe::Observe::new(config);
+        if let Some(traffic) = mode.traffic.clone() {
+            observe.metrics.set_traffic_source(traffic);
+        }
         if let Some((drift, watch)) = mode.monitor {
             proxy.full_sync_on(drift.waker());
             observe.count_repairs(drift.clone());

@@ -17,6 +17,8 @@
 //!   sends no ICMP error (IPVS alone answers with one, rate-limited per host);
 //! - a host port is not reachable on a Service address (the VIP port filter, upstream's
 //!   kubernetes#72236): refused, and the node's listener never sees the connection;
+//! - the kernel's counters reach `/metrics` (`kubeproxy_rs_ipvs_connections_total`, read at
+//!   the scrape);
 //! - `--cleanup` removes every virtual service, `kube-ipvs0` and our nftables table.
 
 #![allow(
@@ -77,6 +79,7 @@ fn the_ipvs_mode_carries_real_traffic_in_a_guest() {
         format!("node to clusterip seen as {POD_GATEWAY}"),
         format!("hairpin seen as {POD_GATEWAY}"),
         format!("nodeport from outside seen as {POD_GATEWAY}"),
+        "traffic counted per frontend".to_owned(),
         "no endpoints: reset, no icmp".to_owned(),
         "host port on a service address: refused".to_owned(),
         "cleanup: nothing left".to_owned(),
@@ -201,6 +204,32 @@ fn node() {
         println!("{RESULT}hairpin seen as {seen}");
         let seen = eventually(|| in_netns("client", &format!("{NODE_IP}:{NODE_PORT}")));
         println!("{RESULT}nodeport from outside seen as {seen}");
+
+        // Three connections through the ClusterIP, one through a NodePort.
+        let series = |frontend: &str| {
+            format!(
+                "kubeproxy_rs_ipvs_connections_total{{ip_family=\"IPv4\",namespace=\"default\",\
+                 service=\"web\",port=\"http\",protocol=\"TCP\",frontend=\"{frontend}\"}} "
+            )
+        };
+        let counted = |frontend: &str, at_least: u64| {
+            let line = series(frontend);
+            eventually(|| {
+                let body = scrape()?;
+                let value = body
+                    .lines()
+                    .find_map(|l| l.strip_prefix(line.as_str()))
+                    .and_then(|v| v.trim().parse::<u64>().ok())
+                    .ok_or_else(|| format!("no {line} in the scrape"))?;
+                (value >= at_least)
+                    .then(|| value.to_string())
+                    .ok_or_else(|| format!("{line}{value}"))
+            })
+        };
+        let cluster = counted("cluster-ip", 3);
+        let node_port = counted("node-port", 1);
+        println!("counted {cluster} through the ClusterIP, {node_port} through the NodePort");
+        println!("{RESULT}traffic counted per frontend");
 
         let icmp_before = icmp_unreachables_sent();
         for from in ["cpod", "node"] {
@@ -341,6 +370,20 @@ fn serve() {
         let _ = stream.read(&mut buf);
         let _ = stream.write_all(format!("saw {peer}\n").as_bytes());
     }
+}
+
+/// The proxy's `/metrics`, over plain HTTP/1.0.
+fn scrape() -> Result<String, String> {
+    let mut s =
+        TcpStream::connect_timeout(&"127.0.0.1:10249".parse().unwrap(), Duration::from_secs(3))
+            .map_err(|e| format!("metrics: {e}"))?;
+    s.set_read_timeout(Some(Duration::from_secs(5)))
+        .map_err(|e| e.to_string())?;
+    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+        .map_err(|e| e.to_string())?;
+    let mut body = String::new();
+    s.read_to_string(&mut body).map_err(|e| e.to_string())?;
+    Ok(body)
 }
 
 /// `Icmp: OutDestUnreachs` of this namespace (`/proc/net/snmp`).

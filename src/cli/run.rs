@@ -36,6 +36,8 @@ pub struct Mode {
     /// [`crate::dataplane::monitor::run`] with it and hands [`Drift::waker`] to the runner;
     /// [`Drift::repairs`] is the mode's `kubeproxy_rs_*_repairs_total`.
     pub monitor: Option<(Arc<Drift>, Watch)>,
+    /// The mode's per-Service traffic counters, read by the metrics at each scrape (IPVS).
+    pub traffic: Option<Arc<dyn crate::dataplane::TrafficSource>>,
 }
 
 /// Why the dataplane of the configured mode cannot be built.
@@ -63,6 +65,7 @@ pub fn dataplane(config: &Config) -> Result<Mode, ModeError> {
             return Ok(Mode {
                 dataplane: Box::new(dataplane),
                 monitor: Some((drift, Watch::NftablesTable)),
+                traffic: None,
             });
         }
         ProxyMode::Iptables => {
@@ -82,6 +85,7 @@ pub fn dataplane(config: &Config) -> Result<Mode, ModeError> {
             return Ok(Mode {
                 dataplane: Box::new(dataplane),
                 monitor,
+                traffic: None,
             });
         }
         ProxyMode::Ipvs => {}
@@ -101,9 +105,11 @@ pub fn dataplane(config: &Config) -> Result<Mode, ModeError> {
         ipvs::apply::MonotonicClock,
         drift.clone(),
     );
+    let traffic = ipvs::traffic::KernelTraffic::new(None, dataplane.owners());
     Ok(Mode {
         dataplane: Box::new(dataplane),
         monitor: Some((drift, Watch::NftablesTable)),
+        traffic: Some(Arc::new(traffic)),
     })
 }
 
@@ -184,6 +190,14 @@ impl Proxy {
         observer: impl FnMut(&crate::sync::Report, &crate::cluster::Snapshot) + Send + 'static,
     ) {
         self.runner.on_report(observer);
+    }
+
+    /// Adds an observer of the warnings that ask for an Event on their object.
+    pub fn on_event_warning(
+        &mut self,
+        observer: impl FnMut(&crate::cluster::warning::Warning) + Send + 'static,
+    ) {
+        self.runner.on_event_warning(observer);
     }
 
     /// Starts a full sync whenever `trigger` is notified (the dataplane's outside-change monitor).

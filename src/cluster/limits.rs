@@ -50,6 +50,11 @@ pub fn is_label_value(s: &str) -> bool {
 }
 
 /// A port name as Services and EndpointSlices carry it: empty (single unnamed port) or a DNS label.
+/// An object UID as the API server makes them (a UUID: hex digits and dashes).
+pub fn is_uid(s: &str) -> bool {
+    (1..=64).contains(&s.len()) && s.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-')
+}
+
 pub fn is_port_name(s: &str) -> bool {
     s.is_empty() || is_dns_label(s)
 }

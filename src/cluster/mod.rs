@@ -9,6 +9,7 @@ pub mod limits;
 pub mod model;
 pub mod node;
 pub mod port_state;
+pub mod scheduler_annotation;
 pub mod service;
 pub mod source;
 pub mod topology;

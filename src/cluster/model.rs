@@ -187,6 +187,8 @@ pub struct ServicePort {
     pub health_check_node_port: Option<u16>,
     pub traffic_distribution: Option<TrafficDistribution>,
     pub allocate_load_balancer_node_ports: bool,
+    /// The Service's own IPVS scheduler (our annotation); `None`: the node's. IPVS mode only.
+    pub ipvs_scheduler: Option<super::scheduler_annotation::SchedulerChoice>,
 }
 
 /// One endpoint of a service port, merged from the Service's EndpointSlices.

@@ -21,7 +21,8 @@ use super::model::{
     IpFamily, Protocol, ServiceKey, ServicePort, ServicePortName, ServiceType, TrafficDistribution,
     TrafficPolicy,
 };
-use super::warning::Warning;
+use super::scheduler_annotation;
+use super::warning::{EventTarget, Warning};
 
 /// Label that hands a Service to another service proxy.
 pub const LABEL_SERVICE_PROXY_NAME: &str = "service.kubernetes.io/service-proxy-name";
@@ -76,6 +77,26 @@ pub fn convert(svc: &Service, names: &mut Interner, warnings: &mut Vec<Warning>)
     let meta = &svc.metadata;
     let namespace = meta.namespace.as_deref().unwrap_or("default");
     let name = meta.name.as_deref().unwrap_or("");
+    // Ours, parsed before `warn` borrows `warnings`: its warning also becomes an Event.
+    let ipvs_scheduler = match scheduler_annotation::parse(meta.annotations.as_ref()) {
+        Ok(choice) => choice,
+        Err(why) => {
+            let mut w = Warning::new(
+                &format!("service {}/{}", shown_name(namespace), shown_name(name)),
+                why,
+            );
+            let named = limits::is_dns_label(namespace) && limits::is_dns_label(name);
+            w.event = named.then(|| EventTarget {
+                kind: "Service",
+                namespace: namespace.to_string(),
+                name: name.to_string(),
+                uid: meta.uid.clone().filter(|u| limits::is_uid(u)),
+                reason: scheduler_annotation::EVENT_REASON,
+            });
+            warnings.push(w);
+            None
+        }
+    };
     // The object's label is only built when there is something to say: this runs for every
     // Service on every relist.
     let mut warn = |message: String| {
@@ -279,6 +300,7 @@ pub fn convert(svc: &Service, names: &mut Interner, warnings: &mut Vec<Warning>)
             allocate_load_balancer_node_ports: spec
                 .allocate_load_balancer_node_ports
                 .unwrap_or(true),
+            ipvs_scheduler,
         });
     }
 

@@ -319,3 +319,36 @@ fn traffic_distribution_and_node_ports_are_read() {
     spec(&mut stray).ports.as_mut().unwrap()[0].node_port = Some(30081);
     assert_eq!(proxied(&stray).0.ports[0].node_port, None);
 }
+
+#[test]
+fn the_ipvs_scheduler_annotation_goes_on_every_port_and_a_bad_one_only_warns() {
+    use crate::cluster::scheduler_annotation::{ANNOTATION, ANNOTATION_FLAGS};
+    let mut svc = web();
+    svc.metadata.annotations = Some(
+        [
+            (ANNOTATION.to_string(), "sh".to_string()),
+            (ANNOTATION_FLAGS.to_string(), "sh-port".to_string()),
+        ]
+        .into(),
+    );
+    let (p, w) = proxied(&svc);
+    assert!(w.is_empty(), "{w:?}");
+    assert!(!p.ports.is_empty());
+    for port in &p.ports {
+        let c = port.ipvs_scheduler.expect("annotated");
+        assert_eq!((c.name, c.port, c.fallback), ("sh", true, false));
+    }
+
+    let mut bad = web();
+    bad.metadata.annotations = Some([(ANNOTATION.to_string(), "fastest".to_string())].into());
+    let (p, w) = proxied(&bad);
+    assert_eq!(w.len(), 1, "{w:?}");
+    assert!(w[0].object.contains("default/web"), "{}", w[0]);
+    assert!(
+        w[0].message.contains("\"fastest\" is not a scheduler"),
+        "{}",
+        w[0]
+    );
+    assert!(!p.ports.is_empty(), "the Service is still proxied");
+    assert!(p.ports.iter().all(|p| p.ipvs_scheduler.is_none()));
+}

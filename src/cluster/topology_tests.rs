@@ -43,6 +43,7 @@ fn port(internal: TrafficPolicy, external: TrafficPolicy) -> ServicePort {
         health_check_node_port: None,
         traffic_distribution: None,
         allocate_load_balancer_node_ports: true,
+        ipvs_scheduler: None,
     }
 }
 

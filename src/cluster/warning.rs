@@ -12,6 +12,23 @@ pub struct Warning {
     pub object: String,
     /// What was refused and why, naming the field and value.
     pub message: String,
+    /// Also published as a Kubernetes Event on the object: for what its owner chose in our own
+    /// annotations, so `kubectl describe` tells them. Not part of `plan`'s JSON.
+    #[serde(skip)]
+    pub event: Option<EventTarget>,
+}
+
+/// The object a warning's Event is about, and the Event's reason.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct EventTarget {
+    /// `Service`.
+    pub kind: &'static str,
+    pub namespace: String,
+    pub name: String,
+    /// The object's UID, which `kubectl describe` matches Events by.
+    pub uid: Option<String>,
+    /// The Event's reason (`InvalidIPVSScheduler`).
+    pub reason: &'static str,
 }
 
 impl Warning {
@@ -19,6 +36,7 @@ impl Warning {
         Warning {
             object: object.to_string(),
             message: message.into(),
+            event: None,
         }
     }
 }

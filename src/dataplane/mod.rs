@@ -47,8 +47,10 @@ pub mod nftables;
 pub mod node;
 pub mod report;
 pub mod tool;
+pub mod traffic;
 
 pub use report::{FamilyReport, IptablesRules, RuleCounts, SyncReport, no_local_endpoints};
+pub use traffic::{ServiceTraffic, TrafficSource};
 
 use crate::cluster::{Changes, Snapshot};
 

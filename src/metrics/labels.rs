@@ -94,3 +94,58 @@ pub struct CodeLabels {
 pub struct StateLabels {
     pub state: CheckState,
 }
+
+/// One kind of frontend of one service port (`kubeproxy_rs_ipvs_connections_total`).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct TrafficLabels {
+    pub ip_family: IpFamily,
+    pub namespace: String,
+    pub service: String,
+    pub port: String,
+    pub protocol: String,
+    pub frontend: String,
+}
+
+/// Which way packets went through a virtual service (`direction` label).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Direction {
+    /// From clients to the endpoints.
+    In,
+    /// From the endpoints back to clients.
+    Out,
+}
+
+impl EncodeLabelValue for Direction {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
+        encoder.write_str(match self {
+            Direction::In => "in",
+            Direction::Out => "out",
+        })
+    }
+}
+
+/// [`TrafficLabels`] and a direction (`kubeproxy_rs_ipvs_packets_total`, `..._bytes_total`).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct DirectedTrafficLabels {
+    pub ip_family: IpFamily,
+    pub namespace: String,
+    pub service: String,
+    pub port: String,
+    pub protocol: String,
+    pub frontend: String,
+    pub direction: Direction,
+}
+
+impl TrafficLabels {
+    pub fn directed(&self, direction: Direction) -> DirectedTrafficLabels {
+        DirectedTrafficLabels {
+            ip_family: self.ip_family,
+            namespace: self.namespace.clone(),
+            service: self.service.clone(),
+            port: self.port.clone(),
+            protocol: self.protocol.clone(),
+            frontend: self.frontend.clone(),
+            direction,
+        }
+    }
+}

@@ -6,6 +6,7 @@
 //! - [`labels`]: label sets and values.
 //! - [`registry`]: [`Metrics`], the handle everything records through.
 //! - [`process`]: `process_*` from `/proc`.
+//! - [`traffic`]: the dataplane's per-Service traffic counters, read at scrape time.
 //! - [`configz`]: the `/configz` body.
 //! - [`server`]: `/metrics`, `/configz`, `/proxyMode`, `/healthz`.
 
@@ -15,6 +16,7 @@ pub mod names;
 pub mod process;
 pub mod registry;
 pub mod server;
+pub mod traffic;
 
 pub use labels::Table;
 pub use registry::{CONTENT_TYPE, Metrics, Probe};

@@ -225,6 +225,43 @@ pub const RS_HEALTH_CHECKS: Spec = spec(
     "Service health check servers by state: open (serving) or failing (port could not be bound, retried)",
 );
 
+const TRAFFIC: &[&str] = &[
+    "ip_family",
+    "namespace",
+    "service",
+    "port",
+    "protocol",
+    "frontend",
+];
+const DIRECTED_TRAFFIC: &[&str] = &[
+    "ip_family",
+    "namespace",
+    "service",
+    "port",
+    "protocol",
+    "frontend",
+    "direction",
+];
+
+pub const RS_IPVS_CONNECTIONS: Spec = spec(
+    "kubeproxy_rs_ipvs_connections_total",
+    Counter,
+    TRAFFIC,
+    "Connections IPVS scheduled through a kind of frontend of a service port, from the kernel's counters read at scrape time (NodePorts summed over node addresses)",
+);
+pub const RS_IPVS_PACKETS: Spec = spec(
+    "kubeproxy_rs_ipvs_packets_total",
+    Counter,
+    DIRECTED_TRAFFIC,
+    "Packets through a kind of frontend of a service port, in (to the endpoints) or out, from the kernel's counters read at scrape time",
+);
+pub const RS_IPVS_BYTES: Spec = spec(
+    "kubeproxy_rs_ipvs_bytes_total",
+    Counter,
+    DIRECTED_TRAFFIC,
+    "Bytes through a kind of frontend of a service port, in (to the endpoints) or out, from the kernel's counters read at scrape time",
+);
+
 /// Every metric the registry holds, upstream's first, then ours.
 pub const ALL: &[Spec] = &[
     SYNC_DURATION,
@@ -253,6 +290,9 @@ pub const ALL: &[Spec] = &[
     RS_HEALTH_CHECKS,
     RS_NFTABLES_REPAIRS,
     RS_IPTABLES_REPAIRS,
+    RS_IPVS_CONNECTIONS,
+    RS_IPVS_PACKETS,
+    RS_IPVS_BYTES,
 ];
 
 /// Sync durations: 1 ms doubling to about 16 s (15 buckets), as upstream.

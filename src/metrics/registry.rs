@@ -73,6 +73,8 @@ struct Inner {
     health_checks: Family<StateLabels, Gauge>,
     nftables_repairs: Counter,
     iptables_repairs: Counter,
+    /// The per-Service traffic counters' source (see [`super::traffic`]).
+    traffic: super::traffic::SharedSource,
 }
 
 /// The proxy's metrics. Clone it into every task that records.
@@ -117,6 +119,8 @@ impl Metrics {
     pub fn new() -> Metrics {
         let mut r = Registry::default();
         r.register_collector(Box::new(Process));
+        let traffic = super::traffic::SharedSource::default();
+        r.register_collector(Box::new(super::traffic::Traffic(traffic.clone())));
         let sync = || Histograms::new_with_constructor(sync_histogram as fn() -> Histogram);
         let inner = Inner {
             sync_duration: register(&mut r, &names::SYNC_DURATION, sync()),
@@ -185,6 +189,7 @@ impl Metrics {
             health_checks: register(&mut r, &names::RS_HEALTH_CHECKS, Family::default()),
             nftables_repairs: register(&mut r, &names::RS_NFTABLES_REPAIRS, Counter::default()),
             iptables_repairs: register(&mut r, &names::RS_IPTABLES_REPAIRS, Counter::default()),
+            traffic,
             // Last: every field above borrowed the registry to register itself.
             registry: r,
         };
@@ -248,6 +253,15 @@ impl Metrics {
         for state in [CheckState::Open, CheckState::Failing] {
             drop(i.health_checks.get_or_create(&StateLabels { state }));
         }
+    }
+
+    /// Where each scrape reads the per-Service traffic counters (IPVS mode).
+    pub fn set_traffic_source(&self, source: Arc<dyn crate::dataplane::TrafficSource>) {
+        *self
+            .0
+            .traffic
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(source);
     }
 
     /// The scrape body, in Prometheus text format 0.0.4 ([`CONTENT_TYPE`]).

@@ -101,3 +101,49 @@ fn change_totals_follow_the_tracker_without_counting_twice() {
     assert!(text.contains("kubeproxy_sync_proxy_rules_service_changes_pending 0\n"));
     assert!(text.contains("kubeproxy_sync_proxy_rules_endpoint_changes_pending 1\n"));
 }
+
+/// A source of fixed counters: the encoding's input (the kernel reader is tested in the
+/// qemu guest, `tests/guest_ipvs.rs`).
+struct Fixed(Vec<crate::dataplane::ServiceTraffic>);
+
+impl crate::dataplane::TrafficSource for Fixed {
+    fn read(&self) -> Vec<crate::dataplane::ServiceTraffic> {
+        self.0.clone()
+    }
+}
+
+#[test]
+fn per_service_traffic_is_read_at_scrape_time_with_its_labels() {
+    let m = Metrics::new();
+    let text = m.encode();
+    for name in [
+        "kubeproxy_rs_ipvs_connections_total",
+        "kubeproxy_rs_ipvs_packets_total",
+    ] {
+        assert!(text.contains(&format!("# TYPE {name} counter\n")), "{text}");
+    }
+    let port = crate::cluster::ServicePortName {
+        service: crate::cluster::ServiceKey::new("shop", "web"),
+        port: "http".into(),
+        protocol: crate::cluster::Protocol::Tcp,
+    };
+    m.set_traffic_source(Arc::new(Fixed(vec![crate::dataplane::ServiceTraffic {
+        family: IpFamily::V6,
+        port,
+        frontend: "node-port",
+        connections: 7,
+        packets_in: 70,
+        packets_out: 63,
+        bytes_in: 7000,
+        bytes_out: 6300,
+    }])));
+    let text = m.encode();
+    let series = r#"ip_family="IPv6",namespace="shop",service="web",port="http",protocol="TCP",frontend="node-port""#;
+    for line in [
+        format!("kubeproxy_rs_ipvs_connections_total{{{series}}} 7\n"),
+        format!("kubeproxy_rs_ipvs_packets_total{{{series},direction=\"out\"}} 63\n"),
+        format!("kubeproxy_rs_ipvs_bytes_total{{{series},direction=\"in\"}} 7000\n"),
+    ] {
+        assert!(text.contains(&line), "missing {line:?} in\n{text}");
+    }
+}

@@ -43,6 +43,7 @@ pub fn system_wall_clock() -> Timestamp {
 }
 
 type Observer = Box<dyn FnMut(&Report, &Snapshot) + Send>;
+type WarningObserver = Box<dyn FnMut(&crate::cluster::warning::Warning) + Send>;
 
 /// What a sync thread hands back: the dataplane, the changes it was given, and the result.
 type Done = (
@@ -74,6 +75,8 @@ pub struct Runner {
     status: Status,
     status_tx: watch::Sender<Status>,
     observers: Vec<Observer>,
+    /// Told each warning that asks for an Event on its object (see `Warning::event`).
+    event_warnings: Vec<WarningObserver>,
     wall: fn() -> Timestamp,
     syncs: u64,
     /// Notified when the dataplane's kernel state was changed by someone else.
@@ -93,6 +96,7 @@ impl Runner {
             status,
             status_tx,
             observers: Vec::new(),
+            event_warnings: Vec::new(),
             wall: system_wall_clock,
             syncs: 0,
             full_sync_trigger: None,
@@ -122,6 +126,14 @@ impl Runner {
     /// copy of the whole model.
     pub fn on_report(&mut self, observer: impl FnMut(&Report, &Snapshot) + Send + 'static) {
         self.observers.push(Box::new(observer));
+    }
+
+    /// Adds an observer of the tracker's warnings that ask for an Event on their object.
+    pub fn on_event_warning(
+        &mut self,
+        observer: impl FnMut(&crate::cluster::warning::Warning) + Send + 'static,
+    ) {
+        self.event_warnings.push(Box::new(observer));
     }
 
     /// Runs until `events` ends (then lets a running sync finish). Never returns an error: a
@@ -234,6 +246,11 @@ impl Runner {
         }
         for w in self.tracker.apply(&event) {
             tracing::warn!(object = %w.object, "{}", w.message);
+            if w.event.is_some() {
+                for observer in &mut self.event_warnings {
+                    observer(&w);
+                }
+            }
         }
         let now = Instant::now();
         if self.schedule.is_ready() {

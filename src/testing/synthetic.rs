@@ -37,6 +37,7 @@ pub fn cluster_ip_port(name: ServicePortName, port: u16) -> ServicePort {
         health_check_node_port: None,
         traffic_distribution: None,
         allocate_load_balancer_node_ports: true,
+        ipvs_scheduler: None,
     }
 }
 

@@ -38,6 +38,7 @@ use super::diff::{Drain, Kernel, diff};
 use super::mode_config::ModeConfig;
 use super::names;
 use super::plan::{HostAddresses, plan};
+use super::traffic::Owners;
 use crate::cluster::{Changes, IpFamily, Snapshot};
 use crate::dataplane::monitor::Drift;
 use crate::dataplane::nftables::{self, Ruleset, apply::Applier};
@@ -171,12 +172,22 @@ const SCHEDULER_PROBE: &str = "198.51.100.0:20000";
 /// error before the first sync (`the kernel has no IPVS scheduler "x" (no module ip_vs_x)`),
 /// not a sync loop that fails for ever.
 pub fn check_scheduler(backend: &mut impl Backend, cfg: &ModeConfig) -> Result<(), Error> {
+    probe_scheduler(backend, cfg.scheduler.as_str(), cfg.scheduler_flags)
+}
+
+/// Adds and deletes a probe virtual service with `scheduler`: `UnknownScheduler` when the
+/// kernel lacks it.
+fn probe_scheduler(
+    backend: &mut impl Backend,
+    scheduler: &str,
+    flags: ipvs::Flags,
+) -> Result<(), Error> {
     let key = ServiceKey::Address {
         protocol: ipvs::Protocol::Tcp,
         address: SCHEDULER_PROBE.parse().expect("a socket address"),
     };
-    let mut probe = ipvs::Service::new(key, cfg.scheduler.as_str());
-    probe.flags = cfg.scheduler_flags;
+    let mut probe = ipvs::Service::new(key, scheduler);
+    probe.flags = flags;
     // A probe left by a crashed earlier check is taken away first.
     let _ = backend.send(&Request::DelService(key));
     backend.send(&Request::NewService(probe))?;
@@ -228,10 +239,15 @@ pub struct IpvsDataplane<B = KernelBackend, C = MonotonicClock, R = Box<dyn nfta
     tables: Option<Vec<Ruleset>>,
     /// Where the nf_tables monitor reports another program's change to our table.
     drift: Arc<Drift>,
+    /// Which service port each virtual service serves, for the traffic counters.
+    owners: Owners,
     /// `None` at start-up and after a failure: the next sync reads everything back.
     programmed: Option<Programmed>,
     /// When each draining destination went to weight 0 (as far as this process saw).
     draining_since: BTreeMap<Drain, Instant>,
+    /// Schedulers named by Services' annotations that were probed (see
+    /// [`ModeConfig::unavailable_schedulers`]).
+    probed: BTreeSet<&'static str>,
 }
 
 impl<B: Backend, C: Clock, R: nftables::Backend> IpvsDataplane<B, C, R> {
@@ -252,8 +268,10 @@ impl<B: Backend, C: Clock, R: nftables::Backend> IpvsDataplane<B, C, R> {
             rules: Applier::new(rules),
             tables: None,
             drift,
+            owners: Owners::default(),
             programmed: None,
             draining_since: BTreeMap::new(),
+            probed: BTreeSet::new(),
         }
     }
 
@@ -264,6 +282,12 @@ impl<B: Backend, C: Clock, R: nftables::Backend> IpvsDataplane<B, C, R> {
     /// The helper rules' backend, for tests that fail it on demand.
     pub fn rules_backend_mut(&mut self) -> &mut R {
         self.rules.backend_mut()
+    }
+
+    /// Which service port each programmed virtual service serves, shared with the metrics'
+    /// [`KernelTraffic`](super::traffic::KernelTraffic).
+    pub fn owners(&self) -> Owners {
+        self.owners.clone()
     }
 
     /// The helper tables last applied, one per family.
@@ -297,6 +321,7 @@ impl<B: Backend, C: Clock, R: nftables::Backend> IpvsDataplane<B, C, R> {
                 (link, addresses, [a?, b?])
             }
         };
+        self.probe_annotated_schedulers(snapshot)?;
         let host = HostAddresses(addresses.elsewhere.clone());
         let want: [Desired; 2] = IpFamily::ALL.map(|f| plan(snapshot, &self.cfg, f, &host));
 
@@ -319,6 +344,7 @@ impl<B: Backend, C: Clock, R: nftables::Backend> IpvsDataplane<B, C, R> {
         addresses.bound.extend(&changes.bind);
 
         let now = self.clock.now();
+        let mut services_changed = false;
         let mut families = Vec::with_capacity(2);
         let mut still_draining = BTreeMap::new();
         for (i, w) in want.iter().enumerate() {
@@ -332,6 +358,10 @@ impl<B: Backend, C: Clock, R: nftables::Backend> IpvsDataplane<B, C, R> {
                 .map(|(d, since)| (*d, now.saturating_duration_since(*since)))
                 .collect();
             let d = diff(k, w, &self.cfg, &drained_for);
+            services_changed |= d
+                .requests
+                .iter()
+                .any(|r| matches!(r, Request::NewService(_) | Request::DelService(_)));
             for r in &d.requests {
                 self.backend.send(r)?;
                 k.apply(r);
@@ -357,12 +387,44 @@ impl<B: Backend, C: Clock, R: nftables::Backend> IpvsDataplane<B, C, R> {
             });
         }
         self.draining_since = still_draining;
+        if full || services_changed {
+            self.owners.publish(&want);
+        }
         self.programmed = Some(Programmed {
             link,
             addresses,
             kernel,
         });
         Ok(SyncReport { full, families })
+    }
+
+    /// Probes, once each, the schedulers Services' annotations name besides the node's. One the
+    /// kernel lacks is logged once and remembered, and its Services get the node's scheduler:
+    /// a Service's choice never fails the sync of the others.
+    fn probe_annotated_schedulers(&mut self, snapshot: &Snapshot) -> Result<(), Error> {
+        let named: BTreeSet<&'static str> = snapshot
+            .ports
+            .values()
+            .filter_map(|s| s.port.ipvs_scheduler.map(|c| c.name))
+            .filter(|n| *n != self.cfg.scheduler.as_str() && !self.probed.contains(n))
+            .collect();
+        for name in named {
+            match probe_scheduler(&mut self.backend, name, ipvs::Flags::NONE) {
+                Ok(()) => {}
+                Err(Error::Ipvs(ipvs::Error::UnknownScheduler { .. })) => {
+                    tracing::warn!(
+                        scheduler = name,
+                        fallback = self.cfg.scheduler.as_str(),
+                        "the kernel has no IPVS scheduler {name:?} (no module ip_vs_{name}); \
+                         Services annotated with it use the node's scheduler"
+                    );
+                    self.cfg.unavailable_schedulers.insert(name);
+                }
+                Err(e) => return Err(e),
+            }
+            self.probed.insert(name);
+        }
+        Ok(())
     }
 
     /// Makes the kernel's helper tables `tables`: adopted from a fresh read on full syncs, the

@@ -23,14 +23,17 @@
 //!   [`diff`]'s requests one by one, keeps "last programmed" (an idle sync sends nothing) and
 //!   the draining destinations' clocks; tested on a real IPVS kernel (`tests/ipvs_apply.rs`).
 //!
-//! Still to come before the mode runs (`cli::run` gives it the log-only stand-in until then):
-//! - at start-up: [`apply::check_scheduler`] (done), writing [`sysctls`]' plan (the plan is
-//!   done), the timeouts; per-Service counters as metrics;
-//! - requests pipelined many per datagram (the core's batch state machine);
+//! The mode runs (`cli::run`). Done and still to come:
+//! - at start-up (`cli::run`): [`apply::check_scheduler`], [`sysctls`], the timeouts; done;
+//! - still to come: requests pipelined many per datagram (the core's batch state machine);
+//!   planning only the changed service ports (every sync plans all of them now);
 //! - [`rules`](mod@rules): the helper rules in our nftables table (masquerade, hairpin, the
 //!   VIP port filter, the guards, source ranges), applied before the virtual services by the
-//!   nftables mode's applier; done. Still to come: the per-Service scheduler annotation;
-//! - `trace`: a packet walked through the planned services;
+//!   nftables mode's applier; done;
+//! - [`traffic`](mod@traffic): per-Service STATS64 counters, read at scrape time; done;
+//! - the per-Service scheduler annotation (`cluster::scheduler_annotation`, probed by the
+//!   applier once per name); done;
+//! - still to come: `trace`, a packet walked through the planned services and helper rules;
 //! - [`cleanup`](mod@cleanup): what `--cleanup` removes (every virtual service, as upstream,
 //!   and `kube-ipvs0`); done.
 
@@ -46,6 +49,7 @@ pub mod plan;
 pub mod render;
 pub mod rules;
 pub mod sysctls;
+pub mod traffic;
 
 pub use desired::{Desired, Frontend, Guard, Masquerade, VirtualService};
 pub use mode_config::ModeConfig;

@@ -3,6 +3,7 @@
 //! Pure. The node traffic policy every mode shares ([`NodePolicy`]), and what only this mode
 //! has: the scheduler with its flags, and the ranges whose virtual services are never ours.
 
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use ipnet::IpNet;
@@ -32,6 +33,9 @@ pub struct ModeConfig {
     /// The connection timeouts set at start-up (`ipvs.tcpTimeout`, `tcpFinTimeout`,
     /// `udpTimeout`), in seconds; 0 leaves the kernel's.
     pub timeouts: Timeouts,
+    /// Schedulers a Service's annotation named that the kernel turned out not to have (the
+    /// dataplane probes each named one once): such Services get [`scheduler`](Self::scheduler).
+    pub unavailable_schedulers: BTreeSet<&'static str>,
 }
 
 /// [`ModeConfig::drain_limit`] unless configured otherwise.
@@ -69,6 +73,25 @@ impl ModeConfig {
             exclude_cidrs,
             drain_limit: DRAIN_LIMIT,
             timeouts: Timeouts::default(),
+            unavailable_schedulers: BTreeSet::new(),
+        }
+    }
+
+    /// The scheduler and flags of `port`'s virtual services: its annotation's when the kernel
+    /// has that scheduler, the node's otherwise.
+    pub fn scheduler_of(&self, port: &crate::cluster::ServicePort) -> (&str, Flags) {
+        match port.ipvs_scheduler {
+            Some(c) if !self.unavailable_schedulers.contains(c.name) => {
+                let mut flags = Flags::NONE;
+                if c.fallback {
+                    flags = flags | Flags::SCHED1;
+                }
+                if c.port {
+                    flags = flags | Flags::SCHED2;
+                }
+                (c.name, flags)
+            }
+            _ => (self.scheduler.as_str(), self.scheduler_flags),
         }
     }
 

@@ -129,6 +129,7 @@ mod tests {
                 health_check_node_port: hcnp,
                 traffic_distribution: None,
                 allocate_load_balancer_node_ports: true,
+                ipvs_scheduler: None,
             },
             families: views
                 .into_iter()

@@ -111,10 +111,12 @@ pub fn plan(
     out
 }
 
-/// The virtual service itself: the mode's scheduler, and persistence for ClientIP affinity.
+/// The virtual service itself: the Service's scheduler (its annotation's, or the node's), and
+/// persistence for ClientIP affinity.
 fn service(cfg: &ModeConfig, port: &ServicePort, key: VsKey) -> Service {
-    let mut s = Service::new(key, cfg.scheduler.as_str());
-    s.flags = cfg.scheduler_flags;
+    let (scheduler, flags) = cfg.scheduler_of(port);
+    let mut s = Service::new(key, scheduler);
+    s.flags = flags;
     if let Some(seconds) = port.affinity_timeout_seconds {
         s.flags = s.flags | Flags::PERSISTENT;
         s.timeout = seconds;

@@ -87,6 +87,46 @@ fn client_ip_affinity_is_persistence_with_the_services_timeout_per_client_addres
 }
 
 #[test]
+fn a_services_annotated_scheduler_replaces_the_nodes_unless_the_kernel_lacks_it() {
+    use crate::cluster::scheduler_annotation::SchedulerChoice;
+    let annotated = |name: &'static str| {
+        let mut s =
+            svc("ns/sticky", "10.96.0.20", 80)
+                .node_port(30020)
+                .ep("10.244.2.5", 8080, "node-b");
+        s.port.ipvs_scheduler = Some(SchedulerChoice {
+            name,
+            fallback: true,
+            port: false,
+        });
+        s
+    };
+    let plain = || svc("ns/web", "10.96.0.10", 80).ep("10.244.2.6", 8080, "node-b");
+    let d = with(
+        vec![annotated("sh"), plain()],
+        &ModeConfig::default(),
+        IpFamily::V4,
+        &["10.0.0.11"],
+    );
+    for (addr, port) in [("10.96.0.20", 80), ("10.0.0.11", 30020)] {
+        let v = vs(&d, addr, port);
+        assert_eq!(v.service.scheduler.as_str(), "sh", "{addr}:{port}");
+        assert_eq!(v.service.flags, Flags::SH_FALLBACK);
+    }
+    assert_eq!(vs(&d, "10.96.0.10", 80).service.scheduler.as_str(), "rr");
+
+    let mut cfg = ModeConfig::default();
+    cfg.unavailable_schedulers.insert("twos");
+    let d = with(vec![annotated("twos")], &cfg, IpFamily::V4, &[]);
+    let v = vs(&d, "10.96.0.20", 80);
+    assert_eq!(
+        (v.service.scheduler.as_str(), v.service.flags),
+        ("rr", Flags::NONE),
+        "the node's scheduler when the kernel has no ip_vs_twos"
+    );
+}
+
+#[test]
 fn the_scheduler_and_its_flags_go_on_every_virtual_service() {
     let cfg = ModeConfig {
         scheduler: crate::dataplane::ipvs::backend::netlink::Scheduler::new("mh"),
