@@ -17,6 +17,12 @@
 //!   sends no ICMP error (IPVS alone answers with one, rate-limited per host);
 //! - a host port is not reachable on a Service address (the VIP port filter, upstream's
 //!   kubernetes#72236): refused, and the node's listener never sees the connection;
+//! - round robin alternates between two endpoints; a Service annotated `sh` keeps one client
+//!   on one endpoint, and changing its annotation to `rr` takes effect live;
+//! - graceful termination: a long-lived connection to an endpoint that starts terminating keeps
+//!   working while new connections avoid it (weight 0), and its destination goes once the
+//!   connection is closed;
+//! - a restart of the proxy under load (a connection every 20 ms) fails no connection;
 //! - the kernel's counters reach `/metrics` (`kubeproxy_rs_ipvs_connections_total`, read at
 //!   the scrape);
 //! - `--cleanup` removes every virtual service, `kube-ipvs0` and our nftables table.
@@ -45,8 +51,13 @@ const CLIENT_IP: &str = "192.168.77.2";
 const POD_GATEWAY: &str = "10.244.0.1";
 const SERVER_POD: &str = "10.244.0.2";
 const CLIENT_POD: &str = "10.244.0.3";
+const SECOND_SERVER_POD: &str = "10.244.0.4";
 const CLUSTER_IP: &str = "10.96.0.50";
 const NO_ENDPOINTS_IP: &str = "10.96.0.51";
+/// Two endpoints, the node's scheduler (rr).
+const PAIR_IP: &str = "10.96.0.52";
+/// The same two endpoints, the scheduler its annotation names.
+const STICKY_IP: &str = "10.96.0.53";
 const PORT: u16 = 80;
 const TARGET_PORT: u16 = 8080;
 const NODE_PORT: u16 = 30080;
@@ -80,6 +91,11 @@ fn the_ipvs_mode_carries_real_traffic_in_a_guest() {
         format!("hairpin seen as {POD_GATEWAY}"),
         format!("nodeport from outside seen as {POD_GATEWAY}"),
         "traffic counted per frontend".to_owned(),
+        "rr alternates".to_owned(),
+        "sh keeps the client on one endpoint".to_owned(),
+        "annotation changed to rr live".to_owned(),
+        "terminating endpoint: old connection kept, new ones avoid it, gone once closed".to_owned(),
+        "restart under load: no failed connection".to_owned(),
         "no endpoints: reset, no icmp".to_owned(),
         "host port on a service address: refused".to_owned(),
         "cleanup: nothing left".to_owned(),
@@ -127,7 +143,11 @@ fn network() {
         "sysctl -qw net.ipv4.ip_forward=1".to_owned(),
     ];
     // Two pods, each behind its own veth, routed by /32 (as many CNIs do).
-    for (ns, ip) in [("server", SERVER_POD), ("cpod", CLIENT_POD)] {
+    for (ns, ip) in [
+        ("server", SERVER_POD),
+        ("cpod", CLIENT_POD),
+        ("server2", SECOND_SERVER_POD),
+    ] {
         cmds.extend([
             format!("ip netns add {ns}"),
             format!("ip link add v{ns} type veth peer name eth0 netns {ns}"),
@@ -155,10 +175,15 @@ fn network() {
 /// The node: network, manifests, the proxy, the probes.
 fn node() {
     network();
-    let mut server = HELPER
-        .in_netns("server", "server")
-        .spawn()
-        .expect("start the pod's TCP server");
+    let mut servers: Vec<_> = ["server", "server2"]
+        .into_iter()
+        .map(|ns| {
+            HELPER
+                .in_netns(ns, "server")
+                .spawn()
+                .expect("start a pod's TCP server")
+        })
+        .collect();
     // The node's own service on every address, which a Service address must not expose.
     let host_listener = TcpListener::bind(("0.0.0.0", HOST_PORT)).expect("bind the host port");
     let host_accepted = Arc::new(AtomicUsize::new(0));
@@ -176,25 +201,11 @@ fn node() {
     let dir = PathBuf::from("/tmp/kprs-ipvs-manifests");
     std::fs::create_dir_all(&dir).expect("manifest dir");
     std::fs::write(dir.join("cluster.yaml"), manifests()).expect("write manifests");
+    write_pair(&dir, "sh", false);
     let log_path = "/tmp/kprs-ipvs-proxy.log";
-    let log = std::fs::File::create(log_path).expect("proxy log");
-    let mut proxy = Command::new(env!("CARGO_BIN_EXE_kube-proxy-rs"))
-        .arg(format!("--manifests={}", dir.display()))
-        .args([
-            "--hostname-override=guest-node",
-            "--proxy-mode=ipvs",
-            "--cluster-cidr=10.244.0.0/16",
-            "--conntrack-max-per-core=0",
-            "--metrics-bind-address=127.0.0.1:10249",
-            "--healthz-bind-address=127.0.0.1:10256",
-        ])
-        .stdin(Stdio::null())
-        .stdout(log.try_clone().expect("log"))
-        .stderr(log)
-        .spawn()
-        .expect("start kube-proxy-rs");
+    let proxy = std::cell::RefCell::new(start_proxy(&dir, log_path));
 
-    let outcome = std::panic::catch_unwind(|| {
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         let cluster = format!("{CLUSTER_IP}:{PORT}");
         let seen = eventually(|| in_netns("cpod", &cluster));
         println!("{RESULT}pod to clusterip seen as {seen}");
@@ -271,11 +282,18 @@ fn node() {
             "only the direct connection reached the host's listener"
         );
         println!("{RESULT}host port on a service address: refused");
-    });
+
+        schedulers(&dir);
+        graceful_termination(&dir);
+        restart_under_load(&proxy, &dir, log_path);
+    }));
+    let mut proxy = proxy.into_inner();
     let _ = proxy.kill();
     let _ = proxy.wait();
-    let _ = server.kill();
-    let _ = server.wait();
+    for server in &mut servers {
+        let _ = server.kill();
+        let _ = server.wait();
+    }
     if let Err(panic) = outcome {
         let log = std::fs::read_to_string(log_path).unwrap_or_default();
         eprintln!(
@@ -336,15 +354,31 @@ fn in_netns(ns: &str, target: &str) -> Result<String, String> {
 /// One TCP connection to `target`: sends a line, returns the source address the server saw.
 /// A refusal's error says "refused".
 fn exchange(target: SocketAddr) -> Result<String, String> {
-    let mut stream = TcpStream::connect_timeout(&target, Duration::from_secs(3)).map_err(|e| {
-        match e.kind() {
-            ErrorKind::ConnectionRefused => format!("connect {target}: refused"),
-            _ => format!("connect {target}: {e}"),
-        }
-    })?;
+    let mut stream = connect(target)?;
+    ask(&mut stream).map(|(peer, _)| peer)
+}
+
+fn connect(target: SocketAddr) -> Result<TcpStream, String> {
+    let stream =
+        TcpStream::connect_timeout(&target, Duration::from_secs(3)).map_err(|e| {
+            match e.kind() {
+                ErrorKind::ConnectionRefused => format!("connect {target}: refused"),
+                _ => format!("connect {target}: {e}"),
+            }
+        })?;
     stream
         .set_read_timeout(Some(Duration::from_secs(3)))
         .map_err(|e| e.to_string())?;
+    // Closed with a reset: IPVS keeps a closed connection 10 s, one in TIME_WAIT 2 minutes,
+    // and a draining destination goes only once it has none.
+    socket2::SockRef::from(&stream)
+        .set_linger(Some(Duration::ZERO))
+        .map_err(|e| e.to_string())?;
+    Ok(stream)
+}
+
+/// One line over an open connection: the source address the server saw and the server's own.
+fn ask(stream: &mut TcpStream) -> Result<(String, String), String> {
     stream
         .write_all(b"hello\n")
         .map_err(|e| format!("send: {e}"))?;
@@ -353,23 +387,204 @@ fn exchange(target: SocketAddr) -> Result<String, String> {
     let reply = String::from_utf8_lossy(&buf[..n]).trim().to_owned();
     reply
         .strip_prefix("saw ")
-        .map(str::to_owned)
+        .and_then(|r| r.split_once(" at "))
+        .map(|(peer, server)| (peer.to_owned(), server.to_owned()))
         .ok_or_else(|| format!("unexpected reply {reply:?}"))
 }
 
-/// The pod's server: answers each connection with the peer address it saw.
+/// The server that answers one new connection to `target` from the node.
+fn server_of(target: &str) -> String {
+    let mut stream = connect(target.parse().unwrap()).unwrap_or_else(|e| panic!("{e}"));
+    ask(&mut stream)
+        .unwrap_or_else(|e| panic!("{target}: {e}"))
+        .1
+}
+
+/// A pod's server: answers each line of each connection with the peer address it saw and its
+/// own, until the peer closes.
 fn serve() {
     let listener = TcpListener::bind(("0.0.0.0", TARGET_PORT)).expect("bind");
     for conn in listener.incoming() {
         let Ok(mut stream) = conn else { continue };
-        let peer = stream
-            .peer_addr()
-            .map(|p| p.ip().to_string())
-            .unwrap_or_default();
-        let mut buf = [0u8; 128];
-        let _ = stream.read(&mut buf);
-        let _ = stream.write_all(format!("saw {peer}\n").as_bytes());
+        std::thread::spawn(move || {
+            let peer = stream
+                .peer_addr()
+                .map(|p| p.ip().to_string())
+                .unwrap_or_default();
+            let own = stream
+                .local_addr()
+                .map(|p| p.ip().to_string())
+                .unwrap_or_default();
+            let mut buf = [0u8; 128];
+            while matches!(stream.read(&mut buf), Ok(n) if n > 0) {
+                if stream
+                    .write_all(format!("saw {peer} at {own}\n").as_bytes())
+                    .is_err()
+                {
+                    break;
+                }
+            }
+        });
     }
+}
+
+fn start_proxy(dir: &std::path::Path, log_path: &str) -> std::process::Child {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log_path)
+        .expect("proxy log");
+    Command::new(env!("CARGO_BIN_EXE_kube-proxy-rs"))
+        .arg(format!("--manifests={}", dir.display()))
+        .args([
+            "--hostname-override=guest-node",
+            "--proxy-mode=ipvs",
+            "--cluster-cidr=10.244.0.0/16",
+            "--conntrack-max-per-core=0",
+            "--metrics-bind-address=127.0.0.1:10249",
+            "--healthz-bind-address=127.0.0.1:10256",
+            // A periodic sync every 2 s, which reads the draining destinations again.
+            "--ipvs-sync-period=2s",
+        ])
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().expect("log"))
+        .stderr(log)
+        .spawn()
+        .expect("start kube-proxy-rs")
+}
+
+/// The scheduler `ipvsadm -Ln` shows for the TCP virtual service `vs`.
+fn scheduler(vs: &str) -> Option<String> {
+    output("ipvsadm", &["-Ln", "-t", vs])
+        .lines()
+        .find_map(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            (w.first() == Some(&"TCP") && w.get(1) == Some(&vs))
+                .then(|| w.get(2).map(|s| s.to_string()))
+        })
+        .flatten()
+}
+
+/// The weight `ipvsadm -Ln` shows for `dest` of the TCP virtual service `vs`; `None` when
+/// the destination is not there.
+fn weight(vs: &str, dest: &str) -> Option<u32> {
+    output("ipvsadm", &["-Ln", "-t", vs]).lines().find_map(|l| {
+        let w: Vec<&str> = l.split_whitespace().collect();
+        (w.first() == Some(&"->") && w.get(1) == Some(&dest))
+            .then(|| w.get(3).and_then(|v| v.parse().ok()))
+            .flatten()
+    })
+}
+
+/// Waits up to 60 s for `what` to hold.
+fn until(what: &str, mut check: impl FnMut() -> bool) {
+    eventually(|| check().then(String::new).ok_or_else(|| what.to_owned()));
+}
+
+/// rr alternates; the `sh` annotation keeps the node on one endpoint; a changed annotation
+/// applies live.
+fn schedulers(dir: &std::path::Path) {
+    let pair = format!("{PAIR_IP}:{PORT}");
+    let sticky = format!("{STICKY_IP}:{PORT}");
+    until("both services programmed", || {
+        scheduler(&pair).is_some() && scheduler(&sticky).as_deref() == Some("sh")
+    });
+    let alternates = |target: &str| {
+        let seen: Vec<String> = (0..4).map(|_| server_of(target)).collect();
+        let distinct: std::collections::BTreeSet<&String> = seen.iter().collect();
+        assert_eq!(distinct.len(), 2, "{target}: {seen:?}");
+        assert!(seen.windows(2).all(|w| w[0] != w[1]), "{target}: {seen:?}");
+    };
+    alternates(&pair);
+    println!("{RESULT}rr alternates");
+    let seen: std::collections::BTreeSet<String> = (0..6).map(|_| server_of(&sticky)).collect();
+    assert_eq!(seen.len(), 1, "sh: {seen:?}");
+    println!("{RESULT}sh keeps the client on one endpoint");
+    write_pair(dir, "rr", false);
+    until("sticky's scheduler becomes rr", || {
+        scheduler(&sticky).as_deref() == Some("rr")
+    });
+    alternates(&sticky);
+    println!("{RESULT}annotation changed to rr live");
+}
+
+/// A long-lived connection to an endpoint that starts terminating.
+fn graceful_termination(dir: &std::path::Path) {
+    let pair = format!("{PAIR_IP}:{PORT}");
+    let second = format!("{SECOND_SERVER_POD}:{TARGET_PORT}");
+    let mut long = (0..4)
+        .map(|_| {
+            let mut s = connect(pair.parse().unwrap()).unwrap_or_else(|e| panic!("{e}"));
+            let server = ask(&mut s).unwrap_or_else(|e| panic!("{e}")).1;
+            (s, server)
+        })
+        .find(|(_, server)| server == SECOND_SERVER_POD)
+        .map(|(s, _)| s)
+        .expect("rr sends one of four connections to the second server");
+    write_pair(dir, "rr", true);
+    until("the terminating endpoint drains at weight 0", || {
+        weight(&pair, &second) == Some(0)
+    });
+    for _ in 0..4 {
+        assert_eq!(server_of(&pair), SERVER_POD, "a new connection avoids it");
+    }
+    let (_, server) = ask(&mut long).expect("the old connection still works");
+    assert_eq!(server, SECOND_SERVER_POD);
+    drop(long);
+    until("the drained destination is deleted", || {
+        weight(&pair, &second).is_none() && scheduler(&pair).is_some()
+    });
+    println!(
+        "{RESULT}terminating endpoint: old connection kept, new ones avoid it, gone once closed"
+    );
+}
+
+/// Kills the proxy and starts a new one while the node connects to a ClusterIP every 20 ms.
+fn restart_under_load(
+    proxy: &std::cell::RefCell<std::process::Child>,
+    dir: &std::path::Path,
+    log_path: &str,
+) {
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let load = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let target: SocketAddr = format!("{CLUSTER_IP}:{PORT}").parse().unwrap();
+            let (mut ok, mut failed) = (0u32, Vec::new());
+            while !stop.load(Ordering::SeqCst) {
+                match exchange(target) {
+                    Ok(_) => ok += 1,
+                    Err(e) => failed.push(e),
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            (ok, failed)
+        })
+    };
+    std::thread::sleep(Duration::from_millis(500));
+    {
+        let mut old = proxy.borrow_mut();
+        let _ = old.kill();
+        let _ = old.wait();
+    }
+    *proxy.borrow_mut() = start_proxy(dir, log_path);
+    // Up, and past its first sync (the adoption): its metrics answer with a sync counted.
+    until("the new proxy synced", || {
+        scrape().is_ok_and(|b| {
+            b.lines().any(|l| {
+                l.starts_with(
+                    "kubeproxy_sync_proxy_rules_duration_seconds_count{ip_family=\"IPv4\"}",
+                ) && !l.ends_with(" 0")
+            })
+        })
+    });
+    std::thread::sleep(Duration::from_secs(1));
+    stop.store(true, Ordering::SeqCst);
+    let (ok, failed) = load.join().expect("load thread");
+    println!("restart under load: {ok} connections");
+    assert!(failed.is_empty(), "{} failed: {failed:?}", failed.len());
+    assert!(ok > 20, "only {ok} connections");
+    println!("{RESULT}restart under load: no failed connection");
 }
 
 /// The proxy's `/metrics`, over plain HTTP/1.0.
@@ -415,6 +630,66 @@ fn output(cmd: &str, args: &[&str]) -> String {
         .output()
         .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
         .unwrap_or_else(|e| format!("{cmd}: {e}"))
+}
+
+/// `pair` and `sticky` (annotated with `scheduler`), both with the two server pods as
+/// endpoints, the second one terminating when `terminating`; written in place, which the
+/// proxy's directory watch sees.
+fn write_pair(dir: &std::path::Path, scheduler: &str, terminating: bool) {
+    let mut yaml = String::new();
+    for (name, ip, annotation) in [
+        ("pair", PAIR_IP, String::new()),
+        (
+            "sticky",
+            STICKY_IP,
+            format!("  annotations:\n    ipvs.kube-proxy-rs.io/scheduler: {scheduler}\n"),
+        ),
+    ] {
+        let second = if terminating {
+            "{ready: false, serving: true, terminating: true}"
+        } else {
+            "{ready: true, serving: true, terminating: false}"
+        };
+        yaml.push_str(&format!(
+            r#"apiVersion: v1
+kind: Service
+metadata:
+  name: {name}
+  namespace: default
+{annotation}spec:
+  clusterIP: {ip}
+  clusterIPs: [{ip}]
+  ipFamilies: [IPv4]
+  ports:
+  - name: http
+    protocol: TCP
+    port: {PORT}
+    targetPort: {TARGET_PORT}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: {name}-1
+  namespace: default
+  labels:
+    kubernetes.io/service-name: {name}
+addressType: IPv4
+ports:
+- name: http
+  protocol: TCP
+  port: {TARGET_PORT}
+endpoints:
+- addresses: [{SERVER_POD}]
+  conditions: {{ready: true, serving: true, terminating: false}}
+  nodeName: guest-node
+- addresses: [{SECOND_SERVER_POD}]
+  conditions: {second}
+  nodeName: guest-node
+---
+"#
+        ));
+    }
+    std::fs::write(dir.join("pair.yaml"), yaml).expect("write pair.yaml");
 }
 
 /// The cluster the guest's proxy reads: its Node, a NodePort Service with the server pod as

@@ -106,6 +106,14 @@ impl Backend for Counting {
         self.calls += 1;
         self.inner.send(request)
     }
+    fn send_all(
+        &mut self,
+        requests: &[Request],
+        accepted: &mut dyn FnMut(usize),
+    ) -> Result<(), Error> {
+        self.calls += 1;
+        self.inner.send_all(requests, accepted)
+    }
 }
 
 /// The helper rules' real backend (nf_tables netlink), counting every transaction it sends.

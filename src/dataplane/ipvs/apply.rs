@@ -17,8 +17,9 @@
 //! Draining destinations (graceful termination) are read again on every sync, for their
 //! connection counts.
 //!
-//! IPVS has no transactions: a request the kernel refuses stops the sync, the requests before
-//! it stay, and the next sync (full) repairs from a fresh read. The previous virtual services
+//! IPVS has no transactions: a request the kernel refuses stops the sync after its datagram
+//! (the requests the kernel took stay, and are known), and the next sync (full) repairs from a
+//! fresh read. The previous virtual services
 //! stay in place meanwhile.
 //!
 //! The one clock in a mode: graceful termination bounds how long a destination may drain
@@ -71,6 +72,20 @@ pub trait Backend: Send {
     fn destinations(&mut self, key: &ServiceKey) -> Result<Vec<ListedDestination>, Error>;
     /// One request that changes a virtual service or destination.
     fn send(&mut self, request: &Request) -> Result<(), Error>;
+    /// `requests` in order, calling `accepted` with the index of each the kernel took; the
+    /// first refusal is returned (a backend may send many per datagram, and requests after a
+    /// refused one may have been taken too: each is reported).
+    fn send_all(
+        &mut self,
+        requests: &[Request],
+        accepted: &mut dyn FnMut(usize),
+    ) -> Result<(), Error> {
+        for (i, r) in requests.iter().enumerate() {
+            self.send(r)?;
+            accepted(i);
+        }
+        Ok(())
+    }
 }
 
 /// The real backend: IPVS over generic netlink, the link over rtnetlink, in the caller's
@@ -160,6 +175,14 @@ impl Backend for KernelBackend {
 
     fn send(&mut self, request: &Request) -> Result<(), Error> {
         self.on_ipvs(|c| c.send(request))
+    }
+
+    fn send_all(
+        &mut self,
+        requests: &[Request],
+        accepted: &mut dyn FnMut(usize),
+    ) -> Result<(), Error> {
+        self.on_ipvs(|c| c.send_all(requests, accepted))
     }
 }
 
@@ -362,9 +385,10 @@ impl<B: Backend, C: Clock, R: nftables::Backend> IpvsDataplane<B, C, R> {
                 .requests
                 .iter()
                 .any(|r| matches!(r, Request::NewService(_) | Request::DelService(_)));
-            for r in &d.requests {
-                self.backend.send(r)?;
-                k.apply(r);
+            if !d.requests.is_empty() {
+                let requests = &d.requests;
+                self.backend
+                    .send_all(requests, &mut |i| k.apply(&requests[i]))?;
             }
             for drain in d.draining {
                 let since = self.draining_since.get(&drain).copied().unwrap_or(now);

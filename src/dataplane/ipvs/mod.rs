@@ -20,13 +20,15 @@
 //! - [`render`](mod@render): the plan as `ipvsadm -Sn` lines, for `plan --proxy-mode ipvs`;
 //! - [`apply`](mod@apply): the [`IpvsDataplane`](apply::IpvsDataplane): reads the link's
 //!   addresses and the kernel's services on full syncs, binds the service addresses, sends
-//!   [`diff`]'s requests one by one, keeps "last programmed" (an idle sync sends nothing) and
-//!   the draining destinations' clocks; tested on a real IPVS kernel (`tests/ipvs_apply.rs`).
+//!   [`diff`]'s requests many per datagram, keeps "last programmed" (an idle sync sends
+//!   nothing) and the draining destinations' clocks; tested on a real IPVS kernel
+//!   (`tests/ipvs_apply.rs`).
 //!
 //! The mode runs (`cli::run`). Done and still to come:
 //! - at start-up (`cli::run`): [`apply::check_scheduler`], [`sysctls`], the timeouts; done;
-//! - still to come: requests pipelined many per datagram (the core's batch state machine);
-//!   planning only the changed service ports (every sync plans all of them now);
+//! - requests pipelined many per datagram (`Client::send_all`, the core's batch state
+//!   machine); done;
+//! - still to come: planning only the changed service ports (every sync plans all of them);
 //! - [`rules`](mod@rules): the helper rules in our nftables table (masquerade, hairpin, the
 //!   VIP port filter, the guards, source ranges), applied before the virtual services by the
 //!   nftables mode's applier; done;

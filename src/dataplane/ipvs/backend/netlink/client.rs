@@ -5,13 +5,15 @@
 //! The thin I/O: it encodes with [`super::encode`], follows each answer with the core's
 //! [`Dump`] state machine and decodes with [`super::decode`]; the only decisions here are
 //! which errno means what ([`refusal`], pure). Needs `CAP_NET_ADMIN` in the namespace: every
-//! IPVS command, listing included, is an admin command. Pipelining many requests per datagram
-//! is a later step (the applier's); this client is what adoption, tests and tools use.
+//! IPVS command, listing included, is an admin command. [`Client::send_all`] pipelines many
+//! requests per datagram with the core's [`Batch`] state machine: one round trip per
+//! [`PER_DATAGRAM`] requests instead of one each, which is what a cold start at scale pays.
 
 use super::decode::{self, Undecodable};
 use super::encode::Request;
 use super::uapi;
 use super::value::{Destination, ListedDestination, ListedService, Service, ServiceKey, Timeouts};
+use crate::netlink::batch::{Batch, Until};
 use crate::netlink::dump::Dump;
 use crate::netlink::genetlink;
 use crate::netlink::message::{self, FramingError};
@@ -26,6 +28,11 @@ const OPTIONS: Options = Options {
     ext_ack: true,
     receive_buffer: None,
 };
+
+/// Requests per datagram in [`Client::send_all`]. The kernel answers every message of a
+/// datagram before `sendmsg` returns, so their acknowledgements (short: `NETLINK_CAP_ACK`)
+/// must fit the receive buffer at once: 256 of at most a few hundred bytes each do.
+pub const PER_DATAGRAM: usize = 256;
 
 /// `ENOENT`: on adding or changing a service, no scheduler (or persistence engine) module of
 /// that name.
@@ -209,6 +216,49 @@ impl Client {
     /// Sends one request that answers with an acknowledgement (not a dump).
     pub fn send(&mut self, request: &Request) -> Result<(), Error> {
         self.exchange(request, &mut |_| {}).map(drop)
+    }
+
+    /// Sends `requests` in order, [`PER_DATAGRAM`] to a datagram, and calls `accepted` with
+    /// the index of each one the kernel acknowledged. IPVS has no transactions and handles
+    /// every message of a datagram even after one fails, so a refusal is returned once its
+    /// datagram's answers are all read (later ones of that datagram may have been accepted,
+    /// and were reported), and nothing after that datagram is sent.
+    pub fn send_all(
+        &mut self,
+        requests: &[Request],
+        accepted: &mut dyn FnMut(usize),
+    ) -> Result<(), Error> {
+        for (n, chunk) in requests.chunks(PER_DATAGRAM).enumerate() {
+            let base = n * PER_DATAGRAM;
+            let first = self.socket.take_seq();
+            let mut bytes = Vec::with_capacity(chunk.len() * 128);
+            for (i, r) in chunk.iter().enumerate() {
+                bytes.extend(r.encode(self.family, first.wrapping_add(i as u32)));
+            }
+            self.socket
+                .set_next_seq(first.wrapping_add(chunk.len() as u32));
+            let batch = Batch::new(bytes, first, (0..chunk.len()).collect());
+            let (bytes, mut acks) = batch.send(Until::EveryMessage);
+            self.socket.send(&bytes, "requests")?;
+            let mut refused: Option<(usize, i32, Option<String>)> = None;
+            while !acks.done() {
+                let datagram = self.socket.recv("acknowledgements")?;
+                let mut answers = Vec::new();
+                message::each(datagram, |m| answers.extend(acks.receive(&m)))?;
+                for a in answers {
+                    let Some(i) = a.origin else { continue };
+                    if a.errno == 0 {
+                        accepted(base + i);
+                    } else if refused.as_ref().is_none_or(|(j, _, _)| i < *j) {
+                        refused = Some((i, a.errno, a.message));
+                    }
+                }
+            }
+            if let Some((i, errno, message)) = refused {
+                return Err(refusal(&chunk[i], errno, message));
+            }
+        }
+        Ok(())
     }
 
     /// Removes every service of the namespace, ours or not.

@@ -33,7 +33,7 @@ pub mod value;
 #[cfg(test)]
 mod tests;
 
-pub use client::{Client, Error};
+pub use client::{Client, Error, PER_DATAGRAM};
 pub use encode::Request;
 pub use value::{
     Destination, Flags, Forwarding, ListedDestination, ListedService, Protocol, Scheduler, Service,
