@@ -34,6 +34,8 @@
 
 #[path = "support/guest.rs"]
 mod guest;
+#[path = "support/in_guest.rs"]
+mod in_guest;
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -44,6 +46,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use guest::host::helper_process::{self, HelperProcess, RESULT};
+use in_guest::{eventually, icmp_unreachables_sent, output, run};
 
 const NODE_IP: &str = "192.168.77.1";
 const CLIENT_IP: &str = "192.168.77.2";
@@ -207,13 +210,15 @@ fn node() {
 
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         let cluster = format!("{CLUSTER_IP}:{PORT}");
-        let seen = eventually(|| in_netns("cpod", &cluster));
+        let seen = eventually(|| in_guest::client_in(&HELPER, "cpod", &cluster));
         println!("{RESULT}pod to clusterip seen as {seen}");
         let seen = eventually(|| exchange(cluster.parse().unwrap()));
         println!("{RESULT}node to clusterip seen as {seen}");
-        let seen = eventually(|| in_netns("server", &cluster));
+        let seen = eventually(|| in_guest::client_in(&HELPER, "server", &cluster));
         println!("{RESULT}hairpin seen as {seen}");
-        let seen = eventually(|| in_netns("client", &format!("{NODE_IP}:{NODE_PORT}")));
+        let seen = eventually(|| {
+            in_guest::client_in(&HELPER, "client", &format!("{NODE_IP}:{NODE_PORT}"))
+        });
         println!("{RESULT}nodeport from outside seen as {seen}");
 
         // Three connections through the ClusterIP, one through a NodePort.
@@ -248,7 +253,7 @@ fn node() {
             let started = Instant::now();
             let outcome = match from {
                 "node" => exchange(target.parse().unwrap()),
-                ns => in_netns(ns, &target),
+                ns => in_guest::client_in(&HELPER, ns, &target),
             };
             let took = started.elapsed();
             match outcome {
@@ -264,7 +269,7 @@ fn node() {
         );
         println!("{RESULT}no endpoints: reset, no icmp");
 
-        match in_netns("cpod", &format!("{CLUSTER_IP}:{HOST_PORT}")) {
+        match in_guest::client_in(&HELPER, "cpod", &format!("{CLUSTER_IP}:{HOST_PORT}")) {
             Err(e) if e.contains("refused") => {}
             other => panic!("a host port answered on a Service address: {other:?}"),
         }
@@ -321,34 +326,6 @@ fn node() {
     let tables = output("nft", &["list", "tables"]);
     assert!(!tables.contains("kube-proxy-rs"), "{tables}");
     println!("{RESULT}cleanup: nothing left");
-}
-
-/// Tries `probe` until it answers, for up to 60 s (the guest is emulated and slow).
-fn eventually(mut probe: impl FnMut() -> Result<String, String>) -> String {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        match probe() {
-            Ok(seen) => return seen,
-            Err(e) if Instant::now() > deadline => panic!("no answer within 60 s: {e}"),
-            Err(_) => std::thread::sleep(Duration::from_millis(500)),
-        }
-    }
-}
-
-/// The exchange from network namespace `ns`.
-fn in_netns(ns: &str, target: &str) -> Result<String, String> {
-    let out = HELPER
-        .in_netns(ns, &format!("client:{target}"))
-        .output()
-        .map_err(|e| e.to_string())?;
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let line = *helper_process::results(&stdout)
-        .first()
-        .ok_or_else(|| format!("client printed nothing: {stdout}"))?;
-    match line.split_once(' ') {
-        Some(("answered", seen)) => Ok(seen.to_owned()),
-        _ => Err(line.to_owned()),
-    }
 }
 
 /// One TCP connection to `target`: sends a line, returns the source address the server saw.
@@ -599,37 +576,6 @@ fn scrape() -> Result<String, String> {
     let mut body = String::new();
     s.read_to_string(&mut body).map_err(|e| e.to_string())?;
     Ok(body)
-}
-
-/// `Icmp: OutDestUnreachs` of this namespace (`/proc/net/snmp`).
-fn icmp_unreachables_sent() -> u64 {
-    let snmp = std::fs::read_to_string("/proc/net/snmp").expect("/proc/net/snmp");
-    let mut icmp = snmp.lines().filter(|l| l.starts_with("Icmp: "));
-    let (names, values) = (icmp.next().unwrap_or(""), icmp.next().unwrap_or(""));
-    names
-        .split_whitespace()
-        .zip(values.split_whitespace())
-        .find(|(n, _)| *n == "OutDestUnreachs")
-        .and_then(|(_, v)| v.parse().ok())
-        .expect("OutDestUnreachs in /proc/net/snmp")
-}
-
-fn run(cmd: &str) {
-    let words: Vec<&str> = cmd.split(' ').collect();
-    let status = Command::new(words[0])
-        .args(&words[1..])
-        .stdin(Stdio::null())
-        .status()
-        .unwrap_or_else(|e| panic!("{cmd}: {e}"));
-    assert!(status.success(), "{cmd}: {status}");
-}
-
-fn output(cmd: &str, args: &[&str]) -> String {
-    Command::new(cmd)
-        .args(args)
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-        .unwrap_or_else(|e| format!("{cmd}: {e}"))
 }
 
 /// `pair` and `sticky` (annotated with `scheduler`), both with the two server pods as

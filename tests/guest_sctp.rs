@@ -18,14 +18,17 @@
 
 #[path = "support/guest.rs"]
 mod guest;
+#[path = "support/in_guest.rs"]
+mod in_guest;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use guest::host::helper_process::{self, HelperProcess, RESULT};
+use in_guest::{eventually, icmp_unreachables_sent, run};
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
 const NODE_IP: &str = "192.168.77.1";
@@ -149,7 +152,7 @@ fn node() {
         let seen = eventually(|| exchange(cluster));
         println!("{RESULT}clusterip from {seen}");
         let node_port = format!("{NODE_IP}:{NODE_PORT}");
-        let seen = eventually(|| in_client(&node_port));
+        let seen = eventually(|| in_guest::client_in(&HELPER, "client", &node_port));
         println!("{RESULT}nodeport from {seen}");
         let refused: SocketAddr = format!("{NO_ENDPOINTS_IP}:{PORT}").parse().unwrap();
         // The rules reject with an ICMP error (SCTP has no RST). Without IP_RECVERR the
@@ -176,34 +179,6 @@ fn node() {
             .unwrap_or_default();
         eprintln!("proxy log:\n{log}\nnft list ruleset:\n{ruleset}");
         std::panic::resume_unwind(panic);
-    }
-}
-
-/// Tries `probe` until it answers, for up to 60 s (the guest is emulated and slow).
-fn eventually(mut probe: impl FnMut() -> Result<String, String>) -> String {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        match probe() {
-            Ok(seen) => return seen,
-            Err(e) if Instant::now() > deadline => panic!("no answer within 60 s: {e}"),
-            Err(_) => std::thread::sleep(Duration::from_millis(500)),
-        }
-    }
-}
-
-/// The exchange from the client namespace.
-fn in_client(target: &str) -> Result<String, String> {
-    let out = HELPER
-        .in_netns("client", &format!("client:{target}"))
-        .output()
-        .map_err(|e| e.to_string())?;
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let line = *helper_process::results(&stdout)
-        .first()
-        .ok_or_else(|| format!("client printed nothing: {stdout}"))?;
-    match line.split_once(' ') {
-        Some(("answered", seen)) => Ok(seen.to_owned()),
-        _ => Err(line.to_owned()),
     }
 }
 
@@ -250,29 +225,6 @@ fn serve() {
         let _ = stream.read(&mut buf);
         let _ = stream.write_all(format!("saw {peer}\n").as_bytes());
     }
-}
-
-/// `Icmp: OutDestUnreachs` of this namespace (`/proc/net/snmp`).
-fn icmp_unreachables_sent() -> u64 {
-    let snmp = std::fs::read_to_string("/proc/net/snmp").expect("/proc/net/snmp");
-    let mut icmp = snmp.lines().filter(|l| l.starts_with("Icmp: "));
-    let (names, values) = (icmp.next().unwrap_or(""), icmp.next().unwrap_or(""));
-    names
-        .split_whitespace()
-        .zip(values.split_whitespace())
-        .find(|(n, _)| *n == "OutDestUnreachs")
-        .and_then(|(_, v)| v.parse().ok())
-        .expect("OutDestUnreachs in /proc/net/snmp")
-}
-
-fn run(cmd: &str) {
-    let words: Vec<&str> = cmd.split(' ').collect();
-    let status = Command::new(words[0])
-        .args(&words[1..])
-        .stdin(Stdio::null())
-        .status()
-        .unwrap_or_else(|e| panic!("{cmd}: {e}"));
-    assert!(status.success(), "{cmd}: {status}");
 }
 
 /// The cluster the guest's proxy reads: its Node, a ClusterIP + NodePort SCTP Service with the

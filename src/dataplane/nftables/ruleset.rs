@@ -59,6 +59,23 @@ impl Ruleset {
         }
     }
 
+    /// Adds empty base chains: (name, type, hook, priority) each.
+    pub fn add_base_chains(&mut self, chains: &[(&'static str, ChainType, Hook, i32)]) {
+        for &(name, kind, hook, priority) in chains {
+            self.chains.insert(
+                Name::fixed(name),
+                Chain {
+                    base: Some(BaseChain {
+                        kind,
+                        hook,
+                        priority,
+                    }),
+                    rules: Vec::new(),
+                },
+            );
+        }
+    }
+
     /// Kernel objects this state consists of (chains, rules, sets, elements), for reports.
     pub fn objects(&self) -> usize {
         self.chains

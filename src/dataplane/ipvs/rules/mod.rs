@@ -33,8 +33,8 @@ use super::names::rules as r;
 use crate::cluster::{NodeContext, Protocol};
 use crate::dataplane::nftables::names::{self as n, Name};
 use crate::dataplane::nftables::ruleset::{
-    BaseChain, Chain, ChainType, Comment, CtState, Data, DataKind, Element, Family, Field, Hook,
-    Kind, Match, Rule, Ruleset, Set, SetDecl, Statement, Tuple, Value, Verdict, priority,
+    ChainType, Comment, CtState, Data, DataKind, Element, Family, Field, Hook, Kind, Match, Rule,
+    Ruleset, Set, SetDecl, Statement, Tuple, Value, Verdict, priority,
 };
 use crate::dataplane::node::Local;
 
@@ -273,19 +273,7 @@ fn base_chains(b: &mut Builder, cfg: &ModeConfig) {
             priority::FILTER,
         ),
     ];
-    for (name, kind, hook, priority) in table {
-        b.rules.chains.insert(
-            Name::fixed(name),
-            Chain {
-                base: Some(BaseChain {
-                    kind,
-                    hook,
-                    priority,
-                }),
-                rules: Vec::new(),
-            },
-        );
-    }
+    b.rules.add_base_chains(&table);
     let new = || vec![Match::CtState(CtState::New)];
     b.push(n::NAT_PREROUTING, vec![], vmap(&FRONTEND, n::SERVICE_IPS));
     b.push(n::NAT_OUTPUT, vec![], vmap(&FRONTEND, n::SERVICE_IPS));

@@ -13,8 +13,8 @@ use super::Builder;
 use crate::cluster::{IpFamily, Protocol};
 use crate::dataplane::nftables::names::{self as n, FrontendKind, Name};
 use crate::dataplane::nftables::ruleset::{
-    BaseChain, Chain, ChainType, Comment, CtState, Data, DataKind, Field, Hook, Kind, Match, Set,
-    SetDecl, Statement, Tuple, Value, Verdict, priority,
+    ChainType, Comment, CtState, Data, DataKind, Field, Hook, Kind, Match, Set, SetDecl, Statement,
+    Tuple, Value, Verdict, priority,
 };
 use crate::dataplane::node::{Local, NodePortMatch};
 
@@ -226,19 +226,7 @@ fn base_chains(b: &mut Builder) {
             priority::FILTER,
         ),
     ];
-    for (name, kind, hook, priority) in table {
-        b.rules.chains.insert(
-            Name::fixed(name),
-            Chain {
-                base: Some(BaseChain {
-                    kind,
-                    hook,
-                    priority,
-                }),
-                rules: Vec::new(),
-            },
-        );
-    }
+    b.rules.add_base_chains(&table);
     let jump = |to: &'static str| vec![Statement::Verdict(Verdict::Jump(Name::fixed(to)))];
     let new = || vec![Match::CtState(CtState::New)];
     b.push(n::NAT_PREROUTING, vec![], jump(n::SERVICES));
