@@ -19,8 +19,7 @@
 //!
 //! IPVS has no transactions: a request the kernel refuses stops the sync after its datagram
 //! (the requests the kernel took stay, and are known), and the next sync (full) repairs from a
-//! fresh read. The previous virtual services
-//! stay in place meanwhile.
+//! fresh read. The previous virtual services stay in place meanwhile.
 //!
 //! The one clock in a mode: graceful termination bounds how long a destination may drain
 //! ([`ModeConfig::drain_limit`]), so the dataplane is given a [`Clock`] (a fixed one in tests).
@@ -356,7 +355,8 @@ impl<B: Backend, C: Clock, R: nftables::Backend> IpvsDataplane<B, C, R> {
         let changes = link::address_changes(&addresses.bound, &wanted, &addresses.elsewhere);
         let bound = link::addresses::wanted(&wanted, &addresses.elsewhere);
         let tables = super::rules_all(&want, &self.cfg, &snapshot.node, &bound);
-        let rule_ops = self.apply_rules(&tables, full)?;
+        let table_objects: Vec<usize> = tables.iter().map(Ruleset::objects).collect();
+        let rule_ops = self.apply_rules(tables, full)?;
         if !changes.is_empty() {
             self.backend.update_addresses(&link, &changes)?;
         }
@@ -404,7 +404,7 @@ impl<B: Backend, C: Clock, R: nftables::Backend> IpvsDataplane<B, C, R> {
             families.push(FamilyReport {
                 family: Some(w.family),
                 operations: d.requests.len() + address_ops + rule_ops[i],
-                objects: w.objects() + tables[i].objects(),
+                objects: w.objects() + table_objects[i],
                 no_local_endpoints_internal: internal,
                 no_local_endpoints_external: external,
                 iptables_rules: None,
@@ -453,18 +453,20 @@ impl<B: Backend, C: Clock, R: nftables::Backend> IpvsDataplane<B, C, R> {
 
     /// Makes the kernel's helper tables `tables`: adopted from a fresh read on full syncs, the
     /// difference from the last applied ones otherwise. Operations per family.
-    fn apply_rules(&mut self, tables: &[Ruleset], full: bool) -> Result<[usize; 2], Error> {
+    /// The tables are kept as "last applied" (moved, never copied: at scale they hold every
+    /// frontend).
+    fn apply_rules(&mut self, tables: Vec<Ruleset>, full: bool) -> Result<[usize; 2], Error> {
         let last = self.tables.take();
         let report = match &last {
             Some(last) if !full && !self.rules.needs_full() => {
                 let transactions: Vec<nftables::Transaction> = last
                     .iter()
-                    .zip(tables)
+                    .zip(&tables)
                     .map(|(l, w)| nftables::diff(l, w))
                     .collect();
                 self.rules.send(&transactions)?
             }
-            _ => self.rules.adopt(tables, last.as_deref())?,
+            _ => self.rules.adopt(&tables, last.as_deref())?,
         };
         if report.repaired {
             self.drift.repaired();
@@ -473,7 +475,7 @@ impl<B: Backend, C: Clock, R: nftables::Backend> IpvsDataplane<B, C, R> {
                 "repaired the IPVS helper rules after an outside change"
             );
         }
-        self.tables = Some(tables.to_vec());
+        self.tables = Some(tables);
         let mut ops = [0; 2];
         for (family, n) in report.operations {
             let i = IpFamily::ALL
