@@ -322,7 +322,12 @@ impl<B: Backend, C: Clock, R: nftables::Backend> IpvsDataplane<B, C, R> {
         self.draining_since.keys()
     }
 
-    fn try_sync(&mut self, snapshot: &Snapshot, full: bool) -> Result<SyncReport, Error> {
+    fn try_sync(
+        &mut self,
+        snapshot: &Snapshot,
+        changes: &Changes,
+        full: bool,
+    ) -> Result<SyncReport, Error> {
         let outside = self.drift.take_pending();
         let previous = if full || outside {
             None
@@ -343,7 +348,7 @@ impl<B: Backend, C: Clock, R: nftables::Backend> IpvsDataplane<B, C, R> {
                 (link, addresses, [a?, b?])
             }
         };
-        self.probe_annotated_schedulers(snapshot)?;
+        self.probe_annotated_schedulers(snapshot, (!full).then_some(changes))?;
         let host = HostAddresses(addresses.elsewhere.clone());
         let want: [Desired; 2] = IpFamily::ALL.map(|f| plan(snapshot, &self.cfg, f, &host));
 
@@ -424,12 +429,30 @@ impl<B: Backend, C: Clock, R: nftables::Backend> IpvsDataplane<B, C, R> {
 
     /// Probes, once each, the schedulers Services' annotations name besides the node's. One the
     /// kernel lacks is logged once and remembered, and its Services get the node's scheduler:
-    /// a Service's choice never fails the sync of the others.
-    fn probe_annotated_schedulers(&mut self, snapshot: &Snapshot) -> Result<(), Error> {
-        let named: BTreeSet<&'static str> = snapshot
-            .ports
-            .values()
-            .filter_map(|s| s.port.ipvs_scheduler.map(|c| c.name))
+    /// a Service's choice never fails the sync of the others. Looks at every port on full
+    /// syncs, and only at the `changed` ones otherwise (the runner merges the changes of failed
+    /// syncs into the next), so a steady sync does not walk 50,000 ports for it.
+    fn probe_annotated_schedulers(
+        &mut self,
+        snapshot: &Snapshot,
+        changed: Option<&Changes>,
+    ) -> Result<(), Error> {
+        let choices: Vec<_> = match changed {
+            Some(c) => c
+                .ports
+                .iter()
+                .filter_map(|name| snapshot.ports.get(name))
+                .filter_map(|s| s.port.ipvs_scheduler)
+                .collect(),
+            None => snapshot
+                .ports
+                .values()
+                .filter_map(|s| s.port.ipvs_scheduler)
+                .collect(),
+        };
+        let named: BTreeSet<&'static str> = choices
+            .into_iter()
+            .map(|c| c.name)
             .filter(|n| *n != self.cfg.scheduler.as_str() && !self.probed.contains(n))
             .collect();
         for name in named {
@@ -513,10 +536,10 @@ impl<B: Backend, C: Clock, R: nftables::Backend> Dataplane for IpvsDataplane<B, 
     fn sync(
         &mut self,
         snapshot: &Snapshot,
-        _changes: &Changes,
+        changes: &Changes,
         full: bool,
     ) -> Result<SyncReport, SyncError> {
-        self.try_sync(snapshot, full).map_err(|e| {
+        self.try_sync(snapshot, changes, full).map_err(|e| {
             self.programmed = None;
             self.tables = None;
             match e {
