@@ -301,11 +301,6 @@ impl<B: Backend, C: Clock, R: nftables::Backend> IpvsDataplane<B, C, R> {
         &mut self.backend
     }
 
-    /// The helper rules' backend, for tests that fail it on demand.
-    pub fn rules_backend_mut(&mut self) -> &mut R {
-        self.rules.backend_mut()
-    }
-
     /// Which service port each programmed virtual service serves, shared with the metrics'
     /// [`KernelTraffic`](super::traffic::KernelTraffic).
     pub fn owners(&self) -> Owners {
