@@ -1,6 +1,6 @@
-//! The IPVS dataplane against a real IPVS kernel (issue 19): one boot of the qemu guest with
-//! Debian's kernel (`support/guest.rs`; the User-mode Linux kernel has IPVS but no nf_tables
-//! NAT for the helper rules) re-runs this binary inside it (`ipvs_apply_helper_process`), which
+//! The IPVS dataplane against a real IPVS kernel (issue 19): one boot of the User-mode Linux
+//! kernel (`support/uml.rs`, with IPVS and nf_tables built in) re-runs this binary inside it
+//! (`ipvs_apply_helper_process`), which
 //! programs the example cluster into a network namespace of its own (`ipa-…`, removed when the
 //! case ends, also on failure) and checks, with `ipvsadm`, `ip` and `nft`:
 //! - the first sync programs every virtual service and destination of the plan (as `ipvsadm
@@ -24,10 +24,10 @@
 
 #[path = "support/example_cluster.rs"]
 mod example_cluster;
-#[path = "support/guest.rs"]
-mod guest;
 #[path = "../src/testing/synthetic.rs"]
 mod synthetic;
+#[path = "support/uml.rs"]
+mod uml;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -35,8 +35,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use example_cluster::{example, without_one_web_endpoint};
-use guest::host::NetNs;
-use guest::host::helper_process::{HelperProcess, RESULT};
 use kube_proxy_rs::cluster::Changes;
 use kube_proxy_rs::config::NftablesEncoder;
 use kube_proxy_rs::dataplane::Dataplane;
@@ -51,14 +49,15 @@ use kube_proxy_rs::dataplane::ipvs::backend::netlink::{Scheduler, Timeouts};
 use kube_proxy_rs::dataplane::ipvs::{HostAddresses, ModeConfig, plan_all, render_all};
 use kube_proxy_rs::dataplane::monitor::Drift;
 use kube_proxy_rs::dataplane::nftables::{self, Backend as _};
+use uml::host::NetNs;
+use uml::host::helper_process::{HelperProcess, RESULT};
 
 const MODULES: &[&str] = &["dummy", "ip_vs", "ip_vs_rr"];
 const CASES: &[&str] = &["scheduler-check", "sync"];
 
 #[test]
 fn the_ipvs_dataplane_programs_adopts_and_drains_on_a_real_ipvs_kernel() {
-    let modules: Vec<&str> = MODULES.iter().chain(guest::NFT_MODULES).copied().collect();
-    guest::run_cases(&modules, &HELPER, "guest", CASES, Duration::from_secs(600));
+    uml::run_cases(MODULES, &HELPER, "guest", CASES, Duration::from_secs(300));
 }
 
 const HELPER: HelperProcess = HelperProcess::new("ipvs_apply_helper_process");

@@ -14,7 +14,7 @@ use crate::testenv::{ChildGuard, TestEnv, bridge_apiserver};
 /// programs rules: the suite then holds ours to every scenario upstream passes.
 pub fn ours_known_gap(mode: Mode) -> Option<&'static str> {
     match mode {
-        Mode::Nftables | Mode::Iptables => None,
+        Mode::Nftables | Mode::Iptables | Mode::Ipvs => None,
     }
 }
 
@@ -23,6 +23,8 @@ pub fn ours_known_gap(mode: Mode) -> Option<&'static str> {
 pub enum Mode {
     Nftables,
     Iptables,
+    /// Needs a kernel with IPVS: runs in the UML guest (`lab_uml.rs`).
+    Ipvs,
 }
 
 impl Mode {
@@ -30,6 +32,7 @@ impl Mode {
         match self {
             Mode::Nftables => "nftables",
             Mode::Iptables => "iptables",
+            Mode::Ipvs => "ipvs",
         }
     }
 }

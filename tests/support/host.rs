@@ -22,12 +22,18 @@ pub mod helper_process;
 mod netns;
 pub use netns::*;
 
+/// Overrides where [`scratch_dir`] is: a test binary re-run inside a UML guest keeps its
+/// scratch files on the guest's own tmpfs (and guests' small pids would collide on the host).
+pub const SCRATCH_VAR: &str = "KPRS_SCRATCH_DIR";
+
 /// This test binary's scratch directory for process logs and state,
-/// `target/tmp/testenv/<binary>-<pid>` (the place `docs/testing.md` names), created.
+/// `target/tmp/testenv/<binary>-<pid>` (the place `docs/testing.md` names) unless
+/// [`SCRATCH_VAR`] names another, created.
 pub fn scratch_dir() -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-        .join("testenv")
-        .join(format!("{}-{}", exe_name(), std::process::id()));
+    let base = std::env::var_os(SCRATCH_VAR)
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("testenv"));
+    let dir = base.join(format!("{}-{}", exe_name(), std::process::id()));
     std::fs::create_dir_all(&dir).expect("create scratch dir");
     dir
 }

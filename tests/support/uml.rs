@@ -1,14 +1,21 @@
-//! A User-mode Linux kernel for tests of what this host's kernel lacks (IPVS first): Debian's
-//! `linux.uml` (6.1) runs as an ordinary process, no emulation and no KVM, with the host's `/`
-//! as its root over hostfs, so the test binary and the host's tools run in it unchanged
-//! (`notes/uml.md`). One boot takes about five seconds.
+//! A User-mode Linux kernel for tests of what this host's kernel lacks (IPVS first): a 6.1
+//! kernel built as a UML binary runs as an ordinary process, no emulation and no KVM, with the
+//! host's `/` as its root over hostfs, so the test binary and the host's tools run in it
+//! unchanged. One boot takes about a second.
+//!
+//! The kernel is built from Debian's `linux-source-6.1` by `tests/uml/build-kernel.sh` with
+//! `tests/uml/kernel.config`, everything built in: Debian's own `user-mode-linux` package has no
+//! nf_tables for ip, ip6 or inet, which our nftables mode and IPVS mode's helper rules need.
+//! [`Uml::find`] runs that script (once per test binary; it returns at once when the build for
+//! these inputs is cached, and builds it, about five minutes, when not).
 //!
 //! [`Uml::run`] writes an init script to a scratch directory, boots the kernel on it and
 //! returns what the guest printed and the command's exit status. The init script mounts
 //! `/proc`, `/sys` and a tmpfs on `/run` (and on `/tmp` when the checkout is not under it),
-//! links the package's modules into a tree on that tmpfs and points the kernel's module loader
-//! at it (so the kernel's own `request_module`, e.g. for an IPVS scheduler, finds them too),
-//! loads the modules asked for, runs the command, prints `UML-EXIT=<status>` and powers off.
+//! copies the kernel's `modules.builtin` into a module tree on that tmpfs (the host may have no
+//! `/lib/modules`, and nothing is written on the host) and points the kernel's module loader at
+//! a `modprobe -d` wrapper, "loads" the modules asked for (each is built in; the call checks
+//! that the build has it), runs the command, prints `UML-EXIT=<status>` and powers off.
 //!
 //! What it guarantees: the kernel runs in a process group of its own, killed (by its id) when
 //! the run ends, times out or the test panics; the scratch directory (script, the kernel's
@@ -19,13 +26,19 @@
 //! On a host whose XSAVE area is larger than UML 6.1 knows (AVX-512, AMX) the kernel refuses
 //! UML's register writes and the guest's init dies at once ("ptrace set fp regs failed,
 //! errno = 14"); the kernel then runs with `uml_xstate_shim.c` preloaded, built here with the
-//! host's C compiler, which pads those writes to the host's size. The guest's glibc is told
-//! not to use AVX-512 (`GLIBC_TUNABLES`), whose registers UML does not switch between threads.
+//! host's C compiler, which pads those writes to the host's size. The guest's glibc and Go
+//! programs are told not to use AVX-512 (`GLIBC_TUNABLES`, `GODEBUG`), whose registers UML does
+//! not switch between threads (seen: kube-apiserver dying in its `init` with a corrupted map).
+//! The guest is named `uml`: the API server puts the host name in a label, and `(none)` is not
+//! a valid one.
 //!
-//! Needs `linux.uml` (Debian's `user-mode-linux` package; `.ci/run` installs it), `cc`, and room in
-//! `/dev/shm`, which backs the guest's memory. Without `linux.uml` [`Uml::find`] says so and
-//! the caller skips, unless [`REQUIRE_VAR`] is set (as `.ci/run` does): then it fails.
+//! Needs what the build needs (`.ci/run` installs it and builds the kernel up front), `cc`, and
+//! room in `/dev/shm`, which backs the guest's memory. When the kernel cannot be had
+//! [`Uml::find`] says why and the caller skips, unless [`REQUIRE_VAR`] is set (as `.ci/run`
+//! does): then it fails.
 //! Includes `host.rs` (as `uml::host`) for the helper process a test starts in the guest.
+
+#![allow(dead_code)] // each test binary uses a different part of this module
 
 #[path = "host.rs"]
 pub mod host;
@@ -37,21 +50,19 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-/// Debian's UML kernel.
-const KERNEL: &str = "/usr/bin/linux.uml";
-/// Its modules, one folder per kernel version.
-const MODULES: &str = "/usr/lib/uml/modules";
-/// The guest's memory, in MiB.
+/// Builds (or finds, cached) the kernel and prints its path.
+const BUILD: &str = "tests/uml/build-kernel.sh";
+/// The guest's memory, in MiB, unless a caller asks for more ([`Uml::with_memory`]).
 const MEMORY_MIB: u64 = 512;
 /// What the init script prints after the command, with its exit status.
 const EXIT_MARKER: &str = "UML-EXIT=";
-/// Set (to anything) where the tests must run, not skip, without `linux.uml`: `.ci/run`.
+/// Set (to anything) where the tests must run, not skip, without a kernel: `.ci/run`.
 pub const REQUIRE_VAR: &str = "KPRS_REQUIRE_UML";
 
 /// Boots the guest once and re-runs the test binary in it as `helper` in `role`, which runs
 /// `cases` in order and prints `<case> ok` after each; fails unless the guest exited 0 and every
 /// case reported so, in order. Returns the guest's other result lines (timings, captures), or
-/// `None` when the test is skipped (no `linux.uml`, see [`Uml::find`]).
+/// `None` when the test is skipped (no kernel, see [`Uml::find`]).
 pub fn run_cases(
     modules: &[&str],
     helper: &host::helper_process::HelperProcess,
@@ -76,10 +87,12 @@ pub fn run_cases(
 }
 
 /// The UML kernel, found.
+#[derive(Clone)]
 pub struct Uml {
     kernel: PathBuf,
-    /// The module folder's version (`6.1.176`).
-    version: String,
+    /// `lib/modules/<release>` of the build: `modules.builtin` and what depmod made of it.
+    modules: PathBuf,
+    memory_mib: u64,
 }
 
 /// What one boot printed, and the command's exit status when it got that far.
@@ -94,33 +107,69 @@ pub struct UmlRun {
 
 impl Uml {
     /// The kernel, or `None` after saying why the caller skips. Fails instead when
-    /// [`REQUIRE_VAR`] is set, or when the package is there but broken.
+    /// [`REQUIRE_VAR`] is set, or when the build is there but broken. Builds it on first use
+    /// (see the module doc); one build at a time, however many test binaries ask.
     pub fn find() -> Option<Uml> {
-        let kernel = PathBuf::from(KERNEL);
-        if !kernel.is_file() {
-            let why = format!(
-                "{KERNEL} is missing: `apt-get install --no-install-recommends user-mode-linux` \
-                 (as .ci/run does) to run this test"
-            );
-            assert!(
-                std::env::var_os(REQUIRE_VAR).is_none(),
-                "{why} ({REQUIRE_VAR} is set)"
-            );
-            eprintln!("SKIPPED: {why}");
-            return None;
-        }
-        let version = std::fs::read_dir(MODULES)
-            .unwrap_or_else(|e| panic!("{KERNEL} is installed but {MODULES} is not: {e}"))
-            .filter_map(|e| e.ok()?.file_name().into_string().ok())
-            .max()
-            .unwrap_or_else(|| panic!("no module folder in {MODULES}"));
-        Some(Uml { kernel, version })
+        static FOUND: std::sync::OnceLock<Result<PathBuf, String>> = std::sync::OnceLock::new();
+        let found = FOUND.get_or_init(|| {
+            let script = Path::new(env!("CARGO_MANIFEST_DIR")).join(BUILD);
+            let out = Command::new(&script)
+                .stdin(Stdio::null())
+                .stderr(Stdio::inherit())
+                .output()
+                .map_err(|e| format!("run {}: {e}", script.display()))?;
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            match stdout.lines().last() {
+                Some(path) if out.status.success() => Ok(PathBuf::from(path.trim())),
+                _ => Err(format!(
+                    "{} failed ({}): the UML kernel could not be built (it needs apt-get, \
+                     make, gcc, flex, bison and bc; .ci/run installs them)",
+                    script.display(),
+                    out.status
+                )),
+            }
+        });
+        let kernel = match found {
+            Ok(kernel) => kernel.clone(),
+            Err(why) => {
+                assert!(
+                    std::env::var_os(REQUIRE_VAR).is_none(),
+                    "{why} ({REQUIRE_VAR} is set)"
+                );
+                eprintln!("SKIPPED: {why}");
+                return None;
+            }
+        };
+        let dir = kernel.parent().expect("the kernel's folder");
+        let stamp = std::fs::read_to_string(dir.join("stamp"))
+            .unwrap_or_else(|e| panic!("{}: no stamp: {e}", dir.display()));
+        let release = stamp
+            .lines()
+            .find_map(|l| l.strip_prefix("release="))
+            .unwrap_or_else(|| panic!("{}/stamp names no release", dir.display()));
+        let modules = dir.join("modroot/lib/modules").join(release);
+        assert!(
+            modules.join("modules.builtin").is_file(),
+            "{} has no modules.builtin",
+            modules.display()
+        );
+        Some(Uml {
+            kernel,
+            modules,
+            memory_mib: MEMORY_MIB,
+        })
+    }
+
+    /// The same kernel, booted with `mib` MiB of memory (a whole lab needs about 3 GiB).
+    pub fn with_memory(mut self, mib: u64) -> Uml {
+        self.memory_mib = mib;
+        self
     }
 
     /// Boots the kernel, loads `modules`, runs `command` (a shell line) as the guest's root
     /// in `cwd`, and returns what the guest printed. The guest is killed after `limit`.
     pub fn run(&self, modules: &[&str], cwd: &Path, command: &str, limit: Duration) -> UmlRun {
-        require_shm_room();
+        require_shm_room(self.memory_mib);
         let scratch = Scratch::new();
         let init = scratch.dir.join("init.sh");
         std::fs::write(&init, self.init_script(modules, cwd, command)).expect("write init script");
@@ -130,7 +179,7 @@ impl Uml {
         let mut child = Command::new(&self.kernel);
         child
             .env("LD_PRELOAD", xstate_shim(&scratch.dir))
-            .arg(format!("mem={MEMORY_MIB}M"))
+            .arg(format!("mem={}M", self.memory_mib))
             .args(["root=/dev/root", "rootfstype=hostfs", "rootflags=/", "rw"])
             .arg(format!("init={}", init.display()))
             .args(["con=null", "con0=null,fd:1", "quiet"])
@@ -145,7 +194,7 @@ impl Uml {
         let mut guest = Guest(
             child
                 .spawn()
-                .unwrap_or_else(|e| panic!("start {KERNEL}: {e}")),
+                .unwrap_or_else(|e| panic!("start {}: {e}", self.kernel.display())),
         );
         let mut stdout = guest.0.stdout.take().expect("piped stdout");
         let mut stderr = guest.0.stderr.take().expect("piped stderr");
@@ -188,7 +237,11 @@ impl Uml {
     }
 
     fn init_script(&self, modules: &[&str], cwd: &Path, command: &str) -> String {
-        let v = &self.version;
+        let release = self
+            .modules
+            .file_name()
+            .expect("a release")
+            .to_string_lossy();
         // A tmpfs over /tmp would hide a checkout (or a test binary) that lives there.
         let under_tmp =
             cwd.starts_with("/tmp") || std::env::current_exe().is_ok_and(|e| e.starts_with("/tmp"));
@@ -202,32 +255,34 @@ impl Uml {
 # PID 1 of a test's UML guest, written by tests/support/uml.rs.
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 export GLIBC_TUNABLES=glibc.cpu.hwcaps=-AVX512F,-AVX512VL,-AVX512BW,-AVX512DQ,-AVX512CD
+export GODEBUG=cpu.avx512f=off,cpu.avx512bw=off,cpu.avx512vl=off
 fail() {{ echo "UML-SETUP-FAILED: $1"; poweroff -f; exit 1; }}
 mount -t proc proc /proc || fail proc
 mount -t sysfs sys /sys || fail sysfs
 mount -t tmpfs run /run || fail 'tmpfs on /run'
 {tmp}export HOME=/run TMPDIR=/run
 mkdir -p /run/netns /run/modroot/lib/modules
-cp -as {MODULES}/{v} /run/modroot/lib/modules/ || fail 'module tree'
-depmod -b /run/modroot {v} || fail depmod
+cp -r {modules_dir} /run/modroot/lib/modules/{release} || fail 'module tree'
 printf '#!/bin/sh\nexec /sbin/modprobe -d /run/modroot "$@"\n' > /run/modprobe
 chmod +x /run/modprobe
 echo /run/modprobe > /proc/sys/kernel/modprobe
 for m in {modules}; do /run/modprobe "$m" || fail "modprobe $m"; done
 ip link set lo up
+hostname uml
 cd {cwd} || fail 'cd {cwd}'
 {command}
 echo "{EXIT_MARKER}$?"
 poweroff -f
 "#,
             modules = modules.join(" "),
+            modules_dir = self.modules.display(),
             cwd = cwd.display(),
         )
     }
 }
 
 /// Fails the test when `/dev/shm`, where the guest's memory lives, has too little room.
-fn require_shm_room() {
+fn require_shm_room(memory_mib: u64) {
     let out = host::stdout_of(Command::new("df").args(["-Pk", "/dev/shm"]));
     let free_kib: u64 = out
         .lines()
@@ -235,7 +290,7 @@ fn require_shm_room() {
         .and_then(|l| l.split_whitespace().nth(3))
         .and_then(|n| n.parse().ok())
         .unwrap_or(0);
-    let need_kib = (MEMORY_MIB + 64) * 1024;
+    let need_kib = (memory_mib + 64) * 1024;
     assert!(
         free_kib >= need_kib,
         "/dev/shm has {free_kib} KiB free; a UML guest needs {need_kib} KiB"

@@ -321,6 +321,28 @@ pub async fn ignored(lab: &Lab) -> Result<(), String> {
     let other_vip: SocketAddr = addr(cluster_ip(&other), 80);
     lab.all_fail(From::Pod(lab.pod("n2-b")), Proto::Tcp, other_vip, 2, &[])
         .await?;
+    if lab.proxy.mode() == crate::lab::Mode::Ipvs {
+        // Upstream's IPVS state names no Service (its ipsets and rules are per kind, not per
+        // Service): judge by the virtual servers.
+        let canary_ip = cluster_ip(&canary).to_string();
+        let other_ip = other_vip.ip().to_string();
+        for node in &lab.topo.nodes {
+            let servers = node.ns.try_output("ipvsadm", &["-Sn"]).unwrap_or_default();
+            if !servers.contains(&format!("{canary_ip}:80")) {
+                return Err(format!(
+                    "node {}: no virtual server for the canary {canary_ip}:80",
+                    node.index + 1
+                ));
+            }
+            if servers.contains(&format!("{other_ip}:80")) {
+                return Err(format!(
+                    "node {}: a virtual server for s22-other {other_ip}:80",
+                    node.index + 1
+                ));
+            }
+        }
+        return Ok(());
+    }
     for node in &lab.topo.nodes {
         let rules = ruleset(&node.ns);
         if !rules.contains("s22-canary") {

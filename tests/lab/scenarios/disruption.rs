@@ -8,9 +8,23 @@ use std::time::Duration;
 
 use serde_json::json;
 
+use super::report::Expect;
 use super::{cluster_ip, reaches_exactly, service};
 use crate::lab::client::{From, Outcome, addr, replies, request};
-use crate::lab::{Lab, Proto};
+use crate::lab::{Lab, Mode, Proto, Proxy};
+
+/// Why a proxy may not move the stream within the window.
+pub fn udp_endpoint_replaced_expect(proxy: Proxy) -> Expect {
+    match proxy {
+        Proxy::Upstream { mode: Mode::Ipvs } => Expect::Either(
+            "upstream's ipvs mode runs only in the UML guest, where its syncs take seconds (each \
+             execs ipset and iptables-restore, on one CPU shared with two more proxies and the \
+             API server): the stream moved about 7 s after the change in one full suite, and not \
+             within 24 s right after the lab started in another run",
+        ),
+        _ => Expect::Pass,
+    }
+}
 
 /// Scenario 18: a client streaming UDP from one socket to a ClusterIP is moved to the new
 /// endpoint when its endpoint is replaced (the proxy clears the stale conntrack entry; the old
@@ -38,7 +52,11 @@ pub async fn udp_endpoint_replaced(lab: &Lab) -> Result<(), String> {
     })
     .await?;
 
-    let mut stream = request(Proto::Udp, target, 80);
+    // 8 s of datagrams, longer where checks wait longer (a UML guest's slow proxies).
+    let datagrams = u32::try_from(lab.settle().as_secs() * 4)
+        .unwrap_or(u32::MAX)
+        .max(80);
+    let mut stream = request(Proto::Udp, target, datagrams);
     stream.interval_ms = 100;
     stream.timeout_ms = 500;
     stream.same_socket = true;

@@ -28,8 +28,9 @@ const STARTUP_XFAIL: Duration = Duration::from_secs(5);
 /// runs with there, so only a proxy that watches the kernel passes.
 const RESTORED_WITHIN: Duration = Duration::from_secs(5);
 /// Node 1's sync period in scenario 20 (`--iptables-sync-period`, which upstream's iptables
-/// canary monitor also polls at).
+/// canary monitor also polls at; `--ipvs-sync-period` in ipvs mode).
 const SYNC_PERIOD_20: &str = "--iptables-sync-period=60s";
+const IPVS_SYNC_PERIOD_20: &str = "--ipvs-sync-period=60s";
 /// The IPv4 service CIDR of the testenv API server, which scenario 24 routes from the client.
 const SERVICE_CIDR: &str = "10.96.0.0/12";
 
@@ -126,13 +127,24 @@ pub fn rules_deleted_expect(proxy: Proxy) -> Expect {
             "upstream iptables checks its canary chains every --iptables-sync-period (60 s here), \
              so a firewall reload is repaired only then",
         ),
+        Proxy::Upstream { mode: Mode::Ipvs } => Expect::Fail(
+            "IPVS sends no notification when another program flushes it (`ipvsadm -C`): upstream \
+             restores the virtual servers at its next --ipvs-sync-period (60 s here)",
+        ),
+        Proxy::Ours { mode: Mode::Ipvs } => Expect::Either(
+            "IPVS sends no notification when another program flushes it (`ipvsadm -C`): ours \
+             repairs at the first sync that finds the kernel differs (a failed request makes the \
+             next sync a full one), which other Services' changes often bring within seconds, \
+             and otherwise at the next --ipvs-sync-period (60 s here)",
+        ),
         Proxy::Ours { .. } => Expect::Pass,
     }
 }
 
 /// Scenario 20: another program deletes the proxy's rules on node 1 (nftables: its whole
 /// table; iptables: a firewall reload flushing and deleting every chain of mangle, nat and
-/// filter); a pod on node 1 reaches the Service again within [`RESTORED_WITHIN`].
+/// filter; ipvs: `ipvsadm -C`, every virtual server gone); a pod on node 1 reaches the Service
+/// again within [`RESTORED_WITHIN`].
 ///
 /// Node 1's proxy runs with a sync period of 60 s ([`SYNC_PERIOD_20`]; every proxy gets the
 /// same flags), so a proxy that only repairs at its periodic sync (or polls a canary at that
@@ -140,7 +152,7 @@ pub fn rules_deleted_expect(proxy: Proxy) -> Expect {
 /// nf_tables multicast group, in nftables mode and in iptables mode on the nft back end (the
 /// lab's `iptables` is iptables-nft).
 pub async fn rules_deleted(lab: &Lab) -> Result<(), String> {
-    let _node1 = Reconfigured::new(lab, &[SYNC_PERIOD_20]);
+    let _node1 = Reconfigured::new(lab, &[SYNC_PERIOD_20, IPVS_SYNC_PERIOD_20]);
     let (ip, _) = fresh_service(lab, "s20", json!({}), &["n2-a"]).await;
     let vip = addr(ip, 80);
     let from = From::Pod(lab.pod("n1-b"));
@@ -165,6 +177,10 @@ pub async fn rules_deleted(lab: &Lab) -> Result<(), String> {
                         .map_err(|e| format!("iptables -t {table} {op}: {e}"))?;
                 }
             }
+        }
+        Mode::Ipvs => {
+            ns.try_output("ipvsadm", &["-C"])
+                .map_err(|e| format!("ipvsadm -C: {e}"))?;
         }
     }
     let t0 = Instant::now();

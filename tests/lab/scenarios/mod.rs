@@ -89,7 +89,12 @@ pub fn all() -> Vec<Scenario> {
             external::load_balancer
         ),
         scenario!(6, "externalIPs", external::external_ips),
-        scenario!(7, "ClientIP session affinity", policy::session_affinity),
+        scenario!(
+            7,
+            "ClientIP session affinity",
+            policy::session_affinity,
+            policy::session_affinity_expect
+        ),
         scenario!(8, "externalTrafficPolicy Cluster", external::etp_cluster),
         scenario!(
             9,
@@ -107,7 +112,8 @@ pub fn all() -> Vec<Scenario> {
         scenario!(
             18,
             "UDP stream moves when its endpoint is replaced",
-            disruption::udp_endpoint_replaced
+            disruption::udp_endpoint_replaced,
+            disruption::udp_endpoint_replaced_expect
         ),
         scenario!(
             19,
@@ -151,10 +157,25 @@ pub const NOT_BUILT: &[(u8, &str, &str)] = &[];
 
 /// Settle time while a scenario is expected to pass: proxies sync within about a second.
 const SETTLE: Duration = Duration::from_secs(20);
+/// Names a longer settle time, in seconds: a UML guest runs the whole lab on one CPU at a
+/// fraction of the host's speed (`lab_uml.rs` sets it).
+pub const SETTLE_VAR: &str = "LAB_SETTLE_SECS";
 /// Settle time while it is expected to fail: enough to notice a proxy that does work.
 const SETTLE_XFAIL: Duration = Duration::from_secs(3);
-/// Hard limit for one scenario.
+/// Hard limit for one scenario, at the default settle time (it grows with [`SETTLE_VAR`]).
 const SCENARIO_LIMIT: Duration = Duration::from_secs(120);
+
+/// The settle time and the scenario limit for this run.
+fn settle_and_limit() -> (Duration, Duration) {
+    #[allow(clippy::disallowed_methods, reason = "the UML harness's setting")]
+    let asked = std::env::var(SETTLE_VAR)
+        .ok()
+        .and_then(|s| s.parse::<u64>().ok());
+    match asked.map(Duration::from_secs) {
+        Some(settle) if settle > SETTLE => (settle, SCENARIO_LIMIT * 3),
+        _ => (SETTLE, SCENARIO_LIMIT),
+    }
+}
 
 /// One lab at a time per test binary. Three labs side by side put nine proxies, their probes
 /// and the API server on the same cores, and a starved proxy then misses the settle time (seen
@@ -180,6 +201,7 @@ pub async fn run_suite(proxy: Proxy) {
         .ok()
         .map(|s| s.split(',').filter_map(|n| n.trim().parse().ok()).collect());
 
+    let (settle, limit) = settle_and_limit();
     let mut rows = Vec::new();
     let mut diagnostics = Vec::new();
     for s in all() {
@@ -192,14 +214,14 @@ pub async fn run_suite(proxy: Proxy) {
                 None => (s.expect)(proxy),
             };
             lab.set_settle(if expected == Expect::Pass {
-                SETTLE
+                settle
             } else {
                 SETTLE_XFAIL
             });
-            let run = tokio::time::timeout(SCENARIO_LIMIT, (s.run)(&lab));
+            let run = tokio::time::timeout(limit, (s.run)(&lab));
             let result = match AssertUnwindSafe(run).catch_unwind().await {
                 Ok(Ok(r)) => r,
-                Ok(Err(_)) => Err(format!("scenario took longer than {SCENARIO_LIMIT:?}")),
+                Ok(Err(_)) => Err(format!("scenario took longer than {limit:?}")),
                 Err(panic) => Err(panic_text(&*panic)),
             };
             let verdict = Verdict::judge(result, expected);

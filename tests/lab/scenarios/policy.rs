@@ -5,9 +5,24 @@ use std::time::Duration;
 
 use serde_json::json;
 
+use super::report::Expect;
 use super::{cluster_ip, reaches_exactly, service};
 use crate::lab::client::{From, addr, pods_of};
-use crate::lab::{Lab, Proto};
+use crate::lab::{Lab, Mode, Proto, Proxy};
+
+/// Why a proxy is expected not to let the affinity timeout expire.
+pub fn session_affinity_expect(proxy: Proxy) -> Expect {
+    if proxy.mode() == Mode::Ipvs {
+        Expect::Fail(
+            "IPVS keeps a persistence template while any connection it controls is in IPVS's \
+             table, and a closed TCP connection stays there for IPVS's FIN_WAIT/TIME_WAIT \
+             timeout (2 min unless --ipvs-tcpfin-timeout), so a 2 s affinity timeout does not \
+             expire between connections 3 s apart",
+        )
+    } else {
+        Expect::Pass
+    }
+}
 
 /// Scenario 7: ClientIP affinity sticks; turning it off spreads; on again sticks; the timeout expires.
 pub async fn session_affinity(lab: &Lab) -> Result<(), String> {

@@ -1,0 +1,150 @@
+//! The lab scenario suite (`lab/scenarios`) inside a User-mode Linux guest (`support/uml.rs`,
+//! kernel 6.1): what this host's kernel cannot run (IPVS), and a second kernel version for the
+//! modes that also run on the host (issue 19).
+//!
+//! - ours and upstream kube-proxy in ipvs mode, side by side, each in a guest of its own;
+//! - ours in nftables and iptables mode on 6.1, beside the host-kernel runs in
+//!   `lab_scenarios.rs`.
+//!
+//! Each test boots one guest (3 GiB, one CPU) and re-runs this binary in it
+//! (`lab_uml_helper_process`), which starts the real API server from `testenv/` inside the
+//! guest (state on the guest's tmpfs, `TESTENV_STATE=/run/te`), builds the whole lab there and
+//! runs the suite, with the same expectations as on the host. The guest's output, with the
+//! verdict table, is printed; the test fails unless the suite passed. Everything the lab
+//! creates lives and dies with the guest; its scratch files are on the guest's tmpfs.
+//! `LAB_SCENARIOS=1,4` is passed on into the guest.
+
+#![allow(
+    clippy::disallowed_methods,
+    reason = "a kernel test: boots a UML guest and reads the developer's scenario filter"
+)]
+#![allow(
+    clippy::duplicate_mod,
+    reason = "the lab's test support and the UML harness each include host.rs; this binary \
+              takes only constants and the helper entry from the UML harness's copy"
+)]
+
+#[path = "support/testenv.rs"]
+mod testenv;
+#[path = "support/uml.rs"]
+mod uml;
+
+mod lab;
+
+use std::path::Path;
+use std::time::Duration;
+
+use lab::{Mode, Proxy};
+use uml::host::helper_process::{HelperProcess, RESULT, results};
+
+static HELPER: HelperProcess = HelperProcess::new("lab_uml_helper_process");
+
+/// A guest that runs etcd, the API server, the controllers, three proxies and the lab's pods.
+const GUEST_MEMORY_MIB: u64 = 3072;
+/// How long a check waits for a change in the guest: one CPU runs the API server, three
+/// proxies and the probes, and a proxy that execs tools for each sync (upstream's ipvs mode
+/// runs `ipset` and `iptables-restore`) syncs several times slower there than on the host.
+const GUEST_SETTLE_SECS: u64 = 60;
+/// One whole suite in a guest, start-up included (about 10 minutes when the machine is idle).
+const SUITE_LIMIT: Duration = Duration::from_secs(35 * 60);
+
+#[test]
+fn ipvs_ours_lab_scenarios_in_uml() {
+    suite_in_guest(Proxy::Ours { mode: Mode::Ipvs });
+}
+
+#[test]
+fn ipvs_upstream_lab_scenarios_in_uml() {
+    suite_in_guest(Proxy::Upstream { mode: Mode::Ipvs });
+}
+
+#[test]
+fn kernel_6_1_ours_nftables_lab_scenarios_in_uml() {
+    suite_in_guest(Proxy::Ours {
+        mode: Mode::Nftables,
+    });
+}
+
+#[test]
+fn kernel_6_1_ours_iptables_lab_scenarios_in_uml() {
+    suite_in_guest(Proxy::Ours {
+        mode: Mode::Iptables,
+    });
+}
+
+/// Boots a guest that runs the suite for `proxy`, prints what it printed, and fails unless
+/// the suite passed in it.
+fn suite_in_guest(proxy: Proxy) {
+    let Some(uml) = uml::Uml::find() else {
+        return;
+    };
+    let role = role_of(proxy);
+    let filter = std::env::var("LAB_SCENARIOS")
+        .map(|s| {
+            let digits: String = s
+                .chars()
+                .filter(|c| c.is_ascii_digit() || *c == ',')
+                .collect();
+            format!("LAB_SCENARIOS={digits} ")
+        })
+        .unwrap_or_default();
+    let command = format!(
+        "{filter}{}={GUEST_SETTLE_SECS} TESTENV_STATE=/run/te {}=/run/scratch {}",
+        lab::scenarios::SETTLE_VAR,
+        uml::host::SCRATCH_VAR,
+        HELPER.shell_line(&role)
+    );
+    let run = uml.with_memory(GUEST_MEMORY_MIB).run(
+        &[],
+        Path::new(env!("CARGO_MANIFEST_DIR")),
+        &command,
+        SUITE_LIMIT,
+    );
+    println!("--- the {role} guest ({:?}):\n{}", run.took, run.output);
+    let passed = results(&run.output).contains(&"suite ok");
+    assert!(
+        run.exit_code == Some(0) && passed,
+        "the lab suite for {} failed in the UML guest (exit {:?}, after {:?}); its output is above",
+        proxy.label(),
+        run.exit_code,
+        run.took
+    );
+}
+
+/// The helper's work for `proxy`: `suite-ours-ipvs`, `suite-upstream-nftables`, …
+fn role_of(proxy: Proxy) -> String {
+    let who = match proxy {
+        Proxy::Ours { .. } => "ours",
+        Proxy::Upstream { .. } => "upstream",
+    };
+    format!("suite-{who}-{}", proxy.mode().as_str())
+}
+
+fn proxy_of(role: &str) -> Proxy {
+    [Mode::Ipvs, Mode::Nftables, Mode::Iptables]
+        .into_iter()
+        .flat_map(|mode| [Proxy::Ours { mode }, Proxy::Upstream { mode }])
+        .find(|p| role_of(*p) == role)
+        .unwrap_or_else(|| panic!("unknown lab_uml helper role {role}"))
+}
+
+/// Not a test: inside the guest, runs the suite the role names (see the module doc).
+#[test]
+fn lab_uml_helper_process() {
+    HELPER.when_requested(|role| {
+        let proxy = proxy_of(role);
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a tokio runtime")
+            .block_on(lab::scenarios::run_suite(proxy));
+        println!("{RESULT}suite ok");
+    });
+}
+
+/// Not a test: the entry point of the lab's pod echo servers and traffic probes in the guest
+/// (see `lab/helper.rs`). Without their environment variable it returns at once.
+#[test]
+fn lab_helper_process() {
+    lab::helper::run_if_requested();
+}
