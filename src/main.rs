@@ -212,6 +212,9 @@ fn run(config: &Config, node_name: &str, features: Features) -> ExitCode {
         if let Some(traffic) = mode.traffic.clone() {
             observe.metrics.set_traffic_source(traffic);
         }
+        if let Some((owners, drift)) = mode.ipvs_watch {
+            dataplane::ipvs::watch::spawn(owners, drift);
+        }
         if let Some((drift, watch)) = mode.monitor {
             proxy.full_sync_on(drift.waker());
             observe.count_repairs(drift.clone());

@@ -496,9 +496,32 @@ fn update_delete() {
         "a missing service lists no destinations"
     );
 
+    // One service by its key (the outside-change watch's probe): there, with what was set;
+    // missing, `None` (the kernel's ESRCH).
+    let one_service = client.service(&service.key).expect("get one service");
+    assert_eq!(
+        one_service.map(|l| (l.service.key, l.service.scheduler, l.service.timeout)),
+        Some((service.key, service.scheduler.clone(), 30)),
+        "GET_SERVICE of a service that is there"
+    );
+    assert!(
+        client
+            .service(&missing.key)
+            .expect("get a missing service")
+            .is_none(),
+        "GET_SERVICE of a service that is not there"
+    );
+
     client.delete_service(&service.key).expect("delete service");
     assert_eq!(ns.output("ipvsadm", &["-Sn"]), "");
     assert!(sorted_services(&mut client).is_empty());
+    assert!(
+        client
+            .service(&service.key)
+            .expect("get a deleted service")
+            .is_none(),
+        "GET_SERVICE after the delete"
+    );
 
     client.add_service(&service).expect("add again");
     client

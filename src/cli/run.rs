@@ -38,6 +38,9 @@ pub struct Mode {
     pub monitor: Option<(Arc<Drift>, Watch)>,
     /// The mode's per-Service traffic counters, read by the metrics at each scrape (IPVS).
     pub traffic: Option<Arc<dyn crate::dataplane::TrafficSource>>,
+    /// IPVS mode: what [`ipvs::watch::spawn`] probes and where it reports a flush by another
+    /// program; `main` starts it.
+    pub ipvs_watch: Option<(ipvs::traffic::Owners, Arc<Drift>)>,
 }
 
 /// Why the dataplane of the configured mode cannot be built.
@@ -66,6 +69,7 @@ pub fn dataplane(config: &Config) -> Result<Mode, ModeError> {
                 dataplane: Box::new(dataplane),
                 monitor: Some((drift, Watch::NftablesTable)),
                 traffic: None,
+                ipvs_watch: None,
             });
         }
         ProxyMode::Iptables => {
@@ -86,6 +90,7 @@ pub fn dataplane(config: &Config) -> Result<Mode, ModeError> {
                 dataplane: Box::new(dataplane),
                 monitor,
                 traffic: None,
+                ipvs_watch: None,
             });
         }
         ProxyMode::Ipvs => {}
@@ -106,10 +111,13 @@ pub fn dataplane(config: &Config) -> Result<Mode, ModeError> {
         drift.clone(),
     );
     let traffic = ipvs::traffic::KernelTraffic::new(None, dataplane.owners());
+    let owners = dataplane.owners();
+    let watch_drift = drift.clone();
     Ok(Mode {
         dataplane: Box::new(dataplane),
         monitor: Some((drift, Watch::NftablesTable)),
         traffic: Some(Arc::new(traffic)),
+        ipvs_watch: Some((owners, watch_drift)),
     })
 }
 

@@ -52,6 +52,7 @@ pub mod render;
 pub mod rules;
 pub mod sysctls;
 pub mod traffic;
+pub mod watch;
 
 pub use desired::{Desired, Frontend, Guard, Masquerade, VirtualService};
 pub use mode_config::ModeConfig;

@@ -47,7 +47,8 @@ impl Owners {
         *self.0.lock().unwrap_or_else(PoisonError::into_inner) = Arc::new(map);
     }
 
-    fn current(&self) -> Arc<OwnerMap> {
+    /// The owners as last published (a new `Arc` each time they are).
+    pub fn current(&self) -> Arc<OwnerMap> {
         self.0
             .lock()
             .unwrap_or_else(PoisonError::into_inner)

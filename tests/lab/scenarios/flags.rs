@@ -131,12 +131,6 @@ pub fn rules_deleted_expect(proxy: Proxy) -> Expect {
             "IPVS sends no notification when another program flushes it (`ipvsadm -C`): upstream \
              restores the virtual servers at its next --ipvs-sync-period (60 s here)",
         ),
-        Proxy::Ours { mode: Mode::Ipvs } => Expect::Either(
-            "IPVS sends no notification when another program flushes it (`ipvsadm -C`): ours \
-             repairs at the first sync that finds the kernel differs (a failed request makes the \
-             next sync a full one), which other Services' changes often bring within seconds, \
-             and otherwise at the next --ipvs-sync-period (60 s here)",
-        ),
         Proxy::Ours { .. } => Expect::Pass,
     }
 }
@@ -150,7 +144,8 @@ pub fn rules_deleted_expect(proxy: Proxy) -> Expect {
 /// same flags), so a proxy that only repairs at its periodic sync (or polls a canary at that
 /// period, as upstream's iptables mode does) cannot pass: ours hears the deletion from the
 /// nf_tables multicast group, in nftables mode and in iptables mode on the nft back end (the
-/// lab's `iptables` is iptables-nft).
+/// lab's `iptables` is iptables-nft); in ipvs mode, which no kernel notification covers, its
+/// watch probes a few of its virtual services once a second (`ipvs/watch.rs`).
 pub async fn rules_deleted(lab: &Lab) -> Result<(), String> {
     let _node1 = Reconfigured::new(lab, &[SYNC_PERIOD_20, IPVS_SYNC_PERIOD_20]);
     let (ip, _) = fresh_service(lab, "s20", json!({}), &["n2-a"]).await;

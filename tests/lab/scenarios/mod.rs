@@ -13,6 +13,7 @@ mod disruption;
 mod dual_stack;
 mod external;
 mod flags;
+mod ipvs;
 mod policy;
 pub mod report;
 
@@ -136,6 +137,24 @@ pub fn all() -> Vec<Scenario> {
             basic::no_endpoints_burst,
             basic::no_endpoints_burst_expect
         ),
+        scenario!(
+            26,
+            "ipvs rr: connections in a row take the endpoints in turn",
+            ipvs::round_robin,
+            ipvs::ipvs_only
+        ),
+        scenario!(
+            27,
+            "ipvs sh chosen live: each source keeps to one endpoint",
+            ipvs::source_hashing_live,
+            ipvs::ours_ipvs_only
+        ),
+        scenario!(
+            28,
+            "ipvs mh: the same endpoint for one client on two nodes",
+            ipvs::maglev_same_on_two_nodes,
+            ipvs::ours_ipvs_only
+        ),
         // Last: these restart node 1's proxy with other flags (and put it back afterwards).
         scenario!(
             20,
@@ -208,12 +227,16 @@ pub async fn run_suite(proxy: Proxy) {
         let t0 = Instant::now();
         let verdict = if only.as_ref().is_some_and(|o| !o.contains(&s.id)) {
             Verdict::NotRun("not selected by LAB_SCENARIOS".to_owned())
+        } else if let Expect::NotApplicable(why) = (s.expect)(proxy) {
+            Verdict::NotRun(format!("n/a: {why}"))
         } else {
             let expected = match proxy.known_gap() {
                 Some(gap) => Expect::Fail(gap),
-                None => (s.expect)(proxy),
+                None => proxy.held_to((s.expect)(proxy)),
             };
-            lab.set_settle(if expected == Expect::Pass {
+            // A proxy that is slow rather than wrong gets the whole settle time.
+            let slow = expected == Expect::Either(super::proxy::UPSTREAM_IPVS_IN_UML);
+            lab.set_settle(if expected == Expect::Pass || slow {
                 settle
             } else {
                 SETTLE_XFAIL

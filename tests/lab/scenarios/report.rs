@@ -15,6 +15,8 @@ pub enum Expect {
     Fail(&'static str),
     /// Passes on some runs and fails on others, for this reason.
     Either(&'static str),
+    /// Does not apply to this proxy or mode, for this reason: not run.
+    NotApplicable(&'static str),
 }
 
 /// The verdict on one scenario for one proxy.
@@ -55,6 +57,7 @@ impl Verdict {
                 reason: reason.to_owned(),
                 error: result.err(),
             },
+            (_, Expect::NotApplicable(reason)) => Verdict::NotRun(format!("n/a: {reason}")),
         }
     }
 

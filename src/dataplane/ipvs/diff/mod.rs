@@ -80,6 +80,7 @@ impl Kernel {
                 }
             }
             Request::GetServices
+            | Request::GetService(_)
             | Request::GetDests(_)
             | Request::SetConfig(_)
             | Request::GetConfig

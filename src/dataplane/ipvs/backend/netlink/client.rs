@@ -37,6 +37,8 @@ pub const PER_DATAGRAM: usize = 256;
 /// `ENOENT`: on adding or changing a service, no scheduler (or persistence engine) module of
 /// that name.
 const ENOENT: i32 = 2;
+/// `ESRCH`: the service named is not there.
+const ESRCH: i32 = 3;
 
 /// Why an IPVS request failed.
 #[derive(Debug, thiserror::Error)]
@@ -132,6 +134,26 @@ impl Client {
             .iter()
             .map(|b| decode::service(b))
             .collect::<Result<_, _>>()
+            .map_err(|source| Error::Undecodable {
+                request: request.to_string(),
+                source,
+            })
+    }
+
+    /// One service by its key, with its counters; `None` when the kernel has none. One
+    /// message each way, whatever the number of services (the outside-change watch asks it
+    /// every second).
+    pub fn service(&mut self, key: &ServiceKey) -> Result<Option<ListedService>, Error> {
+        let request = Request::GetService(*key);
+        let bodies = match self.exchange(&request, &mut |_| {}) {
+            Ok(bodies) => bodies,
+            Err(e) if e.errno() == Some(ESRCH) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        bodies
+            .first()
+            .map(|b| decode::service(b))
+            .transpose()
             .map_err(|source| Error::Undecodable {
                 request: request.to_string(),
                 source,

@@ -37,6 +37,9 @@ pub enum Request {
     DelDest(ServiceKey, SocketAddr),
     /// `IPVS_CMD_GET_SERVICE` as a dump: every service of the network namespace.
     GetServices,
+    /// `IPVS_CMD_GET_SERVICE` of one service, not a dump: answered by that service alone, or
+    /// refused with `ESRCH` when there is none.
+    GetService(ServiceKey),
     /// `IPVS_CMD_GET_DEST` as a dump: every destination of one service (there is no dump of
     /// all destinations); empty, not refused, when there is no such service.
     GetDests(ServiceKey),
@@ -58,7 +61,7 @@ impl Request {
             Request::NewDest(..) => cmd::NEW_DEST,
             Request::SetDest(..) => cmd::SET_DEST,
             Request::DelDest(..) => cmd::DEL_DEST,
-            Request::GetServices => cmd::GET_SERVICE,
+            Request::GetServices | Request::GetService(_) => cmd::GET_SERVICE,
             Request::GetDests(_) => cmd::GET_DEST,
             Request::SetConfig(_) => cmd::SET_CONFIG,
             Request::GetConfig => cmd::GET_CONFIG,
@@ -88,7 +91,9 @@ impl Request {
         let m = genetlink::begin(&mut w, family, flags, seq, header);
         match self {
             Request::NewService(s) | Request::SetService(s) => service(&mut w, &s.key, Some(s)),
-            Request::DelService(key) | Request::GetDests(key) => service(&mut w, key, None),
+            Request::DelService(key) | Request::GetDests(key) | Request::GetService(key) => {
+                service(&mut w, key, None)
+            }
             Request::NewDest(key, d) | Request::SetDest(key, d) => {
                 service(&mut w, key, None);
                 destination(&mut w, &d.address, Some(d));
@@ -126,6 +131,7 @@ impl fmt::Display for Request {
             }
             Request::DelDest(k, a) => write!(f, "deleting destination {a} of service {k}"),
             Request::GetServices => f.write_str("listing services"),
+            Request::GetService(k) => write!(f, "reading service {k}"),
             Request::GetDests(k) => write!(f, "listing destinations of service {k}"),
             Request::SetConfig(_) => f.write_str("setting timeouts"),
             Request::GetConfig => f.write_str("reading timeouts"),
