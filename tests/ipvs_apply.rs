@@ -6,7 +6,8 @@
 //! - the first sync programs every virtual service and destination of the plan (as `ipvsadm
 //!   -Sn` lists them), binds every ClusterIP on `kube-ipvs0`, and installs the planned helper
 //!   tables (read back by the nftables mode's reader);
-//! - a sync with nothing changed sends no netlink message at all (counted, IPVS and nf_tables);
+//! - a sync with nothing changed sends no netlink message at all (counted, IPVS and nf_tables,
+//!   by the wrappers' calls and by the sockets' own count in `SyncReport::netlink_messages`);
 //! - an endpoint that leaves goes to weight 0 first and is deleted once it has no connection;
 //! - a restarted dataplane adopts the kernel and changes nothing;
 //! - a stale virtual service is deleted by the next full sync, one in `excludeCIDRs` is kept;
@@ -53,11 +54,14 @@ use uml::host::NetNs;
 use uml::host::helper_process::{HelperProcess, RESULT};
 
 const MODULES: &[&str] = &["dummy", "ip_vs", "ip_vs_rr"];
-const CASES: &[&str] = &["scheduler-check", "sync"];
+const CASES: &[&str] = &["scheduler-check", "sync", "idle-messages"];
 
 #[test]
 fn the_ipvs_dataplane_programs_adopts_and_drains_on_a_real_ipvs_kernel() {
-    uml::run_cases(MODULES, &HELPER, "guest", CASES, Duration::from_secs(300));
+    let found = uml::run_cases(MODULES, &HELPER, "guest", CASES, Duration::from_secs(300));
+    for line in found.unwrap_or_default() {
+        println!("{line}");
+    }
 }
 
 const HELPER: HelperProcess = HelperProcess::new("ipvs_apply_helper_process");
@@ -71,6 +75,8 @@ fn ipvs_apply_helper_process() {
         println!("{RESULT}scheduler-check ok");
         sync();
         println!("{RESULT}sync ok");
+        idle_messages();
+        println!("{RESULT}idle-messages ok");
     });
 }
 
@@ -113,6 +119,9 @@ impl Backend for Counting {
         self.calls += 1;
         self.inner.send_all(requests, accepted)
     }
+    fn messages_sent(&self) -> u64 {
+        self.inner.messages_sent()
+    }
 }
 
 /// The helper rules' real backend (nf_tables netlink), counting every transaction it sends.
@@ -134,6 +143,9 @@ impl nftables::Backend for CountingRules {
     }
     fn watched_by(&mut self, drift: Arc<Drift>) {
         self.inner.watched_by(drift)
+    }
+    fn messages_sent(&self) -> u64 {
+        self.inner.messages_sent()
     }
 }
 
@@ -198,6 +210,39 @@ fn weight(ns: &NetNs, vs: &str, dest: &str) -> Option<u32> {
     None
 }
 
+/// The sockets' own count, over the real backends as `main` makes them (no wrapper): the first
+/// sync sends messages, one with nothing changed sends none, a change sends some, and a full
+/// sync reads the kernel back (dumps) even when nothing changed.
+fn idle_messages() {
+    let ns = node("ipa-idle");
+    let cfg = ModeConfig::default();
+    let snap = example();
+    let no_changes = Changes::default();
+    let mut dp = IpvsDataplane::new(
+        cfg,
+        KernelBackend::new(Some(&ns.name)),
+        nftables::backend::for_encoder(NftablesEncoder::Netlink, Some(&ns.name)),
+        MonotonicClock,
+        Drift::new(),
+    );
+    let first = dp.sync(&snap, &no_changes, true).expect("first sync");
+    assert!(first.netlink_messages > 0, "{first:?}");
+    for _ in 0..2 {
+        let idle = dp.sync(&snap, &no_changes, false).expect("idle sync");
+        assert!(!idle.full);
+        assert_eq!(idle.netlink_messages, 0, "nothing changed: nothing sent");
+    }
+    let (changed, changes) = without_one_web_endpoint(&snap);
+    let report = dp.sync(&changed, &changes, false).expect("one change");
+    assert!(report.netlink_messages > 0, "{report:?}");
+    let full = dp.sync(&changed, &no_changes, true).expect("full sync");
+    assert!(full.full && full.netlink_messages > 0, "{full:?}");
+    println!(
+        "{RESULT}netlink messages: first sync {}, idle 0, one change {}, full resync {}",
+        first.netlink_messages, report.netlink_messages, full.netlink_messages
+    );
+}
+
 /// The start-up check: the kernel's scheduler passes and leaves nothing behind; one it lacks
 /// is an error naming it.
 fn scheduler_check() {
@@ -246,16 +291,21 @@ fn scheduler_check() {
     );
 }
 
-fn sync() {
-    let ns = NetNs::new("ipa-sync");
-    // A node address (NodePorts listen there), and routes that make the pods' addresses
-    // unicast: IPVS takes an IPv4 destination only then.
+/// A node's namespace: a node address (NodePorts listen there), and routes that make the pods'
+/// addresses unicast: IPVS takes an IPv4 destination only then.
+fn node(name: &str) -> NetNs {
+    let ns = NetNs::new(name);
     ns.output("ip", &["link", "set", "lo", "up"]);
     ns.output("ip", &["link", "add", "ipa-eth", "type", "dummy"]);
     ns.output("ip", &["addr", "add", "192.0.2.99/24", "dev", "ipa-eth"]);
     ns.output("ip", &["link", "set", "ipa-eth", "up"]);
     ns.output("ip", &["route", "add", "10.244.0.0/16", "dev", "ipa-eth"]);
     ns.output("ip", &["-6", "route", "add", "fd00::/8", "dev", "lo"]);
+    ns
+}
+
+fn sync() {
+    let ns = node("ipa-sync");
     let cfg = ModeConfig::default();
     let snap = example();
     let no_changes = Changes::default();
@@ -264,6 +314,7 @@ fn sync() {
     let (mut dp, batches) = dataplane(&ns, cfg.clone());
     let report = dp.sync(&snap, &no_changes, true).expect("first sync");
     assert!(report.full);
+    assert!(report.netlink_messages > 0, "{report:?}");
     assert_eq!(saved(&ns), planned(&snap, &cfg), "ipvsadm -Sn is the plan");
     let tables = dp.tables().expect("helper tables applied").to_vec();
     for want in &tables {
@@ -289,6 +340,7 @@ fn sync() {
     let batches_before = batches.load(Ordering::SeqCst);
     let report = dp.sync(&snap, &no_changes, false).expect("idle sync");
     assert!(!report.full);
+    assert_eq!(report.netlink_messages, 0, "an idle sync counted messages");
     assert_eq!(
         dp.backend_mut().calls,
         before,

@@ -122,6 +122,7 @@ fn record_sync(m: &Metrics, family: IpFamily, full: bool, secs: u64) {
             no_local_endpoints_external: 1,
             iptables_rules: None,
         }],
+        netlink_messages: 3,
     });
 }
 
@@ -192,6 +193,9 @@ async fn counters_move_after_recorded_syncs() {
     assert_eq!(sample(&after, no_local), Some(1.0));
     let ops = "kubeproxy_rs_sync_operations_total{ip_family=\"IPv6\"}";
     assert_eq!(sample(&after, ops), Some(5.0));
+    let messages = "kubeproxy_rs_sync_netlink_messages_total";
+    assert_eq!(sample(&before, messages), Some(0.0));
+    assert_eq!(sample(&after, messages), Some(3.0));
 }
 
 #[tokio::test]

@@ -1,7 +1,7 @@
 //! The nftables applier against the real kernel, each test in a fresh network namespace (root):
 //! programming the example cluster and reading it back, small transactions for small changes,
 //! a refused transaction leaving the old rules, adoption on restart, and repair after another
-//! program deletes our table.
+//! program deletes our table; an idle sync sends no netlink message at all (counted).
 
 #![allow(
     clippy::disallowed_methods,
@@ -116,6 +116,27 @@ fn one_endpoint_change_sends_a_small_transaction() {
         "one endpoint should touch a handful of elements, not {ops}"
     );
     assert_eq!(kernel(&ns), planned(&after));
+}
+
+#[test]
+fn an_idle_sync_sends_no_netlink_message() {
+    let ns = NetNs::new("nfa-idle");
+    let before = example();
+    let mut dp = dataplane(&ns);
+    let first = dp.sync(&before, &no_changes(), true).expect("first sync");
+    assert!(
+        first.netlink_messages > 0,
+        "the first sync reads and programs the kernel: {first:?}"
+    );
+    let idle = dp.sync(&before, &no_changes(), false).expect("idle sync");
+    assert!(!idle.full);
+    assert_eq!(idle.netlink_messages, 0, "nothing changed: nothing sent");
+    let (after, changes) = without_one_web_endpoint(&before);
+    let changed = dp.sync(&after, &changes, false).expect("one change");
+    assert!(
+        changed.netlink_messages > 0,
+        "a change is sent as a batch: {changed:?}"
+    );
 }
 
 /// Our objects in `yaml`, which must hold no mistake.

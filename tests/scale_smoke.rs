@@ -1,7 +1,7 @@
 //! CI smoke run of the scale harness (issue 10): 1,000 Services × 10 endpoints, ours in nftables
 //! mode and upstream in nftables mode, with a short churn and 100 first-packet connects. It
 //! asserts only that the harness produced a result for every proxy, its first-packet probe
-//! included, and wrote its report and PNG charts (numbers are never asserted: the machine is
+//! and ours' netlink messages per idle sync included, and wrote its report and PNG charts (numbers are never asserted: the machine is
 //! shared), so the harness cannot rot. The real runs: `cargo bench --bench scale` (see docs/benchmarks.md).
 //!
 //! Needs root, `ip`, `nft` and `testenv/build`; without root it fails with that reason.
@@ -48,6 +48,9 @@ async fn scale_harness_measures_both_proxies_at_1000_by_10() {
         nodes: 20,
         latency_samples: 100,
         iptables_flavour: IptablesFlavour::Nft,
+        // Short, so the idle-sync phase takes seconds; the same for both proxies.
+        sync_period: Some(Duration::from_secs(5)),
+        guest: None,
         ours_bin: PathBuf::from(env!("CARGO_BIN_EXE_kube-proxy-rs")),
         exec: SelfExec::current(&[HELPER_TEST, "--exact", "--nocapture", "--test-threads=1"]),
         out_dir: PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("scale-smoke"),
@@ -88,6 +91,17 @@ async fn scale_harness_measures_both_proxies_at_1000_by_10() {
                 figures[i],
                 r.notes
             );
+        }
+        // Ours counts its netlink messages per idle sync; upstream has no such count.
+        let idle = &figures[scale::report::column("netlink messages per idle sync")];
+        match r.kind.implementation {
+            scale::options::Implementation::Ours => assert!(
+                matches!(idle, Figure::Count(_)),
+                "{}: {idle:?}; {:?}",
+                r.kind.label(),
+                r.notes
+            ),
+            scale::options::Implementation::Upstream => assert_eq!(idle, &Figure::Missing),
         }
     }
 }

@@ -11,6 +11,10 @@ pub struct SyncReport {
     /// failure or an outside change) rather than against what was last programmed.
     pub full: bool,
     pub families: Vec<FamilyReport>,
+    /// Netlink messages the sync sent to the kernel (requests, dump requests, the messages of
+    /// a batch), so an idle sync can be seen to send none. 0 in modes whose tools talk to the
+    /// kernel for them (iptables mode runs `iptables-restore`; `--nftables-encoder=nft`).
+    pub netlink_messages: usize,
 }
 
 /// Per-family counts, for upstream's `ip_family`-labelled metrics.

@@ -206,6 +206,12 @@ pub const RS_OPERATIONS: Spec = spec(
     FAMILY,
     "Kernel objects created, changed or deleted by successful syncs",
 );
+pub const RS_NETLINK_MESSAGES: Spec = spec(
+    "kubeproxy_rs_sync_netlink_messages_total",
+    Counter,
+    NONE,
+    "Netlink messages the dataplane sent to the kernel during successful syncs: requests and dump requests",
+);
 pub const RS_NFTABLES_REPAIRS: Spec = spec(
     "kubeproxy_rs_nftables_repairs_total",
     Counter,
@@ -287,6 +293,7 @@ pub const ALL: &[Spec] = &[
     CONNTRACK_DELETED_ENTRIES,
     RS_OBJECTS,
     RS_OPERATIONS,
+    RS_NETLINK_MESSAGES,
     RS_HEALTH_CHECKS,
     RS_NFTABLES_REPAIRS,
     RS_IPTABLES_REPAIRS,

@@ -70,6 +70,7 @@ struct Inner {
     conntrack_deleted: PerFamily,
     objects: Family<FamilyLabels, Gauge>,
     operations: PerFamily,
+    netlink_messages: Counter,
     health_checks: Family<StateLabels, Gauge>,
     nftables_repairs: Counter,
     iptables_repairs: Counter,
@@ -186,6 +187,7 @@ impl Metrics {
             ),
             objects: register(&mut r, &names::RS_OBJECTS, Family::default()),
             operations: register(&mut r, &names::RS_OPERATIONS, Family::default()),
+            netlink_messages: register(&mut r, &names::RS_NETLINK_MESSAGES, Counter::default()),
             health_checks: register(&mut r, &names::RS_HEALTH_CHECKS, Family::default()),
             nftables_repairs: register(&mut r, &names::RS_NFTABLES_REPAIRS, Counter::default()),
             iptables_repairs: register(&mut r, &names::RS_IPTABLES_REPAIRS, Counter::default()),
@@ -306,9 +308,13 @@ impl Metrics {
     }
 
     /// Takes the counts of a successful sync: Services without local endpoints per policy, our
-    /// kernel object and operation counts, and in iptables mode the rules per table. Reports
-    /// without a family are skipped: every metric here is labelled by family.
+    /// kernel object and operation counts, the netlink messages it sent, and in iptables mode
+    /// the rules per table. Family reports without a family are skipped: every metric here but
+    /// the message count is labelled by family.
     pub fn record_report(&self, report: &SyncReport) {
+        self.0
+            .netlink_messages
+            .inc_by(report.netlink_messages as u64);
         for r in &report.families {
             let Some(f) = r.family else { continue };
             for (policy, n) in [

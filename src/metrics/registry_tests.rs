@@ -54,6 +54,7 @@ fn recorded_syncs_show_with_upstream_labels_and_buckets() {
                 },
             }),
         }],
+        netlink_messages: 12,
     });
     m.count_sync_failure(ProxyMode::Iptables, IpFamily::V6, false);
     m.set_iptables_rules(IpFamily::V6, Table::Nat, 10, 3);
@@ -75,6 +76,7 @@ fn recorded_syncs_show_with_upstream_labels_and_buckets() {
         "kubeproxy_sync_proxy_rules_iptables_last{ip_family=\"IPv4\",table=\"filter\"} 0\n",
         "kubeproxy_proxy_healthz_total{code=\"503\"} 1\n",
         "kubeproxy_rs_sync_operations_total{ip_family=\"IPv4\"} 7\n",
+        "kubeproxy_rs_sync_netlink_messages_total 12\n",
         "kubeproxy_rs_sync_objects{ip_family=\"IPv4\"} 40\n",
     ] {
         assert!(text.contains(want), "missing {want:?} in\n{text}");

@@ -1,6 +1,8 @@
 //! The blocking netlink socket our kernel conversations go through: opened for one protocol,
 //! in the caller's network namespace or a named one, with the options a protocol asks for;
-//! it sends whole datagrams, receives whole datagrams, and numbers requests.
+//! it sends whole datagrams, receives whole datagrams, numbers requests, and counts the
+//! netlink messages it sent (a datagram may carry many), so a caller can show that a sync with
+//! nothing to change sent none.
 //!
 //! The only blocking netlink I/O; callers run it on a blocking thread and drive the pure
 //! [`super::batch`] and [`super::dump`] state machines with what it receives. Needs
@@ -11,6 +13,7 @@ use std::os::fd::AsFd as _;
 use netlink_sys::{Socket as Netlink, SocketAddr};
 use nix::sys::socket::{setsockopt, sockopt};
 
+use super::message::messages;
 use super::netns;
 
 /// The buffer each datagram is read into. Its size also tells the kernel how large a dump
@@ -133,6 +136,8 @@ pub struct Socket {
     seq: u32,
     send_buffer: usize,
     datagram: Vec<u8>,
+    /// Netlink messages in the datagrams sent so far.
+    messages_sent: u64,
 }
 
 impl Socket {
@@ -174,6 +179,7 @@ impl Socket {
             seq: 1,
             send_buffer: 0,
             datagram: Vec::with_capacity(DATAGRAM_BUFFER),
+            messages_sent: 0,
         })
     }
 
@@ -219,7 +225,15 @@ impl Socket {
                 self.send_buffer = size;
             }
         }
-        self.netlink.send(bytes, 0).map(drop).map_err(self.io(what))
+        self.netlink.send(bytes, 0).map_err(self.io(what))?;
+        self.messages_sent += messages(bytes).count() as u64;
+        Ok(())
+    }
+
+    /// Netlink messages (headers, not datagrams) this socket has sent: requests, dump requests
+    /// and the frame messages of a batch alike.
+    pub fn messages_sent(&self) -> u64 {
+        self.messages_sent
     }
 
     /// One datagram, whole (a cut one is an error, never read as if complete); valid until
@@ -235,5 +249,44 @@ impl Socket {
             return Err(self.io(what)(cut));
         }
         Ok(&self.datagram)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::netlink::writer::Writer;
+
+    /// rtnetlink, which any process may ask (no capability needed for a dump).
+    const ROUTE: Protocol = Protocol {
+        number: netlink_sys::protocols::NETLINK_ROUTE,
+        socket: "an rtnetlink socket",
+        name: "rtnetlink",
+    };
+    /// `RTM_GETLINK`, and the request and dump flags.
+    const GETLINK: u16 = 18;
+    const DUMP_REQUEST: u16 = 0x1 | 0x300;
+
+    /// `n` link dump requests in one datagram (each with an empty `ifinfomsg`).
+    fn requests(socket: &mut Socket, n: usize) -> Vec<u8> {
+        let mut w = Writer::default();
+        for _ in 0..n {
+            let m = w.begin(GETLINK, DUMP_REQUEST, socket.take_seq());
+            w.raw(&[0; 16]);
+            w.end(m);
+        }
+        w.buf
+    }
+
+    #[test]
+    fn messages_are_counted_per_header_not_per_datagram() {
+        let mut socket = Socket::open(ROUTE, None, Options::default()).expect("rtnetlink");
+        assert_eq!(socket.messages_sent(), 0);
+        let one = requests(&mut socket, 1);
+        socket.send(&one, "link dump").expect("send");
+        assert_eq!(socket.messages_sent(), 1);
+        let three = requests(&mut socket, 3);
+        socket.send(&three, "link dumps").expect("send");
+        assert_eq!(socket.messages_sent(), 4, "one datagram, three messages");
     }
 }

@@ -390,6 +390,7 @@ impl Runner {
                 duration_ms,
                 changed_ports = report.changed_ports,
                 operations = done.families.iter().map(|f| f.operations).sum::<usize>(),
+                netlink_messages = done.netlink_messages,
                 "full sync"
             ),
             Ok(done) => tracing::debug!(
@@ -398,6 +399,7 @@ impl Runner {
                 duration_ms,
                 changed_ports = report.changed_ports,
                 operations = done.families.iter().map(|f| f.operations).sum::<usize>(),
+                netlink_messages = done.netlink_messages,
                 "sync"
             ),
         }

@@ -72,6 +72,7 @@ impl Dataplane for Fake {
         Ok(SyncReport {
             full,
             families: Vec::new(),
+            netlink_messages: 0,
         })
     }
 }

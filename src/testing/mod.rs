@@ -1,6 +1,6 @@
 //! Test support shared by the crate's unit tests: API objects and events for the tracker
 //! ([`objects`], re-exported here), snapshots built straight from the model for planners and
-//! traces ([`snapshots`]), golden files ([`golden`]), hostile names for the modes' property tests
+//! traces ([`snapshots`]), golden files ([`golden`]), random cluster changes for property tests ([`changes`]), hostile names for the modes' property tests
 //! ([`hostile`]), network namespaces ([`netns`]), and the
 //! synthetic cluster of any size ([`synthetic`]).
 //!
@@ -15,6 +15,7 @@
 //! crate, `extern crate self as kube_proxy_rs` (in `lib.rs`, test-only) makes the same paths
 //! resolve.
 
+pub mod changes;
 pub mod golden;
 pub mod hostile;
 pub mod netns;

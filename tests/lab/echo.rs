@@ -20,8 +20,13 @@ pub fn reply_line(pod: &str, proto: Proto, src: SocketAddr, dst: SocketAddr) -> 
     format!("pod={pod} proto={proto} src={src} dst={dst}\n")
 }
 
-/// Serves TCP and UDP on every port in `ports`, on all IPv4 addresses and on the pod's IPv6
-/// address `ip6`; never returns.
+/// The TCP port where a pod keeps a connection open: one reply line at once and one more for
+/// every line the client sends, until the client closes. For long-lived connections (graceful
+/// termination); every pod serves it besides its echo ports.
+pub const SESSION_PORT: u16 = 8090;
+
+/// Serves TCP and UDP on every port in `ports`, and sessions on [`SESSION_PORT`], on all IPv4
+/// addresses and on the pod's IPv6 address `ip6`; never returns.
 ///
 /// IPv6 binds the pod's address rather than `::`: a wildcard IPv6 socket would also take IPv4
 /// (dual-stack sockets are the default) and report IPv4 peers as `::ffff:a.b.c.d`.
@@ -42,7 +47,21 @@ pub fn serve(pod: &str, ports: &[u16], ip6: Ipv6Addr) -> ! {
             std::thread::spawn(move || serve_udp(&name, udp));
         }
     }
-    println!("echo {pod} ready on {ports:?}");
+    for local in [
+        SocketAddr::new(any4, SESSION_PORT),
+        SocketAddr::new(ip6.into(), SESSION_PORT),
+    ] {
+        let tcp = TcpListener::bind(local)
+            .unwrap_or_else(|e| panic!("echo {pod}: bind session {local}: {e}"));
+        let name = pod.to_owned();
+        std::thread::spawn(move || {
+            for stream in tcp.incoming().flatten() {
+                let pod = name.clone();
+                std::thread::spawn(move || hold_tcp(&pod, stream));
+            }
+        });
+    }
+    println!("echo {pod} ready on {ports:?} and sessions on {SESSION_PORT}");
     loop {
         std::thread::park();
     }
@@ -66,6 +85,29 @@ fn answer_tcp(pod: &str, mut stream: TcpStream) {
     let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
     let mut sink = [0u8; 512];
     while matches!(stream.read(&mut sink), Ok(n) if n > 0) {}
+}
+
+/// A session: the line at once, then one per line received, until the client closes.
+fn hold_tcp(pod: &str, mut stream: TcpStream) {
+    let (Ok(src), Ok(dst)) = (stream.peer_addr(), stream.local_addr()) else {
+        return;
+    };
+    let line = reply_line(pod, Proto::Tcp, src, dst);
+    if stream.write_all(line.as_bytes()).is_err() {
+        return;
+    }
+    let mut buf = [0u8; 512];
+    while let Ok(n) = stream.read(&mut buf) {
+        if n == 0 {
+            return;
+        }
+        let lines = buf[..n].iter().filter(|b| **b == b'\n').count();
+        for _ in 0..lines {
+            if stream.write_all(line.as_bytes()).is_err() {
+                return;
+            }
+        }
+    }
 }
 
 fn serve_udp(pod: &str, socket: UdpSocket) {

@@ -30,7 +30,10 @@ pub struct Request {
     pub send: Option<String>,
     /// Pause between attempts.
     pub interval_ms: u64,
-    /// UDP only: send every attempt from the same socket (one conntrack flow), not a fresh one.
+    /// Every attempt over the same socket (one flow), not a fresh one. TCP: one connection to
+    /// a session port (`echo::SESSION_PORT`): the first attempt reads the line the server
+    /// sends at once, each later one sends a line and reads the answer; at the end the
+    /// connection is reset, not closed (so no TIME_WAIT is left behind in the kernel).
     pub same_socket: bool,
 }
 
@@ -53,6 +56,7 @@ pub fn run(request: &Request) {
         .expect("probe runtime");
     runtime.block_on(async {
         let mut shared = None;
+        let mut session = None;
         for i in 0..request.count {
             if i > 0 && request.interval_ms > 0 {
                 tokio::time::sleep(Duration::from_millis(request.interval_ms)).await;
@@ -60,6 +64,9 @@ pub fn run(request: &Request) {
             let started = tokio::time::Instant::now();
             let timeout = Duration::from_millis(request.timeout_ms);
             let result = match request.proto {
+                Proto::Tcp if request.same_socket => {
+                    tokio::time::timeout(timeout, tcp_session(request, &mut session)).await
+                }
                 Proto::Tcp => tokio::time::timeout(timeout, tcp(request)).await,
                 Proto::Udp => tokio::time::timeout(timeout, udp(request, &mut shared)).await,
             };
@@ -78,6 +85,9 @@ pub fn run(request: &Request) {
                 serde_json::to_string(&attempt).expect("attempt JSON")
             );
         }
+        if let Some(stream) = session {
+            let _ = socket2::SockRef::from(stream.get_ref()).set_linger(Some(Duration::ZERO));
+        }
     });
 }
 
@@ -91,7 +101,8 @@ fn classify(e: &std::io::Error) -> String {
     }
 }
 
-async fn tcp(request: &Request) -> std::io::Result<String> {
+/// A TCP connection to the target, from the bound address when there is one.
+async fn connect(request: &Request) -> std::io::Result<tokio::net::TcpStream> {
     let socket = if request.target.is_ipv4() {
         TcpSocket::new_v4()?
     } else {
@@ -100,13 +111,38 @@ async fn tcp(request: &Request) -> std::io::Result<String> {
     if let Some(ip) = request.bind {
         socket.bind(SocketAddr::new(ip, 0))?;
     }
-    let mut stream = socket.connect(request.target).await?;
+    socket.connect(request.target).await
+}
+
+async fn tcp(request: &Request) -> std::io::Result<String> {
+    let mut stream = connect(request).await?;
     if let Some(data) = &request.send {
         stream.write_all(data.as_bytes()).await?;
     }
     let mut text = Vec::new();
     stream.read_to_end(&mut text).await?;
     Ok(String::from_utf8_lossy(&text).into_owned())
+}
+
+/// One attempt of a session (see [`Request::same_socket`]): the line the server sends first,
+/// or the answer to a line sent.
+async fn tcp_session(
+    request: &Request,
+    session: &mut Option<tokio::io::BufReader<tokio::net::TcpStream>>,
+) -> std::io::Result<String> {
+    use tokio::io::AsyncBufReadExt;
+    let stream = match session {
+        Some(s) => {
+            s.get_mut().write_all(b"ping\n").await?;
+            s
+        }
+        None => session.insert(tokio::io::BufReader::new(connect(request).await?)),
+    };
+    let mut line = String::new();
+    if stream.read_line(&mut line).await? == 0 {
+        return Err(std::io::Error::from(ErrorKind::ConnectionReset));
+    }
+    Ok(line)
 }
 
 async fn udp(request: &Request, shared: &mut Option<UdpSocket>) -> std::io::Result<String> {

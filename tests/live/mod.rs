@@ -50,6 +50,7 @@ impl Dataplane for Probe {
         Ok(SyncReport {
             full,
             families: Vec::new(),
+            netlink_messages: 0,
         })
     }
 }

@@ -112,6 +112,8 @@ fn color(label: &str) -> &'static str {
         "ours/iptables" => "#7fbf7b",
         "upstream/nftables" => "#2166ac",
         "upstream/iptables" => "#b2182b",
+        "ours/ipvs" => "#35978f",
+        "upstream/ipvs" => "#e08214",
         _ => "#762a83",
     }
 }

@@ -1,6 +1,7 @@
 //! One proxy at one scale, in a fresh node: the probe's floor before the proxy starts, then start
-//! it, time its cold sync, let it settle, take the first-packet latency (`first_packet.rs`), one
-//! endpoint change and the churn (`changes.rs`), and read what the process cost.
+//! it, time its cold sync, let it settle, take the first-packet latency (`first_packet.rs`) and
+//! the netlink messages of its idle syncs (`idle.rs`), one endpoint change and the churn
+//! (`changes.rs`), and read what the process cost.
 //!
 //! Cold sync is taken two ways from the same start (the wall-clock time just before the proxy is
 //! spawned): from the proxy's own metrics (`kubeproxy_sync_proxy_rules_last_timestamp_seconds`
@@ -14,6 +15,7 @@ use std::time::{Duration, SystemTime};
 use super::changes;
 use super::first_packet;
 use super::helper::Aim;
+use super::idle;
 use super::metrics::{LAST_SYNC, Metrics, SYNC_DURATION, scrape};
 use super::node::Node;
 use super::objects::{Cluster, POD_A, PROBE_IP, SERVICE_PORT, TARGET_PORT};
@@ -63,10 +65,10 @@ pub async fn measure(
     kind: ProxyKind,
 ) -> ProxyResult {
     let notes = Vec::new();
-    if let Some(gap) = kind.known_gap() {
+    if let Some(why) = kind.unavailable() {
         return ProxyResult {
             kind,
-            figures: Err(gap.to_owned()),
+            figures: Err(why),
             notes,
         };
     }
@@ -106,14 +108,18 @@ pub async fn measure(
     }
     let log = s.node.proxy_log();
     let mut latency = vec![Figure::Missing; 2];
+    let mut idle_messages = Figure::Missing;
     if figures[1] == Figure::Missing || matches!(figures[1], Figure::Over(_)) {
         // Without a working ClusterIP the later phases would only measure the limits.
         figures.extend(std::iter::repeat_n(Figure::Missing, 8));
-        s.notes
-            .push("first packet, change and churn not measured: the ClusterIP never worked".into());
+        s.notes.push(
+            "first packet, idle syncs, change and churn not measured: the ClusterIP never worked"
+                .into(),
+        );
     } else {
         settle(&mut s).await;
         latency = first_packet_figures(&mut s, cluster).await;
+        idle_messages = idle::messages_per_idle_sync(&mut s).await;
         figures.extend(changes::one_change(&mut s, cluster).await);
         figures.extend(changes::churn(&mut s, cluster).await);
     }
@@ -135,6 +141,7 @@ pub async fn measure(
             Figure::Missing
         }
     });
+    figures.push(idle_messages);
     s.notes.push(format!("log: {log}"));
     ProxyResult {
         kind,

@@ -9,8 +9,8 @@
 //! - `helper`, `watch`: processes re-run from this binary inside namespaces (echo server,
 //!   ClusterIP watcher, metrics reader).
 //! - `metrics`, `process`: what the proxy reports, and what `/proc` says it cost.
-//! - `measure`, `changes`, `first_packet`: the phases (cold sync, first-packet latency with the
-//!   proxy idle, one endpoint change, churn).
+//! - `measure`, `changes`, `first_packet`, `idle`: the phases (cold sync, first-packet latency
+//!   and netlink messages per idle sync with the proxy idle, one endpoint change, churn).
 //! - `report`, `chart`, `axis`, `png`: markdown tables, the results as JSON, and SVG charts
 //!   rendered to PNG.
 //!
@@ -40,6 +40,7 @@ pub mod chart;
 pub mod control_plane;
 pub mod first_packet;
 pub mod helper;
+pub mod idle;
 pub mod measure;
 pub mod metrics;
 pub mod node;
@@ -104,8 +105,17 @@ pub fn write_report(
     command: &str,
     reports: &[ScaleReport],
 ) -> Result<String, String> {
+    let guest = opts
+        .guest
+        .as_ref()
+        .map(|g| format!("- Run in: {g}\n"))
+        .unwrap_or_default();
+    let sync_period = match opts.sync_period {
+        Some(p) => format!("{} s (both proxies)", p.as_secs()),
+        None => format!("{} s (default)", options::DEFAULT_SYNC_PERIOD.as_secs()),
+    };
     let mut text = format!(
-        "### Scale run {}\n\n- Machine: {}\n- Command: `{command}`\n- iptables mode: iptables-{}\n- Load: churn {} changes/s for {} s; limits: cold {} s, change {} s, drain {} s; {} Nodes; {} requests in flight while loading\n\n",
+        "### Scale run {}\n\n- Machine: {}\n{guest}- Command: `{command}`\n- iptables mode: iptables-{}\n- syncPeriod: {sync_period}\n- Load: churn {} changes/s for {} s; limits: cold {} s, change {} s, drain {} s; {} Nodes; {} requests in flight while loading\n\n",
         crate::testenv::rfc3339_now(),
         report::machine(),
         opts.iptables_flavour.as_str(),
@@ -139,11 +149,17 @@ pub fn write_report(
 /// The results of one run, as `write_report` saves them beside the markdown.
 pub const RESULTS_FILE: &str = "scale-results.json";
 
-/// Reads the results `write_report` saved (to chart several runs together).
+/// Reads the results `write_report` saved (to chart several runs together); results saved
+/// before a column existed get "—" there.
 pub fn read_results(path: &Path) -> Result<Vec<ScaleReport>, String> {
     let text =
         std::fs::read_to_string(path).map_err(|e| format!("read {}: {e}", path.display()))?;
-    serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))
+    let mut reports: Vec<ScaleReport> =
+        serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    for r in reports.iter_mut().flat_map(|r| r.results.iter_mut()) {
+        r.pad_columns();
+    }
+    Ok(reports)
 }
 
 /// Writes each chart as SVG and PNG into `dir`, ordered by Service count; returns the paths.

@@ -122,6 +122,15 @@ impl Node {
         .arg(format!("--metrics-bind-address={METRICS_ADDR}"))
         .arg("--healthz-bind-address=127.0.0.1:10256")
         .arg("--v=2");
+        if let Some(period) = opts.sync_period {
+            // The same for both proxies; which flag counts depends on the mode, as upstream's.
+            let flag = if kind.mode == "ipvs" {
+                "ipvs-sync-period"
+            } else {
+                "iptables-sync-period"
+            };
+            cmd.arg(format!("--{flag}={}s", period.as_secs()));
+        }
         let child = ChildGuard::spawn(&format!("{name}-{}", self.ns.name), &mut cmd);
         let pid = child.pid();
         self.proxy = Some(child);

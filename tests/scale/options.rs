@@ -74,15 +74,29 @@ pub enum Implementation {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ProxyKind {
     pub implementation: Implementation,
-    /// `nftables` or `iptables`, as `--proxy-mode` spells it.
+    /// `nftables`, `iptables` or `ipvs`, as `--proxy-mode` spells it.
     pub mode: &'static str,
 }
+
+/// Where the kernel lists its IPVS virtual services: there only when it has IPVS.
+const IPVS_PROC: &str = "/proc/net/ip_vs";
 
 impl ProxyKind {
     pub const OURS_NFTABLES: ProxyKind = ProxyKind::new(Implementation::Ours, "nftables");
     pub const OURS_IPTABLES: ProxyKind = ProxyKind::new(Implementation::Ours, "iptables");
     pub const UPSTREAM_NFTABLES: ProxyKind = ProxyKind::new(Implementation::Upstream, "nftables");
     pub const UPSTREAM_IPTABLES: ProxyKind = ProxyKind::new(Implementation::Upstream, "iptables");
+    pub const OURS_IPVS: ProxyKind = ProxyKind::new(Implementation::Ours, "ipvs");
+    pub const UPSTREAM_IPVS: ProxyKind = ProxyKind::new(Implementation::Upstream, "ipvs");
+    /// Every proxy and mode the harness knows, in the order `--proxies` lists them.
+    pub const ALL: [ProxyKind; 6] = [
+        Self::OURS_NFTABLES,
+        Self::OURS_IPTABLES,
+        Self::OURS_IPVS,
+        Self::UPSTREAM_NFTABLES,
+        Self::UPSTREAM_IPTABLES,
+        Self::UPSTREAM_IPVS,
+    ];
 
     const fn new(implementation: Implementation, mode: &'static str) -> ProxyKind {
         ProxyKind {
@@ -91,20 +105,21 @@ impl ProxyKind {
         }
     }
 
-    /// `ours-nftables`, `upstream-iptables`, … (also `ours/nftables`).
+    /// `ours-nftables`, `upstream-ipvs`, … (also `ours/nftables`).
     pub fn parse(text: &str) -> Result<ProxyKind, String> {
-        let all = [
-            Self::OURS_NFTABLES,
-            Self::OURS_IPTABLES,
-            Self::UPSTREAM_NFTABLES,
-            Self::UPSTREAM_IPTABLES,
-        ];
         let want = text.trim().replace('/', "-");
-        all.into_iter()
-            .find(|k| k.label().replace('/', "-") == want)
+        Self::ALL
+            .into_iter()
+            .find(|k| k.flag_name() == want)
             .ok_or_else(|| {
-                format!("proxy {text:?}: one of ours-nftables, ours-iptables, upstream-nftables, upstream-iptables")
+                let names: Vec<String> = Self::ALL.iter().map(|k| k.flag_name()).collect();
+                format!("proxy {text:?}: one of {}", names.join(", "))
             })
+    }
+
+    /// `ours-nftables`, as `--proxies` takes it.
+    pub fn flag_name(self) -> String {
+        self.label().replace('/', "-")
     }
 
     /// `ours/nftables`, `upstream/iptables`, …
@@ -116,11 +131,33 @@ impl ProxyKind {
         format!("{who}/{}", self.mode)
     }
 
-    /// Why this proxy cannot be measured at all, when that is known before starting it
-    /// (nothing since the iptables dataplane exists).
-    pub fn known_gap(self) -> Option<&'static str> {
-        None
+    /// Why this proxy cannot be measured on this kernel, when that is known before starting
+    /// it: ipvs mode needs a kernel with IPVS (this host's has none; `--uml` runs the harness
+    /// in a User-mode Linux kernel that has it).
+    pub fn unavailable(self) -> Option<String> {
+        if self.mode != "ipvs" || kernel_has_ipvs() {
+            return None;
+        }
+        Some(format!(
+            "not run: this kernel has no IPVS ({IPVS_PROC} is missing, and `modprobe ip_vs` did \
+             not add it); run with --uml"
+        ))
     }
+}
+
+/// Whether the kernel has IPVS, loading the module first where it is one (upstream's ipvs mode
+/// loads it too, and ours expects it loaded).
+fn kernel_has_ipvs() -> bool {
+    let present = || std::path::Path::new(IPVS_PROC).exists();
+    if !present() {
+        let _ = std::process::Command::new("modprobe")
+            .args(["-q", "ip_vs"])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status();
+    }
+    present()
 }
 
 /// Saved as its label (`ours/nftables`), so result files stay readable.
@@ -164,6 +201,17 @@ impl IptablesFlavour {
     }
 }
 
+/// Both proxies' `syncPeriod` unless told otherwise (`--iptables-sync-period`,
+/// `--ipvs-sync-period`).
+pub const DEFAULT_SYNC_PERIOD: Duration = Duration::from_secs(30);
+
+impl Options {
+    /// The proxies' `syncPeriod` in this run.
+    pub fn sync_period(&self) -> Duration {
+        self.sync_period.unwrap_or(DEFAULT_SYNC_PERIOD)
+    }
+}
+
 /// Time limits. A phase that passes its limit is reported as "> limit", never dropped.
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
@@ -197,6 +245,12 @@ pub struct Options {
     pub latency_samples: usize,
     /// The iptables back end of the node (iptables mode only).
     pub iptables_flavour: IptablesFlavour,
+    /// `syncPeriod` for both proxies (the mode's `--*-sync-period` flag); `None` keeps their
+    /// default, [`DEFAULT_SYNC_PERIOD`]. The idle-sync phase waits for two of them.
+    pub sync_period: Option<Duration>,
+    /// Where the harness runs when that is not this machine's own kernel (a User-mode Linux
+    /// guest, with the host's description), for the report.
+    pub guest: Option<String>,
     /// Our binary.
     pub ours_bin: PathBuf,
     /// How to re-run this binary as a harness process (echo server, watcher, metrics reader).
@@ -224,6 +278,17 @@ mod tests {
             ProxyKind::parse("upstream/iptables"),
             Ok(ProxyKind::UPSTREAM_IPTABLES)
         );
+        assert_eq!(ProxyKind::parse("ours-ipvs"), Ok(ProxyKind::OURS_IPVS));
+        assert_eq!(
+            ProxyKind::parse("upstream-ipvs"),
+            Ok(ProxyKind::UPSTREAM_IPVS)
+        );
+        let err = ProxyKind::parse("ours-ebpf").unwrap_err();
+        assert!(
+            err.contains("ours-ipvs") && err.contains("upstream-ipvs"),
+            "{err}"
+        );
+        assert_eq!(ProxyKind::OURS_NFTABLES.unavailable(), None);
         assert_eq!(
             IptablesFlavour::parse("legacy"),
             Ok(IptablesFlavour::Legacy)

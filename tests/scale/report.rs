@@ -22,6 +22,8 @@ pub enum Figure {
     Mib(f64),
     /// Changes written / changes the proxy reported programmed.
     Changes(usize, f64),
+    /// A count per event (netlink messages per idle sync).
+    Count(f64),
     /// No value; the reason goes into the notes.
     Missing,
 }
@@ -30,7 +32,7 @@ impl Figure {
     /// The number, when there is one to compare.
     pub fn number(&self) -> Option<f64> {
         match self {
-            Figure::Secs(v) | Figure::Mib(v) => Some(*v),
+            Figure::Secs(v) | Figure::Mib(v) | Figure::Count(v) => Some(*v),
             _ => None,
         }
     }
@@ -45,6 +47,8 @@ impl std::fmt::Display for Figure {
             Figure::Over(v) => write!(f, "> {v:.0} s"),
             Figure::Mib(v) => write!(f, "{v:.0} MiB"),
             Figure::Changes(w, p) => write!(f, "{w} / {p:.0}"),
+            Figure::Count(v) if v.fract() == 0.0 => write!(f, "{v:.0}"),
+            Figure::Count(v) => write!(f, "{v:.1}"),
             Figure::Missing => write!(f, "—"),
         }
     }
@@ -63,7 +67,7 @@ fn secs(v: f64) -> String {
 }
 
 /// The columns of a scale's table, in order, with their headers.
-pub const COLUMNS: [&str; 17] = [
+pub const COLUMNS: [&str; 18] = [
     "cold sync (metrics)",
     "cold sync (first connection)",
     "first sync (proxy)",
@@ -81,7 +85,16 @@ pub const COLUMNS: [&str; 17] = [
     "first packet p50",
     "first packet p99",
     "first packet p50, no rules (floor)",
+    "netlink messages per idle sync",
 ];
+
+/// The column of [`COLUMNS`] named `name` (which must be one).
+pub fn column(name: &str) -> usize {
+    COLUMNS
+        .iter()
+        .position(|c| *c == name)
+        .unwrap_or_else(|| panic!("no column {name:?}"))
+}
 
 /// Everything measured for one proxy at one scale.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -92,6 +105,17 @@ pub struct ProxyResult {
     pub figures: Result<Vec<Figure>, String>,
     /// What the reader needs to know about this run (limits hit, approximations, failures).
     pub notes: Vec<String>,
+}
+
+impl ProxyResult {
+    /// Fills the columns a result saved before they existed (new ones go last) with "—".
+    pub fn pad_columns(&mut self) {
+        if let Ok(figures) = &mut self.figures
+            && figures.len() < COLUMNS.len()
+        {
+            figures.resize(COLUMNS.len(), Figure::Missing);
+        }
+    }
 }
 
 /// One scale's results, in the order the proxies ran.
@@ -127,7 +151,10 @@ impl ScaleReport {
         }
         for (ours, theirs) in self.pairs() {
             let cells: Vec<String> = (0..COLUMNS.len())
-                .map(|i| ratio(&ours[i], &theirs[i]))
+                .map(|i| match (ours.get(i), theirs.get(i)) {
+                    (Some(a), Some(b)) => ratio(a, b),
+                    _ => String::new(),
+                })
                 .collect();
             let mode = self
                 .results
@@ -159,7 +186,7 @@ impl ScaleReport {
                 .find(|r| r.kind.implementation == implementation && r.kind.mode == mode)
                 .and_then(|r| r.figures.as_ref().ok())
         };
-        ["nftables", "iptables"]
+        ["nftables", "iptables", "ipvs"]
             .into_iter()
             .filter_map(|mode| {
                 Some((
@@ -256,6 +283,16 @@ mod tests {
         ] {
             assert!(md.contains(line), "{line:?} is missing:\n{md}");
         }
+        let mut old = row(ProxyKind::OURS_IPVS, Figure::Secs(1.0));
+        if let Ok(f) = &mut old.figures {
+            f.truncate(17);
+        }
+        let json = serde_json::to_string(&old).expect("saves");
+        let mut loaded: ProxyResult = serde_json::from_str(&json).expect("loads");
+        loaded.pad_columns();
+        assert_eq!(loaded.figures.as_ref().map(Vec::len), Ok(COLUMNS.len()));
+        assert_eq!(Figure::Count(0.0).to_string(), "0");
+        assert_eq!(Figure::Count(2.5).to_string(), "2.5");
         let chart = super::super::chart::sync_and_rss(&[report]);
         for label in [
             ">0.5</text>",

@@ -17,8 +17,11 @@
 //! a `modprobe -d` wrapper, "loads" the modules asked for (each is built in; the call checks
 //! that the build has it), runs the command, prints `UML-EXIT=<status>` and powers off.
 //!
+//! A long run (the scale harness's `--uml`) can have the console copied to stderr as it arrives
+//! ([`Uml::with_live_output`]) and be ended early by a flag ([`Uml::with_stop`]).
+//!
 //! What it guarantees: the kernel runs in a process group of its own, killed (by its id) when
-//! the run ends, times out or the test panics; the scratch directory (script, the kernel's
+//! the run ends, times out, is stopped or the test panics; the scratch directory (script, the kernel's
 //! `uml_dir`) is removed in every case. Nothing is written on the host: the guest writes only
 //! to its own tmpfs mounts, and a failed mount powers the guest off before anything else runs
 //! (under hostfs every other path is the host's own file).
@@ -43,11 +46,12 @@
 #[path = "host.rs"]
 pub mod host;
 
-use std::io::Read as _;
+use std::io::{BufRead as _, Read};
 use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 /// Builds (or finds, cached) the kernel and prints its path.
@@ -93,6 +97,10 @@ pub struct Uml {
     /// `lib/modules/<release>` of the build: `modules.builtin` and what depmod made of it.
     modules: PathBuf,
     memory_mib: u64,
+    /// Echo the guest's console to stderr line by line as it arrives ([`Uml::with_live_output`]).
+    live: bool,
+    /// Set by the caller to end the run early ([`Uml::with_stop`]).
+    stop: Option<Arc<AtomicBool>>,
 }
 
 /// What one boot printed, and the command's exit status when it got that far.
@@ -157,12 +165,28 @@ impl Uml {
             kernel,
             modules,
             memory_mib: MEMORY_MIB,
+            live: false,
+            stop: None,
         })
     }
 
     /// The same kernel, booted with `mib` MiB of memory (a whole lab needs about 3 GiB).
     pub fn with_memory(mut self, mib: u64) -> Uml {
         self.memory_mib = mib;
+        self
+    }
+
+    /// The same kernel, whose console is also copied to this process's stderr line by line as
+    /// the guest prints it (a long run's progress), besides being returned.
+    pub fn with_live_output(mut self) -> Uml {
+        self.live = true;
+        self
+    }
+
+    /// The same kernel, whose run ends (the guest killed, as on a time-out) once `stop` is set:
+    /// a caller that handles SIGINT sets it, so an interrupted run leaves no guest behind.
+    pub fn with_stop(mut self, stop: Arc<AtomicBool>) -> Uml {
+        self.stop = Some(stop);
         self
     }
 
@@ -196,22 +220,17 @@ impl Uml {
                 .spawn()
                 .unwrap_or_else(|e| panic!("start {}: {e}", self.kernel.display())),
         );
-        let mut stdout = guest.0.stdout.take().expect("piped stdout");
-        let mut stderr = guest.0.stderr.take().expect("piped stderr");
-        let out = std::thread::spawn(move || {
-            let mut s = Vec::new();
-            let _ = stdout.read_to_end(&mut s);
-            s
-        });
-        let err = std::thread::spawn(move || {
-            let mut s = Vec::new();
-            let _ = stderr.read_to_end(&mut s);
-            s
-        });
+        let out = collect(guest.0.stdout.take().expect("piped stdout"), self.live);
+        let err = collect(guest.0.stderr.take().expect("piped stderr"), self.live);
         let mut timed_out = false;
+        let mut stopped = false;
         while guest.0.try_wait().ok().flatten().is_none() {
             if started.elapsed() > limit {
                 timed_out = true;
+                break;
+            }
+            if self.stop.as_ref().is_some_and(|s| s.load(Ordering::SeqCst)) {
+                stopped = true;
                 break;
             }
             std::thread::sleep(Duration::from_millis(50));
@@ -223,6 +242,9 @@ impl Uml {
         output.push_str(&String::from_utf8_lossy(&err.join().unwrap_or_default()));
         if timed_out {
             output.push_str(&format!("\n(UML killed after {limit:?})"));
+        }
+        if stopped {
+            output.push_str("\n(UML killed: the run was interrupted)");
         }
         let exit_code = output
             .lines()
@@ -279,6 +301,27 @@ poweroff -f
             cwd = cwd.display(),
         )
     }
+}
+
+/// Reads `from` to its end on a thread of its own; with `live`, also copies each line to stderr
+/// as it arrives.
+fn collect(from: impl Read + Send + 'static, live: bool) -> std::thread::JoinHandle<Vec<u8>> {
+    std::thread::spawn(move || {
+        let mut all = Vec::new();
+        let mut reader = std::io::BufReader::new(from);
+        if !live {
+            let _ = reader.read_to_end(&mut all);
+            return all;
+        }
+        let mut line = Vec::new();
+        while reader.read_until(b'\n', &mut line).is_ok_and(|n| n > 0) {
+            let text = String::from_utf8_lossy(&line);
+            eprintln!("{}", text.trim_end_matches(['\r', '\n']));
+            all.extend_from_slice(&line);
+            line.clear();
+        }
+        all
+    })
 }
 
 /// Fails the test when `/dev/shm`, where the guest's memory lives, has too little room.

@@ -7,6 +7,12 @@
 //! re-reading the whole list after any of them, so an address added or removed later reaches
 //! the dataplane and the health-check listeners within one sync.
 //!
+//! Service addresses are not host addresses: the IPVS mode binds every ClusterIP (and the
+//! external addresses) to its dummy interface [`SERVICE_LINK`], which is left out. Otherwise
+//! every Service created or deleted in that mode would be a host address change (a new node
+//! context, so a full re-plan, and a second sync), and `nodePortAddresses` could select a
+//! Service address.
+//!
 //! Decoding is pure ([`addresses_in`]); [`watch`] is the thin blocking I/O, on its own thread,
 //! over the netlink core's socket and dump state machine. It reads the network namespace the
 //! process runs in. Where rtnetlink cannot be used, it warns once and emits nothing, and the
@@ -31,6 +37,9 @@ use crate::netlink::socket::{self, Options, Protocol, Socket};
 /// rtnetlink multicast groups announcing address changes (`linux/rtnetlink.h`).
 const RTNLGRP_IPV4_IFADDR: u32 = 5;
 const RTNLGRP_IPV6_IFADDR: u32 = 9;
+/// The interface whose addresses are the IPVS mode's Service addresses (see the module doc).
+pub const SERVICE_LINK: &str = crate::dataplane::ipvs::names::LINK;
+
 /// rtnetlink's socket, as errors name it.
 const PROTOCOL: Protocol = Protocol {
     number: NETLINK_ROUTE,
@@ -53,23 +62,27 @@ pub fn dump_request(seq: u32) -> Vec<u8> {
     buf
 }
 
-/// The host addresses in one datagram of the dump's answer; `dump` learns whether it ended.
-pub fn addresses_in(datagram: &[u8], dump: &mut Dump) -> Vec<IpAddr> {
+/// The host addresses in one datagram of the dump's answer, without those of the interface
+/// with index `except`; `dump` learns whether it ended.
+pub fn addresses_in(datagram: &[u8], dump: &mut Dump, except: Option<u32>) -> Vec<IpAddr> {
     messages(datagram)
         .filter(|m| dump.receive(m))
         .filter_map(|m| address(&m))
+        .filter(|(index, _)| Some(*index) != except)
+        .map(|(_, ip)| ip)
         .collect()
 }
 
-/// The host address one message announces (a dump part or a notification).
+/// The host address one message announces (a dump part or a notification), with its
+/// interface's index.
 ///
 /// An address message carries `IFA_LOCAL` (the interface's own address) and `IFA_ADDRESS` (the
 /// peer's on point-to-point links, else the same); the local one is ours when present.
 /// Messages that cannot be decoded are skipped: a later notification re-reads everything.
-pub fn address(m: &Message<'_>) -> Option<IpAddr> {
+pub fn address(m: &Message<'_>) -> Option<(u32, IpAddr)> {
     match NetlinkMessage::<RouteNetlinkMessage>::deserialize(m.bytes).map(|m| m.payload) {
         Ok(NetlinkPayload::InnerMessage(RouteNetlinkMessage::NewAddress(msg))) => {
-            local_address(&msg)
+            local_address(&msg).map(|ip| (msg.header.index, ip))
         }
         _ => None,
     }
@@ -96,9 +109,12 @@ pub fn normalised(mut addresses: Vec<IpAddr>) -> Vec<IpAddr> {
     addresses
 }
 
-/// Every address on this host's interfaces (the namespace the thread runs in), sorted.
+/// Every address on this host's interfaces (the namespace the thread runs in) but
+/// [`SERVICE_LINK`]'s, sorted.
 pub fn read() -> std::io::Result<Vec<IpAddr>> {
     let io = socket::Error::into_io;
+    // Looked up on every read: the link comes and goes with the IPVS mode.
+    let except = nix::net::if_::if_nametoindex(SERVICE_LINK).ok();
     let mut socket = Socket::open(PROTOCOL, None, Options::default()).map_err(io)?;
     let seq = socket.take_seq();
     socket
@@ -108,7 +124,7 @@ pub fn read() -> std::io::Result<Vec<IpAddr>> {
     let mut addresses = Vec::new();
     while !dump.done() {
         let datagram = socket.recv("address dump").map_err(io)?;
-        addresses.extend(addresses_in(datagram, &mut dump));
+        addresses.extend(addresses_in(datagram, &mut dump, except));
     }
     match dump.errno() {
         Some(errno) => Err(std::io::Error::from_raw_os_error(errno)),
@@ -217,20 +233,37 @@ mod tests {
             RouteNetlinkMessage::NewLink(Default::default()).into(),
         ]);
         let mut dump = Dump::new(0);
-        let got = addresses_in(&bytes, &mut dump);
+        let got = addresses_in(&bytes, &mut dump, None);
         assert_eq!(got, vec![ip("10.0.0.1"), ip("fd00::1")]);
         assert!(!dump.done());
+    }
+
+    #[test]
+    fn the_service_links_addresses_are_left_out() {
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        let on = |index: u32, addr: &str| {
+            let mut msg = address(AddressFamily::Inet, vec![AddressAttribute::Local(ip(addr))]);
+            msg.header.index = index;
+            RouteNetlinkMessage::NewAddress(msg).into()
+        };
+        let bytes = datagram(vec![
+            on(2, "10.0.0.1"),
+            on(7, "10.96.0.1"),
+            on(3, "10.0.1.1"),
+        ]);
+        let got = addresses_in(&bytes, &mut Dump::new(0), Some(7));
+        assert_eq!(got, vec![ip("10.0.0.1"), ip("10.0.1.1")]);
     }
 
     #[test]
     fn a_dump_ends_with_done_and_truncated_input_is_not_read_past() {
         let mut done = datagram(vec![NetlinkPayload::Done(Default::default())]);
         let mut dump = Dump::new(0);
-        assert!(addresses_in(&done, &mut dump).is_empty());
+        assert!(addresses_in(&done, &mut dump, None).is_empty());
         assert!(dump.done());
         done.truncate(10);
         let mut dump = Dump::new(0);
-        assert!(addresses_in(&done, &mut dump).is_empty());
+        assert!(addresses_in(&done, &mut dump, None).is_empty());
         assert!(!dump.done());
     }
 

@@ -252,7 +252,12 @@ impl<B: Backend> Dataplane for IptablesDataplane<B> {
                 "repaired our iptables rules after an outside change"
             );
         }
-        Ok(SyncReport { full, families })
+        Ok(SyncReport {
+            full,
+            families,
+            // iptables-restore talks to the kernel; this mode sends nothing itself.
+            netlink_messages: 0,
+        })
     }
 }
 

@@ -3,11 +3,16 @@
 //! ([`rules`](super::rules)), bind the service addresses, send [`diff`]'s requests, and keep
 //! what the kernel now holds.
 //!
+//! Planning is the incremental [`Planner`]'s: a steady sync re-plans only the changed service
+//! ports and compares only the virtual services they touched (and those draining) with the
+//! kernel ([`diff_only`]), so a one-endpoint change costs one service's work at any scale; a
+//! full sync re-plans and compares everything.
+//!
 //! The helper rules go first, so a new virtual service is never reachable before its
 //! masquerade and guard rules are (upstream writes its iptables rules last, kubernetes#133773).
 //! They are one nftables transaction for both families through the nftables mode's
 //! [`Applier`]: adopted from the kernel on full syncs (or when the monitor saw another program
-//! change our table), the plain difference from the last applied tables otherwise.
+//! change our table), the planner's transaction from the last applied tables otherwise.
 //!
 //! What the kernel holds is "last programmed": the state read at the last full sync with every
 //! accepted request applied to it ([`Kernel::apply`]), so a sync with nothing changed sends
@@ -29,15 +34,14 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::adopt::adopt;
-use super::backend::link::{self, AddressChanges, Link, LinkAddresses, ServiceAddresses};
+use super::backend::link::{self, AddressChanges, Link, LinkAddresses};
 use super::backend::netlink::{
     self as ipvs, ListedDestination, ListedService, Request, ServiceKey,
 };
-use super::desired::Desired;
-use super::diff::{Drain, Kernel, diff};
+use super::diff::{Drain, Kernel, diff, diff_only};
 use super::mode_config::ModeConfig;
 use super::names;
-use super::plan::{HostAddresses, plan};
+use super::plan::{HostAddresses, Planner, Update};
 use super::traffic::Owners;
 use crate::cluster::{Changes, IpFamily, Snapshot};
 use crate::dataplane::monitor::Drift;
@@ -85,6 +89,11 @@ pub trait Backend: Send {
         }
         Ok(())
     }
+
+    /// Netlink messages sent so far (a running total), for the sync's count; 0 if not counted.
+    fn messages_sent(&self) -> u64 {
+        0
+    }
 }
 
 /// The real backend: IPVS over generic netlink, the link over rtnetlink, in the caller's
@@ -94,6 +103,8 @@ pub struct KernelBackend {
     netns: Option<String>,
     ipvs: Option<ipvs::Client>,
     link: Option<link::Client>,
+    /// Netlink messages of the clients dropped after a socket error.
+    sent_before: u64,
 }
 
 impl KernelBackend {
@@ -102,6 +113,7 @@ impl KernelBackend {
             netns: netns.map(str::to_owned),
             ipvs: None,
             link: None,
+            sent_before: 0,
         }
     }
 
@@ -130,7 +142,7 @@ impl KernelBackend {
             result,
             Err(ipvs::Error::Socket(_) | ipvs::Error::Framing(_))
         ) {
-            self.ipvs = None;
+            self.sent_before += self.ipvs.take().map_or(0, |c| c.messages_sent());
         }
         Ok(result?)
     }
@@ -145,7 +157,7 @@ impl KernelBackend {
             result,
             Err(link::Error::Socket(_) | link::Error::Framing(_))
         ) {
-            self.link = None;
+            self.sent_before += self.link.take().map_or(0, |c| c.messages_sent());
         }
         Ok(result?)
     }
@@ -182,6 +194,11 @@ impl Backend for KernelBackend {
         accepted: &mut dyn FnMut(usize),
     ) -> Result<(), Error> {
         self.on_ipvs(|c| c.send_all(requests, accepted))
+    }
+
+    fn messages_sent(&self) -> u64 {
+        let ipvs = self.ipvs.as_ref().map_or(0, ipvs::Client::messages_sent);
+        self.sent_before + ipvs + self.link.as_ref().map_or(0, link::Client::messages_sent)
     }
 }
 
@@ -256,9 +273,11 @@ pub struct IpvsDataplane<B = KernelBackend, C = MonotonicClock, R = Box<dyn nfta
     clock: C,
     /// The helper rules' applier, over the nftables mode's backend.
     rules: Applier<R>,
-    /// The helper tables the kernel holds, one per family; `None` when unknown (start-up, after
-    /// a failure).
-    tables: Option<Vec<Ruleset>>,
+    /// The plan of the last sync: virtual services, addresses and helper tables.
+    planner: Planner,
+    /// Whether the kernel holds the planner's helper tables (not at start-up, nor after a
+    /// failure).
+    tables_in_kernel: bool,
     /// Where the nf_tables monitor reports another program's change to our table.
     drift: Arc<Drift>,
     /// Which service port each virtual service serves, for the traffic counters.
@@ -288,7 +307,8 @@ impl<B: Backend, C: Clock, R: nftables::Backend> IpvsDataplane<B, C, R> {
             backend,
             clock,
             rules: Applier::new(rules),
-            tables: None,
+            planner: Planner::new(),
+            tables_in_kernel: false,
             drift,
             owners: Owners::default(),
             programmed: None,
@@ -309,7 +329,7 @@ impl<B: Backend, C: Clock, R: nftables::Backend> IpvsDataplane<B, C, R> {
 
     /// The helper tables last applied, one per family.
     pub fn tables(&self) -> Option<&[Ruleset]> {
-        self.tables.as_deref()
+        self.tables_in_kernel.then(|| &self.planner.tables()[..])
     }
 
     /// Destinations draining now, for tests and metrics.
@@ -323,12 +343,10 @@ impl<B: Backend, C: Clock, R: nftables::Backend> IpvsDataplane<B, C, R> {
         changes: &Changes,
         full: bool,
     ) -> Result<SyncReport, Error> {
+        let sent = self.backend.messages_sent() + self.rules.backend().messages_sent();
         let outside = self.drift.take_pending();
-        let previous = if full || outside {
-            None
-        } else {
-            self.programmed.take()
-        };
+        let steady = !full && !outside && self.tables_in_kernel && !self.rules.needs_full();
+        let previous = if steady { self.programmed.take() } else { None };
         let full = previous.is_none();
         let (link, addresses, mut kernel) = match previous {
             Some(p) => (p.link, p.addresses, p.kernel),
@@ -345,18 +363,30 @@ impl<B: Backend, C: Clock, R: nftables::Backend> IpvsDataplane<B, C, R> {
         };
         self.probe_annotated_schedulers(snapshot, (!full).then_some(changes))?;
         let host = HostAddresses(addresses.elsewhere.clone());
-        let want: [Desired; 2] = IpFamily::ALL.map(|f| plan(snapshot, &self.cfg, f, &host));
-
-        let mut wanted = ServiceAddresses::default();
-        for d in &want {
-            wanted.cluster_ips.extend(&d.addresses.cluster_ips);
-            wanted.external.extend(&d.addresses.external);
-        }
-        let changes = link::address_changes(&addresses.bound, &wanted, &addresses.elsewhere);
-        let bound = link::addresses::wanted(&wanted, &addresses.elsewhere);
-        let tables = super::rules_all(&want, &self.cfg, &snapshot.node, &bound);
-        let table_objects: Vec<usize> = tables.iter().map(Ruleset::objects).collect();
-        let rule_ops = self.apply_rules(tables, full)?;
+        // What the kernel should hold, to tell an outside change: copied on full syncs only,
+        // which read the whole kernel anyway.
+        let last_tables = (full && self.tables_in_kernel).then(|| self.planner.tables().clone());
+        self.tables_in_kernel = false;
+        let update = if full {
+            self.planner.replan(snapshot, &self.cfg, &host)
+        } else {
+            self.planner.update(snapshot, changes, &self.cfg, &host)
+        };
+        let table_objects: Vec<usize> =
+            self.planner.tables().iter().map(Ruleset::objects).collect();
+        let rule_ops = self.apply_rules(&update, full, last_tables)?;
+        let changes = if update.full {
+            link::address_changes(
+                &addresses.bound,
+                &self.planner.addresses(),
+                &addresses.elsewhere,
+            )
+        } else {
+            AddressChanges {
+                bind: update.bind.clone(),
+                unbind: update.unbind.clone(),
+            }
+        };
         if !changes.is_empty() {
             self.backend.update_addresses(&link, &changes)?;
         }
@@ -370,17 +400,27 @@ impl<B: Backend, C: Clock, R: nftables::Backend> IpvsDataplane<B, C, R> {
         let mut services_changed = false;
         let mut families = Vec::with_capacity(2);
         let mut still_draining = BTreeMap::new();
-        for (i, w) in want.iter().enumerate() {
+        for (i, w) in self.planner.desired().iter().enumerate() {
             let k = &mut kernel[i];
             if !full {
-                self.refresh_draining(k)?;
+                refresh_draining(&mut self.backend, &self.draining_since, k)?;
             }
             let drained_for = self
                 .draining_since
                 .iter()
                 .map(|(d, since)| (*d, now.saturating_duration_since(*since)))
                 .collect();
-            let d = diff(k, w, &self.cfg, &drained_for);
+            let d = if update.full {
+                diff(k, w, &self.cfg, &drained_for)
+            } else {
+                let keys: BTreeSet<ServiceKey> = update.touched[i]
+                    .iter()
+                    .chain(self.draining_since.keys().map(|(key, _)| key))
+                    .filter(|key| key.family() == w.family)
+                    .copied()
+                    .collect();
+                diff_only(k, w, &keys, &self.cfg, &drained_for)
+            };
             services_changed |= d
                 .requests
                 .iter()
@@ -411,15 +451,21 @@ impl<B: Backend, C: Clock, R: nftables::Backend> IpvsDataplane<B, C, R> {
             });
         }
         self.draining_since = still_draining;
-        if full || services_changed {
-            self.owners.publish(&want);
+        if update.full || services_changed {
+            self.owners.publish(self.planner.desired());
         }
         self.programmed = Some(Programmed {
             link,
             addresses,
             kernel,
         });
-        Ok(SyncReport { full, families })
+        let sent = (self.backend.messages_sent() + self.rules.backend().messages_sent())
+            .saturating_sub(sent);
+        Ok(SyncReport {
+            full,
+            families,
+            netlink_messages: sent as usize,
+        })
     }
 
     /// Probes, once each, the schedulers Services' annotations name besides the node's. One the
@@ -469,23 +515,23 @@ impl<B: Backend, C: Clock, R: nftables::Backend> IpvsDataplane<B, C, R> {
         Ok(())
     }
 
-    /// Makes the kernel's helper tables `tables`: adopted from a fresh read on full syncs, the
-    /// difference from the last applied ones otherwise. Operations per family.
-    /// The tables are kept as "last applied" (moved, never copied: at scale they hold every
-    /// frontend).
-    fn apply_rules(&mut self, tables: Vec<Ruleset>, full: bool) -> Result<[usize; 2], Error> {
-        let last = self.tables.take();
-        let report = match &last {
-            Some(last) if !full && !self.rules.needs_full() => {
-                let transactions: Vec<nftables::Transaction> = last
-                    .iter()
-                    .zip(&tables)
-                    .map(|(l, w)| nftables::diff(l, w))
-                    .collect();
-                self.rules.send(&transactions)?
-            }
-            _ => self.rules.adopt(&tables, last.as_deref())?,
+    /// Makes the kernel's helper tables the planner's: adopted from a fresh read on full
+    /// syncs (`last`: what the kernel should hold, when known), the update's transactions
+    /// otherwise (a steady sync runs only while the kernel holds the previous tables).
+    /// Operations per family.
+    fn apply_rules(
+        &mut self,
+        update: &Update,
+        full: bool,
+        last: Option<[Ruleset; 2]>,
+    ) -> Result<[usize; 2], Error> {
+        let report = if !full {
+            self.rules.send(&update.transactions)?
+        } else {
+            self.rules
+                .adopt(self.planner.tables(), last.as_ref().map(|l| &l[..]))?
         };
+        self.tables_in_kernel = true;
         if report.repaired {
             self.drift.repaired();
             tracing::warn!(
@@ -493,7 +539,6 @@ impl<B: Backend, C: Clock, R: nftables::Backend> IpvsDataplane<B, C, R> {
                 "repaired the IPVS helper rules after an outside change"
             );
         }
-        self.tables = Some(tables);
         let mut ops = [0; 2];
         for (family, n) in report.operations {
             let i = IpFamily::ALL
@@ -504,23 +549,26 @@ impl<B: Backend, C: Clock, R: nftables::Backend> IpvsDataplane<B, C, R> {
         }
         Ok(ops)
     }
+}
 
-    /// Reads again the destinations of the services that have one draining: their connection
-    /// counts decide when they go. Only those services: an idle sync reads nothing.
-    fn refresh_draining(&mut self, kernel: &mut Kernel) -> Result<(), Error> {
-        let keys: BTreeSet<ServiceKey> = self.draining_since.keys().map(|(k, _)| *k).collect();
-        for key in keys {
-            if let Some(s) = kernel.services.get_mut(&key) {
-                s.destinations = self
-                    .backend
-                    .destinations(&key)?
-                    .into_iter()
-                    .map(|d| (d.destination.address, d))
-                    .collect();
-            }
+/// Reads again the destinations of the services that have one draining: their connection
+/// counts decide when they go. Only those services: an idle sync reads nothing.
+fn refresh_draining(
+    backend: &mut impl Backend,
+    draining_since: &BTreeMap<Drain, Instant>,
+    kernel: &mut Kernel,
+) -> Result<(), Error> {
+    let keys: BTreeSet<ServiceKey> = draining_since.keys().map(|(k, _)| *k).collect();
+    for key in keys {
+        if let Some(s) = kernel.services.get_mut(&key) {
+            s.destinations = backend
+                .destinations(&key)?
+                .into_iter()
+                .map(|d| (d.destination.address, d))
+                .collect();
         }
-        Ok(())
     }
+    Ok(())
 }
 
 impl<B: Backend, C: Clock, R: nftables::Backend> Dataplane for IpvsDataplane<B, C, R> {
@@ -536,7 +584,7 @@ impl<B: Backend, C: Clock, R: nftables::Backend> Dataplane for IpvsDataplane<B, 
     ) -> Result<SyncReport, SyncError> {
         self.try_sync(snapshot, changes, full).map_err(|e| {
             self.programmed = None;
-            self.tables = None;
+            self.tables_in_kernel = false;
             match e {
                 Error::Ipvs(ipvs::Error::Refused { .. } | ipvs::Error::UnknownScheduler { .. })
                 | Error::Link(link::Error::Refused { .. })

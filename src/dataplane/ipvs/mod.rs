@@ -13,7 +13,8 @@
 //!   host's other addresses for NodePorts, over rtnetlink (`tests/ipvs_link.rs` in UML);
 //! - [`names`], [`mode_config`] (the scheduler, its flags, `excludeCIDRs`), [`desired`] (one
 //!   family's virtual services, destinations, bound addresses and the [`Guard`] each needs)
-//!   and [`plan`](mod@plan), the pure planner with its tests;
+//!   and [`plan`](mod@plan), the pure planner with its tests, and its incremental
+//!   [`Planner`](plan::Planner), which re-plans only the changed service ports;
 //! - [`diff`]: the requests that take the kernel to the plan, with graceful termination
 //!   (weight 0, deleted once idle or after [`ModeConfig::drain_limit`]; UDP/SCTP at once);
 //! - [`adopt`](mod@adopt): the kernel's dumps into the state the diff starts from;
@@ -28,14 +29,16 @@
 //! - at start-up (`cli::run`): [`apply::check_scheduler`], [`sysctls`], the timeouts; done;
 //! - requests pipelined many per datagram (`Client::send_all`, the core's batch state
 //!   machine); done;
-//! - still to come: planning only the changed service ports (every sync plans all of them);
+//! - planning only the changed service ports ([`plan::Planner`]), with the helper tables'
+//!   transaction and [`diff::diff_only`] of the touched virtual services; done;
 //! - [`rules`](mod@rules): the helper rules in our nftables table (masquerade, hairpin, the
 //!   VIP port filter, the guards, source ranges), applied before the virtual services by the
 //!   nftables mode's applier; done;
 //! - [`traffic`](mod@traffic): per-Service STATS64 counters, read at scrape time; done;
 //! - the per-Service scheduler annotation (`cluster::scheduler_annotation`, probed by the
 //!   applier once per name); done;
-//! - still to come: `trace`, a packet walked through the planned services and helper rules;
+//! - [`trace`](mod@trace): a packet walked through the planned services and helper rules,
+//!   checked against the nftables mode's trace of the same snapshot; done;
 //! - [`cleanup`](mod@cleanup): what `--cleanup` removes (every virtual service, as upstream,
 //!   and `kube-ipvs0`); done.
 
@@ -51,6 +54,7 @@ pub mod plan;
 pub mod render;
 pub mod rules;
 pub mod sysctls;
+pub mod trace;
 pub mod traffic;
 pub mod watch;
 

@@ -12,6 +12,13 @@
 //! cannot see: another program deleting a virtual service it does not probe; the periodic full
 //! sync (`--ipvs-sync-period`) still repairs that.
 //!
+//! It also looks up [`LINK`]'s index each time (`if_nametoindex`, no netlink message): while we
+//! own virtual services, the link gone, or replaced by another with no Service addresses,
+//! leaves pods' and outside clients' packets to every ClusterIP unclaimed (they are no longer
+//! local, so IPVS never sees them), and is reported the same way ([`LinkCheck`]). The steady
+//! syncs trust what they last programmed, so without this only the next full sync would
+//! notice; upstream re-creates the link at every sync.
+//!
 //! Runs on a thread of its own (the IPVS client is a blocking socket); `main` starts it with
 //! [`spawn`]. A socket that fails is reopened with a doubling delay, and a probe that fails for
 //! another reason than `ESRCH` reports nothing.
@@ -20,6 +27,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::backend::netlink::{Client, ServiceKey};
+use super::names::LINK;
 use super::traffic::{OwnerMap, Owners};
 use crate::dataplane::monitor::Drift;
 
@@ -55,6 +63,27 @@ pub fn removed_by_others(
         .collect()
 }
 
+/// Follows [`LINK`]'s interface index from one look to the next. Pure.
+#[derive(Debug, Default)]
+pub struct LinkCheck {
+    seen: Option<u32>,
+}
+
+impl LinkCheck {
+    /// Takes the index looked up now (`None`: no such link); true when it says the link was
+    /// removed or replaced while `owning` virtual services. After a report the next index seen
+    /// is taken as the link (the repair creates a new one).
+    pub fn observe(&mut self, now: Option<u32>, owning: bool) -> bool {
+        let before = std::mem::replace(&mut self.seen, now);
+        owning
+            && match (before, now) {
+                (_, None) => true,
+                (Some(a), Some(b)) => a != b,
+                (None, Some(_)) => false,
+            }
+    }
+}
+
 /// Starts the watch on a thread named `ipvs-watch`, in the caller's network namespace.
 pub fn spawn(owners: Owners, drift: Arc<Drift>) {
     let started = std::thread::Builder::new()
@@ -68,8 +97,20 @@ pub fn spawn(owners: Owners, drift: Arc<Drift>) {
 fn run(owners: Owners, drift: &Drift) {
     let mut client: Option<Client> = None;
     let mut reopen_delay = INTERVAL;
+    let mut link = LinkCheck::default();
     loop {
         std::thread::sleep(INTERVAL);
+        let index = nix::net::if_::if_nametoindex(LINK).ok();
+        if link.observe(index, !owners.current().is_empty()) {
+            tracing::info!(
+                link = LINK,
+                "{LINK} was removed or replaced by another program; syncing fully"
+            );
+            drift.notice();
+            wait_for_republish(&owners);
+            link = LinkCheck::default();
+            continue;
+        }
         let c = match client.as_mut() {
             Some(c) => c,
             None => match Client::open(None) {
@@ -166,6 +207,34 @@ mod tests {
             vec![key("10.0.0.1:80"), key("10.0.0.3:80"), key("[fd00::1]:80")]
         );
         assert!(probes(&OwnerMap::new()).is_empty());
+    }
+
+    #[test]
+    fn the_link_gone_or_replaced_is_reported_while_we_own_services() {
+        let mut check = LinkCheck::default();
+        assert!(
+            !check.observe(Some(4), true),
+            "the first look only learns the link"
+        );
+        assert!(!check.observe(Some(4), true));
+        assert!(check.observe(None, true), "deleted");
+        let mut check = LinkCheck::default();
+        check.observe(Some(4), true);
+        assert!(
+            check.observe(Some(9), true),
+            "re-created, without our addresses"
+        );
+        assert!(
+            !check.observe(Some(9), true),
+            "the new link, once reported, is the link"
+        );
+        let mut idle = LinkCheck::default();
+        assert!(
+            !idle.observe(None, false),
+            "nothing owned: nothing to repair"
+        );
+        assert!(!idle.observe(Some(3), false));
+        assert!(!idle.observe(None, false));
     }
 
     #[test]

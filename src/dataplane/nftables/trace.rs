@@ -81,15 +81,63 @@ impl Trace {
     }
 }
 
-/// The packet's state as it travels.
-#[derive(Clone, Debug)]
-struct State {
-    src: IpAddr,
-    dst: IpAddr,
-    dport: u16,
-    mark: u32,
-    dnat: Option<(IpAddr, u16)>,
-    masquerade: bool,
+/// The packet as it travels: where it goes now, its mark, and what NAT did so far.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Flight {
+    pub src: IpAddr,
+    pub dst: IpAddr,
+    pub dport: u16,
+    pub mark: u32,
+    pub dnat: Option<(IpAddr, u16)>,
+    pub masquerade: bool,
+}
+
+impl Flight {
+    /// `packet` as it arrives (or leaves its socket), before any rule.
+    pub fn start(packet: &Packet) -> Flight {
+        Flight {
+            src: packet.src,
+            dst: packet.dst,
+            dport: packet.dport,
+            mark: 0,
+            dnat: None,
+            masquerade: false,
+        }
+    }
+
+    /// Rewrites the destination, as a DNAT rule (or IPVS) does.
+    pub fn dnat(&mut self, addr: IpAddr, port: u16) {
+        self.dst = addr;
+        self.dport = port;
+        self.dnat = Some((addr, port));
+    }
+
+    /// How this path ended, with `fate`.
+    pub fn branch(&self, fate: Fate) -> Branch {
+        Branch {
+            fate,
+            dnat: self.dnat,
+            masquerade: self.masquerade,
+        }
+    }
+}
+
+/// Runs the base chains of `hook` in priority order on a packet in flight: one outcome per way
+/// it can go. For a mode whose kernel does part of the walk itself (IPVS schedules between
+/// nftables hooks), so it can trace its own part in between; [`trace`] is the whole walk.
+pub fn through_hook(
+    rules: &Ruleset,
+    packet: &Packet,
+    local: &[IpAddr],
+    hook: Hook,
+    flight: Flight,
+) -> Vec<(Flight, Fate)> {
+    Walker {
+        rules,
+        packet,
+        local,
+    }
+    .hook(hook, flight)
 }
 
 /// How a chain ended.
@@ -110,14 +158,7 @@ pub fn trace(rules: &Ruleset, packet: &Packet, local: &[IpAddr]) -> Trace {
         packet,
         local,
     };
-    let start = State {
-        src: packet.src,
-        dst: packet.dst,
-        dport: packet.dport,
-        mark: 0,
-        dnat: None,
-        masquerade: false,
-    };
+    let start = Flight::start(packet);
     let first = match packet.origin {
         Origin::Host => Hook::Output,
         Origin::Interface(_) => Hook::Prerouting,
@@ -150,12 +191,8 @@ pub fn trace(rules: &Ruleset, packet: &Packet, local: &[IpAddr]) -> Trace {
     Trace { branches }
 }
 
-fn branch(s: &State, fate: Fate) -> Branch {
-    Branch {
-        fate,
-        dnat: s.dnat,
-        masquerade: s.masquerade,
-    }
+fn branch(s: &Flight, fate: Fate) -> Branch {
+    s.branch(fate)
 }
 
 struct Walker<'a> {
@@ -171,7 +208,7 @@ impl Walker<'_> {
 
     /// Runs the base chains of a hook in priority order; stops a branch at a drop or reject.
     /// A NAT verdict ends only its own chain (the packet goes on to the next base chain).
-    fn hook(&self, hook: Hook, state: State) -> Vec<(State, Fate)> {
+    fn hook(&self, hook: Hook, state: Flight) -> Vec<(Flight, Fate)> {
         let mut chains: Vec<&Chain> = self
             .rules
             .chains
@@ -200,12 +237,12 @@ impl Walker<'_> {
         states
     }
 
-    fn chain(&self, chain: &Chain, state: State, depth: usize) -> Vec<(State, End)> {
+    fn chain(&self, chain: &Chain, state: Flight, depth: usize) -> Vec<(Flight, End)> {
         assert!(depth < 16, "chain recursion too deep");
         self.rules_from(chain, 0, state, depth)
     }
 
-    fn named(&self, name: &Name, state: State, depth: usize) -> Vec<(State, End)> {
+    fn named(&self, name: &Name, state: Flight, depth: usize) -> Vec<(Flight, End)> {
         let chain = self
             .rules
             .chains
@@ -219,9 +256,9 @@ impl Walker<'_> {
         &self,
         chain: &Chain,
         at: usize,
-        state: State,
+        state: Flight,
         depth: usize,
-    ) -> Vec<(State, End)> {
+    ) -> Vec<(Flight, End)> {
         let Some(rule) = chain.rules.get(at) else {
             return vec![(state, End::Continue)];
         };
@@ -253,7 +290,7 @@ impl Walker<'_> {
     }
 
     /// All matches of a rule; a random match splits the state in two.
-    fn matches(&self, matches: &[Match], state: State) -> Vec<(State, bool)> {
+    fn matches(&self, matches: &[Match], state: Flight) -> Vec<(Flight, bool)> {
         for (i, m) in matches.iter().enumerate() {
             if let Match::OneIn(_) = m {
                 let mut out = self.matches(&matches[i + 1..], state.clone());
@@ -267,7 +304,7 @@ impl Walker<'_> {
         vec![(state, true)]
     }
 
-    fn field(&self, f: Field, s: &State) -> Value {
+    fn field(&self, f: Field, s: &Flight) -> Value {
         match f {
             Field::Saddr => Value::Addr(s.src),
             Field::Daddr => Value::Addr(s.dst),
@@ -278,7 +315,7 @@ impl Walker<'_> {
     }
 
     /// The key a lookup builds; `None` for a shape no set of ours can hold (no element).
-    fn key(&self, fields: &[Field], s: &State) -> Option<Tuple> {
+    fn key(&self, fields: &[Field], s: &Flight) -> Option<Tuple> {
         let v: Vec<Value> = fields.iter().map(|f| self.field(*f, s)).collect();
         Tuple::try_new(&v)
     }
@@ -300,7 +337,7 @@ impl Walker<'_> {
             .map(|(_, e)| &e.data)
     }
 
-    fn test(&self, m: &Match, s: &State) -> bool {
+    fn test(&self, m: &Match, s: &Flight) -> bool {
         match m {
             Match::CtState(CtState::New) => true,
             Match::CtState(CtState::Invalid) => false,
@@ -334,7 +371,7 @@ impl Walker<'_> {
         }
     }
 
-    fn statements(&self, stmts: &[Statement], mut s: State) -> Vec<(State, Step)> {
+    fn statements(&self, stmts: &[Statement], mut s: Flight) -> Vec<(Flight, Step)> {
         for st in stmts {
             match st {
                 Statement::MarkOr(m) => s.mark |= m,
@@ -378,7 +415,7 @@ impl Walker<'_> {
     }
 
     /// Every concrete key a field list can produce (one per value of a random index).
-    fn expand(&self, fields: &[Field], s: &State) -> Vec<Tuple> {
+    fn expand(&self, fields: &[Field], s: &Flight) -> Vec<Tuple> {
         let mut keys: Vec<Vec<Value>> = vec![vec![]];
         for f in fields {
             keys = match f {
@@ -425,10 +462,8 @@ fn verdict_step(v: &Verdict) -> Step {
     }
 }
 
-fn dnat(s: &mut State, addr: IpAddr, port: u16) {
-    s.dst = addr;
-    s.dport = port;
-    s.dnat = Some((addr, port));
+fn dnat(s: &mut Flight, addr: IpAddr, port: u16) {
+    s.dnat(addr, port);
 }
 
 /// Whether an interval-set element covers a concrete key: networks contain addresses, other

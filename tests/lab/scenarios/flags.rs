@@ -137,8 +137,8 @@ pub fn rules_deleted_expect(proxy: Proxy) -> Expect {
 
 /// Scenario 20: another program deletes the proxy's rules on node 1 (nftables: its whole
 /// table; iptables: a firewall reload flushing and deleting every chain of mangle, nat and
-/// filter; ipvs: `ipvsadm -C`, every virtual server gone); a pod on node 1 reaches the Service
-/// again within [`RESTORED_WITHIN`].
+/// filter; ipvs: `ipvsadm -C`, every virtual server gone, and then `kube-ipvs0` deleted); a
+/// pod on node 1 reaches the Service again within [`RESTORED_WITHIN`] each time.
 ///
 /// Node 1's proxy runs with a sync period of 60 s ([`SYNC_PERIOD_20`]; every proxy gets the
 /// same flags), so a proxy that only repairs at its periodic sync (or polls a canary at that
@@ -188,6 +188,21 @@ pub async fn rules_deleted(lab: &Lab) -> Result<(), String> {
         lab.proxy.label(),
         t0.elapsed().as_secs_f64()
     ));
+    if lab.proxy.mode() == Mode::Ipvs {
+        // The dummy link deleted: the ClusterIPs are no longer local, so IPVS never sees a
+        // pod's packets to them.
+        ns.try_output("ip", &["link", "del", "kube-ipvs0"])
+            .map_err(|e| format!("ip link del kube-ipvs0: {e}"))?;
+        let t0 = Instant::now();
+        with_settle(lab, bound, reaches_exactly(lab, from, vip, 5, &["n2-a"]))
+            .await
+            .map_err(|e| format!("kube-ipvs0 deleted on node 1 not restored: {e}"))?;
+        crate::lab::scenarios::report::say(&format!(
+            "lab {}: 20: kube-ipvs0 restored {:.1}s after its deletion",
+            lab.proxy.label(),
+            t0.elapsed().as_secs_f64()
+        ));
+    }
     Ok(())
 }
 

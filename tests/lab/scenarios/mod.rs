@@ -122,6 +122,12 @@ pub fn all() -> Vec<Scenario> {
             disruption::proxy_restart
         ),
         scenario!(
+            29,
+            "graceful termination: a long-lived connection outlives its endpoint",
+            disruption::graceful_termination,
+            disruption::graceful_termination_expect
+        ),
+        scenario!(
             21,
             "IPv6 single-stack and dual-stack",
             dual_stack::ipv6_and_dual_stack

@@ -15,14 +15,14 @@
 //!   gets its weight again. After a restart the kernel's weight-0 destinations that the plan
 //!   still has are set back to weight 1 (upstream #92019) and the others keep draining.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::time::Duration;
 
 use super::backend::netlink::{
     Destination, ListedDestination, Protocol, Request, Service, ServiceKey,
 };
-use super::desired::Desired;
+use super::desired::{Desired, VirtualService};
 use super::mode_config::ModeConfig;
 
 /// The kernel's IPVS state of one family, as read back or as last programmed.
@@ -112,30 +112,14 @@ pub fn diff(
 ) -> Diff {
     let mut out = Diff::default();
     for (key, vs) in &want.services {
-        let Some(have) = kernel.services.get(key) else {
-            out.requests.push(Request::NewService(vs.service.clone()));
-            for d in &vs.destinations {
-                out.requests.push(Request::NewDest(*key, *d));
-            }
-            continue;
-        };
-        if have.service != vs.service {
-            out.requests.push(Request::SetService(vs.service.clone()));
-        }
-        let mut wanted: BTreeMap<SocketAddr, &Destination> = BTreeMap::new();
-        for d in &vs.destinations {
-            wanted.insert(d.address, d);
-            match have.destinations.get(&d.address) {
-                None => out.requests.push(Request::NewDest(*key, *d)),
-                Some(l) if l.destination != *d => out.requests.push(Request::SetDest(*key, *d)),
-                Some(_) => {}
-            }
-        }
-        for (addr, l) in &have.destinations {
-            if !wanted.contains_key(addr) {
-                drain(&mut out, *key, l, cfg, drained_for.get(&(*key, *addr)));
-            }
-        }
+        service(
+            &mut out,
+            *key,
+            kernel.services.get(key),
+            vs,
+            cfg,
+            drained_for,
+        );
     }
     for key in kernel.services.keys() {
         if !want.services.contains_key(key) && ours(key, want, cfg) {
@@ -143,6 +127,75 @@ pub fn diff(
         }
     }
     out
+}
+
+/// [`diff`] of the virtual services `keys` alone, in the same order. It equals the whole
+/// diff when every other service in `kernel` is as `want` has it and drains nothing: what
+/// the applier knows of the services a sync did not touch, so a one-endpoint change costs
+/// one service's work, not the cluster's.
+pub fn diff_only(
+    kernel: &Kernel,
+    want: &Desired,
+    keys: &BTreeSet<ServiceKey>,
+    cfg: &ModeConfig,
+    drained_for: &BTreeMap<Drain, Duration>,
+) -> Diff {
+    let mut out = Diff::default();
+    let mut deleted = Vec::new();
+    for key in keys {
+        match want.services.get(key) {
+            Some(vs) => service(
+                &mut out,
+                *key,
+                kernel.services.get(key),
+                vs,
+                cfg,
+                drained_for,
+            ),
+            None if kernel.services.contains_key(key) && ours(key, want, cfg) => {
+                deleted.push(Request::DelService(*key));
+            }
+            None => {}
+        }
+    }
+    out.requests.extend(deleted);
+    out
+}
+
+/// The requests for one planned virtual service: added with its destinations when the
+/// kernel lacks it, else updated in place and its destinations brought to the plan.
+fn service(
+    out: &mut Diff,
+    key: ServiceKey,
+    have: Option<&KernelService>,
+    vs: &VirtualService,
+    cfg: &ModeConfig,
+    drained_for: &BTreeMap<Drain, Duration>,
+) {
+    let Some(have) = have else {
+        out.requests.push(Request::NewService(vs.service.clone()));
+        for d in &vs.destinations {
+            out.requests.push(Request::NewDest(key, *d));
+        }
+        return;
+    };
+    if have.service != vs.service {
+        out.requests.push(Request::SetService(vs.service.clone()));
+    }
+    let mut wanted: BTreeMap<SocketAddr, &Destination> = BTreeMap::new();
+    for d in &vs.destinations {
+        wanted.insert(d.address, d);
+        match have.destinations.get(&d.address) {
+            None => out.requests.push(Request::NewDest(key, *d)),
+            Some(l) if l.destination != *d => out.requests.push(Request::SetDest(key, *d)),
+            Some(_) => {}
+        }
+    }
+    for (addr, l) in &have.destinations {
+        if !wanted.contains_key(addr) {
+            drain(out, key, l, cfg, drained_for.get(&(key, *addr)));
+        }
+    }
 }
 
 /// Whether a kernel service no plan has is ours to delete.

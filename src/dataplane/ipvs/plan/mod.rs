@@ -20,8 +20,11 @@
 //! The endpoint lists are the model's selection (policy, terminating fallback, topology), never
 //! recomputed here.
 
+mod planner;
 #[cfg(test)]
 mod tests;
+
+pub use planner::{Planner, Update};
 
 use std::collections::BTreeSet;
 use std::net::{IpAddr, SocketAddr};
@@ -31,7 +34,7 @@ use super::backend::netlink::{Destination, Flags, Service, ServiceKey as VsKey};
 use super::desired::{Desired, Frontend, Guard, Masquerade, VirtualService};
 use super::mode_config::ModeConfig;
 use crate::cluster::model::{Endpoint, FamilyView, ServicePort, TrafficPolicy};
-use crate::cluster::{IpFamily, Snapshot};
+use crate::cluster::{IpFamily, NodeContext, ServicePortState, Snapshot};
 use crate::dataplane::node::{NodePortMatch, node_ports, source_ranges};
 
 /// The node's addresses on every interface except `kube-ipvs0`, as the shell read them for
@@ -50,65 +53,81 @@ pub fn plan(
     let mut out = Desired::new(family);
     let node_ports = node_port_addresses(snapshot, cfg, family, host);
     for state in snapshot.ports.values() {
-        let Some(view) = state.family(family) else {
-            continue;
-        };
-        let port = &state.port;
-        let outside = match port.external_policy {
-            TrafficPolicy::Cluster => Masquerade::Always,
-            TrafficPolicy::Local => Masquerade::FromNode,
-        };
-        let firewall = (!view.load_balancer_source_ranges.is_empty())
-            .then(|| source_ranges::allowed_disjoint(view, &snapshot.node));
-        let mut add = |ip: IpAddr, port_number: u16, frontend: Frontend, (dests, guard)| {
-            let key = VsKey::Address {
-                protocol: port.name.protocol.into(),
-                address: SocketAddr::new(ip, port_number),
-            };
-            let vs = VirtualService {
-                service: service(cfg, port, key),
-                destinations: dests,
-                owner: port.name.clone(),
-                frontend,
-                guard,
-                masquerade: match frontend {
-                    Frontend::ClusterIp => Masquerade::ClusterIp,
-                    _ => outside,
-                },
-                allowed_sources: match frontend {
-                    Frontend::LoadBalancer => firewall.clone(),
-                    _ => None,
-                },
-            };
-            out.services.insert(key, vs);
-        };
-        add(
-            view.cluster_ip,
-            port.port,
-            Frontend::ClusterIp,
-            internal(port, view),
-        );
-        for &ip in &view.external_ips {
-            add(ip, port.port, Frontend::ExternalIp, external(port, view));
-        }
-        for &ip in &view.load_balancer_ips {
-            add(ip, port.port, Frontend::LoadBalancer, external(port, view));
-        }
-        if let Some(np) = port.node_port {
-            for &ip in &node_ports {
-                add(ip, np, Frontend::NodePort, external(port, view));
-            }
-        }
-        out.addresses.cluster_ips.insert(view.cluster_ip);
-        out.addresses
-            .external
-            .extend(view.external_ips.iter().chain(&view.load_balancer_ips));
-        for ep in view.reachable_endpoints().filter(|e| e.is_local) {
-            out.hairpin
-                .insert((SocketAddr::new(ep.ip, ep.port), port.name.protocol));
-        }
+        contribute(&mut out, state, cfg, &snapshot.node, &node_ports);
     }
     out
+}
+
+/// Adds one service port's virtual services, addresses and hairpin entries to `out` (of the
+/// port's family or not: a port without that family adds nothing). A key `out` already has
+/// stays, so in [`plan`] the first port in snapshot order keeps a frontend two Services
+/// claim (as in the nftables mode), and within one port the ClusterIP comes first, then
+/// externalIPs, LoadBalancer IPs and NodePorts. The [`Planner`] plans one port alone with it.
+pub fn contribute(
+    out: &mut Desired,
+    state: &ServicePortState,
+    cfg: &ModeConfig,
+    node: &NodeContext,
+    node_ports: &[IpAddr],
+) {
+    let family = out.family;
+    let Some(view) = state.family(family) else {
+        return;
+    };
+    let port = &state.port;
+    let outside = match port.external_policy {
+        TrafficPolicy::Cluster => Masquerade::Always,
+        TrafficPolicy::Local => Masquerade::FromNode,
+    };
+    let firewall = (!view.load_balancer_source_ranges.is_empty())
+        .then(|| source_ranges::allowed_disjoint(view, node));
+    let mut add = |ip: IpAddr, port_number: u16, frontend: Frontend, (dests, guard)| {
+        let key = VsKey::Address {
+            protocol: port.name.protocol.into(),
+            address: SocketAddr::new(ip, port_number),
+        };
+        let vs = VirtualService {
+            service: service(cfg, port, key),
+            destinations: dests,
+            owner: port.name.clone(),
+            frontend,
+            guard,
+            masquerade: match frontend {
+                Frontend::ClusterIp => Masquerade::ClusterIp,
+                _ => outside,
+            },
+            allowed_sources: match frontend {
+                Frontend::LoadBalancer => firewall.clone(),
+                _ => None,
+            },
+        };
+        out.services.entry(key).or_insert(vs);
+    };
+    add(
+        view.cluster_ip,
+        port.port,
+        Frontend::ClusterIp,
+        internal(port, view),
+    );
+    for &ip in &view.external_ips {
+        add(ip, port.port, Frontend::ExternalIp, external(port, view));
+    }
+    for &ip in &view.load_balancer_ips {
+        add(ip, port.port, Frontend::LoadBalancer, external(port, view));
+    }
+    if let Some(np) = port.node_port {
+        for &ip in node_ports {
+            add(ip, np, Frontend::NodePort, external(port, view));
+        }
+    }
+    out.addresses.cluster_ips.insert(view.cluster_ip);
+    out.addresses
+        .external
+        .extend(view.external_ips.iter().chain(&view.load_balancer_ips));
+    for ep in view.reachable_endpoints().filter(|e| e.is_local) {
+        out.hairpin
+            .insert((SocketAddr::new(ep.ip, ep.port), port.name.protocol));
+    }
 }
 
 /// The virtual service itself: the Service's scheduler (its annotation's, or the node's), and
@@ -181,7 +200,7 @@ fn destinations<'a>(endpoints: Option<impl Iterator<Item = &'a Endpoint>>) -> Ve
 /// The node addresses NodePorts listen on in `family`: `nodePortAddresses` resolved over the
 /// host's addresses outside `kube-ipvs0` (or the Node object's when those are unknown), without
 /// loopback and IPv6 link-local, which upstream's IPVS mode leaves out too.
-fn node_port_addresses(
+pub fn node_port_addresses(
     snapshot: &Snapshot,
     cfg: &ModeConfig,
     family: IpFamily,

@@ -24,10 +24,10 @@
 mod tests;
 
 use std::collections::BTreeSet;
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 
 use super::backend::netlink::ServiceKey;
-use super::desired::{Desired, Guard, Masquerade};
+use super::desired::{Desired, Guard, Masquerade, VirtualService};
 use super::mode_config::ModeConfig;
 use super::names::rules as r;
 use crate::cluster::{NodeContext, Protocol};
@@ -61,64 +61,105 @@ pub fn plan(
         .iter()
         .filter(|ip| crate::cluster::IpFamily::of(ip) == desired.family)
     {
-        b.element(r::BOUND_ADDRESSES, &[Value::Addr(*ip)], Data::None, None);
+        bound_element(&mut b, *ip);
     }
     for (key, vs) in &desired.services {
-        let ServiceKey::Address { address, .. } = key else {
-            continue;
-        };
-        let proto = vs.owner.protocol;
-        let frontend = [
-            Value::Addr(address.ip()),
-            Value::Proto(proto),
-            Value::Port(address.port()),
-        ];
-        let comment = Comment::sanitised(&vs.owner.to_string());
-        let treatment = match vs.masquerade {
-            Masquerade::ClusterIp => n::CLUSTER_IP,
-            Masquerade::Always => n::EXTERNAL,
-            Masquerade::FromNode => n::EXTERNAL_LOCAL,
-        };
-        b.element(
-            n::SERVICE_IPS,
-            &frontend,
-            Data::Verdict(goto(treatment)),
-            Some(&comment),
-        );
-        b.element(r::SERVICE_PORTS, &frontend, Data::None, None);
-        let guard = match vs.guard {
-            Guard::None => None,
-            Guard::Reject => Some(goto(n::REJECT_CHAIN)),
-            Guard::Drop => Some(Verdict::Drop),
-            Guard::DropFromOutside => Some(goto(r::NO_LOCAL_ENDPOINT)),
-        };
-        if let Some(verdict) = guard {
-            b.element(
-                n::NO_ENDPOINT_SERVICES,
-                &frontend,
-                Data::Verdict(verdict),
-                Some(&comment),
-            );
-        }
-        if let Some(allowed) = &vs.allowed_sources {
-            b.element(n::FIREWALL_IPS, &frontend, Data::None, Some(&comment));
-            for net in allowed {
-                let mut key = frontend.to_vec();
-                key.push(Value::Net(*net));
-                b.element(n::FIREWALL_ALLOW, &key, Data::None, None);
-            }
-        }
+        service_elements(&mut b, key, vs);
     }
     for (endpoint, proto) in &desired.hairpin {
-        let key = [
-            Value::Addr(endpoint.ip()),
-            Value::Addr(endpoint.ip()),
-            Value::Proto(*proto),
-            Value::Port(endpoint.port()),
-        ];
-        b.element(n::HAIRPIN, &key, Data::None, None);
+        hairpin_element(&mut b, *endpoint, *proto);
     }
     b.rules
+}
+
+/// Some of the elements of `family`'s table: those of `services`, `hairpin` entries and
+/// `bound` addresses, in a table that holds only the (declared) sets. What the incremental
+/// [`Planner`](super::plan::Planner) compares before and after a change: every element of
+/// [`plan`]'s table belongs to exactly one virtual service, hairpin entry or bound address,
+/// so the elements of the touched ones are all that can differ.
+pub fn elements_of<'a>(
+    family: crate::cluster::IpFamily,
+    services: impl IntoIterator<Item = (&'a ServiceKey, &'a VirtualService)>,
+    hairpin: impl IntoIterator<Item = (SocketAddr, Protocol)>,
+    bound: impl IntoIterator<Item = IpAddr>,
+) -> Ruleset {
+    let mut b = Builder {
+        rules: Ruleset::empty(Family::of(family)),
+    };
+    declare_sets(&mut b);
+    for ip in bound {
+        bound_element(&mut b, ip);
+    }
+    for (key, vs) in services {
+        service_elements(&mut b, key, vs);
+    }
+    for (endpoint, proto) in hairpin {
+        hairpin_element(&mut b, endpoint, proto);
+    }
+    b.rules
+}
+
+fn bound_element(b: &mut Builder, ip: IpAddr) {
+    b.element(r::BOUND_ADDRESSES, &[Value::Addr(ip)], Data::None, None);
+}
+
+/// A virtual service's elements: its treatment, the port filter's entry, its guard and its
+/// source ranges, each keyed by the frontend (so no two virtual services share a key).
+fn service_elements(b: &mut Builder, key: &ServiceKey, vs: &VirtualService) {
+    let ServiceKey::Address { address, .. } = key else {
+        return;
+    };
+    let proto = vs.owner.protocol;
+    let frontend = [
+        Value::Addr(address.ip()),
+        Value::Proto(proto),
+        Value::Port(address.port()),
+    ];
+    let comment = Comment::sanitised(&vs.owner.to_string());
+    let treatment = match vs.masquerade {
+        Masquerade::ClusterIp => n::CLUSTER_IP,
+        Masquerade::Always => n::EXTERNAL,
+        Masquerade::FromNode => n::EXTERNAL_LOCAL,
+    };
+    b.element(
+        n::SERVICE_IPS,
+        &frontend,
+        Data::Verdict(goto(treatment)),
+        Some(&comment),
+    );
+    b.element(r::SERVICE_PORTS, &frontend, Data::None, None);
+    let guard = match vs.guard {
+        Guard::None => None,
+        Guard::Reject => Some(goto(n::REJECT_CHAIN)),
+        Guard::Drop => Some(Verdict::Drop),
+        Guard::DropFromOutside => Some(goto(r::NO_LOCAL_ENDPOINT)),
+    };
+    if let Some(verdict) = guard {
+        b.element(
+            n::NO_ENDPOINT_SERVICES,
+            &frontend,
+            Data::Verdict(verdict),
+            Some(&comment),
+        );
+    }
+    if let Some(allowed) = &vs.allowed_sources {
+        b.element(n::FIREWALL_IPS, &frontend, Data::None, Some(&comment));
+        for net in allowed {
+            let mut key = frontend.to_vec();
+            key.push(Value::Net(*net));
+            b.element(n::FIREWALL_ALLOW, &key, Data::None, None);
+        }
+    }
+}
+
+fn hairpin_element(b: &mut Builder, endpoint: SocketAddr, proto: Protocol) {
+    let key = [
+        Value::Addr(endpoint.ip()),
+        Value::Addr(endpoint.ip()),
+        Value::Proto(proto),
+        Value::Port(endpoint.port()),
+    ];
+    b.element(n::HAIRPIN, &key, Data::None, None);
 }
 
 struct Builder {

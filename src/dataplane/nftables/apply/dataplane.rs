@@ -6,8 +6,8 @@
 //! the kernel read back. Otherwise the planner re-plans only the service ports the runner's
 //! [`Changes`] name, and its transactions (from its previous plan, which the kernel holds) are
 //! sent as they are: the planner's rulesets are "last applied", never copied per sync.
-//! Counts for the metrics come from the snapshot and the apply report; nothing here reads a
-//! clock or a registry.
+//! Counts for the metrics come from the snapshot, the apply report and the backend's count of
+//! netlink messages sent (before and after the sync); nothing here reads a clock or a registry.
 
 use std::sync::Arc;
 
@@ -92,6 +92,7 @@ impl<B: Backend> Dataplane for NftablesDataplane<B> {
         // Cleared until the kernel accepts: a panic in between (the runner survives it) leaves
         // the next sync full.
         let in_kernel = std::mem::take(&mut self.in_kernel);
+        let sent_before = self.applier.backend().messages_sent();
         let steady = !full && !outside && in_kernel && !self.applier.needs_full();
         let result = if steady {
             // `changes` names every port changed since the previous update: the runner merges
@@ -150,9 +151,12 @@ impl<B: Backend> Dataplane for NftablesDataplane<B> {
                 }
             })
             .collect();
+        let sent = self.applier.backend().messages_sent();
         Ok(SyncReport {
             full: report.full,
             families,
+            netlink_messages: usize::try_from(sent.saturating_sub(sent_before))
+                .unwrap_or(usize::MAX),
         })
     }
 }

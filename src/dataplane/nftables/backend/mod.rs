@@ -83,6 +83,12 @@ pub trait Backend: Send {
     /// transactions come from, so the monitor tells them from other programs', and may pause
     /// it around a large transaction.
     fn watched_by(&mut self, drift: Arc<Drift>);
+
+    /// Netlink messages this backend has sent to the kernel so far, for the sync's count of
+    /// them; 0 where they cannot be counted (`nft`, a separate program, sends its own).
+    fn messages_sent(&self) -> u64 {
+        0
+    }
 }
 
 impl Backend for Box<dyn Backend> {
@@ -100,6 +106,10 @@ impl Backend for Box<dyn Backend> {
 
     fn watched_by(&mut self, drift: Arc<Drift>) {
         (**self).watched_by(drift)
+    }
+
+    fn messages_sent(&self) -> u64 {
+        (**self).messages_sent()
     }
 }
 
@@ -189,6 +199,10 @@ impl Backend for NetlinkBackend {
 
     fn watched_by(&mut self, drift: Arc<Drift>) {
         self.drift = Some(drift);
+    }
+
+    fn messages_sent(&self) -> u64 {
+        self.netlink.messages_sent()
     }
 }
 

@@ -115,6 +115,11 @@ impl Client {
         })
     }
 
+    /// Netlink messages this client has sent, for the sync's count of them.
+    pub fn messages_sent(&self) -> u64 {
+        self.socket.messages_sent()
+    }
+
     /// The link named `name`, if there is one.
     pub fn find(&mut self, name: &str) -> Result<Option<Link>, Error> {
         let seq = self.socket.take_seq();

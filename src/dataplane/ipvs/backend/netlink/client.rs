@@ -118,6 +118,12 @@ impl Client {
         })
     }
 
+    /// Netlink messages this client has sent (its family lookup included), for the sync's
+    /// count of them.
+    pub fn messages_sent(&self) -> u64 {
+        self.socket.messages_sent()
+    }
+
     /// Every service of the namespace, with its counters.
     pub fn services(&mut self) -> Result<Vec<ListedService>, Error> {
         self.services_raw(&mut |_| {})

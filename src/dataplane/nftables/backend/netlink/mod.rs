@@ -101,6 +101,9 @@ pub struct Netlink {
     known: batch::Known,
     /// Sets the last read took by key rather than by dump.
     read_by_key: usize,
+    /// Netlink messages sent through sockets already dropped (after a socket error), so the
+    /// count survives a reopen.
+    sent_before: u64,
 }
 
 impl Netlink {
@@ -111,6 +114,7 @@ impl Netlink {
             socket: None,
             known: batch::Known::default(),
             read_by_key: 0,
+            sent_before: 0,
         }
     }
 
@@ -127,6 +131,19 @@ impl Netlink {
             self.socket = Some(Socket::open(PROTOCOL, self.netns.as_deref(), OPTIONS)?);
         }
         Ok(self.socket.as_mut().expect("just opened"))
+    }
+
+    /// Drops the socket after an error (the next call opens a fresh one), keeping its count.
+    fn forget_socket(&mut self) {
+        if let Some(s) = self.socket.take() {
+            self.sent_before += s.messages_sent();
+        }
+    }
+
+    /// Netlink messages sent so far by every socket this encoder opened: batches (each
+    /// message of one), their barriers, generation requests and dump requests.
+    pub fn messages_sent(&self) -> u64 {
+        self.sent_before + self.socket.as_ref().map_or(0, Socket::messages_sent)
     }
 
     /// How many sets the last read took by key rather than by dump (for tests and logs).
@@ -148,7 +165,7 @@ impl Netlink {
         let failures = match commit(self.socket()?, batch) {
             Ok(f) => f,
             Err(e) => {
-                self.socket = None;
+                self.forget_socket();
                 return Err(e.into());
             }
         };
@@ -171,7 +188,7 @@ impl Netlink {
         ) {
             Ok(a) => a,
             Err(e) => {
-                self.socket = None;
+                self.forget_socket();
                 return Err(e.into());
             }
         };
@@ -202,7 +219,7 @@ impl Netlink {
     ) -> Result<Option<Parsed>, Error> {
         let result = self.read(family, want);
         if let Err(Error::Socket(_)) = &result {
-            self.socket = None;
+            self.forget_socket();
         }
         if let Ok(Some(p)) = &result {
             // What the kernel holds is what later rules are shaped for.

@@ -158,21 +158,21 @@ fn dumps_ask_with_the_dump_flag_and_destinations_name_their_service() {
     };
     let fd00_1 = [0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1];
     #[rustfmt::skip]
-    let want = message(DUMP, 6, 8 /* IPVS_CMD_GET_DEST */, &[nest(1, &[
+    let service = nest(1, &[
         nla(1, &10u16.to_ne_bytes()),
         nla(2, &17u16.to_ne_bytes()),
         nla(3, &fd00_1),
         nla(4, &[0, 53]),
-    ])]);
+    ]);
+    let want = message(
+        DUMP,
+        6,
+        8, /* IPVS_CMD_GET_DEST */
+        std::slice::from_ref(&service),
+    );
     assert_eq!(Request::GetDests(key).encode(FAMILY, 6), want);
     // One service by its key: the same command and service nest, acknowledged, not a dump.
-    #[rustfmt::skip]
-    let want = message(ACKED, 7, 4 /* IPVS_CMD_GET_SERVICE */, &[nest(1, &[
-        nla(1, &10u16.to_ne_bytes()),
-        nla(2, &17u16.to_ne_bytes()),
-        nla(3, &fd00_1),
-        nla(4, &[0, 53]),
-    ])]);
+    let want = message(ACKED, 7, 4 /* IPVS_CMD_GET_SERVICE */, &[service]);
     assert_eq!(Request::GetService(key).encode(FAMILY, 7), want);
     assert!(!Request::GetService(key).is_dump());
     assert_eq!(
