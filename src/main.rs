@@ -170,6 +170,11 @@ fn run(config: &Config, node_name: &str, features: Features) -> ExitCode {
     if config.mode == config::ProxyMode::Iptables {
         set_route_localnet(config);
     }
+    if config.init_only && config.mode == config::ProxyMode::Ipvs {
+        // The proxy itself sets them too, but unprivileged its /proc/sys is read-only; values
+        // already in place are not written again, so it then has nothing to do.
+        cli::run::ipvs_host_setup(config.ipvs.strict_arp);
+    }
     if config.init_only {
         // Upstream's --init-only does the host setup that needs full privileges (the conntrack
         // sysctls) and exits, so the long-running proxy can do with CAP_NET_ADMIN.

@@ -23,10 +23,11 @@ use kube::Api;
 use kube::api::PostParams;
 use testenv::{TestEnv, output_with_stdin, repo_root, wait_for};
 
-const OVERLAYS: [&str; 3] = [
+const OVERLAYS: [&str; 4] = [
     "deploy/base",
     "deploy/overlays/nftables",
     "deploy/overlays/iptables",
+    "deploy/overlays/ipvs",
 ];
 const SERVICE_ACCOUNT: &str = "system:serviceaccount:kube-system:kube-proxy-rs";
 

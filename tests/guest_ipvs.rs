@@ -1,11 +1,12 @@
 //! The IPVS mode end to end (issue 19): the real `kube-proxy-rs` binary with
 //! `--proxy-mode=ipvs`, real TCP traffic through the virtual services and the helper rules.
 //!
-//! The helper rules need nf_tables NAT chains, `reject` and `fib`, which the User-mode Linux
-//! kernel of the other IPVS tests lacks (Debian builds it without `nft_chain_nat`,
-//! `nft_reject_ipv4` and `nft_fib_ipv4`), so this test boots the qemu guest with Debian's own
-//! kernel (`support/guest.rs`), which has IPVS too, and re-runs this binary inside it
-//! (`guest_ipvs_helper_process`). In the guest (no network card) the root namespace is the
+//! It boots the qemu guest with Debian's own kernel (`support/guest.rs`) and re-runs this
+//! binary inside it (`guest_ipvs_helper_process`). The lab suite runs in our User-mode Linux
+//! build, with everything built in; this test is the one on a distribution's kernel, whose
+//! IPVS schedulers and nf_tables expressions are modules that the proxy and its tools must
+//! load (Debian's `user-mode-linux` package lacks the nf_tables families altogether, which is
+//! why the lab has a kernel of its own). In the guest (no network card) the root namespace is the
 //! node and runs the proxy from a manifest directory; two pod namespaces sit behind veths, one
 //! serving TCP, and a client namespace outside the cluster reaches the node's address.
 //! It checks:

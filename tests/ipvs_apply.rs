@@ -54,7 +54,7 @@ use uml::host::NetNs;
 use uml::host::helper_process::{HelperProcess, RESULT};
 
 const MODULES: &[&str] = &["dummy", "ip_vs", "ip_vs_rr"];
-const CASES: &[&str] = &["scheduler-check", "sync", "idle-messages"];
+const CASES: &[&str] = &["scheduler-check", "sync", "idle-messages", "init-only"];
 
 #[test]
 fn the_ipvs_dataplane_programs_adopts_and_drains_on_a_real_ipvs_kernel() {
@@ -77,7 +77,34 @@ fn ipvs_apply_helper_process() {
         println!("{RESULT}sync ok");
         idle_messages();
         println!("{RESULT}idle-messages ok");
+        init_only();
+        println!("{RESULT}init-only ok");
     });
+}
+
+/// `--init-only` in ipvs mode (the DaemonSet's privileged init container) sets the IPVS
+/// sysctls, which the unprivileged proxy cannot write: `vs/conntrack` above all, without which
+/// the helper rules' masquerade never sees IPVS's connections.
+fn init_only() {
+    let path = "/proc/sys/net/ipv4/vs/conntrack";
+    let read = || {
+        std::fs::read_to_string(path)
+            .expect("read vs/conntrack")
+            .trim()
+            .to_owned()
+    };
+    std::fs::write(path, "0").expect("reset vs/conntrack");
+    assert_eq!(read(), "0");
+    let status = std::process::Command::new(env!("CARGO_BIN_EXE_kube-proxy-rs"))
+        .args([
+            "--proxy-mode=ipvs",
+            "--init-only",
+            "--hostname-override=guest",
+        ])
+        .status()
+        .expect("run kube-proxy-rs --init-only");
+    assert!(status.success(), "--init-only: {status}");
+    assert_eq!(read(), "1", "--init-only left vs/conntrack unset");
 }
 
 /// The real backend, counting every call that reaches the kernel.

@@ -121,6 +121,16 @@ pub fn dataplane(config: &Config) -> Result<Mode, ModeError> {
     })
 }
 
+/// The IPVS mode's privileged host setup, for `--init-only`: loads `ip_vs` (an IPVS socket
+/// resolves its generic netlink family, which the kernel loads on demand; its sysctls exist
+/// only then) and sets the sysctls. A failure is a warning: the proxy tries again itself.
+pub fn ipvs_host_setup(strict_arp: bool) {
+    if let Err(error) = ipvs::backend::netlink::Client::open(None) {
+        tracing::warn!(%error, "cannot load IPVS; the proxy will try again at start");
+    }
+    set_ipvs_sysctls(strict_arp);
+}
+
 /// The sysctls the IPVS mode needs; one the kernel refuses is one warning, and start-up goes on
 /// (upstream logs and goes on too).
 fn set_ipvs_sysctls(strict_arp: bool) {

@@ -91,7 +91,6 @@ pub fn run_cases(
 }
 
 /// The UML kernel, found.
-#[derive(Clone)]
 pub struct Uml {
     kernel: PathBuf,
     /// `lib/modules/<release>` of the build: `modules.builtin` and what depmod made of it.
