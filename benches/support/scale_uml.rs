@@ -110,6 +110,7 @@ pub fn run(run: &GuestRun<'_>) -> Result<String, String> {
         stage = quote(&stage.dir.display().to_string()),
         logs = quote(&logs.display().to_string()),
     ));
+    ensure_map_count(run.memory_mib)?;
     eprintln!(
         "scale: booting a User-mode Linux guest ({} MiB, killed after {} s); its console follows",
         run.memory_mib,
@@ -241,4 +242,27 @@ fn stop_on_signals() -> Result<Arc<AtomicBool>, String> {
         });
     });
     Ok(stop)
+}
+
+/// UML maps the guest's memory into its host process piece by piece, at most one map per guest
+/// page, and a large guest under load passes the host's `vm.max_map_count` (65,530 by
+/// default): the guest then dies mid-run ("UML ran out of memory on the host side", seen at
+/// 10,000 × 10 in 8 GiB). Raises the limit to what the guest could need, and says so: the one
+/// host setting the bench changes (it runs as root), and it stays raised.
+fn ensure_map_count(memory_mib: u64) -> Result<(), String> {
+    let path = "/proc/sys/vm/max_map_count";
+    let want = memory_mib * 256 + 65_536;
+    let now: u64 = std::fs::read_to_string(path)
+        .map_err(|e| format!("read {path}: {e}"))?
+        .trim()
+        .parse()
+        .map_err(|e| format!("{path}: {e}"))?;
+    if now >= want {
+        return Ok(());
+    }
+    std::fs::write(path, want.to_string()).map_err(|e| format!("raise {path} to {want}: {e}"))?;
+    eprintln!(
+        "scale: raised vm.max_map_count from {now} to {want} for the guest's {memory_mib} MiB"
+    );
+    Ok(())
 }
