@@ -81,6 +81,18 @@ fn bench(c: &mut Criterion) {
             black_box(sent)
         })
     });
+    // What a sync computes for its report besides the plan (upstream's no-local-endpoints
+    // gauges and the objects gauge), all walking every service port or virtual service.
+    g.bench_function("report_scans", |b| {
+        b.iter(|| {
+            let mut n = 0;
+            for (i, family) in IpFamily::ALL.into_iter().enumerate() {
+                let (a, c) = kube_proxy_rs::dataplane::no_local_endpoints(&cluster.after, family);
+                n += a + c + planner.desired()[i].objects();
+            }
+            black_box(n)
+        })
+    });
     g.finish();
     let update = planner.update(cluster.snapshot(!there), &cluster.changes, &cfg, &host);
     println!(
