@@ -1,12 +1,9 @@
 //! Applying, the IPVS mode as the sync runner drives it: read the link's addresses and (on full
-//! syncs) the kernel's services, plan both families, apply the helper rules
-//! ([`rules`](super::rules)), bind the service addresses, send [`diff`]'s requests, and keep
-//! what the kernel now holds.
-//!
-//! Planning is the incremental [`Planner`]'s: a steady sync re-plans only the changed service
-//! ports and compares only the virtual services they touched (and those draining) with the
-//! kernel ([`diff_only`]), so a one-endpoint change costs one service's work at any scale; a
-//! full sync re-plans and compares everything.
+//! syncs) the kernel's services, plan both families with the incremental [`Planner`] (a steady
+//! sync re-plans only the changed service ports and compares only the virtual services they
+//! touched, and those draining, with the kernel: [`diff_only`]), apply the helper rules
+//! ([`rules`](super::rules)), bind the service addresses, send the requests, and keep what the
+//! kernel now holds.
 //!
 //! The helper rules go first, so a new virtual service is never reachable before its
 //! masquerade and guard rules are (upstream writes its iptables rules last, kubernetes#133773).
@@ -16,7 +13,7 @@
 //!
 //! What the kernel holds is "last programmed": the state read at the last full sync with every
 //! accepted request applied to it ([`Kernel::apply`]), so a sync with nothing changed sends
-//! nothing at all. A sync is full when the runner asks (start-up, the periodic resync, after a
+//! nothing at all. A sync is full when the runner asks (start-up, the hourly full sync, after a
 //! failure) or nothing was programmed yet: then the link's addresses and every virtual service
 //! are read back and repaired, and nothing is flushed, so a restart keeps every connection.
 //! Draining destinations (graceful termination) are read again on every sync, for their
