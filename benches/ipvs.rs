@@ -81,14 +81,15 @@ fn bench(c: &mut Criterion) {
             black_box(sent)
         })
     });
-    // What a sync computes for its report besides the plan (upstream's no-local-endpoints
-    // gauges and the objects gauge), all walking every service port or virtual service.
+    // What a sync reads for its report besides the plan (upstream's no-local-endpoints gauges
+    // and the objects gauge): counts kept as ports change, once a walk of every service port
+    // and virtual service (0.27 ms here).
     g.bench_function("report_scans", |b| {
         b.iter(|| {
             let mut n = 0;
             for (i, family) in IpFamily::ALL.into_iter().enumerate() {
-                let (a, c) = kube_proxy_rs::dataplane::no_local_endpoints(&cluster.after, family);
-                n += a + c + planner.desired()[i].objects();
+                let no_local = cluster.after.no_local_endpoints(family);
+                n += no_local.internal + no_local.external + planner.objects()[i];
             }
             black_box(n)
         })

@@ -289,10 +289,7 @@ fn a_full_sync_works_when_the_rules_cannot_be_read_back() {
         .cloned()
         .expect("in the example");
     ports.remove(&gone);
-    let next = Snapshot {
-        node: snap.node.clone(),
-        ports: Arc::new(ports),
-    };
+    let next = Snapshot::new(snap.node.clone(), Arc::new(ports));
     dp.backend_mut().save_fails = true;
     let report = dp
         .sync(&next, &Changes::default(), true)

@@ -97,7 +97,10 @@ fn the_example_cluster_is_programmed_and_reads_back_as_planned() {
             v4.no_local_endpoints_internal,
             v4.no_local_endpoints_external
         ),
-        kube_proxy_rs::dataplane::no_local_endpoints(&snap, IpFamily::V4)
+        {
+            let counted = snap.no_local_endpoints(IpFamily::V4);
+            (counted.internal, counted.external)
+        }
     );
 }
 
@@ -263,10 +266,7 @@ fn partial_syncs_with_the_trackers_changes_keep_the_kernel_as_planned() {
 fn pick_chains_added_in_a_later_transaction_are_accepted() {
     let ns = NetNs::new("nfa-later");
     let full = example();
-    let empty = Snapshot {
-        node: full.node.clone(),
-        ports: Arc::default(),
-    };
+    let empty = Snapshot::new(full.node.clone(), Arc::default());
     let mut dp = dataplane(&ns);
     dp.sync(&empty, &no_changes(), true).expect("first sync");
     let added = changed(full.ports.keys().cloned());

@@ -19,8 +19,8 @@ mod tracker_props;
 pub mod warning;
 
 pub use model::{
-    Endpoint, FamilyView, IpFamily, NodeContext, Protocol, ServiceKey, ServicePort,
-    ServicePortName, ServicePortState, Snapshot, TrafficPolicy,
+    Endpoint, FamilyView, IpFamily, NoLocalEndpoints, NodeContext, Protocol, ServiceKey,
+    ServicePort, ServicePortName, ServicePortState, Snapshot, TrafficPolicy,
 };
 pub use topology::{Features, Selection, TopologyMode};
 pub use tracker::{ChangeCounts, Changes, Tracker};

@@ -285,6 +285,57 @@ impl ServicePortState {
     pub fn family(&self, family: IpFamily) -> Option<&FamilyView> {
         self.families.iter().find(|v| v.family == family)
     }
+
+    /// What this port adds to upstream's `sync_proxy_rules_no_local_endpoints_total` in
+    /// `family`: 1 internal where its internal policy is Local and no local endpoint is
+    /// selected, 1 external where the same holds for its external policy and the port has an
+    /// external frontend.
+    pub fn no_local_endpoints(&self, family: IpFamily) -> NoLocalEndpoints {
+        let Some(view) = self.family(family) else {
+            return NoLocalEndpoints::default();
+        };
+        let no_local = view
+            .local_endpoints()
+            .is_none_or(|mut endpoints| endpoints.next().is_none());
+        NoLocalEndpoints {
+            internal: usize::from(no_local && self.port.internal_policy == TrafficPolicy::Local),
+            external: usize::from(
+                no_local
+                    && self.port.external_policy == TrafficPolicy::Local
+                    && view.externally_accessible(&self.port),
+            ),
+        }
+    }
+}
+
+/// Service ports with a Local policy and no local endpoint, by policy, in one family.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NoLocalEndpoints {
+    pub internal: usize,
+    pub external: usize,
+}
+
+impl NoLocalEndpoints {
+    /// The counts of every port in `family`, by walking them all.
+    fn count<'a>(ports: impl Iterator<Item = &'a ServicePortState>, family: IpFamily) -> Self {
+        ports.fold(NoLocalEndpoints::default(), |sum, state| {
+            sum.plus(state.no_local_endpoints(family))
+        })
+    }
+
+    pub(super) fn plus(self, other: NoLocalEndpoints) -> NoLocalEndpoints {
+        NoLocalEndpoints {
+            internal: self.internal + other.internal,
+            external: self.external + other.external,
+        }
+    }
+
+    pub(super) fn minus(self, other: NoLocalEndpoints) -> NoLocalEndpoints {
+        NoLocalEndpoints {
+            internal: self.internal - other.internal,
+            external: self.external - other.external,
+        }
+    }
 }
 
 /// A node address as the Node object reports it.
@@ -353,14 +404,42 @@ impl NodeContext {
 /// Cloning is cheap (two `Arc`s). The tracker keeps building on the same map; a snapshot that is
 /// still held while the tracker changes forces one copy of the map (copy on write), so a sync
 /// should drop its snapshot when it is done.
+///
+/// It also carries the per-family counts every sync reports for upstream's no-local-endpoints
+/// gauges, which the tracker keeps as ports change: walking every port on every sync for them
+/// cost more than planning a one-endpoint change at 10,000 Services. Build one with
+/// [`Snapshot::new`]; replacing `ports` by hand leaves those counts stale.
 #[derive(Clone, Debug, Default)]
 pub struct Snapshot {
     pub node: Arc<NodeContext>,
     pub ports: Arc<BTreeMap<ServicePortName, Arc<ServicePortState>>>,
+    /// Indexed by [`IpFamily::index`].
+    pub(super) no_local: [NoLocalEndpoints; 2],
 }
 
 impl Snapshot {
+    /// A snapshot of `ports`, counting what the tracker keeps counted (one walk of the map).
+    pub fn new(
+        node: Arc<NodeContext>,
+        ports: Arc<BTreeMap<ServicePortName, Arc<ServicePortState>>>,
+    ) -> Snapshot {
+        let no_local = IpFamily::ALL
+            .map(|family| NoLocalEndpoints::count(ports.values().map(Arc::as_ref), family));
+        Snapshot {
+            node,
+            ports,
+            no_local,
+        }
+    }
+
     pub fn get(&self, name: &ServicePortName) -> Option<&ServicePortState> {
         self.ports.get(name).map(Arc::as_ref)
+    }
+
+    /// Service ports of `family` with a Local internal (external) policy and no local endpoint,
+    /// as upstream's `sync_proxy_rules_no_local_endpoints_total` counts them; external only
+    /// where the port has an external frontend.
+    pub fn no_local_endpoints(&self, family: IpFamily) -> NoLocalEndpoints {
+        self.no_local[family.index()]
     }
 }

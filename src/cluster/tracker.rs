@@ -22,7 +22,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::endpoints::{self, ParsedSlice};
 use super::interner::Interner;
-use super::model::{NodeContext, ServiceKey, ServicePortName, ServicePortState, Snapshot};
+use super::model::{
+    IpFamily, NoLocalEndpoints, NodeContext, ServiceKey, ServicePortName, ServicePortState,
+    Snapshot,
+};
 use super::node;
 use super::port_state;
 use super::service::{self, Ignored, ParsedService};
@@ -79,6 +82,9 @@ pub struct Tracker {
     ports: Arc<BTreeMap<ServicePortName, Arc<ServicePortState>>>,
     /// The port names each Service currently contributes to `ports`.
     service_ports: HashMap<ServiceKey, Vec<ServicePortName>>,
+    /// The no-local-endpoints counts of `ports` per family, kept as ports change
+    /// ([`Snapshot::no_local_endpoints`]).
+    no_local: [NoLocalEndpoints; 2],
     dirty: HashSet<ServiceKey>,
     pending_services: HashSet<ServiceKey>,
     pending_endpoints: HashSet<ServiceKey>,
@@ -103,6 +109,7 @@ impl Tracker {
             slice_owner: HashMap::default(),
             ports: Arc::default(),
             service_ports: HashMap::default(),
+            no_local: Default::default(),
             dirty: HashSet::default(),
             pending_services: HashSet::default(),
             pending_endpoints: HashSet::default(),
@@ -179,6 +186,7 @@ impl Tracker {
         let snapshot = Snapshot {
             node: self.node.clone(),
             ports: self.ports.clone(),
+            no_local: self.no_local,
         };
         (snapshot, changes)
     }
@@ -400,23 +408,40 @@ impl Tracker {
         for state in states {
             // One search per port: the entry is compared and replaced in place.
             let name = state.port.name.clone();
+            let added = Self::counted(&state);
             match Arc::make_mut(&mut self.ports).entry(name.clone()) {
                 std::collections::btree_map::Entry::Occupied(o) if **o.get() == state => continue,
                 std::collections::btree_map::Entry::Occupied(mut o) => {
-                    o.insert(Arc::new(state));
+                    let removed = Self::counted(&o.insert(Arc::new(state)));
+                    self.recount(removed, added);
                 }
                 std::collections::btree_map::Entry::Vacant(v) => {
                     v.insert(Arc::new(state));
+                    self.recount(Default::default(), added);
                 }
             }
             changed.push(name);
         }
         for name in old_names.into_iter().filter(|n| !new_names.contains(n)) {
-            Arc::make_mut(&mut self.ports).remove(&name);
+            if let Some(old) = Arc::make_mut(&mut self.ports).remove(&name) {
+                self.recount(Self::counted(&old), Default::default());
+            }
             changed.push(name);
         }
         if !new_names.is_empty() {
             self.service_ports.insert(key.clone(), new_names);
+        }
+    }
+
+    /// What one port adds to `no_local`, per family.
+    fn counted(state: &ServicePortState) -> [NoLocalEndpoints; 2] {
+        IpFamily::ALL.map(|family| state.no_local_endpoints(family))
+    }
+
+    /// Replaces one port's `removed` contribution to `no_local` by its `added` one.
+    fn recount(&mut self, removed: [NoLocalEndpoints; 2], added: [NoLocalEndpoints; 2]) {
+        for i in 0..2 {
+            self.no_local[i] = self.no_local[i].minus(removed[i]).plus(added[i]);
         }
     }
 

@@ -13,9 +13,11 @@ use k8s_openapi::api::discovery::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use proptest::prelude::*;
 
-use super::model::IpFamily;
+use super::model::{IpFamily, Snapshot};
 use super::source::{Event, Kind, Object};
 use super::{Features, Tracker};
+use crate::testing::applied_node;
+use crate::testing::changes::{events, step};
 
 /// Mostly plausible strings, sometimes hostile ones.
 fn text(plausible: &'static [&'static str]) -> impl Strategy<Value = String> {
@@ -155,6 +157,14 @@ prop_compose! {
     }
 }
 
+/// Whether the counts the tracker kept as ports changed equal a fresh count of the snapshot.
+fn counts_are_kept(snap: &Snapshot) -> bool {
+    let counted = Snapshot::new(snap.node.clone(), snap.ports.clone());
+    IpFamily::ALL
+        .into_iter()
+        .all(|f| snap.no_local_endpoints(f) == counted.no_local_endpoints(f))
+}
+
 fn object() -> impl Strategy<Value = Object> {
     prop_oneof![
         3 => service().prop_map(|s| Object::Service(Box::new(s))),
@@ -181,10 +191,12 @@ proptest! {
         for (i, e) in events.into_iter().enumerate() {
             t.apply(&e);
             if i % 7 == 0 {
-                t.snapshot();
+                let (snap, _) = t.snapshot();
+                prop_assert!(counts_are_kept(&snap));
             }
         }
         let (snap, _) = t.snapshot();
+        prop_assert!(counts_are_kept(&snap));
         for (name, state) in snap.ports.iter() {
             prop_assert_eq!(name, &state.port.name);
             prop_assert!(state.port.port != 0);
@@ -196,6 +208,19 @@ proptest! {
                 prop_assert!(view.selection.reachable().all(|i| (i as usize) < view.endpoints.len()));
                 prop_assert!(view.external_ips.iter().chain(&view.load_balancer_ips).all(|ip| IpFamily::of(ip) == view.family));
             }
+        }
+    }
+
+    #[test]
+    fn no_local_endpoint_counts_follow_changes(steps in proptest::collection::vec(step(), 1..40)) {
+        let mut t = Tracker::new("node-a", Features::default());
+        t.apply(&applied_node(crate::testing::node("node-a", "10.0.0.11", None)));
+        for s in &steps {
+            for e in events(s) {
+                t.apply(&e);
+            }
+            let (snap, _) = t.snapshot();
+            prop_assert!(counts_are_kept(&snap));
         }
     }
 

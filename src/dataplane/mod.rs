@@ -49,7 +49,7 @@ pub mod report;
 pub mod tool;
 pub mod traffic;
 
-pub use report::{FamilyReport, IptablesRules, RuleCounts, SyncReport, no_local_endpoints};
+pub use report::{FamilyReport, IptablesRules, RuleCounts, SyncReport};
 pub use traffic::{ServiceTraffic, TrafficSource};
 
 use crate::cluster::{Changes, Snapshot};

@@ -1,8 +1,9 @@
 //! What a sync did, as every mode reports it to the runner for logs and upstream's metrics.
 //!
-//! Pure values and the counts every mode derives the same way from the snapshot.
+//! Pure values; the no-local-endpoints counts come from the snapshot
+//! ([`Snapshot::no_local_endpoints`](crate::cluster::Snapshot::no_local_endpoints)).
 
-use crate::cluster::{IpFamily, Snapshot, TrafficPolicy};
+use crate::cluster::IpFamily;
 
 /// What one successful sync did, for logs and metrics. Counts only; the runner measures time.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -49,30 +50,4 @@ pub struct RuleCounts {
     pub total: usize,
     /// Rules the sync wrote: all of them on a full sync, those of rewritten chains otherwise.
     pub last: usize,
-}
-
-/// Service ports of `family` with a Local internal (external) policy and no local endpoint, as
-/// upstream's `sync_proxy_rules_no_local_endpoints_total` counts them; external only where the
-/// port has an external frontend.
-pub fn no_local_endpoints(snapshot: &Snapshot, family: IpFamily) -> (usize, usize) {
-    let mut internal = 0;
-    let mut external = 0;
-    for state in snapshot.ports.values() {
-        let Some(view) = state.family(family) else {
-            continue;
-        };
-        let no_local = view
-            .local_endpoints()
-            .is_none_or(|mut endpoints| endpoints.next().is_none());
-        if state.port.internal_policy == TrafficPolicy::Local && no_local {
-            internal += 1;
-        }
-        if state.port.external_policy == TrafficPolicy::Local
-            && view.externally_accessible(&state.port)
-            && no_local
-        {
-            external += 1;
-        }
-    }
-    (internal, external)
 }

@@ -31,6 +31,7 @@ pub struct Shape {
     lb_ip: usize,
     external_ip: Option<usize>,
     local: bool,
+    internal_local: bool,
     affinity: Option<i32>,
     ranges: bool,
 }
@@ -44,6 +45,7 @@ pub fn shape() -> impl Strategy<Value = Shape> {
         0usize..2,
         proptest::option::of(0usize..2),
         any::<bool>(),
+        any::<bool>(),
         proptest::option::of(prop_oneof![Just(10), Just(20)]),
         any::<bool>(),
     )
@@ -56,6 +58,7 @@ pub fn shape() -> impl Strategy<Value = Shape> {
                 lb_ip,
                 external_ip,
                 local,
+                internal_local,
                 affinity,
                 ranges,
             )| Shape {
@@ -66,6 +69,7 @@ pub fn shape() -> impl Strategy<Value = Shape> {
                 lb_ip,
                 external_ip,
                 local,
+                internal_local,
                 affinity,
                 ranges,
             },
@@ -96,6 +100,9 @@ fn make_service(name: &str, s: &Shape) -> k8s_openapi::api::core::v1::Service {
     }
     if s.local && s.kind > 0 {
         sp.external_traffic_policy = Some("Local".to_string());
+    }
+    if s.internal_local {
+        sp.internal_traffic_policy = Some("Local".to_string());
     }
     if s.ranges {
         sp.load_balancer_source_ranges = Some(vec!["10.0.0.0/8".into(), "fd00::/8".into()]);

@@ -150,8 +150,5 @@ pub fn snapshot(node: NodeContext, services: Vec<Svc>) -> Snapshot {
         };
         ports.insert(s.port.name.clone(), synthetic::state(s.port, view, &node));
     }
-    Snapshot {
-        node: Arc::new(node),
-        ports: Arc::new(ports),
-    }
+    Snapshot::new(Arc::new(node), Arc::new(ports))
 }

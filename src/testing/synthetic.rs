@@ -89,10 +89,7 @@ impl Synthetic {
                 (p.name.clone(), state(p, v, &node))
             })
             .collect();
-        Snapshot {
-            node: Arc::new(node),
-            ports: Arc::new(ports),
-        }
+        Snapshot::new(Arc::new(node), Arc::new(ports))
     }
 
     /// The middle Service, whose endpoint `moved` replaces.
@@ -106,10 +103,7 @@ impl Synthetic {
         v.endpoints[self.endpoints / 2].ip = to.parse().unwrap();
         let mut ports = (*snap.ports).clone();
         ports.insert(p.name.clone(), state(p, v, &snap.node));
-        Snapshot {
-            node: snap.node.clone(),
-            ports: Arc::new(ports),
-        }
+        Snapshot::new(snap.node.clone(), Arc::new(ports))
     }
 
     /// Service `i`'s one port and its endpoints, in no particular order. ClusterIPs count up

@@ -34,10 +34,7 @@ pub fn without_one_web_endpoint(snap: &Snapshot) -> (Snapshot, Changes) {
     view.endpoints.pop();
     crate::synthetic::select(view, &state.port, &snap.node);
     ports.insert(name.clone(), Arc::new(state));
-    let snapshot = Snapshot {
-        node: snap.node.clone(),
-        ports: Arc::new(ports),
-    };
+    let snapshot = Snapshot::new(snap.node.clone(), Arc::new(ports));
     (snapshot, changed([name]))
 }
 

@@ -21,9 +21,7 @@ use crate::cluster::{Changes, IpFamily, Snapshot};
 
 use crate::dataplane::monitor::Drift;
 use crate::dataplane::tool;
-use crate::dataplane::{
-    Dataplane, FamilyReport, IptablesRules, RuleCounts, SyncError, SyncReport, no_local_endpoints,
-};
+use crate::dataplane::{Dataplane, FamilyReport, IptablesRules, RuleCounts, SyncError, SyncReport};
 
 const MODE: &str = "iptables";
 
@@ -232,13 +230,13 @@ impl<B: Backend> Dataplane for IptablesDataplane<B> {
                     return Err(e);
                 }
             };
-            let (internal, external) = no_local_endpoints(snapshot, w.family);
+            let no_local = snapshot.no_local_endpoints(w.family);
             families.push(FamilyReport {
                 family: Some(w.family),
                 operations: script.chains + script.rules,
                 objects: w.objects(),
-                no_local_endpoints_internal: internal,
-                no_local_endpoints_external: external,
+                no_local_endpoints_internal: no_local.internal,
+                no_local_endpoints_external: no_local.external,
                 iptables_rules: Some(rule_counts(w, &script)),
             });
         }

@@ -43,7 +43,7 @@ use super::traffic::Owners;
 use crate::cluster::{Changes, IpFamily, Snapshot};
 use crate::dataplane::monitor::Drift;
 use crate::dataplane::nftables::{self, Ruleset, apply::Applier};
-use crate::dataplane::{Dataplane, FamilyReport, SyncError, SyncReport, no_local_endpoints};
+use crate::dataplane::{Dataplane, FamilyReport, SyncError, SyncReport};
 
 const MODE: &str = "ipvs";
 
@@ -369,8 +369,10 @@ impl<B: Backend, C: Clock, R: nftables::Backend> IpvsDataplane<B, C, R> {
         } else {
             self.planner.update(snapshot, changes, &self.cfg, &host)
         };
-        let table_objects: Vec<usize> =
-            self.planner.tables().iter().map(Ruleset::objects).collect();
+        let objects: Vec<usize> = (self.planner.objects().into_iter())
+            .zip(self.planner.tables().iter().map(Ruleset::objects))
+            .map(|(services, table)| services + table)
+            .collect();
         let rule_ops = self.apply_rules(&update, full, last_tables)?;
         let changes = if update.full {
             link::address_changes(
@@ -437,13 +439,13 @@ impl<B: Backend, C: Clock, R: nftables::Backend> IpvsDataplane<B, C, R> {
                 .chain(&changes.unbind)
                 .filter(|ip| IpFamily::of(ip) == w.family)
                 .count();
-            let (internal, external) = no_local_endpoints(snapshot, w.family);
+            let no_local = snapshot.no_local_endpoints(w.family);
             families.push(FamilyReport {
                 family: Some(w.family),
                 operations: d.requests.len() + address_ops + rule_ops[i],
-                objects: w.objects() + table_objects[i],
-                no_local_endpoints_internal: internal,
-                no_local_endpoints_external: external,
+                objects: objects[i],
+                no_local_endpoints_internal: no_local.internal,
+                no_local_endpoints_external: no_local.external,
                 iptables_rules: None,
             });
         }

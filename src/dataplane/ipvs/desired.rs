@@ -74,6 +74,13 @@ pub struct VirtualService {
     pub allowed_sources: Option<Vec<IpNet>>,
 }
 
+impl VirtualService {
+    /// Kernel objects it is: the virtual service and its destinations.
+    pub fn objects(&self) -> usize {
+        1 + self.destinations.len()
+    }
+}
+
 /// One family's desired IPVS state.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Desired {
@@ -103,7 +110,7 @@ impl Desired {
     pub fn objects(&self) -> usize {
         self.services
             .values()
-            .map(|s| 1 + s.destinations.len())
+            .map(VirtualService::objects)
             .sum::<usize>()
             + self.addresses.cluster_ips.len()
             + self.addresses.external.len()

@@ -232,10 +232,11 @@ fn frontends<'a>(
 }
 
 /// The known differences, each harmless to the client (docs/operations.md, IPVS mode):
-/// - the node connecting to its own NodePort of a Service without endpoints: the nftables
-///   mode (as upstream's) checks NodePorts without endpoints on input only, so its trace
-///   delivers the packet to the node, whose stack refuses it (nothing listens there); the IPVS
-///   mode's guard refuses it before IPVS;
+/// - the node connecting to its own NodePort of a Service without endpoints, or whose Local
+///   policies (both) leave it no local endpoint: the nftables mode (as upstream's) checks
+///   NodePorts without (local) endpoints on input only, so its trace delivers the packet to
+///   the node, whose stack refuses it (nothing listens there); the IPVS mode's guard refuses
+///   or drops it before IPVS;
 /// - a pod or the node reaching an external frontend with `externalTrafficPolicy: Local`
 ///   that has local endpoints: a virtual service has one list of destinations for every
 ///   source, so they reach the local selection (terminating local ones included, when no
@@ -243,7 +244,7 @@ fn frontends<'a>(
 ///   IPVS mode does the same as ours).
 fn known_difference(p: &Packet, vs: &VirtualService, ours: &Trace, theirs: &Trace) -> bool {
     let refused_here_delivered_there = p.origin == Origin::Host
-        && ours.fate() == Some(Fate::Reject)
+        && matches!(ours.fate(), Some(Fate::Reject | Fate::Drop))
         && theirs.fate() == Some(Fate::Accept)
         && theirs.endpoints().is_empty();
     let from_inside = p.origin == Origin::Host || p.origin == Origin::Interface("veth1".into());

@@ -150,15 +150,15 @@ mod tests {
     }
 
     fn snapshot(ports: Vec<ServicePortState>) -> Snapshot {
-        Snapshot {
-            node: Arc::default(),
-            ports: Arc::new(
+        Snapshot::new(
+            Arc::default(),
+            Arc::new(
                 ports
                     .into_iter()
                     .map(|p| (p.port.name.clone(), Arc::new(p)))
                     .collect(),
             ),
-        }
+        )
     }
 
     #[test]

@@ -61,6 +61,7 @@ proptest! {
             let update = planner.update(&snap, &changes, &cfg, &host);
             let want = IpFamily::ALL.map(|f| plan(&snap, &cfg, f, &host));
             prop_assert_eq!(planner.desired(), &want);
+            prop_assert_eq!(planner.objects(), [want[0].objects(), want[1].objects()]);
             let bound = wanted(&planner.addresses(), &host.0);
             prop_assert_eq!(planner.bound(), &bound);
             if !update.full {

@@ -18,7 +18,7 @@ use crate::dataplane::nftables::backend::Backend;
 use crate::dataplane::nftables::mode_config::ModeConfig;
 use crate::dataplane::nftables::plan::Planner;
 use crate::dataplane::nftables::ruleset::Family;
-use crate::dataplane::{Dataplane, FamilyReport, SyncError, SyncReport, no_local_endpoints};
+use crate::dataplane::{Dataplane, FamilyReport, SyncError, SyncReport};
 
 const MODE: &str = "nftables";
 
@@ -136,7 +136,7 @@ impl<B: Backend> Dataplane for NftablesDataplane<B> {
             .into_iter()
             .map(|(family, objects)| {
                 let ip = family.ip_family();
-                let (internal, external) = no_local_endpoints(snapshot, ip);
+                let no_local = snapshot.no_local_endpoints(ip);
                 FamilyReport {
                     family: Some(ip),
                     operations: report
@@ -145,8 +145,8 @@ impl<B: Backend> Dataplane for NftablesDataplane<B> {
                         .find(|(f, _)| *f == family)
                         .map_or(0, |(_, n)| *n),
                     objects,
-                    no_local_endpoints_internal: internal,
-                    no_local_endpoints_external: external,
+                    no_local_endpoints_internal: no_local.internal,
+                    no_local_endpoints_external: no_local.external,
                     iptables_rules: None,
                 }
             })
