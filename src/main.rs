@@ -50,13 +50,27 @@ fn main() -> ExitCode {
             ));
         }
     };
-    let (flags, plan) = match cli.command {
-        None => (cli.flags, None),
+    let (flags, plan, explain) = match cli.command {
+        None => (cli.flags, None, None),
         Some(Command::Plan(args)) => {
             if cli.flags != Flags::default() {
                 return fail("give flags after `plan`, not before it");
             }
-            (args.flags, Some(args.output))
+            (args.flags, Some(args.output), None)
+        }
+        Some(Command::Explain(args)) => {
+            if cli.flags != Flags::default() {
+                return fail("give flags after `explain`, not before it");
+            }
+            let request = match cli::explain::Request::parse(
+                &args.to,
+                args.from.as_deref(),
+                args.in_interface.as_deref(),
+            ) {
+                Ok(r) => r,
+                Err(e) => return fail(e),
+            };
+            (args.flags, None, Some((request, args.output)))
         }
     };
     if let Some(style) = flags.version_requested() {
@@ -96,17 +110,21 @@ fn main() -> ExitCode {
     let features = Features {
         prefer_same_node: config.gate("PreferSameTrafficDistribution"),
     };
-    if let Some(format) = plan {
-        let loaded = match &config.manifests {
-            Some(dir) => {
-                cli::load_manifests(dir, &node_name, features).map_err(|e| causes::one_line(&e))
-            }
-            None => runtime().and_then(|rt| {
-                rt.block_on(cli::load_cluster(&config.client, &node_name, features))
-                    .map_err(|e| causes::one_line(&e))
-            }),
+    if let Some((request, format)) = explain {
+        let loaded = match load(&config, &node_name, features) {
+            Ok(l) => l,
+            Err(e) => return fail(e),
         };
-        let loaded = match loaded {
+        return match explain_packet(&config, &loaded.snapshot, &request) {
+            Ok(e) => emit(&match format {
+                cli::OutputFormat::Table => cli::explain::render::text(&e),
+                cli::OutputFormat::Json => cli::explain::render::json(&e),
+            }),
+            Err(e) => fail(e),
+        };
+    }
+    if let Some(format) = plan {
+        let loaded = match load(&config, &node_name, features) {
             Ok(l) => l,
             Err(e) => return fail(e),
         };
@@ -154,6 +172,75 @@ fn main() -> ExitCode {
         return emit(&text);
     }
     run(&config, &node_name, features)
+}
+
+/// The cluster's objects as `plan` and `explain` see them: from `--manifests`, else listed
+/// once from the API server.
+fn load(config: &Config, node_name: &str, features: Features) -> Result<cli::Loaded, String> {
+    match &config.manifests {
+        Some(dir) => {
+            cli::load_manifests(dir, node_name, features).map_err(|e| causes::one_line(&e))
+        }
+        None => runtime().and_then(|rt| {
+            rt.block_on(cli::load_cluster(&config.client, node_name, features))
+                .map_err(|e| causes::one_line(&e))
+        }),
+    }
+}
+
+/// `explain`: the rules planned for the objects, traced; on a live node in nftables mode
+/// (no `--manifests`), our table read from the kernel instead, with its drift from the plan.
+fn explain_packet(
+    config: &Config,
+    snapshot: &kube_proxy_rs::cluster::Snapshot,
+    request: &cli::explain::Request,
+) -> Result<cli::explain::Explanation, String> {
+    use cli::explain::{Planned, Rules, RulesFrom, explain, kernel};
+    let family = kube_proxy_rs::cluster::IpFamily::of(&request.to.ip());
+    let (planned, node) = match config.mode {
+        config::ProxyMode::Nftables => {
+            let mode = nftables::ModeConfig::new(config).map_err(|e| e.to_string())?;
+            (Planned::nftables(snapshot, &mode), mode.node)
+        }
+        config::ProxyMode::Iptables => {
+            let mode = iptables::ModeConfig::new(config).map_err(|e| e.to_string())?;
+            (Planned::iptables(snapshot, &mode), mode.node)
+        }
+        config::ProxyMode::Ipvs => {
+            let mode = ipvs::ModeConfig::new(config).map_err(|e| e.to_string())?;
+            (Planned::ipvs(snapshot, &mode), mode.node)
+        }
+    };
+    let live = config.manifests.is_none() && config.mode == config::ProxyMode::Nftables;
+    if !live {
+        return explain(
+            snapshot,
+            &node,
+            planned.rules(family),
+            RulesFrom::Planned,
+            request,
+        )
+        .map_err(|e| e.to_string());
+    }
+    let Rules::Nftables(want) = planned.rules(family) else {
+        unreachable!("nftables mode plans nftables rules")
+    };
+    let read = kernel::read_nftables(
+        config.nftables_encoder,
+        None,
+        nftables::ruleset::Family::of(family),
+    )?;
+    let empty = nftables::Ruleset::empty(nftables::ruleset::Family::of(family));
+    let mut e = explain(
+        snapshot,
+        &node,
+        Rules::Nftables(read.as_ref().unwrap_or(&empty)),
+        RulesFrom::Kernel,
+        request,
+    )
+    .map_err(|e| e.to_string())?;
+    e.drift = kernel::drift(read.as_ref(), want);
+    Ok(e)
 }
 
 fn run(config: &Config, node_name: &str, features: Features) -> ExitCode {

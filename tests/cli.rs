@@ -65,6 +65,22 @@ fn bad_flags_print_one_line_and_exit_1() {
         &["--iptables-sync-period=later"],
         &["--feature-gates=NoSuchGate=true"],
         &["plan", "--output", "yaml"],
+        &["explain", "--to", "10.96.1.10"],
+        &["explain", "--to", "10.96.1.10:80/icmp"],
+        &[
+            "explain",
+            "--to",
+            "10.96.1.10:80",
+            "--from",
+            "a pod\nforged line",
+        ],
+        &[
+            "explain",
+            "--to",
+            "10.96.1.10:80",
+            "--in-interface",
+            "eth0;drop",
+        ],
     ] {
         let out = run(args);
         let err = stderr(&out);
@@ -288,4 +304,50 @@ fn plan_without_a_directory_fails_clearly() {
     ]);
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr(&out).contains("/nonexistent/dir"));
+}
+
+#[test]
+fn explain_names_the_service_the_endpoints_and_why_in_every_mode() {
+    for mode in ["nftables", "iptables", "ipvs"] {
+        let out = run(&[
+            "explain",
+            "--manifests",
+            "examples/cluster",
+            "--hostname-override=node-a",
+            &format!("--proxy-mode={mode}"),
+            "--cluster-cidr=10.244.0.0/16",
+            "--to=10.0.0.11:30080",
+            "--from=outside",
+        ]);
+        assert!(out.status.success(), "{mode}: {}", stderr(&out));
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            text.contains(&format!("({mode} mode, rules as planned)")),
+            "{text}"
+        );
+        assert!(
+            text.contains("service port: default/web-nodeport:http (NodePort"),
+            "{text}"
+        );
+        assert!(
+            text.contains("outcome: forwarded to an endpoint, masqueraded"),
+            "{text}"
+        );
+        assert!(text.contains("externalTrafficPolicy Cluster"), "{text}");
+        assert!(text.lines().all(|l| l.chars().count() <= 100), "{text}");
+        let out = run(&[
+            "explain",
+            "--manifests",
+            "examples/cluster",
+            "--hostname-override=node-a",
+            &format!("--proxy-mode={mode}"),
+            "--to=10.0.0.11:30080",
+            "--output=json",
+        ]);
+        assert!(out.status.success(), "{mode}: {}", stderr(&out));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON document");
+        assert_eq!(v["mode"], mode);
+        assert_eq!(v["servicePort"]["frontend"], "NodePort");
+        assert_eq!(v["outcome"]["verdict"], "forwarded");
+    }
 }

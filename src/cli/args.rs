@@ -1,5 +1,5 @@
 //! The command-line shape: upstream's flags at the top level (so an operator can swap binaries)
-//! and the `plan` subcommand, which takes the same flags plus `--output`.
+//! and the `plan` and `explain` subcommands, which take the same flags plus their own.
 
 use clap::{Args, Parser, Subcommand};
 
@@ -31,6 +31,44 @@ pub enum Command {
     /// and external traffic on this node, and why others were left out. Needs no root and no
     /// cluster: `plan --manifests DIR --hostname-override NODE`.
     Plan(PlanArgs),
+    /// Explain where the first packet of a connection goes on this node and why: the Service
+    /// port, the endpoints and how one is chosen, masquerading, or why it is refused or
+    /// dropped. Reads our rules from this node's kernel (nftables mode), or traces the rules
+    /// planned from `--manifests DIR --hostname-override NODE`.
+    Explain(ExplainArgs),
+}
+
+/// The help heading of what `explain` asks about.
+const EXPLAIN_HEADING: &str = "What to explain";
+
+/// `explain`'s flags: the packet, then the proxy's flags (they shape the rules as they shape
+/// the proxy).
+#[derive(Debug, Args)]
+#[command(
+    mut_arg("manifests", |a| a.help_heading(EXPLAIN_HEADING)),
+    mut_arg("hostname_override", |a| a.help_heading(EXPLAIN_HEADING)),
+    mut_arg("proxy_mode", |a| a.help_heading(EXPLAIN_HEADING)),
+    mut_arg("kubeconfig", |a| a.help_heading(EXPLAIN_HEADING)),
+    mut_arg("config", |a| a.help_heading(EXPLAIN_HEADING))
+)]
+pub struct ExplainArgs {
+    /// The destination: ADDRESS:PORT[/tcp|udp|sctp] ([ADDRESS]:PORT for IPv6; tcp by default)
+    #[arg(long, help_heading = EXPLAIN_HEADING)]
+    pub to: String,
+    /// The source: pod (a pod on this node, the default), node, outside, or an address
+    #[arg(long, help_heading = EXPLAIN_HEADING)]
+    pub from: Option<String>,
+    /// The interface the packet arrives on (pods and outside clients)
+    #[arg(long, help_heading = EXPLAIN_HEADING)]
+    pub in_interface: Option<String>,
+    /// Output format
+    #[arg(long, value_enum, default_value_t = OutputFormat::Table, help_heading = EXPLAIN_HEADING)]
+    pub output: OutputFormat,
+    #[command(
+        flatten,
+        next_help_heading = "Proxy flags (the rules follow them as the proxy's do)"
+    )]
+    pub flags: Flags,
 }
 
 /// `plan`'s flags: what to plan (where the objects come from, for which node, in which mode,
@@ -93,6 +131,28 @@ mod tests {
         };
         assert_eq!(plan.output, OutputFormat::Json);
         assert_eq!(plan.flags.hostname_override.as_deref(), Some("node-a"));
+    }
+
+    #[test]
+    fn explain_takes_a_packet_and_the_same_flags() {
+        let cli = parse(&[
+            "explain",
+            "--to=10.96.0.10:53/udp",
+            "--from",
+            "node",
+            "--manifests=examples/cluster",
+            "--proxy-mode=ipvs",
+        ])
+        .unwrap();
+        let Some(Command::Explain(e)) = cli.command else {
+            panic!("explain expected")
+        };
+        assert_eq!(
+            (e.to.as_str(), e.from.as_deref()),
+            ("10.96.0.10:53/udp", Some("node"))
+        );
+        assert_eq!(e.flags.proxy_mode.as_deref(), Some("ipvs"));
+        assert!(parse(&["explain"]).is_err(), "--to is required");
     }
 
     #[test]

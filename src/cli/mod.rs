@@ -1,15 +1,17 @@
-//! The command line: the proxy itself (upstream's flags) and the `plan` subcommand.
+//! The command line: the proxy itself (upstream's flags) and the `plan` and `explain`
+//! subcommands.
 //!
 //! Parsing and wiring only; decisions live in `config` and `cluster`.
 
 mod args;
 pub mod events;
+pub mod explain;
 pub mod klog;
 pub mod observe;
 pub mod plan;
 pub mod run;
 
-pub use args::{Cli, Command, PlanArgs};
+pub use args::{Cli, Command, ExplainArgs, PlanArgs};
 
 use std::path::Path;
 

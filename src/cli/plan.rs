@@ -178,7 +178,11 @@ fn choice(view: &FamilyView, policy: TrafficPolicy) -> Option<Choice> {
     })
 }
 
-fn family_report(state: &ServicePortState, view: &FamilyView, node: &NodeContext) -> FamilyReport {
+pub(crate) fn family_report(
+    state: &ServicePortState,
+    view: &FamilyView,
+    node: &NodeContext,
+) -> FamilyReport {
     let port = &state.port;
     let sel = &view.selection;
     let external = view

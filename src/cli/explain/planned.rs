@@ -1,0 +1,49 @@
+//! Rules planned from a snapshot, for `explain --manifests` (no kernel), in any of our modes.
+
+use crate::cluster::{IpFamily, Snapshot};
+use crate::dataplane::{iptables, ipvs, nftables};
+
+use super::Rules;
+
+/// Both families' planned rules of one mode.
+#[derive(Debug)]
+pub enum Planned {
+    Nftables([nftables::Ruleset; 2]),
+    Iptables([iptables::Ruleset; 2]),
+    Ipvs {
+        desired: [ipvs::Desired; 2],
+        tables: Vec<nftables::Ruleset>,
+    },
+}
+
+impl Planned {
+    pub fn nftables(snapshot: &Snapshot, cfg: &nftables::ModeConfig) -> Planned {
+        Planned::Nftables(nftables::plan_all(snapshot, cfg))
+    }
+
+    pub fn iptables(snapshot: &Snapshot, cfg: &iptables::ModeConfig) -> Planned {
+        Planned::Iptables(iptables::plan_all(snapshot, cfg))
+    }
+
+    /// Offline, the Node object's addresses stand in for the host's (as `plan` does).
+    pub fn ipvs(snapshot: &Snapshot, cfg: &ipvs::ModeConfig) -> Planned {
+        let desired = ipvs::plan_all(snapshot, cfg, &ipvs::HostAddresses::default());
+        let node_ips = snapshot.node.local_addresses().into_iter().collect();
+        let bound = ipvs::bound_addresses(&desired, &node_ips);
+        let tables = ipvs::rules_all(&desired, cfg, &snapshot.node, &bound);
+        Planned::Ipvs { desired, tables }
+    }
+
+    /// The rules of `family`.
+    pub fn rules(&self, family: IpFamily) -> Rules<'_> {
+        let i = family.index();
+        match self {
+            Planned::Nftables(r) => Rules::Nftables(&r[i]),
+            Planned::Iptables(r) => Rules::Iptables(&r[i]),
+            Planned::Ipvs { desired, tables } => Rules::Ipvs {
+                desired: &desired[i],
+                tables: &tables[i],
+            },
+        }
+    }
+}

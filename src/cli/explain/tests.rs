@@ -1,0 +1,305 @@
+//! One table of packets and what `explain` must say about them, checked in every mode over
+//! the rules that mode plans for the same snapshot.
+
+use proptest::prelude::*;
+
+use super::render::{WIDTH, json, text};
+use super::*;
+use crate::dataplane::node::detect_local::DetectLocal;
+use crate::testing::snapshots::{Svc, node, snapshot, svc};
+
+fn node_policy() -> NodePolicy {
+    NodePolicy {
+        detect_local: DetectLocal::ClusterCidrs(vec![
+            "10.244.0.0/16".parse().unwrap(),
+            "fd00:244::/32".parse().unwrap(),
+        ]),
+        ..nftables::ModeConfig::default().node
+    }
+}
+
+fn services() -> Vec<Svc> {
+    vec![
+        svc("default/web", "10.96.0.10", 80)
+            .ep("10.244.1.2", 8080, "node-a")
+            .ep("10.244.2.2", 8080, "node-b"),
+        svc("default/empty", "10.96.0.20", 80),
+        svc("default/np", "10.96.0.30", 80)
+            .node_port(30080)
+            .ep("10.244.2.3", 8080, "node-b"),
+        svc("default/np-local", "10.96.0.31", 80)
+            .node_port(30081)
+            .external_local()
+            .ep("10.244.2.4", 8080, "node-b"),
+        svc("default/np-local-here", "10.96.0.32", 80)
+            .node_port(30082)
+            .external_local()
+            .ep("10.244.1.4", 8080, "node-a")
+            .ep("10.244.2.5", 8080, "node-b"),
+        svc("default/lb", "10.96.0.40", 443)
+            .lb("192.0.2.40")
+            .node_port(30443)
+            .range("198.51.100.0/24")
+            .ep("10.244.2.6", 8443, "node-b"),
+        svc("default/solo", "10.96.0.50", 80).ep("10.244.1.7", 8080, "node-a"),
+        svc("default/sticky", "10.96.0.60", 80)
+            .affinity(600)
+            .ep("10.244.2.8", 8080, "node-b"),
+    ]
+}
+
+/// What must hold of one packet's explanation, in every mode.
+struct Case {
+    to: &'static str,
+    from: Option<&'static str>,
+    service: Option<&'static str>,
+    verdict: Verdict,
+    endpoints: &'static [&'static str],
+    masquerade: Option<bool>,
+    /// A reason must contain this.
+    reason: &'static str,
+}
+
+const CASES: &[Case] = &[
+    Case {
+        to: "10.96.0.10:80",
+        from: None,
+        service: Some("default/web"),
+        verdict: Verdict::Forwarded,
+        endpoints: &["10.244.1.2:8080", "10.244.2.2:8080"],
+        masquerade: Some(false),
+        reason: "Cluster: every usable endpoint (2)",
+    },
+    Case {
+        to: "10.96.0.20:80",
+        from: None,
+        service: Some("default/empty"),
+        verdict: Verdict::Rejected,
+        endpoints: &[],
+        masquerade: None,
+        reason: "has no usable endpoint",
+    },
+    Case {
+        to: "10.0.0.11:30080",
+        from: Some("outside"),
+        service: Some("default/np"),
+        verdict: Verdict::Forwarded,
+        endpoints: &["10.244.2.3:8080"],
+        masquerade: Some(true),
+        reason: "externalTrafficPolicy Cluster: the source is rewritten",
+    },
+    Case {
+        to: "10.0.0.11:30081",
+        from: Some("outside"),
+        service: Some("default/np-local"),
+        verdict: Verdict::Dropped,
+        endpoints: &[],
+        masquerade: None,
+        reason: "no endpoint of default/np-local runs on this node",
+    },
+    Case {
+        to: "10.0.0.11:30082",
+        from: Some("198.51.100.7"),
+        service: Some("default/np-local-here"),
+        verdict: Verdict::Forwarded,
+        endpoints: &["10.244.1.4:8080"],
+        masquerade: Some(false),
+        reason: "the client's address is kept",
+    },
+    Case {
+        to: "192.0.2.40:443",
+        from: Some("203.0.113.9"),
+        service: Some("default/lb"),
+        verdict: Verdict::Dropped,
+        endpoints: &[],
+        masquerade: None,
+        reason: "outside the loadBalancerSourceRanges",
+    },
+    Case {
+        to: "192.0.2.40:443",
+        from: Some("198.51.100.9"),
+        service: Some("default/lb"),
+        verdict: Verdict::Forwarded,
+        endpoints: &["10.244.2.6:8443"],
+        masquerade: Some(true),
+        reason: "externalTrafficPolicy Cluster",
+    },
+    Case {
+        to: "10.96.0.50:80",
+        from: Some("10.244.1.7"),
+        service: Some("default/solo"),
+        verdict: Verdict::Forwarded,
+        endpoints: &["10.244.1.7:8080"],
+        masquerade: Some(true),
+        reason: "hairpin",
+    },
+    Case {
+        to: "10.96.0.10:80",
+        from: Some("203.0.113.9"),
+        service: Some("default/web"),
+        verdict: Verdict::Forwarded,
+        endpoints: &["10.244.1.2:8080", "10.244.2.2:8080"],
+        masquerade: Some(true),
+        reason: "not a pod of this node",
+    },
+    Case {
+        to: "10.96.9.9:80",
+        from: None,
+        service: None,
+        verdict: Verdict::Untouched,
+        endpoints: &[],
+        masquerade: None,
+        reason: "is no frontend of any Service port",
+    },
+];
+
+fn modes() -> Vec<Planned> {
+    let snap = snapshot(node(), services());
+    let node = node_policy();
+    vec![
+        Planned::nftables(&snap, &nftables::ModeConfig { node: node.clone() }),
+        Planned::iptables(
+            &snap,
+            &iptables::ModeConfig {
+                node: node.clone(),
+                ..iptables::ModeConfig::default()
+            },
+        ),
+        Planned::ipvs(
+            &snap,
+            &ipvs::ModeConfig {
+                node,
+                ..ipvs::ModeConfig::default()
+            },
+        ),
+    ]
+}
+
+fn ask(planned: &Planned, to: &str, from: Option<&str>) -> Explanation {
+    let snap = snapshot(node(), services());
+    let request = Request::parse(to, from, None).unwrap();
+    let family = IpFamily::of(&request.to.ip());
+    explain(
+        &snap,
+        &node_policy(),
+        planned.rules(family),
+        RulesFrom::Planned,
+        &request,
+    )
+    .unwrap()
+}
+
+#[test]
+fn every_mode_explains_the_table_alike() {
+    for planned in modes() {
+        for c in CASES {
+            let e = ask(&planned, c.to, c.from);
+            let at = format!("{} mode, {} from {:?}:\n{}", e.mode, c.to, c.from, text(&e));
+            assert_eq!(
+                e.service_port.as_ref().map(|s| s.name.as_str()),
+                c.service,
+                "{at}"
+            );
+            assert_eq!(e.outcome.verdict, c.verdict, "{at}");
+            let reached: Vec<String> = e
+                .outcome
+                .endpoints
+                .iter()
+                .map(|s| s.endpoint.to_string())
+                .collect();
+            assert_eq!(reached, c.endpoints, "{at}");
+            if c.verdict == Verdict::Forwarded {
+                assert_eq!(e.outcome.masquerade, c.masquerade, "{at}");
+            }
+            assert!(e.reasons.iter().any(|r| r.contains(c.reason)), "{at}");
+        }
+    }
+}
+
+#[test]
+fn shares_and_affinity_are_told() {
+    for planned in modes() {
+        let e = ask(&planned, "10.96.0.10:80", None);
+        assert!(
+            e.outcome.endpoints.iter().all(|s| s.share == 0.5),
+            "{}",
+            text(&e)
+        );
+        let e = ask(&planned, "10.96.0.60:80", None);
+        assert_eq!(e.affinity.as_ref().map(|a| a.timeout_seconds), Some(600));
+        assert!(
+            text(&e).contains("affinity: ClientIP, 600 s"),
+            "{}",
+            text(&e)
+        );
+    }
+}
+
+#[test]
+fn left_out_endpoints_carry_the_models_reason() {
+    let e = ask(&modes()[0], "10.0.0.11:30082", Some("outside"));
+    let t = text(&e);
+    assert!(t.contains("endpoints left out:"), "{t}");
+    assert!(t.contains("10.244.2.5:8080 on node-b: local:"), "{t}");
+}
+
+#[test]
+fn json_is_one_document_with_the_same_answer() {
+    let e = ask(&modes()[0], "10.96.0.10:80", None);
+    let v: serde_json::Value = serde_json::from_str(&json(&e)).unwrap();
+    assert_eq!(v["servicePort"]["name"], "default/web");
+    assert_eq!(v["outcome"]["verdict"], "forwarded");
+    assert_eq!(v["packet"]["origin"], "pod");
+    assert_eq!(v["packet"]["source"], "10.244.1.254");
+}
+
+#[test]
+fn a_pod_source_needs_a_pod_network() {
+    let mut n = node();
+    n.pod_cidrs.clear();
+    let snap = snapshot(n, services());
+    let planned = Planned::nftables(&snap, &nftables::ModeConfig::default());
+    let request = Request::parse("10.96.0.10:80", None, None).unwrap();
+    let e = explain(
+        &snap,
+        &nftables::ModeConfig::default().node,
+        planned.rules(IpFamily::V4),
+        RulesFrom::Planned,
+        &request,
+    )
+    .unwrap_err();
+    assert!(e.to_string().starts_with("--from pod:"), "{e}");
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// Whatever is asked, the answer is lines within the width, with no control character.
+    #[test]
+    fn any_request_gives_clean_text(
+        to in prop_oneof![
+            Just("10.96.0.10:80".to_string()),
+            "10\\.(96|0|244)\\.[0-9]\\.[0-9]{1,2}:[0-9]{1,5}(/(tcp|udp|sctp))?",
+            any::<String>(),
+        ],
+        from in proptest::option::of(prop_oneof![
+            Just("pod".to_string()),
+            Just("node".to_string()),
+            Just("outside".to_string()),
+            "10\\.244\\.[12]\\.[0-9]",
+            any::<String>(),
+        ]),
+    ) {
+        let snap = snapshot(node(), services());
+        for planned in modes() {
+            let Ok(request) = Request::parse(&to, from.as_deref(), None) else { continue };
+            let family = IpFamily::of(&request.to.ip());
+            let Ok(e) = explain(&snap, &node_policy(), planned.rules(family), RulesFrom::Planned, &request) else { continue };
+            for line in text(&e).lines() {
+                prop_assert!(line.chars().count() <= WIDTH, "{line}");
+                prop_assert!(!line.chars().any(char::is_control), "{line:?}");
+            }
+            let _: serde_json::Value = serde_json::from_str(&json(&e)).unwrap();
+        }
+    }
+}
