@@ -115,7 +115,12 @@ fn main() -> ExitCode {
             Ok(l) => l,
             Err(e) => return fail(e),
         };
-        return match explain_packet(&config, &loaded.snapshot, &request) {
+        return match cli::explain::live::explain_on_node(
+            &config,
+            &loaded.snapshot,
+            &request,
+            config.manifests.is_some(),
+        ) {
             Ok(e) => emit(&match format {
                 cli::OutputFormat::Table => cli::explain::render::text(&e),
                 cli::OutputFormat::Json => cli::explain::render::json(&e),
@@ -186,61 +191,6 @@ fn load(config: &Config, node_name: &str, features: Features) -> Result<cli::Loa
                 .map_err(|e| causes::one_line(&e))
         }),
     }
-}
-
-/// `explain`: the rules planned for the objects, traced; on a live node in nftables mode
-/// (no `--manifests`), our table read from the kernel instead, with its drift from the plan.
-fn explain_packet(
-    config: &Config,
-    snapshot: &kube_proxy_rs::cluster::Snapshot,
-    request: &cli::explain::Request,
-) -> Result<cli::explain::Explanation, String> {
-    use cli::explain::{Planned, Rules, RulesFrom, explain, kernel};
-    let family = kube_proxy_rs::cluster::IpFamily::of(&request.to.ip());
-    let (planned, node) = match config.mode {
-        config::ProxyMode::Nftables => {
-            let mode = nftables::ModeConfig::new(config).map_err(|e| e.to_string())?;
-            (Planned::nftables(snapshot, &mode), mode.node)
-        }
-        config::ProxyMode::Iptables => {
-            let mode = iptables::ModeConfig::new(config).map_err(|e| e.to_string())?;
-            (Planned::iptables(snapshot, &mode), mode.node)
-        }
-        config::ProxyMode::Ipvs => {
-            let mode = ipvs::ModeConfig::new(config).map_err(|e| e.to_string())?;
-            (Planned::ipvs(snapshot, &mode), mode.node)
-        }
-    };
-    let live = config.manifests.is_none() && config.mode == config::ProxyMode::Nftables;
-    if !live {
-        return explain(
-            snapshot,
-            &node,
-            planned.rules(family),
-            RulesFrom::Planned,
-            request,
-        )
-        .map_err(|e| e.to_string());
-    }
-    let Rules::Nftables(want) = planned.rules(family) else {
-        unreachable!("nftables mode plans nftables rules")
-    };
-    let read = kernel::read_nftables(
-        config.nftables_encoder,
-        None,
-        nftables::ruleset::Family::of(family),
-    )?;
-    let empty = nftables::Ruleset::empty(nftables::ruleset::Family::of(family));
-    let mut e = explain(
-        snapshot,
-        &node,
-        Rules::Nftables(read.as_ref().unwrap_or(&empty)),
-        RulesFrom::Kernel,
-        request,
-    )
-    .map_err(|e| e.to_string())?;
-    e.drift = kernel::drift(read.as_ref(), want);
-    Ok(e)
 }
 
 fn run(config: &Config, node_name: &str, features: Features) -> ExitCode {
@@ -329,7 +279,8 @@ fn run(config: &Config, node_name: &str, features: Features) -> ExitCode {
             // Only a mode that programs rules has flows to clean up after.
             tokio::spawn(observe.clone().reconcile_conntrack(config.sync_period));
         }
-        tokio::spawn(observe.serve_metrics(config.metrics_bind_address, config.clone()));
+        let debug = cli::debug::router(proxy.peek(), std::sync::Arc::new(config.clone()));
+        tokio::spawn(observe.serve_metrics(config.metrics_bind_address, config.clone(), debug));
         tokio::select! {
             () = proxy.run() => {
                 tracing::info!("the source ended; stopping");

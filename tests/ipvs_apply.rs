@@ -14,7 +14,9 @@
 //! - the start-up scheduler check passes for `rr` and names a scheduler the kernel lacks; the
 //!   configured timeouts are set and a 0 one left as it was;
 //! - `--cleanup`'s IPVS part flushes every virtual service and deletes `kube-ipvs0`, and a
-//!   second run finds nothing.
+//!   second run finds nothing;
+//! - `explain` over what it reads from the kernel (virtual services and the helper table)
+//!   answers as over the plan, and a destination another program deletes shows as drift.
 //!
 //! No traffic leaves the namespace.
 
@@ -54,7 +56,13 @@ use uml::host::NetNs;
 use uml::host::helper_process::{HelperProcess, RESULT};
 
 const MODULES: &[&str] = &["dummy", "ip_vs", "ip_vs_rr"];
-const CASES: &[&str] = &["scheduler-check", "sync", "idle-messages", "init-only"];
+const CASES: &[&str] = &[
+    "scheduler-check",
+    "sync",
+    "idle-messages",
+    "init-only",
+    "explain",
+];
 
 #[test]
 fn the_ipvs_dataplane_programs_adopts_and_drains_on_a_real_ipvs_kernel() {
@@ -79,7 +87,92 @@ fn ipvs_apply_helper_process() {
         println!("{RESULT}idle-messages ok");
         init_only();
         println!("{RESULT}init-only ok");
+        explain_live();
+        println!("{RESULT}explain ok");
     });
+}
+
+/// `explain` on a live IPVS node: the kernel's virtual services and helper table, read back,
+/// explain ClusterIP packets as the plan does; a destination `ipvsadm -d` removes is drift,
+/// and no longer among the endpoints reached.
+fn explain_live() {
+    use kube_proxy_rs::cli::explain::{Planned, Request, Rules, RulesFrom, explain, kernel};
+    use kube_proxy_rs::cluster::IpFamily;
+    let ns = node("ipa-explain");
+    let cfg = ModeConfig::default();
+    let snap = example();
+    let (mut dp, _) = dataplane(&ns, cfg.clone());
+    dp.sync(&snap, &Changes::default(), true)
+        .expect("first sync");
+    let host = HostAddresses(BTreeSet::from(["192.0.2.99".parse().unwrap()]));
+    let planned = Planned::ipvs_on(&snap, &cfg, &host);
+    let Rules::Ipvs { desired, tables } = planned.rules(IpFamily::V4) else {
+        unreachable!()
+    };
+    let read = || {
+        let ipvs = kernel::read_ipvs(Some(&ns.name), IpFamily::V4).expect("reads IPVS");
+        let table = kernel::read_nftables(
+            NftablesEncoder::Netlink,
+            Some(&ns.name),
+            nftables::Family::Ip,
+        )
+        .expect("reads our table")
+        .expect("our table exists");
+        let (services, mut drift) = kernel::ipvs_as_read(desired, &ipvs);
+        drift.extend(kernel::drift(Some(&table), tables));
+        (services, table, drift)
+    };
+    let (services, table, drift) = read();
+    assert!(drift.is_empty(), "just synced: {drift:?}");
+    let ask = |to: &str, from: Option<&str>, rules| {
+        let request = Request::parse(to, from, None).unwrap();
+        explain(&snap, &cfg.node, rules, RulesFrom::Kernel, &request).unwrap()
+    };
+    let live = || Rules::Ipvs {
+        desired: &services,
+        tables: &table,
+    };
+    for (to, from) in [
+        ("10.96.1.10:80", None),
+        ("10.96.1.10:80", Some("outside")),
+        ("10.96.1.15:80", None),
+        ("10.96.2.10:80", Some("node")),
+    ] {
+        let a = ask(to, from, planned.rules(IpFamily::V4));
+        let b = ask(to, from, live());
+        assert_eq!(a.outcome, b.outcome, "{to} from {from:?}");
+    }
+    let web = ask("10.96.1.10:80", None, live());
+    assert!(web.outcome.endpoints.len() >= 2, "{:?}", web.outcome);
+    let gone = web.outcome.endpoints[0].endpoint.to_string();
+    ns.output("ipvsadm", &["-d", "-t", "10.96.1.10:80", "-r", &gone]);
+    let (services, table, drift) = read();
+    assert!(
+        drift
+            .iter()
+            .any(|d| d.contains(&format!("destination {gone} is not in the kernel"))),
+        "{drift:?}"
+    );
+    let after = explain(
+        &snap,
+        &cfg.node,
+        Rules::Ipvs {
+            desired: &services,
+            tables: &table,
+        },
+        RulesFrom::Kernel,
+        &Request::parse("10.96.1.10:80", None, None).unwrap(),
+    )
+    .unwrap();
+    assert!(
+        after
+            .outcome
+            .endpoints
+            .iter()
+            .all(|s| s.endpoint.to_string() != gone),
+        "{:?}",
+        after.outcome
+    );
 }
 
 /// `--init-only` in ipvs mode (the DaemonSet's privileged init container) sets the IPVS

@@ -99,7 +99,12 @@ fn config(mode: &str) -> Config {
 async fn start(metrics: &Metrics, config: &Config) -> SocketAddr {
     let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await.unwrap();
     let addr = listener.local_addr().unwrap();
-    tokio::spawn(server::serve(listener, metrics.clone(), config));
+    tokio::spawn(server::serve(
+        listener,
+        metrics.clone(),
+        config,
+        axum::Router::new(),
+    ));
     addr
 }
 

@@ -4,6 +4,7 @@
 //! Parsing and wiring only; decisions live in `config` and `cluster`.
 
 mod args;
+pub mod debug;
 pub mod events;
 pub mod explain;
 pub mod klog;

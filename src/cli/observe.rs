@@ -211,14 +211,20 @@ impl Observe {
         }
     }
 
-    /// Serves `/metrics`, `/configz` and `/proxyMode`, rebinding until the address is free.
-    pub async fn serve_metrics(self, address: SocketAddr, config: Config) {
+    /// Serves `/metrics`, `/configz` and `/proxyMode`, and the routes of `extra` (the debug
+    /// endpoints), rebinding until the address is free.
+    pub async fn serve_metrics(self, address: SocketAddr, config: Config, extra: axum::Router) {
         loop {
             match TcpListener::bind(address).await {
                 Ok(listener) => {
                     tracing::info!(%address, "serving /metrics");
-                    if let Err(error) =
-                        crate::metrics::server::serve(listener, self.metrics.clone(), &config).await
+                    if let Err(error) = crate::metrics::server::serve(
+                        listener,
+                        self.metrics.clone(),
+                        &config,
+                        extra.clone(),
+                    )
+                    .await
                     {
                         tracing::error!(%address, %error, "metrics server stopped");
                     }

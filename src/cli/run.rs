@@ -218,6 +218,11 @@ impl Proxy {
         self.runner.on_event_warning(observer);
     }
 
+    /// A handle on the runner's model for the debug endpoints.
+    pub fn peek(&mut self) -> crate::sync::Peek {
+        self.runner.peek()
+    }
+
     /// Starts a full sync whenever `trigger` is notified (the dataplane's outside-change monitor).
     pub fn full_sync_on(&mut self, trigger: Arc<tokio::sync::Notify>) {
         self.runner.full_sync_on(trigger);

@@ -191,6 +191,17 @@ impl Tracker {
         (snapshot, changes)
     }
 
+    /// The snapshot as last built, without rebuilding what changed since or taking the
+    /// changes: for readers beside the sync (`/debug/services`), which must not steal the next
+    /// sync's changes. Like any snapshot, it should be dropped soon.
+    pub fn peek(&self) -> Snapshot {
+        Snapshot {
+            node: self.node.clone(),
+            ports: self.ports.clone(),
+            no_local: self.no_local,
+        }
+    }
+
     fn apply_object(&mut self, object: &Object, out: &mut Vec<Warning>) {
         match object {
             Object::Service(svc) => self.apply_service(svc, out),

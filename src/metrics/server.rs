@@ -51,14 +51,16 @@ pub fn router(metrics: Metrics, config: &Config) -> Router {
         .with_state(shared)
 }
 
-/// Serves the metrics routes on `listener` until the task is dropped or accepting fails. The
-/// configuration is rendered before the future is returned, so it can be spawned.
+/// Serves the metrics routes and those of `extra` on `listener` until the task is dropped or
+/// accepting fails. The configuration is rendered before the future is returned, so it can be
+/// spawned.
 pub fn serve(
     listener: TcpListener,
     metrics: Metrics,
     config: &Config,
+    extra: Router,
 ) -> impl Future<Output = std::io::Result<()>> + Send + 'static {
-    let router = router(metrics, config);
+    let router = router(metrics, config).merge(extra);
     async move { axum::serve(listener, router).await }
 }
 

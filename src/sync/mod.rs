@@ -9,11 +9,13 @@
 
 mod carry;
 pub mod latency;
+pub mod peek;
 pub mod report;
 pub mod runner;
 pub mod schedule;
 pub mod status;
 
+pub use peek::Peek;
 pub use report::Report;
 pub use runner::Runner;
 pub use schedule::{Periods, Reason, Schedule};

@@ -81,6 +81,8 @@ pub struct Runner {
     syncs: u64,
     /// Notified when the dataplane's kernel state was changed by someone else.
     full_sync_trigger: Option<Arc<Notify>>,
+    /// Readers asking for the model ([`Runner::peek`]).
+    peeks: Option<super::peek::Requests>,
 }
 
 impl Runner {
@@ -100,7 +102,16 @@ impl Runner {
             wall: system_wall_clock,
             syncs: 0,
             full_sync_trigger: None,
+            peeks: None,
         }
+    }
+
+    /// A handle readers use to ask for the current model; the runner answers between events
+    /// and syncs, on its own task.
+    pub fn peek(&mut self) -> super::Peek {
+        let (peek, requests) = super::Peek::channel();
+        self.peeks = Some(requests);
+        peek
     }
 
     /// Starts a full sync (as soon as `minSyncPeriod` allows) whenever `trigger` is notified: a
@@ -190,6 +201,15 @@ impl Runner {
                     self.schedule.force_full();
                     self.schedule.queued(Instant::now());
                     self.publish();
+                }
+                Some(reply) = async {
+                    match self.peeks.as_mut() {
+                        Some(requests) => requests.recv().await,
+                        None => std::future::pending().await,
+                    }
+                } => {
+                    // Built and handed over at once; the reader drops it when it has answered.
+                    let _ = reply.send(self.tracker.peek());
                 }
                 event = events.next(), if open => match event {
                     Some(event) => open = self.apply_batch(event, &mut events),

@@ -79,6 +79,7 @@ impl Dataplane for Fake {
 
 struct Harness {
     events: mpsc::UnboundedSender<Event>,
+    peek: crate::sync::Peek,
     status: watch::Receiver<Status>,
     script: Arc<Mutex<Script>>,
     reports: Arc<Mutex<Vec<Report>>>,
@@ -104,10 +105,12 @@ fn start(min_sync: Duration, sync: Duration) -> Harness {
     let sink = reports.clone();
     runner.on_report(move |r, _| sink.lock().unwrap().push(r.clone()));
     let status = runner.status();
+    let peek = runner.peek();
     let (events, rx) = mpsc::unbounded();
     tokio::spawn(runner.run(rx));
     Harness {
         events,
+        peek,
         status,
         script,
         reports,
@@ -187,6 +190,33 @@ async fn nothing_is_synced_until_all_three_kinds_are_listed() {
     let st = h.until("the first sync", |s| s.syncs_ok == 1).await;
     assert_eq!(st.full_syncs, 1, "the first sync is full");
     assert_eq!(h.seen()[0].ports, 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_peek_sees_the_model_and_leaves_the_next_sync_its_changes() {
+    let mut h = start(s(1), s(30));
+    h.list_all();
+    h.until("the first sync", |s| s.syncs_ok == 1).await;
+    let endpoints = |snap: &crate::cluster::Snapshot| -> Vec<String> {
+        snap.ports
+            .values()
+            .flat_map(|p| &p.families)
+            .flat_map(|v| v.endpoints.iter().map(|e| e.to_string()))
+            .collect()
+    };
+    let snap = h.peek.snapshot().await.expect("the runner answers");
+    assert_eq!(endpoints(&snap), ["10.1.0.1:8080"]);
+    drop(snap);
+    h.send(testing::applied_slice(web_slice(7)));
+    // Asked before the change is synced: the model as last built, and the change stays queued.
+    let snap = h.peek.snapshot().await.expect("the runner answers");
+    assert_eq!(endpoints(&snap), ["10.1.0.1:8080"]);
+    drop(snap);
+    h.until("the change's sync", |s| s.syncs_ok == 2).await;
+    let last = h.seen().pop().unwrap();
+    assert_eq!(last.changed, BTreeSet::from(["ns/web:http".to_string()]));
+    let snap = h.peek.snapshot().await.expect("the runner answers");
+    assert_eq!(endpoints(&snap), ["10.1.0.8:8080"]);
 }
 
 #[tokio::test(start_paused = true)]
@@ -391,10 +421,12 @@ async fn a_full_sync_trigger_starts_a_full_sync_within_min_sync_period() {
     let trigger = Arc::new(tokio::sync::Notify::new());
     runner.full_sync_on(trigger.clone());
     let status = runner.status();
+    let peek = runner.peek();
     let (events, rx) = mpsc::unbounded();
     tokio::spawn(runner.run(rx));
     let mut h = Harness {
         events,
+        peek,
         status,
         script,
         reports: Arc::new(Mutex::new(Vec::new())),

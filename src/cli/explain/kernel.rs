@@ -5,7 +5,11 @@
 //! from what was read to what the proxy would program now, shown as the nft commands that
 //! would repair it.
 
+use crate::cluster::IpFamily;
 use crate::config::NftablesEncoder;
+use crate::dataplane::ipvs::apply::{Backend as _, KernelBackend};
+use crate::dataplane::ipvs::desired::Desired;
+use crate::dataplane::ipvs::diff::Kernel;
 use crate::dataplane::nftables::{self, Ruleset, ruleset::Family};
 
 /// Lines of the repair script shown; the rest is counted.
@@ -28,6 +32,68 @@ pub fn read_nftables(
                 crate::causes::one_line(&e)
             )
         })
+}
+
+/// The virtual services of `family` as the kernel holds them, with their destinations.
+pub fn read_ipvs(netns: Option<&str>, family: IpFamily) -> Result<Kernel, String> {
+    let mut backend = KernelBackend::new(netns);
+    let listed = backend
+        .services()
+        .map_err(|e| format!("reading IPVS: {}", crate::causes::one_line(&e)))?;
+    crate::dataplane::ipvs::adopt::adopt(listed, family, |s| backend.destinations(&s.service.key))
+        .map_err(|e| format!("reading IPVS: {}", crate::causes::one_line(&e)))
+}
+
+/// The planned virtual services as the kernel holds them, for the tracer: each planned one the
+/// kernel has, with the kernel's destinations and weights (a draining one at weight 0 takes no
+/// new connection); one the kernel lacks is left out. With the drift: what is missing, extra
+/// or different. Virtual services the plan does not have are someone else's or stale; the
+/// tracer knows nothing of them (no owner), so they are named in the drift only.
+pub fn ipvs_as_read(planned: &Desired, kernel: &Kernel) -> (Desired, Vec<String>) {
+    let mut read = planned.clone();
+    let mut drift = Vec::new();
+    read.services
+        .retain(|key, vs| match kernel.services.get(key) {
+            None => {
+                drift.push(format!(
+                    "virtual service {key} ({}) is not in the kernel",
+                    vs.owner
+                ));
+                false
+            }
+            Some(k) => {
+                let had: Vec<_> = vs.destinations.iter().map(|d| d.address).collect();
+                vs.destinations = k.destinations.values().map(|d| d.destination).collect();
+                let now: Vec<_> = vs.destinations.iter().map(|d| d.address).collect();
+                for a in had.iter().filter(|a| !now.contains(a)) {
+                    drift.push(format!(
+                        "virtual service {key}: destination {a} is not in the kernel"
+                    ));
+                }
+                for d in vs.destinations.iter().filter(|d| !had.contains(&d.address)) {
+                    let why = if d.weight == 0 {
+                        " (weight 0: draining)"
+                    } else {
+                        ""
+                    };
+                    drift.push(format!(
+                        "virtual service {key}: destination {} is not in the plan{why}",
+                        d.address
+                    ));
+                }
+                true
+            }
+        });
+    for key in kernel
+        .services
+        .keys()
+        .filter(|k| !planned.services.contains_key(k))
+    {
+        drift.push(format!(
+            "virtual service {key} is in the kernel but not in the plan"
+        ));
+    }
+    (read, drift)
 }
 
 /// How `kernel` differs from `planned`: empty when it holds the plan.
@@ -56,8 +122,103 @@ pub fn drift(kernel: Option<&Ruleset>, planned: &Ruleset) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cluster::IpFamily;
+    use crate::dataplane::ipvs::diff::KernelService;
+    use crate::dataplane::ipvs::{self, HostAddresses};
     use crate::testing::snapshots::{node, snapshot, svc};
+
+    #[test]
+    fn ipvs_as_read_takes_the_kernels_destinations_and_names_every_difference() {
+        let snap = snapshot(
+            node(),
+            vec![
+                svc("default/web", "10.96.0.10", 80)
+                    .ep("10.244.1.2", 8080, "node-a")
+                    .ep("10.244.2.2", 8080, "node-b"),
+                svc("default/db", "10.96.0.20", 5432).ep("10.244.2.3", 5432, "node-b"),
+            ],
+        );
+        let cfg = ipvs::ModeConfig::default();
+        let planned = ipvs::plan(&snap, &cfg, IpFamily::V4, &HostAddresses::default());
+        let mut kernel = Kernel::default();
+        for (key, vs) in &planned.services {
+            kernel.services.insert(
+                *key,
+                KernelService {
+                    service: vs.service.clone(),
+                    destinations: Default::default(),
+                },
+            );
+        }
+        // The kernel as planned but: web lost 10.244.2.2, db is gone.
+        let web = *planned
+            .services
+            .iter()
+            .find(|(_, vs)| vs.owner.service.name.as_ref() == "web")
+            .unwrap()
+            .0;
+        let db = *planned
+            .services
+            .iter()
+            .find(|(_, vs)| vs.owner.service.name.as_ref() == "db")
+            .unwrap()
+            .0;
+        kernel.services.remove(&db);
+        let kept = planned.services[&web].destinations[0];
+        kernel.services.get_mut(&web).unwrap().destinations.insert(
+            kept.address,
+            crate::dataplane::ipvs::backend::netlink::ListedDestination {
+                destination: kept,
+                active_connections: 0,
+                inactive_connections: 0,
+                persistent_connections: 0,
+                stats: Default::default(),
+            },
+        );
+        let (read, drift) = ipvs_as_read(&planned, &kernel);
+        assert_eq!(read.services[&web].destinations, vec![kept]);
+        assert!(!read.services.contains_key(&db));
+        assert!(
+            drift
+                .iter()
+                .any(|d| d.contains("10.244.2.2:8080 is not in the kernel")),
+            "{drift:?}"
+        );
+        assert!(
+            drift.iter().any(
+                |d| d.contains(&format!("{db} (default/db")) && d.contains("not in the kernel")
+            ),
+            "{drift:?}"
+        );
+        let (_, none) = ipvs_as_read(&planned, &{
+            let mut k = Kernel::default();
+            for (key, vs) in &planned.services {
+                k.services.insert(
+                    *key,
+                    KernelService {
+                        service: vs.service.clone(),
+                        destinations: vs
+                            .destinations
+                            .iter()
+                            .map(|d| {
+                                (
+                                    d.address,
+                                    crate::dataplane::ipvs::backend::netlink::ListedDestination {
+                                        destination: *d,
+                                        active_connections: 0,
+                                        inactive_connections: 0,
+                                        persistent_connections: 0,
+                                        stats: Default::default(),
+                                    },
+                                )
+                            })
+                            .collect(),
+                    },
+                );
+            }
+            k
+        });
+        assert!(none.is_empty(), "{none:?}");
+    }
 
     #[test]
     fn drift_is_the_repair_in_short() {

@@ -15,6 +15,7 @@
 //! taken as empty.
 
 pub mod kernel;
+pub mod live;
 mod planned;
 pub mod render;
 pub mod request;

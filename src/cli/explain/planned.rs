@@ -27,8 +27,22 @@ impl Planned {
 
     /// Offline, the Node object's addresses stand in for the host's (as `plan` does).
     pub fn ipvs(snapshot: &Snapshot, cfg: &ipvs::ModeConfig) -> Planned {
-        let desired = ipvs::plan_all(snapshot, cfg, &ipvs::HostAddresses::default());
-        let node_ips = snapshot.node.local_addresses().into_iter().collect();
+        Planned::ipvs_on(snapshot, cfg, &ipvs::HostAddresses::default())
+    }
+
+    /// The plan over the host's addresses outside `kube-ipvs0` (`host`; empty: the Node
+    /// object's stand in).
+    pub fn ipvs_on(
+        snapshot: &Snapshot,
+        cfg: &ipvs::ModeConfig,
+        host: &ipvs::HostAddresses,
+    ) -> Planned {
+        let desired = ipvs::plan_all(snapshot, cfg, host);
+        let node_ips = if host.0.is_empty() {
+            snapshot.node.local_addresses().into_iter().collect()
+        } else {
+            host.0.clone()
+        };
         let bound = ipvs::bound_addresses(&desired, &node_ips);
         let tables = ipvs::rules_all(&desired, cfg, &snapshot.node, &bound);
         Planned::Ipvs { desired, tables }

@@ -1,0 +1,95 @@
+//! `explain` at 10,000 Services × 10 endpoints, in every mode: what it costs once the objects
+//! are loaded (from manifests, or listed from the API server), the goal being an answer in
+//! under a second.
+//!
+//! - `<mode>/plan_and_explain`: plan the mode's rules of both families from the snapshot and
+//!   explain one packet to a ClusterIP (`explain --manifests`, and on a live node in iptables
+//!   mode);
+//! - `<mode>/explain`: the same packet over rules already planned (or read from the kernel):
+//!   the model lookup, the tracer and the report.
+//!
+//! Run: `cargo bench --bench explain`. Results go to docs/benchmarks.md.
+
+use std::hint::black_box;
+
+#[path = "support/planner_bench.rs"]
+mod planner_bench;
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use kube_proxy_rs::cli::explain::{Planned, Request, RulesFrom, explain};
+use kube_proxy_rs::cluster::{IpFamily, Snapshot};
+use kube_proxy_rs::dataplane::node::NodePolicy;
+use kube_proxy_rs::dataplane::{iptables, ipvs, nftables};
+
+/// How one mode plans the snapshot.
+type Planner = fn(&Snapshot) -> Planned;
+
+/// A packet from outside to the middle Service's ClusterIP (Service 5,000: 10.96.20.1).
+fn request() -> Request {
+    Request::parse("10.96.20.1:80", Some("outside"), None).expect("a valid request")
+}
+
+fn bench(c: &mut Criterion) {
+    let (mut g, cluster, cfg, _) = planner_bench::start(c, "explain", nftables::plan_all);
+    let snap: &Snapshot = &cluster.before;
+    let node: NodePolicy = cfg.node.clone();
+    let modes: [(&str, Planner); 3] = [
+        ("nftables", |s| {
+            Planned::nftables(s, &nftables::ModeConfig::default())
+        }),
+        ("iptables", |s| {
+            Planned::iptables(s, &iptables::ModeConfig::default())
+        }),
+        ("ipvs", |s| Planned::ipvs(s, &ipvs::ModeConfig::default())),
+    ];
+    let request = request();
+    for (mode, planner) in modes {
+        let planned = planner(snap);
+        let e = explain(
+            snap,
+            &node,
+            planned.rules(IpFamily::V4),
+            RulesFrom::Planned,
+            &request,
+        )
+        .expect("explains");
+        assert_eq!(
+            e.outcome.endpoints.len(),
+            10,
+            "{mode}: the middle Service's endpoints"
+        );
+        g.bench_function(format!("{mode}/plan_and_explain"), |b| {
+            b.iter(|| {
+                let planned = planner(snap);
+                black_box(
+                    explain(
+                        snap,
+                        &node,
+                        planned.rules(IpFamily::V4),
+                        RulesFrom::Planned,
+                        &request,
+                    )
+                    .map(|e| e.outcome.endpoints.len()),
+                )
+            })
+        });
+        g.bench_function(format!("{mode}/explain"), |b| {
+            b.iter(|| {
+                black_box(
+                    explain(
+                        snap,
+                        &node,
+                        planned.rules(IpFamily::V4),
+                        RulesFrom::Planned,
+                        &request,
+                    )
+                    .map(|e| e.outcome.endpoints.len()),
+                )
+            })
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);

@@ -1,0 +1,168 @@
+//! The running proxy's read-only debug endpoints, served beside `/metrics`, so `kubectl exec`
+//! or a port-forward can ask the proxy itself what it knows:
+//! - `GET /debug/services[?service=NS/NAME][&output=json]`: every service port of the model
+//!   (the `plan` report: frontends, the endpoints chosen per policy, why others were left out);
+//! - `GET /debug/explain?to=ADDR:PORT[/udp][&from=pod|node|outside|ADDR][&in_interface=IF]
+//!   [&output=json]`: `explain` of one packet, over what this node's kernel holds (nftables
+//!   and ipvs mode) or the planned rules (iptables mode).
+//!
+//! The model comes from the runner ([`Peek`]), never from the tracker directly; the work runs
+//! on a blocking thread. Bad parameters get 400 and one line naming the parameter; every value
+//! in an answer is escaped by the renderers.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::{Query, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+
+use super::explain::{self, Request};
+use super::plan;
+use crate::config::Config;
+use crate::sync::Peek;
+
+pub const SERVICES_PATH: &str = "/debug/services";
+pub const EXPLAIN_PATH: &str = "/debug/explain";
+
+/// Query strings longer than this are refused before they are parsed.
+const MAX_QUERY: usize = 1024;
+
+#[derive(Clone)]
+struct Shared {
+    peek: Peek,
+    config: Arc<Config>,
+}
+
+/// The debug routes, to merge into the metrics server's.
+pub fn router(peek: Peek, config: Arc<Config>) -> Router {
+    Router::new()
+        .route(SERVICES_PATH, get(services))
+        .route(EXPLAIN_PATH, get(explain_one))
+        .with_state(Shared { peek, config })
+}
+
+type Params = Query<HashMap<String, String>>;
+
+async fn services(State(s): State<Shared>, Query(q): Params) -> Response {
+    if let Some(bad) = too_long(&q) {
+        return bad;
+    }
+    let json = match output(&q) {
+        Ok(j) => j,
+        Err(e) => return bad_request(e),
+    };
+    let Some(snapshot) = s.peek.snapshot().await else {
+        return unavailable();
+    };
+    let service = q.get("service").cloned();
+    let answer = tokio::task::spawn_blocking(move || {
+        let mut report = plan::report(&snapshot, &[], &[]);
+        drop(snapshot);
+        if let Some(wanted) = &service {
+            let prefix = format!("{wanted}:");
+            report
+                .service_ports
+                .retain(|p| p.name == *wanted || p.name.starts_with(&prefix));
+        }
+        if json {
+            plan::render_json(&report)
+        } else {
+            plan::render_table(&report)
+        }
+    })
+    .await;
+    match answer {
+        Ok(body) => typed(json, body),
+        Err(_) => (StatusCode::INTERNAL_SERVER_ERROR, "the report failed\n").into_response(),
+    }
+}
+
+async fn explain_one(State(s): State<Shared>, Query(q): Params) -> Response {
+    if let Some(bad) = too_long(&q) {
+        return bad;
+    }
+    let json = match output(&q) {
+        Ok(j) => j,
+        Err(e) => return bad_request(e),
+    };
+    let Some(to) = q.get("to") else {
+        return bad_request("to: required (ADDRESS:PORT[/tcp|udp|sctp])".into());
+    };
+    let request = match Request::parse(
+        to,
+        q.get("from").map(String::as_str),
+        q.get("in_interface").map(String::as_str),
+    ) {
+        Ok(r) => r,
+        Err(e) => return bad_request(e.to_string()),
+    };
+    let Some(snapshot) = s.peek.snapshot().await else {
+        return unavailable();
+    };
+    let config = s.config.clone();
+    let answer = tokio::task::spawn_blocking(move || {
+        // The running proxy programs this node's kernel: read it, whatever the objects' source.
+        let e = explain::live::explain_on_node(&config, &snapshot, &request, false);
+        drop(snapshot);
+        e.map(|e| {
+            if json {
+                explain::render::json(&e)
+            } else {
+                explain::render::text(&e)
+            }
+        })
+    })
+    .await;
+    match answer {
+        Ok(Ok(body)) => typed(json, body),
+        Ok(Err(e)) => bad_request(e),
+        Err(_) => (StatusCode::INTERNAL_SERVER_ERROR, "explain failed\n").into_response(),
+    }
+}
+
+/// Whether `output=json` was asked for.
+fn output(q: &HashMap<String, String>) -> Result<bool, String> {
+    match q.get("output").map(String::as_str) {
+        None | Some("table" | "text") => Ok(false),
+        Some("json") => Ok(true),
+        Some(_) => Err("output: expected table or json".into()),
+    }
+}
+
+fn too_long(q: &HashMap<String, String>) -> Option<Response> {
+    let size: usize = q.iter().map(|(k, v)| k.len() + v.len()).sum();
+    (size > MAX_QUERY).then(|| bad_request(format!("query: longer than {MAX_QUERY} bytes")))
+}
+
+fn typed(json: bool, body: String) -> Response {
+    let mut r = body.into_response();
+    let kind = if json {
+        "application/json"
+    } else {
+        "text/plain; charset=utf-8"
+    };
+    r.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(kind));
+    r.headers_mut().insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    r
+}
+
+/// 400 with one line; the message quotes user input only through `{:?}` (escaped, clipped).
+fn bad_request(message: String) -> Response {
+    let line: String = message.chars().filter(|c| !c.is_control()).collect();
+    (StatusCode::BAD_REQUEST, format!("{line}\n")).into_response()
+}
+
+fn unavailable() -> Response {
+    (
+        StatusCode::SERVICE_UNAVAILABLE,
+        "the proxy's model is not available (starting, or too many requests)\n",
+    )
+        .into_response()
+}
