@@ -30,6 +30,9 @@ impl ControlPlane {
         let out = Command::new(&testenv)
             .arg("up")
             .arg("--quiet")
+            // testenv's 3 minutes are not enough inside a User-mode Linux guest on a slow
+            // host (the RBAC bootstrap alone took longer); a bound, not a wait.
+            .arg("--timeout=10m")
             .arg(format!("--state={}", state.display()))
             .arg(format!("--exit-with={}", std::process::id()))
             .stdin(Stdio::null())

@@ -115,10 +115,21 @@ impl Cluster {
             let api = services.clone();
             async move {
                 let svc: Service = serde_json::from_value(service_json(&name, ip)).unwrap();
-                api.create(&PostParams::default(), &svc)
-                    .await
-                    .map(|_| ())
-                    .map_err(|e| format!("create service {name}: {e}"))
+                match api.create(&PostParams::default(), &svc).await {
+                    Ok(_) => Ok(()),
+                    // A loaded API server can time out a create it then completes, and the
+                    // client's retry is refused (the name exists, or its ClusterIP is taken
+                    // by that very Service): the object being there as written is success.
+                    Err(e) => match api.get_opt(&name).await {
+                        Ok(Some(found))
+                            if found.spec.as_ref().and_then(|s| s.cluster_ip.as_deref())
+                                == Some(ip.to_string().as_str()) =>
+                        {
+                            Ok(())
+                        }
+                        _ => Err(format!("create service {name}: {e}")),
+                    },
+                }
             }
         })
         .await?;
@@ -132,10 +143,16 @@ impl Cluster {
             let api = slices.clone();
             async move {
                 let slice: EndpointSlice = serde_json::from_value(v).unwrap();
-                api.create(&PostParams::default(), &slice)
-                    .await
-                    .map(|_| ())
-                    .map_err(|e| format!("create slice: {e}"))
+                let name = slice.metadata.name.clone().unwrap_or_default();
+                match api.create(&PostParams::default(), &slice).await {
+                    Ok(_) => Ok(()),
+                    // As for Services: a retried create of a slice that was written.
+                    Err(kube::Error::Api(e)) if e.code == 409 => match api.get_opt(&name).await {
+                        Ok(Some(found)) if found.endpoints == slice.endpoints => Ok(()),
+                        _ => Err(format!("create slice {name}: {e}")),
+                    },
+                    Err(e) => Err(format!("create slice {name}: {e}")),
+                }
             }
         })
         .await?;

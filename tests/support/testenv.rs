@@ -110,8 +110,11 @@ impl TestEnv {
 
         if let Some(dir) = std::env::var_os("TESTENV_STATE") {
             let dir = PathBuf::from(dir);
+            // A state directory of the caller's: inside a User-mode Linux guest (the lab in
+            // UML), where start-up can outlast testenv's 3 minutes on a slow host.
             run(Command::new(&testenv)
                 .arg("up")
+                .arg("--timeout=10m")
                 .arg(format!("--state={}", dir.display())))?;
             return Self::load(&dir);
         }
