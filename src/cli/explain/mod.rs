@@ -16,22 +16,25 @@
 
 pub mod kernel;
 pub mod live;
+mod outcome;
 mod planned;
+mod reasons;
 pub mod render;
 pub mod request;
+mod source;
 
-use std::collections::BTreeSet;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::{IpAddr, SocketAddr};
 
-use ipnet::IpNet;
 use serde::Serialize;
 
 use super::plan::{FamilyReport, family_report};
-use crate::cluster::topology::TopologyMode;
 use crate::cluster::{IpFamily, ServicePortState, Snapshot, TrafficPolicy};
 use crate::dataplane::node::NodePolicy;
-use crate::dataplane::node::detect_local::Local;
 use crate::dataplane::{iptables, ipvs, nftables};
+use outcome::walk;
+use reasons::{masquerade_reasons, not_a_frontend, reasons};
+use source::Source;
+
 pub use planned::Planned;
 pub use request::{From, Request};
 
@@ -221,151 +224,9 @@ pub fn explain(
     })
 }
 
-/// Which path through the node the packet takes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Origin {
-    Pod,
-    Node,
-    Outside,
-}
-
-impl Origin {
-    fn as_str(self) -> &'static str {
-        match self {
-            Origin::Pod => "pod",
-            Origin::Node => "node",
-            Origin::Outside => "outside",
-        }
-    }
-}
-
-/// The packet's source as the tracers take it.
-#[derive(Debug)]
-struct Source {
-    address: IpAddr,
-    origin: Origin,
-    interface: Option<String>,
-    /// This node's own addresses (what `fib daddr type local` and `--dst-type LOCAL` see).
-    local: Vec<IpAddr>,
-    /// detect-local recognises no pod traffic in this family.
-    detect_off: bool,
-}
-
-impl Source {
-    fn resolve(
-        snapshot: &Snapshot,
-        node: &NodePolicy,
-        request: &Request,
-        family: IpFamily,
-    ) -> Result<Source, Error> {
-        let ctx = &snapshot.node;
-        let local = ctx.local_addresses();
-        let detect = node.detect_local.resolve(family, &ctx.pod_cidrs);
-        let pod_net: Option<IpNet> = ctx
-            .pod_cidrs
-            .iter()
-            .copied()
-            .find(|n| IpFamily::of_net(n) == family)
-            .or(match &detect {
-                Local::Cidr(net) => Some(*net),
-                _ => None,
-            });
-        // The interface a pod's packet arrives on: the user's, else one detect-local counts
-        // as a pod's (a bridge, or a name with the configured prefix), else a veth.
-        let pod_interface = || {
-            request.in_interface.as_ref().map_or_else(
-                || match &detect {
-                    Local::Interface(i) if i.is_prefix() => format!("{}0", i.as_str()),
-                    Local::Interface(i) => i.as_str().to_string(),
-                    _ => "veth0".to_string(),
-                },
-                |i| i.as_str().to_string(),
-            )
-        };
-        let outside_interface = || {
-            request
-                .in_interface
-                .as_ref()
-                .map_or_else(|| "eth0".to_string(), |i| i.as_str().to_string())
-        };
-        let (address, origin) = match &request.from {
-            From::Node => (
-                ctx.primary_ip(family)
-                    .or_else(|| local.iter().copied().find(|a| IpFamily::of(a) == family))
-                    .unwrap_or(match family {
-                        IpFamily::V4 => IpAddr::V4(Ipv4Addr::LOCALHOST),
-                        IpFamily::V6 => IpAddr::V6(Ipv6Addr::LOCALHOST),
-                    }),
-                Origin::Node,
-            ),
-            From::Pod => {
-                let net = pod_net.ok_or(Error::NoPodNetwork(family))?;
-                (pod_address(net, snapshot), Origin::Pod)
-            }
-            // Documentation addresses (RFC 5737, RFC 3849): only ever a value in a trace.
-            From::Outside => (
-                match family {
-                    IpFamily::V4 => IpAddr::V4(Ipv4Addr::new(203, 0, 113, 10)),
-                    IpFamily::V6 => IpAddr::V6(Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 10)),
-                },
-                Origin::Outside,
-            ),
-            From::Address(a) => {
-                if IpFamily::of(a) != family {
-                    return Err(Error::Family(*a, IpFamily::of(a), family));
-                }
-                let origin = if local.contains(a) || a.is_loopback() {
-                    Origin::Node
-                } else if pod_net.is_some_and(|n| n.contains(a)) {
-                    Origin::Pod
-                } else {
-                    Origin::Outside
-                };
-                (*a, origin)
-            }
-        };
-        let interface = match origin {
-            Origin::Node => None,
-            Origin::Pod => Some(pod_interface()),
-            Origin::Outside => Some(outside_interface()),
-        };
-        Ok(Source {
-            address,
-            origin,
-            interface,
-            local,
-            detect_off: matches!(detect, Local::None),
-        })
-    }
-}
-
-/// A pod's address inside `net` that no endpoint has (so the answer is not a hairpin): the
-/// last host of the network, or the one below it, and so on.
-fn pod_address(net: IpNet, snapshot: &Snapshot) -> IpAddr {
-    let taken: BTreeSet<IpAddr> = snapshot
-        .ports
-        .values()
-        .flat_map(|s| &s.families)
-        .flat_map(|v| v.endpoints.iter().map(|e| e.ip))
-        .filter(|ip| net.contains(ip))
-        .collect();
-    let last = match net.broadcast() {
-        IpAddr::V4(b) => u128::from(u32::from(b)) - 1,
-        IpAddr::V6(b) => u128::from(b) - 1,
-    };
-    let at = |n: u128| match net {
-        IpNet::V4(_) => IpAddr::V4(Ipv4Addr::from(n as u32)),
-        IpNet::V6(_) => IpAddr::V6(Ipv6Addr::from(n)),
-    };
-    (0..=taken.len() as u128)
-        .map(|k| at(last.saturating_sub(k)))
-        .find(|ip| net.contains(ip) && !taken.contains(ip))
-        .unwrap_or(net.addr())
-}
-
 /// Which kind of frontend the destination is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Frontend {
+pub(super) enum Frontend {
     ClusterIp,
     NodePort,
     ExternalIp,
@@ -373,7 +234,7 @@ enum Frontend {
 }
 
 impl Frontend {
-    fn as_str(self) -> &'static str {
+    pub(super) fn as_str(self) -> &'static str {
         match self {
             Frontend::ClusterIp => "ClusterIP",
             Frontend::NodePort => "NodePort",
@@ -410,278 +271,6 @@ fn find<'a>(
         };
         Some((state.as_ref(), frontend))
     })
-}
-
-/// Walks the packet through the rules with the mode's tracer.
-fn walk(rules: Rules<'_>, request: &Request, source: &Source) -> Outcome {
-    let nft_packet = || nftables::trace::Packet {
-        protocol: request.protocol,
-        src: source.address,
-        dst: request.to.ip(),
-        dport: request.to.port(),
-        origin: match &source.interface {
-            None => nftables::trace::Origin::Host,
-            Some(i) => nftables::trace::Origin::Interface(i.clone()),
-        },
-    };
-    match rules {
-        Rules::Nftables(r) => {
-            from_branches(&nftables::trace::trace(r, &nft_packet(), &source.local))
-        }
-        Rules::Ipvs { desired, tables } => from_branches(&ipvs::trace::trace(
-            desired,
-            tables,
-            &nft_packet(),
-            &source.local,
-        )),
-        Rules::Iptables(r) => {
-            let p = iptables::trace::Packet {
-                protocol: request.protocol,
-                source: source.address,
-                destination: request.to.ip(),
-                port: request.to.port(),
-                from_node: source.interface.is_none(),
-                in_interface: source.interface.clone(),
-            };
-            let t = iptables::trace::trace(r, &p, &source.local);
-            let (verdict, endpoints) = match t.outcome {
-                iptables::trace::Outcome::Endpoints(set) => {
-                    let eps: BTreeSet<SocketAddr> =
-                        set.iter().filter_map(|e| e.parse().ok()).collect();
-                    (Verdict::Forwarded, eps)
-                }
-                iptables::trace::Outcome::Reject => (Verdict::Rejected, BTreeSet::new()),
-                iptables::trace::Outcome::Drop => (Verdict::Dropped, BTreeSet::new()),
-                iptables::trace::Outcome::Untouched => (Verdict::Untouched, BTreeSet::new()),
-            };
-            Outcome {
-                verdict,
-                endpoints: shares(endpoints),
-                masquerade: Some(t.masquerade),
-            }
-        }
-    }
-}
-
-fn from_branches(t: &nftables::trace::Trace) -> Outcome {
-    use nftables::trace::Fate;
-    let endpoints: BTreeSet<SocketAddr> = t
-        .endpoints()
-        .into_iter()
-        .map(|(ip, port)| SocketAddr::new(ip, port))
-        .collect();
-    let verdict = match t.fate() {
-        Some(Fate::Accept) if endpoints.is_empty() => Verdict::Untouched,
-        Some(Fate::Accept) if t.branches.iter().all(|b| b.dnat.is_some()) => Verdict::Forwarded,
-        Some(Fate::Reject) => Verdict::Rejected,
-        Some(Fate::Drop) => Verdict::Dropped,
-        _ => Verdict::Mixed,
-    };
-    Outcome {
-        verdict,
-        endpoints: shares(endpoints),
-        masquerade: t.masquerade(),
-    }
-}
-
-fn shares(endpoints: BTreeSet<SocketAddr>) -> Vec<Share> {
-    let n = endpoints.len() as f64;
-    endpoints
-        .into_iter()
-        .map(|endpoint| Share {
-            endpoint,
-            share: 1.0 / n,
-        })
-        .collect()
-}
-
-/// Why a packet to a Service frontend ends as it does, from the model.
-fn reasons(
-    state: &ServicePortState,
-    frontend: Frontend,
-    policy: TrafficPolicy,
-    outcome: &Outcome,
-    source: &Source,
-    family: IpFamily,
-) -> Vec<String> {
-    let name = &state.port.name;
-    let view = state.family(family).expect("found in this family");
-    let kind = if frontend == Frontend::ClusterIp {
-        "internalTrafficPolicy"
-    } else {
-        "externalTrafficPolicy"
-    };
-    let mut out = Vec::new();
-    let local_empty = view
-        .local_endpoints()
-        .is_none_or(|mut e| e.next().is_none());
-    match outcome.verdict {
-        Verdict::Forwarded => {
-            let reached: BTreeSet<SocketAddr> =
-                outcome.endpoints.iter().map(|s| s.endpoint).collect();
-            let list = |eps: Option<Vec<SocketAddr>>| eps.map(|v| v.into_iter().collect());
-            let local: Option<BTreeSet<SocketAddr>> = list(
-                view.local_endpoints()
-                    .map(|e| e.map(|e| SocketAddr::new(e.ip, e.port)).collect()),
-            );
-            let cluster: Option<BTreeSet<SocketAddr>> = list(
-                view.cluster_endpoints()
-                    .map(|e| e.map(|e| SocketAddr::new(e.ip, e.port)).collect()),
-            );
-            if policy == TrafficPolicy::Local && local.as_ref() == Some(&reached) {
-                out.push(format!(
-                    "{kind} Local: only the endpoints on this node ({})",
-                    reached.len()
-                ));
-            } else if cluster.as_ref() == Some(&reached) {
-                if policy == TrafficPolicy::Local {
-                    out.push(format!(
-                        "{kind} Local, but the {} is inside the cluster: it uses every endpoint \
-                         of the cluster, as upstream does",
-                        source.origin.as_str()
-                    ));
-                } else {
-                    out.push(format!(
-                        "{kind} Cluster: every usable endpoint ({})",
-                        reached.len()
-                    ));
-                }
-            }
-            let terminating = match policy {
-                TrafficPolicy::Local if local.as_ref() == Some(&reached) => {
-                    view.selection.local_uses_terminating
-                }
-                _ => view.selection.cluster_uses_terminating,
-            };
-            if terminating {
-                out.push(
-                    "no endpoint is ready: serving endpoints that are terminating take the \
-                     traffic (terminating fallback)"
-                        .into(),
-                );
-            }
-            match view.selection.topology {
-                TopologyMode::None => {}
-                TopologyMode::SameZone => out.push(
-                    "topology: only endpoints hinted for this node's zone (topology-aware \
-                     routing)"
-                        .into(),
-                ),
-                TopologyMode::SameNode => out.push(
-                    "topology: only endpoints hinted for this node (trafficDistribution)".into(),
-                ),
-            }
-        }
-        Verdict::Rejected if !view.selection.has_any_endpoints => out.push(format!(
-            "{name} has no usable endpoint (none ready or serving): new connections are refused"
-        )),
-        Verdict::Dropped | Verdict::Rejected
-            if policy == TrafficPolicy::Local
-                && local_empty
-                && view.selection.has_any_endpoints =>
-        {
-            out.push(format!(
-                "{kind} Local and no endpoint of {name} runs on this node: the packet is dropped"
-            ))
-        }
-        Verdict::Dropped
-            if frontend == Frontend::LoadBalancer
-                && !view.load_balancer_source_ranges.is_empty()
-                && !view
-                    .load_balancer_source_ranges
-                    .iter()
-                    .any(|n| n.contains(&source.address)) =>
-        {
-            out.push(format!(
-                "{} is outside the loadBalancerSourceRanges of {name}: dropped",
-                source.address
-            ))
-        }
-        Verdict::Untouched => out.push(format!(
-            "no rule of ours rewrote it: it reaches the node's own stack (nothing of {name} \
-             serves it here)"
-        )),
-        _ => {}
-    }
-    out
-}
-
-/// Why a destination that no frontend names goes as it does.
-fn not_a_frontend(snapshot: &Snapshot, request: &Request, family: IpFamily) -> Vec<String> {
-    let ip = request.to.ip();
-    let owner = snapshot.ports.values().find(|s| {
-        s.family(family)
-            .is_some_and(|v| v.cluster_ip == ip || v.external_ips.contains(&ip))
-    });
-    match owner {
-        Some(s) => vec![format!(
-            "{ip} belongs to {}, which has no {} port {}",
-            s.port.name.service,
-            request.protocol.as_str(),
-            request.to.port()
-        )],
-        None => vec![format!(
-            "{} is no frontend of any Service port on this node",
-            request.to
-        )],
-    }
-}
-
-/// Why the packet is (not) masqueraded.
-fn masquerade_reasons(
-    node: &NodePolicy,
-    found: &Option<(&ServicePortState, Frontend)>,
-    outcome: &Outcome,
-    source: &Source,
-) -> Vec<String> {
-    let Some((state, frontend)) = found else {
-        return Vec::new();
-    };
-    if outcome.verdict != Verdict::Forwarded {
-        return Vec::new();
-    }
-    let hairpin = outcome
-        .endpoints
-        .iter()
-        .any(|s| s.endpoint.ip() == source.address);
-    let reason = match outcome.masquerade {
-        Some(true) if node.masquerade_all => {
-            "masqueradeAll is on: every Service packet is masqueraded"
-        }
-        Some(true) if hairpin => {
-            "the client is one of the endpoints: masqueraded so a pod reaching itself gets its \
-             replies (hairpin)"
-        }
-        Some(true)
-            if *frontend != Frontend::ClusterIp
-                && state.port.external_policy == TrafficPolicy::Cluster =>
-        {
-            "externalTrafficPolicy Cluster: the source is rewritten to the node's so replies \
-             return through this node"
-        }
-        Some(true) if source.origin != Origin::Pod => {
-            "the source is not a pod of this node (detectLocalMode): masqueraded so replies \
-             return through this node"
-        }
-        Some(true) => "masqueraded",
-        Some(false)
-            if *frontend != Frontend::ClusterIp
-                && state.port.external_policy == TrafficPolicy::Local =>
-        {
-            "externalTrafficPolicy Local: the client's address is kept"
-        }
-        Some(false)
-            if *frontend == Frontend::ClusterIp
-                && source.origin != Origin::Pod
-                && source.detect_off =>
-        {
-            "not masqueraded: no detectLocalMode source is set (no cluster CIDR), so ClusterIP \
-             traffic keeps its source wherever it comes from"
-        }
-        Some(false) => "not masqueraded: the endpoint sees the client's address",
-        None => "masqueraded on some paths only",
-    };
-    vec![reason.to_string()]
 }
 
 #[cfg(test)]

@@ -369,10 +369,8 @@ impl<B: Backend, C: Clock, R: nftables::Backend> IpvsDataplane<B, C, R> {
         } else {
             self.planner.update(snapshot, changes, &self.cfg, &host)
         };
-        let objects: Vec<usize> = (self.planner.objects().into_iter())
-            .zip(self.planner.tables().iter().map(Ruleset::objects))
-            .map(|(services, table)| services + table)
-            .collect();
+        let (services, tables) = (self.planner.objects(), self.planner.tables());
+        let objects = [0, 1].map(|i| services[i] + tables[i].objects());
         let rule_ops = self.apply_rules(&update, full, last_tables)?;
         let changes = if update.full {
             link::address_changes(
