@@ -183,12 +183,7 @@ impl Tracker {
             service_changes: std::mem::take(&mut self.pending_services).len(),
             endpoint_changes: std::mem::take(&mut self.pending_endpoints).len(),
         };
-        let snapshot = Snapshot {
-            node: self.node.clone(),
-            ports: self.ports.clone(),
-            no_local: self.no_local,
-        };
-        (snapshot, changes)
+        (self.peek(), changes)
     }
 
     /// The snapshot as last built, without rebuilding what changed since or taking the

@@ -137,8 +137,9 @@ pub fn rules_deleted_expect(proxy: Proxy) -> Expect {
 
 /// Scenario 20: another program deletes the proxy's rules on node 1 (nftables: its whole
 /// table; iptables: a firewall reload flushing and deleting every chain of mangle, nat and
-/// filter; ipvs: `ipvsadm -C`, every virtual server gone, and then `kube-ipvs0` deleted); a
-/// pod on node 1 reaches the Service again within [`RESTORED_WITHIN`] each time.
+/// filter, in one `iptables-restore`; ipvs: `ipvsadm -C`, every virtual server gone, and then
+/// `kube-ipvs0` deleted); a pod on node 1 reaches the Service again within
+/// [`RESTORED_WITHIN`] each time.
 ///
 /// Node 1's proxy runs with a sync period of 60 s ([`SYNC_PERIOD_20`]; every proxy gets the
 /// same flags), so a proxy that only repairs at its periodic sync (or polls a canary at that
@@ -166,12 +167,16 @@ pub async fn rules_deleted(lab: &Lab) -> Result<(), String> {
                 .map_err(|e| format!("nft delete table ip {table}: {e}"))?;
         }
         Mode::Iptables => {
-            for table in ["mangle", "nat", "filter"] {
-                for op in ["-F", "-X"] {
-                    ns.try_output("iptables", &["-w", "-t", table, op])
-                        .map_err(|e| format!("iptables -t {table} {op}: {e}"))?;
-                }
-            }
+            // A firewall reload: every chain of the three tables flushed and every chain of
+            // ours deleted in one transaction. As separate `-F` and `-X` commands, a proxy
+            // that repairs fast (ours, in a slow guest) re-adds its jumps in between and the
+            // `-X` fails with EBUSY.
+            ns.try_output_fed(
+                "iptables-restore",
+                &["-w"],
+                "*mangle\nCOMMIT\n*nat\nCOMMIT\n*filter\nCOMMIT\n",
+            )
+            .map_err(|e| format!("iptables-restore of empty tables: {e}"))?;
         }
         Mode::Ipvs => {
             ns.try_output("ipvsadm", &["-C"])
