@@ -50,6 +50,7 @@ fn main() -> ExitCode {
             ));
         }
     };
+    let mut status = None;
     let (flags, plan, explain) = match cli.command {
         None => (cli.flags, None, None),
         Some(Command::Plan(args)) => {
@@ -57,6 +58,16 @@ fn main() -> ExitCode {
                 return fail("give flags after `plan`, not before it");
             }
             (args.flags, Some(args.output), None)
+        }
+        Some(Command::Status(args)) => {
+            if cli.flags != Flags::default() {
+                return fail("give flags after `status`, not before it");
+            }
+            if let Some(bad) = args.service.as_deref().and_then(cli::status::bad_service) {
+                return fail(format!("--{bad}"));
+            }
+            status = Some((args.service, args.output));
+            (args.flags, None, None)
         }
         Some(Command::Explain(args)) => {
             if cli.flags != Flags::default() {
@@ -102,6 +113,9 @@ fn main() -> ExitCode {
     }
     if let Some(path) = &config.write_config_to {
         return write_config(path, &config);
+    }
+    if let Some((service, format)) = status {
+        return ask_status(&config, service.as_deref(), format);
     }
     let node_name = match node_name(&config) {
         Ok(n) => n,
@@ -177,6 +191,34 @@ fn main() -> ExitCode {
         return emit(&text);
     }
     run(&config, &node_name, features)
+}
+
+/// `status`: asks the running proxy's metrics address for `/debug/status` and prints it.
+fn ask_status(config: &Config, service: Option<&str>, format: cli::OutputFormat) -> ExitCode {
+    let mut path = format!("{}?", cli::debug::STATUS_PATH);
+    if let Some(s) = service {
+        // Checked by bad_service: only characters that need no escaping in a query.
+        path.push_str(&format!("service={s}&"));
+    }
+    if format == cli::OutputFormat::Json {
+        path.push_str("output=json");
+    }
+    let address = cli::status::ask::target(config.metrics_bind_address);
+    let answer = runtime().and_then(|rt| {
+        rt.block_on(cli::status::ask::get(
+            address,
+            &path,
+            std::time::Duration::from_secs(60),
+        ))
+    });
+    match answer {
+        Ok((200, body)) => emit(&body),
+        Ok((code, body)) => fail(format!(
+            "the proxy at {address} answered {code}: {}",
+            body.lines().next().unwrap_or_default()
+        )),
+        Err(e) => fail(e),
+    }
 }
 
 /// The cluster's objects as `plan` and `explain` see them: from `--manifests`, else listed
@@ -279,7 +321,12 @@ fn run(config: &Config, node_name: &str, features: Features) -> ExitCode {
             // Only a mode that programs rules has flows to clean up after.
             tokio::spawn(observe.clone().reconcile_conntrack(config.sync_period));
         }
-        let debug = cli::debug::router(proxy.peek(), std::sync::Arc::new(config.clone()));
+        let debug = cli::debug::router(cli::debug::Handles {
+            peek: proxy.peek(),
+            config: std::sync::Arc::new(config.clone()),
+            sync: proxy.status.clone(),
+            health_checks: observe.health_checks(),
+        });
         tokio::spawn(observe.serve_metrics(config.metrics_bind_address, config.clone(), debug));
         tokio::select! {
             () = proxy.run() => {

@@ -1,7 +1,8 @@
-//! The running proxy's `/debug/services` and `/debug/explain` (root): the binary follows a
-//! manifest directory in nftables mode inside a fresh network namespace, and is asked over
-//! loopback in that namespace, as `kubectl exec` would. Bad and hostile parameters get one
-//! line and 400; the answers come from the proxy's model and from its table in the kernel.
+//! The running proxy's `/debug/services`, `/debug/explain` and `/debug/status` (root), and
+//! the `status` command that asks for the last: the binary follows a manifest directory in
+//! nftables mode inside a fresh network namespace, and is asked over loopback in that
+//! namespace, as `kubectl exec` would. Bad and hostile parameters get one line and 400; the
+//! answers come from the proxy's model, its table in the kernel and its own state.
 
 #![allow(
     clippy::disallowed_methods,
@@ -150,7 +151,87 @@ fn the_running_proxy_answers_what_it_knows_and_refuses_bad_questions() {
         "{table}"
     );
 
+    let (code, table) = get(&ns, "/debug/status");
+    assert_eq!(code, 200, "{table}");
+    for want in [
+        "node node-a, nftables mode, rules read from the kernel",
+        "kernel: matches the plan",
+        " ok, 0 failed",
+    ] {
+        assert!(table.contains(want), "{want:?} in\n{table}");
+    }
+    let row = |name: &str| {
+        table
+            .lines()
+            .find(|l| l.starts_with(name))
+            .unwrap_or_else(|| panic!("{name} in\n{table}"))
+            .split_whitespace()
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    };
+    // SERVICE PORT, PROTO, FRONTENDS, ENDPOINTS (programmed/model), POLICY, HEALTH, DRIFT.
+    assert_eq!(
+        row("default/web:http")[1..4],
+        ["TCP", "1", "1/1"],
+        "{table}"
+    );
+    assert_eq!(row("default/empty:http")[3], "0/0", "{table}");
+
+    // `status` asks the same proxy, as an operator would with kubectl exec.
+    let status = |args: &[&str]| {
+        ns.command(env!("CARGO_BIN_EXE_kube-proxy-rs"))
+            .arg("status")
+            .arg("--metrics-bind-address=0.0.0.0:10249")
+            .args(args)
+            .output()
+            .expect("run status")
+    };
+    let out = status(&["--service=default/web"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("  - ClusterIP 10.96.1.10:80: forwards to 1 endpoint (10.244.1.10:8080)"),
+        "{text}"
+    );
+    assert!(!text.contains("default/empty"), "{text}");
+    let out = status(&["--output=json"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let web = v["servicePorts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "default/web:http")
+        .expect("web");
+    assert_eq!(
+        (&web["endpoints"], &web["programmed"]),
+        (&1.into(), &1.into()),
+        "{v}"
+    );
+    assert!(v["sync"]["syncsOk"].as_u64().unwrap() >= 1, "{v}");
+    let out = status(&["--service=web\nforged"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.starts_with("error: --service: expected"), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    let out = ns
+        .command(env!("CARGO_BIN_EXE_kube-proxy-rs"))
+        .args(["status", "--metrics-bind-address=127.0.0.1:10999"])
+        .output()
+        .expect("run status");
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.starts_with("error: cannot reach the proxy's metrics address 127.0.0.1:10999"),
+        "{err}"
+    );
+
     for (path, starts) in [
+        ("/debug/status?service=web%0Aforged", "service: "),
+        ("/debug/status?output=yaml", "output: "),
         ("/debug/explain", "to: required"),
         ("/debug/explain?to=10.96.1.10", "--to "),
         (

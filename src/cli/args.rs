@@ -36,6 +36,36 @@ pub enum Command {
     /// dropped. Reads our rules from this node's kernel (nftables mode), or traces the rules
     /// planned from `--manifests DIR --hostname-override NODE`.
     Explain(ExplainArgs),
+    /// Ask the running proxy on this node for every service port: frontends, endpoints
+    /// programmed and in the model, traffic policies, health check, drift between the kernel
+    /// and the plan, and its last sync. Asks the metrics address (`--metrics-bind-address`, or
+    /// the one in `--config`).
+    Status(StatusArgs),
+}
+
+/// The help heading of what `status` asks about.
+const STATUS_HEADING: &str = "What to show";
+
+/// `status`'s flags: which Service, how printed, then the proxy's flags (the metrics address
+/// comes from them, as the proxy's does).
+#[derive(Debug, Args)]
+#[command(
+    mut_arg("metrics_bind_address", |a| a.help_heading(STATUS_HEADING)),
+    mut_arg("config", |a| a.help_heading(STATUS_HEADING))
+)]
+pub struct StatusArgs {
+    /// Only this Service (NAMESPACE/NAME) or Service port (NAMESPACE/NAME:PORT), with every
+    /// frontend and what a new connection meets there
+    #[arg(long, help_heading = STATUS_HEADING)]
+    pub service: Option<String>,
+    /// Output format
+    #[arg(long, value_enum, default_value_t = OutputFormat::Table, help_heading = STATUS_HEADING)]
+    pub output: OutputFormat,
+    #[command(
+        flatten,
+        next_help_heading = "Proxy flags (the metrics address follows them)"
+    )]
+    pub flags: Flags,
 }
 
 /// The help heading of what `explain` asks about.
@@ -153,6 +183,26 @@ mod tests {
         );
         assert_eq!(e.flags.proxy_mode.as_deref(), Some("ipvs"));
         assert!(parse(&["explain"]).is_err(), "--to is required");
+    }
+
+    #[test]
+    fn status_takes_a_service_and_the_proxy_flags() {
+        let cli = parse(&[
+            "status",
+            "--service=kube-system/kube-dns",
+            "--metrics-bind-address=127.0.0.1:9100",
+            "--output=json",
+        ])
+        .unwrap();
+        let Some(Command::Status(s)) = cli.command else {
+            panic!("status expected")
+        };
+        assert_eq!(s.service.as_deref(), Some("kube-system/kube-dns"));
+        assert_eq!(s.output, OutputFormat::Json);
+        assert_eq!(
+            s.flags.metrics_bind_address.as_deref(),
+            Some("127.0.0.1:9100")
+        );
     }
 
     #[test]

@@ -4,13 +4,16 @@
 //!   (the `plan` report: frontends, the endpoints chosen per policy, why others were left out);
 //! - `GET /debug/explain?to=ADDR:PORT[/udp][&from=pod|node|outside|ADDR][&in_interface=IF]
 //!   [&output=json]`: `explain` of one packet, over what this node's kernel holds (nftables
-//!   and ipvs mode) or the planned rules (iptables mode).
+//!   and ipvs mode) or the planned rules (iptables mode);
+//! - `GET /debug/status[?service=NS/NAME[:PORT]][&output=json]`: `status`, every service port
+//!   with its frontends, endpoints programmed and in the model, policies, health check and
+//!   drift, and the runner's last sync.
 //!
 //! The model comes from the runner ([`Peek`]), never from the tracker directly; the work runs
 //! on a blocking thread. Bad parameters get 400 and one line naming the parameter; every value
 //! in an answer is escaped by the renderers.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use axum::Router;
@@ -18,30 +21,44 @@ use axum::extract::{Query, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use tokio::sync::watch;
 
 use super::explain::{self, Request};
 use super::plan;
+use super::status::{self, Runtime, SyncSummary};
+use crate::cluster::{IpFamily, ServiceKey};
 use crate::config::Config;
-use crate::sync::Peek;
+use crate::health::service::Serving;
+use crate::sync::{Peek, Status};
 
 pub const SERVICES_PATH: &str = "/debug/services";
 pub const EXPLAIN_PATH: &str = "/debug/explain";
+pub const STATUS_PATH: &str = "/debug/status";
 
 /// Query strings longer than this are refused before they are parsed.
 const MAX_QUERY: usize = 1024;
 
+/// What the running proxy shares with its debug endpoints.
 #[derive(Clone)]
-struct Shared {
-    peek: Peek,
-    config: Arc<Config>,
+pub struct Handles {
+    /// The runner's model.
+    pub peek: Peek,
+    pub config: Arc<Config>,
+    /// The runner's syncs.
+    pub sync: watch::Receiver<Status>,
+    /// How each Service health check is served.
+    pub health_checks: watch::Receiver<Arc<BTreeMap<ServiceKey, Serving>>>,
 }
 
+type Shared = Handles;
+
 /// The debug routes, to merge into the metrics server's.
-pub fn router(peek: Peek, config: Arc<Config>) -> Router {
+pub fn router(handles: Handles) -> Router {
     Router::new()
         .route(SERVICES_PATH, get(services))
         .route(EXPLAIN_PATH, get(explain_one))
-        .with_state(Shared { peek, config })
+        .route(STATUS_PATH, get(status_all))
+        .with_state(handles)
 }
 
 type Params = Query<HashMap<String, String>>;
@@ -120,6 +137,59 @@ async fn explain_one(State(s): State<Shared>, Query(q): Params) -> Response {
         Ok(Ok(body)) => typed(json, body),
         Ok(Err(e)) => bad_request(e),
         Err(_) => (StatusCode::INTERNAL_SERVER_ERROR, "explain failed\n").into_response(),
+    }
+}
+
+async fn status_all(State(s): State<Shared>, Query(q): Params) -> Response {
+    if let Some(bad) = too_long(&q) {
+        return bad;
+    }
+    let json = match output(&q) {
+        Ok(j) => j,
+        Err(e) => return bad_request(e),
+    };
+    let service = q.get("service").cloned();
+    if let Some(bad) = service.as_deref().and_then(status::bad_service) {
+        return bad_request(bad);
+    }
+    let Some(snapshot) = s.peek.snapshot().await else {
+        return unavailable();
+    };
+    let runtime = Runtime {
+        sync: SyncSummary::of(&s.sync.borrow(), tokio::time::Instant::now()),
+        health_checks: (**s.health_checks.borrow()).clone(),
+    };
+    let config = s.config.clone();
+    let answer = tokio::task::spawn_blocking(move || {
+        let (planned, node) = explain::live::plan_on_node(&config, &snapshot)?;
+        let read = IpFamily::ALL.map(|f| explain::live::read_family(&config, &planned, f));
+        let [v4, v6] = read;
+        let (v4, v6) = (v4?, v6?);
+        let kernel = v4
+            .as_ref()
+            .zip(v6.as_ref())
+            .map(|(a, b)| [a.rules(), b.rules()]);
+        let drift = v4.iter().chain(&v6).flat_map(|r| r.drift.clone()).collect();
+        let status = status::build(status::Inputs {
+            snapshot: &snapshot,
+            node: &node,
+            planned: IpFamily::ALL.map(|f| planned.rules(f)),
+            kernel,
+            drift,
+            runtime: &runtime,
+            service: service.as_deref(),
+        });
+        Ok::<_, String>(if json {
+            status::render::json(&status)
+        } else {
+            status::render::text(&status, service.is_some())
+        })
+    })
+    .await;
+    match answer {
+        Ok(Ok(body)) => typed(json, body),
+        Ok(Err(e)) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")).into_response(),
+        Err(_) => (StatusCode::INTERNAL_SERVER_ERROR, "status failed\n").into_response(),
     }
 }
 

@@ -1,5 +1,5 @@
-//! The command line: the proxy itself (upstream's flags) and the `plan` and `explain`
-//! subcommands.
+//! The command line: the proxy itself (upstream's flags) and the `plan`, `explain` and
+//! `status` subcommands.
 //!
 //! Parsing and wiring only; decisions live in `config` and `cluster`.
 
@@ -11,8 +11,9 @@ pub mod klog;
 pub mod observe;
 pub mod plan;
 pub mod run;
+pub mod status;
 
-pub use args::{Cli, Command, ExplainArgs, PlanArgs};
+pub use args::{Cli, Command, ExplainArgs, PlanArgs, StatusArgs};
 
 use std::path::Path;
 

@@ -19,7 +19,7 @@ use crate::cluster::{IpFamily, NodeContext, ServiceKey, Snapshot};
 use crate::config::{Config, NodePortAddresses, ProxyMode};
 use crate::conntrack;
 use crate::dataplane::monitor::Drift;
-use crate::health::service::{Check, Listen, Servers, desired};
+use crate::health::service::{Check, Listen, Servers, Serving, desired};
 use crate::health::{ProxyHealth, SharedHealth};
 use crate::metrics::Metrics;
 use crate::sync::{Report, Status};
@@ -48,6 +48,8 @@ pub struct Observe {
     frontends: watch::Sender<Option<Arc<conntrack::Frontends>>>,
     /// The dataplane's record of outside changes it repaired, when the nf_tables monitor runs.
     drift: Option<Arc<Drift>>,
+    /// How each Service health check is served, after the latest update of the listeners.
+    serving: watch::Sender<Arc<BTreeMap<ServiceKey, Serving>>>,
 }
 
 impl Observe {
@@ -62,7 +64,14 @@ impl Observe {
             wanted: watch::Sender::new(None),
             frontends: watch::Sender::new(None),
             drift: None,
+            serving: watch::Sender::new(Arc::default()),
         }
+    }
+
+    /// How each Service health check is served, as the listeners last reported (for
+    /// `/debug/status`).
+    pub fn health_checks(&self) -> watch::Receiver<Arc<BTreeMap<ServiceKey, Serving>>> {
+        self.serving.subscribe()
     }
 
     /// Exports the dataplane's repair count of outside changes the nf_tables monitor noticed
@@ -181,6 +190,7 @@ impl Observe {
                 .await;
             let report = servers.update(&w.checks).await;
             self.metrics.set_health_checks(&report);
+            self.serving.send_replace(Arc::new(servers.serving()));
         }
     }
 

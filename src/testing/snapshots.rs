@@ -97,6 +97,11 @@ impl Svc {
         self.port.external_policy = TrafficPolicy::Local;
         self
     }
+    /// A `healthCheckNodePort` (with `external_local`, a LoadBalancer's check).
+    pub fn health_check(mut self, port: u16) -> Svc {
+        self.port.health_check_node_port = Some(port);
+        self
+    }
     /// A ready endpoint `ip:port` on `node`.
     pub fn ep(self, addr: &str, port: u16, node: &str) -> Svc {
         self.ep_state(addr, port, node, true, false)

@@ -51,7 +51,8 @@ pub enum Rules<'a> {
 }
 
 impl Rules<'_> {
-    fn mode(&self) -> &'static str {
+    /// The mode's name, as `--proxy-mode` spells it.
+    pub fn mode(&self) -> &'static str {
         match self {
             Rules::Nftables(_) => "nftables",
             Rules::Iptables(_) => "iptables",
@@ -222,6 +223,19 @@ pub fn explain(
         model,
         drift: Vec::new(),
     })
+}
+
+/// The outcome alone of `request` over `rules`, without the model's side or the search for
+/// its Service port: what `status` compares, plan against kernel, for every frontend of every
+/// port.
+pub fn outcome_only(
+    snapshot: &Snapshot,
+    node: &NodePolicy,
+    rules: Rules<'_>,
+    request: &Request,
+) -> Result<Outcome, Error> {
+    let source = Source::resolve(snapshot, node, request, IpFamily::of(&request.to.ip()))?;
+    Ok(walk(rules, request, &source))
 }
 
 /// Which kind of frontend the destination is.

@@ -129,7 +129,7 @@ pub fn text(e: &Explanation) -> String {
 
 /// Appends `text` wrapped at [`WIDTH`] columns: continuation lines are indented under the
 /// text after a list marker, and a word longer than a line (a hostile name) is cut.
-fn line(out: &mut String, text: &str) {
+pub(crate) fn line(out: &mut String, text: &str) {
     let body = text.trim_start();
     let lead = text.len() - body.len();
     let marker = ["- ", "→ "]
@@ -159,7 +159,7 @@ fn line(out: &mut String, text: &str) {
 }
 
 /// `s` with control characters escaped, so no value can start a line of its own.
-fn clean(s: &str) -> String {
+pub(crate) fn clean(s: &str) -> String {
     s.chars()
         .flat_map(|c| {
             if c.is_control() {

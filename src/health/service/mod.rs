@@ -10,4 +10,4 @@ mod servers;
 
 pub use desired::{Check, LocalEndpoints, desired};
 pub use listen::Listen;
-pub use servers::{BindFailure, Report, Servers};
+pub use servers::{BindFailure, Report, Servers, Serving};

@@ -59,6 +59,15 @@ pub struct Report {
     pub new_failures: Vec<BindFailure>,
 }
 
+/// How one Service's check is served now, for `status`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Serving {
+    /// Listening on these addresses.
+    Listening(Vec<SocketAddr>),
+    /// Its port could not be bound (retried on every update).
+    BindFailing,
+}
+
 /// Every Service health check listener of this node.
 #[doc(alias = "ServiceHealthServer")]
 pub struct Servers {
@@ -168,6 +177,19 @@ impl Servers {
         self.open
             .iter()
             .map(|(key, open)| (key.clone(), open.tasks.iter().map(|(a, _)| *a).collect()))
+            .collect()
+    }
+
+    /// Every check opened or failing, and how.
+    pub fn serving(&self) -> BTreeMap<ServiceKey, Serving> {
+        let failing = self
+            .failing
+            .keys()
+            .map(|k| (k.clone(), Serving::BindFailing));
+        self.listening()
+            .into_iter()
+            .map(|(k, addresses)| (k, Serving::Listening(addresses)))
+            .chain(failing)
             .collect()
     }
 
