@@ -7,6 +7,10 @@
 //!   mode);
 //! - `<mode>/explain`: the same packet over rules already planned (or read from the kernel):
 //!   the model lookup, the tracer and the report.
+//! - `<mode>/status`: `status` of the whole node over rules already planned, taken as the
+//!   kernel's too: every frontend of every port traced twice, the table rendered (what
+//!   `/debug/status` does once the kernel is read; in iptables mode, whose rules are not read
+//!   back, nothing is traced).
 //!
 //! Run: `cargo bench --bench explain`. Results go to docs/benchmarks.md.
 
@@ -17,6 +21,7 @@ mod planner_bench;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use kube_proxy_rs::cli::explain::{Planned, Request, RulesFrom, explain};
+use kube_proxy_rs::cli::status::{self, Inputs, Runtime};
 use kube_proxy_rs::cluster::{IpFamily, Snapshot};
 use kube_proxy_rs::dataplane::node::NodePolicy;
 use kube_proxy_rs::dataplane::{iptables, ipvs, nftables};
@@ -86,6 +91,28 @@ fn bench(c: &mut Criterion) {
                     .map(|e| e.outcome.endpoints.len()),
                 )
             })
+        });
+        let status_of = || {
+            let runtime = Runtime::default();
+            let st = status::build(Inputs {
+                snapshot: snap,
+                node: &node,
+                planned: IpFamily::ALL.map(|f| planned.rules(f)),
+                // As /debug/status: iptables rules are not read back (nor traced).
+                kernel: (mode != "iptables").then(|| IpFamily::ALL.map(|f| planned.rules(f))),
+                drift: Vec::new(),
+                runtime: &runtime,
+                service: None,
+            });
+            status::render::text(&st, false)
+        };
+        let table = status_of();
+        assert!(
+            mode == "iptables" || table.contains("kernel: matches the plan"),
+            "{mode}"
+        );
+        g.bench_function(format!("{mode}/status"), |b| {
+            b.iter(|| black_box(status_of().len()))
         });
     }
     g.finish();

@@ -15,8 +15,9 @@
 //!   configured timeouts are set and a 0 one left as it was;
 //! - `--cleanup`'s IPVS part flushes every virtual service and deletes `kube-ipvs0`, and a
 //!   second run finds nothing;
-//! - `explain` over what it reads from the kernel (virtual services and the helper table)
-//!   answers as over the plan, and a destination another program deletes shows as drift.
+//! - `explain` and `status` over what they read from the kernel (virtual services and the
+//!   helper table) answer as over the plan, and a destination another program deletes shows
+//!   as drift.
 //!
 //! No traffic leaves the namespace.
 
@@ -173,6 +174,46 @@ fn explain_live() {
         "{:?}",
         after.outcome
     );
+
+    // `status` over the same read: the port programmed with one endpoint fewer than its
+    // model, and the ClusterIP frontend named as drift.
+    use kube_proxy_rs::cli::status::{self, Inputs, Runtime};
+    let runtime = Runtime::default();
+    let st = status::build(Inputs {
+        snapshot: &snap,
+        node: &cfg.node,
+        planned: IpFamily::ALL.map(|f| planned.rules(f)),
+        kernel: Some([
+            Rules::Ipvs {
+                desired: &services,
+                tables: &table,
+            },
+            planned.rules(IpFamily::V6),
+        ]),
+        drift,
+        runtime: &runtime,
+        service: None,
+    });
+    let text = status::render::text(&st, false);
+    let web = st
+        .service_ports
+        .iter()
+        .find(|p| {
+            p.frontends
+                .iter()
+                .any(|f| f.address.to_string() == "10.96.1.10:80")
+        })
+        .expect("the web port");
+    assert_eq!(web.programmed, Some(web.endpoints - 1), "{text}");
+    assert_eq!(web.drifted(), 1, "{text}");
+    assert!(text.contains("kernel: DIFFERS from the plan"), "{text}");
+    assert!(
+        text.contains(&format!("destination {gone} is not in the kernel")),
+        "{text}"
+    );
+    let mut others = st.service_ports.iter().filter(|p| p.name != web.name);
+    assert!(others.clone().all(|p| p.drifted() == 0), "{text}");
+    assert!(others.all(|p| p.programmed == Some(p.endpoints)), "{text}");
 }
 
 /// `--init-only` in ipvs mode (the DaemonSet's privileged init container) sets the IPVS

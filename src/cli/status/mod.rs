@@ -123,8 +123,9 @@ pub struct FrontendStatus {
     /// `ClusterIP`, `NodePort`, `externalIP` or `LoadBalancer`.
     pub kind: &'static str,
     pub address: SocketAddr,
-    /// What a new connection meets here, through the kernel's rules (or the plan's).
-    pub outcome: String,
+    /// What a new connection meets here, through the kernel's rules (or the plan's); `None`
+    /// when not traced (the whole node without the kernel's rules).
+    pub outcome: Option<String>,
     /// How the kernel's outcome differs from the plan's; `None` when they agree.
     pub drift: Option<String>,
 }
@@ -214,6 +215,10 @@ pub fn build(inputs: Inputs<'_>) -> Status {
 
 fn port_status(inputs: &Inputs<'_>, state: &ServicePortState) -> PortStatus {
     let p = &state.port;
+    // Without the kernel's rules there is no drift to find: the whole node's table is then
+    // built without tracing (iptables' tracer walks KUBE-SERVICES rule by rule, seconds at
+    // 10,000 Services); one Service asked for is traced through the plan.
+    let traced = inputs.kernel.is_some() || inputs.service.is_some();
     let mut frontends = Vec::new();
     let mut endpoints = 0;
     let mut programmed: BTreeSet<SocketAddr> = BTreeSet::new();
@@ -233,32 +238,33 @@ fn port_status(inputs: &Inputs<'_>, state: &ServicePortState) -> PortStatus {
                 from,
                 in_interface: None,
             };
-            let outcome =
-                |rules| explain::outcome_only(inputs.snapshot, inputs.node, rules, &request);
-            let (Ok(want), read) = (outcome(planned), kernel.map(outcome)) else {
-                return None;
-            };
-            let read = match read {
-                Some(Ok(o)) => Some(o),
-                Some(Err(_)) => return None,
-                None => None,
-            };
-            let shown = read.as_ref().unwrap_or(&want);
-            let drift = read.as_ref().filter(|r| **r != want).map(|r| {
-                // Masquerading is named only where it is (part of) the difference.
-                let masq = r.masquerade != want.masquerade;
-                format!(
-                    "kernel {}; plan {}",
-                    describe(r, masq),
-                    describe(&want, masq)
-                )
-            });
-            frontends.push(FrontendStatus {
+            let mut status = FrontendStatus {
                 kind,
                 address: request.to,
-                outcome: describe(shown, false),
-                drift,
-            });
+                outcome: None,
+                drift: None,
+            };
+            let mut read = None;
+            if traced {
+                let outcome = |rules| {
+                    explain::outcome_only(inputs.snapshot, inputs.node, rules, &request).ok()
+                };
+                let want = outcome(planned);
+                read = kernel.and_then(outcome);
+                if let (Some(w), Some(r)) = (&want, &read)
+                    && r != w
+                {
+                    // Masquerading is named only where it is (part of) the difference.
+                    let masq = r.masquerade != w.masquerade;
+                    status.drift = Some(format!(
+                        "kernel {}; plan {}",
+                        describe(r, masq),
+                        describe(w, masq)
+                    ));
+                }
+                status.outcome = read.as_ref().or(want.as_ref()).map(|o| describe(o, false));
+            }
+            frontends.push(status);
             read
         };
         if let Some(read) = trace("ClusterIP", view.cluster_ip, p.port, From::Node) {

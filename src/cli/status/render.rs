@@ -83,7 +83,12 @@ pub fn text(s: &Status, detail: bool) -> String {
             for f in &p.frontends {
                 line(
                     &mut out,
-                    &format!("  - {} {}: {}", f.kind, f.address, clean(&f.outcome)),
+                    &format!(
+                        "  - {} {}: {}",
+                        f.kind,
+                        f.address,
+                        clean(f.outcome.as_deref().unwrap_or("not traced"))
+                    ),
                 );
             }
         }

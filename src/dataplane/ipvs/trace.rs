@@ -30,12 +30,15 @@ use crate::dataplane::nftables::trace::{Fate, Flight, Origin, Packet, Trace, thr
 /// Traces `packet` through `desired` (one family's plan) and its helper table `rules`.
 /// `node` are the node's own addresses; the planned service addresses are local too.
 pub fn trace(desired: &Desired, rules: &Ruleset, packet: &Packet, node: &[IpAddr]) -> Trace {
-    let local: Vec<IpAddr> = node
-        .iter()
-        .chain(&desired.addresses.cluster_ips)
-        .chain(&desired.addresses.external)
-        .copied()
-        .collect();
+    // The service addresses bound on kube-ipvs0 are local too; of them only the packet's own
+    // source and destination can be asked about (DNAT leads to endpoints, masquerade to the
+    // node's addresses), so only those are added: a copy of every ClusterIP per trace made
+    // one trace at 10,000 Services cost 0.15 ms.
+    let bound = |ip: &IpAddr| {
+        desired.addresses.cluster_ips.contains(ip) || desired.addresses.external.contains(ip)
+    };
+    let mut local: Vec<IpAddr> = node.to_vec();
+    local.extend([packet.src, packet.dst].into_iter().filter(|ip| bound(ip)));
     let hook = |hook: Hook, flights: Flights| -> Flights {
         flights
             .into_iter()

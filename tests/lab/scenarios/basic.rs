@@ -259,7 +259,9 @@ pub async fn endpoint_removed(lab: &Lab) -> Result<(), String> {
     lab.cluster
         .apply_slice("s15-x", "s15", &p, &lab.endpoints(&left))
         .await;
-    reaches_exactly(lab, from, vip, 20, &left).await?;
+    // 60 connections: before the removal is programmed, 20 avoid the leaving endpoint one
+    // time in 3,000, and this check is retried until it holds, so 20 could pass early.
+    reaches_exactly(lab, from, vip, 60, &left).await?;
     let replies = lab.all_reach(from, Proto::Tcp, vip, 30).await?;
     expect_pods("after removal", &replies, &left)
 }
