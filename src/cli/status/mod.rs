@@ -26,7 +26,7 @@ use tokio::time::Instant;
 use super::explain::{self, From, Outcome, Request, Rules, RulesFrom, Verdict};
 use crate::cluster::{ServicePortState, Snapshot, TrafficPolicy};
 use crate::dataplane::node::NodePolicy;
-use crate::health::service::{Serving, desired};
+use crate::health::service::{Check, Serving, desired};
 
 /// Endpoints named in one side of a drift line; the rest are counted.
 const DRIFT_ENDPOINTS: usize = 3;
@@ -172,31 +172,9 @@ pub fn build(inputs: Inputs<'_>) -> Status {
         .ports
         .values()
         .filter(|state| wanted(state))
-        .map(|state| {
-            let mut port = port_status(&inputs, state);
-            port.health_check = state.port.health_check_node_port.map(|hc| {
-                let key = &state.port.name.service;
-                let local = checks.get(key).map_or(0, |c| {
-                    c.local_endpoints
-                        .families()
-                        .values()
-                        .copied()
-                        .max()
-                        .unwrap_or(0)
-                });
-                let (state, addresses) = match inputs.runtime.health_checks.get(key) {
-                    Some(Serving::Listening(a)) => ("serving", a.clone()),
-                    Some(Serving::BindFailing) => ("bindFailing", Vec::new()),
-                    None => ("notOpen", Vec::new()),
-                };
-                HealthCheckStatus {
-                    port: hc,
-                    local_endpoints: local,
-                    state,
-                    addresses,
-                }
-            });
-            port
+        .map(|state| PortStatus {
+            health_check: health_check(state, &checks, inputs.runtime),
+            ..port_status(&inputs, state)
         })
         .collect();
     Status {
@@ -211,6 +189,31 @@ pub fn build(inputs: Inputs<'_>) -> Status {
         drift: inputs.drift.clone(),
         service_ports,
     }
+}
+
+/// The port's Service health check, when it has one: what it reports and how it is served.
+fn health_check(
+    state: &ServicePortState,
+    checks: &BTreeMap<crate::cluster::ServiceKey, Check>,
+    runtime: &Runtime,
+) -> Option<HealthCheckStatus> {
+    let port = state.port.health_check_node_port?;
+    let key = &state.port.name.service;
+    let local_endpoints = checks.get(key).map_or(0, |c| {
+        let counts = c.local_endpoints.families().values();
+        counts.copied().max().unwrap_or(0)
+    });
+    let (state, addresses) = match runtime.health_checks.get(key) {
+        Some(Serving::Listening(a)) => ("serving", a.clone()),
+        Some(Serving::BindFailing) => ("bindFailing", Vec::new()),
+        None => ("notOpen", Vec::new()),
+    };
+    Some(HealthCheckStatus {
+        port,
+        local_endpoints,
+        state,
+        addresses,
+    })
 }
 
 fn port_status(inputs: &Inputs<'_>, state: &ServicePortState) -> PortStatus {
