@@ -199,7 +199,9 @@ fn a_local_address_no_service_has_is_the_nodes() {
 /// alone plans. Two Services on one frontend (which the API server's allocators prevent for
 /// ClusterIPs and NodePorts, not for external addresses) are a misconfiguration each mode
 /// settles its own way: IPVS gives the frontend to the first port, the nftables mode's
-/// treatment and guard maps can end up with different ports' entries.
+/// treatment and guard maps can end up with different ports' entries. So is one port whose
+/// externalIP is its own ClusterIP: one virtual service takes the internal policy, the
+/// nftables mode's external entry the external one.
 fn frontends<'a>(
     lab: &'a Lab,
     snap: &Snapshot,
@@ -224,7 +226,10 @@ fn frontends<'a>(
         .filter(|(key, _)| claims.get(key) == Some(&1))
         .filter_map(|(key, vs)| match key {
             ServiceKey::Address { address, .. } => {
-                Some((vs.owner.protocol, address.ip(), address.port(), vs))
+                let a = &lab.desired.addresses;
+                let ip = address.ip();
+                let both = a.cluster_ips.contains(&ip) && a.external.contains(&ip);
+                (!both).then_some((vs.owner.protocol, ip, address.port(), vs))
             }
             ServiceKey::Fwmark { .. } => None,
         })
