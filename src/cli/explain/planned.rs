@@ -1,6 +1,7 @@
 //! Rules planned from a snapshot, for `explain --manifests` (no kernel), in any of our modes.
 
 use crate::cluster::{IpFamily, Snapshot};
+use crate::dataplane::node::NodePolicy;
 use crate::dataplane::{iptables, ipvs, nftables};
 
 use super::Rules;
@@ -46,6 +47,28 @@ impl Planned {
         let bound = ipvs::bound_addresses(&desired, &node_ips);
         let tables = ipvs::rules_all(&desired, cfg, &snapshot.node, &bound);
         Planned::Ipvs { desired, tables }
+    }
+
+    /// Every mode's plan of `snapshot` with the default configuration beside `node`, in the
+    /// order nftables, iptables, ipvs: for checks that must hold in every mode.
+    pub fn every_mode(snapshot: &Snapshot, node: &NodePolicy) -> [Planned; 3] {
+        [
+            Planned::nftables(snapshot, &nftables::ModeConfig { node: node.clone() }),
+            Planned::iptables(
+                snapshot,
+                &iptables::ModeConfig {
+                    node: node.clone(),
+                    ..iptables::ModeConfig::default()
+                },
+            ),
+            Planned::ipvs(
+                snapshot,
+                &ipvs::ModeConfig {
+                    node: node.clone(),
+                    ..ipvs::ModeConfig::default()
+                },
+            ),
+        ]
     }
 
     /// The rules of `family`.

@@ -153,26 +153,8 @@ const CASES: &[Case] = &[
     },
 ];
 
-fn modes() -> Vec<Planned> {
-    let snap = snapshot(node(), services());
-    let node = node_policy();
-    vec![
-        Planned::nftables(&snap, &nftables::ModeConfig { node: node.clone() }),
-        Planned::iptables(
-            &snap,
-            &iptables::ModeConfig {
-                node: node.clone(),
-                ..iptables::ModeConfig::default()
-            },
-        ),
-        Planned::ipvs(
-            &snap,
-            &ipvs::ModeConfig {
-                node,
-                ..ipvs::ModeConfig::default()
-            },
-        ),
-    ]
+fn modes() -> [Planned; 3] {
+    Planned::every_mode(&snapshot(node(), services()), &node_policy())
 }
 
 fn ask(planned: &Planned, to: &str, from: Option<&str>) -> Explanation {

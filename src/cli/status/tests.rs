@@ -10,8 +10,8 @@ use super::*;
 use crate::cli::explain::Planned;
 use crate::cli::explain::render::WIDTH;
 use crate::cluster::{IpFamily, ServiceKey};
+use crate::dataplane::nftables;
 use crate::dataplane::node::detect_local::DetectLocal;
-use crate::dataplane::{iptables, ipvs, nftables};
 use crate::testing::snapshots::{Svc, node, snapshot, svc};
 
 fn node_policy() -> NodePolicy {
@@ -48,26 +48,8 @@ fn services() -> Vec<Svc> {
 }
 
 /// Every mode's plan for `services`.
-fn modes(services: Vec<Svc>) -> Vec<Planned> {
-    let snap = snapshot(node(), services);
-    let node = node_policy();
-    vec![
-        Planned::nftables(&snap, &nftables::ModeConfig { node: node.clone() }),
-        Planned::iptables(
-            &snap,
-            &iptables::ModeConfig {
-                node: node.clone(),
-                ..iptables::ModeConfig::default()
-            },
-        ),
-        Planned::ipvs(
-            &snap,
-            &ipvs::ModeConfig {
-                node,
-                ..ipvs::ModeConfig::default()
-            },
-        ),
-    ]
+fn modes(services: Vec<Svc>) -> [Planned; 3] {
+    Planned::every_mode(&snapshot(node(), services), &node_policy())
 }
 
 fn runtime() -> Runtime {
