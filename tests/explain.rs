@@ -109,3 +109,168 @@ fn the_kernels_table_explains_packets_as_the_plan_does_and_drift_shows() {
     assert!(gone.is_none());
     assert!(kernel::drift(None, want)[0].contains("not in the kernel"));
 }
+
+#[test]
+fn a_clients_affinity_entry_in_the_kernel_sends_it_to_its_endpoint() {
+    use kube_proxy_rs::cli::explain::affinity;
+    use kube_proxy_rs::dataplane::nftables::ruleset::{Match, Statement};
+
+    let ns = NetNs::new("explain-aff");
+    let snap = example();
+    let cfg = ModeConfig::default();
+    let mut dp = NftablesDataplane::new(
+        cfg.clone(),
+        backend::for_encoder(NftablesEncoder::default(), Some(&ns.name)),
+        Drift::new(),
+    );
+    dp.sync(&snap, &changed(snap.ports.keys().cloned()), true)
+        .expect("first sync");
+    let read = || {
+        kernel::read_nftables(NftablesEncoder::default(), Some(&ns.name), Family::Ip)
+            .expect("reads")
+            .expect("our table is there")
+    };
+    // default/web-sticky (10.96.1.14:80, ClientIP for 3 h) over 10.244.1.10 and 10.244.2.10.
+    let request = Request::parse("10.96.1.14:80", Some("10.244.1.77"), None).unwrap();
+    let mut sets =
+        kernel::NftablesSets::new(NftablesEncoder::default(), Some(&ns.name), Family::Ip);
+    let ask = |table: &kube_proxy_rs::dataplane::nftables::Ruleset| {
+        explain(
+            &snap,
+            &cfg.node,
+            Rules::Nftables(table),
+            RulesFrom::Kernel,
+            &request,
+        )
+        .unwrap()
+    };
+
+    let mut live = read();
+    let found = affinity::add_entries(&snap, &cfg.node, &request, &mut live, &mut sets)
+        .expect("reads the sets");
+    assert_eq!(found, Some(vec![]), "no client has connected yet");
+    assert_eq!(ask(&live).outcome.endpoints.len(), 2);
+
+    // The set remembering 10.244.2.10's clients, as the kernel fills it on a connection.
+    let set = live
+        .chains
+        .values()
+        .flat_map(|c| &c.rules)
+        .find_map(|r| {
+            let to_b = r.statements.iter().any(|s| {
+                matches!(s, Statement::DnatTo { addr, port: 8080, .. }
+                    if addr.to_string() == "10.244.2.10")
+            });
+            r.matches.iter().find_map(|m| match m {
+                Match::InSet { set, .. } if to_b && set.as_str().starts_with("affinity-") => {
+                    Some(set.as_str().to_owned())
+                }
+                _ => None,
+            })
+        })
+        .expect("an affinity set for 10.244.2.10");
+    for client in ["10.244.1.77", "10.244.1.78"] {
+        ns.output(
+            "nft",
+            &[
+                "add",
+                "element",
+                "ip",
+                "kube-proxy-rs",
+                &set,
+                "{",
+                client,
+                "}",
+            ],
+        );
+    }
+    let mut live = read();
+    assert_eq!(
+        kernel::drift(Some(&live), &{
+            let planned = Planned::nftables(&snap, &cfg);
+            let Rules::Nftables(want) = planned.rules(IpFamily::V4) else {
+                unreachable!()
+            };
+            want.clone()
+        }),
+        Vec::<String>::new(),
+        "clients in an affinity set are not drift"
+    );
+    let found = affinity::add_entries(&snap, &cfg.node, &request, &mut live, &mut sets)
+        .expect("reads the sets");
+    assert_eq!(found, Some(vec!["10.244.2.10:8080".parse().unwrap()]));
+    let e = ask(&live);
+    let reached: Vec<String> = e
+        .outcome
+        .endpoints
+        .iter()
+        .map(|s| s.endpoint.to_string())
+        .collect();
+    assert_eq!(reached, ["10.244.2.10:8080"], "{}", render::text(&e));
+    let why = affinity::reason(e.packet.source, found.as_deref().unwrap(), 10800);
+    assert!(
+        why.contains("remembers 10.244.1.77 for 10.244.2.10:8080"),
+        "{why}"
+    );
+}
+
+#[test]
+fn other_tables_base_chains_are_listed_beside_ours() {
+    use kube_proxy_rs::dataplane::nftables::ruleset::Hook;
+
+    let ns = NetNs::new("explain-other");
+    let snap = example();
+    let mut dp = NftablesDataplane::new(
+        ModeConfig::default(),
+        backend::for_encoder(NftablesEncoder::default(), Some(&ns.name)),
+        Drift::new(),
+    );
+    dp.sync(&snap, &changed(snap.ports.keys().cloned()), true)
+        .expect("first sync");
+    // A firewall's table: a forward chain that drops what it does not accept.
+    ns.output("nft", &["add", "table", "inet", "fw"]);
+    ns.output(
+        "nft",
+        &[
+            "add",
+            "chain",
+            "inet",
+            "fw",
+            "filter_fw",
+            "{",
+            "type",
+            "filter",
+            "hook",
+            "forward",
+            "priority",
+            "-5",
+            ";",
+            "policy",
+            "drop",
+            ";",
+            "}",
+        ],
+    );
+    ns.output("nft", &["add", "chain", "inet", "fw", "helper"]);
+    let chains = kernel::base_chains(NftablesEncoder::default(), Some(&ns.name))
+        .expect("lists")
+        .expect("the netlink encoder lists base chains");
+    let fw: Vec<_> = chains.iter().filter(|c| c.table == "fw").collect();
+    assert_eq!(fw.len(), 1, "regular chains are not listed: {chains:?}");
+    assert_eq!(
+        (
+            fw[0].family,
+            fw[0].chain.as_str(),
+            fw[0].hook,
+            fw[0].priority,
+            fw[0].drops
+        ),
+        ("inet", "filter_fw", Hook::Forward, -5, true)
+    );
+    assert!(
+        chains
+            .iter()
+            .any(|c| c.family == "ip" && c.table == "kube-proxy-rs"),
+        "ours is listed too (the caller leaves it out): {chains:?}"
+    );
+}

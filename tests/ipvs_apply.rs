@@ -119,9 +119,10 @@ fn explain_live() {
         )
         .expect("reads our table")
         .expect("our table exists");
-        let (services, mut drift) = kernel::ipvs_as_read(desired, &ipvs);
+        let read = kernel::ipvs_as_read(desired, &ipvs);
+        let mut drift = read.drift;
         drift.extend(kernel::drift(Some(&table), tables));
-        (services, table, drift)
+        (read.services, table, drift)
     };
     let (services, table, drift) = read();
     assert!(drift.is_empty(), "just synced: {drift:?}");

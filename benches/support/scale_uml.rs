@@ -92,8 +92,17 @@ pub fn run(run: &GuestRun<'_>) -> Result<String, String> {
         "a User-mode Linux guest (one CPU, {} MiB) on the host: {}",
         run.memory_mib, run.host
     );
+    let logs = stage.dir.join("logs");
+    let logs_q = quote(&logs.display().to_string());
+    let copy_logs = format!(
+        "(cd {GUEST_SCRATCH} && find . -name '*.log' -exec cp --parents {{}} {logs_q}/ \\;) \
+         2>/dev/null"
+    );
+    // The logs are copied every 30 s as well as at the end, so a guest killed at its limit
+    // (or by a signal) still leaves what the control plane and the proxies said.
     let mut line = format!(
-        "{}={GUEST_SCRATCH} {COMMAND_VAR}={} {GUEST_VAR}={} {}",
+        "mkdir -p {logs_q}; (while sleep 30; do {copy_logs}; done) & copier=$!; \
+         {}={GUEST_SCRATCH} {COMMAND_VAR}={} {GUEST_VAR}={} {}",
         crate::testenv::SCRATCH_VAR,
         quote(run.command),
         quote(&guest),
@@ -103,12 +112,9 @@ pub fn run(run: &GuestRun<'_>) -> Result<String, String> {
         line.push(' ');
         line.push_str(&quote(a));
     }
-    let logs = stage.dir.join("logs");
     line.push_str(&format!(
-        " --out {stage}; rc=$?; mkdir -p {logs}; cd {GUEST_SCRATCH} && \
-         find . -name '*.log' -exec cp --parents {{}} {logs}/ \\;; (exit $rc)",
+        " --out {stage}; rc=$?; kill $copier; {copy_logs}; (exit $rc)",
         stage = quote(&stage.dir.display().to_string()),
-        logs = quote(&logs.display().to_string()),
     ));
     ensure_map_count(run.memory_mib)?;
     eprintln!(

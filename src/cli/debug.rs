@@ -161,7 +161,7 @@ async fn status_all(State(s): State<Shared>, Query(q): Params) -> Response {
     };
     let config = s.config.clone();
     let answer = tokio::task::spawn_blocking(move || {
-        let (planned, node) = explain::live::plan_on_node(&config, &snapshot)?;
+        let (planned, node) = explain::live::plan_on_node(&config, &snapshot, false)?;
         let read = IpFamily::ALL.map(|f| explain::live::read_family(&config, &planned, f));
         let [v4, v6] = read;
         let (v4, v6) = (v4?, v6?);

@@ -190,7 +190,15 @@ impl Observe {
                 .await;
             let report = servers.update(&w.checks).await;
             self.metrics.set_health_checks(&report);
-            self.serving.send_replace(Arc::new(servers.serving()));
+            // Most syncs change no health check: `/debug/status` readers keep their copy.
+            let serving = servers.serving();
+            self.serving.send_if_modified(|now| {
+                let changed = **now != serving;
+                if changed {
+                    *now = Arc::new(serving);
+                }
+                changed
+            });
         }
     }
 

@@ -29,6 +29,19 @@ pub fn node() -> NodeContext {
     n
 }
 
+/// The node policy beside [`node`]: detect-local by the cluster's pod CIDRs (both families),
+/// the mode defaults otherwise.
+pub fn node_policy() -> crate::dataplane::node::NodePolicy {
+    use crate::dataplane::node::detect_local::DetectLocal;
+    crate::dataplane::node::NodePolicy {
+        detect_local: DetectLocal::ClusterCidrs(vec![
+            "10.244.0.0/16".parse().unwrap(),
+            "fd00:244::/32".parse().unwrap(),
+        ]),
+        ..crate::dataplane::nftables::ModeConfig::default().node
+    }
+}
+
 pub fn ip(s: &str) -> IpAddr {
     s.parse().unwrap()
 }

@@ -12,6 +12,8 @@
     reason = "lab seam: mirrors objects into a directory"
 )]
 
+use std::cell::RefCell;
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use k8s_openapi::api::core::v1::{Node, Service};
@@ -41,6 +43,9 @@ pub struct Cluster {
     pub node_names: Vec<String>,
     nodes: Vec<TestNode>,
     pub manifests: PathBuf,
+    /// The last version of each Service written, kept after it is deleted, so a check can
+    /// still name a deleted Service's address ([`Cluster::service`]).
+    written: RefCell<BTreeMap<String, Service>>,
 }
 
 /// An IP family, as a slice's `addressType` or a Service's `ipFamilies` names it.
@@ -109,14 +114,12 @@ impl Cluster {
             let name = unique_name(&format!("{prefix}-n{}", node.index + 1));
             let ips = [node.ip.to_string(), node.ip6.to_string()];
             let ips = ips.each_ref().map(String::as_str);
-            let guard = TestNode::create_with_ips(env, &name, &ips).await;
-            let labels = json!({ "metadata": { "labels": {
-                "topology.kubernetes.io/zone": zone(node.index),
-            }}});
+            let labels = json!({ "topology.kubernetes.io/zone": zone(node.index) });
+            let guard = TestNode::create_labelled(env, &name, &ips, labels).await;
             let obj = api
-                .patch(&name, &PatchParams::default(), &Patch::Merge(&labels))
+                .get(&name)
                 .await
-                .unwrap_or_else(|e| panic!("label node {name}: {e}"));
+                .unwrap_or_else(|e| panic!("read node {name}: {e}"));
             mirror(manifests, "node", &name, &obj);
             guards.push(guard);
             node_names.push(name);
@@ -126,6 +129,7 @@ impl Cluster {
             node_names,
             nodes: guards,
             manifests: manifests.to_owned(),
+            written: RefCell::default(),
         }
     }
 
@@ -146,7 +150,13 @@ impl Cluster {
             .await
             .unwrap_or_else(|e| panic!("apply service {name}: {e}"));
         mirror(&self.manifests, "service", &name, &obj);
+        self.written.borrow_mut().insert(name, obj.clone());
         obj
+    }
+
+    /// The last version of Service `name` this lab wrote (also once deleted).
+    pub fn service(&self, name: &str) -> Option<Service> {
+        self.written.borrow().get(name).cloned()
     }
 
     /// Sets `status.loadBalancer.ingress` of a Service, as a cloud controller would.
@@ -159,6 +169,9 @@ impl Cluster {
             .await
             .unwrap_or_else(|e| panic!("set load balancer status of {name}: {e}"));
         mirror(&self.manifests, "service", name, &obj);
+        self.written
+            .borrow_mut()
+            .insert(name.to_owned(), obj.clone());
         obj
     }
 

@@ -122,14 +122,7 @@ impl Proxy {
             .reads_api_server()
             .then(|| bridge_apiserver(env, &node.ns));
         let mut cmd = self.command(env, node, manifests);
-        cmd.arg(format!("--hostname-override={node_name}"))
-            .arg(format!("--proxy-mode={}", self.mode().as_str()))
-            // Both families: the proxies run dual-stack (the Nodes have an InternalIP of each).
-            .arg(format!("--cluster-cidr={CLUSTER_CIDR},{CLUSTER_CIDR6}"))
-            // nf_conntrack_max cannot be changed inside a network namespace.
-            .arg("--conntrack-max-per-core=0")
-            .arg("--metrics-bind-address=127.0.0.1:10249")
-            .arg("--healthz-bind-address=127.0.0.1:10256")
+        cmd.args(self.lab_flags(node_name))
             .arg("--v=2")
             .args(extra_flags);
         let name = match self {
@@ -138,6 +131,21 @@ impl Proxy {
         };
         let child = ChildGuard::spawn(&format!("{name}-{}", node.ns.name), &mut cmd);
         (child, bridge)
+    }
+
+    /// The lab's flags for this proxy on Node `node_name` (the API server's address aside):
+    /// what `explain` on that node is given too, so it plans as the proxy does.
+    pub fn lab_flags(self, node_name: &str) -> Vec<String> {
+        vec![
+            format!("--hostname-override={node_name}"),
+            format!("--proxy-mode={}", self.mode().as_str()),
+            // Both families: the proxies run dual-stack (the Nodes have an InternalIP of each).
+            format!("--cluster-cidr={CLUSTER_CIDR},{CLUSTER_CIDR6}"),
+            // nf_conntrack_max cannot be changed inside a network namespace.
+            "--conntrack-max-per-core=0".into(),
+            "--metrics-bind-address=127.0.0.1:10249".into(),
+            "--healthz-bind-address=127.0.0.1:10256".into(),
+        ]
     }
 
     fn command(self, env: &TestEnv, node: &NodeNet, manifests: &Path) -> std::process::Command {

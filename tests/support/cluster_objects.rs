@@ -227,12 +227,26 @@ impl TestNode {
     /// Creates Node `name` with an InternalIP for each of `ips` (the first is the primary, as
     /// a kubelet lists them: one per family on a dual-stack node) and a Ready condition.
     pub async fn create_with_ips(env: &TestEnv, name: &str, ips: &[&str]) -> TestNode {
+        TestNode::create_labelled(env, name, ips, json!({})).await
+    }
+
+    /// [`TestNode::create_with_ips`] with `labels` (a JSON object) on the Node from its
+    /// creation, so no reader ever sees it without them (a label patched on afterwards can
+    /// be missed by a proxy whose first list came from a watch cache just behind).
+    pub async fn create_labelled(
+        env: &TestEnv,
+        name: &str,
+        ips: &[&str],
+        labels: serde_json::Value,
+    ) -> TestNode {
         let nodes = Api::<Node>::all(env.client().await);
+        let mut all =
+            json!({ "kubernetes.io/hostname": name, "kube-proxy-rs.test/owner": "testenv" });
+        if let (Some(all), Some(extra)) = (all.as_object_mut(), labels.as_object()) {
+            all.extend(extra.clone());
+        }
         let node: Node = serde_json::from_value(json!({
-            "metadata": {
-                "name": name,
-                "labels": { "kubernetes.io/hostname": name, "kube-proxy-rs.test/owner": "testenv" }
-            }
+            "metadata": { "name": name, "labels": all }
         }))
         .unwrap();
         nodes

@@ -5,9 +5,12 @@
 //! from what was read to what the proxy would program now, shown as the nft commands that
 //! would repair it.
 
+use std::net::SocketAddr;
+
 use crate::cluster::IpFamily;
 use crate::config::NftablesEncoder;
 use crate::dataplane::ipvs::apply::{Backend as _, KernelBackend};
+use crate::dataplane::ipvs::backend::netlink::ServiceKey;
 use crate::dataplane::ipvs::desired::Desired;
 use crate::dataplane::ipvs::diff::Kernel;
 use crate::dataplane::nftables::{self, Ruleset, ruleset::Family};
@@ -34,6 +37,49 @@ pub fn read_nftables(
         })
 }
 
+/// The dynamic sets of our nftables table as the kernel holds them, for the affinity lookup.
+pub struct NftablesSets {
+    backend: Box<dyn nftables::backend::Backend>,
+    family: Family,
+}
+
+impl NftablesSets {
+    pub fn new(encoder: NftablesEncoder, netns: Option<&str>, family: Family) -> NftablesSets {
+        NftablesSets {
+            backend: nftables::backend::for_encoder(encoder, netns),
+            family,
+        }
+    }
+}
+
+impl super::affinity::Lookup for NftablesSets {
+    fn keys(
+        &mut self,
+        set: &nftables::names::Name,
+        decl: &nftables::ruleset::SetDecl,
+    ) -> Result<Option<Vec<nftables::ruleset::Tuple>>, String> {
+        self.backend
+            .dynamic_keys(self.family, set, decl)
+            .map_err(|e| format!("reading set {set}: {}", crate::causes::one_line(&e)))
+    }
+}
+
+/// Every base chain of the `ip`, `ip6` and `inet` tables in the kernel (`None`: the encoder
+/// cannot list them), for naming other programs' chains on a packet's path.
+pub fn base_chains(
+    encoder: NftablesEncoder,
+    netns: Option<&str>,
+) -> Result<Option<Vec<nftables::backend::BaseChainSummary>>, String> {
+    nftables::backend::for_encoder(encoder, netns)
+        .base_chains()
+        .map_err(|e| {
+            format!(
+                "listing the kernel's base chains: {}",
+                crate::causes::one_line(&e)
+            )
+        })
+}
+
 /// The virtual services of `family` as the kernel holds them, with their destinations.
 pub fn read_ipvs(netns: Option<&str>, family: IpFamily) -> Result<Kernel, String> {
     let mut backend = KernelBackend::new(netns);
@@ -44,14 +90,29 @@ pub fn read_ipvs(netns: Option<&str>, family: IpFamily) -> Result<Kernel, String
         .map_err(|e| format!("reading IPVS: {}", crate::causes::one_line(&e)))
 }
 
+/// The virtual services of the plan as the kernel holds them.
+#[derive(Debug)]
+pub struct IpvsRead {
+    /// Each planned virtual service the kernel has, with the kernel's destinations and
+    /// weights; one the kernel lacks is left out.
+    pub services: Desired,
+    /// What is missing, extra or different, one line each.
+    pub drift: Vec<String>,
+    /// Destinations the kernel has at weight 0 that the plan no longer has: draining
+    /// (graceful termination keeps them while they have connections). They take no new
+    /// connection, so a new connection meets what the plan means; not drift.
+    pub draining: Vec<(ServiceKey, SocketAddr)>,
+}
+
 /// The planned virtual services as the kernel holds them, for the tracer: each planned one the
 /// kernel has, with the kernel's destinations and weights (a draining one at weight 0 takes no
 /// new connection); one the kernel lacks is left out. With the drift: what is missing, extra
 /// or different. Virtual services the plan does not have are someone else's or stale; the
 /// tracer knows nothing of them (no owner), so they are named in the drift only.
-pub fn ipvs_as_read(planned: &Desired, kernel: &Kernel) -> (Desired, Vec<String>) {
+pub fn ipvs_as_read(planned: &Desired, kernel: &Kernel) -> IpvsRead {
     let mut read = planned.clone();
     let mut drift = Vec::new();
+    let mut draining = Vec::new();
     read.services
         .retain(|key, vs| match kernel.services.get(key) {
             None => {
@@ -71,15 +132,14 @@ pub fn ipvs_as_read(planned: &Desired, kernel: &Kernel) -> (Desired, Vec<String>
                     ));
                 }
                 for d in vs.destinations.iter().filter(|d| !had.contains(&d.address)) {
-                    let why = if d.weight == 0 {
-                        " (weight 0: draining)"
+                    if d.weight == 0 {
+                        draining.push((*key, d.address));
                     } else {
-                        ""
-                    };
-                    drift.push(format!(
-                        "virtual service {key}: destination {} is not in the plan{why}",
-                        d.address
-                    ));
+                        drift.push(format!(
+                            "virtual service {key}: destination {} is not in the plan",
+                            d.address
+                        ));
+                    }
                 }
                 true
             }
@@ -93,7 +153,19 @@ pub fn ipvs_as_read(planned: &Desired, kernel: &Kernel) -> (Desired, Vec<String>
             "virtual service {key} is in the kernel but not in the plan"
         ));
     }
-    (read, drift)
+    IpvsRead {
+        services: read,
+        drift,
+        draining,
+    }
+}
+
+/// Why a draining destination of the packet's virtual service takes nothing new.
+pub fn draining_reason(destination: SocketAddr) -> String {
+    format!(
+        "{destination} is draining (weight 0, no longer an endpoint): it keeps its open \
+         connections and takes no new one (graceful termination)"
+    )
 }
 
 /// How `kernel` differs from `planned`: empty when it holds the plan.
@@ -174,8 +246,31 @@ mod tests {
                 stats: Default::default(),
             },
         );
-        let (read, drift) = ipvs_as_read(&planned, &kernel);
-        assert_eq!(read.services[&web].destinations, vec![kept]);
+        // And a destination the plan dropped, draining at weight 0: not drift.
+        let gone = crate::dataplane::ipvs::backend::netlink::Destination {
+            address: "10.244.9.9:8080".parse().unwrap(),
+            weight: 0,
+            ..kept
+        };
+        kernel.services.get_mut(&web).unwrap().destinations.insert(
+            gone.address,
+            crate::dataplane::ipvs::backend::netlink::ListedDestination {
+                destination: gone,
+                active_connections: 1,
+                inactive_connections: 0,
+                persistent_connections: 0,
+                stats: Default::default(),
+            },
+        );
+        let IpvsRead {
+            services: read,
+            drift,
+            draining,
+        } = ipvs_as_read(&planned, &kernel);
+        assert_eq!(draining, vec![(web, gone.address)]);
+        assert!(!drift.iter().any(|d| d.contains("10.244.9.9")), "{drift:?}");
+        assert_eq!(read.services[&web].destinations.len(), 2);
+        assert!(read.services[&web].destinations.contains(&kept));
         assert!(!read.services.contains_key(&db));
         assert!(
             drift
@@ -189,7 +284,7 @@ mod tests {
             ),
             "{drift:?}"
         );
-        let (_, none) = ipvs_as_read(&planned, &{
+        let none = ipvs_as_read(&planned, &{
             let mut k = Kernel::default();
             for (key, vs) in &planned.services {
                 k.services.insert(
@@ -217,7 +312,10 @@ mod tests {
             }
             k
         });
-        assert!(none.is_empty(), "{none:?}");
+        assert!(
+            none.drift.is_empty() && none.draining.is_empty(),
+            "{none:?}"
+        );
     }
 
     #[test]

@@ -2,14 +2,23 @@
 //! node's kernel), wired from the configuration. Shared by the `explain` command, the running
 //! proxy's `/debug/explain` and `/debug/status`.
 
-use super::{Explanation, Planned, Request, Rules, RulesFrom, explain, kernel};
+use std::net::SocketAddr;
+
+use super::{Explanation, Planned, Request, Rules, RulesFrom, affinity, explain, kernel, others};
 use crate::cluster::{IpFamily, Snapshot};
 use crate::config::{Config, ProxyMode};
+use crate::dataplane::ipvs::backend::netlink::ServiceKey;
 use crate::dataplane::node::NodePolicy;
 use crate::dataplane::{iptables, ipvs, nftables};
 
 /// The rules the configured mode plans for `snapshot`, with the node policy its tracer reads.
-pub fn plan_on_node(config: &Config, snapshot: &Snapshot) -> Result<(Planned, NodePolicy), String> {
+/// On a live node (`offline` false) the IPVS mode plans its NodePorts over the host's
+/// addresses, as its sync does; offline the Node object's addresses stand in for them.
+pub fn plan_on_node(
+    config: &Config,
+    snapshot: &Snapshot,
+    offline: bool,
+) -> Result<(Planned, NodePolicy), String> {
     Ok(match config.mode {
         ProxyMode::Nftables => {
             let mode = nftables::ModeConfig::new(config).map_err(|e| e.to_string())?;
@@ -21,9 +30,27 @@ pub fn plan_on_node(config: &Config, snapshot: &Snapshot) -> Result<(Planned, No
         }
         ProxyMode::Ipvs => {
             let mode = ipvs::ModeConfig::new(config).map_err(|e| e.to_string())?;
-            (Planned::ipvs(snapshot, &mode), mode.node)
+            let host = if offline {
+                ipvs::HostAddresses::default()
+            } else {
+                ipvs_host_addresses()?
+            };
+            (Planned::ipvs_on(snapshot, &mode, &host), mode.node)
         }
     })
+}
+
+/// This host's node addresses outside `kube-ipvs0` (all of them when it is not there), read
+/// as the IPVS mode's sync reads them, without creating the link.
+fn ipvs_host_addresses() -> Result<ipvs::HostAddresses, String> {
+    let read = || -> Result<_, ipvs::backend::link::Error> {
+        let mut client = ipvs::backend::link::Client::open(None)?;
+        let index = client.find(ipvs::names::LINK)?.map_or(0, |l| l.index);
+        Ok(client.addresses_beside(index)?.elsewhere)
+    };
+    read()
+        .map(ipvs::HostAddresses)
+        .map_err(|e| format!("reading this host's addresses: {e}"))
 }
 
 /// One family's rules as this node's kernel holds them, and where they differ from the plan.
@@ -37,6 +64,8 @@ pub struct Read {
     services: Option<ipvs::Desired>,
     /// Missing, extra or different objects, one line each, or the repair script's first lines.
     pub drift: Vec<String>,
+    /// IPVS mode: destinations at weight 0 the plan no longer has (graceful termination).
+    pub draining: Vec<(ServiceKey, SocketAddr)>,
 }
 
 impl Read {
@@ -73,18 +102,20 @@ pub fn read_family(
                 empty,
                 services: None,
                 drift,
+                draining: Vec::new(),
             }))
         }
         Rules::Ipvs { desired, tables } => {
-            let (services, mut drift) =
-                kernel::ipvs_as_read(desired, &kernel::read_ipvs(None, family)?);
+            let ipvs = kernel::ipvs_as_read(desired, &kernel::read_ipvs(None, family)?);
+            let mut drift = ipvs.drift;
             let table = read_table()?;
             drift.extend(kernel::drift(table.as_ref(), tables));
             Ok(Some(Read {
                 table,
                 empty,
-                services: Some(services),
+                services: Some(ipvs.services),
                 drift,
+                draining: ipvs.draining,
             }))
         }
     }
@@ -100,7 +131,7 @@ pub fn explain_on_node(
     offline: bool,
 ) -> Result<Explanation, String> {
     let family = IpFamily::of(&request.to.ip());
-    let (planned, node) = plan_on_node(config, snapshot)?;
+    let (planned, node) = plan_on_node(config, snapshot, offline)?;
     let read = if offline {
         None
     } else {
@@ -115,9 +146,37 @@ pub fn explain_on_node(
             request,
         )
         .map_err(|e| e.to_string()),
-        Some(read) => {
+        Some(mut read) => {
+            // nftables mode: the client's affinity entries, so the trace is its path now.
+            let remembered = match (&read.services, read.table.as_mut()) {
+                (None, Some(table)) => {
+                    let mut sets = kernel::NftablesSets::new(
+                        config.nftables_encoder,
+                        None,
+                        nftables::ruleset::Family::of(family),
+                    );
+                    affinity::add_entries(snapshot, &node, request, table, &mut sets)?
+                }
+                _ => None,
+            };
             let mut e = explain(snapshot, &node, read.rules(), RulesFrom::Kernel, request)
                 .map_err(|e| e.to_string())?;
+            if let (Some(remembered), Some(a)) = (&remembered, e.affinity.as_mut()) {
+                a.entry = Some(!remembered.is_empty());
+                let why = affinity::reason(e.packet.source, remembered, a.timeout_seconds);
+                e.reasons.push(why);
+            }
+            let key = ServiceKey::Address {
+                protocol: request.protocol.into(),
+                address: request.to,
+            };
+            for (_, destination) in read.draining.iter().filter(|(k, _)| *k == key) {
+                e.reasons.push(kernel::draining_reason(*destination));
+            }
+            if let Some(chains) = kernel::base_chains(config.nftables_encoder, None)? {
+                let from_node = e.packet.origin == "node";
+                e.other_chains = others::on_path(read.table.as_ref(), &chains, family, from_node);
+            }
             e.drift.extend(read.drift);
             Ok(e)
         }

@@ -14,8 +14,10 @@
 //! connection: dynamic state (affinity sets, `recent` lists, IPVS persistence templates) is
 //! taken as empty.
 
+pub mod affinity;
 pub mod kernel;
 pub mod live;
+mod others;
 mod outcome;
 mod planned;
 mod reasons;
@@ -91,6 +93,9 @@ pub struct Explanation {
     /// Where the rules differ from what the proxy would program now (filled by the caller
     /// that read the kernel).
     pub drift: Vec<String>,
+    /// Other tables' base chains on the packet's path, which see it too and are not traced
+    /// (filled by the caller that read the kernel).
+    pub other_chains: Vec<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -222,6 +227,7 @@ pub fn explain(
         affinity,
         model,
         drift: Vec::new(),
+        other_chains: Vec::new(),
     })
 }
 

@@ -124,6 +124,15 @@ pub fn text(e: &Explanation) -> String {
             line(&mut out, &format!("  - {}", clean(d)));
         }
     }
+    if !e.other_chains.is_empty() {
+        line(
+            &mut out,
+            "other tables' chains on this path (they see the packet too; not traced):",
+        );
+        for c in &e.other_chains {
+            line(&mut out, &format!("  - {}", clean(c)));
+        }
+    }
     out
 }
 

@@ -5,18 +5,7 @@ use proptest::prelude::*;
 
 use super::render::{WIDTH, json, text};
 use super::*;
-use crate::dataplane::node::detect_local::DetectLocal;
-use crate::testing::snapshots::{Svc, node, snapshot, svc};
-
-fn node_policy() -> NodePolicy {
-    NodePolicy {
-        detect_local: DetectLocal::ClusterCidrs(vec![
-            "10.244.0.0/16".parse().unwrap(),
-            "fd00:244::/32".parse().unwrap(),
-        ]),
-        ..nftables::ModeConfig::default().node
-    }
-}
+use crate::testing::snapshots::{Svc, node, node_policy, snapshot, svc};
 
 fn services() -> Vec<Svc> {
     vec![

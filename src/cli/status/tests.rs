@@ -10,16 +10,7 @@ use super::*;
 use crate::cli::explain::Planned;
 use crate::cli::explain::render::WIDTH;
 use crate::cluster::{IpFamily, ServiceKey};
-use crate::dataplane::nftables;
-use crate::dataplane::node::detect_local::DetectLocal;
-use crate::testing::snapshots::{Svc, node, snapshot, svc};
-
-fn node_policy() -> NodePolicy {
-    NodePolicy {
-        detect_local: DetectLocal::ClusterCidrs(vec!["10.244.0.0/16".parse().unwrap()]),
-        ..nftables::ModeConfig::default().node
-    }
-}
+use crate::testing::snapshots::{Svc, node, node_policy, snapshot, svc};
 
 fn services() -> Vec<Svc> {
     vec![

@@ -140,13 +140,7 @@ fn base_chain(b: &BaseChain) -> String {
         ChainType::Filter => "filter",
         ChainType::Nat => "nat",
     };
-    let hook = match b.hook {
-        Hook::Prerouting => "prerouting",
-        Hook::Input => "input",
-        Hook::Forward => "forward",
-        Hook::Output => "output",
-        Hook::Postrouting => "postrouting",
-    };
+    let hook = b.hook.as_str();
     format!(
         "type {kind} hook {hook} priority {} ;",
         priority_text(b.hook, b.priority)

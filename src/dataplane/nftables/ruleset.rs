@@ -121,6 +121,19 @@ pub enum Hook {
     Postrouting,
 }
 
+impl Hook {
+    /// As nft spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Hook::Prerouting => "prerouting",
+            Hook::Input => "input",
+            Hook::Forward => "forward",
+            Hook::Output => "output",
+            Hook::Postrouting => "postrouting",
+        }
+    }
+}
+
 /// Standard priorities (nft's `dstnat`, `filter`, `srcnat`).
 pub mod priority {
     pub const DSTNAT: i32 = -100;

@@ -4,8 +4,9 @@
 //! `explain`. It interprets the typed rules, never rendered text, the way the kernel would:
 //! base chains of each hook in priority order, `jump`/`goto`/`return`, verdict maps, sets, `dnat`,
 //! the mark and masquerading. Random choices are not drawn but enumerated: the result has one
-//! [`Branch`] per way the packet can go. Dynamic (affinity) sets are taken as empty, which is the
-//! first connection of a client.
+//! [`Branch`] per way the packet can go. Dynamic (affinity) sets hold what the ruleset gives
+//! them: nothing in a plan or a table read back (a client's first connection), or the client's
+//! own entries where a live `explain` read them from the kernel.
 
 use std::collections::BTreeSet;
 use std::net::IpAddr;
@@ -322,9 +323,6 @@ impl Walker<'_> {
 
     fn lookup(&self, set: &Name, key: &Tuple) -> Option<&Data> {
         let set = self.rules.sets.get(set).expect("rules name existing sets");
-        if set.decl.dynamic_timeout.is_some() {
-            return None;
-        }
         if let Some(e) = set.elements.get(key) {
             return Some(&e.data);
         }

@@ -7,10 +7,14 @@
 //! and is reported as such; one that unexpectedly passes fails the suite so the declaration gets
 //! updated. Scenarios the lab does not build yet are listed as not run, with why ([`NOT_BUILT`]).
 //! `LAB_SCENARIOS=1,4,9` runs a subset (the rest are reported as not run).
+//!
+//! For our proxies, a scenario that passed is also explained: `kube-proxy-rs explain` on the
+//! live node must tell its main packet as it went (`explained.rs`, one table for every mode).
 
 mod basic;
 mod disruption;
 mod dual_stack;
+pub mod explained;
 mod external;
 mod flags;
 mod ipvs;
@@ -226,6 +230,10 @@ pub async fn run_suite(proxy: Proxy) {
         .ok()
         .map(|s| s.split(',').filter_map(|n| n.trim().parse().ok()).collect());
 
+    let ids: Vec<u8> = all().iter().map(|s| s.id).collect();
+    if let Err(e) = explained::rows_name_scenarios(&ids) {
+        panic!("{e}");
+    }
     let (settle, limit) = settle_and_limit();
     let mut rows = Vec::new();
     let mut diagnostics = Vec::new();
@@ -247,7 +255,13 @@ pub async fn run_suite(proxy: Proxy) {
             } else {
                 SETTLE_XFAIL
             });
-            let run = tokio::time::timeout(limit, (s.run)(&lab));
+            // Once a scenario has passed, `explain` must tell its main packet as it went.
+            let run = tokio::time::timeout(limit, async {
+                (s.run)(&lab).await?;
+                explained::check(&lab, s.id)
+                    .await
+                    .map_err(|e| format!("explain: {e}"))
+            });
             let result = match AssertUnwindSafe(run).catch_unwind().await {
                 Ok(Ok(r)) => r,
                 Ok(Err(_)) => Err(format!("scenario took longer than {limit:?}")),

@@ -17,11 +17,12 @@ use super::adopt::{self, Parsed};
 use super::diff::Transaction;
 use super::names;
 use super::render;
-use super::ruleset::{Family, Ruleset};
+use super::ruleset::{Family, Ruleset, SetDecl, Tuple};
 use crate::config::NftablesEncoder;
 use crate::dataplane::monitor::{self, Drift, OwnProcesses};
 use crate::dataplane::tool::{self, Launcher};
 use netlink::Netlink;
+pub use netlink::dump::BaseChainSummary;
 
 /// Lines of the script shown on each side of the one nft complained about.
 const CONTEXT_LINES: usize = 2;
@@ -79,6 +80,25 @@ pub trait Backend: Send {
         self.dump(family)
     }
 
+    /// The keys of dynamic set `set` of our `family` table (an affinity set's clients), for
+    /// `explain`; `None` where the backend cannot read them (`nft`'s JSON, which the debugging
+    /// encoder reads, is not worth a second parser for this).
+    fn dynamic_keys(
+        &mut self,
+        family: Family,
+        set: &names::Name,
+        decl: &SetDecl,
+    ) -> Result<Option<Vec<Tuple>>, Error> {
+        let _ = (family, set, decl);
+        Ok(None)
+    }
+
+    /// Every base chain of every `ip`, `ip6` and `inet` table, for `explain`; `None` where
+    /// the backend cannot list them.
+    fn base_chains(&mut self) -> Result<Option<Vec<BaseChainSummary>>, Error> {
+        Ok(None)
+    }
+
     /// The monitor watching our table: the backend records the processes (or threads) our
     /// transactions come from, so the monitor tells them from other programs', and may pause
     /// it around a large transaction.
@@ -102,6 +122,19 @@ impl Backend for Box<dyn Backend> {
 
     fn dump_expecting(&mut self, family: Family, want: &Ruleset) -> Result<Option<Parsed>, Error> {
         (**self).dump_expecting(family, want)
+    }
+
+    fn dynamic_keys(
+        &mut self,
+        family: Family,
+        set: &names::Name,
+        decl: &SetDecl,
+    ) -> Result<Option<Vec<Tuple>>, Error> {
+        (**self).dynamic_keys(family, set, decl)
+    }
+
+    fn base_chains(&mut self) -> Result<Option<Vec<BaseChainSummary>>, Error> {
+        (**self).base_chains()
     }
 
     fn watched_by(&mut self, drift: Arc<Drift>) {
@@ -195,6 +228,22 @@ impl Backend for NetlinkBackend {
         self.netlink
             .dump_expecting(family, Some(want))
             .map_err(Error::Netlink)
+    }
+
+    fn dynamic_keys(
+        &mut self,
+        family: Family,
+        set: &names::Name,
+        decl: &SetDecl,
+    ) -> Result<Option<Vec<Tuple>>, Error> {
+        self.netlink
+            .dynamic_keys(family, set.as_str(), decl)
+            .map(Some)
+            .map_err(Error::Netlink)
+    }
+
+    fn base_chains(&mut self) -> Result<Option<Vec<BaseChainSummary>>, Error> {
+        self.netlink.base_chains().map(Some).map_err(Error::Netlink)
     }
 
     fn watched_by(&mut self, drift: Arc<Drift>) {

@@ -191,6 +191,13 @@ impl Client {
     /// One address dump, sorted: what `link` holds, and the node addresses of every other
     /// interface. A sync reads this once and takes both from it.
     pub fn addresses(&mut self, link: &Link) -> Result<LinkAddresses, Error> {
+        self.addresses_beside(link.index)
+    }
+
+    /// One address dump, sorted as [`Client::addresses`] sorts it, the dummy link being the
+    /// interface numbered `link_index` (0, which no interface has: every address is
+    /// elsewhere). For readers that must not create the link (`explain`, `status`).
+    pub fn addresses_beside(&mut self, link_index: u32) -> Result<LinkAddresses, Error> {
         let seq = self.socket.take_seq();
         self.socket
             .send(&message::address_dump(seq), "address dump request")?;
@@ -213,7 +220,7 @@ impl Client {
                 message: dump.message(),
             });
         }
-        Ok(LinkAddresses::sort(link.index, found))
+        Ok(LinkAddresses::sort(link_index, found))
     }
 
     /// The addresses bound to `link`.

@@ -83,6 +83,43 @@ pub fn wants_elements(body: &[u8]) -> Option<&str> {
         .flatten()
 }
 
+/// A base chain of any table, as `explain` names other programs' chains on a packet's path.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BaseChainSummary {
+    /// nft's name of the table's family: `ip`, `ip6` or `inet` (the families whose chains
+    /// see routed IP packets at these hooks).
+    pub family: &'static str,
+    pub table: String,
+    pub chain: String,
+    /// `filter`, `nat` or `route`.
+    pub kind: String,
+    pub hook: crate::dataplane::nftables::ruleset::Hook,
+    pub priority: i32,
+    /// The chain's policy drops what no rule of it accepts.
+    pub drops: bool,
+}
+
+/// The base chain in this `GETCHAIN` answer; `None` for a regular chain or another family.
+pub fn base_chain_summary(body: &[u8]) -> Option<BaseChainSummary> {
+    let family = match *body.first()? {
+        uapi::NFPROTO_INET => "inet",
+        uapi::NFPROTO_IPV4 => "ip",
+        uapi::NFPROTO_IPV6 => "ip6",
+        _ => return None,
+    };
+    let a = nfnetlink::attributes(body);
+    let hook = find(a, chain::HOOK)?;
+    Some(BaseChainSummary {
+        family,
+        table: find_str(a, chain::TABLE)?.to_owned(),
+        chain: find_str(a, chain::NAME)?.to_owned(),
+        kind: find_str(a, chain::TYPE).unwrap_or("filter").to_owned(),
+        hook: hook_of(find_be32(hook, chain::HOOK_NUM)?)?,
+        priority: find(hook, chain::HOOK_PRIORITY).and_then(be32)? as i32,
+        drops: find_be32(a, chain::POLICY).unwrap_or(chain::POLICY_ACCEPT) != chain::POLICY_ACCEPT,
+    })
+}
+
 fn read_chain(p: &mut Parsed, a: &[u8]) {
     let raw = find_str(a, chain::NAME).unwrap_or("?");
     let Some(name) = Name::parse(raw) else {
@@ -240,6 +277,21 @@ fn tlv(mut ud: &[u8], kind: u8) -> Option<&[u8]> {
         ud = &ud[2 + len..];
     }
     None
+}
+
+/// The keys of the elements in a set's `GETSETELEM` answers, whatever the set (a dynamic
+/// set's too); unreadable elements are left out.
+pub fn keys(family: Family, decl: &SetDecl, bodies: &[Vec<u8>]) -> Vec<Tuple> {
+    bodies
+        .iter()
+        .flat_map(|body| {
+            let list = find(nfnetlink::attributes(body), elem::LIST_ELEMENTS).unwrap_or(&[]);
+            attr::attrs(list)
+                .filter(|(k, _)| *k == uapi::LIST_ELEM)
+                .filter_map(|(_, e)| element(family, decl, e).map(|(key, _)| key))
+                .collect::<Vec<_>>()
+        })
+        .collect()
 }
 
 fn element(family: Family, d: &SetDecl, e: &[u8]) -> Option<(Tuple, Element)> {

@@ -212,6 +212,41 @@ impl Netlink {
     /// [`Netlink::dump`], knowing what the table should hold: large sets whose declaration is
     /// as planned are read by asking for the planned keys and comparing the kernel's element
     /// count, not by dumping them. Same result as a dump.
+    /// The keys of dynamic set `set` of our `family` table (the clients an affinity set
+    /// remembers), for `explain`; empty when there is no such set. Elements change while a
+    /// dump runs (new clients, expiries), so an interrupted dump gives what it got.
+    pub fn dynamic_keys(
+        &mut self,
+        family: Family,
+        set: &str,
+        decl: &crate::dataplane::nftables::ruleset::SetDecl,
+    ) -> Result<Vec<crate::dataplane::nftables::ruleset::Tuple>, Error> {
+        let nfproto = rule::Layout { family }.nfproto();
+        let table = crate::dataplane::nftables::names::TABLE;
+        let s = self.socket()?;
+        let answer = request(s, uapi::msg::GETSETELEM, nfproto, true, &|w| {
+            w.str(uapi::elem::LIST_TABLE, table);
+            w.str(uapi::elem::LIST_SET, set);
+        })?;
+        if answer.errno == Some(ENOENT) {
+            return Ok(Vec::new());
+        }
+        let (bodies, _interrupted) = dumped(answer, "element")?;
+        Ok(dump::keys(family, decl, &bodies))
+    }
+
+    /// Every base chain of every `ip`, `ip6` and `inet` table, ours included: whose rules a
+    /// packet meets besides ours, for `explain`.
+    pub fn base_chains(&mut self) -> Result<Vec<dump::BaseChainSummary>, Error> {
+        let s = self.socket()?;
+        let answer = request(s, uapi::msg::GETCHAIN, uapi::NFPROTO_UNSPEC, true, &|_| {})?;
+        let (bodies, _interrupted) = dumped(answer, "chain")?;
+        Ok(bodies
+            .iter()
+            .filter_map(|b| dump::base_chain_summary(b))
+            .collect())
+    }
+
     pub fn dump_expecting(
         &mut self,
         family: Family,

@@ -40,6 +40,7 @@ pub const GEN_PROC_PID: u16 = 2;
 
 /// `NFPROTO_*`.
 pub const NFPROTO_UNSPEC: u8 = 0;
+pub const NFPROTO_INET: u8 = 1;
 pub const NFPROTO_IPV4: u8 = 2;
 pub const NFPROTO_IPV6: u8 = 10;
 
