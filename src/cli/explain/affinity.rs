@@ -98,23 +98,28 @@ pub fn add_entries(
         .map_err(|e: Error| e.to_string())?
         .address;
     let key = Tuple::new(&[Value::Addr(client)]);
-    let mut remembered = Vec::new();
+    // Every set is read before the table is touched: an error leaves it as it was.
+    let mut holding = Vec::new();
     for (name, decl, endpoint) in sets {
         let Some(keys) = lookup.keys(&name, &decl)? else {
             return Ok(None);
         };
         if keys.contains(&key) {
-            if let Some(set) = table.sets.get_mut(&name) {
-                set.elements.insert(
-                    key,
-                    Element {
-                        data: Data::None,
-                        comment: None,
-                    },
-                );
-            }
-            remembered.push(endpoint);
+            holding.push((name, endpoint));
         }
+    }
+    let mut remembered = Vec::new();
+    for (name, endpoint) in holding {
+        if let Some(set) = table.sets.get_mut(&name) {
+            set.elements.insert(
+                key,
+                Element {
+                    data: Data::None,
+                    comment: None,
+                },
+            );
+        }
+        remembered.push(endpoint);
     }
     remembered.sort();
     remembered.dedup();

@@ -147,6 +147,7 @@ pub fn explain_on_node(
         )
         .map_err(|e| e.to_string()),
         Some(mut read) => {
+            let mut unread = Vec::new();
             // nftables mode: the client's affinity entries, so the trace is its path now.
             let remembered = match (&read.services, read.table.as_mut()) {
                 (None, Some(table)) => {
@@ -155,7 +156,15 @@ pub fn explain_on_node(
                         None,
                         nftables::ruleset::Family::of(family),
                     );
-                    affinity::add_entries(snapshot, &node, request, table, &mut sets)?
+                    // What the kernel remembers is a detail of the answer: a set that
+                    // cannot be read leaves the entry unknown, not the explanation.
+                    match affinity::add_entries(snapshot, &node, request, table, &mut sets) {
+                        Ok(found) => found,
+                        Err(why) => {
+                            unread.push(format!("affinity entries not looked up: {why}"));
+                            None
+                        }
+                    }
                 }
                 _ => None,
             };
@@ -173,10 +182,16 @@ pub fn explain_on_node(
             for (_, destination) in read.draining.iter().filter(|(k, _)| *k == key) {
                 e.reasons.push(kernel::draining_reason(*destination));
             }
-            if let Some(chains) = kernel::base_chains(config.nftables_encoder, None)? {
-                let from_node = e.packet.origin == "node";
-                e.other_chains = others::on_path(read.table.as_ref(), &chains, family, from_node);
+            match kernel::base_chains(config.nftables_encoder, None) {
+                Ok(Some(chains)) => {
+                    let from_node = e.packet.origin == "node";
+                    e.other_chains =
+                        others::on_path(read.table.as_ref(), &chains, family, from_node);
+                }
+                Ok(None) => {}
+                Err(why) => unread.push(format!("other tables' chains not listed: {why}")),
             }
+            e.reasons.extend(unread);
             e.drift.extend(read.drift);
             Ok(e)
         }
