@@ -341,6 +341,9 @@ impl<B: Backend, C: Clock, R: nftables::Backend> IpvsDataplane<B, C, R> {
         full: bool,
     ) -> Result<SyncReport, Error> {
         let sent = self.backend.messages_sent() + self.rules.backend().messages_sent();
+        // Where a sync's time goes, for the debug log: the partial sync of one endpoint change
+        // is meant to take under a millisecond, and these say which part does not.
+        let started = self.clock.now();
         let outside = self.drift.take_pending();
         let steady = !full && !outside && self.tables_in_kernel && !self.rules.needs_full();
         let previous = if steady { self.programmed.take() } else { None };
@@ -358,6 +361,7 @@ impl<B: Backend, C: Clock, R: nftables::Backend> IpvsDataplane<B, C, R> {
                 (link, addresses, [a?, b?])
             }
         };
+        let read_at = self.clock.now();
         self.probe_annotated_schedulers(snapshot, (!full).then_some(changes))?;
         let host = HostAddresses(addresses.elsewhere.clone());
         // What the kernel should hold, to tell an outside change: copied on full syncs only,
@@ -371,7 +375,9 @@ impl<B: Backend, C: Clock, R: nftables::Backend> IpvsDataplane<B, C, R> {
         };
         let (services, tables) = (self.planner.objects(), self.planner.tables());
         let objects = [0, 1].map(|i| services[i] + tables[i].objects());
+        let planned_at = self.clock.now();
         let rule_ops = self.apply_rules(&update, full, last_tables)?;
+        let rules_at = self.clock.now();
         let changes = if update.full {
             link::address_changes(
                 &addresses.bound,
@@ -458,6 +464,17 @@ impl<B: Backend, C: Clock, R: nftables::Backend> IpvsDataplane<B, C, R> {
         });
         let sent = (self.backend.messages_sent() + self.rules.backend().messages_sent())
             .saturating_sub(sent);
+        let micros = |from: Instant, to: Instant| to.saturating_duration_since(from).as_micros();
+        let done = self.clock.now();
+        tracing::debug!(
+            full,
+            read_us = micros(started, read_at) as u64,
+            plan_us = micros(read_at, planned_at) as u64,
+            rules_us = micros(planned_at, rules_at) as u64,
+            ipvs_us = micros(rules_at, done) as u64,
+            netlink_messages = sent,
+            "ipvs sync phases"
+        );
         Ok(SyncReport {
             full,
             families,

@@ -548,8 +548,8 @@ fn judge(lab: &Lab, p: &Packet, answer: &Value) -> Result<(), String> {
     Ok(())
 }
 
-/// Every table row names a scenario of the suite, and each scenario at most once per
-/// packet: a renumbered scenario cannot leave its rows unchecked.
+/// Every table row names a scenario of the suite: a renumbered scenario cannot leave its
+/// rows unchecked.
 pub fn rows_name_scenarios(ids: &[u8]) -> Result<(), String> {
     let orphans: Vec<u8> = PACKETS
         .iter()
