@@ -77,7 +77,8 @@ struct Args {
     /// Seconds after the churn for the proxy to report every change programmed.
     #[arg(long, default_value_t = 120)]
     drain_limit: u64,
-    /// API requests in flight while creating objects.
+    /// API requests in flight while creating the Node objects (Services and slices are loaded
+    /// into etcd by `testenv load`).
     #[arg(long, default_value_t = 32)]
     concurrency: usize,
     /// Node objects the endpoints are spread over.

@@ -68,6 +68,7 @@ pub async fn run(opts: &Options) -> Result<Vec<ScaleReport>, String> {
         let plane = ControlPlane::start(&format!("scale-{k}"))?;
         let started = Instant::now();
         let mut cluster = Cluster::create(
+            &plane.env,
             plane.env.client().await,
             scale,
             opts.nodes,

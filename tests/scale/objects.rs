@@ -3,15 +3,23 @@
 //! annotation the EndpointSlice controller would set), the Node objects the endpoints sit on, and
 //! one probe Service whose only endpoint is the harness's pod.
 //!
-//! Reproducible: every name and address is a function of the indices. Fast: objects are created
-//! with [`Options::concurrency`](super::options::Options) requests in flight.
+//! Reproducible: every name and address is a function of the indices. Fast: the Services and
+//! their slices are written to etcd by `testenv load`, in the API server's storage form, with
+//! the IPAddress object the ClusterIP allocator would make. Through the API server, each Service
+//! create scans every IPAddress twice for the allocator's metrics (kube-apiserver v1.37), so N
+//! creates cost O(N²): 20,000 Services took 125 s on the 2-vCPU host, 44,000 tens of minutes.
+//! The Nodes, the probe Service and its slice, and every change the harness measures go
+//! through the API server ([`Options::concurrency`](super::options::Options) requests in flight
+//! for the Nodes).
 //!
 //! Addresses (all owned by the harness; only the pod's are ever reached):
 //! - ClusterIPs: `10.100.0.1` + i for Service i; the probe Service `10.99.0.10`.
 //! - Endpoints: `100.64.1.0` + serial, a fresh serial for every endpoint ever written.
 //! - The pod: [`POD_A`] and [`POD_B`] (in `100.127.255.0/24`), the proxy's node [`NODE_IP`].
 
+use std::io::Write as _;
 use std::net::Ipv4Addr;
+use std::process::Command;
 use std::time::SystemTime;
 
 use futures::{StreamExt as _, TryStreamExt as _};
@@ -22,6 +30,7 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
 use super::options::Scale;
+use crate::testenv::TestEnv;
 
 /// Namespace of every harness object.
 pub const NAMESPACE: &str = "scale";
@@ -69,8 +78,11 @@ pub struct Cluster {
 }
 
 impl Cluster {
-    /// Creates the namespace, `nodes` Nodes, the Services, their slices and the probe Service.
+    /// Creates the namespace and `nodes` Nodes through the API server, loads the Services and
+    /// their slices with `testenv load` (see the module doc), and creates the probe Service
+    /// and its slice through the API server.
     pub async fn create(
+        env: &TestEnv,
         client: Client,
         scale: Scale,
         nodes: usize,
@@ -98,7 +110,7 @@ impl Cluster {
                     .collect()
             })
             .collect();
-        let mut cluster = Cluster {
+        let cluster = Cluster {
             next_serial: u32::try_from(scale.services * m).expect("few"),
             client,
             scale,
@@ -107,57 +119,62 @@ impl Cluster {
             changes: 0,
             probe_on_a: true,
         };
-        let services = Api::<Service>::namespaced(cluster.client.clone(), NAMESPACE);
-        let slices = Api::<EndpointSlice>::namespaced(cluster.client.clone(), NAMESPACE);
-        let svc_jobs = (0..scale.services).map(|i| (format!("svc-{i}"), service_ip(i)));
-        let svc_jobs = svc_jobs.chain([("probe".to_owned(), PROBE_IP)]);
-        bulk(concurrency, svc_jobs, |(name, ip)| {
-            let api = services.clone();
-            async move {
-                let svc: Service = serde_json::from_value(service_json(&name, ip)).unwrap();
-                match api.create(&PostParams::default(), &svc).await {
-                    Ok(_) => Ok(()),
-                    // A loaded API server can time out a create it then completes, and the
-                    // client's retry is refused (the name exists, or its ClusterIP is taken
-                    // by that very Service): the object being there as written is success.
-                    Err(e) => match api.get_opt(&name).await {
-                        Ok(Some(found))
-                            if found.spec.as_ref().and_then(|s| s.cluster_ip.as_deref())
-                                == Some(ip.to_string().as_str()) =>
-                        {
-                            Ok(())
-                        }
-                        _ => Err(format!("create service {name}: {e}")),
-                    },
-                }
-            }
-        })
-        .await?;
-        let chunks = m.div_ceil(SLICE_CAPACITY);
-        let slice_jobs: Vec<Value> = (0..scale.services)
-            .flat_map(|i| (0..chunks).map(move |c| (i, c)))
-            .map(|(i, c)| cluster.slice_json(i, c, None))
-            .chain([cluster.probe_slice(None)])
-            .collect();
-        bulk(concurrency, slice_jobs, |v| {
-            let api = slices.clone();
-            async move {
-                let slice: EndpointSlice = serde_json::from_value(v).unwrap();
-                let name = slice.metadata.name.clone().unwrap_or_default();
-                match api.create(&PostParams::default(), &slice).await {
-                    Ok(_) => Ok(()),
-                    // As for Services: a retried create of a slice that was written.
-                    Err(kube::Error::Api(e)) if e.code == 409 => match api.get_opt(&name).await {
-                        Ok(Some(found)) if found.endpoints == slice.endpoints => Ok(()),
-                        _ => Err(format!("create slice {name}: {e}")),
-                    },
-                    Err(e) => Err(format!("create slice {name}: {e}")),
-                }
-            }
-        })
-        .await?;
-        cluster.changes = 0;
+        cluster.load(env).await?;
+        let probe: Service = serde_json::from_value(service_json("probe", PROBE_IP)).unwrap();
+        Api::<Service>::namespaced(cluster.client.clone(), NAMESPACE)
+            .create(&PostParams::default(), &probe)
+            .await
+            .map_err(|e| format!("create service probe: {e}"))?;
+        let slice: EndpointSlice = serde_json::from_value(cluster.probe_slice(None)).unwrap();
+        Api::<EndpointSlice>::namespaced(cluster.client.clone(), NAMESPACE)
+            .create(&PostParams::default(), &slice)
+            .await
+            .map_err(|e| format!("create slice probe-0: {e}"))?;
         Ok(cluster)
+    }
+
+    /// Every Service and slice, one JSON object a line, into `testenv load`: it writes them to
+    /// etcd and returns once the API server lists them all.
+    async fn load(&self, env: &TestEnv) -> Result<(), String> {
+        let path = env.state_dir.join("scale-objects.jsonl");
+        let mut out = std::io::BufWriter::new(
+            std::fs::File::create(&path).map_err(|e| format!("{}: {e}", path.display()))?,
+        );
+        let chunks = self.scale.endpoints.div_ceil(SLICE_CAPACITY);
+        let written = (0..self.scale.services).try_for_each(|i| {
+            let svc = service_json(&format!("svc-{i}"), service_ip(i));
+            writeln!(out, "{svc}")?;
+            (0..chunks).try_for_each(|c| writeln!(out, "{}", self.slice_json(i, c, None)))
+        });
+        written
+            .and_then(|()| out.flush())
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        drop(out);
+        let testenv = env.bin("testenv");
+        let state = env.state_dir.clone();
+        let file = path.clone();
+        let run = tokio::task::spawn_blocking(move || {
+            let input = std::fs::File::open(&file)?;
+            Command::new(testenv)
+                .arg("load")
+                .arg(format!("--state={}", state.display()))
+                .stdin(input)
+                .output()
+        });
+        let out = run
+            .await
+            .map_err(|e| format!("testenv load: {e}"))?
+            .map_err(|e| format!("run testenv load: {e}"))?;
+        let _ = std::fs::remove_file(&path);
+        if !out.status.success() {
+            return Err(format!(
+                "testenv load failed ({}): {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+        eprint!("scale: {}", String::from_utf8_lossy(&out.stderr));
+        Ok(())
     }
 
     /// Replaces one endpoint of the next Service in a fixed sequence with a fresh address.
@@ -220,6 +237,8 @@ impl Cluster {
 
 fn service_json(name: &str, ip: Ipv4Addr) -> Value {
     json!({
+        "apiVersion": "v1",
+        "kind": "Service",
         "metadata": { "name": name, "namespace": NAMESPACE },
         "spec": {
             "type": "ClusterIP",

@@ -237,7 +237,8 @@ pub struct Options {
     pub proxies: Vec<ProxyKind>,
     pub churn: Churn,
     pub limits: Limits,
-    /// API requests in flight while creating objects.
+    /// API requests in flight while creating the Node objects (Services and slices are loaded
+    /// into etcd by `testenv load`).
     pub concurrency: usize,
     /// Node objects the endpoints are spread over (the proxy's own node is one of them).
     pub nodes: usize,

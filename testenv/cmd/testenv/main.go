@@ -51,6 +51,7 @@ commands:
   down     stop everything 'up' started and remove the state directory
   status   report whether the control plane in the state directory is ready
   bridge   expose the API server on 127.0.0.1 inside network namespaces
+  load     write many Services and EndpointSlices into etcd as the API server stores them
 
 Run 'testenv <command> -h' for the flags of a command.
 `
@@ -70,6 +71,8 @@ func main() {
 		err = cmdStatus(os.Args[2:])
 	case "bridge":
 		err = cmdBridge(os.Args[2:])
+	case "load":
+		err = cmdLoad(os.Args[2:])
 	case "reap":
 		err = cmdReap(os.Args[2:])
 	case "-h", "--help", "help":
