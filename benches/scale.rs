@@ -6,7 +6,7 @@
 //! cargo bench --bench scale -- --scale 1000x10 --scale 10000x10
 //!     [--proxies ours-nftables,ours-iptables,upstream-nftables,upstream-iptables]
 //!     [--churn-rate 10] [--churn-secs 30] [--cold-limit 900] [--change-limit 60]
-//!     [--drain-limit 120] [--concurrency 32] [--nodes 100] [--latency-samples 1000]
+//!     [--drain-limit 120] [--concurrency 32] [--proxy-verbosity 2] [--nodes 100] [--latency-samples 1000]
 //!     [--iptables-flavour nft|legacy] [--sync-period SECS] [--out target/scale]
 //! cargo bench --bench scale -- --uml [MIB] [--uml-limit SECS] --scale 10000x10 \
 //!     --proxies ours-ipvs,upstream-ipvs        # the same, inside a User-mode Linux guest
@@ -81,6 +81,11 @@ struct Args {
     /// into etcd by `testenv load`).
     #[arg(long, default_value_t = 32)]
     concurrency: usize,
+    /// Both proxies' `--v` (klog verbosity): 4 shows ours' debug lines, such as each sync's
+    /// phases, in the proxies' logs (the scratch directory; a `--uml` guest's are copied to
+    /// `--out`'s `logs/`).
+    #[arg(long, default_value_t = 2)]
+    proxy_verbosity: u8,
     /// Node objects the endpoints are spread over.
     #[arg(long, default_value_t = 100)]
     nodes: usize,
@@ -161,6 +166,7 @@ fn main() {
             drain: Duration::from_secs(args.drain_limit),
         },
         concurrency: args.concurrency,
+        proxy_verbosity: args.proxy_verbosity,
         nodes: args.nodes.max(1),
         latency_samples: args.latency_samples.max(1),
         iptables_flavour: args.iptables_flavour,

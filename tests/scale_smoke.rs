@@ -45,6 +45,7 @@ async fn scale_harness_measures_both_proxies_at_1000_by_10() {
             drain: Duration::from_secs(20),
         },
         concurrency: 32,
+        proxy_verbosity: 2,
         nodes: 20,
         latency_samples: 100,
         iptables_flavour: IptablesFlavour::Nft,

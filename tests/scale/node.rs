@@ -121,7 +121,7 @@ impl Node {
         .arg("--conntrack-max-per-core=0")
         .arg(format!("--metrics-bind-address={METRICS_ADDR}"))
         .arg("--healthz-bind-address=127.0.0.1:10256")
-        .arg("--v=2");
+        .arg(format!("--v={}", opts.proxy_verbosity));
         if let Some(period) = opts.sync_period {
             // The same for both proxies; which flag counts depends on the mode, as upstream's.
             let flag = if kind.mode == "ipvs" {

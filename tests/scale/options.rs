@@ -240,6 +240,8 @@ pub struct Options {
     /// API requests in flight while creating the Node objects (Services and slices are loaded
     /// into etcd by `testenv load`).
     pub concurrency: usize,
+    /// Both proxies' `--v`.
+    pub proxy_verbosity: u8,
     /// Node objects the endpoints are spread over (the proxy's own node is one of them).
     pub nodes: usize,
     /// Timed connects of each first-packet probe (see `first_packet`).
