@@ -6,7 +6,8 @@
 //! cargo bench --bench scale -- --scale 1000x10 --scale 10000x10
 //!     [--proxies ours-nftables,ours-iptables,upstream-nftables,upstream-iptables]
 //!     [--churn-rate 10] [--churn-secs 30] [--cold-limit 900] [--change-limit 60]
-//!     [--drain-limit 120] [--concurrency 32] [--proxy-verbosity 2] [--nodes 100] [--latency-samples 1000]
+//!     [--drain-limit 120] [--concurrency 32] [--proxy-verbosity 2] [--perf-cold] [--ours-bin PATH]
+//!     [--nodes 100] [--latency-samples 1000]
 //!     [--iptables-flavour nft|legacy] [--sync-period SECS] [--out target/scale]
 //! cargo bench --bench scale -- --uml [MIB] [--uml-limit SECS] --scale 10000x10 \
 //!     --proxies ours-ipvs,upstream-ipvs        # the same, inside a User-mode Linux guest
@@ -86,6 +87,14 @@ struct Args {
     /// `--out`'s `logs/`).
     #[arg(long, default_value_t = 2)]
     proxy_verbosity: u8,
+    /// Our binary to measure, instead of the one built with this bench (say, an earlier
+    /// commit's, to compare two builds in one run of the same harness).
+    #[arg(long)]
+    ours_bin: Option<PathBuf>,
+    /// Record our proxy's cold start (spawn to a working ClusterIP) with `perf record` into
+    /// `--out`'s `perf-<proxy>-<scale>.data`, for `perf report -i`.
+    #[arg(long)]
+    perf_cold: bool,
     /// Node objects the endpoints are spread over.
     #[arg(long, default_value_t = 100)]
     nodes: usize,
@@ -167,12 +176,16 @@ fn main() {
         },
         concurrency: args.concurrency,
         proxy_verbosity: args.proxy_verbosity,
+        perf_cold: args.perf_cold,
         nodes: args.nodes.max(1),
         latency_samples: args.latency_samples.max(1),
         iptables_flavour: args.iptables_flavour,
         sync_period: args.sync_period.map(Duration::from_secs),
         guest: std::env::var(scale_uml::GUEST_VAR).ok(),
-        ours_bin: PathBuf::from(env!("CARGO_BIN_EXE_kube-proxy-rs")),
+        ours_bin: args
+            .ours_bin
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_kube-proxy-rs"))),
         exec: SelfExec::current(&[]),
         out_dir: args.out,
     };

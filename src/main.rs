@@ -265,16 +265,27 @@ fn run(config: &Config, node_name: &str, features: Features) -> ExitCode {
         Ok(r) => r,
         Err(e) => return fail(e),
     };
+    let lists = match watch_list_client() {
+        Ok(l) => l,
+        Err(e) => return fail(e),
+    };
     runtime.block_on(async move {
         let mode = match cli::run::dataplane(config) {
             Ok(m) => m,
             Err(e) => return fail(e),
         };
-        let mut proxy =
-            match cli::run::Proxy::build(config, node_name, features, mode.dataplane).await {
-                Ok(p) => p,
-                Err(e) => return fail(causes::one_line(&e)),
-            };
+        let mut proxy = match cli::run::Proxy::build(
+            config,
+            node_name,
+            features,
+            mode.dataplane,
+            lists,
+        )
+        .await
+        {
+            Ok(p) => p,
+            Err(e) => return fail(causes::one_line(&e)),
+        };
         if let Some(client) = proxy.client.clone() {
             tokio::spawn(cli::events::follow(
                 client.clone(),
@@ -436,6 +447,14 @@ fn node_name(config: &Config) -> Result<String, String> {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|h| h.trim().to_lowercase())
         .map_err(|e| format!("cannot read the host name ({e}); give --hostname-override"))
+}
+
+/// How the API watches read their lists: client-go's environment switch
+/// `KUBE_FEATURE_WatchListClient`, which upstream's kube-proxy honours too.
+#[allow(clippy::disallowed_methods)] // the one environment read: client-go's switch
+fn watch_list_client() -> Result<kube_proxy_rs::cluster::source::api::Lists, String> {
+    let value = std::env::var("KUBE_FEATURE_WatchListClient").ok();
+    kube_proxy_rs::cluster::source::api::Lists::from_env_value(value.as_deref())
 }
 
 /// Maps klog verbosity to levels: 0–3 info, 4–5 debug, 6 and up trace.

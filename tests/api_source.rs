@@ -13,6 +13,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube_proxy_rs::cluster::source::api::Lists;
 use kube_proxy_rs::sync::Periods;
 use live::{Live, PrivateApiServer, compact_etcd, connection};
 use serde_json::json;
@@ -217,4 +218,71 @@ async fn an_expired_watch_relists_and_the_relist_deletes_what_is_gone() {
         status.events.listed
     );
     assert_eq!(status.syncs_failed, 0);
+}
+
+/// Whether `server` accepts a streamed list (a watch with `sendInitialEvents`) of Services.
+async fn streams_lists(connection: &kube_proxy_rs::config::ClientConnection) -> Result<(), String> {
+    use futures::StreamExt as _;
+    let (client, _) = kube_proxy_rs::cluster::source::api::client(connection)
+        .await
+        .expect("client");
+    let params = kube::api::WatchParams {
+        send_initial_events: true,
+        bookmarks: true,
+        ..kube::api::WatchParams::default()
+    };
+    let mut events = kube::Api::<Service>::all(client)
+        .watch(&params, "0")
+        .await
+        .map_err(|e| e.to_string())?
+        .boxed();
+    match events.next().await {
+        Some(Ok(kube::api::WatchEvent::Error(status))) => Err(status.message),
+        Some(Ok(_)) => Ok(()),
+        Some(Err(e)) => Err(e.to_string()),
+        None => Err("the watch ended at once".into()),
+    }
+}
+
+#[tokio::test]
+async fn streamed_lists_fall_back_to_list_and_watch_where_the_api_server_refuses_them() {
+    let env = TestEnv::shared();
+    let ns = env.namespace("src-nostream").await;
+    let web = format!("{}/web:http", ns.name);
+    service(&ns, "web", json!({})).await;
+    create_slice(&ns, "web", "web-a", &["10.4.0.1"]).await;
+
+    // The shared API server streams lists (its `WatchList` gate is on by default since 1.34),
+    // and so the source, asked to, lists by streaming there; this one has the gate off, as
+    // 1.33 had, and the source falls back to listing.
+    let shared = connection(&env.kubeconfig, None);
+    streams_lists(&shared)
+        .await
+        .expect("the shared API server streams lists");
+    let server = PrivateApiServer::start(env, &["--feature-gates=WatchList=false"]).await;
+    let refusing = connection(&env.kubeconfig, Some(server.url()));
+    let refused = streams_lists(&refusing).await;
+    assert!(
+        refused.is_err(),
+        "the test's premise: an API server with WatchList=false refuses streamed lists"
+    );
+
+    for (which, conn) in [("streaming", &shared), ("refusing", &refusing)] {
+        let live = Live::start_listing(conn, periods(), Lists::Streamed).await;
+        live.converges(&ns.name, &[(&web, &["10.4.0.1:8080"])], CONVERGE)
+            .await;
+        // The watch that follows the list delivers changes, whichever way it listed.
+        set_slice(&ns, "web", "web-a", &["10.4.0.2"]).await;
+        live.converges(&ns.name, &[(&web, &["10.4.0.2:8080"])], CONVERGE)
+            .await;
+        set_slice(&ns, "web", "web-a", &["10.4.0.1"]).await;
+        live.converges(&ns.name, &[(&web, &["10.4.0.1:8080"])], CONVERGE)
+            .await;
+        let status = live.status();
+        assert_eq!(
+            status.events.listed, 3,
+            "{which}: one initial list per kind: {status:?}"
+        );
+        assert_eq!(status.syncs_failed, 0, "{which}");
+    }
 }

@@ -46,6 +46,7 @@ async fn scale_harness_measures_both_proxies_at_1000_by_10() {
         },
         concurrency: 32,
         proxy_verbosity: 2,
+        perf_cold: false,
         nodes: 20,
         latency_samples: 100,
         iptables_flavour: IptablesFlavour::Nft,

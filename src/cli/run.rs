@@ -164,6 +164,7 @@ impl Proxy {
         node_name: &str,
         features: Features,
         dataplane: Box<dyn Dataplane>,
+        lists: api::Lists,
     ) -> Result<Proxy, Error> {
         let (events, reachability, client) = match &config.manifests {
             Some(dir) => {
@@ -173,7 +174,7 @@ impl Proxy {
             None => {
                 let (client, reachability) = api::client(&config.client).await?;
                 (
-                    api::watch(client.clone(), node_name),
+                    api::watch(client.clone(), node_name, lists),
                     Some(reachability),
                     Some(client),
                 )

@@ -66,6 +66,16 @@ enum ServiceEntry {
     Ignored(Ignored),
 }
 
+/// A list in progress (see [`Event::ListStarted`]).
+#[derive(Debug)]
+struct Listing {
+    /// Whether the tracker held objects of the kind when the list began: if not, nothing can
+    /// be gone at its end.
+    held: bool,
+    /// The ids (`namespace/name`, a Node's name) of the items seen so far.
+    seen: HashSet<String>,
+}
+
 /// Identity of a slice: namespace and name.
 type SliceId = (Arc<str>, Arc<str>);
 
@@ -93,6 +103,8 @@ pub struct Tracker {
     node_topology_changed: bool,
     trigger_times: Vec<(ServiceKey, String)>,
     listed: BTreeSet<Kind>,
+    /// The lists in progress.
+    listing: HashMap<Kind, Listing>,
     /// The warnings last reported per object, so each object version warns once.
     warned: HashMap<(Kind, String), Vec<Warning>>,
     names: Interner,
@@ -118,6 +130,7 @@ impl Tracker {
             node_topology_changed: false,
             trigger_times: Vec::new(),
             listed: BTreeSet::new(),
+            listing: HashMap::default(),
             warned: HashMap::default(),
             names: Interner::default(),
         }
@@ -130,7 +143,16 @@ impl Tracker {
         match event {
             Event::Applied(object) => self.apply_object(object, &mut out),
             Event::Deleted(object) => self.delete_object(object),
-            Event::Listed(kind, objects) => self.apply_list(*kind, objects, &mut out),
+            Event::Listed(kind, objects) => {
+                self.start_list(*kind);
+                for object in objects.iter().filter(|o| o.kind() == *kind) {
+                    self.apply_list_item(object, &mut out);
+                }
+                self.end_list(*kind);
+            }
+            Event::ListStarted(kind) => self.start_list(*kind),
+            Event::ListItem(object) => self.apply_list_item(object, &mut out),
+            Event::ListEnded(kind) => self.end_list(*kind),
             Event::HostAddresses(addresses) => {
                 let mut context = (*self.node).clone();
                 context.host_addresses = Some(addresses.as_slice().into());
@@ -233,51 +255,80 @@ impl Tracker {
         }
     }
 
-    fn apply_list(&mut self, kind: Kind, objects: &[Object], out: &mut Vec<Warning>) {
-        let objects: Vec<&Object> = objects.iter().filter(|o| o.kind() == kind).collect();
+    /// Begins (or restarts) a list of `kind`: nothing of that kind has been seen in it yet.
+    fn start_list(&mut self, kind: Kind) {
+        let held = match kind {
+            Kind::Service => !self.services.is_empty(),
+            Kind::EndpointSlice => !self.slice_owner.is_empty(),
+            Kind::Node => self.node.known,
+        };
+        self.listing.insert(
+            kind,
+            Listing {
+                held,
+                seen: HashSet::default(),
+            },
+        );
+    }
+
+    /// Applies one object of a list in progress and remembers it as present.
+    fn apply_list_item(&mut self, object: &Object, out: &mut Vec<Warning>) {
+        let kind = object.kind();
+        // An item outside a list (a source's bug) is still a real version: applied, and the
+        // next list's end settles what is gone.
+        if let Some(listing) = self.listing.get_mut(&kind) {
+            listing.seen.insert(object_id(object));
+        }
+        self.apply_object(object, out);
+    }
+
+    /// Ends the list of `kind` in progress: objects of that kind not seen in it are gone,
+    /// and so are their remembered warnings. Marks `kind` synced.
+    fn end_list(&mut self, kind: Kind) {
+        let Listing { held, seen } = self.listing.remove(&kind).unwrap_or(Listing {
+            held: true,
+            seen: HashSet::default(),
+        });
+        let id = |ns: &str, name: &str| format!("{ns}/{name}");
         match kind {
-            Kind::Service if !self.services.is_empty() => {
-                let listed: HashSet<(&str, &str)> = objects.iter().map(|o| object_key(o)).collect();
+            // Held nothing when the list began: all it holds now came from the list.
+            _ if !held => {}
+            Kind::Service => {
                 let gone: Vec<ServiceKey> = self
                     .services
                     .keys()
-                    .filter(|k| !listed.contains(&(&*k.namespace, &*k.name)))
+                    .filter(|k| !seen.contains(&id(&k.namespace, &k.name)))
                     .cloned()
                     .collect();
                 for key in gone {
                     self.remove_service(&key);
                 }
             }
-            Kind::EndpointSlice if !self.slice_owner.is_empty() => {
-                let listed: HashSet<(&str, &str)> = objects.iter().map(|o| object_key(o)).collect();
+            Kind::EndpointSlice => {
                 let gone: Vec<SliceId> = self
                     .slice_owner
                     .keys()
-                    .filter(|(ns, name)| !listed.contains(&(&**ns, &**name)))
+                    .filter(|(ns, name)| !seen.contains(&id(ns, name)))
                     .cloned()
                     .collect();
-                for id in gone {
-                    self.remove_slice(&id);
+                for slice in gone {
+                    self.remove_slice(&slice);
                 }
             }
-            Kind::Service | Kind::EndpointSlice => {}
             Kind::Node => {
-                let present = objects.iter().any(|o| {
-                    matches!(o, Object::Node(n) if n.metadata.name.as_deref() == Some(&*self.node.name))
-                });
-                if !present && self.node.known {
-                    let gone = NodeContext::named(&self.node.name);
+                if !seen.contains(&*self.node.name) && self.node.known {
+                    // As a deleted Node: the host's own addresses are not the Node's.
+                    let gone = NodeContext {
+                        host_addresses: self.node.host_addresses.clone(),
+                        ..NodeContext::named(&self.node.name)
+                    };
                     self.set_node(gone);
                 }
             }
         }
         if !self.warned.is_empty() {
-            let ids: HashSet<String> = objects.iter().map(|o| object_id(o)).collect();
             self.warned
-                .retain(|(k, id), _| *k != kind || ids.contains(id));
-        }
-        for object in objects {
-            self.apply_object(object, out);
+                .retain(|(k, id), _| *k != kind || seen.contains(id));
         }
         self.listed.insert(kind);
     }

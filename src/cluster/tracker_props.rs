@@ -179,6 +179,9 @@ fn event() -> impl Strategy<Value = Event> {
         2 => object().prop_map(Event::Deleted),
         1 => (proptest::sample::select(&Kind::ALL[..]), proptest::collection::vec(object(), 0..4))
             .prop_map(|(k, objects)| Event::Listed(k, objects)),
+        1 => proptest::sample::select(&Kind::ALL[..]).prop_map(Event::ListStarted),
+        2 => object().prop_map(Event::ListItem),
+        1 => proptest::sample::select(&Kind::ALL[..]).prop_map(Event::ListEnded),
     ]
 }
 
@@ -252,5 +255,44 @@ proptest! {
         let (a, b) = (run(unique), run(shuffled));
         prop_assert_eq!(&*a.ports, &*b.ports);
         prop_assert_eq!(&*a.node, &*b.node);
+    }
+
+    #[test]
+    fn a_streamed_list_ends_where_the_same_list_in_one_event_does(
+        before in proptest::collection::vec(event(), 0..20),
+        kind in proptest::sample::select(&Kind::ALL[..]),
+        abandoned in proptest::collection::vec(object(), 0..4),
+        listed in proptest::collection::vec(object(), 0..6),
+    ) {
+        let of_kind = |objects: Vec<Object>| -> Vec<Object> {
+            objects.into_iter().filter(|o| o.kind() == kind).collect()
+        };
+        let (abandoned, listed) = (of_kind(abandoned), of_kind(listed));
+        let prefix = |t: &mut Tracker| {
+            for e in &before {
+                t.apply(e);
+            }
+        };
+        let mut whole = Tracker::new("node-a", Features::default());
+        prefix(&mut whole);
+        whole.apply(&Event::Listed(kind, listed.clone()));
+        // The same list streamed, after a first attempt cut short (a list restarted after an
+        // error): the abandoned items were applied, and the restarted list's end removes them.
+        let mut streamed = Tracker::new("node-a", Features::default());
+        prefix(&mut streamed);
+        streamed.apply(&Event::ListStarted(kind));
+        for o in abandoned {
+            streamed.apply(&Event::ListItem(o));
+        }
+        streamed.apply(&Event::ListStarted(kind));
+        for o in listed {
+            streamed.apply(&Event::ListItem(o));
+        }
+        streamed.apply(&Event::ListEnded(kind));
+        let (a, b) = (whole.snapshot().0, streamed.snapshot().0);
+        prop_assert_eq!(&*a.ports, &*b.ports);
+        prop_assert_eq!(&*a.node, &*b.node);
+        prop_assert_eq!(whole.ignored_services(), streamed.ignored_services());
+        prop_assert!(whole.synced() == streamed.synced());
     }
 }

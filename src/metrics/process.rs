@@ -111,6 +111,24 @@ fn read() -> Sample {
     }
 }
 
+/// This process's memory now and at its peak (`VmRSS`, `VmHWM`), in MiB, for log lines that
+/// say where start-up's memory goes; zero where `/proc` cannot be read.
+pub fn resident_mib() -> Memory {
+    let status = fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let mib = |key| parse_status_kib(&status, key).map_or(0.0, |kib| kib / 1024.0);
+    Memory {
+        now: mib("VmRSS:"),
+        peak: mib("VmHWM:"),
+    }
+}
+
+/// See [`resident_mib`].
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Memory {
+    pub now: f64,
+    pub peak: f64,
+}
+
 #[derive(Clone, Copy, Debug, PartialEq)]
 struct Times {
     /// utime + stime.

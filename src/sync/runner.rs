@@ -45,13 +45,48 @@ pub fn system_wall_clock() -> Timestamp {
 type Observer = Box<dyn FnMut(&Report, &Snapshot) + Send>;
 type WarningObserver = Box<dyn FnMut(&crate::cluster::warning::Warning) + Send>;
 
-/// What a sync thread hands back: the dataplane, the changes it was given, and the result.
+/// What a sync thread hands back: the dataplane, the changes it was given, the result, and when
+/// the thread began and ended the dataplane's part.
 type Done = (
     Box<dyn Dataplane>,
     Snapshot,
     Changes,
     Result<SyncReport, SyncError>,
+    [Instant; 2],
 );
+
+/// Where a sync's time went outside the dataplane, for the debug log: a one-endpoint sync is
+/// meant to take well under a millisecond, and on a busy single-CPU node the snapshot, the
+/// hand-off to the blocking thread and the way back can cost as much as the dataplane.
+struct Phases {
+    /// Rebuilding the changed ports and taking the snapshot.
+    snapshot: Duration,
+    /// From the snapshot to the blocking thread running the dataplane.
+    handoff: Duration,
+    /// The dataplane's sync.
+    dataplane: Duration,
+    /// From the dataplane's end to the runner's task seeing it.
+    back: Duration,
+}
+
+/// A list in progress, for the start-up log.
+#[derive(Default)]
+struct ListProgress {
+    /// When its first event arrived (unknown for an item without a start).
+    began: Option<Instant>,
+    items: usize,
+    /// Time the tracker spent on its items.
+    tracker: Duration,
+}
+
+impl ListProgress {
+    fn new(began: Instant) -> ListProgress {
+        ListProgress {
+            began: Some(began),
+            ..ListProgress::default()
+        }
+    }
+}
 
 /// A sync running on a blocking thread.
 struct InFlight {
@@ -59,6 +94,7 @@ struct InFlight {
     reason: Reason,
     full: bool,
     started: Instant,
+    snapshotted: Instant,
     started_at: Timestamp,
     counts: ChangeCounts,
 }
@@ -83,6 +119,8 @@ pub struct Runner {
     full_sync_trigger: Option<Arc<Notify>>,
     /// Readers asking for the model ([`Runner::peek`]).
     peeks: Option<super::peek::Requests>,
+    /// The lists in progress, per kind.
+    lists: std::collections::BTreeMap<Kind, ListProgress>,
 }
 
 impl Runner {
@@ -103,6 +141,7 @@ impl Runner {
             syncs: 0,
             full_sync_trigger: None,
             peeks: None,
+            lists: Default::default(),
         }
     }
 
@@ -250,20 +289,42 @@ impl Runner {
                 None => break,
             }
         }
-        self.publish();
+        // A streamed initial list arrives object by object, often one per batch: publishing
+        // each would wake the status's readers tens of thousands of times for nothing (before
+        // the lists are in nothing is queued or ready). The list's end publishes.
+        if self.schedule.is_ready() || self.lists.is_empty() {
+            self.publish();
+        }
         open
     }
 
     fn apply(&mut self, event: Event) {
+        let arrived = Instant::now();
+        let mut ended = None;
         match &event {
             Event::Applied(_) => self.status.events.applied += 1,
             Event::Deleted(_) => self.status.events.deleted += 1,
-            Event::Listed(kind, _) => {
-                self.status.events.listed += 1;
-                self.status.listed_kinds.insert(*kind);
+            Event::Listed(kind, objects) => {
+                let list = ListProgress {
+                    items: objects.len(),
+                    ..ListProgress::new(arrived)
+                };
+                self.lists.insert(*kind, list);
+                ended = Some(*kind);
             }
+            Event::ListStarted(kind) => {
+                self.lists.insert(*kind, ListProgress::new(arrived));
+            }
+            Event::ListItem(object) => {
+                self.lists.entry(object.kind()).or_default().items += 1;
+            }
+            Event::ListEnded(kind) => ended = Some(*kind),
             Event::HostAddresses(_) => {}
         }
+        let item = match &event {
+            Event::ListItem(object) => Some(object.kind()),
+            _ => None,
+        };
         for w in self.tracker.apply(&event) {
             tracing::warn!(object = %w.object, "{}", w.message);
             if w.event.is_some() {
@@ -272,7 +333,36 @@ impl Runner {
                 }
             }
         }
+        drop(event);
         let now = Instant::now();
+        if let Some(kind) = item
+            && let Some(list) = self.lists.get_mut(&kind)
+        {
+            list.tracker += now.duration_since(arrived);
+        }
+        if let Some(kind) = ended {
+            self.status.events.listed += 1;
+            self.status.listed_kinds.insert(kind);
+            let list = self.lists.remove(&kind).unwrap_or_default();
+            let tracker = list.tracker + now.duration_since(arrived);
+            // Where start-up goes, per kind (relists too): from the list's first event to its
+            // end (request, transfer, decoding and the tracker), and the tracker's share.
+            let memory = crate::metrics::process::resident_mib();
+            tracing::info!(
+                kind = ?kind,
+                objects = list.items,
+                began_ms = list
+                    .began
+                    .map_or(0, |b| b.duration_since(self.status.started).as_millis() as u64),
+                list_ms = list
+                    .began
+                    .map_or(0.0, |b| now.duration_since(b).as_secs_f64() * 1000.0),
+                tracker_ms = tracker.as_secs_f64() * 1000.0,
+                rss_mib = memory.now,
+                peak_rss_mib = memory.peak,
+                "list applied"
+            );
+        }
         if self.schedule.is_ready() {
             self.schedule.queued(now);
             self.status.last_queued_at = Some((self.wall)());
@@ -289,6 +379,7 @@ impl Runner {
         let started = Instant::now();
         let start = self.schedule.start(started, reason);
         let (snapshot, changes) = self.tracker.snapshot();
+        let snapshotted = Instant::now();
         let changes = match self.carried.take() {
             Some(older) => carry::merge(older, changes),
             None => changes,
@@ -301,6 +392,7 @@ impl Runner {
         let mut dataplane = self.dataplane.take().expect("one sync at a time");
         let handle = tokio::task::spawn_blocking(move || {
             let _entered = span.enter();
+            let began = Instant::now();
             let result = std::panic::catch_unwind(AssertUnwindSafe(|| {
                 dataplane.sync(&snapshot, &changes, full)
             }));
@@ -315,20 +407,37 @@ impl Runner {
                     message: format!("the dataplane panicked: {message}"),
                 })
             });
-            (dataplane, snapshot, changes, result)
+            (
+                dataplane,
+                snapshot,
+                changes,
+                result,
+                [began, Instant::now()],
+            )
         });
         InFlight {
             handle,
             reason,
             full,
             started,
+            snapshotted,
             started_at: (self.wall)(),
             counts,
         }
     }
 
-    fn finish(&mut self, flight: InFlight, (dataplane, snapshot, changes, result): Done) {
+    fn finish(
+        &mut self,
+        flight: InFlight,
+        (dataplane, snapshot, changes, result, [began, done]): Done,
+    ) {
         let ended = Instant::now();
+        let phases = Phases {
+            snapshot: flight.snapshotted.duration_since(flight.started),
+            handoff: began.saturating_duration_since(flight.snapshotted),
+            dataplane: done.saturating_duration_since(began),
+            back: ended.saturating_duration_since(done),
+        };
         let ended_at = (self.wall)();
         self.dataplane = Some(dataplane);
         let ok = result.is_ok();
@@ -352,7 +461,7 @@ impl Runner {
             counts: flight.counts,
             latencies,
         };
-        self.log(&report);
+        self.log(&report, &phases);
         if ok {
             self.status.syncs_ok += 1;
             self.status.last_success = Some(ended);
@@ -377,7 +486,7 @@ impl Runner {
     /// Logs one sync. A failure is an error once, when syncs start failing; the retries that
     /// follow log at debug, and the first success after them at info, so a broken dataplane
     /// does not flood the log (the metrics count every failure).
-    fn log(&self, report: &Report) {
+    fn log(&self, report: &Report, phases: &Phases) {
         let duration_ms = report.duration.as_secs_f64() * 1000.0;
         // `status` still describes the syncs before this one.
         let was_failing = self.status.failing_since.is_some();
@@ -406,8 +515,11 @@ impl Runner {
             ),
             Ok(done) if report.full => tracing::info!(
                 number = report.number,
+                rss_mib = crate::metrics::process::resident_mib().now,
                 reason = report.reason.as_str(),
                 duration_ms,
+                snapshot_ms = phases.snapshot.as_secs_f64() * 1000.0,
+                dataplane_ms = phases.dataplane.as_secs_f64() * 1000.0,
                 changed_ports = report.changed_ports,
                 operations = done.families.iter().map(|f| f.operations).sum::<usize>(),
                 netlink_messages = done.netlink_messages,
@@ -417,6 +529,10 @@ impl Runner {
                 number = report.number,
                 reason = report.reason.as_str(),
                 duration_ms,
+                snapshot_us = phases.snapshot.as_micros() as u64,
+                handoff_us = phases.handoff.as_micros() as u64,
+                dataplane_us = phases.dataplane.as_micros() as u64,
+                back_us = phases.back.as_micros() as u64,
                 changed_ports = report.changed_ports,
                 operations = done.families.iter().map(|f| f.operations).sum::<usize>(),
                 netlink_messages = done.netlink_messages,

@@ -76,6 +76,15 @@ pub struct Live {
 
 impl Live {
     pub async fn start(connection: &ClientConnection, periods: Periods) -> Live {
+        Live::start_listing(connection, periods, api::Lists::Classic).await
+    }
+
+    /// [`Live::start`] with lists read as `lists` says.
+    pub async fn start_listing(
+        connection: &ClientConnection,
+        periods: Periods,
+        lists: api::Lists,
+    ) -> Live {
         let node = unique_name("node");
         let (client, reachability) = api::client(connection).await.expect("client");
         let seen = Arc::new(Mutex::new(Seen::default()));
@@ -85,7 +94,7 @@ impl Live {
             periods,
         );
         let status = runner.status();
-        let task = tokio::spawn(runner.run(api::watch(client, &node)));
+        let task = tokio::spawn(runner.run(api::watch(client, &node, lists)));
         Live {
             status,
             reachability,

@@ -19,8 +19,9 @@ use super::idle;
 use super::metrics::{LAST_SYNC, Metrics, SYNC_DURATION, scrape};
 use super::node::Node;
 use super::objects::{Cluster, POD_A, PROBE_IP, SERVICE_PORT, TARGET_PORT};
-use super::options::{Options, ProxyKind};
+use super::options::{Implementation, Options, ProxyKind};
 use super::process;
+use super::profile::CpuProfile;
 use super::report::{Figure, ProxyResult};
 use super::watch::{Outcome, Watcher, seconds_between};
 use crate::testenv::TestEnv;
@@ -64,7 +65,7 @@ pub async fn measure(
     cluster: &mut Cluster,
     kind: ProxyKind,
 ) -> ProxyResult {
-    let notes = Vec::new();
+    let mut notes = Vec::new();
     if let Some(why) = kind.unavailable() {
         return ProxyResult {
             kind,
@@ -92,6 +93,19 @@ pub async fn measure(
     .await;
     let started = SystemTime::now();
     let pid = node.start_proxy(env, kind, opts);
+    let profile = if opts.perf_cold && kind.implementation == Implementation::Ours {
+        let path = opts.out_dir.join(format!(
+            "perf-{}-{}x{}.data",
+            kind.flag_name(),
+            cluster.scale().services,
+            cluster.scale().endpoints
+        ));
+        CpuProfile::start(pid, &path)
+            .map_err(|e| notes.push(format!("cold-start profile: {e}")))
+            .ok()
+    } else {
+        None
+    };
     let mut s = Session {
         opts,
         node,
@@ -99,6 +113,15 @@ pub async fn measure(
         notes,
     };
     let mut figures = cold(&mut s, cluster, started).await;
+    if let Some(p) = profile {
+        match tokio::task::spawn_blocking(move || p.stop()).await {
+            Ok(Ok(path)) => s
+                .notes
+                .push(format!("cold-start profile: {}", path.display())),
+            Ok(Err(e)) => s.notes.push(format!("cold-start profile: {e}")),
+            Err(e) => s.notes.push(format!("cold-start profile: {e}")),
+        }
+    }
     // `ip netns exec` execs the proxy in place, so its pid is the proxy's (checked after start).
     if let Some(comm) = process::command_name(pid)
         && comm == "ip"
@@ -142,6 +165,9 @@ pub async fn measure(
         }
     });
     figures.push(idle_messages);
+    figures.push(usage.map_or(Figure::Missing, |u| {
+        Figure::Mib(u.rss as f64 / 1024.0 / 1024.0)
+    }));
     s.notes.push(format!("log: {log}"));
     ProxyResult {
         kind,

@@ -9,6 +9,7 @@
 //! - `helper`, `watch`: processes re-run from this binary inside namespaces (echo server,
 //!   ClusterIP watcher, metrics reader).
 //! - `metrics`, `process`: what the proxy reports, and what `/proc` says it cost.
+//! - `profile`: `perf record` of our proxy's cold start (`--perf-cold`).
 //! - `measure`, `changes`, `first_packet`, `idle`: the phases (cold sync, first-packet latency
 //!   and netlink messages per idle sync with the proxy idle, one endpoint change, churn).
 //! - `report`, `chart`, `axis`, `png`: markdown tables, the results as JSON, and SVG charts
@@ -48,6 +49,7 @@ pub mod objects;
 pub mod options;
 pub mod png;
 pub mod process;
+pub mod profile;
 pub mod report;
 pub mod watch;
 

@@ -209,6 +209,10 @@ impl Cluster {
         if self.probe_on_a { POD_A } else { POD_B }
     }
 
+    pub fn scale(&self) -> Scale {
+        self.scale
+    }
+
     pub fn client(&self) -> Client {
         self.client.clone()
     }

@@ -242,6 +242,8 @@ pub struct Options {
     pub concurrency: usize,
     /// Both proxies' `--v`.
     pub proxy_verbosity: u8,
+    /// Record our proxy's cold start with `perf` (see `profile`).
+    pub perf_cold: bool,
     /// Node objects the endpoints are spread over (the proxy's own node is one of them).
     pub nodes: usize,
     /// Timed connects of each first-packet probe (see `first_packet`).

@@ -1,4 +1,5 @@
-//! What a proxy process cost, from `/proc/<pid>`: peak resident memory (`VmHWM` in `status`)
+//! What a proxy process cost, from `/proc/<pid>`: peak and current resident memory (`VmHWM`
+//! and `VmRSS` in `status`)
 //! and CPU seconds (`utime + stime` of the process, `cutime + cstime` of the children it
 //! reaped, and the CPU so far of the children still running, from `stat`: both proxies run
 //! `nft`, `iptables-restore` … as children, and that work is theirs). The children's own peak
@@ -12,6 +13,8 @@ const TICKS_PER_SECOND: f64 = 100.0;
 pub struct Usage {
     /// Peak resident set size in bytes.
     pub peak_rss: u64,
+    /// Resident set size now, in bytes: what the node keeps paying after start-up's peak.
+    pub rss: u64,
     /// CPU seconds: own user + system, plus reaped children's.
     pub cpu_seconds: f64,
 }
@@ -26,7 +29,8 @@ pub fn usage(pid: u32) -> Option<Usage> {
         .filter_map(|s| cpu_ticks(&s))
         .sum();
     Some(Usage {
-        peak_rss: peak_rss(&status)?,
+        peak_rss: status_bytes(&status, "VmHWM:")?,
+        rss: status_bytes(&status, "VmRSS:")?,
         cpu_seconds: (cpu_ticks(&stat)? + running) / TICKS_PER_SECOND,
     })
 }
@@ -54,9 +58,9 @@ pub fn command_name(pid: u32) -> Option<String> {
         .map(|s| s.trim().to_owned())
 }
 
-/// `VmHWM:   1234 kB` → bytes.
-fn peak_rss(status: &str) -> Option<u64> {
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+/// `KEY   1234 kB` (`VmHWM:`, `VmRSS:`) → bytes.
+fn status_bytes(status: &str, key: &str) -> Option<u64> {
+    let line = status.lines().find(|l| l.starts_with(key))?;
     let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kb * 1024)
 }
@@ -78,10 +82,9 @@ mod tests {
 
     #[test]
     fn reads_status_and_stat() {
-        assert_eq!(
-            peak_rss("Name:\tx\nVmHWM:\t  2048 kB\n"),
-            Some(2 * 1024 * 1024)
-        );
+        let status = "Name:\tx\nVmHWM:\t  2048 kB\nVmRSS:\t  1024 kB\n";
+        assert_eq!(status_bytes(status, "VmHWM:"), Some(2 * 1024 * 1024));
+        assert_eq!(status_bytes(status, "VmRSS:"), Some(1024 * 1024));
         let stat = "42 (kube proxy) S 1 42 42 0 -1 4194560 100 0 0 0 150 50 7 3 20 0 8 0";
         assert_eq!(cpu_ticks(stat), Some(210.0));
     }

@@ -67,7 +67,7 @@ fn secs(v: f64) -> String {
 }
 
 /// The columns of a scale's table, in order, with their headers.
-pub const COLUMNS: [&str; 18] = [
+pub const COLUMNS: [&str; 19] = [
     "cold sync (metrics)",
     "cold sync (first connection)",
     "first sync (proxy)",
@@ -86,6 +86,7 @@ pub const COLUMNS: [&str; 18] = [
     "first packet p99",
     "first packet p50, no rules (floor)",
     "netlink messages per idle sync",
+    "RSS after churn",
 ];
 
 /// The column of [`COLUMNS`] named `name` (which must be one).

@@ -52,8 +52,22 @@ pub enum Event {
     Deleted(Object),
     /// The complete current list of one kind (an initial list, a relist after a reconnect, or a
     /// re-read manifest directory): objects of that kind the tracker holds that are not in the list
-    /// are gone. Also marks that kind as synced.
+    /// are gone. Also marks that kind as synced. The same as [`ListStarted`](Event::ListStarted),
+    /// a [`ListItem`](Event::ListItem) per object and [`ListEnded`](Event::ListEnded).
     Listed(Kind, Vec<Object>),
+    /// A list of one kind begins; its objects follow one by one as [`ListItem`](Event::ListItem)s
+    /// and [`ListEnded`](Event::ListEnded) closes it. A source that streams its lists uses these
+    /// rather than [`Listed`](Event::Listed), so no one holds a whole list of decoded objects:
+    /// each is folded into the model as it arrives. A new `ListStarted` of the same kind before
+    /// the end (a list restarted after an error) starts over.
+    ListStarted(Kind),
+    /// One object of the list in progress of its kind: applied at once, like
+    /// [`Applied`](Event::Applied), and remembered as present.
+    ListItem(Object),
+    /// The list in progress of this kind is complete: objects of that kind the tracker holds
+    /// that were not among its items are gone. Also marks that kind as synced. A list cut short
+    /// (no end) deletes nothing; the items it delivered stay, as each is a real version.
+    ListEnded(Kind),
     /// Every address configured on this host's interfaces, sorted (not from the API server:
     /// see [`interfaces`]). Replaces the previous list.
     HostAddresses(Vec<std::net::IpAddr>),

@@ -24,7 +24,7 @@ use std::path::PathBuf;
 pub use client::client;
 pub use list::list;
 pub use reachability::{Health, Reachability};
-pub use watch::watch;
+pub use watch::{Lists, watch};
 
 use super::Kind;
 

@@ -1,10 +1,11 @@
 //! kube-rs watcher events of one kind → source [`Event`]s, and what to log about that watch.
 //!
-//! Pure. The watcher lists in pages (`Init`, `InitApply`..., `InitDone`) at start and on every
-//! relist (a 410 Gone after the watch fell behind, or a restart); the pages are buffered and
-//! emitted as one [`Event::Listed`] at `InitDone`, which the tracker treats as the complete
-//! state of that kind: objects it holds that are not in the list are deleted. A list cut short
-//! by an error is never emitted, so the model never sees a partial state.
+//! Pure. The watcher lists (`Init`, `InitApply`..., `InitDone`) at start and on every relist (a
+//! 410 Gone after the watch fell behind, or a restart), from a streamed list (watch-list) or a
+//! plain one; each step passes straight through as [`Event::ListStarted`], [`Event::ListItem`]
+//! and [`Event::ListEnded`], so no list is held here: the tracker folds each object into the
+//! model as it arrives and settles what is gone at the end. A list cut short by an error never
+//! ends, so it deletes nothing; a restarted one starts over.
 
 use kube::runtime::watcher;
 
@@ -14,8 +15,6 @@ use crate::cluster::source::{Event, Kind, Object};
 #[derive(Debug)]
 pub struct Translate {
     kind: Kind,
-    /// Objects of the list in progress.
-    listing: Option<Vec<Object>>,
     /// The watch has failed since its last good event; a failure is logged once.
     failing: bool,
 }
@@ -34,7 +33,6 @@ impl Translate {
     pub fn new(kind: Kind) -> Translate {
         Translate {
             kind,
-            listing: None,
             failing: false,
         }
     }
@@ -43,31 +41,22 @@ impl Translate {
         self.kind
     }
 
-    /// One watcher event; returns the source event it completes, if any, and whether this
-    /// watch just recovered from a failure.
-    pub fn event(&mut self, event: watcher::Event<Object>) -> (Option<Event>, bool) {
+    /// One watcher event; returns its source event and whether this watch just recovered from
+    /// a failure.
+    pub fn event(&mut self, event: watcher::Event<Object>) -> (Event, bool) {
         let recovered = std::mem::take(&mut self.failing);
         let out = match event {
-            watcher::Event::Init => {
-                self.listing = Some(Vec::new());
-                None
-            }
-            watcher::Event::InitApply(object) => {
-                self.listing.get_or_insert_with(Vec::new).push(object);
-                None
-            }
-            watcher::Event::InitDone => {
-                let objects = self.listing.take().unwrap_or_default();
-                Some(Event::Listed(self.kind, objects))
-            }
-            watcher::Event::Apply(object) => Some(Event::Applied(object)),
-            watcher::Event::Delete(object) => Some(Event::Deleted(object)),
+            watcher::Event::Init => Event::ListStarted(self.kind),
+            watcher::Event::InitApply(object) => Event::ListItem(object),
+            watcher::Event::InitDone => Event::ListEnded(self.kind),
+            watcher::Event::Apply(object) => Event::Applied(object),
+            watcher::Event::Delete(object) => Event::Deleted(object),
         };
         (out, recovered)
     }
 
-    /// One watcher error. A list in progress is kept: the watcher resumes it with the next
-    /// page or restarts it with `Init`, which clears it.
+    /// One watcher error. A list in progress stays open: the watcher resumes it with the next
+    /// page or restarts it with `Init`.
     pub fn error(&mut self, error: &watcher::Error) -> Note {
         if let watcher::Error::WatchError(status) = error
             && status.code == 410
@@ -98,47 +87,34 @@ mod tests {
         )))
     }
 
-    fn name(o: &Object) -> String {
-        match o {
-            Object::Service(s) => s.metadata.name.clone().unwrap_or_default(),
-            _ => String::new(),
-        }
-    }
-
     #[test]
-    fn a_paged_list_becomes_one_listed_event_at_init_done() {
+    fn a_list_passes_through_item_by_item() {
         let mut t = Translate::new(Kind::Service);
-        assert_eq!(t.event(watcher::Event::Init).0, None);
-        assert_eq!(t.event(watcher::Event::InitApply(svc("a"))).0, None);
-        assert_eq!(t.event(watcher::Event::InitApply(svc("b"))).0, None);
-        let Some(Event::Listed(Kind::Service, objects)) = t.event(watcher::Event::InitDone).0
-        else {
-            panic!("Listed expected")
-        };
-        assert_eq!(objects.iter().map(name).collect::<Vec<_>>(), ["a", "b"]);
+        assert_eq!(
+            t.event(watcher::Event::Init).0,
+            Event::ListStarted(Kind::Service)
+        );
+        assert_eq!(
+            t.event(watcher::Event::InitApply(svc("a"))).0,
+            Event::ListItem(svc("a"))
+        );
+        assert_eq!(
+            t.event(watcher::Event::InitDone).0,
+            Event::ListEnded(Kind::Service)
+        );
     }
 
     #[test]
     fn an_empty_list_is_still_a_list() {
         let mut t = Translate::new(Kind::Node);
-        t.event(watcher::Event::Init);
+        assert_eq!(
+            t.event(watcher::Event::Init).0,
+            Event::ListStarted(Kind::Node)
+        );
         assert_eq!(
             t.event(watcher::Event::InitDone).0,
-            Some(Event::Listed(Kind::Node, vec![]))
+            Event::ListEnded(Kind::Node)
         );
-    }
-
-    #[test]
-    fn a_restarted_list_drops_the_pages_of_the_abandoned_one() {
-        let mut t = Translate::new(Kind::Service);
-        t.event(watcher::Event::Init);
-        t.event(watcher::Event::InitApply(svc("stale")));
-        t.event(watcher::Event::Init);
-        t.event(watcher::Event::InitApply(svc("fresh")));
-        let Some(Event::Listed(_, objects)) = t.event(watcher::Event::InitDone).0 else {
-            panic!("Listed expected")
-        };
-        assert_eq!(objects.iter().map(name).collect::<Vec<_>>(), ["fresh"]);
     }
 
     #[test]
@@ -146,11 +122,11 @@ mod tests {
         let mut t = Translate::new(Kind::Service);
         assert_eq!(
             t.event(watcher::Event::Apply(svc("a"))).0,
-            Some(Event::Applied(svc("a")))
+            Event::Applied(svc("a"))
         );
         assert_eq!(
             t.event(watcher::Event::Delete(svc("a"))).0,
-            Some(Event::Deleted(svc("a")))
+            Event::Deleted(svc("a"))
         );
     }
 
