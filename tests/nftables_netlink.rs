@@ -200,7 +200,7 @@ fn large_sets_read_by_key_read_as_a_dump_does() {
         .expect("the plan has cluster-ips");
     for i in 0..5000u32 {
         let addr = std::net::Ipv4Addr::from(0x0a60_0000 + 0x1_0000 + i);
-        ips.elements.insert(
+        ips.elements_mut().insert(
             Tuple::new(&[Value::Addr(addr.into())]),
             Element {
                 data: Data::None,

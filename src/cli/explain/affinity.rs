@@ -111,7 +111,7 @@ pub fn add_entries(
     let mut remembered = Vec::new();
     for (name, endpoint) in holding {
         if let Some(set) = table.sets.get_mut(&name) {
-            set.elements.insert(
+            set.elements_mut().insert(
                 key,
                 Element {
                     data: Data::None,

@@ -10,10 +10,12 @@
 //! verdict elements may name them), then flushes and element deletions (which drop references),
 //! then deletions of sets and chains, then new sets, elements and rules.
 
-use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use super::names::Name;
-use super::ruleset::{BaseChain, Element, Family, Match, Rule, Ruleset, SetDecl, Statement, Tuple};
+use super::ruleset::{
+    BaseChain, Element, Elements, Family, Match, Rule, Ruleset, SetDecl, Statement, Tuple,
+};
 
 /// One batch for one table, in the order it must be sent.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -64,13 +66,86 @@ pub enum Op {
     DeleteSet(Name),
     AddElements {
         set: Name,
-        elements: Vec<(Tuple, Element)>,
+        elements: Added,
     },
     DeleteElements {
         set: Name,
         keys: Vec<Tuple>,
     },
 }
+
+/// The elements an [`Op::AddElements`] adds, in key order: those that differ, copied, or every
+/// element of a set the kernel does not hold yet, shared with the ruleset they come from (a
+/// cold start's hundreds of thousands of elements are not copied into the transaction).
+#[derive(Clone, Debug)]
+pub enum Added {
+    Some(Vec<(Tuple, Element)>),
+    All(Arc<Elements>),
+}
+
+impl Added {
+    pub fn len(&self) -> usize {
+        match self {
+            Added::Some(v) => v.len(),
+            Added::All(all) => all.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Each key and element, in key order.
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = (&Tuple, &Element)> + Clone {
+        let (some, all) = match self {
+            Added::Some(v) => (v.as_slice(), None),
+            Added::All(all) => (&[][..], Some(all.iter())),
+        };
+        AddedIter {
+            some: some.iter(),
+            all,
+        }
+    }
+}
+
+/// Equal when they add the same elements, however they hold them.
+impl PartialEq for Added {
+    fn eq(&self, other: &Added) -> bool {
+        self.len() == other.len() && self.iter().eq(other.iter())
+    }
+}
+
+impl Eq for Added {}
+
+impl From<Vec<(Tuple, Element)>> for Added {
+    fn from(v: Vec<(Tuple, Element)>) -> Added {
+        Added::Some(v)
+    }
+}
+
+#[derive(Clone)]
+struct AddedIter<'a> {
+    some: std::slice::Iter<'a, (Tuple, Element)>,
+    all: Option<std::collections::btree_map::Iter<'a, Tuple, Element>>,
+}
+
+impl<'a> Iterator for AddedIter<'a> {
+    type Item = (&'a Tuple, &'a Element);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        match &mut self.all {
+            Some(all) => all.next(),
+            None => self.some.next().map(|(k, e)| (k, e)),
+        }
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let n = self.all.as_ref().map_or(self.some.len(), |a| a.len());
+        (n, Some(n))
+    }
+}
+
+impl ExactSizeIterator for AddedIter<'_> {}
 
 /// The transaction that makes `last` into `want`. Both must be of the same family.
 pub fn diff(last: &Ruleset, want: &Ruleset) -> Transaction {
@@ -136,15 +211,21 @@ pub fn diff(last: &Ruleset, want: &Ruleset) -> Transaction {
                 decl: set.decl.clone(),
             });
         }
-        let empty = BTreeMap::new();
-        let old_elements = old.map_or(&empty, |o| &o.elements);
-        let (deleted, added) = elements(old_elements, &set.elements);
-        if !deleted.is_empty() {
-            d.delete_elements.push(Op::DeleteElements {
-                set: name.clone(),
-                keys: deleted,
-            });
-        }
+        let added = match old {
+            // All of them (shared, not copied) into a set the kernel creates or holds empty.
+            None => Added::All(set.elements.clone()),
+            Some(o) if o.elements.is_empty() => Added::All(set.elements.clone()),
+            Some(o) => {
+                let (deleted, added) = elements(&o.elements, &set.elements);
+                if !deleted.is_empty() {
+                    d.delete_elements.push(Op::DeleteElements {
+                        set: name.clone(),
+                        keys: deleted,
+                    });
+                }
+                Added::Some(added)
+            }
+        };
         if !added.is_empty() {
             d.add_elements.push(Op::AddElements {
                 set: name.clone(),
@@ -170,10 +251,7 @@ pub fn rebuild(want: &Ruleset) -> Transaction {
 }
 
 /// Keys to delete and elements to add, in one merge pass over both ordered maps.
-fn elements(
-    last: &BTreeMap<Tuple, Element>,
-    want: &BTreeMap<Tuple, Element>,
-) -> (Vec<Tuple>, Vec<(Tuple, Element)>) {
+fn elements(last: &Elements, want: &Elements) -> (Vec<Tuple>, Vec<(Tuple, Element)>) {
     let mut deleted = Vec::new();
     let mut added = Vec::new();
     let mut a = last.iter().peekable();

@@ -77,7 +77,7 @@ fn apply(r: &mut Ruleset, t: &Transaction) -> Result<(), String> {
                 r.sets.remove(name).ok_or("delete of missing set")?;
             }
             Op::AddElements { set, elements } => {
-                for (k, e) in elements {
+                for (k, e) in elements.iter() {
                     if let Data::Verdict(Verdict::Goto(c) | Verdict::Jump(c)) = &e.data
                         && !r.chains.contains_key(c)
                     {
@@ -89,7 +89,7 @@ fn apply(r: &mut Ruleset, t: &Transaction) -> Result<(), String> {
                             return Err(format!("{set} {k:?}: data differs"));
                         }
                         _ => {
-                            s.elements.insert(*k, e.clone());
+                            s.elements_mut().insert(*k, e.clone());
                         }
                     }
                 }
@@ -100,7 +100,7 @@ fn apply(r: &mut Ruleset, t: &Transaction) -> Result<(), String> {
                     .get_mut(set)
                     .ok_or("delete elements of missing set")?;
                 for k in keys {
-                    s.elements
+                    s.elements_mut()
                         .remove(k)
                         .ok_or(format!("{set}: no element {k:?}"))?;
                 }

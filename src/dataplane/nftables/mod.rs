@@ -124,7 +124,7 @@ mod hostile_props;
 pub use crate::dataplane::monitor::Drift;
 pub use apply::dataplane::NftablesDataplane;
 pub use backend::{Backend, NftCommand};
-pub use diff::{Op, Transaction, diff, rebuild};
+pub use diff::{Added, Op, Transaction, diff, rebuild};
 pub use mode_config::ModeConfig;
 pub use plan::{Planner, Update, plan};
 pub use render::{Encoder, NftText, render, render_all};

@@ -101,9 +101,10 @@ pub fn render(t: &Transaction) -> String {
                 let _ = writeln!(out, "delete set {table} {name}");
             }
             Op::AddElements { set, elements } => {
-                for chunk in elements.chunks(ELEMENTS_PER_COMMAND) {
+                let mut rest = elements.iter().peekable();
+                while rest.peek().is_some() {
                     let _ = write!(out, "add element {table} {set} {{ ");
-                    for (i, (key, e)) in chunk.iter().enumerate() {
+                    for (i, (key, e)) in rest.by_ref().take(ELEMENTS_PER_COMMAND).enumerate() {
                         if i > 0 {
                             out.push_str(", ");
                         }

@@ -255,19 +255,33 @@ pub enum Verdict {
     Goto(Name),
 }
 
+/// A set's elements, by key.
+pub type Elements = BTreeMap<Tuple, Element>;
+
 /// A set or map: its declaration and its elements.
+///
+/// The elements are shared, not owned: a transaction that adds a whole set (a cold start, a
+/// new set, a rebuild) holds the plan's elements rather than a copy of them, and copying a
+/// ruleset (the last applied state kept to tell an outside change) copies no element. At
+/// 250,000 endpoints a copy is about 30 MiB. Writers go through [`Set::elements_mut`], which
+/// copies only while someone else still holds the same elements.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Set {
     pub decl: SetDecl,
-    pub elements: BTreeMap<Tuple, Element>,
+    pub elements: Arc<Elements>,
 }
 
 impl Set {
     pub fn new(decl: SetDecl) -> Set {
         Set {
             decl,
-            elements: BTreeMap::new(),
+            elements: Arc::default(),
         }
+    }
+
+    /// The elements, to change (copied first if a transaction or a copy still shares them).
+    pub fn elements_mut(&mut self) -> &mut Elements {
+        Arc::make_mut(&mut self.elements)
     }
 }
 

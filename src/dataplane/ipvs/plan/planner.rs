@@ -498,13 +498,13 @@ fn patch(table: &mut Ruleset, before: &Ruleset, after: Ruleset) {
     for (name, set) in &before.sets {
         if let Some(t) = table.sets.get_mut(name) {
             for key in set.elements.keys() {
-                t.elements.remove(key);
+                t.elements_mut().remove(key);
             }
         }
     }
     for (name, set) in after.sets {
         if let Some(t) = table.sets.get_mut(&name) {
-            t.elements.extend(set.elements);
+            t.elements_mut().extend(Arc::unwrap_or_clone(set.elements));
         }
     }
 }

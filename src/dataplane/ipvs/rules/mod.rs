@@ -196,7 +196,7 @@ impl Builder {
             .sets
             .get_mut(&Name::fixed(set))
             .expect("declared by declare_sets");
-        set.elements
+        set.elements_mut()
             .entry(Tuple::new(key))
             .or_insert_with(|| Element {
                 data,

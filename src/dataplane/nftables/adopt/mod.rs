@@ -162,7 +162,7 @@ fn set(p: &mut Parsed, body: &Json, family: Family) {
         for e in elements {
             match element(e, &set.decl, family) {
                 Some((key, element)) => {
-                    set.elements.insert(key, element);
+                    set.elements_mut().insert(key, element);
                 }
                 None => {
                     p.unknown.push(format!("set {raw}: element {e}"));

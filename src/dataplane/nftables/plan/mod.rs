@@ -90,7 +90,7 @@ impl<'a> Builder<'a> {
     fn finish(mut self) -> Ruleset {
         for (name, elements) in std::mem::take(&mut self.pending) {
             let set = self.rules.sets.get_mut(&name).expect("declared");
-            set.elements = order::sorted(elements);
+            set.elements = std::sync::Arc::new(order::sorted(elements));
         }
         self.rules
     }

@@ -66,7 +66,7 @@ impl Touched {
             let mut part = Set::new(set.decl.clone());
             for key in keys {
                 if let Some(e) = set.elements.get(key) {
-                    part.elements.insert(*key, e.clone());
+                    part.elements_mut().insert(*key, e.clone());
                 }
             }
             after.sets.insert(name.clone(), part);
@@ -103,7 +103,7 @@ impl Patch<'_> {
                         Some(theirs.elements[set][key].clone())
                     }
                 };
-                let elements = &mut self.set(set).elements;
+                let elements = self.set(set).elements_mut();
                 match next {
                     Some(e) => elements.insert(*key, e),
                     None => elements.remove(key),
@@ -151,7 +151,7 @@ impl Patch<'_> {
             for (key, element) in elements {
                 self.touch_key(set, key);
                 if self.books.claims.add(set, *key, state) {
-                    self.set(set).elements.insert(*key, element.clone());
+                    self.set(set).elements_mut().insert(*key, element.clone());
                 }
             }
         }
@@ -194,7 +194,7 @@ impl Patch<'_> {
             return; // created by this update: nothing was there before
         };
         if let Some(e) = self.rules.sets.get(set).and_then(|s| s.elements.get(key)) {
-            before.elements.insert(*key, e.clone());
+            before.elements_mut().insert(*key, e.clone());
         }
     }
 

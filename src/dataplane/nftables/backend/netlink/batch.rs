@@ -217,22 +217,19 @@ impl Encoder {
                 }) {
                     return Err("reject is a statement, not a verdict a map can hold");
                 }
-                let mut rest = elements.as_slice();
-                while !rest.is_empty() {
+                let mut rest = elements.iter().peekable();
+                while rest.peek().is_some() {
                     let m = self.begin(family, msg::NEWSETELEM, create, origin);
                     let list = self.elements_head(set);
                     let start = self.w.written();
-                    let mut taken = 0;
-                    for (k, e) in rest {
+                    for (k, e) in rest.by_ref() {
                         object::element(&mut self.w, k, Some(e));
-                        taken += 1;
                         if self.w.written() - start > ELEMENT_BYTES {
                             break;
                         }
                     }
                     self.w.nest_end(list);
                     self.w.end(m);
-                    rest = &rest[taken..];
                 }
             }
             Op::DeleteElements { set, keys } => {

@@ -188,7 +188,7 @@ fn read_set(p: &mut Parsed, family: Family, a: &[u8], elements: &dyn Fn(&str) ->
             for (_, e) in attr::attrs(list).filter(|(k, _)| *k == uapi::LIST_ELEM) {
                 match element(family, &s.decl, e) {
                     Some((key, element)) => {
-                        s.elements.insert(key, element);
+                        s.elements_mut().insert(key, element);
                     }
                     None => {
                         p.unknown.push(format!("set {raw}: an element"));
