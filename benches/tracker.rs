@@ -111,15 +111,11 @@ fn initial_lists() -> Vec<Event> {
     vec![
         Event::Listed(
             Kind::Service,
-            (0..SERVICES)
-                .map(|i| Object::Service(Box::new(service(i))))
-                .collect(),
+            (0..SERVICES).map(|i| Object::from(service(i))).collect(),
         ),
         Event::Listed(
             Kind::EndpointSlice,
-            (0..SERVICES)
-                .map(|i| Object::EndpointSlice(Box::new(slice(i, 0))))
-                .collect(),
+            (0..SERVICES).map(|i| Object::from(slice(i, 0))).collect(),
         ),
         Event::Listed(Kind::Node, vec![Object::Node(Box::new(node()))]),
     ]
@@ -156,8 +152,8 @@ fn benches(c: &mut Criterion) {
 
     let mut tracker = loaded_tracker();
     let versions = [
-        Event::Applied(Object::EndpointSlice(Box::new(slice(4242, 1)))),
-        Event::Applied(Object::EndpointSlice(Box::new(slice(4242, 0)))),
+        Event::Applied(Object::from(slice(4242, 1))),
+        Event::Applied(Object::from(slice(4242, 0))),
     ];
     let mut next = 1; // the first version applied must differ from the loaded one
     group.sample_size(100);

@@ -8,6 +8,9 @@
 //! Resident memory (what the scale harness reports) adds the allocator's retention and
 //! fragmentation on top of these live bytes. Not a test: numbers are reported, never asserted.
 //!
+//! The lists are decoded from JSON bodies as the API server sends them, both into
+//! k8s-openapi's types and into the proxy's own lean ones, to show what the lean decoding saves.
+//!
 //! Run: `cargo run --release --example memory [SERVICES ENDPOINTS ...]` (default 5,000 × 50,
 //! 44,000 × 1 and 10,000 × 10). Results go to docs/benchmarks.md.
 
@@ -20,7 +23,7 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort, EndpointSlice};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
-use kube_proxy_rs::cluster::source::{Event, Kind, Object};
+use kube_proxy_rs::cluster::source::{Event, Kind, Object, lean};
 use kube_proxy_rs::cluster::{Features, Tracker};
 use kube_proxy_rs::dataplane::nftables::backend::netlink::batch::{self, Known};
 use kube_proxy_rs::dataplane::nftables::{ModeConfig, Planner};
@@ -216,6 +219,17 @@ fn node() -> Node {
     }
 }
 
+/// A list response's items, decoded as `T`.
+fn decode<T: serde::de::DeserializeOwned>(json: &[u8]) -> Vec<T> {
+    #[derive(serde::Deserialize)]
+    struct List<T> {
+        items: Vec<T>,
+    }
+    serde_json::from_slice::<List<T>>(json)
+        .expect("decodes")
+        .items
+}
+
 fn measure(services: usize, endpoints: usize) {
     println!("== {services} services x {endpoints} endpoints");
     let row = |part: &str, held: usize, peak: usize| {
@@ -223,32 +237,65 @@ fn measure(services: usize, endpoints: usize) {
     };
 
     // The lists as decoded objects, all at once: what a classic list holds before the
-    // tracker sees the first of them, and the JSON they were decoded from.
-    let (slices, held, peak) = measured(|| {
-        (0..services)
-            .map(|i| Object::EndpointSlice(Box::new(slice(i, endpoints))))
-            .collect::<Vec<_>>()
-    });
-    row("EndpointSlice list, decoded", held, peak);
-    let json: usize = (0..services)
-        .map(|i| serde_json::to_vec(&slice(i, endpoints)).map_or(0, |v| v.len()))
-        .sum();
-    row("  its JSON (the response body)", json, json);
-    drop(slices);
+    // tracker sees the first of them, decoded from the JSON body the API server sends, as
+    // k8s-openapi's types (before) and as the proxy's lean types (now).
+    let body = |kind: &str, items: Vec<serde_json::Value>| {
+        serde_json::to_vec(&serde_json::json!({
+            "kind": kind, "apiVersion": "v1", "metadata": {"resourceVersion": "1"}, "items": items,
+        }))
+        .expect("encodes")
+    };
+    let lists = [
+        (
+            "Service",
+            body(
+                "ServiceList",
+                (0..services)
+                    .map(|i| serde_json::to_value(service(i)).expect("encodes"))
+                    .collect(),
+            ),
+        ),
+        (
+            "EndpointSlice",
+            body(
+                "EndpointSliceList",
+                (0..services)
+                    .map(|i| serde_json::to_value(slice(i, endpoints)).expect("encodes"))
+                    .collect(),
+            ),
+        ),
+    ];
+    for (kind, json) in &lists {
+        row(&format!("{kind} list, JSON body"), json.len(), json.len());
+        if *kind == "Service" {
+            let (full, held, peak) = measured(|| decode::<Service>(json));
+            row("  decoded as k8s-openapi objects", held, peak);
+            drop(full);
+            let (lean, held, peak) = measured(|| decode::<lean::Service>(json));
+            row("  decoded as the proxy's lean objects", held, peak);
+            drop(lean);
+        } else {
+            let (full, held, peak) = measured(|| decode::<EndpointSlice>(json));
+            row("  decoded as k8s-openapi objects", held, peak);
+            drop(full);
+            let (lean, held, peak) = measured(|| decode::<lean::EndpointSlice>(json));
+            row("  decoded as the proxy's lean objects", held, peak);
+            drop(lean);
+        }
+    }
+    drop(lists);
 
     // The tracker, fed object by object (each dropped after), as both kinds of list do now.
     let (mut tracker, held, peak) = measured(|| {
         let mut t = Tracker::new("node-0", Features::default());
         t.apply(&Event::ListStarted(Kind::Service));
         for i in 0..services {
-            t.apply(&Event::ListItem(Object::Service(Box::new(service(i)))));
+            t.apply(&Event::ListItem(Object::from(service(i))));
         }
         t.apply(&Event::ListEnded(Kind::Service));
         t.apply(&Event::ListStarted(Kind::EndpointSlice));
         for i in 0..services {
-            t.apply(&Event::ListItem(Object::EndpointSlice(Box::new(slice(
-                i, endpoints,
-            )))));
+            t.apply(&Event::ListItem(Object::from(slice(i, endpoints))));
         }
         t.apply(&Event::ListEnded(Kind::EndpointSlice));
         t.apply(&Event::Listed(

@@ -105,7 +105,11 @@ async fn an_invalid_ipvs_scheduler_annotation_becomes_a_warning_event_on_its_ser
 
     // What the tracker does with the object the watch delivers.
     let mut warnings = Vec::new();
-    service::convert(&created, &mut Interner::default(), &mut warnings);
+    service::convert(
+        &created.clone().into(),
+        &mut Interner::default(),
+        &mut warnings,
+    );
     let with_event: Vec<_> = warnings.into_iter().filter(|w| w.event.is_some()).collect();
     assert_eq!(with_event.len(), 1, "{with_event:?}");
 

@@ -13,12 +13,11 @@
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use k8s_openapi::api::discovery::v1::EndpointSlice;
-
 use super::interner::Interner;
 use super::limits::{self, shown};
 use super::model::{Endpoint, IpFamily, Protocol, ServiceKey};
 use super::service::shown_name;
+use super::source::lean::EndpointSlice;
 use super::warning::Warning;
 
 /// Label naming the Service a slice belongs to.

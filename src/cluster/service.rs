@@ -13,7 +13,6 @@ use std::collections::BTreeSet;
 use std::net::IpAddr;
 
 use ipnet::IpNet;
-use k8s_openapi::api::core::v1::Service;
 
 use super::interner::Interner;
 use super::limits::{self, shown};
@@ -22,6 +21,7 @@ use super::model::{
     TrafficPolicy,
 };
 use super::scheduler_annotation;
+use super::source::lean::Service;
 use super::warning::{EventTarget, Warning};
 
 /// Label that hands a Service to another service proxy.

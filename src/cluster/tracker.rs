@@ -16,8 +16,7 @@ type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState
 type HashSet<K> = std::collections::HashSet<K, foldhash::fast::RandomState>;
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{Node, Service};
-use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::endpoints::{self, ParsedSlice};
@@ -29,6 +28,7 @@ use super::model::{
 use super::node;
 use super::port_state;
 use super::service::{self, Ignored, ParsedService};
+use super::source::lean::{EndpointSlice, Service};
 use super::source::{Event, Kind, Object};
 use super::topology::Features;
 use super::warning::Warning;

@@ -167,8 +167,8 @@ fn counts_are_kept(snap: &Snapshot) -> bool {
 
 fn object() -> impl Strategy<Value = Object> {
     prop_oneof![
-        3 => service().prop_map(|s| Object::Service(Box::new(s))),
-        3 => slice().prop_map(|s| Object::EndpointSlice(Box::new(s))),
+        3 => service().prop_map(Object::from),
+        3 => slice().prop_map(Object::from),
         1 => node().prop_map(|n| Object::Node(Box::new(n))),
     ]
 }

@@ -4,8 +4,8 @@ use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::cluster::source::lean::EndpointSlice;
 use futures::channel::mpsc;
-use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::jiff::Timestamp;
 use tokio::sync::watch;
 

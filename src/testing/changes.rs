@@ -76,7 +76,7 @@ pub fn shape() -> impl Strategy<Value = Shape> {
         )
 }
 
-fn make_service(name: &str, s: &Shape) -> k8s_openapi::api::core::v1::Service {
+fn make_service(name: &str, s: &Shape) -> crate::cluster::source::lean::Service {
     let mut ports = vec![("http", 80, "TCP")];
     if s.two_ports {
         ports.push(("dns", 53, "UDP"));
@@ -114,7 +114,7 @@ fn make_slice(
     service: &str,
     v6: bool,
     eps: &[(usize, bool, bool)],
-) -> k8s_openapi::api::discovery::v1::EndpointSlice {
+) -> crate::cluster::source::lean::EndpointSlice {
     let list: Vec<_> = eps
         .iter()
         .filter(|(i, ..)| ENDPOINTS[*i].contains(':') == v6)

@@ -6,13 +6,14 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
     ClientIPConfig, LoadBalancerIngress, LoadBalancerStatus, Node, NodeAddress, NodeSpec,
-    NodeStatus, Service, ServicePort, ServiceSpec, ServiceStatus, SessionAffinityConfig,
+    NodeStatus, ServicePort, SessionAffinityConfig,
 };
 use k8s_openapi::api::discovery::v1::{
-    Endpoint, EndpointConditions, EndpointHints, EndpointPort, EndpointSlice, ForNode, ForZone,
+    EndpointConditions, EndpointHints, EndpointPort, ForNode, ForZone,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
+use crate::cluster::source::lean::{Endpoint, EndpointSlice, Service, ServiceSpec, ServiceStatus};
 use crate::cluster::source::{Event, Kind, Object};
 
 fn meta(namespace: Option<&str>, name: &str, labels: &[(&str, &str)]) -> ObjectMeta {
@@ -90,7 +91,6 @@ pub fn load_balancer(
                     .collect(),
             ),
         }),
-        ..ServiceStatus::default()
     });
     svc
 }
@@ -215,7 +215,6 @@ pub fn slice(
                         }),
                     }
                 }),
-                ..Endpoint::default()
             })
             .collect(),
     }

@@ -7,12 +7,15 @@
 
 pub mod api;
 pub mod interfaces;
+pub mod lean;
 pub mod manifests;
 
-use k8s_openapi::api::core::v1::{Node, Service};
-use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::core::v1::Node;
 
-/// One object from the API server or a manifest, typed by kind.
+use lean::{EndpointSlice, Service};
+
+/// One object from the API server or a manifest, typed by kind. Services and EndpointSlices
+/// are held as [`lean`] decodes them: only what the tracker reads.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Object {
     Service(Box<Service>),
@@ -31,6 +34,38 @@ pub enum Kind {
 impl Kind {
     /// All kinds, in the order a source lists them.
     pub const ALL: [Kind; 3] = [Kind::Service, Kind::EndpointSlice, Kind::Node];
+}
+
+impl From<Service> for Object {
+    fn from(s: Service) -> Object {
+        Object::Service(Box::new(s))
+    }
+}
+
+impl From<EndpointSlice> for Object {
+    fn from(s: EndpointSlice) -> Object {
+        Object::EndpointSlice(Box::new(s))
+    }
+}
+
+impl From<Node> for Object {
+    fn from(n: Node) -> Object {
+        Object::Node(Box::new(n))
+    }
+}
+
+/// A Service built in full (tests, examples), as the API source would decode it.
+impl From<k8s_openapi::api::core::v1::Service> for Object {
+    fn from(s: k8s_openapi::api::core::v1::Service) -> Object {
+        Object::from(Service::from(s))
+    }
+}
+
+/// An EndpointSlice built in full (tests, examples), as the API source would decode it.
+impl From<k8s_openapi::api::discovery::v1::EndpointSlice> for Object {
+    fn from(s: k8s_openapi::api::discovery::v1::EndpointSlice) -> Object {
+        Object::from(EndpointSlice::from(s))
+    }
 }
 
 impl Object {

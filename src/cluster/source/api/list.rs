@@ -3,13 +3,13 @@
 //! The same selectors as the watches, one paginated list per kind, so the report matches what
 //! the running proxy would see.
 
-use k8s_openapi::api::core::v1::{Node, Service};
-use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::core::v1::Node;
 use kube::api::ListParams;
 use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
 
 use super::{Error, node_selector, watch_selector};
+use crate::cluster::source::lean::{EndpointSlice, Service};
 use crate::cluster::source::{Event, Kind, Object};
 
 /// Objects per page, as the watcher's initial list uses.

@@ -24,14 +24,14 @@ use std::fmt::Debug;
 
 use futures::stream::{self, BoxStream};
 use futures::{StreamExt as _, future};
-use k8s_openapi::api::core::v1::{Node, Service};
-use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::core::v1::Node;
 use kube::runtime::{WatchStreamExt as _, watcher};
 use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
 
 use super::translate::{Note, Translate};
 use super::{node_selector, watch_selector};
+use crate::cluster::source::lean::{EndpointSlice, Service};
 use crate::cluster::source::{Event, Kind, Object};
 
 /// How the watches read their lists (see the module doc).
@@ -198,24 +198,6 @@ where
         watcher::Event::Init => watcher::Event::Init,
         watcher::Event::InitApply(o) => watcher::Event::InitApply(o.into()),
         watcher::Event::InitDone => watcher::Event::InitDone,
-    }
-}
-
-impl From<Service> for Object {
-    fn from(s: Service) -> Object {
-        Object::Service(Box::new(s))
-    }
-}
-
-impl From<EndpointSlice> for Object {
-    fn from(s: EndpointSlice) -> Object {
-        Object::EndpointSlice(Box::new(s))
-    }
-}
-
-impl From<Node> for Object {
-    fn from(n: Node) -> Object {
-        Object::Node(Box::new(n))
     }
 }
 

@@ -9,13 +9,13 @@
 //! us read `apiVersion`, `kind` and the name before the typed decode, so a document that fails to
 //! decode is still reported by name and documents of other kinds are skipped without decoding.
 
-use k8s_openapi::api::core::v1::{Node, Service};
-use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::core::v1::Node;
 use serde_json::{Map, Value};
 
 use super::identity::{self, default_namespace, raw_label};
 use super::split::split;
 use super::warning::{Place, Problem, Skipped, Warning};
+use crate::cluster::source::lean::{EndpointSlice, Service};
 use crate::cluster::source::{Kind, Object};
 
 /// Largest text [`parse`] accepts, in bytes. The API server refuses requests over 3 MiB, so this

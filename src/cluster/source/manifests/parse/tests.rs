@@ -298,7 +298,7 @@ fn only_yaml_1_2_booleans_are_booleans() {
         "n.yaml",
     );
     assert_eq!(labels(&node), ["Node n"]);
-    let text = "apiVersion: v1\nkind: Service\nmetadata: {name: a}\nspec: {publishNotReadyAddresses: yes}\n";
+    let text = "apiVersion: v1\nkind: Service\nmetadata: {name: a}\nspec: {allocateLoadBalancerNodePorts: yes}\n";
     assert!(matches!(
         problems(&parse(text, "b.yaml"))[..],
         [Problem::Decode(_)]
@@ -310,7 +310,7 @@ fn only_yaml_1_2_booleans_are_booleans() {
             .spec
             .as_ref()
             .unwrap()
-            .publish_not_ready_addresses,
+            .allocate_load_balancer_node_ports,
         Some(true)
     );
 }
