@@ -43,11 +43,16 @@ pub struct Chosen {
     pub present: Presence,
 }
 
-/// Resolves once the endpoint it was taken for is no longer among the listener's endpoints.
-#[derive(Debug)]
+/// Tells whether the endpoint it was taken for is still among the listener's endpoints.
+#[derive(Clone, Debug)]
 pub struct Presence(watch::Receiver<()>);
 
 impl Presence {
+    /// Whether the endpoint has been removed (or the listener closed), without waiting.
+    pub fn is_removed(&self) -> bool {
+        self.0.has_changed().is_err()
+    }
+
     /// Waits until the endpoint is removed (or the listener closed). Cancel-safe.
     pub async fn removed(&mut self) {
         while self.0.changed().await.is_ok() {}

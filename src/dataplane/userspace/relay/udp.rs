@@ -40,6 +40,7 @@ type Flows = Arc<Mutex<HashMap<SocketAddr, Arc<Flow>>>>;
 struct Flow {
     upstream: UdpSocket,
     endpoint: SocketAddr,
+    present: Presence,
     started: Instant,
     /// Milliseconds from `started` to the last datagram either way.
     last_active: AtomicU64,
@@ -61,6 +62,11 @@ impl Flow {
 pub async fn serve(listener: UdpSocket, service: Arc<Service>, idle: Duration) {
     let listener = Arc::new(listener);
     let flows: Flows = Arc::default();
+    // The replies go out with `try_send_to`: see `connect` on a new socket's readiness.
+    if let Err(error) = listener.writable().await {
+        tracing::warn!(service = %service.name, %error, "udp listener failed");
+        return;
+    }
     loop {
         if let Err(error) = listener.readable().await {
             tracing::warn!(service = %service.name, %error, "udp listener failed");
@@ -90,8 +96,16 @@ pub async fn serve(listener: UdpSocket, service: Arc<Service>, idle: Duration) {
     }
 }
 
+/// The client's flow, unless its endpoint has been removed: the flow's task may not have
+/// noticed yet, but the datagram must already go to the endpoints current now.
 fn existing(flows: &Flows, client: SocketAddr) -> Option<Arc<Flow>> {
-    lock(flows).get(&client).cloned()
+    let mut flows = lock(flows);
+    let flow = flows.get(&client)?;
+    if flow.present.is_removed() {
+        flows.remove(&client);
+        return None;
+    }
+    Some(Arc::clone(flow))
 }
 
 /// Sends one client datagram to the flow's endpoint. A datagram the socket cannot take at
@@ -135,6 +149,7 @@ async fn open(
     let flow = Arc::new(Flow {
         upstream,
         endpoint,
+        present: chosen.present.clone(),
         started: now,
         last_active: AtomicU64::new(0),
     });
@@ -162,6 +177,10 @@ async fn connect(endpoint: SocketAddr) -> io::Result<UdpSocket> {
     };
     let socket = UdpSocket::bind(SocketAddr::new(any, 0)).await?;
     socket.connect(endpoint).await?;
+    // tokio's `try_send` answers from the readiness its reactor has seen, and a new socket
+    // has none until the reactor's first turn: wait for it once, so the flow's first
+    // datagram is not dropped as though the socket were full.
+    socket.writable().await?;
     Ok(socket)
 }
 
