@@ -19,4 +19,9 @@
 //! - Lab scenarios in this mode, metrics export of the relay's counters under our prefix, and
 //!   `--nodeport-localhost` for nftables mode (NodePorts on 127.0.0.1 through this relay).
 
+pub mod apply;
+pub mod plan;
+pub mod ports;
 pub mod relay;
+
+pub use apply::UserspaceDataplane;
