@@ -9,7 +9,7 @@
 //! within `timeoutSeconds` of that previous connection. An endpoint that fails a dial loses
 //! the client, so a retry is free to go elsewhere.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
@@ -80,8 +80,8 @@ impl Balancer {
             (_, None) => None,
             (Some(mut kept), Some(timeout)) => {
                 kept.timeout = timeout;
-                let endpoints = &self.endpoints;
-                kept.clients.retain(|_, s| endpoints.contains(&s.endpoint));
+                let present: HashSet<&SocketAddr> = self.endpoints.iter().collect();
+                kept.clients.retain(|_, s| present.contains(&s.endpoint));
                 Some(kept)
             }
             (None, Some(timeout)) => Some(Affinity {
@@ -135,12 +135,15 @@ impl Balancer {
     }
 
     /// The endpoint `client` is stuck to, refreshed, if its affinity is still valid and the
-    /// endpoint is neither gone nor already failed for this connection.
+    /// endpoint has not already failed for this connection. The endpoint is present: [`set`]
+    /// drops the clients of the endpoints it removes.
+    ///
+    /// [`set`]: Balancer::set
     fn sticky(&mut self, client: IpAddr, tried: &[SocketAddr], now: Instant) -> Option<SocketAddr> {
         let affinity = self.affinity.as_mut()?;
         let sticky = affinity.clients.get_mut(&client)?;
         let fresh = now.saturating_duration_since(sticky.last_used) <= affinity.timeout;
-        if fresh && !tried.contains(&sticky.endpoint) && self.endpoints.contains(&sticky.endpoint) {
+        if fresh && !tried.contains(&sticky.endpoint) {
             sticky.last_used = now;
             Some(sticky.endpoint)
         } else {

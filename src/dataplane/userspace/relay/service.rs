@@ -4,7 +4,7 @@
 //! The only lock is a short one around the balancer and the endpoint table, held for a pick
 //! or an update and never across an await.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -103,7 +103,8 @@ impl Service {
     /// still present are kept, those to removed endpoints are told to close.
     pub fn update(&self, endpoints: Vec<SocketAddr>, affinity: Option<Duration>) {
         let mut table = self.lock();
-        table.present.retain(|e, _| endpoints.contains(e));
+        let wanted: HashSet<&SocketAddr> = endpoints.iter().collect();
+        table.present.retain(|e, _| wanted.contains(e));
         for e in &endpoints {
             table
                 .present
