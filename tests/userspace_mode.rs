@@ -192,3 +192,51 @@ fn syncs_open_update_and_close_listeners_that_relay_to_the_selected_endpoints() 
         },
     );
 }
+
+#[test]
+fn a_port_held_by_another_program_is_skipped_and_a_full_range_fails_the_sync() {
+    let dir = tempfile::tempdir().unwrap();
+    in_netns(
+        |ns| {
+            ns.output("ip", &["addr", "add", "10.244.1.2/32", "dev", "lo"]);
+        },
+        || async {
+            pod("10.244.1.2:8080", "a").await;
+            let other = std::net::TcpListener::bind("127.0.0.1:30200").unwrap();
+            let range = PortRange::parse("30200-30201").unwrap();
+            let local = "127.0.0.1".parse().unwrap();
+            let mut dp = UserspaceDataplane::new(Settings::default(), range, local);
+            let none = Changes::default();
+            let web = snapshot(dir.path(), &manifests(&["10.244.1.2"], true));
+            dp.sync(&web, &none, true).expect("sync");
+            let at = listener_of(&dp, "web").expect("a web listener");
+            assert_eq!(at, addr("127.0.0.1:30201"), "the port after the taken one");
+            assert_eq!(greeting(at).await.1, "a");
+
+            let nodeport = manifests(&["10.244.1.2"], true)
+                .replace(
+                    "  clusterIP: 10.96.0.10\n",
+                    "  type: NodePort\n  clusterIP: 10.96.0.10\n",
+                )
+                .replace("targetPort: 8080}", "targetPort: 8080, nodePort: 30080}");
+            let wants_two = snapshot(dir.path(), &nodeport);
+            let error = dp.sync(&wants_two, &none, false).expect_err("no port left");
+            assert!(error.to_string().contains("external"), "{error}");
+            assert_eq!(
+                listener_of(&dp, "web"),
+                Some(at),
+                "what was open stays open"
+            );
+
+            drop(other);
+            dp.sync(&wants_two, &none, false)
+                .expect("the retry finds the port");
+            let external: Vec<SocketAddr> = dp
+                .listening()
+                .filter(|(k, _)| k.traffic == Traffic::External)
+                .map(|(_, at)| at)
+                .collect();
+            assert_eq!(external, [addr("127.0.0.1:30200")]);
+        },
+    );
+}

@@ -358,6 +358,30 @@ fn udp_endpoint_change_moves_new_flows() {
     );
 }
 
+#[test]
+fn udp_flow_to_an_unreachable_endpoint_ends_and_the_next_goes_elsewhere() {
+    in_netns(
+        |_| {},
+        || async {
+            let closed = addr("127.0.0.3:5353");
+            let b = udp_pod("127.0.0.2:5353", "b").await;
+            let relay = Relay::new(Settings {
+                udp_idle_timeout: Duration::from_secs(30),
+                ..settings()
+            });
+            let listener = relay
+                .listen_udp(addr("127.0.0.1:0"), target(&[closed, b], None))
+                .expect("relay listens");
+            let client = UdpSocket::bind(addr("127.0.0.1:0")).await.unwrap();
+            let to = listener.local_addr();
+            client.send_to(b"lost", to).await.unwrap();
+            // The kernel answers the flow's socket with port unreachable: the flow ends.
+            counters_until(&listener, |c| c.dial_failures == 1 && c.active == 0).await;
+            assert_eq!(exchange(&client, to, "again").await.0, "b:again");
+        },
+    );
+}
+
 /// Sends `text` to `to` and returns the reply and where it came from.
 async fn exchange(socket: &UdpSocket, to: SocketAddr, text: &str) -> (String, SocketAddr) {
     socket.send_to(text.as_bytes(), to).await.unwrap();

@@ -15,6 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use tokio::io::{Interest, Ready};
 use tokio::net::UdpSocket;
 use tokio::time::Instant;
 
@@ -201,8 +202,8 @@ impl FlowTask {
         loop {
             let deadline = self.flow.idle_deadline(self.idle);
             tokio::select! {
-                ready = self.flow.upstream.readable() => {
-                    if let Err(error) = ready.and_then(|()| self.replies()) {
+                ready = self.flow.upstream.ready(Interest::READABLE | Interest::ERROR) => {
+                    if let Err(error) = ready.and_then(|ready| self.on_ready(ready)) {
                         tracing::debug!(service = %self.service.name, endpoint = %self.flow.endpoint, %error, "udp flow ended");
                         self.service.failed(self.client.ip(), self.flow.endpoint);
                         break;
@@ -223,6 +224,17 @@ impl FlowTask {
         {
             flows.remove(&self.client);
         }
+    }
+
+    /// An ICMP error from the endpoint (port unreachable, say) is a socket error, which
+    /// readiness reports apart from readable data and only `take_error` reads: it ends the
+    /// flow. Otherwise the replies go back.
+    fn on_ready(&self, ready: Ready) -> io::Result<()> {
+        if ready.is_error() {
+            let error = self.flow.upstream.take_error()?;
+            return Err(error.unwrap_or_else(|| io::Error::other("socket error")));
+        }
+        self.replies()
     }
 
     /// Passes every reply waiting on the flow's socket back to the client; an error is the
