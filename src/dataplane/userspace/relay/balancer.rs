@@ -283,6 +283,53 @@ mod tests {
         assert_eq!(picks(&mut b, client(1), 2, now), [ep(2), ep(1)]);
     }
 
+    proptest::proptest! {
+        /// Without affinity, any `rounds` full rounds of picks give every endpoint the same
+        /// share, wherever round-robin stood and however the list was replaced before.
+        #[test]
+        fn round_robin_is_fair_after_any_update(
+            before in 1usize..8,
+            after in 1usize..8,
+            warmup in 0usize..20,
+            rounds in 1usize..4,
+        ) {
+            let now = Instant::now();
+            let mut b = Balancer::new((1..=before as u8).map(ep).collect(), None);
+            picks(&mut b, client(1), warmup, now);
+            b.set((1..=after as u8).map(ep).collect(), None);
+            let got = picks(&mut b, client(1), after * rounds, now);
+            for e in b.endpoints() {
+                let share = got.iter().filter(|g| *g == e).count();
+                proptest::prop_assert_eq!(share, rounds, "{} in {:?}", e, got);
+            }
+        }
+
+        /// A retry never goes back to an endpoint it tried while an untried one remains, and
+        /// says so when it must.
+        #[test]
+        fn retries_prefer_untried_endpoints(
+            count in 1usize..8,
+            tried_mask in 0u8..255,
+            affinity in proptest::bool::ANY,
+        ) {
+            let now = Instant::now();
+            let endpoints: Vec<SocketAddr> = (1..=count as u8).map(ep).collect();
+            let tried: Vec<SocketAddr> = endpoints
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| tried_mask & (1 << i) != 0)
+                .map(|(_, e)| *e)
+                .collect();
+            let timeout = affinity.then(|| Duration::from_secs(10));
+            let mut b = Balancer::new(endpoints.clone(), timeout);
+            b.pick(client(1), &[], now);
+            let pick = b.pick(client(1), &tried, now).unwrap();
+            let all_tried = tried.len() == endpoints.len();
+            proptest::prop_assert_eq!(pick.revisit, all_tried);
+            proptest::prop_assert!(all_tried || !tried.contains(&pick.endpoint));
+        }
+    }
+
     #[test]
     fn expired_clients_are_swept_as_the_table_grows() {
         let t0 = Instant::now();
