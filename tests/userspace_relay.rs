@@ -382,6 +382,30 @@ fn udp_flow_to_an_unreachable_endpoint_ends_and_the_next_goes_elsewhere() {
     );
 }
 
+#[test]
+fn ipv6_listeners_relay_tcp_and_udp() {
+    in_netns(
+        |_| {},
+        || async {
+            let a = pod("[::1]:0", "a").await;
+            let b = pod("[::1]:0", "b").await;
+            let ua = udp_pod("[::1]:0", "a").await;
+            let relay = Relay::new(settings());
+            let tcp = relay
+                .listen_tcp(addr("[::1]:0"), target(&[a, b], None))
+                .expect("relay listens");
+            let seen = [connect(&tcp).await.pod, connect(&tcp).await.pod];
+            assert_eq!(seen, ["a", "b"]);
+            let udp = relay
+                .listen_udp(addr("[::1]:0"), target(&[ua], None))
+                .expect("relay listens");
+            let client = UdpSocket::bind(addr("[::1]:0")).await.unwrap();
+            let to = udp.local_addr();
+            assert_eq!(exchange(&client, to, "hi").await, ("a:hi".to_owned(), to));
+        },
+    );
+}
+
 /// Sends `text` to `to` and returns the reply and where it came from.
 async fn exchange(socket: &UdpSocket, to: SocketAddr, text: &str) -> (String, SocketAddr) {
     socket.send_to(text.as_bytes(), to).await.unwrap();
