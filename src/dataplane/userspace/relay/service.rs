@@ -31,9 +31,12 @@ pub struct Service {
 #[derive(Debug)]
 struct Table {
     balancer: Balancer,
-    /// One sender per present endpoint. Connections hold a receiver; dropping the sender
-    /// (endpoint removed, or the listener closed) is what tells them to close.
-    present: HashMap<SocketAddr, watch::Sender<()>>,
+    /// One sender per present endpoint that has had a connection since the last update:
+    /// made at its first pick, so an idle listener holds none (a watch channel is a few
+    /// hundred bytes; a listener may have hundreds of endpoints). Connections hold a
+    /// receiver; dropping the sender (endpoint removed, or the listener closed) is what tells
+    /// them to close.
+    watched: HashMap<SocketAddr, watch::Sender<()>>,
 }
 
 /// An endpoint chosen for a dial, with the signal that it has been removed since.
@@ -90,7 +93,7 @@ impl Service {
             dial,
             table: Mutex::new(Table {
                 balancer: Balancer::new(Vec::new(), None),
-                present: HashMap::new(),
+                watched: HashMap::new(),
             }),
             permits: Arc::new(Semaphore::new(limit.min(Semaphore::MAX_PERMITS))),
             global,
@@ -104,19 +107,19 @@ impl Service {
     pub fn update(&self, endpoints: Vec<SocketAddr>, affinity: Option<Duration>) {
         let mut table = self.lock();
         let wanted: HashSet<&SocketAddr> = endpoints.iter().collect();
-        table.present.retain(|e, _| wanted.contains(e));
-        for e in &endpoints {
-            table
-                .present
-                .entry(*e)
-                .or_insert_with(|| watch::Sender::new(()));
-        }
+        // Senders no connection listens to any more go too; a later pick makes a new one.
+        table
+            .watched
+            .retain(|e, sender| wanted.contains(e) && sender.receiver_count() > 0);
         table.balancer.set(endpoints, affinity);
     }
 
-    /// Tells every connection to close: the listener is going away.
+    /// Tells every connection to close, and leaves nothing to pick: the listener is going
+    /// away.
     pub fn close_all(&self) {
-        self.lock().present.clear();
+        let mut table = self.lock();
+        table.watched.clear();
+        table.balancer.set(Vec::new(), None);
     }
 
     /// Admits one more connection, or counts it as over the limit and returns `None`.
@@ -144,7 +147,11 @@ impl Service {
     pub fn pick(&self, client: IpAddr, tried: &[SocketAddr], now: Instant) -> Option<Chosen> {
         let mut table = self.lock();
         let pick = table.balancer.pick(client, tried, now)?;
-        let present = Presence(table.present.get(&pick.endpoint)?.subscribe());
+        let sender = table
+            .watched
+            .entry(pick.endpoint)
+            .or_insert_with(|| watch::Sender::new(()));
+        let present = Presence(sender.subscribe());
         Some(Chosen { pick, present })
     }
 
