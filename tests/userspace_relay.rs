@@ -35,17 +35,18 @@ fn settings() -> Settings {
     }
 }
 
-fn target(endpoints: &[SocketAddr], affinity: Option<Duration>) -> Target {
+fn target(relay: &Relay, endpoints: &[SocketAddr], affinity: Option<Duration>) -> Target {
     Target {
         name: "test/web:http IPv4".into(),
         endpoints: endpoints.to_vec(),
         affinity,
+        limit: relay.service_limit(),
     }
 }
 
 fn tcp_listener(relay: &Relay, endpoints: &[SocketAddr], affinity: Option<Duration>) -> Listener {
     relay
-        .listen_tcp(addr("127.0.0.1:0"), target(endpoints, affinity))
+        .listen_tcp(addr("127.0.0.1:0"), target(relay, endpoints, affinity))
         .expect("relay listens")
 }
 
@@ -283,13 +284,13 @@ fn affinity_keeps_a_client_on_one_endpoint() {
 }
 
 #[test]
-fn connections_beyond_the_listener_limit_are_refused() {
+fn connections_beyond_the_service_limit_are_refused() {
     in_netns(
         |_| {},
         || async {
             let a = pod("127.0.0.2:8080", "a").await;
             let relay = Relay::new(Settings {
-                max_connections_per_listener: 1,
+                max_connections_per_service: 1,
                 ..settings()
             });
             let listener = tcp_listener(&relay, &[a], None);
@@ -300,6 +301,33 @@ fn connections_beyond_the_listener_limit_are_refused() {
             drop(first);
             counters_until(&listener, |c| c.active == 0).await;
             assert_eq!(connect(&listener).await.pod, "a", "room again");
+        },
+    );
+}
+
+#[test]
+fn listeners_of_one_service_share_its_limit() {
+    in_netns(
+        |_| {},
+        || async {
+            let a = pod("127.0.0.2:8080", "a").await;
+            let relay = Relay::new(Settings {
+                max_connections_per_service: 1,
+                ..settings()
+            });
+            let shared = target(&relay, &[a], None);
+            let internal = relay
+                .listen_tcp(addr("127.0.0.1:0"), shared.clone())
+                .expect("relay listens");
+            let external = relay
+                .listen_tcp(addr("127.0.0.1:0"), shared)
+                .expect("relay listens");
+            let other_service = tcp_listener(&relay, &[a], None);
+            let _held = connect(&internal).await;
+            let refused = TcpStream::connect(external.local_addr()).await.unwrap();
+            assert_closed(&mut BufReader::new(refused)).await;
+            assert_eq!(external.counters().over_limit, 1);
+            assert_eq!(connect(&other_service).await.pod, "a", "its own limit");
         },
     );
 }
@@ -316,7 +344,7 @@ fn udp_round_trip_comes_back_from_the_listener_and_idle_flows_expire() {
                 ..settings()
             });
             let listener = relay
-                .listen_udp(addr("127.0.0.1:0"), target(&[a, b], None))
+                .listen_udp(addr("127.0.0.1:0"), target(&relay, &[a, b], None))
                 .expect("relay listens");
             let one = UdpSocket::bind(addr("127.0.0.1:0")).await.unwrap();
             let two = UdpSocket::bind(addr("127.0.0.1:0")).await.unwrap();
@@ -346,7 +374,7 @@ fn udp_endpoint_change_moves_new_flows() {
                 ..settings()
             });
             let listener = relay
-                .listen_udp(addr("127.0.0.1:0"), target(&[a], None))
+                .listen_udp(addr("127.0.0.1:0"), target(&relay, &[a], None))
                 .expect("relay listens");
             let client = UdpSocket::bind(addr("127.0.0.1:0")).await.unwrap();
             let to = listener.local_addr();
@@ -370,7 +398,7 @@ fn udp_flow_to_an_unreachable_endpoint_ends_and_the_next_goes_elsewhere() {
                 ..settings()
             });
             let listener = relay
-                .listen_udp(addr("127.0.0.1:0"), target(&[closed, b], None))
+                .listen_udp(addr("127.0.0.1:0"), target(&relay, &[closed, b], None))
                 .expect("relay listens");
             let client = UdpSocket::bind(addr("127.0.0.1:0")).await.unwrap();
             let to = listener.local_addr();
@@ -392,12 +420,12 @@ fn ipv6_listeners_relay_tcp_and_udp() {
             let ua = udp_pod("[::1]:0", "a").await;
             let relay = Relay::new(settings());
             let tcp = relay
-                .listen_tcp(addr("[::1]:0"), target(&[a, b], None))
+                .listen_tcp(addr("[::1]:0"), target(&relay, &[a, b], None))
                 .expect("relay listens");
             let seen = [connect(&tcp).await.pod, connect(&tcp).await.pod];
             assert_eq!(seen, ["a", "b"]);
             let udp = relay
-                .listen_udp(addr("[::1]:0"), target(&[ua], None))
+                .listen_udp(addr("[::1]:0"), target(&relay, &[ua], None))
                 .expect("relay listens");
             let client = UdpSocket::bind(addr("[::1]:0")).await.unwrap();
             let to = udp.local_addr();

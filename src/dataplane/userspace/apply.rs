@@ -12,12 +12,12 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
-use crate::cluster::{Changes, IpFamily, Snapshot};
+use crate::cluster::{Changes, IpFamily, ServiceKey, Snapshot};
 use crate::dataplane::{Dataplane, FamilyReport, SyncError, SyncReport};
 
 use super::plan::{self, Key, Listeners, Spec, Transport};
 use super::ports::PortRange;
-use super::relay::{CounterValues, Listener, Relay, Settings, Target};
+use super::relay::{CounterValues, Limit, Listener, Relay, Settings, Target};
 
 /// The mode's name as `--proxy-mode` spells it.
 pub const MODE: &str = "userspace";
@@ -34,6 +34,8 @@ pub struct UserspaceDataplane {
     open: BTreeMap<Key, Open>,
     /// Ports our TCP and UDP listeners hold, so a range hands each port out once.
     taken: BTreeMap<Transport, BTreeSet<u16>>,
+    /// Each Service's connection limit, shared by its listeners; kept while it has one.
+    limits: BTreeMap<ServiceKey, Limit>,
 }
 
 #[derive(Debug)]
@@ -52,6 +54,7 @@ impl UserspaceDataplane {
             bind,
             open: BTreeMap::new(),
             taken: BTreeMap::new(),
+            limits: BTreeMap::new(),
         }
     }
 
@@ -103,6 +106,9 @@ impl UserspaceDataplane {
                 },
             }
         }
+        let open = &self.open;
+        self.limits
+            .retain(|service, _| open.keys().any(|k| &k.port.service == service));
         (operations, failed)
     }
 
@@ -114,6 +120,11 @@ impl UserspaceDataplane {
             (IpFamily::V6, _) => Ipv6Addr::UNSPECIFIED.into(),
         };
         let transport = spec.transport;
+        let limit = self
+            .limits
+            .entry(key.port.service.clone())
+            .or_insert_with(|| self.relay.service_limit())
+            .clone();
         let taken = self.taken.entry(transport).or_default();
         let mut last = io::Error::new(io::ErrorKind::AddrInUse, "every port of the range is ours");
         let mut bound = None;
@@ -122,6 +133,7 @@ impl UserspaceDataplane {
                 name: plan::name(key).into(),
                 endpoints: spec.endpoints.clone(),
                 affinity: spec.affinity,
+                limit: limit.clone(),
             };
             let at = SocketAddr::new(address, port);
             let opened = match spec.transport {

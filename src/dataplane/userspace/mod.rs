@@ -15,7 +15,7 @@
 //!   timeout, dials bounded by a timeout and retried on the next endpoint with backoff,
 //!   relaying both ways with half-close, live endpoint changes (connections to removed
 //!   endpoints close, the others stay), UDP flows with an idle timeout, connection limits per
-//!   listener and overall, and counters per listener.
+//!   Service (shared by its listeners) and overall, and counters per listener.
 //! - [`plan`]: the listeners a snapshot asks for. ClusterIP traffic and external traffic
 //!   (NodePort, externalIPs, LoadBalancer IPs) get separate listeners, since their traffic
 //!   policies may select different endpoints.

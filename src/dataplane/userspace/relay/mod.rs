@@ -2,7 +2,7 @@
 //!
 //! ```text
 //!   client ──▶ Listener (one per service port and family, TCP or UDP)
-//!                │ admit: per-listener and relay-wide connection limits
+//!                │ admit: the Service's and the relay-wide connection limits
 //!                │ pick:  round-robin over the model's endpoints, ClientIP affinity  (balancer)
 //!                │ dial:  timeout per attempt, next endpoint on failure, backoff     (dial_policy)
 //!                ▼
@@ -34,6 +34,7 @@ use tokio::task::AbortHandle;
 
 pub use counters::CounterValues;
 pub use dial_policy::DialPolicy;
+pub use service::Limit;
 
 use service::Service;
 
@@ -41,9 +42,10 @@ use service::Service;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Settings {
     pub dial: DialPolicy,
-    /// Connections (and UDP flows) one listener relays at once; more are reset on accept
-    /// (UDP: their first datagram is dropped).
-    pub max_connections_per_listener: usize,
+    /// Connections (and UDP flows) one Service's listeners relay at once, together, through
+    /// the [`Limit`] from [`Relay::service_limit`]; more are reset on accept (UDP: their
+    /// first datagram is dropped).
+    pub max_connections_per_service: usize,
     /// Connections and flows relayed at once over every listener.
     pub max_connections: usize,
     /// A UDP flow with no datagram either way for this long ends (`--udp-timeout`).
@@ -51,21 +53,22 @@ pub struct Settings {
 }
 
 impl Default for Settings {
-    /// Per listener, the 10,000 connections the memory goal is set for (under 100 MB idle;
+    /// Per Service, the 10,000 connections the memory goal is set for (under 100 MB idle;
     /// about 3 KB each as measured in this phase); overall, ten times that. UDP flows idle
     /// out after 250 ms, upstream's `--udp-timeout` default for its userspace mode.
     fn default() -> Settings {
         Settings {
             dial: DialPolicy::default(),
-            max_connections_per_listener: 10_000,
+            max_connections_per_service: 10_000,
             max_connections: 100_000,
             udp_idle_timeout: Duration::from_millis(250),
         }
     }
 }
 
-/// What a listener serves: a name for its logs, its endpoints and its affinity.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// What a listener serves: a name for its logs, its endpoints and its affinity, and the
+/// limit it shares with its Service's other listeners.
+#[derive(Clone, Debug)]
 pub struct Target {
     /// The service port and family, as logs should name it (`default/web:http IPv4`).
     pub name: Arc<str>,
@@ -74,6 +77,7 @@ pub struct Target {
     pub endpoints: Vec<SocketAddr>,
     /// The Service's ClientIP affinity timeout; `None` without affinity.
     pub affinity: Option<Duration>,
+    pub limit: Limit,
 }
 
 /// Opens listeners; holds the relay-wide connection limit they share.
@@ -121,13 +125,19 @@ impl Relay {
         })
     }
 
+    /// A new Service's connection limit (`max_connections_per_service`), for all of that
+    /// Service's listeners to share.
+    pub fn service_limit(&self) -> Limit {
+        Limit::new(self.settings.max_connections_per_service)
+    }
+
     fn service(&self, target: Target) -> Arc<Service> {
         Arc::new(Service::new(
             target.name,
             target.endpoints,
             target.affinity,
             self.settings.dial.clone(),
-            self.settings.max_connections_per_listener,
+            target.limit,
             Arc::clone(&self.global),
         ))
     }

@@ -62,6 +62,20 @@ impl Presence {
     }
 }
 
+/// A connection limit several listeners share: a Service's, over its ports, families and
+/// kinds of traffic, so one busy Service cannot take every connection the node allows.
+#[derive(Clone, Debug)]
+pub struct Limit(Arc<Semaphore>);
+
+impl Limit {
+    /// At most `connections` at once (UDP: flows); 0 admits none.
+    pub fn new(connections: usize) -> Limit {
+        Limit(Arc::new(Semaphore::new(
+            connections.min(Semaphore::MAX_PERMITS),
+        )))
+    }
+}
+
 /// A connection or flow counted against the limits: the permits are returned, and the
 /// active count lowered, when it is dropped.
 #[derive(Debug)]
@@ -77,14 +91,14 @@ impl Drop for Admission {
 }
 
 impl Service {
-    /// `limit`: at most this many connections at once on this listener; `global`: the
-    /// relay-wide limit every listener draws from.
+    /// `limit`: the Service's, shared with its other listeners; `global`: the relay-wide
+    /// limit every listener draws from.
     pub fn new(
         name: Arc<str>,
         endpoints: Vec<SocketAddr>,
         affinity: Option<Duration>,
         dial: DialPolicy,
-        limit: usize,
+        limit: Limit,
         global: Arc<Semaphore>,
     ) -> Service {
         let service = Service {
@@ -95,7 +109,7 @@ impl Service {
                 balancer: Balancer::new(Vec::new(), None),
                 watched: HashMap::new(),
             }),
-            permits: Arc::new(Semaphore::new(limit.min(Semaphore::MAX_PERMITS))),
+            permits: limit.0,
             global,
         };
         service.update(endpoints, affinity);
