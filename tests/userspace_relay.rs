@@ -182,13 +182,22 @@ fn client_is_refused_when_every_endpoint_fails() {
         |_| {},
         || async {
             let refusing = [addr("127.0.0.3:8080"), addr("127.0.0.5:8080")];
-            let relay = Relay::new(settings());
+            let backoff = Duration::from_millis(200);
+            let relay = Relay::new(Settings {
+                dial: DialPolicy::new(vec![Duration::from_millis(300); 4], backoff),
+                ..settings()
+            });
             let listener = tcp_listener(&relay, &refusing, None);
+            let started = Instant::now();
             let stream = TcpStream::connect(listener.local_addr()).await.unwrap();
             assert_closed(&mut BufReader::new(stream)).await;
+            // Two fresh endpoints without pause, then two revisits: 200 ms, then 400 ms.
+            let took = started.elapsed();
+            assert!(took >= backoff * 3, "revisits backed off: {took:?}");
+            assert!(took < backoff * 3 + STEP, "{took:?}");
             let counters = listener.counters();
-            assert_eq!(counters.dial_failures, 3, "every attempt: {counters:?}");
-            assert_eq!(counters.retries, 2);
+            assert_eq!(counters.dial_failures, 4, "every attempt: {counters:?}");
+            assert_eq!(counters.retries, 3);
             assert_eq!(counters.no_endpoint, 1);
             assert_eq!(counters.active, 0);
         },
