@@ -20,6 +20,8 @@
 //!   (NodePort, externalIPs, LoadBalancer IPs) get separate listeners, since their traffic
 //!   policies may select different endpoints.
 //! - [`ports`]: `portRange` (upstream's field for this mode) or kernel-chosen ports.
+//! - [`render`]: the listeners as `plan` prints them, saying that the client's address is
+//!   not preserved in this mode.
 //! - [`apply`]: [`UserspaceDataplane`], the `Dataplane` for `--proxy-mode userspace`:
 //!   reconciles the listeners at each sync; listeners bind `--bind-address`.
 //!
@@ -42,5 +44,6 @@ pub mod apply;
 pub mod plan;
 pub mod ports;
 pub mod relay;
+pub mod render;
 
 pub use apply::UserspaceDataplane;
