@@ -32,8 +32,9 @@
 //!   Service without endpoints refused by a rule (the relay can only reset an accepted
 //!   connection), and external `Local` traffic from pods and the node sent to the internal
 //!   listener when no local endpoint exists (the other modes' short-circuit).
-//! - Lab scenarios in this mode; the client's address is not preserved (the relay dials from
-//!   the node), which `plan` and the docs must say.
+//! - Lab scenarios in this mode, and the operator docs (`docs/operations.md`), which must say
+//!   what `plan` already says: the client's address is not preserved (the relay dials from
+//!   the node).
 //! - Metrics export of the relay's counters under our prefix ([`relay::CounterValues`], read
 //!   through [`UserspaceDataplane::counters`]), and flags for the connection limits and the
 //!   UDP idle timeout (`--udp-timeout`); [`relay::Settings::default`] applies until then.
