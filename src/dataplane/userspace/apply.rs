@@ -106,9 +106,8 @@ impl UserspaceDataplane {
                 },
             }
         }
-        let open = &self.open;
-        self.limits
-            .retain(|service, _| open.keys().any(|k| &k.port.service == service));
+        let serving: BTreeSet<&ServiceKey> = self.open.keys().map(|k| &k.port.service).collect();
+        self.limits.retain(|service, _| serving.contains(service));
         (operations, failed)
     }
 
