@@ -50,6 +50,12 @@ fn tcp_listener(relay: &Relay, endpoints: &[SocketAddr], affinity: Option<Durati
         .expect("relay listens")
 }
 
+fn udp_listener(relay: &Relay, endpoints: &[SocketAddr]) -> Listener {
+    relay
+        .listen_udp(addr("127.0.0.1:0"), target(relay, endpoints, None))
+        .expect("relay listens")
+}
+
 /// A client connection through the relay, with the pod's greeting read.
 struct Client {
     stream: BufReader<TcpStream>,
@@ -352,9 +358,7 @@ fn udp_round_trip_comes_back_from_the_listener_and_idle_flows_expire() {
                 udp_idle_timeout: Duration::from_millis(300),
                 ..settings()
             });
-            let listener = relay
-                .listen_udp(addr("127.0.0.1:0"), target(&relay, &[a, b], None))
-                .expect("relay listens");
+            let listener = udp_listener(&relay, &[a, b]);
             let one = UdpSocket::bind(addr("127.0.0.1:0")).await.unwrap();
             let two = UdpSocket::bind(addr("127.0.0.1:0")).await.unwrap();
             let to = listener.local_addr();
@@ -382,9 +386,7 @@ fn udp_endpoint_change_moves_new_flows() {
                 udp_idle_timeout: Duration::from_secs(30),
                 ..settings()
             });
-            let listener = relay
-                .listen_udp(addr("127.0.0.1:0"), target(&relay, &[a], None))
-                .expect("relay listens");
+            let listener = udp_listener(&relay, &[a]);
             let client = UdpSocket::bind(addr("127.0.0.1:0")).await.unwrap();
             let to = listener.local_addr();
             assert_eq!(exchange(&client, to, "x").await.0, "a:x");
@@ -406,9 +408,7 @@ fn udp_flow_to_an_unreachable_endpoint_ends_and_the_next_goes_elsewhere() {
                 udp_idle_timeout: Duration::from_secs(30),
                 ..settings()
             });
-            let listener = relay
-                .listen_udp(addr("127.0.0.1:0"), target(&relay, &[closed, b], None))
-                .expect("relay listens");
+            let listener = udp_listener(&relay, &[closed, b]);
             let client = UdpSocket::bind(addr("127.0.0.1:0")).await.unwrap();
             let to = listener.local_addr();
             client.send_to(b"lost", to).await.unwrap();
