@@ -10,7 +10,7 @@ use kube_proxy_rs::cli::{self, Cli, Command};
 use kube_proxy_rs::cluster::Features;
 use kube_proxy_rs::config::{self, Config, Flags, LogFormat};
 use kube_proxy_rs::conntrack;
-use kube_proxy_rs::dataplane::{self, iptables, ipvs, nftables};
+use kube_proxy_rs::dataplane::{self, iptables, ipvs, nftables, userspace};
 
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -187,6 +187,11 @@ fn main() -> ExitCode {
                 "\n# ipvs: the helper rules this node would program in our nftables table (nft -f -)\n",
             );
             text.push_str(&nftables::render_from_scratch(&tables));
+        }
+        if config.mode == config::ProxyMode::Userspace && format == cli::OutputFormat::Table {
+            let listeners = userspace::plan::plan(&loaded.snapshot);
+            text.push_str("\n# userspace: the listeners this node would open\n");
+            text.push_str(&userspace::render::render(&listeners));
         }
         return emit(&text);
     }

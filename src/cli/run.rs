@@ -16,7 +16,7 @@ use crate::config::{Config, ProxyMode};
 use crate::dataplane::Dataplane;
 use crate::dataplane::monitor::{Drift, Watch};
 use crate::dataplane::nftables::{self, ModeConfig, NftablesDataplane};
-use crate::dataplane::{iptables, ipvs};
+use crate::dataplane::{iptables, ipvs, userspace};
 use crate::sync::{Periods, Runner, Status};
 
 /// Why the proxy could not start.
@@ -53,6 +53,10 @@ pub enum ModeError {
     /// The kernel cannot run the IPVS mode as configured (no `ip_vs`, no such scheduler).
     #[error("IPVS: {0}")]
     Ipvs(#[from] ipvs::apply::Error),
+    /// `portRange` in a form userspace mode cannot read (config validation accepts the same
+    /// forms, so a validated configuration never gives this).
+    #[error("portRange {0:?}: not a port range")]
+    PortRange(String),
 }
 
 /// The dataplane for `config`, after the host set-up its mode needs at start-up (IPVS: the
@@ -89,6 +93,24 @@ pub fn dataplane(config: &Config) -> Result<Mode, ModeError> {
             return Ok(Mode {
                 dataplane: Box::new(dataplane),
                 monitor,
+                traffic: None,
+                ipvs_watch: None,
+            });
+        }
+        ProxyMode::Userspace => {
+            let range = userspace::ports::PortRange::parse(&config.port_range)
+                .ok_or_else(|| ModeError::PortRange(config.port_range.clone()))?;
+            let settings = userspace::relay::Settings::default();
+            let dataplane =
+                userspace::UserspaceDataplane::new(settings, range, config.bind_address);
+            tracing::info!(
+                port_range = %config.port_range,
+                bind_address = %config.bind_address,
+                "userspace mode: relay listeners only, no redirect rules yet"
+            );
+            return Ok(Mode {
+                dataplane: Box::new(dataplane),
+                monitor: None,
                 traffic: None,
                 ipvs_watch: None,
             });

@@ -113,7 +113,7 @@ pub struct Flags {
     #[arg(long, value_name = "VERSION")]
     pub show_hidden_metrics_for_version: Option<String>,
 
-    /// Dataplane: iptables, ipvs or nftables (default: iptables)
+    /// Dataplane: iptables, ipvs, nftables or userspace (default: iptables)
     #[arg(long, value_name = "MODE")]
     pub proxy_mode: Option<String>,
 

@@ -58,7 +58,8 @@ pub fn from_document(f: KubeProxyConfiguration) -> Result<Config, FieldError> {
         ),
     )?;
     let (section, sync, min, min_default) = match c.mode {
-        ProxyMode::Iptables => (
+        // Upstream's userspace mode took its sync periods from the iptables section.
+        ProxyMode::Iptables | ProxyMode::Userspace => (
             "iptables",
             f.iptables.sync_period,
             f.iptables.min_sync_period,

@@ -34,6 +34,9 @@ pub enum ProxyMode {
     Ipvs,
     /// One private nftables table.
     Nftables,
+    /// The proxy relays each connection itself (`dataplane::userspace`); upstream removed its
+    /// own in 1.26.
+    Userspace,
 }
 
 impl ProxyMode {
@@ -43,6 +46,7 @@ impl ProxyMode {
             ProxyMode::Iptables => "iptables",
             ProxyMode::Ipvs => "ipvs",
             ProxyMode::Nftables => "nftables",
+            ProxyMode::Userspace => "userspace",
         }
     }
 }
@@ -124,7 +128,7 @@ impl NodePortAddresses {
                 primary: true,
                 ..Self::default()
             },
-            ProxyMode::Iptables | ProxyMode::Ipvs => NodePortAddresses {
+            ProxyMode::Iptables | ProxyMode::Ipvs | ProxyMode::Userspace => NodePortAddresses {
                 all: true,
                 ..Self::default()
             },
@@ -306,7 +310,7 @@ pub struct Config {
     pub conntrack: Conntrack,
     /// Informer resync period (`configSyncPeriod`).
     pub config_sync_period: Duration,
-    /// Legacy userspace port range (`portRange`); unused by every current mode.
+    /// The ports userspace mode's listeners take (`portRange`); empty: the kernel chooses.
     pub port_range: String,
     /// Run as a Windows service (`windowsRunAsService`).
     pub windows_run_as_service: bool,

@@ -9,7 +9,7 @@ use serde_json::Value;
 
 use super::Warning;
 use super::defaults;
-use super::model::Config;
+use super::model::{Config, ProxyMode};
 
 /// A setting accepted but not acted on: its file path, its flag (if any), and whether a
 /// configuration sets it away from its default.
@@ -85,7 +85,9 @@ const PENDING: &[Pending] = &[
         c.winkernel.forward_health_check_vip
     }),
     pending("windowsRunAsService", None, |c| c.windows_run_as_service),
-    pending("portRange", None, |c| !c.port_range.is_empty()),
+    pending("portRange", None, |c| {
+        !c.port_range.is_empty() && c.mode != ProxyMode::Userspace
+    }),
     pending("logging.flushFrequency", None, |c| {
         c.logging.flush_frequency != defaults::LOG_FLUSH_FREQUENCY
     }),

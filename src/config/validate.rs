@@ -34,12 +34,13 @@ pub fn proxy_mode(text: &str) -> Result<Option<ProxyMode>> {
         "iptables" => Ok(Some(ProxyMode::Iptables)),
         "ipvs" => Ok(Some(ProxyMode::Ipvs)),
         "nftables" => Ok(Some(ProxyMode::Nftables)),
+        "userspace" => Ok(Some(ProxyMode::Userspace)),
         "kernelspace" => Err(
-            "kernelspace is the windows proxy mode; on linux use iptables, ipvs or nftables"
+            "kernelspace is the windows proxy mode; on linux use iptables, ipvs, nftables or userspace"
                 .to_owned(),
         ),
         other => Err(format!(
-            "must be iptables, ipvs, nftables or empty (iptables), got {other:?}"
+            "must be iptables, ipvs, nftables, userspace or empty (iptables), got {other:?}"
         )),
     }
 }
@@ -292,6 +293,7 @@ mod tests {
     fn accepts_good_values() {
         assert_eq!(proxy_mode(""), Ok(None));
         assert_eq!(proxy_mode("nftables"), Ok(Some(ProxyMode::Nftables)));
+        assert_eq!(proxy_mode("userspace"), Ok(Some(ProxyMode::Userspace)));
         assert_eq!(
             detect_local_mode("NodeCIDR"),
             Ok(Some(DetectLocalMode::NodeCidr))
@@ -329,12 +331,12 @@ mod tests {
     fn says_what_is_accepted() {
         let cases: Vec<(Result<()>, &str)> = vec![
             (
-                proxy_mode("userspace").map(drop),
-                "must be iptables, ipvs, nftables or empty (iptables), got \"userspace\"",
+                proxy_mode("ebpf").map(drop),
+                "must be iptables, ipvs, nftables, userspace or empty (iptables), got \"ebpf\"",
             ),
             (
                 proxy_mode("kernelspace").map(drop),
-                "kernelspace is the windows proxy mode; on linux use iptables, ipvs or nftables",
+                "kernelspace is the windows proxy mode; on linux use iptables, ipvs, nftables or userspace",
             ),
             (
                 detect_local_mode("Bridge").map(drop),

@@ -48,6 +48,7 @@ pub mod node;
 pub mod report;
 pub mod tool;
 pub mod traffic;
+pub mod userspace;
 
 pub use report::{FamilyReport, IptablesRules, RuleCounts, SyncReport};
 pub use traffic::{ServiceTraffic, TrafficSource};

@@ -225,6 +225,7 @@ impl Metrics {
                     &i.iptables_partial_restore_failures,
                 ]),
                 ProxyMode::Ipvs => counters.push(&i.iptables_restore_failures),
+                ProxyMode::Userspace => {}
             }
             for c in counters {
                 drop(c.get_or_create(&labels));
@@ -367,6 +368,8 @@ impl Metrics {
                         .inc();
                 }
             }
+            // The relay's failures to open a listener have no upstream metric.
+            ProxyMode::Userspace => {}
         }
     }
 

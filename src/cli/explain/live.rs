@@ -37,6 +37,12 @@ pub fn plan_on_node(
             };
             (Planned::ipvs_on(snapshot, &mode, &host), mode.node)
         }
+        ProxyMode::Userspace => {
+            return Err(
+                "userspace mode has no rules to trace yet (its redirect rules are a later phase)"
+                    .to_owned(),
+            );
+        }
     })
 }
 

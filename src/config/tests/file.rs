@@ -81,6 +81,21 @@ fn pending_file_fields_warn_by_path() {
 }
 
 #[test]
+fn userspace_mode_takes_the_iptables_section_and_acts_on_port_range() {
+    let r = file_body(
+        "mode: userspace\nportRange: 30000-30100\niptables:\n  syncPeriod: 1m\n  minSyncPeriod: 3s\n",
+    )
+    .unwrap();
+    let c = &r.config;
+    assert_eq!(
+        (c.mode, c.sync_period, c.min_sync_period),
+        (ProxyMode::Userspace, secs(60), secs(3))
+    );
+    assert_eq!(c.port_range, "30000-30100");
+    assert!(r.warnings.is_empty(), "{:?}", r.warnings);
+}
+
+#[test]
 fn file_errors_are_one_line_naming_the_field() {
     let p = "config file /etc/kp.yaml: ";
     let cases: &[(&str, &str)] = &[
@@ -129,12 +144,12 @@ fn file_errors_are_one_line_naming_the_field() {
             "configSyncPeriod: invalid duration \"15 minutes\": unknown unit \" minutes\"; use ns, us, ms, s, m or h",
         ),
         (
-            "mode: userspace\n",
-            "mode: must be iptables, ipvs, nftables or empty (iptables), got \"userspace\"",
+            "mode: ebpf\n",
+            "mode: must be iptables, ipvs, nftables, userspace or empty (iptables), got \"ebpf\"",
         ),
         (
             "mode: kernelspace\n",
-            "mode: kernelspace is the windows proxy mode; on linux use iptables, ipvs or nftables",
+            "mode: kernelspace is the windows proxy mode; on linux use iptables, ipvs, nftables or userspace",
         ),
         (
             "detectLocalMode: PodCIDR\n",

@@ -38,6 +38,16 @@ fn round_trip_cases() -> Vec<Config> {
     c.port_range = "1000".into();
     c.winkernel.network_name = "y".into();
     cases.push(c);
+    let mut userspace = from_flags(&[
+        "--proxy-mode=userspace",
+        "--iptables-sync-period=45s",
+        "--iptables-min-sync-period=2s",
+        "--bind-address=10.0.0.1",
+    ])
+    .unwrap()
+    .config;
+    userspace.port_range = "30000-30100".into();
+    cases.push(userspace);
     cases
 }
 

@@ -1,0 +1,50 @@
+//! Userspace mode (issue 21): the proxy carries each connection's bytes itself instead of
+//! leaving them to NAT rules, so it can do what a rule cannot: try another endpoint when one
+//! refuses or does not answer. Upstream removed its userspace proxier in 1.26; this is ours.
+//!
+//! ```text
+//!   Snapshot ──plan──▶ Listeners (one per service port, family, internal/external traffic)
+//!                          │ apply: open / update in place / close, ports from portRange
+//!                          ▼
+//!                      relay::Listener ──▶ endpoints (round-robin, affinity, retries)
+//! ```
+//!
+//! # What this phase covers
+//! - [`relay`]: the relay core on tokio. A TCP or UDP listener per service port and family;
+//!   round-robin over the endpoints the model selected, ClientIP affinity with the Service's
+//!   timeout, dials bounded by a timeout and retried on the next endpoint with backoff,
+//!   relaying both ways with half-close, live endpoint changes (connections to removed
+//!   endpoints close, the others stay), UDP flows with an idle timeout, connection limits per
+//!   Service (shared by its listeners) and overall, and counters per listener.
+//! - [`plan`]: the listeners a snapshot asks for. ClusterIP traffic and external traffic
+//!   (NodePort, externalIPs, LoadBalancer IPs) get separate listeners, since their traffic
+//!   policies may select different endpoints.
+//! - [`ports`]: `portRange` (upstream's field for this mode) or kernel-chosen ports.
+//! - [`render`]: the listeners as `plan` prints them, saying that the client's address is
+//!   not preserved in this mode.
+//! - [`apply`]: [`UserspaceDataplane`], the `Dataplane` for `--proxy-mode userspace`:
+//!   reconciles the listeners at each sync; listeners bind `--bind-address`.
+//!
+//! # What is left
+//! - The redirect rules: our own nftables table sending ClusterIPs, externalIPs, LoadBalancer
+//!   IPs and NodePorts (from pods and from the node) to the listeners. Until then the mode
+//!   opens listeners that only clients dialling them directly reach. With those rules come: a
+//!   Service without endpoints refused by a rule (the relay can only reset an accepted
+//!   connection), and external `Local` traffic from pods and the node sent to the internal
+//!   listener when no local endpoint exists (the other modes' short-circuit).
+//! - Lab scenarios in this mode, and the operator docs (`docs/operations.md`), which must say
+//!   what `plan` already says: the client's address is not preserved (the relay dials from
+//!   the node).
+//! - Metrics export of the relay's counters under our prefix ([`relay::CounterValues`], read
+//!   through [`UserspaceDataplane::counters`]), and flags for the connection limits and the
+//!   UDP idle timeout (`--udp-timeout`); [`relay::Settings::default`] applies until then.
+//! - One task per listener waits in accept; the issue asks for none per idle listener.
+//! - `--nodeport-localhost` for nftables mode (NodePorts on 127.0.0.1 through this relay).
+
+pub mod apply;
+pub mod plan;
+pub mod ports;
+pub mod relay;
+pub mod render;
+
+pub use apply::UserspaceDataplane;

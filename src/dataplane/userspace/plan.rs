@@ -1,0 +1,225 @@
+//! The listeners userspace mode wants: one per service port, family and kind of traffic, with
+//! the endpoints the model selected for that traffic.
+//!
+//! Pure: (Snapshot) → [`Listeners`], no I/O, never fails. Two kinds of traffic, because they
+//! may use different endpoints: ClusterIP traffic follows the Service's internal traffic
+//! policy; NodePort, externalIP and LoadBalancer traffic its external one (the Service API's
+//! `internalTrafficPolicy` and `externalTrafficPolicy`). An external listener exists only for
+//! a port with an external frontend in that family. The client's address does not reach the
+//! endpoint in this mode (the relay dials from the node), so external `Local` keeps its
+//! endpoint choice but not its source-preserving purpose.
+//!
+//! SCTP ports get no listener: the relay carries TCP and UDP.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use crate::cluster::TrafficPolicy;
+use crate::cluster::{Endpoint, FamilyView, IpFamily, Protocol, ServicePortName, Snapshot};
+
+/// Every wanted listener, in snapshot order.
+pub type Listeners = BTreeMap<Key, Spec>;
+
+/// Which traffic of which service port one listener carries.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Key {
+    pub port: ServicePortName,
+    pub family: IpFamily,
+    pub traffic: Traffic,
+}
+
+/// The frontends whose traffic a listener carries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Traffic {
+    /// The ClusterIP: the internal traffic policy applies.
+    Internal,
+    /// NodePorts, externalIPs and LoadBalancer IPs: the external traffic policy applies.
+    External,
+}
+
+impl Traffic {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Traffic::Internal => "internal",
+            Traffic::External => "external",
+        }
+    }
+}
+
+/// The transport a listener accepts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Transport {
+    Tcp,
+    Udp,
+}
+
+/// What one listener relays to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Spec {
+    pub transport: Transport,
+    /// In the model's endpoint order (address, then port): round-robin visits them so.
+    pub endpoints: Vec<SocketAddr>,
+    /// ClientIP affinity timeout; `None` without affinity.
+    pub affinity: Option<Duration>,
+}
+
+/// The listeners `snapshot` asks for.
+pub fn plan(snapshot: &Snapshot) -> Listeners {
+    let mut out = Listeners::new();
+    for state in snapshot.ports.values() {
+        let port = &state.port;
+        let transport = match port.name.protocol {
+            Protocol::Tcp => Transport::Tcp,
+            Protocol::Udp => Transport::Udp,
+            Protocol::Sctp => continue,
+        };
+        let affinity = port
+            .affinity_timeout_seconds
+            .map(|s| Duration::from_secs(u64::from(s)));
+        for view in &state.families {
+            let mut add = |traffic, policy| {
+                let key = Key {
+                    port: port.name.clone(),
+                    family: view.family,
+                    traffic,
+                };
+                let spec = Spec {
+                    transport,
+                    endpoints: selected(view, policy),
+                    affinity,
+                };
+                out.insert(key, spec);
+            };
+            add(Traffic::Internal, port.internal_policy);
+            if view.externally_accessible(port) {
+                add(Traffic::External, port.external_policy);
+            }
+        }
+    }
+    out
+}
+
+/// The endpoints `policy` selects in `view`; none when no traffic uses that policy.
+fn selected(view: &FamilyView, policy: TrafficPolicy) -> Vec<SocketAddr> {
+    let endpoints: Option<Vec<&Endpoint>> = match policy {
+        TrafficPolicy::Cluster => view.cluster_endpoints().map(Iterator::collect),
+        TrafficPolicy::Local => view.local_endpoints().map(Iterator::collect),
+    };
+    endpoints
+        .unwrap_or_default()
+        .into_iter()
+        .map(|e| SocketAddr::new(e.ip, e.port))
+        .collect()
+}
+
+/// How logs name a listener: `default/web:http IPv4 internal`.
+pub fn name(key: &Key) -> String {
+    format!("{} {} {}", key.port, key.family, key.traffic.as_str())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::snapshots::{node, snapshot, svc};
+
+    fn addr(s: &str) -> SocketAddr {
+        s.parse().unwrap()
+    }
+
+    fn only(listeners: &Listeners, traffic: Traffic) -> &Spec {
+        let mut of_kind = listeners.iter().filter(|(k, _)| k.traffic == traffic);
+        let (_, spec) = of_kind.next().expect("a listener of that kind");
+        assert!(of_kind.next().is_none(), "one listener of that kind");
+        spec
+    }
+
+    #[test]
+    fn cluster_ip_port_gets_one_internal_listener_over_ready_endpoints() {
+        let snap = snapshot(
+            node(),
+            vec![
+                svc("default/web", "10.96.0.10", 80)
+                    .ep("10.244.2.5", 8080, "node-b")
+                    .ep("10.244.1.5", 8080, "node-a")
+                    .ep_state("10.244.3.5", 8080, "node-c", false, false),
+            ],
+        );
+        let listeners = plan(&snap);
+        assert_eq!(listeners.len(), 1);
+        let spec = only(&listeners, Traffic::Internal);
+        assert_eq!(spec.transport, Transport::Tcp);
+        assert_eq!(
+            spec.endpoints,
+            [addr("10.244.1.5:8080"), addr("10.244.2.5:8080")]
+        );
+        assert_eq!(spec.affinity, None);
+    }
+
+    #[test]
+    fn node_port_with_local_policy_gets_an_external_listener_of_local_endpoints() {
+        let snap = snapshot(
+            node(),
+            vec![
+                svc("default/web", "10.96.0.10", 80)
+                    .node_port(30080)
+                    .external_local()
+                    .affinity(600)
+                    .ep("10.244.2.5", 8080, "node-b")
+                    .ep("10.244.1.5", 8080, "node-a"),
+            ],
+        );
+        let listeners = plan(&snap);
+        assert_eq!(listeners.len(), 2);
+        assert_eq!(only(&listeners, Traffic::Internal).endpoints.len(), 2);
+        let external = only(&listeners, Traffic::External);
+        assert_eq!(external.endpoints, [addr("10.244.1.5:8080")]);
+        assert_eq!(external.affinity, Some(Duration::from_secs(600)));
+    }
+
+    #[test]
+    fn internal_local_policy_without_local_endpoints_has_none_to_relay_to() {
+        let snap = snapshot(
+            node(),
+            vec![svc("default/web", "10.96.0.10", 80).internal_local().ep(
+                "10.244.2.5",
+                8080,
+                "node-b",
+            )],
+        );
+        assert!(only(&plan(&snap), Traffic::Internal).endpoints.is_empty());
+    }
+
+    #[test]
+    fn udp_is_relayed_and_sctp_is_not() {
+        let snap = snapshot(
+            node(),
+            vec![
+                svc("default/dns", "10.96.0.10", 53)
+                    .proto(Protocol::Udp)
+                    .ep("10.244.2.5", 53, "node-b"),
+                svc("default/sig", "10.96.0.11", 3868)
+                    .proto(Protocol::Sctp)
+                    .ep("10.244.2.6", 3868, "node-b"),
+            ],
+        );
+        let listeners = plan(&snap);
+        assert_eq!(listeners.len(), 1);
+        let (key, spec) = listeners.iter().next().unwrap();
+        assert_eq!(&*key.port.service.name, "dns");
+        assert_eq!(spec.transport, Transport::Udp);
+    }
+
+    #[test]
+    fn each_family_gets_its_own_listener() {
+        let snap = snapshot(
+            node(),
+            vec![
+                svc("default/web", "10.96.0.10", 80).ep("10.244.2.5", 8080, "node-b"),
+                svc("default/web6", "fd00:96::10", 80).ep("fd00:244:2::5", 8080, "node-b"),
+            ],
+        );
+        let families: Vec<IpFamily> = plan(&snap).keys().map(|k| k.family).collect();
+        assert_eq!(families, [IpFamily::V4, IpFamily::V6]);
+    }
+}

@@ -1,0 +1,93 @@
+//! What one listener has relayed: connections (or UDP flows) active and in total, bytes each
+//! way, dial failures and retries, and what it turned away.
+//!
+//! Plain atomics, written by the relay's tasks and read at any time (by tests now, by the
+//! metrics layer at scrape time later) through [`Counters::read`]; relaxed ordering, since
+//! each value is a statistic on its own and no reader infers one from another.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// The live counters of one listener.
+#[derive(Debug, Default)]
+pub struct Counters {
+    active: AtomicU64,
+    total: AtomicU64,
+    bytes_to_endpoint: AtomicU64,
+    bytes_to_client: AtomicU64,
+    dial_failures: AtomicU64,
+    retries: AtomicU64,
+    over_limit: AtomicU64,
+    no_endpoint: AtomicU64,
+}
+
+/// The counters' values at one moment.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CounterValues {
+    /// Connections (UDP: flows) being relayed now.
+    pub active: u64,
+    /// Connections (UDP: flows) admitted since the listener opened.
+    pub total: u64,
+    /// Bytes from clients to endpoints.
+    pub bytes_to_endpoint: u64,
+    /// Bytes from endpoints to clients.
+    pub bytes_to_client: u64,
+    /// Dials that failed: refused, unreachable or past the dial timeout (UDP: a flow whose
+    /// endpoint answered with an ICMP error).
+    pub dial_failures: u64,
+    /// Dials after a connection's first.
+    pub retries: u64,
+    /// Connections (UDP: datagrams starting a flow) turned away by a connection limit.
+    pub over_limit: u64,
+    /// Connections closed (UDP: datagrams dropped) because no endpoint was left to try.
+    pub no_endpoint: u64,
+}
+
+/// Which counter to add to; one name per field of [`CounterValues`] that only grows.
+#[derive(Clone, Copy, Debug)]
+pub enum Event {
+    BytesToEndpoint,
+    BytesToClient,
+    DialFailure,
+    Retry,
+    OverLimit,
+    NoEndpoint,
+}
+
+impl Counters {
+    pub fn add(&self, event: Event, n: u64) {
+        let counter = match event {
+            Event::BytesToEndpoint => &self.bytes_to_endpoint,
+            Event::BytesToClient => &self.bytes_to_client,
+            Event::DialFailure => &self.dial_failures,
+            Event::Retry => &self.retries,
+            Event::OverLimit => &self.over_limit,
+            Event::NoEndpoint => &self.no_endpoint,
+        };
+        counter.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// A connection or flow was admitted: one more active, one more in total.
+    pub(super) fn opened(&self) {
+        self.active.fetch_add(1, Ordering::Relaxed);
+        self.total.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// An admitted connection or flow ended.
+    pub(super) fn closed(&self) {
+        self.active.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    pub fn read(&self) -> CounterValues {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        CounterValues {
+            active: get(&self.active),
+            total: get(&self.total),
+            bytes_to_endpoint: get(&self.bytes_to_endpoint),
+            bytes_to_client: get(&self.bytes_to_client),
+            dial_failures: get(&self.dial_failures),
+            retries: get(&self.retries),
+            over_limit: get(&self.over_limit),
+            no_endpoint: get(&self.no_endpoint),
+        }
+    }
+}

@@ -1,0 +1,126 @@
+//! The TCP relay: accepts on a listener, admits the connection against the limits, dials an
+//! endpoint (the next one on refusal or timeout, as the dial policy says), and relays until
+//! both sides are done or the endpoint is removed.
+//!
+//! The client's connection is accepted before any endpoint is dialled, so a client can only
+//! learn that every endpoint failed (or that none exists, or a limit is reached) from the
+//! accepted connection being reset at once; it never sees bytes from a half-made relay.
+
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::{TcpListener, TcpSocket, TcpStream};
+use tokio::time::Instant;
+
+use super::counters::Event;
+use super::pump;
+use super::service::{Presence, Service};
+
+/// The backlog of each listener: accepted connections wait here while the relay's tasks are
+/// busy, rather than being refused by the kernel during a burst.
+const BACKLOG: u32 = 1024;
+
+/// The pause after a failed accept (out of file descriptors, say), so the loop does not spin
+/// while the condition lasts.
+const ACCEPT_PAUSE: Duration = Duration::from_millis(50);
+
+/// Binds and listens on `addr`; must be called within a tokio runtime.
+pub fn bind(addr: SocketAddr) -> io::Result<TcpListener> {
+    let socket = match addr {
+        SocketAddr::V4(_) => TcpSocket::new_v4()?,
+        SocketAddr::V6(_) => TcpSocket::new_v6()?,
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(BACKLOG)
+}
+
+/// Accepts forever; each connection gets a task of its own.
+pub async fn serve(listener: TcpListener, service: Arc<Service>) {
+    loop {
+        match listener.accept().await {
+            Ok((client, peer)) => {
+                tokio::spawn(connection(client, peer, Arc::clone(&service)));
+            }
+            Err(error) => {
+                tracing::warn!(service = %service.name, %error, "accept failed");
+                tokio::time::sleep(ACCEPT_PAUSE).await;
+            }
+        }
+    }
+}
+
+async fn connection(mut client: TcpStream, peer: SocketAddr, service: Arc<Service>) {
+    let Some(_admission) = service.admit() else {
+        tracing::debug!(service = %service.name, client = %peer, "over the connection limit");
+        return refuse(client);
+    };
+    let Some((mut upstream, endpoint, mut present)) = dial(&service, peer).await else {
+        return refuse(client);
+    };
+    // Bytes are passed on as they come: Nagle's delay would add latency at each hop.
+    let _ = client.set_nodelay(true);
+    let _ = upstream.set_nodelay(true);
+    tokio::select! {
+        outcome = pump::relay(&mut client, &mut upstream, &service.counters) => {
+            if let Err(error) = outcome {
+                tracing::debug!(service = %service.name, client = %peer, %endpoint, %error, "relay ended");
+            }
+        }
+        () = present.removed() => {
+            tracing::debug!(service = %service.name, client = %peer, %endpoint, "endpoint removed, closing");
+            let _ = client.set_zero_linger();
+            let _ = upstream.set_zero_linger();
+        }
+    }
+}
+
+/// Dials endpoints for `peer` until one answers or the policy's attempts are spent; `None`
+/// when none answered or there was none to try (counted, and logged at debug).
+async fn dial(service: &Service, peer: SocketAddr) -> Option<(TcpStream, SocketAddr, Presence)> {
+    let policy = &service.dial;
+    let mut tried: Vec<SocketAddr> = Vec::new();
+    let mut revisits = 0;
+    for attempt in 0..policy.attempts() {
+        let Some(chosen) = service.pick(peer.ip(), &tried, Instant::now()) else {
+            service.counters.add(Event::NoEndpoint, 1);
+            tracing::debug!(service = %service.name, client = %peer, "no endpoint");
+            return None;
+        };
+        let endpoint = chosen.pick.endpoint;
+        if attempt > 0 {
+            service.counters.add(Event::Retry, 1);
+            let pause = policy.pause(chosen.pick.revisit, revisits);
+            if chosen.pick.revisit {
+                revisits += 1;
+            }
+            if !pause.is_zero() {
+                tokio::time::sleep(pause).await;
+            }
+        }
+        match tokio::time::timeout(policy.timeout(attempt), TcpStream::connect(endpoint)).await {
+            Ok(Ok(stream)) => return Some((stream, endpoint, chosen.present)),
+            Ok(Err(error)) => {
+                tracing::debug!(service = %service.name, %endpoint, %error, attempt, "dial failed");
+            }
+            Err(_) => {
+                tracing::debug!(service = %service.name, %endpoint, attempt, "dial timed out");
+            }
+        }
+        service.failed(peer.ip(), endpoint);
+        if !tried.contains(&endpoint) {
+            tried.push(endpoint);
+        }
+    }
+    service.counters.add(Event::NoEndpoint, 1);
+    tracing::debug!(service = %service.name, client = %peer, "every dial failed");
+    None
+}
+
+/// Resets an accepted connection the relay cannot serve: the client sees the refusal at once
+/// rather than a connection that closes cleanly as though the server had answered.
+fn refuse(client: TcpStream) {
+    let _ = client.set_zero_linger();
+}

@@ -1,0 +1,242 @@
+//! Userspace mode's dataplane with real sockets (root): in a fresh network namespace whose
+//! `lo` carries two "pod" addresses, snapshots loaded from manifests are synced, and traffic
+//! sent to the listeners it opens reaches the pods; endpoint changes and Service removal are
+//! synced in turn. No redirect rules exist yet, so clients connect to the listeners directly.
+
+#[path = "support/relay_pods.rs"]
+mod relay_pods;
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use kube_proxy_rs::cli::load_manifests;
+use kube_proxy_rs::cluster::{Changes, Features, IpFamily, Snapshot};
+use kube_proxy_rs::dataplane::Dataplane as _;
+use kube_proxy_rs::dataplane::userspace::UserspaceDataplane;
+use kube_proxy_rs::dataplane::userspace::plan::Traffic;
+use kube_proxy_rs::dataplane::userspace::ports::PortRange;
+use kube_proxy_rs::dataplane::userspace::relay::Settings;
+use relay_pods::{addr, in_netns, pod, udp_pod};
+use tokio::io::{AsyncBufReadExt as _, AsyncReadExt as _, AsyncWriteExt as _, BufReader};
+use tokio::net::{TcpStream, UdpSocket};
+use tokio::time::timeout;
+
+const STEP: Duration = Duration::from_secs(5);
+
+/// A Node, a TCP Service `web` (port 80 → 8080) whose slice holds `web`, and a UDP Service
+/// `dns` (port 53 → 5353) on 10.244.1.2, unless `with_web` is false.
+fn manifests(web: &[&str], with_web: bool) -> String {
+    let endpoints: String = web
+        .iter()
+        .map(|ip| format!("  - addresses: [\"{ip}\"]\n    conditions: {{ready: true}}\n"))
+        .collect();
+    let web_objects = format!(
+        r#"---
+apiVersion: v1
+kind: Service
+metadata: {{name: web, namespace: default}}
+spec:
+  clusterIP: 10.96.0.10
+  clusterIPs: [10.96.0.10]
+  ports: [{{name: http, protocol: TCP, port: 80, targetPort: 8080}}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: web-1
+  namespace: default
+  labels: {{kubernetes.io/service-name: web}}
+addressType: IPv4
+ports: [{{name: http, protocol: TCP, port: 8080}}]
+endpoints:
+{endpoints}"#
+    );
+    format!(
+        r#"apiVersion: v1
+kind: Node
+metadata: {{name: node-a}}
+status: {{addresses: [{{type: InternalIP, address: 192.168.50.1}}]}}
+---
+apiVersion: v1
+kind: Service
+metadata: {{name: dns, namespace: default}}
+spec:
+  clusterIP: 10.96.0.11
+  clusterIPs: [10.96.0.11]
+  ports: [{{name: dns, protocol: UDP, port: 53, targetPort: 5353}}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: dns-1
+  namespace: default
+  labels: {{kubernetes.io/service-name: dns}}
+addressType: IPv4
+ports: [{{name: dns, protocol: UDP, port: 5353}}]
+endpoints:
+  - addresses: ["10.244.1.2"]
+    conditions: {{ready: true}}
+{}"#,
+        if with_web { web_objects } else { String::new() }
+    )
+}
+
+fn snapshot(dir: &Path, manifests: &str) -> Snapshot {
+    #[allow(clippy::disallowed_methods, reason = "the test writes its manifests")]
+    std::fs::write(dir.join("cluster.yaml"), manifests).expect("write manifests");
+    let loaded = load_manifests(dir, "node-a", Features::default()).expect("manifests load");
+    assert!(loaded.warnings.is_empty(), "{:?}", loaded.warnings);
+    loaded.snapshot
+}
+
+/// Where the listener of `service`'s internal traffic listens.
+fn listener_of(dp: &UserspaceDataplane, service: &str) -> Option<SocketAddr> {
+    dp.listening()
+        .find(|(k, _)| &*k.port.service.name == service && k.traffic == Traffic::Internal)
+        .map(|(_, at)| at)
+}
+
+/// The v4 operations a sync reported.
+fn operations(report: &kube_proxy_rs::dataplane::SyncReport) -> usize {
+    report
+        .families
+        .iter()
+        .find(|f| f.family == Some(IpFamily::V4))
+        .map_or(0, |f| f.operations)
+}
+
+async fn greeting(to: SocketAddr) -> (BufReader<TcpStream>, String) {
+    let stream = TcpStream::connect(to).await.expect("the listener accepts");
+    let mut stream = BufReader::new(stream);
+    let mut line = String::new();
+    timeout(STEP, stream.read_line(&mut line))
+        .await
+        .expect("a greeting in time")
+        .expect("a greeting");
+    (stream, line.trim_end().to_owned())
+}
+
+#[test]
+fn syncs_open_update_and_close_listeners_that_relay_to_the_selected_endpoints() {
+    let dir = tempfile::tempdir().unwrap();
+    in_netns(
+        |ns| {
+            for ip in ["10.244.1.2/32", "10.244.1.3/32"] {
+                ns.output("ip", &["addr", "add", ip, "dev", "lo"]);
+            }
+        },
+        || async {
+            pod("10.244.1.2:8080", "a").await;
+            pod("10.244.1.3:8080", "b").await;
+            udp_pod("10.244.1.2:5353", "a").await;
+            let range = PortRange::parse("30100-30120").unwrap();
+            let local = "127.0.0.1".parse().unwrap();
+            let mut dp = UserspaceDataplane::new(Settings::default(), range, local);
+            let none = Changes::default();
+
+            let both = snapshot(dir.path(), &manifests(&["10.244.1.2", "10.244.1.3"], true));
+            let report = dp.sync(&both, &none, true).expect("first sync");
+            assert_eq!(operations(&report), 2, "two listeners opened");
+            let web = listener_of(&dp, "web").expect("a web listener");
+            assert_eq!(web, addr("127.0.0.1:30100"), "the range's first port");
+            let dns = listener_of(&dp, "dns").expect("a dns listener");
+            assert_eq!(
+                dns,
+                addr("127.0.0.1:30100"),
+                "UDP ports are their own space"
+            );
+
+            let (mut to_a, first) = greeting(web).await;
+            let (mut to_b, second) = greeting(web).await;
+            assert_eq!((first.as_str(), second.as_str()), ("a", "b"));
+            let client = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+            client.send_to(b"hi", dns).await.unwrap();
+            let mut buf = [0u8; 64];
+            let (n, from) = timeout(STEP, client.recv_from(&mut buf))
+                .await
+                .expect("a udp reply in time")
+                .unwrap();
+            assert_eq!((&buf[..n], from), (&b"a:hi"[..], dns));
+
+            let only_b = snapshot(dir.path(), &manifests(&["10.244.1.3"], true));
+            let report = dp.sync(&only_b, &none, false).expect("endpoint sync");
+            assert_eq!(operations(&report), 1, "one listener updated in place");
+            assert_eq!(listener_of(&dp, "web"), Some(web), "same port");
+            let mut rest = Vec::new();
+            let closed = timeout(STEP, to_a.read_to_end(&mut rest)).await;
+            assert!(
+                closed.is_ok(),
+                "the connection to the removed endpoint closes"
+            );
+            assert_eq!(greeting(web).await.1, "b");
+            to_b.write_all(b"still\n").await.unwrap();
+            let mut echo = String::new();
+            timeout(STEP, to_b.read_line(&mut echo))
+                .await
+                .unwrap()
+                .unwrap();
+            assert_eq!(
+                echo, "still\n",
+                "the connection to the kept endpoint goes on"
+            );
+            let again = dp.sync(&only_b, &none, true).expect("unchanged sync");
+            assert_eq!(operations(&again), 0, "nothing to do");
+
+            let without_web = snapshot(dir.path(), &manifests(&[], false));
+            let report = dp.sync(&without_web, &none, false).expect("removal sync");
+            assert_eq!(operations(&report), 1, "one listener closed");
+            assert_eq!(listener_of(&dp, "web"), None);
+            let refused = TcpStream::connect(web).await;
+            assert!(refused.is_err(), "nothing listens on {web} any more");
+        },
+    );
+}
+
+#[test]
+fn a_port_held_by_another_program_is_skipped_and_a_full_range_fails_the_sync() {
+    let dir = tempfile::tempdir().unwrap();
+    in_netns(
+        |ns| {
+            ns.output("ip", &["addr", "add", "10.244.1.2/32", "dev", "lo"]);
+        },
+        || async {
+            pod("10.244.1.2:8080", "a").await;
+            let other = std::net::TcpListener::bind("127.0.0.1:30200").unwrap();
+            let range = PortRange::parse("30200-30201").unwrap();
+            let local = "127.0.0.1".parse().unwrap();
+            let mut dp = UserspaceDataplane::new(Settings::default(), range, local);
+            let none = Changes::default();
+            let web = snapshot(dir.path(), &manifests(&["10.244.1.2"], true));
+            dp.sync(&web, &none, true).expect("sync");
+            let at = listener_of(&dp, "web").expect("a web listener");
+            assert_eq!(at, addr("127.0.0.1:30201"), "the port after the taken one");
+            assert_eq!(greeting(at).await.1, "a");
+
+            let nodeport = manifests(&["10.244.1.2"], true)
+                .replace(
+                    "  clusterIP: 10.96.0.10\n",
+                    "  type: NodePort\n  clusterIP: 10.96.0.10\n",
+                )
+                .replace("targetPort: 8080}", "targetPort: 8080, nodePort: 30080}");
+            let wants_two = snapshot(dir.path(), &nodeport);
+            let error = dp.sync(&wants_two, &none, false).expect_err("no port left");
+            assert!(error.to_string().contains("external"), "{error}");
+            assert_eq!(
+                listener_of(&dp, "web"),
+                Some(at),
+                "what was open stays open"
+            );
+
+            drop(other);
+            dp.sync(&wants_two, &none, false)
+                .expect("the retry finds the port");
+            let external: Vec<SocketAddr> = dp
+                .listening()
+                .filter(|(k, _)| k.traffic == Traffic::External)
+                .map(|(_, at)| at)
+                .collect();
+            assert_eq!(external, [addr("127.0.0.1:30200")]);
+        },
+    );
+}
