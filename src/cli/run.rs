@@ -103,10 +103,13 @@ pub fn dataplane(config: &Config) -> Result<Mode, ModeError> {
             let settings = userspace::relay::Settings::default();
             let dataplane =
                 userspace::UserspaceDataplane::new(settings, range, config.bind_address);
-            tracing::info!(
+            // Said at every start: until the redirect rules land, a node in this mode relays
+            // only connections made to its listeners' ports, not to Service addresses.
+            tracing::warn!(
                 port_range = %config.port_range,
                 bind_address = %config.bind_address,
-                "userspace mode: relay listeners only, no redirect rules yet"
+                "userspace mode is incomplete: relay listeners are opened, but no rule sends \
+                 ClusterIP, NodePort, externalIP or LoadBalancer traffic to them yet"
             );
             return Ok(Mode {
                 dataplane: Box::new(dataplane),
