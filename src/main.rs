@@ -309,6 +309,9 @@ fn run(config: &Config, node_name: &str, features: Features) -> ExitCode {
             ));
         }
         let mut observe = cli::observe::Observe::new(config);
+        if let Some(relay) = mode.relay.clone() {
+            observe.metrics.set_relay_source(relay);
+        }
         if let Some(traffic) = mode.traffic.clone() {
             observe.metrics.set_traffic_source(traffic);
         }

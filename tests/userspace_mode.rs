@@ -17,6 +17,7 @@ use kube_proxy_rs::dataplane::userspace::UserspaceDataplane;
 use kube_proxy_rs::dataplane::userspace::plan::Traffic;
 use kube_proxy_rs::dataplane::userspace::ports::PortRange;
 use kube_proxy_rs::dataplane::userspace::relay::Settings;
+use kube_proxy_rs::metrics::registry::Metrics;
 use relay_pods::{addr, in_netns, pod, udp_pod};
 use tokio::io::{AsyncBufReadExt as _, AsyncReadExt as _, AsyncWriteExt as _, BufReader};
 use tokio::net::{TcpStream, UdpSocket};
@@ -158,6 +159,25 @@ fn syncs_open_update_and_close_listeners_that_relay_to_the_selected_endpoints() 
                 .expect("a udp reply in time")
                 .unwrap();
             assert_eq!((&buf[..n], from), (&b"a:hi"[..], dns));
+
+            // What a scrape shows of it: both web connections open, the dns flow, bytes.
+            let metrics = Metrics::new();
+            metrics.set_relay_source(dp.listener_counters());
+            let text = metrics.encode();
+            let web_series = r#"ip_family="IPv4",namespace="default",service="web",port="http",protocol="TCP",traffic="internal""#;
+            let dns_series = r#"ip_family="IPv4",namespace="default",service="dns",port="dns",protocol="UDP",traffic="internal""#;
+            for line in [
+                format!("kubeproxy_rs_userspace_connections{{{web_series}}} 2\n"),
+                format!("kubeproxy_rs_userspace_connections_total{{{web_series}}} 2\n"),
+                format!("kubeproxy_rs_userspace_connections_total{{{dns_series}}} 1\n"),
+                format!("kubeproxy_rs_userspace_bytes_total{{{dns_series},direction=\"in\"}} 2\n"),
+                format!("kubeproxy_rs_userspace_bytes_total{{{dns_series},direction=\"out\"}} 4\n"),
+                format!(
+                    "kubeproxy_rs_userspace_refused_total{{{web_series},reason=\"no-endpoint\"}} 0\n"
+                ),
+            ] {
+                assert!(text.contains(&line), "missing {line:?} in\n{text}");
+            }
 
             let only_b = snapshot(dir.path(), &manifests(&["10.244.1.3"], true));
             let report = dp.sync(&only_b, &none, false).expect("endpoint sync");

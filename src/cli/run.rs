@@ -38,6 +38,8 @@ pub struct Mode {
     pub monitor: Option<(Arc<Drift>, Watch)>,
     /// The mode's per-Service traffic counters, read by the metrics at each scrape (IPVS).
     pub traffic: Option<Arc<dyn crate::dataplane::TrafficSource>>,
+    /// The userspace relay's listeners, read by the metrics at each scrape.
+    pub relay: Option<userspace::ListenerCounters>,
     /// IPVS mode: what [`ipvs::watch::spawn`] probes and where it reports a flush by another
     /// program; `main` starts it.
     pub ipvs_watch: Option<(ipvs::traffic::Owners, Arc<Drift>)>,
@@ -73,6 +75,7 @@ pub fn dataplane(config: &Config) -> Result<Mode, ModeError> {
                 dataplane: Box::new(dataplane),
                 monitor: Some((drift, Watch::NftablesTable)),
                 traffic: None,
+                relay: None,
                 ipvs_watch: None,
             });
         }
@@ -94,6 +97,7 @@ pub fn dataplane(config: &Config) -> Result<Mode, ModeError> {
                 dataplane: Box::new(dataplane),
                 monitor,
                 traffic: None,
+                relay: None,
                 ipvs_watch: None,
             });
         }
@@ -111,10 +115,12 @@ pub fn dataplane(config: &Config) -> Result<Mode, ModeError> {
                 "userspace mode is incomplete: relay listeners are opened, but no rule sends \
                  ClusterIP, NodePort, externalIP or LoadBalancer traffic to them yet"
             );
+            let relay = Some(dataplane.listener_counters());
             return Ok(Mode {
                 dataplane: Box::new(dataplane),
                 monitor: None,
                 traffic: None,
+                relay,
                 ipvs_watch: None,
             });
         }
@@ -142,6 +148,7 @@ pub fn dataplane(config: &Config) -> Result<Mode, ModeError> {
         dataplane: Box::new(dataplane),
         monitor: Some((drift, Watch::NftablesTable)),
         traffic: Some(Arc::new(traffic)),
+        relay: None,
         ipvs_watch: Some((owners, watch_drift)),
     })
 }

@@ -149,3 +149,32 @@ impl TrafficLabels {
         }
     }
 }
+
+/// One listener of the userspace relay: its service port, family and kind of traffic
+/// (`kubeproxy_rs_userspace_*`).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct RelayLabels {
+    pub ip_family: IpFamily,
+    pub namespace: String,
+    pub service: String,
+    pub port: String,
+    pub protocol: String,
+    pub traffic: &'static str,
+}
+
+/// [`RelayLabels`] and a direction (`kubeproxy_rs_userspace_bytes_total`).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct DirectedRelayLabels {
+    #[prometheus(flatten)]
+    pub relay: RelayLabels,
+    pub direction: Direction,
+}
+
+/// [`RelayLabels`] and why a connection was turned away
+/// (`kubeproxy_rs_userspace_refused_total`: `limit`, `no-endpoint`).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct RefusedRelayLabels {
+    #[prometheus(flatten)]
+    pub relay: RelayLabels,
+    pub reason: &'static str,
+}

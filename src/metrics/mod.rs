@@ -15,6 +15,7 @@ pub mod labels;
 pub mod names;
 pub mod process;
 pub mod registry;
+pub mod relay;
 pub mod server;
 pub mod traffic;
 

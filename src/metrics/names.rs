@@ -268,6 +268,70 @@ pub const RS_IPVS_BYTES: Spec = spec(
     "Bytes through a kind of frontend of a service port, in (to the endpoints) or out, from the kernel's counters read at scrape time",
 );
 
+const RELAYED: &[&str] = &[
+    "ip_family",
+    "namespace",
+    "service",
+    "port",
+    "protocol",
+    "traffic",
+];
+const DIRECTED_RELAYED: &[&str] = &[
+    "ip_family",
+    "namespace",
+    "service",
+    "port",
+    "protocol",
+    "traffic",
+    "direction",
+];
+const REFUSED_RELAYED: &[&str] = &[
+    "ip_family",
+    "namespace",
+    "service",
+    "port",
+    "protocol",
+    "traffic",
+    "reason",
+];
+
+pub const RS_USERSPACE_CONNECTIONS: Spec = spec(
+    "kubeproxy_rs_userspace_connections",
+    Gauge,
+    RELAYED,
+    "Userspace mode: connections (UDP: flows) a service port's listener relays now; traffic is internal (ClusterIP) or external (NodePorts, externalIPs, LoadBalancer IPs)",
+);
+pub const RS_USERSPACE_CONNECTIONS_TOTAL: Spec = spec(
+    "kubeproxy_rs_userspace_connections_total",
+    Counter,
+    RELAYED,
+    "Userspace mode: connections (UDP: flows) a service port's listener admitted since it opened",
+);
+pub const RS_USERSPACE_BYTES: Spec = spec(
+    "kubeproxy_rs_userspace_bytes_total",
+    Counter,
+    DIRECTED_RELAYED,
+    "Userspace mode: bytes relayed in (clients to endpoints) or out",
+);
+pub const RS_USERSPACE_DIAL_FAILURES: Spec = spec(
+    "kubeproxy_rs_userspace_dial_failures_total",
+    Counter,
+    RELAYED,
+    "Userspace mode: dials to an endpoint that were refused, unreachable or past the dial timeout (UDP: flows ended by an ICMP error)",
+);
+pub const RS_USERSPACE_DIAL_RETRIES: Spec = spec(
+    "kubeproxy_rs_userspace_dial_retries_total",
+    Counter,
+    RELAYED,
+    "Userspace mode: dials after a connection's first, to the next endpoint",
+);
+pub const RS_USERSPACE_REFUSED: Spec = spec(
+    "kubeproxy_rs_userspace_refused_total",
+    Counter,
+    REFUSED_RELAYED,
+    "Userspace mode: connections (UDP: datagrams starting a flow) turned away, by reason: limit (a connection limit) or no-endpoint (none left to try)",
+);
+
 /// Every metric the registry holds, upstream's first, then ours.
 pub const ALL: &[Spec] = &[
     SYNC_DURATION,
@@ -300,6 +364,12 @@ pub const ALL: &[Spec] = &[
     RS_IPVS_CONNECTIONS,
     RS_IPVS_PACKETS,
     RS_IPVS_BYTES,
+    RS_USERSPACE_CONNECTIONS,
+    RS_USERSPACE_CONNECTIONS_TOTAL,
+    RS_USERSPACE_BYTES,
+    RS_USERSPACE_DIAL_FAILURES,
+    RS_USERSPACE_DIAL_RETRIES,
+    RS_USERSPACE_REFUSED,
 ];
 
 /// Sync durations: 1 ms doubling to about 16 s (15 buckets), as upstream.

@@ -76,6 +76,8 @@ struct Inner {
     iptables_repairs: Counter,
     /// The per-Service traffic counters' source (see [`super::traffic`]).
     traffic: super::traffic::SharedSource,
+    /// The userspace relay's listeners (see [`super::relay`]).
+    relayed: super::relay::SharedSource,
 }
 
 /// The proxy's metrics. Clone it into every task that records.
@@ -122,6 +124,8 @@ impl Metrics {
         r.register_collector(Box::new(Process));
         let traffic = super::traffic::SharedSource::default();
         r.register_collector(Box::new(super::traffic::Traffic(traffic.clone())));
+        let relayed = super::relay::SharedSource::default();
+        r.register_collector(Box::new(super::relay::Relayed(relayed.clone())));
         let sync = || Histograms::new_with_constructor(sync_histogram as fn() -> Histogram);
         let inner = Inner {
             sync_duration: register(&mut r, &names::SYNC_DURATION, sync()),
@@ -192,6 +196,7 @@ impl Metrics {
             nftables_repairs: register(&mut r, &names::RS_NFTABLES_REPAIRS, Counter::default()),
             iptables_repairs: register(&mut r, &names::RS_IPTABLES_REPAIRS, Counter::default()),
             traffic,
+            relayed,
             // Last: every field above borrowed the registry to register itself.
             registry: r,
         };
@@ -263,6 +268,15 @@ impl Metrics {
         *self
             .0
             .traffic
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(source);
+    }
+
+    /// Where each scrape reads the userspace relay's listeners (userspace mode).
+    pub fn set_relay_source(&self, source: crate::dataplane::userspace::ListenerCounters) {
+        *self
+            .0
+            .relayed
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(source);
     }

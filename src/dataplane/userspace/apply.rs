@@ -15,6 +15,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use crate::cluster::{Changes, IpFamily, ServiceKey, Snapshot};
 use crate::dataplane::{Dataplane, FamilyReport, SyncError, SyncReport};
 
+use super::listener_counters::ListenerCounters;
 use super::plan::{self, Key, Listeners, Spec, Transport};
 use super::ports::PortRange;
 use super::relay::{CounterValues, Limit, Listener, Relay, Settings, Target};
@@ -36,6 +37,8 @@ pub struct UserspaceDataplane {
     taken: BTreeMap<Transport, BTreeSet<u16>>,
     /// Each Service's connection limit, shared by its listeners; kept while it has one.
     limits: BTreeMap<ServiceKey, Limit>,
+    /// The open listeners' counters, as the metrics read them.
+    counters: ListenerCounters,
 }
 
 #[derive(Debug)]
@@ -55,7 +58,13 @@ impl UserspaceDataplane {
             open: BTreeMap::new(),
             taken: BTreeMap::new(),
             limits: BTreeMap::new(),
+            counters: ListenerCounters::default(),
         }
+    }
+
+    /// The open listeners' counters, for the metrics to read at each scrape.
+    pub fn listener_counters(&self) -> ListenerCounters {
+        self.counters.clone()
     }
 
     /// Where each listener listens: what the redirect rules will point at.
@@ -80,6 +89,7 @@ impl UserspaceDataplane {
             .collect();
         for key in gone {
             if let Some(open) = self.open.remove(&key) {
+                self.counters.closed(&key);
                 let transport = open.spec.transport;
                 let port = open.listener.local_addr().port();
                 self.taken.entry(transport).or_default().remove(&port);
@@ -98,6 +108,8 @@ impl UserspaceDataplane {
                 None => match self.listen(&key, &spec) {
                     Ok(listener) => {
                         operations[key.family.index()] += 1;
+                        self.counters
+                            .opened(key.clone(), listener.shared_counters());
                         self.open.insert(key, Open { spec, listener });
                     }
                     Err(error) => {

@@ -35,16 +35,18 @@
 //! - Lab scenarios in this mode, and the operator docs (`docs/operations.md`), which must say
 //!   what `plan` already says: the client's address is not preserved (the relay dials from
 //!   the node).
-//! - Metrics export of the relay's counters under our prefix ([`relay::CounterValues`], read
-//!   through [`UserspaceDataplane::counters`]), and flags for the connection limits and the
-//!   UDP idle timeout (`--udp-timeout`); [`relay::Settings::default`] applies until then.
+//! - Flags for the connection limits and the UDP idle timeout (`--udp-timeout`);
+//!   [`relay::Settings::default`] applies until then. (The relay's counters are exported as
+//!   `kubeproxy_rs_userspace_*` through [`ListenerCounters`].)
 //! - One task per listener waits in accept; the issue asks for none per idle listener.
 //! - `--nodeport-localhost` for nftables mode (NodePorts on 127.0.0.1 through this relay).
 
 pub mod apply;
+pub mod listener_counters;
 pub mod plan;
 pub mod ports;
 pub mod relay;
 pub mod render;
 
 pub use apply::UserspaceDataplane;
+pub use listener_counters::ListenerCounters;

@@ -167,6 +167,11 @@ impl Listener {
     pub fn counters(&self) -> CounterValues {
         self.service.counters.read()
     }
+
+    /// The live counters, for a reader that outlives this call (the metrics' scrapes).
+    pub fn shared_counters(&self) -> Arc<counters::Counters> {
+        Arc::clone(&self.service.counters)
+    }
 }
 
 impl Drop for Listener {

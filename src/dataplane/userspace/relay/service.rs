@@ -21,7 +21,7 @@ use super::dial_policy::DialPolicy;
 pub struct Service {
     /// For logs: the service port and family, as the caller named it.
     pub(super) name: Arc<str>,
-    pub(super) counters: Counters,
+    pub(super) counters: Arc<Counters>,
     pub(super) dial: DialPolicy,
     table: Mutex<Table>,
     permits: Arc<Semaphore>,
@@ -103,7 +103,7 @@ impl Service {
     ) -> Service {
         let service = Service {
             name,
-            counters: Counters::default(),
+            counters: Arc::default(),
             dial,
             table: Mutex::new(Table {
                 balancer: Balancer::new(Vec::new(), None),

@@ -1,0 +1,105 @@
+//! `kubeproxy_rs_userspace_*`: what each listener of the userspace relay has relayed, read
+//! from the dataplane's [`ListenerCounters`] at each scrape. A listener's series appear when
+//! it opens and leave when it closes; a re-opened listener counts from zero again, which
+//! Prometheus reads as a counter reset.
+//!
+//! The collector is registered whatever the mode, so the `# TYPE` lines are always there; it
+//! has samples once userspace mode gave it its listeners.
+
+use std::sync::{Arc, Mutex, PoisonError};
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, MetricEncoder};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+
+use super::labels::{DirectedRelayLabels, Direction, RefusedRelayLabels, RelayLabels};
+use super::names::{self, Kind, Spec};
+use crate::dataplane::userspace::ListenerCounters;
+use crate::dataplane::userspace::plan::Key;
+use crate::dataplane::userspace::relay::CounterValues;
+
+/// Where the collector reads; `None` until userspace mode sets it.
+pub type SharedSource = Arc<Mutex<Option<ListenerCounters>>>;
+
+/// See the module doc.
+#[derive(Debug)]
+pub struct Relayed(pub SharedSource);
+
+fn labels(key: &Key) -> RelayLabels {
+    RelayLabels {
+        ip_family: key.family,
+        namespace: key.port.service.namespace.to_string(),
+        service: key.port.service.name.to_string(),
+        port: key.port.port.to_string(),
+        protocol: key.port.protocol.as_str().to_owned(),
+        traffic: key.traffic.as_str(),
+    }
+}
+
+fn descriptor<'a>(
+    encoder: &'a mut DescriptorEncoder,
+    spec: &Spec,
+) -> Result<MetricEncoder<'a>, std::fmt::Error> {
+    let kind = match spec.kind {
+        Kind::Gauge => MetricType::Gauge,
+        Kind::Counter | Kind::Histogram => MetricType::Counter,
+    };
+    encoder.encode_descriptor(spec.registered_name(), spec.help, None, kind)
+}
+
+impl Collector for Relayed {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let source = self
+            .0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        let read = source.map(|s| s.read()).unwrap_or_default();
+        let all: Vec<(RelayLabels, CounterValues)> =
+            read.iter().map(|(k, v)| (labels(k), *v)).collect();
+
+        let mut m = descriptor(&mut encoder, &names::RS_USERSPACE_CONNECTIONS)?;
+        for (l, v) in &all {
+            ConstGauge::new(v.active as i64).encode(m.encode_family(l)?)?;
+        }
+        for (spec, pick) in [
+            (
+                &names::RS_USERSPACE_CONNECTIONS_TOTAL,
+                (|v: &CounterValues| v.total) as fn(&CounterValues) -> u64,
+            ),
+            (&names::RS_USERSPACE_DIAL_FAILURES, |v| v.dial_failures),
+            (&names::RS_USERSPACE_DIAL_RETRIES, |v| v.retries),
+        ] {
+            let mut m = descriptor(&mut encoder, spec)?;
+            for (l, v) in &all {
+                ConstCounter::new(pick(v)).encode(m.encode_family(l)?)?;
+            }
+        }
+        let mut m = descriptor(&mut encoder, &names::RS_USERSPACE_BYTES)?;
+        for (l, v) in &all {
+            for (direction, n) in [
+                (Direction::In, v.bytes_to_endpoint),
+                (Direction::Out, v.bytes_to_client),
+            ] {
+                let labels = DirectedRelayLabels {
+                    relay: l.clone(),
+                    direction,
+                };
+                ConstCounter::new(n).encode(m.encode_family(&labels)?)?;
+            }
+        }
+        let mut m = descriptor(&mut encoder, &names::RS_USERSPACE_REFUSED)?;
+        for (l, v) in &all {
+            for (reason, n) in [("limit", v.over_limit), ("no-endpoint", v.no_endpoint)] {
+                let labels = RefusedRelayLabels {
+                    relay: l.clone(),
+                    reason,
+                };
+                ConstCounter::new(n).encode(m.encode_family(&labels)?)?;
+            }
+        }
+        Ok(())
+    }
+}
