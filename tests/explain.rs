@@ -1,6 +1,7 @@
 //! `explain` over a real kernel (root, a fresh network namespace per test): the nftables
-//! mode's table read back through the adopting reader explains packets exactly as the plan
-//! does, and a change another program makes to our table shows as drift.
+//! mode's table and the iptables mode's chains, read back through the adopting readers,
+//! explain packets exactly as the plan does, and a change another program makes to our rules
+//! shows as drift.
 
 #![allow(
     clippy::disallowed_methods,
@@ -272,5 +273,83 @@ fn other_tables_base_chains_are_listed_beside_ours() {
             .iter()
             .any(|c| c.family == "ip" && c.table == "kube-proxy-rs"),
         "ours is listed too (the caller leaves it out): {chains:?}"
+    );
+}
+
+#[test]
+fn iptables_chains_read_back_explain_packets_as_the_plan_does_and_drift_shows() {
+    use kube_proxy_rs::cli::explain::saved;
+    use kube_proxy_rs::dataplane::iptables::{self, Flavour, IptablesCommand, IptablesDataplane};
+
+    let ns = NetNs::new("explain-ipt");
+    let snap = example();
+    let cfg = iptables::ModeConfig::default();
+    let mut dp = IptablesDataplane::new(
+        cfg.clone(),
+        IptablesCommand::in_netns(Flavour::Nft, &ns.name),
+    );
+    dp.sync(&snap, &changed(snap.ports.keys().cloned()), true)
+        .expect("first sync");
+    let planned = Planned::iptables(&snap, &cfg);
+    let Rules::Iptables(want) = planned.rules(IpFamily::V4) else {
+        unreachable!()
+    };
+    let read = || saved::read_iptables(Some(&ns.name), IpFamily::V4, want).expect("reads");
+    let live = read();
+    assert_eq!(live.drift, Vec::<String>::new(), "just synced");
+    let chains = live.rules.expect("our chains are there");
+    for (to, from) in PACKETS {
+        let request = Request::parse(to, *from, None).unwrap();
+        let ask = |rules, from| explain(&snap, &cfg.node, rules, from, &request).unwrap();
+        let a = ask(planned.rules(IpFamily::V4), RulesFrom::Planned);
+        let b = ask(Rules::Iptables(&chains), RulesFrom::Kernel);
+        assert_eq!(
+            a.outcome,
+            b.outcome,
+            "{to} from {from:?}:\n{}",
+            render::text(&b)
+        );
+        assert_eq!(a.reasons, b.reasons, "{to} from {from:?}");
+    }
+
+    // Another program flushes KUBE-SERVICES: the ClusterIP is no longer captured, and the
+    // drift is the restore input a sync would send.
+    ns.output("iptables-nft", &["-t", "nat", "-F", "KUBE-SERVICES"]);
+    let flushed = read();
+    assert!(
+        flushed.drift[0].contains("would bring the kernel to the plan"),
+        "{:?}",
+        flushed.drift
+    );
+    assert!(
+        flushed.drift.iter().any(|l| l.contains("KUBE-SERVICES")),
+        "{:?}",
+        flushed.drift
+    );
+    let request = Request::parse("10.96.1.10:80", None, None).unwrap();
+    let after = explain(
+        &snap,
+        &cfg.node,
+        Rules::Iptables(flushed.rules.as_ref().unwrap()),
+        RulesFrom::Kernel,
+        &request,
+    )
+    .unwrap();
+    assert_eq!(
+        after.outcome.verdict,
+        kube_proxy_rs::cli::explain::Verdict::Untouched,
+        "{}",
+        render::text(&after)
+    );
+
+    // Our nat chains gone: none read, and the drift says so.
+    ns.output("iptables-nft", &["-t", "nat", "-F"]);
+    ns.output("iptables-nft", &["-t", "nat", "-X"]);
+    let gone = read();
+    assert!(gone.rules.is_none());
+    assert!(
+        gone.drift[0].contains("our chains are not in the kernel"),
+        "{:?}",
+        gone.drift
     );
 }

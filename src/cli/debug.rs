@@ -3,8 +3,7 @@
 //! - `GET /debug/services[?service=NS/NAME][&output=json]`: every service port of the model
 //!   (the `plan` report: frontends, the endpoints chosen per policy, why others were left out);
 //! - `GET /debug/explain?to=ADDR:PORT[/udp][&from=pod|node|outside|ADDR][&in_interface=IF]
-//!   [&output=json]`: `explain` of one packet, over what this node's kernel holds (nftables
-//!   and ipvs mode) or the planned rules (iptables mode);
+//!   [&output=json]`: `explain` of one packet, over what this node's kernel holds;
 //! - `GET /debug/status[?service=NS/NAME[:PORT]][&output=json]`: `status`, every service port
 //!   with its frontends, endpoints programmed and in the model, policies, health check and
 //!   drift, and the runner's last sync.
@@ -165,11 +164,8 @@ async fn status_all(State(s): State<Shared>, Query(q): Params) -> Response {
         let read = IpFamily::ALL.map(|f| explain::live::read_family(&config, &planned, f));
         let [v4, v6] = read;
         let (v4, v6) = (v4?, v6?);
-        let kernel = v4
-            .as_ref()
-            .zip(v6.as_ref())
-            .map(|(a, b)| [a.rules(), b.rules()]);
-        let drift = v4.iter().chain(&v6).flat_map(|r| r.drift.clone()).collect();
+        let kernel = Some([v4.rules(), v6.rules()]);
+        let drift = [&v4, &v6].iter().flat_map(|r| r.drift.clone()).collect();
         let status = status::build(status::Inputs {
             snapshot: &snapshot,
             node: &node,

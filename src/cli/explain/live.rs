@@ -4,7 +4,9 @@
 
 use std::net::SocketAddr;
 
-use super::{Explanation, Planned, Request, Rules, RulesFrom, affinity, explain, kernel, others};
+use super::{
+    Explanation, Planned, Request, Rules, RulesFrom, affinity, explain, kernel, others, saved,
+};
 use crate::cluster::{IpFamily, Snapshot};
 use crate::config::{Config, ProxyMode};
 use crate::dataplane::ipvs::backend::netlink::ServiceKey;
@@ -62,6 +64,8 @@ pub struct Read {
     empty: nftables::Ruleset,
     /// IPVS mode: the planned virtual services as the kernel holds them.
     services: Option<ipvs::Desired>,
+    /// iptables mode: our chains as the kernel holds them (empty when they are not there).
+    chains: Option<iptables::Ruleset>,
     /// Missing, extra or different objects, one line each, or the repair script's first lines.
     pub drift: Vec<String>,
     /// IPVS mode: destinations at weight 0 the plan no longer has (graceful termination).
@@ -71,6 +75,9 @@ pub struct Read {
 impl Read {
     /// The rules read, for the tracer.
     pub fn rules(&self) -> Rules<'_> {
+        if let Some(chains) = &self.chains {
+            return Rules::Iptables(chains);
+        }
         let table = self.table.as_ref().unwrap_or(&self.empty);
         match &self.services {
             Some(desired) => Rules::Ipvs {
@@ -82,48 +89,59 @@ impl Read {
     }
 }
 
-/// Reads `family`'s rules from this node's kernel; `None` in iptables mode, whose rules are
-/// not read back yet (they are traced as planned).
-pub fn read_family(
-    config: &Config,
-    planned: &Planned,
-    family: IpFamily,
-) -> Result<Option<Read>, String> {
+/// Reads `family`'s rules from this node's kernel, through the reader the mode's applier
+/// adopts with.
+pub fn read_family(config: &Config, planned: &Planned, family: IpFamily) -> Result<Read, String> {
     let table_family = nftables::ruleset::Family::of(family);
     let read_table = || kernel::read_nftables(config.nftables_encoder, None, table_family);
     let empty = nftables::Ruleset::empty(table_family);
     match planned.rules(family) {
-        Rules::Iptables(_) => Ok(None),
+        Rules::Iptables(want) => {
+            let read = saved::read_iptables(None, family, want)?;
+            Ok(Read {
+                table: None,
+                empty,
+                services: None,
+                chains: Some(
+                    read.rules
+                        .unwrap_or_else(|| iptables::Ruleset::empty(family)),
+                ),
+                drift: read.drift,
+                draining: Vec::new(),
+            })
+        }
         Rules::Nftables(want) => {
             let table = read_table()?;
             let drift = kernel::drift(table.as_ref(), want);
-            Ok(Some(Read {
+            Ok(Read {
                 table,
                 empty,
                 services: None,
+                chains: None,
                 drift,
                 draining: Vec::new(),
-            }))
+            })
         }
         Rules::Ipvs { desired, tables } => {
             let ipvs = kernel::ipvs_as_read(desired, &kernel::read_ipvs(None, family)?);
             let mut drift = ipvs.drift;
             let table = read_table()?;
             drift.extend(kernel::drift(table.as_ref(), tables));
-            Ok(Some(Read {
+            Ok(Read {
                 table,
                 empty,
                 services: Some(ipvs.services),
+                chains: None,
                 drift,
                 draining: ipvs.draining,
-            }))
+            })
         }
     }
 }
 
 /// Explains `request` over `snapshot` in the configured mode: the rules planned for the
-/// objects when `offline` (`explain --manifests`), and in iptables mode; otherwise (nftables
-/// and ipvs mode on a live node) what the kernel holds, with its drift from the plan.
+/// objects when `offline` (`explain --manifests`); otherwise what the kernel holds, with its
+/// drift from the plan.
 pub fn explain_on_node(
     config: &Config,
     snapshot: &Snapshot,
@@ -135,7 +153,7 @@ pub fn explain_on_node(
     let read = if offline {
         None
     } else {
-        read_family(config, &planned, family)?
+        Some(read_family(config, &planned, family)?)
     };
     match read {
         None => explain(
@@ -182,7 +200,15 @@ pub fn explain_on_node(
             for (_, destination) in read.draining.iter().filter(|(k, _)| *k == key) {
                 e.reasons.push(kernel::draining_reason(*destination));
             }
-            match kernel::base_chains(config.nftables_encoder, None) {
+            // In iptables mode our rules live in iptables-nft's own tables (or outside
+            // nf_tables, with legacy): another table's base chain has no "ours" to stand
+            // before or after, so none is named.
+            let listed = if read.chains.is_some() {
+                Ok(None)
+            } else {
+                kernel::base_chains(config.nftables_encoder, None)
+            };
+            match listed {
                 Ok(Some(chains)) => {
                     let from_node = e.packet.origin == "node";
                     e.other_chains =

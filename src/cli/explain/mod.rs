@@ -23,6 +23,7 @@ mod planned;
 mod reasons;
 pub mod render;
 pub mod request;
+pub mod saved;
 mod source;
 
 use std::net::{IpAddr, SocketAddr};

@@ -82,8 +82,8 @@ impl SyncSummary {
 pub struct Status {
     pub node: String,
     pub mode: &'static str,
-    /// Where the "programmed" side comes from: the kernel, or the plan when the mode's rules
-    /// are not read back (iptables).
+    /// Where the "programmed" side comes from: the kernel (a running proxy's node), or the
+    /// plan (offline, from manifests).
     pub rules_from: RulesFrom,
     pub sync: SyncSummary,
     /// Where the kernel's objects differ from the plan, for the whole node.
@@ -219,8 +219,9 @@ fn health_check(
 fn port_status(inputs: &Inputs<'_>, state: &ServicePortState) -> PortStatus {
     let p = &state.port;
     // Without the kernel's rules there is no drift to find: the whole node's table is then
-    // built without tracing (iptables' tracer walks KUBE-SERVICES rule by rule, seconds at
-    // 10,000 Services); one Service asked for is traced through the plan.
+    // built without tracing; one Service asked for is traced through the plan. (With them,
+    // every frontend is traced twice; iptables' tracer walks KUBE-SERVICES rule by rule, so
+    // a whole iptables node of 10,000 Services takes seconds.)
     let traced = inputs.kernel.is_some() || inputs.service.is_some();
     let mut frontends = Vec::new();
     let mut endpoints = 0;
