@@ -5,7 +5,8 @@
 use std::net::SocketAddr;
 
 use super::{
-    Explanation, Planned, Request, Rules, RulesFrom, affinity, explain, kernel, others, saved,
+    Explanation, Planned, Request, Rules, RulesFrom, affinity, explain, kernel, others,
+    persistence, recent, saved,
 };
 use crate::cluster::{IpFamily, Snapshot};
 use crate::config::{Config, ProxyMode};
@@ -166,25 +167,19 @@ pub fn explain_on_node(
         .map_err(|e| e.to_string()),
         Some(mut read) => {
             let mut unread = Vec::new();
-            // nftables mode: the client's affinity entries, so the trace is its path now.
-            let remembered = match (&read.services, read.table.as_mut()) {
-                (None, Some(table)) => {
-                    let mut sets = kernel::NftablesSets::new(
-                        config.nftables_encoder,
-                        None,
-                        nftables::ruleset::Family::of(family),
-                    );
-                    // What the kernel remembers is a detail of the answer: a set that
-                    // cannot be read leaves the entry unknown, not the explanation.
-                    match affinity::add_entries(snapshot, &node, request, table, &mut sets) {
-                        Ok(found) => found,
-                        Err(why) => {
-                            unread.push(format!("affinity entries not looked up: {why}"));
-                            None
-                        }
-                    }
+            // The client's affinity entries, so the trace is its path now. What the kernel
+            // remembers is a detail of the answer: state that cannot be read leaves the entry
+            // unknown, not the explanation.
+            let mut stale = Vec::new();
+            let remembered = match remember(config, snapshot, &node, request, &mut read) {
+                Ok((found, s)) => {
+                    stale = s;
+                    found
                 }
-                _ => None,
+                Err(why) => {
+                    unread.push(format!("affinity entries not looked up: {why}"));
+                    None
+                }
             };
             let mut e = explain(snapshot, &node, read.rules(), RulesFrom::Kernel, request)
                 .map_err(|e| e.to_string())?;
@@ -192,6 +187,10 @@ pub fn explain_on_node(
                 a.entry = Some(!remembered.is_empty());
                 let why = affinity::reason(e.packet.source, remembered, a.timeout_seconds);
                 e.reasons.push(why);
+            }
+            for destination in stale {
+                e.reasons
+                    .push(persistence::stale_reason(e.packet.source, destination));
             }
             let key = ServiceKey::Address {
                 protocol: request.protocol.into(),
@@ -222,4 +221,51 @@ pub fn explain_on_node(
             Ok(e)
         }
     }
+}
+
+/// The client's affinity entries in the kernel, put into `read` for the tracer, in each
+/// mode's own form: nftables' affinity sets, iptables' `recent` lists, IPVS persistence
+/// templates. Returns the endpoints remembered for the client (`None`: the port has no
+/// affinity, or the kernel cannot tell), and IPVS templates naming a real server that is gone.
+fn remember(
+    config: &Config,
+    snapshot: &Snapshot,
+    node: &NodePolicy,
+    request: &Request,
+    read: &mut Read,
+) -> Result<(Option<Vec<SocketAddr>>, Vec<SocketAddr>), String> {
+    let family = IpFamily::of(&request.to.ip());
+    if let Some(chains) = read.chains.as_mut() {
+        let found = recent::add_entries(snapshot, node, request, chains, &mut recent::ProcLists)?;
+        return Ok((found, Vec::new()));
+    }
+    if let Some(services) = read.services.as_mut() {
+        let affinity = super::find(snapshot, request, family)
+            .is_some_and(|(s, _)| s.port.affinity_timeout_seconds.is_some());
+        if !affinity {
+            return Ok((None, Vec::new()));
+        }
+        let Some(text) = persistence::read()? else {
+            return Ok((None, Vec::new()));
+        };
+        let client = super::source::Source::resolve(snapshot, node, request, family)
+            .map_err(|e| e.to_string())?
+            .address;
+        let key = ServiceKey::Address {
+            protocol: request.protocol.into(),
+            address: request.to,
+        };
+        let r = persistence::apply(services, &key, client, &persistence::parse(&text));
+        return Ok((Some(r.destinations), r.stale));
+    }
+    let Some(table) = read.table.as_mut() else {
+        return Ok((None, Vec::new()));
+    };
+    let mut sets = kernel::NftablesSets::new(
+        config.nftables_encoder,
+        None,
+        nftables::ruleset::Family::of(family),
+    );
+    let found = affinity::add_entries(snapshot, node, request, table, &mut sets)?;
+    Ok((found, Vec::new()))
 }
