@@ -161,11 +161,27 @@ async fn status_all(State(s): State<Shared>, Query(q): Params) -> Response {
     let config = s.config.clone();
     let answer = tokio::task::spawn_blocking(move || {
         let (planned, node) = explain::live::plan_on_node(&config, &snapshot, false)?;
-        let read = IpFamily::ALL.map(|f| explain::live::read_family(&config, &planned, f));
-        let [v4, v6] = read;
-        let (v4, v6) = (v4?, v6?);
-        let kernel = Some([v4.rules(), v6.rules()]);
-        let drift = [&v4, &v6].iter().flat_map(|r| r.drift.clone()).collect();
+        // A family whose rules cannot be read (no ip6tables on the host, say) is shown as
+        // planned, and the drift says why; the table fails only when neither can be read.
+        let mut drift: Vec<String> = Vec::new();
+        let mut failed = Vec::new();
+        let read = IpFamily::ALL.map(|f| match explain::live::read_family(&config, &planned, f) {
+            Ok(r) => Some(r),
+            Err(e) => {
+                drift.push(format!("{f} rules not read (shown as planned): {e}"));
+                failed.push(e);
+                None
+            }
+        });
+        if failed.len() == IpFamily::ALL.len() {
+            return Err(failed.swap_remove(0));
+        }
+        let kernel = Some(IpFamily::ALL.map(|f| {
+            read[f.index()]
+                .as_ref()
+                .map_or_else(|| planned.rules(f), |r| r.rules())
+        }));
+        drift.extend(read.iter().flatten().flat_map(|r| r.drift.clone()));
         let status = status::build(status::Inputs {
             snapshot: &snapshot,
             node: &node,
