@@ -362,7 +362,7 @@ impl kube_proxy_rs::cli::explain::recent::Lists for NsLists<'_> {
     fn clients(
         &mut self,
         list: &kube_proxy_rs::dataplane::iptables::names::ChainName,
-    ) -> Result<Option<Vec<std::net::IpAddr>>, String> {
+    ) -> Result<Option<Vec<kube_proxy_rs::cli::explain::recent::Entry>>, String> {
         let path = format!("{}/{list}", kube_proxy_rs::cli::explain::recent::LISTS);
         Ok(self
             .0
@@ -432,8 +432,17 @@ fn a_clients_recent_entry_in_the_kernel_sends_it_to_its_endpoint_in_iptables_mod
         })
         .expect("a recent list for 10.244.2.10");
     // No client yet: the lists (made with the rules that name them) are empty.
-    let found = recent::add_entries(&snap, &cfg.node, &request, &mut live, &mut NsLists(&ns))
-        .expect("reads the lists");
+    let clock = recent::read_clock();
+    assert!(clock.is_some(), "this kernel's tick count is read");
+    let found = recent::add_entries(
+        &snap,
+        &cfg.node,
+        &request,
+        &mut live,
+        &mut NsLists(&ns),
+        clock,
+    )
+    .expect("reads the lists");
     assert_eq!(found, Some(vec![]));
     assert_eq!(ask(&live).outcome.endpoints.len(), 2);
 
@@ -459,8 +468,15 @@ fn a_clients_recent_entry_in_the_kernel_sends_it_to_its_endpoint_in_iptables_mod
     write(list.as_str(), "10.244.1.77");
     write(other.as_str(), "10.244.1.78");
     let mut live = read();
-    let found = recent::add_entries(&snap, &cfg.node, &request, &mut live, &mut NsLists(&ns))
-        .expect("reads the lists");
+    let found = recent::add_entries(
+        &snap,
+        &cfg.node,
+        &request,
+        &mut live,
+        &mut NsLists(&ns),
+        recent::read_clock(),
+    )
+    .expect("reads the lists");
     assert_eq!(found, Some(vec!["10.244.2.10:8080".parse().unwrap()]));
     let e = ask(&live);
     let reached: Vec<String> = e

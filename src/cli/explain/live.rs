@@ -236,7 +236,14 @@ fn remember(
 ) -> Result<(Option<Vec<SocketAddr>>, Vec<SocketAddr>), String> {
     let family = IpFamily::of(&request.to.ip());
     if let Some(chains) = read.chains.as_mut() {
-        let found = recent::add_entries(snapshot, node, request, chains, &mut recent::ProcLists)?;
+        let found = recent::add_entries(
+            snapshot,
+            node,
+            request,
+            chains,
+            &mut recent::ProcLists,
+            recent::read_clock(),
+        )?;
         return Ok((found, Vec::new()));
     }
     if let Some(services) = read.services.as_mut() {

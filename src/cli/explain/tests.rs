@@ -304,9 +304,10 @@ proptest! {
         let chains = read.rules.expect("KUBE-SERVICES is there");
         let mut e = explain(&snap, &node_policy(), Rules::Iptables(&chains), RulesFrom::Kernel, &request).unwrap();
         e.drift = read.drift;
-        for client in recent::parse(&list) {
-            e.reasons.push(affinity::reason(client, &[], 600));
+        for entry in recent::parse(&list) {
+            e.reasons.push(affinity::reason(entry.client, &[], 600));
         }
+        let _ = recent::clock(&list);
         let Rules::Ipvs { desired, .. } = ipvs.rules(IpFamily::V4) else { unreachable!() };
         let mut desired = desired.clone();
         for t in persistence::parse(&conn) {
