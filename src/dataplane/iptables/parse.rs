@@ -58,7 +58,12 @@ pub fn parse(family: IpFamily, saved: &BTreeMap<Table, Saved>, firewall: bool) -
             if !(ours(owner) || builtin.is_some() && jumps_to_ours) {
                 continue;
             }
-            let words = &line[(3 + owner.len()).min(line.len())..];
+            // The owner is the first word after `-A ` (adopt's split): the rest follows it.
+            let words = line
+                .strip_prefix("-A ")
+                .map(str::trim_start)
+                .and_then(|r| r.strip_prefix(owner.as_str()))
+                .unwrap_or("");
             match (rule(words, family), builtin) {
                 (Some(r), Some(b)) => chains.jumps.push((b, r)),
                 (Some(r), None) => {

@@ -138,6 +138,13 @@ fn words_outside_our_vocabulary_leave_the_line_out_and_name_it() {
         -A KUBE-SVC-AAAA -j DNAT --to-destination 10.244.1.3:8080 --persistent\n\
         COMMIT\n";
     let parsed = parse(IpFamily::V4, &adopt::parse(save), false);
+    // Wide spaces before the owner are no word boundary to cut inside.
+    let odd = "*nat\n:KUBE-SVC-AAAA - [0:0]\n-A \u{3000}\u{3000}KUBE-SVC-AAAA -j DROP\nCOMMIT\n";
+    let rules = parse(IpFamily::V4, &adopt::parse(odd), false).ruleset;
+    assert_eq!(
+        rules.table(Table::Nat).chains[&ChainName::parse("KUBE-SVC-AAAA").unwrap()],
+        vec![Rule::new(vec![], Target::Drop)]
+    );
     assert_eq!(
         parsed.unknown,
         vec![
