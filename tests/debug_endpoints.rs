@@ -308,6 +308,14 @@ fn in_iptables_mode_the_running_proxy_explains_over_the_chains_it_programmed() {
     ] {
         assert!(table.contains(want), "{want:?} in\n{table}");
     }
+    // The whole node's table is not traced in iptables mode (see status::port_status); one
+    // Service is, through the kernel's chains.
+    let (code, table) = get(&ns, "/debug/status?service=default/web");
+    assert_eq!(code, 200, "{table}");
+    assert!(
+        table.contains("  - ClusterIP 10.96.1.10:80: forwards to 1 endpoint (10.244.1.10:8080)"),
+        "{table}"
+    );
     let web = table
         .lines()
         .find(|l| l.starts_with("default/web:http"))
