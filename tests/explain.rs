@@ -487,3 +487,41 @@ fn a_clients_recent_entry_in_the_kernel_sends_it_to_its_endpoint_in_iptables_mod
         .collect();
     assert_eq!(reached, ["10.244.2.10:8080"], "{}", render::text(&e));
 }
+
+#[test]
+fn iptables_legacy_chains_are_read_from_the_flavour_that_holds_them() {
+    use kube_proxy_rs::cli::explain::saved;
+    use kube_proxy_rs::dataplane::iptables::{self, Flavour, IptablesCommand, IptablesDataplane};
+
+    let ns = NetNs::new("explain-legacy");
+    let snap = example();
+    let cfg = iptables::ModeConfig::default();
+    let mut dp = IptablesDataplane::new(
+        cfg.clone(),
+        IptablesCommand::in_netns(Flavour::Legacy, &ns.name),
+    );
+    dp.sync(&snap, &changed(snap.ports.keys().cloned()), true)
+        .expect("first sync");
+    assert_eq!(
+        IptablesCommand::detect(&["ip", "netns", "exec", &ns.name].map(String::from)),
+        Flavour::Legacy,
+        "the flavour holding more rules is the node's"
+    );
+    let planned = Planned::iptables(&snap, &cfg);
+    let Rules::Iptables(want) = planned.rules(IpFamily::V4) else {
+        unreachable!()
+    };
+    let read = saved::read_iptables(Some(&ns.name), IpFamily::V4, want).expect("reads");
+    assert_eq!(read.drift, Vec::<String>::new(), "just synced");
+    let chains = read.rules.expect("our chains are there");
+    let request = Request::parse("10.96.1.10:80", None, None).unwrap();
+    let e = explain(
+        &snap,
+        &cfg.node,
+        Rules::Iptables(&chains),
+        RulesFrom::Kernel,
+        &request,
+    )
+    .unwrap();
+    assert_eq!(e.outcome.endpoints.len(), 3, "{}", render::text(&e));
+}

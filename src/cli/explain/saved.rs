@@ -1,7 +1,8 @@
 //! What `explain` and `status` read of a live iptables node, and how they tell drift.
 //!
 //! The reading is the applier's own: `iptables-save` of the flavour (nft or legacy) the
-//! dataplane chooses ([`IptablesCommand::detect`]), split by [`adopt::parse`], then typed by
+//! dataplane chooses (with [`IptablesCommand::detect_saved`], the choice `detect` makes, whose
+//! reading of that flavour is the one used), split by [`adopt::parse`], then typed by
 //! [`parse`](iptables::parse) for the tracer. Drift is what the applier would send: the
 //! restore input that turns what was read into the plan ([`diff::partial`], with the missing
 //! jumps as a full sync inserts them), shown in short as the nftables mode shows its repair.
@@ -30,24 +31,29 @@ pub fn read_iptables(
     family: IpFamily,
     planned: &iptables::Ruleset,
 ) -> Result<IptablesRead, String> {
-    let (flavour, mut backend) = match netns {
+    let prefix: Vec<String> = match netns {
+        None => Vec::new(),
+        Some(name) => ["ip", "netns", "exec", name].map(String::from).to_vec(),
+    };
+    // The flavour is chosen from both flavours' save output; the chosen one's is read.
+    let (flavour, saved) = IptablesCommand::detect_saved(&prefix);
+    let save = match saved.into_iter().nth(family.index()).flatten() {
+        Some(text) => text,
+        // Run it again for the tool's own error.
         None => {
-            let flavour = IptablesCommand::detect(&[]);
-            (flavour, IptablesCommand::new(flavour))
-        }
-        Some(name) => {
-            let prefix = ["ip", "netns", "exec", name].map(String::from);
-            let flavour = IptablesCommand::detect(&prefix);
-            (flavour, IptablesCommand::in_netns(flavour, name))
+            let mut backend = match netns {
+                None => IptablesCommand::new(flavour),
+                Some(name) => IptablesCommand::in_netns(flavour, name),
+            };
+            backend.save(family).map_err(|e| {
+                format!(
+                    "reading our iptables chains (iptables-{}): {}",
+                    flavour.as_str(),
+                    crate::causes::one_line(&e)
+                )
+            })?
         }
     };
-    let save = backend.save(family).map_err(|e| {
-        format!(
-            "reading our iptables chains (iptables-{}): {}",
-            flavour.as_str(),
-            crate::causes::one_line(&e)
-        )
-    })?;
     Ok(as_read(&adopt::parse(&save), planned))
 }
 
