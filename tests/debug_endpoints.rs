@@ -1,8 +1,9 @@
 //! The running proxy's `/debug/services`, `/debug/explain` and `/debug/status` (root), and
 //! the `status` command that asks for the last: the binary follows a manifest directory in
-//! nftables mode inside a fresh network namespace, and is asked over loopback in that
-//! namespace, as `kubectl exec` would. Bad and hostile parameters get one line and 400; the
-//! answers come from the proxy's model, its table in the kernel and its own state.
+//! nftables mode (and, once, iptables mode) inside a fresh network namespace, and is asked
+//! over loopback in that namespace, as `kubectl exec` would. Bad and hostile parameters get
+//! one line and 400; the answers come from the proxy's model, its rules in the kernel and its
+//! own state.
 
 #![allow(
     clippy::disallowed_methods,
@@ -253,4 +254,74 @@ fn the_running_proxy_answers_what_it_knows_and_refuses_bad_questions() {
     let (code, body) = get(&ns, &long);
     assert_eq!(code, 400, "{body}");
     assert!(body.len() < 200, "{body}");
+}
+
+#[test]
+fn in_iptables_mode_the_running_proxy_explains_over_the_chains_it_programmed() {
+    let ns = NetNs::new("dbg-ipt");
+    ns.output("ip", &["link", "set", "lo", "up"]);
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("cluster.yaml"), MANIFESTS).expect("write manifests");
+    let manifests = dir.path().display().to_string();
+    let mut proxy = ChildGuard::spawn(
+        &format!("{}-proxy", ns.name),
+        ns.command(env!("CARGO_BIN_EXE_kube-proxy-rs")).args([
+            "--proxy-mode=iptables",
+            "--manifests",
+            &manifests,
+            "--hostname-override=node-a",
+            "--cluster-cidr=10.244.0.0/16",
+            "--metrics-bind-address=127.0.0.1:10249",
+            "--healthz-bind-address=127.0.0.1:10256",
+        ]),
+    );
+    // Synced once the kernel's chains send the web Service to its endpoint.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let text = loop {
+        let (code, body) = get(&ns, "/debug/explain?to=10.96.1.10:80");
+        if code == 200 && body.contains("→ 10.244.1.10:8080") {
+            break body;
+        }
+        assert!(
+            proxy.exited().is_none(),
+            "the proxy exited:\n{}",
+            proxy.log_tail(20)
+        );
+        assert!(
+            Instant::now() < deadline,
+            "no answer: {code} {body}\n{}",
+            proxy.log_tail(20)
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(
+        text.contains("(iptables mode, rules read from the kernel)"),
+        "{text}"
+    );
+    assert!(!text.contains("kernel differs"), "synced: no drift\n{text}");
+
+    let (code, table) = get(&ns, "/debug/status");
+    assert_eq!(code, 200, "{table}");
+    for want in [
+        "node node-a, iptables mode, rules read from the kernel",
+        "kernel: matches the plan",
+    ] {
+        assert!(table.contains(want), "{want:?} in\n{table}");
+    }
+    // The whole node's table is not traced in iptables mode (see status::port_status); one
+    // Service is, through the kernel's chains.
+    let (code, table) = get(&ns, "/debug/status?service=default/web");
+    assert_eq!(code, 200, "{table}");
+    assert!(
+        table.contains("  - ClusterIP 10.96.1.10:80: forwards to 1 endpoint (10.244.1.10:8080)"),
+        "{table}"
+    );
+    let web = table
+        .lines()
+        .find(|l| l.starts_with("default/web:http"))
+        .unwrap_or_else(|| panic!("default/web:http in\n{table}"));
+    assert!(
+        web.contains(" 1/1 "),
+        "programmed/model from the kernel: {web}"
+    );
 }

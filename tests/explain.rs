@@ -1,6 +1,7 @@
 //! `explain` over a real kernel (root, a fresh network namespace per test): the nftables
-//! mode's table read back through the adopting reader explains packets exactly as the plan
-//! does, and a change another program makes to our table shows as drift.
+//! mode's table and the iptables mode's chains, read back through the adopting readers,
+//! explain packets exactly as the plan does, and a change another program makes to our rules
+//! shows as drift.
 
 #![allow(
     clippy::disallowed_methods,
@@ -273,4 +274,254 @@ fn other_tables_base_chains_are_listed_beside_ours() {
             .any(|c| c.family == "ip" && c.table == "kube-proxy-rs"),
         "ours is listed too (the caller leaves it out): {chains:?}"
     );
+}
+
+#[test]
+fn iptables_chains_read_back_explain_packets_as_the_plan_does_and_drift_shows() {
+    use kube_proxy_rs::cli::explain::saved;
+    use kube_proxy_rs::dataplane::iptables::{self, Flavour, IptablesCommand, IptablesDataplane};
+
+    let ns = NetNs::new("explain-ipt");
+    let snap = example();
+    let cfg = iptables::ModeConfig::default();
+    let mut dp = IptablesDataplane::new(
+        cfg.clone(),
+        IptablesCommand::in_netns(Flavour::Nft, &ns.name),
+    );
+    dp.sync(&snap, &changed(snap.ports.keys().cloned()), true)
+        .expect("first sync");
+    let planned = Planned::iptables(&snap, &cfg);
+    let Rules::Iptables(want) = planned.rules(IpFamily::V4) else {
+        unreachable!()
+    };
+    let read = || saved::read_iptables(Some(&ns.name), IpFamily::V4, want).expect("reads");
+    let live = read();
+    assert_eq!(live.drift, Vec::<String>::new(), "just synced");
+    let chains = live.rules.expect("our chains are there");
+    for (to, from) in PACKETS {
+        let request = Request::parse(to, *from, None).unwrap();
+        let ask = |rules, from| explain(&snap, &cfg.node, rules, from, &request).unwrap();
+        let a = ask(planned.rules(IpFamily::V4), RulesFrom::Planned);
+        let b = ask(Rules::Iptables(&chains), RulesFrom::Kernel);
+        assert_eq!(
+            a.outcome,
+            b.outcome,
+            "{to} from {from:?}:\n{}",
+            render::text(&b)
+        );
+        assert_eq!(a.reasons, b.reasons, "{to} from {from:?}");
+    }
+
+    // Another program flushes KUBE-SERVICES: the ClusterIP is no longer captured, and the
+    // drift is the restore input a sync would send.
+    ns.output("iptables-nft", &["-t", "nat", "-F", "KUBE-SERVICES"]);
+    let flushed = read();
+    assert!(
+        flushed.drift[0].contains("would bring the kernel to the plan"),
+        "{:?}",
+        flushed.drift
+    );
+    assert!(
+        flushed.drift.iter().any(|l| l.contains("KUBE-SERVICES")),
+        "{:?}",
+        flushed.drift
+    );
+    let request = Request::parse("10.96.1.10:80", None, None).unwrap();
+    let after = explain(
+        &snap,
+        &cfg.node,
+        Rules::Iptables(flushed.rules.as_ref().unwrap()),
+        RulesFrom::Kernel,
+        &request,
+    )
+    .unwrap();
+    assert_eq!(
+        after.outcome.verdict,
+        kube_proxy_rs::cli::explain::Verdict::Untouched,
+        "{}",
+        render::text(&after)
+    );
+
+    // Our nat chains gone: none read, and the drift says so.
+    ns.output("iptables-nft", &["-t", "nat", "-F"]);
+    ns.output("iptables-nft", &["-t", "nat", "-X"]);
+    let gone = read();
+    assert!(gone.rules.is_none());
+    assert!(
+        gone.drift[0].contains("our chains are not in the kernel"),
+        "{:?}",
+        gone.drift
+    );
+}
+
+/// The `recent` lists of a namespace, read from its `/proc/net/xt_recent` as the kernel shows
+/// them (the command's own `ProcLists` reads the caller's namespace).
+struct NsLists<'a>(&'a NetNs);
+
+impl kube_proxy_rs::cli::explain::recent::Lists for NsLists<'_> {
+    fn clients(
+        &mut self,
+        list: &kube_proxy_rs::dataplane::iptables::names::ChainName,
+    ) -> Result<Option<Vec<kube_proxy_rs::cli::explain::recent::Entry>>, String> {
+        let path = format!("{}/{list}", kube_proxy_rs::cli::explain::recent::LISTS);
+        Ok(self
+            .0
+            .try_output("cat", &[&path])
+            .ok()
+            .map(|t| kube_proxy_rs::cli::explain::recent::parse(&t)))
+    }
+}
+
+#[test]
+fn a_clients_recent_entry_in_the_kernel_sends_it_to_its_endpoint_in_iptables_mode() {
+    use kube_proxy_rs::cli::explain::{recent, saved};
+    use kube_proxy_rs::dataplane::iptables::ruleset::{Match, Table, Target};
+    use kube_proxy_rs::dataplane::iptables::{self, Flavour, IptablesCommand, IptablesDataplane};
+
+    let ns = NetNs::new("explain-recent");
+    let snap = example();
+    let cfg = iptables::ModeConfig::default();
+    let mut dp = IptablesDataplane::new(
+        cfg.clone(),
+        IptablesCommand::in_netns(Flavour::Nft, &ns.name),
+    );
+    dp.sync(&snap, &changed(snap.ports.keys().cloned()), true)
+        .expect("first sync");
+    let planned = Planned::iptables(&snap, &cfg);
+    let Rules::Iptables(want) = planned.rules(IpFamily::V4) else {
+        unreachable!()
+    };
+    let read = || {
+        saved::read_iptables(Some(&ns.name), IpFamily::V4, want)
+            .expect("reads")
+            .rules
+            .expect("our chains are there")
+    };
+    // default/web-sticky (10.96.1.14:80, ClientIP for 3 h) over 10.244.1.10 and 10.244.2.10.
+    let request = Request::parse("10.96.1.14:80", Some("10.244.1.77"), None).unwrap();
+    let ask = |rules: &iptables::Ruleset| {
+        explain(
+            &snap,
+            &cfg.node,
+            Rules::Iptables(rules),
+            RulesFrom::Kernel,
+            &request,
+        )
+        .unwrap()
+    };
+    let mut live = read();
+    let to_b = Target::Dnat {
+        ip: "10.244.2.10".parse().unwrap(),
+        port: 8080,
+    };
+    let list = live
+        .table(Table::Nat)
+        .chains
+        .values()
+        .flatten()
+        .flat_map(|r| &r.matches)
+        .find_map(|m| match m {
+            Match::RecentCheck { name, .. }
+                if live.table(Table::Nat).chains[name]
+                    .iter()
+                    .any(|r| r.target == to_b) =>
+            {
+                Some(name.clone())
+            }
+            _ => None,
+        })
+        .expect("a recent list for 10.244.2.10");
+    // No client yet: the lists (made with the rules that name them) are empty.
+    let clock = recent::read_clock();
+    assert!(clock.is_some(), "this kernel's tick count is read");
+    let found = recent::add_entries(
+        &snap,
+        &cfg.node,
+        &request,
+        &mut live,
+        &mut NsLists(&ns),
+        clock,
+    )
+    .expect("reads the lists");
+    assert_eq!(found, Some(vec![]));
+    assert_eq!(ask(&live).outcome.endpoints.len(), 2);
+
+    // The lists as the kernel fills them on connections: this client to 10.244.2.10, another
+    // to the other endpoint.
+    let other = live
+        .table(Table::Nat)
+        .chains
+        .values()
+        .flatten()
+        .flat_map(|r| &r.matches)
+        .find_map(|m| match m {
+            Match::RecentCheck { name, .. } if *name != list => Some(name.clone()),
+            _ => None,
+        })
+        .expect("the other endpoint's list");
+    let write = |list: &str, client: &str| {
+        ns.output(
+            "sh",
+            &["-c", &format!("echo +{client} > {}/{list}", recent::LISTS)],
+        )
+    };
+    write(list.as_str(), "10.244.1.77");
+    write(other.as_str(), "10.244.1.78");
+    let mut live = read();
+    let found = recent::add_entries(
+        &snap,
+        &cfg.node,
+        &request,
+        &mut live,
+        &mut NsLists(&ns),
+        recent::read_clock(),
+    )
+    .expect("reads the lists");
+    assert_eq!(found, Some(vec!["10.244.2.10:8080".parse().unwrap()]));
+    let e = ask(&live);
+    let reached: Vec<String> = e
+        .outcome
+        .endpoints
+        .iter()
+        .map(|s| s.endpoint.to_string())
+        .collect();
+    assert_eq!(reached, ["10.244.2.10:8080"], "{}", render::text(&e));
+}
+
+#[test]
+fn iptables_legacy_chains_are_read_from_the_flavour_that_holds_them() {
+    use kube_proxy_rs::cli::explain::saved;
+    use kube_proxy_rs::dataplane::iptables::{self, Flavour, IptablesCommand, IptablesDataplane};
+
+    let ns = NetNs::new("explain-legacy");
+    let snap = example();
+    let cfg = iptables::ModeConfig::default();
+    let mut dp = IptablesDataplane::new(
+        cfg.clone(),
+        IptablesCommand::in_netns(Flavour::Legacy, &ns.name),
+    );
+    dp.sync(&snap, &changed(snap.ports.keys().cloned()), true)
+        .expect("first sync");
+    assert_eq!(
+        IptablesCommand::detect(&["ip", "netns", "exec", &ns.name].map(String::from)),
+        Flavour::Legacy,
+        "the flavour holding more rules is the node's"
+    );
+    let planned = Planned::iptables(&snap, &cfg);
+    let Rules::Iptables(want) = planned.rules(IpFamily::V4) else {
+        unreachable!()
+    };
+    let read = saved::read_iptables(Some(&ns.name), IpFamily::V4, want).expect("reads");
+    assert_eq!(read.drift, Vec::<String>::new(), "just synced");
+    let chains = read.rules.expect("our chains are there");
+    let request = Request::parse("10.96.1.10:80", None, None).unwrap();
+    let e = explain(
+        &snap,
+        &cfg.node,
+        Rules::Iptables(&chains),
+        RulesFrom::Kernel,
+        &request,
+    )
+    .unwrap();
+    assert_eq!(e.outcome.endpoints.len(), 3, "{}", render::text(&e));
 }

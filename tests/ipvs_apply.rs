@@ -17,7 +17,10 @@
 //!   second run finds nothing;
 //! - `explain` and `status` over what they read from the kernel (virtual services and the
 //!   helper table) answer as over the plan, and a destination another program deletes shows
-//!   as drift.
+//!   as drift;
+//! - a connection to a Service with ClientIP affinity leaves a persistence template in
+//!   `/proc/net/ip_vs_conn`, which `explain` reads back to send that client to its real
+//!   server alone.
 //!
 //! No traffic leaves the namespace.
 
@@ -63,6 +66,7 @@ const CASES: &[&str] = &[
     "idle-messages",
     "init-only",
     "explain",
+    "persistence",
 ];
 
 #[test]
@@ -90,6 +94,8 @@ fn ipvs_apply_helper_process() {
         println!("{RESULT}init-only ok");
         explain_live();
         println!("{RESULT}explain ok");
+        persistence_live();
+        println!("{RESULT}persistence ok");
     });
 }
 
@@ -215,6 +221,67 @@ fn explain_live() {
     let mut others = st.service_ports.iter().filter(|p| p.name != web.name);
     assert!(others.clone().all(|p| p.drifted() == 0), "{text}");
     assert!(others.all(|p| p.programmed == Some(p.endpoints)), "{text}");
+}
+
+/// IPVS persistence on a live node: a connection attempt from the node to default/web-sticky
+/// (ClientIP for 3 h) is scheduled by IPVS, which keeps the client's template; the kernel's
+/// text, parsed, names the real server, and `explain` for that client reaches it alone.
+fn persistence_live() {
+    use kube_proxy_rs::cli::explain::{
+        Planned, Request, Rules, RulesFrom, explain, kernel, persistence,
+    };
+    use kube_proxy_rs::cluster::{IpFamily, Protocol};
+    let ns = node("ipa-persist");
+    let cfg = ModeConfig::default();
+    let snap = example();
+    let (mut dp, _) = dataplane(&ns, cfg.clone());
+    dp.sync(&snap, &Changes::default(), true)
+        .expect("first sync");
+    // No pod answers (the real servers sit behind a dummy link): the SYN is scheduled, the
+    // template kept, and the attempt times out.
+    ns.output(
+        "sh",
+        &[
+            "-c",
+            "timeout 2 bash -c 'echo > /dev/tcp/10.96.1.14/80' 2>/dev/null; true",
+        ],
+    );
+    let text = ns.output("cat", &[persistence::CONNECTIONS]);
+    let templates = persistence::parse(&text);
+    let t = templates
+        .iter()
+        .find(|t| t.service.to_string() == "10.96.1.14:80")
+        .unwrap_or_else(|| panic!("a template for 10.96.1.14:80 in\n{text}"));
+    assert!(t.expires_seconds > 0, "{t:?}");
+
+    let host = HostAddresses(BTreeSet::from(["192.0.2.99".parse().unwrap()]));
+    let planned = Planned::ipvs_on(&snap, &cfg, &host);
+    let Rules::Ipvs { desired, tables } = planned.rules(IpFamily::V4) else {
+        unreachable!()
+    };
+    let ipvs = kernel::read_ipvs(Some(&ns.name), IpFamily::V4).expect("reads IPVS");
+    let mut services = kernel::ipvs_as_read(desired, &ipvs).services;
+    let key = ServiceKey::Address {
+        protocol: Protocol::Tcp.into(),
+        address: t.service,
+    };
+    let remembered = persistence::apply(&mut services, &key, t.client, &templates);
+    assert_eq!(remembered.destinations, vec![t.destination], "{text}");
+    let request =
+        Request::parse("10.96.1.14:80", Some(&t.client.to_string()), None).expect("request");
+    let e = explain(
+        &snap,
+        &cfg.node,
+        Rules::Ipvs {
+            desired: &services,
+            tables,
+        },
+        RulesFrom::Kernel,
+        &request,
+    )
+    .unwrap();
+    let reached: Vec<_> = e.outcome.endpoints.iter().map(|s| s.endpoint).collect();
+    assert_eq!(reached, vec![t.destination], "{:?}", e.outcome);
 }
 
 /// `--init-only` in ipvs mode (the DaemonSet's privileged init container) sets the IPVS

@@ -3,8 +3,7 @@
 //! - `GET /debug/services[?service=NS/NAME][&output=json]`: every service port of the model
 //!   (the `plan` report: frontends, the endpoints chosen per policy, why others were left out);
 //! - `GET /debug/explain?to=ADDR:PORT[/udp][&from=pod|node|outside|ADDR][&in_interface=IF]
-//!   [&output=json]`: `explain` of one packet, over what this node's kernel holds (nftables
-//!   and ipvs mode) or the planned rules (iptables mode);
+//!   [&output=json]`: `explain` of one packet, over what this node's kernel holds;
 //! - `GET /debug/status[?service=NS/NAME[:PORT]][&output=json]`: `status`, every service port
 //!   with its frontends, endpoints programmed and in the model, policies, health check and
 //!   drift, and the runner's last sync.
@@ -162,14 +161,27 @@ async fn status_all(State(s): State<Shared>, Query(q): Params) -> Response {
     let config = s.config.clone();
     let answer = tokio::task::spawn_blocking(move || {
         let (planned, node) = explain::live::plan_on_node(&config, &snapshot, false)?;
-        let read = IpFamily::ALL.map(|f| explain::live::read_family(&config, &planned, f));
-        let [v4, v6] = read;
-        let (v4, v6) = (v4?, v6?);
-        let kernel = v4
-            .as_ref()
-            .zip(v6.as_ref())
-            .map(|(a, b)| [a.rules(), b.rules()]);
-        let drift = v4.iter().chain(&v6).flat_map(|r| r.drift.clone()).collect();
+        // A family whose rules cannot be read (no ip6tables on the host, say) is shown as
+        // planned, and the drift says why; the table fails only when neither can be read.
+        let mut drift: Vec<String> = Vec::new();
+        let mut failed = Vec::new();
+        let read = IpFamily::ALL.map(|f| match explain::live::read_family(&config, &planned, f) {
+            Ok(r) => Some(r),
+            Err(e) => {
+                drift.push(format!("{f} rules not read (shown as planned): {e}"));
+                failed.push(e);
+                None
+            }
+        });
+        if failed.len() == IpFamily::ALL.len() {
+            return Err(failed.swap_remove(0));
+        }
+        let kernel = Some(IpFamily::ALL.map(|f| {
+            read[f.index()]
+                .as_ref()
+                .map_or_else(|| planned.rules(f), |r| r.rules())
+        }));
+        drift.extend(read.iter().flatten().flat_map(|r| r.drift.clone()));
         let status = status::build(status::Inputs {
             snapshot: &snapshot,
             node: &node,

@@ -178,13 +178,29 @@ pub fn drift(kernel: Option<&Ruleset>, planned: &Ruleset) -> Vec<String> {
         return Vec::new();
     }
     let script = nftables::render(&repair);
-    let lines: Vec<&str> = script.lines().filter(|l| !l.trim().is_empty()).collect();
-    let mut out = vec![format!(
-        "{} operations would bring the kernel to the plan (a sync pending, or another program \
-         changed our table):",
-        repair.operations()
-    )];
-    out.extend(lines.iter().take(DRIFT_LINES).map(|l| l.trim().to_string()));
+    let lines: Vec<&str> = script
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    shortened(
+        &lines,
+        &format!(
+            "{} operations would bring the kernel to the plan (a sync pending, or another \
+             program changed our table):",
+            repair.operations()
+        ),
+    )
+}
+
+/// A repair script in short, for every mode alike: `heading`, its first [`DRIFT_LINES`]
+/// lines, and how many more there are; empty when `lines` is.
+pub(super) fn shortened(lines: &[&str], heading: &str) -> Vec<String> {
+    if lines.is_empty() {
+        return Vec::new();
+    }
+    let mut out = vec![heading.to_string()];
+    out.extend(lines.iter().take(DRIFT_LINES).map(|l| l.to_string()));
     if lines.len() > DRIFT_LINES {
         out.push(format!("… {} more lines", lines.len() - DRIFT_LINES));
     }

@@ -4,7 +4,10 @@
 
 use std::net::SocketAddr;
 
-use super::{Explanation, Planned, Request, Rules, RulesFrom, affinity, explain, kernel, others};
+use super::{
+    Explanation, Planned, Request, Rules, RulesFrom, affinity, explain, kernel, others,
+    persistence, recent, saved,
+};
 use crate::cluster::{IpFamily, Snapshot};
 use crate::config::{Config, ProxyMode};
 use crate::dataplane::ipvs::backend::netlink::ServiceKey;
@@ -68,6 +71,8 @@ pub struct Read {
     empty: nftables::Ruleset,
     /// IPVS mode: the planned virtual services as the kernel holds them.
     services: Option<ipvs::Desired>,
+    /// iptables mode: our chains as the kernel holds them (empty when they are not there).
+    chains: Option<iptables::Ruleset>,
     /// Missing, extra or different objects, one line each, or the repair script's first lines.
     pub drift: Vec<String>,
     /// IPVS mode: destinations at weight 0 the plan no longer has (graceful termination).
@@ -77,6 +82,9 @@ pub struct Read {
 impl Read {
     /// The rules read, for the tracer.
     pub fn rules(&self) -> Rules<'_> {
+        if let Some(chains) = &self.chains {
+            return Rules::Iptables(chains);
+        }
         let table = self.table.as_ref().unwrap_or(&self.empty);
         match &self.services {
             Some(desired) => Rules::Ipvs {
@@ -88,48 +96,59 @@ impl Read {
     }
 }
 
-/// Reads `family`'s rules from this node's kernel; `None` in iptables mode, whose rules are
-/// not read back yet (they are traced as planned).
-pub fn read_family(
-    config: &Config,
-    planned: &Planned,
-    family: IpFamily,
-) -> Result<Option<Read>, String> {
+/// Reads `family`'s rules from this node's kernel, through the reader the mode's applier
+/// adopts with.
+pub fn read_family(config: &Config, planned: &Planned, family: IpFamily) -> Result<Read, String> {
     let table_family = nftables::ruleset::Family::of(family);
     let read_table = || kernel::read_nftables(config.nftables_encoder, None, table_family);
     let empty = nftables::Ruleset::empty(table_family);
     match planned.rules(family) {
-        Rules::Iptables(_) => Ok(None),
+        Rules::Iptables(want) => {
+            let read = saved::read_iptables(None, family, want)?;
+            Ok(Read {
+                table: None,
+                empty,
+                services: None,
+                chains: Some(
+                    read.rules
+                        .unwrap_or_else(|| iptables::Ruleset::empty(family)),
+                ),
+                drift: read.drift,
+                draining: Vec::new(),
+            })
+        }
         Rules::Nftables(want) => {
             let table = read_table()?;
             let drift = kernel::drift(table.as_ref(), want);
-            Ok(Some(Read {
+            Ok(Read {
                 table,
                 empty,
                 services: None,
+                chains: None,
                 drift,
                 draining: Vec::new(),
-            }))
+            })
         }
         Rules::Ipvs { desired, tables } => {
             let ipvs = kernel::ipvs_as_read(desired, &kernel::read_ipvs(None, family)?);
             let mut drift = ipvs.drift;
             let table = read_table()?;
             drift.extend(kernel::drift(table.as_ref(), tables));
-            Ok(Some(Read {
+            Ok(Read {
                 table,
                 empty,
                 services: Some(ipvs.services),
+                chains: None,
                 drift,
                 draining: ipvs.draining,
-            }))
+            })
         }
     }
 }
 
 /// Explains `request` over `snapshot` in the configured mode: the rules planned for the
-/// objects when `offline` (`explain --manifests`), and in iptables mode; otherwise (nftables
-/// and ipvs mode on a live node) what the kernel holds, with its drift from the plan.
+/// objects when `offline` (`explain --manifests`); otherwise what the kernel holds, with its
+/// drift from the plan.
 pub fn explain_on_node(
     config: &Config,
     snapshot: &Snapshot,
@@ -141,7 +160,7 @@ pub fn explain_on_node(
     let read = if offline {
         None
     } else {
-        read_family(config, &planned, family)?
+        Some(read_family(config, &planned, family)?)
     };
     match read {
         None => explain(
@@ -154,25 +173,19 @@ pub fn explain_on_node(
         .map_err(|e| e.to_string()),
         Some(mut read) => {
             let mut unread = Vec::new();
-            // nftables mode: the client's affinity entries, so the trace is its path now.
-            let remembered = match (&read.services, read.table.as_mut()) {
-                (None, Some(table)) => {
-                    let mut sets = kernel::NftablesSets::new(
-                        config.nftables_encoder,
-                        None,
-                        nftables::ruleset::Family::of(family),
-                    );
-                    // What the kernel remembers is a detail of the answer: a set that
-                    // cannot be read leaves the entry unknown, not the explanation.
-                    match affinity::add_entries(snapshot, &node, request, table, &mut sets) {
-                        Ok(found) => found,
-                        Err(why) => {
-                            unread.push(format!("affinity entries not looked up: {why}"));
-                            None
-                        }
-                    }
+            // The client's affinity entries, so the trace is its path now. What the kernel
+            // remembers is a detail of the answer: state that cannot be read leaves the entry
+            // unknown, not the explanation.
+            let mut stale = Vec::new();
+            let remembered = match remember(config, snapshot, &node, request, &mut read) {
+                Ok((found, s)) => {
+                    stale = s;
+                    found
                 }
-                _ => None,
+                Err(why) => {
+                    unread.push(format!("affinity entries not looked up: {why}"));
+                    None
+                }
             };
             let mut e = explain(snapshot, &node, read.rules(), RulesFrom::Kernel, request)
                 .map_err(|e| e.to_string())?;
@@ -181,6 +194,10 @@ pub fn explain_on_node(
                 let why = affinity::reason(e.packet.source, remembered, a.timeout_seconds);
                 e.reasons.push(why);
             }
+            for destination in stale {
+                e.reasons
+                    .push(persistence::stale_reason(e.packet.source, destination));
+            }
             let key = ServiceKey::Address {
                 protocol: request.protocol.into(),
                 address: request.to,
@@ -188,7 +205,15 @@ pub fn explain_on_node(
             for (_, destination) in read.draining.iter().filter(|(k, _)| *k == key) {
                 e.reasons.push(kernel::draining_reason(*destination));
             }
-            match kernel::base_chains(config.nftables_encoder, None) {
+            // In iptables mode our rules live in iptables-nft's own tables (or outside
+            // nf_tables, with legacy): another table's base chain has no "ours" to stand
+            // before or after, so none is named.
+            let listed = if read.chains.is_some() {
+                Ok(None)
+            } else {
+                kernel::base_chains(config.nftables_encoder, None)
+            };
+            match listed {
                 Ok(Some(chains)) => {
                     let from_node = e.packet.origin == "node";
                     e.other_chains =
@@ -202,4 +227,58 @@ pub fn explain_on_node(
             Ok(e)
         }
     }
+}
+
+/// The client's affinity entries in the kernel, put into `read` for the tracer, in each
+/// mode's own form: nftables' affinity sets, iptables' `recent` lists, IPVS persistence
+/// templates. Returns the endpoints remembered for the client (`None`: the port has no
+/// affinity, or the kernel cannot tell), and IPVS templates naming a real server that is gone.
+fn remember(
+    config: &Config,
+    snapshot: &Snapshot,
+    node: &NodePolicy,
+    request: &Request,
+    read: &mut Read,
+) -> Result<(Option<Vec<SocketAddr>>, Vec<SocketAddr>), String> {
+    let family = IpFamily::of(&request.to.ip());
+    if let Some(chains) = read.chains.as_mut() {
+        let found = recent::add_entries(
+            snapshot,
+            node,
+            request,
+            chains,
+            &mut recent::ProcLists,
+            recent::read_clock(),
+        )?;
+        return Ok((found, Vec::new()));
+    }
+    if let Some(services) = read.services.as_mut() {
+        let affinity = super::find(snapshot, request, family)
+            .is_some_and(|(s, _)| s.port.affinity_timeout_seconds.is_some());
+        if !affinity {
+            return Ok((None, Vec::new()));
+        }
+        let Some(text) = persistence::read()? else {
+            return Ok((None, Vec::new()));
+        };
+        let client = super::source::Source::resolve(snapshot, node, request, family)
+            .map_err(|e| e.to_string())?
+            .address;
+        let key = ServiceKey::Address {
+            protocol: request.protocol.into(),
+            address: request.to,
+        };
+        let r = persistence::apply(services, &key, client, &persistence::parse(&text));
+        return Ok((Some(r.destinations), r.stale));
+    }
+    let Some(table) = read.table.as_mut() else {
+        return Ok((None, Vec::new()));
+    };
+    let mut sets = kernel::NftablesSets::new(
+        config.nftables_encoder,
+        None,
+        nftables::ruleset::Family::of(family),
+    );
+    let found = affinity::add_entries(snapshot, node, request, table, &mut sets)?;
+    Ok((found, Vec::new()))
 }

@@ -12,17 +12,21 @@
 //! reach is one path, each of equal share (numgen, `statistic` chains and IPVS round robin
 //! all spread new connections evenly over equal weights). Affinity is the client's first
 //! connection: dynamic state (affinity sets, `recent` lists, IPVS persistence templates) is
-//! taken as empty.
+//! taken as empty, unless the caller put the client's entries into the rules: on a live node
+//! [`live`] reads them ([`affinity`], [`recent`], [`persistence`]).
 
 pub mod affinity;
 pub mod kernel;
 pub mod live;
 mod others;
 mod outcome;
+pub mod persistence;
 mod planned;
 mod reasons;
+pub mod recent;
 pub mod render;
 pub mod request;
+pub mod saved;
 mod source;
 
 use std::net::{IpAddr, SocketAddr};

@@ -274,3 +274,54 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// Whatever the kernel shows (a rule line in one of our chains, a `recent` list, the IPVS
+    /// connection table), reading it never panics, and what it adds to the answer (drift
+    /// lines, reasons) is lines within the width, with no control character.
+    #[test]
+    fn any_kernel_text_gives_clean_text(
+        rule in prop_oneof![
+            any::<String>(),
+            "-d 10\\.96\\.0\\.10/32 -p tcp -m comment --comment \"\\PC{0,300}\" -j KUBE-SVC-[A-Z]{4}",
+        ],
+        list in any::<String>(),
+        conn in any::<String>(),
+    ) {
+        use crate::dataplane::iptables::{adopt, names};
+        let snap = snapshot(node(), services());
+        let [_, ipt, ipvs] = modes();
+        let Planned::Iptables(planned) = &ipt else { unreachable!() };
+        let save = format!(
+            "*nat\n:{svc} - [0:0]\n:KUBE-SVC-AAAA - [0:0]\n-A {svc} {rule}\n-A KUBE-SVC-AAAA {rule}\nCOMMIT\n",
+            svc = names::SERVICES,
+            rule = rule.replace('\n', " "),
+        );
+        let read = saved::as_read(&adopt::parse(&save), &planned[0]);
+        let request = Request::parse("10.96.0.10:80", Some("10.244.1.7"), None).unwrap();
+        let chains = read.rules.expect("KUBE-SERVICES is there");
+        let mut e = explain(&snap, &node_policy(), Rules::Iptables(&chains), RulesFrom::Kernel, &request).unwrap();
+        e.drift = read.drift;
+        for entry in recent::parse(&list) {
+            e.reasons.push(affinity::reason(entry.client, &[], 600));
+        }
+        let _ = recent::clock(&list);
+        let Rules::Ipvs { desired, .. } = ipvs.rules(IpFamily::V4) else { unreachable!() };
+        let mut desired = desired.clone();
+        for t in persistence::parse(&conn) {
+            let key = crate::dataplane::ipvs::backend::netlink::ServiceKey::Address {
+                protocol: t.protocol.into(),
+                address: t.service,
+            };
+            let r = persistence::apply(&mut desired, &key, t.client, std::slice::from_ref(&t));
+            e.reasons.extend(r.stale.iter().map(|d| persistence::stale_reason(t.client, *d)));
+        }
+        for line in text(&e).lines() {
+            prop_assert!(line.chars().count() <= WIDTH, "{line}");
+            prop_assert!(!line.chars().any(char::is_control), "{line:?}");
+        }
+        let _: serde_json::Value = serde_json::from_str(&json(&e)).unwrap();
+    }
+}

@@ -82,8 +82,8 @@ impl SyncSummary {
 pub struct Status {
     pub node: String,
     pub mode: &'static str,
-    /// Where the "programmed" side comes from: the kernel, or the plan when the mode's rules
-    /// are not read back (iptables).
+    /// Where the "programmed" side comes from: the kernel (a running proxy's node), or the
+    /// plan (offline, from manifests).
     pub rules_from: RulesFrom,
     pub sync: SyncSummary,
     /// Where the kernel's objects differ from the plan, for the whole node.
@@ -104,7 +104,7 @@ pub struct PortStatus {
     /// Endpoints the model chose for ClusterIP traffic, over the port's families.
     pub endpoints: usize,
     /// Endpoints the rules send ClusterIP traffic from this node to; `None` when the kernel's
-    /// rules were not read.
+    /// rules were not read, or not traced (a whole iptables node).
     pub programmed: Option<usize>,
     pub health_check: Option<HealthCheckStatus>,
 }
@@ -219,9 +219,13 @@ fn health_check(
 fn port_status(inputs: &Inputs<'_>, state: &ServicePortState) -> PortStatus {
     let p = &state.port;
     // Without the kernel's rules there is no drift to find: the whole node's table is then
-    // built without tracing (iptables' tracer walks KUBE-SERVICES rule by rule, seconds at
-    // 10,000 Services); one Service asked for is traced through the plan.
-    let traced = inputs.kernel.is_some() || inputs.service.is_some();
+    // built without tracing; one Service asked for is traced through the plan. In iptables
+    // mode the whole node's table is not traced either: its tracer walks KUBE-SERVICES rule by
+    // rule, and every frontend of 10,000 Services traced twice takes about a minute
+    // (benches/explain.rs); the kernel's drift is still told for the node, and one Service
+    // asked for is traced through the kernel's rules.
+    let whole_node = inputs.kernel.is_some() && !matches!(inputs.planned[0], Rules::Iptables(_));
+    let traced = whole_node || inputs.service.is_some();
     let mut frontends = Vec::new();
     let mut endpoints = 0;
     let mut programmed: BTreeSet<SocketAddr> = BTreeSet::new();
@@ -291,7 +295,7 @@ fn port_status(inputs: &Inputs<'_>, state: &ServicePortState) -> PortStatus {
         external_traffic_policy: p.external_policy,
         frontends,
         endpoints,
-        programmed: inputs.kernel.map(|_| programmed.len()),
+        programmed: inputs.kernel.filter(|_| traced).map(|_| programmed.len()),
         health_check: None,
     }
 }

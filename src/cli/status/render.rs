@@ -25,7 +25,7 @@ pub fn text(s: &Status, detail: bool) -> String {
     let mut out = String::new();
     let from = match s.rules_from {
         RulesFrom::Kernel => "rules read from the kernel",
-        RulesFrom::Planned => "rules as planned (this mode's rules are not read back)",
+        RulesFrom::Planned => "rules as planned (not read from the kernel)",
     };
     line(
         &mut out,

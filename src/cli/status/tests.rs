@@ -87,6 +87,30 @@ fn status_of(
     })
 }
 
+/// [`status_of`] with every port traced: one Service at a time in iptables mode, whose whole
+/// node is not traced (see `port_status`), all at once in the others.
+fn traced(services: Vec<Svc>, planned: &Planned, kernel: &Planned) -> Status {
+    let mut whole = status_of(services.clone(), planned, Some(kernel), None);
+    if whole.mode == "iptables" {
+        assert!(
+            whole.service_ports.iter().all(|p| p.programmed.is_none()),
+            "a whole iptables node is not traced"
+        );
+        whole.service_ports = whole
+            .service_ports
+            .iter()
+            .map(|p| {
+                let one = status_of(services.clone(), planned, Some(kernel), Some(&p.name));
+                one.service_ports
+                    .into_iter()
+                    .next()
+                    .expect("the port asked for")
+            })
+            .collect();
+    }
+    whole
+}
+
 fn port<'a>(s: &'a Status, name: &str) -> &'a PortStatus {
     s.service_ports
         .iter()
@@ -97,7 +121,7 @@ fn port<'a>(s: &'a Status, name: &str) -> &'a PortStatus {
 #[test]
 fn a_kernel_as_planned_shows_every_port_programmed_and_no_drift() {
     for planned in modes(services()) {
-        let s = status_of(services(), &planned, Some(&planned), None);
+        let s = traced(services(), &planned, &planned);
         let t = text(&s, false);
         let at = format!("{} mode:\n{t}", s.mode);
         assert_eq!(s.service_ports.len(), 5, "{at}");
@@ -153,7 +177,7 @@ fn a_kernel_programmed_from_an_older_model_is_drift_a_client_would_meet() {
     older[0] = svc("default/web", "10.96.0.10", 80).ep("10.244.1.2", 8080, "node-a");
     older[2] = svc("default/np", "10.96.0.30", 80).node_port(30080);
     for (planned, kernel) in modes(services()).iter().zip(modes(older)) {
-        let s = status_of(services(), planned, Some(&kernel), None);
+        let s = traced(services(), planned, &kernel);
         let t = text(&s, false);
         let at = format!("{} mode:\n{t}", s.mode);
         let web = port(&s, "default/web");

@@ -56,7 +56,8 @@
 //!
 //! # Parts (the mode contract of `dataplane`)
 //! [`plan`](mod@plan) (pure), [`apply`] (the [`IptablesDataplane`], with [`diff`] and [`render`]),
-//! [`adopt`] (`iptables-save` read back), [`trace`], [`cleanup`], [`backend`] (the tools, and
+//! [`adopt`] (`iptables-save` read back), [`parse`] (that reading as typed rules, for
+//! `explain` and `status` to trace what the kernel holds), [`trace`], [`cleanup`], [`backend`] (the tools, and
 //! [`flavour`]: which of them).
 
 pub mod adopt;
@@ -66,6 +67,7 @@ pub mod cleanup;
 pub mod diff;
 pub mod mode_config;
 pub mod names;
+pub mod parse;
 pub mod plan;
 pub mod render;
 pub mod ruleset;

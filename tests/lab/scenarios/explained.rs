@@ -6,8 +6,8 @@
 //! the plan. One table of expectations, [`PACKETS`], for every mode of ours: the modes differ
 //! in their rules, not in what a packet meets.
 //!
-//! In iptables mode our rules are not read back yet, so `explain` traces the rules it plans
-//! (and says so); in nftables and ipvs mode it traces what the kernel holds.
+//! In every mode it traces what the kernel holds: iptables mode reads our chains back with
+//! `iptables-save` of the flavour the proxy chose.
 
 use std::collections::BTreeSet;
 use std::net::{IpAddr, Ipv4Addr};
@@ -16,7 +16,7 @@ use serde_json::Value;
 
 use super::{cluster_ip, node_port};
 use crate::lab::topology::{CLIENT_IP, OTHER_CLIENT_IP};
-use crate::lab::{Lab, Mode, Proto, Proxy};
+use crate::lab::{Lab, Proto, Proxy};
 
 /// Where the packet goes: one of the Service's frontends.
 #[derive(Clone, Copy, Debug)]
@@ -459,11 +459,7 @@ async fn ask(lab: &Lab, node: usize, to: &str, from: &str) -> Result<Value, Stri
 /// Whether `answer` says of `p` what the table says.
 fn judge(lab: &Lab, p: &Packet, answer: &Value) -> Result<(), String> {
     let brief = || serde_json::to_string(answer).unwrap_or_default();
-    let rules_from = if lab.proxy.mode() == Mode::Iptables {
-        "planned"
-    } else {
-        "kernel"
-    };
+    let rules_from = "kernel";
     if answer["rulesFrom"] != rules_from || answer["mode"] != lab.proxy.mode().as_str() {
         return Err(format!(
             "wanted {} rules from the {rules_from}: {}",

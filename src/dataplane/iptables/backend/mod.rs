@@ -124,24 +124,35 @@ impl IptablesCommand {
     /// their `-save` tools through `prefix` (empty: here). A flavour whose tools fail counts as
     /// holding nothing.
     pub fn detect(prefix: &[String]) -> Flavour {
+        IptablesCommand::detect_saved(prefix).0
+    }
+
+    /// [`IptablesCommand::detect`], with the chosen flavour's `-save` output of each family
+    /// (indexed by [`IpFamily::index`]; `None`: its tool failed), for a caller that reads the
+    /// rules next (`explain`) and need not run the tool again.
+    pub fn detect_saved(prefix: &[String]) -> (Flavour, [Option<String>; 2]) {
         let launcher = Launcher::with_prefix(prefix.to_vec());
-        let read = |f: Flavour| -> String {
-            IpFamily::ALL
-                .iter()
-                .filter_map(|&family| {
-                    let out = launcher
-                        .command(&f.tool(family, "-save"))
-                        .stdin(Stdio::null())
-                        .stderr(Stdio::null())
-                        .output()
-                        .ok()?;
-                    out.status
-                        .success()
-                        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
-                })
-                .collect()
+        let read = |f: Flavour| -> [Option<String>; 2] {
+            IpFamily::ALL.map(|family| {
+                let out = launcher
+                    .command(&f.tool(family, "-save"))
+                    .stdin(Stdio::null())
+                    .stderr(Stdio::null())
+                    .output()
+                    .ok()?;
+                out.status
+                    .success()
+                    .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+            })
         };
-        flavour::choose(&read(Flavour::Nft), &read(Flavour::Legacy))
+        let nft = read(Flavour::Nft);
+        let legacy = read(Flavour::Legacy);
+        let joined =
+            |saved: &[Option<String>; 2]| saved.iter().flatten().cloned().collect::<String>();
+        match flavour::choose(&joined(&nft), &joined(&legacy)) {
+            Flavour::Nft => (Flavour::Nft, nft),
+            Flavour::Legacy => (Flavour::Legacy, legacy),
+        }
     }
 
     fn command(&self, family: IpFamily, suffix: &str) -> (Command, String) {
