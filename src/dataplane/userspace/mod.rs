@@ -45,6 +45,7 @@ pub mod apply;
 pub mod listener_counters;
 pub mod plan;
 pub mod ports;
+pub mod redirect;
 pub mod relay;
 pub mod render;
 

@@ -1,0 +1,334 @@
+//! The redirect rules: what sends a Service's traffic to the relay's listeners, as one
+//! family's nftables table, planned from the snapshot and the ports the listeners hold.
+//!
+//! Pure: (Snapshot, listeners' ports, `nodePortAddresses`, `--bind-address`) → one
+//! [`Ruleset`] per family, applied by the nftables mode's applier as IPVS mode applies its
+//! helper rules. The table is the nftables mode's own (`kube-proxy-rs`, `ip` and `ip6`), as
+//! for IPVS mode: switching a node between modes replaces one set of rules by the other in one
+//! transaction (a second table would leave the other mode's DNAT rules catching Service
+//! traffic first), and `--cleanup` has one table to remove.
+//!
+//! Layout, with no chain per Service:
+//! - `nat-prerouting` (from pods and outside) and `nat-output` (from the node), at `dstnat`:
+//!   `dnat to ip daddr . meta l4proto . th dport map @service-listeners`. The map takes each
+//!   frontend (ClusterIP, externalIP and LoadBalancer IP at the service port; NodePort on every
+//!   address `nodePortAddresses` selects) to its listener's address and port. A DNAT rather
+//!   than a `redirect`: the ruleset, its encoders and its parsers already carry DNAT maps, and
+//!   a listener bound to `--bind-address` 0.0.0.0 (or `::`) accepts on any local address.
+//!   The address is the bind address when it is a specific one; otherwise a NodePort keeps
+//!   its own (local) address and every other frontend goes to the node's first non-loopback
+//!   address of the family, which is local for both hooks. A family without such an address
+//!   gets no DNAT for those frontends (only loopback would be left, which a packet from
+//!   outside may not be sent to).
+//! - `filter-input`, `filter-forward` and `filter-output`: new connections to a frontend
+//!   whose listener has no endpoint to relay to (`no-endpoint-services`) are refused at once
+//!   (TCP reset, ICMP for UDP: the nftables mode's `reject-chain`), or dropped for external
+//!   traffic under `externalTrafficPolicy: Local`, as the other modes drop it, so a load
+//!   balancer's health check moves traffic elsewhere. Such a frontend has no DNAT, so its
+//!   packets still carry the frontend address at those hooks. The relay could only reset an
+//!   accepted connection, which a client sees as a connection that opened and broke.
+//!
+//! No masquerade: the relay dials endpoints from the node's own address.
+
+#[cfg(test)]
+mod tests;
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+
+use super::plan::{Key, Traffic};
+use crate::cluster::TrafficPolicy;
+use crate::cluster::{FamilyView, IpFamily, NodeContext, Protocol, ServicePort, Snapshot};
+use crate::config::NodePortAddresses;
+use crate::dataplane::nftables::names::{self as n, Name};
+use crate::dataplane::nftables::ruleset::{
+    ChainType, Comment, CtState, Data, DataKind, Element, Family, Field, Hook, Kind, Match, Rule,
+    Ruleset, Set, SetDecl, Statement, Tuple, Value, Verdict, priority,
+};
+use crate::dataplane::node::{NodePortMatch, node_ports};
+
+/// Frontend (address . protocol . port) → listener (address . port).
+pub const SERVICE_LISTENERS: &str = "service-listeners";
+
+/// The key of a frontend: destination . protocol . port.
+const FRONTEND: [Field; 3] = [Field::Daddr, Field::L4Proto, Field::Dport];
+
+/// What the rules need to know of one open listener.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Listening {
+    /// The port it holds (its address is `--bind-address` or the family's unspecified one).
+    pub port: u16,
+    /// Whether it has an endpoint to relay to; without one its frontends are refused.
+    pub serving: bool,
+}
+
+/// Where the rules send traffic and which node addresses take NodePorts.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Settings {
+    /// `--bind-address`: the listeners' address in its family when it is not unspecified.
+    pub bind: IpAddr,
+    /// `nodePortAddresses`.
+    pub node_ports: NodePortAddresses,
+}
+
+/// The tables for `snapshot`, one per family in [`IpFamily::ALL`] order. `listening`: the
+/// listeners open now, by what they carry; a frontend whose listener is not open gets no rule.
+pub fn plan(
+    snapshot: &Snapshot,
+    listening: &BTreeMap<Key, Listening>,
+    settings: &Settings,
+) -> [Ruleset; 2] {
+    IpFamily::ALL.map(|family| plan_family(snapshot, listening, settings, family))
+}
+
+fn plan_family(
+    snapshot: &Snapshot,
+    listening: &BTreeMap<Key, Listening>,
+    settings: &Settings,
+    family: IpFamily,
+) -> Ruleset {
+    let mut rules = Ruleset::empty(Family::of(family));
+    skeleton(&mut rules);
+    let node = &snapshot.node;
+    let target = Target {
+        bind: Some(settings.bind).filter(|ip| IpFamily::of(ip) == family && !ip.is_unspecified()),
+        node: first_address(node, family),
+    };
+    let node_port_addresses = node_port_addresses(&settings.node_ports, node, family);
+    for state in snapshot.ports.values() {
+        let port = &state.port;
+        if port.name.protocol == Protocol::Sctp {
+            continue;
+        }
+        let Some(view) = state.family(family) else {
+            continue;
+        };
+        let comment = Comment::sanitised(&port.name.to_string());
+        for traffic in [Traffic::Internal, Traffic::External] {
+            let key = Key {
+                port: port.name.clone(),
+                family,
+                traffic,
+            };
+            let Some(listener) = listening.get(&key) else {
+                continue;
+            };
+            let refusal = match (traffic, port.external_policy) {
+                (Traffic::External, TrafficPolicy::Local) => Verdict::Drop,
+                _ => Verdict::Goto(Name::fixed(n::REJECT_CHAIN)),
+            };
+            for (address, at, node_port) in frontends(port, view, traffic, &node_port_addresses) {
+                let frontend = Tuple::new(&[
+                    Value::Addr(address),
+                    Value::Proto(port.name.protocol),
+                    Value::Port(at),
+                ]);
+                if !listener.serving {
+                    element(
+                        &mut rules,
+                        n::NO_ENDPOINT_SERVICES,
+                        frontend,
+                        Data::Verdict(refusal.clone()),
+                        &comment,
+                    );
+                } else if let Some(to) = target.of(address, node_port) {
+                    let data =
+                        Data::Values(Tuple::new(&[Value::Addr(to), Value::Port(listener.port)]));
+                    element(&mut rules, SERVICE_LISTENERS, frontend, data, &comment);
+                }
+            }
+        }
+    }
+    rules
+}
+
+/// Where a frontend's traffic is sent.
+struct Target {
+    /// `--bind-address`, when of this family and specific.
+    bind: Option<IpAddr>,
+    /// The node's first non-loopback address of this family.
+    node: Option<IpAddr>,
+}
+
+impl Target {
+    /// The listener's address for traffic to `frontend`; `node_port`: the frontend is a node
+    /// address (already local).
+    fn of(&self, frontend: IpAddr, node_port: bool) -> Option<IpAddr> {
+        self.bind
+            .or_else(|| node_port.then_some(frontend))
+            .or(self.node)
+    }
+}
+
+/// The frontends of `traffic` of one service port in one family: (address, port, whether
+/// it is a NodePort on a node address).
+fn frontends(
+    port: &ServicePort,
+    view: &FamilyView,
+    traffic: Traffic,
+    node_port_addresses: &[IpAddr],
+) -> Vec<(IpAddr, u16, bool)> {
+    match traffic {
+        Traffic::Internal => vec![(view.cluster_ip, port.port, false)],
+        Traffic::External => {
+            let mut out: Vec<(IpAddr, u16, bool)> = view
+                .external_ips
+                .iter()
+                .chain(&view.load_balancer_ips)
+                .map(|ip| (*ip, port.port, false))
+                .collect();
+            if let Some(node_port) = port.node_port {
+                out.extend(node_port_addresses.iter().map(|ip| (*ip, node_port, true)));
+            }
+            out
+        }
+    }
+}
+
+/// The node's addresses of `family` that take NodePorts. A map keyed by address needs each
+/// one named, so `all` is every non-loopback address the node has (this mode serves no
+/// NodePort on loopback).
+fn node_port_addresses(
+    npa: &NodePortAddresses,
+    node: &NodeContext,
+    family: IpFamily,
+) -> Vec<IpAddr> {
+    match node_ports::resolve(npa, node, family, false) {
+        NodePortMatch::Addresses { addrs, .. } => addrs,
+        NodePortMatch::All { .. } => {
+            let mut addrs: Vec<IpAddr> = node
+                .local_addresses()
+                .into_iter()
+                .filter(|ip| IpFamily::of(ip) == family && !ip.is_loopback())
+                .collect();
+            addrs.sort();
+            addrs.dedup();
+            addrs
+        }
+    }
+}
+
+/// The node's primary address of `family` when it is local, else its first non-loopback
+/// local one: where traffic to a non-local frontend is sent.
+fn first_address(node: &NodeContext, family: IpFamily) -> Option<IpAddr> {
+    let local: Vec<IpAddr> = node
+        .local_addresses()
+        .into_iter()
+        .filter(|ip| IpFamily::of(ip) == family && !ip.is_loopback())
+        .collect();
+    node.primary_ip(family)
+        .filter(|ip| local.contains(ip))
+        .or_else(|| local.first().copied())
+}
+
+/// Adds an element; the first of two equal keys wins (ports are visited in name order, so the
+/// choice is deterministic).
+fn element(rules: &mut Ruleset, set: &'static str, key: Tuple, data: Data, comment: &Comment) {
+    rules
+        .sets
+        .get_mut(&Name::fixed(set))
+        .expect("declared by skeleton")
+        .elements_mut()
+        .entry(key)
+        .or_insert_with(|| Element {
+            data,
+            comment: Some(comment.clone()),
+        });
+}
+
+fn push(rules: &mut Ruleset, chain: &'static str, matches: Vec<Match>, statements: Vec<Statement>) {
+    rules
+        .chains
+        .entry(Name::fixed(chain))
+        .or_default()
+        .rules
+        .push(Rule::new(matches, statements));
+}
+
+/// The chains and the (empty) maps every table has.
+fn skeleton(rules: &mut Ruleset) {
+    use Kind::{Addr, Port, Proto};
+    let decl = |data, comment: &str| SetDecl {
+        key: vec![Addr, Proto, Port],
+        data,
+        interval: false,
+        dynamic_timeout: None,
+        comment: Some(Comment::sanitised(comment)),
+    };
+    rules.sets.insert(
+        Name::fixed(SERVICE_LISTENERS),
+        Set::new(decl(
+            DataKind::Values(vec![Addr, Port]),
+            "frontend to relay listener",
+        )),
+    );
+    rules.sets.insert(
+        Name::fixed(n::NO_ENDPOINT_SERVICES),
+        Set::new(decl(DataKind::Verdict, "frontends without endpoints")),
+    );
+    rules.add_base_chains(&[
+        (
+            n::NAT_PREROUTING,
+            ChainType::Nat,
+            Hook::Prerouting,
+            priority::DSTNAT,
+        ),
+        (
+            n::NAT_OUTPUT,
+            ChainType::Nat,
+            Hook::Output,
+            priority::DSTNAT,
+        ),
+        (
+            n::FILTER_INPUT,
+            ChainType::Filter,
+            Hook::Input,
+            priority::FILTER,
+        ),
+        (
+            n::FILTER_FORWARD,
+            ChainType::Filter,
+            Hook::Forward,
+            priority::FILTER,
+        ),
+        (
+            n::FILTER_OUTPUT,
+            ChainType::Filter,
+            Hook::Output,
+            priority::FILTER,
+        ),
+    ]);
+    let dnat = || {
+        vec![Statement::DnatMap {
+            key: FRONTEND.to_vec(),
+            map: Name::fixed(SERVICE_LISTENERS),
+        }]
+    };
+    push(rules, n::NAT_PREROUTING, vec![], dnat());
+    push(rules, n::NAT_OUTPUT, vec![], dnat());
+    for chain in [n::FILTER_INPUT, n::FILTER_FORWARD, n::FILTER_OUTPUT] {
+        push(
+            rules,
+            chain,
+            vec![Match::CtState(CtState::New)],
+            vec![Statement::VerdictMap {
+                key: FRONTEND.to_vec(),
+                map: Name::fixed(n::NO_ENDPOINT_SERVICES),
+            }],
+        );
+    }
+    // TCP is refused with a reset, everything else with ICMP port unreachable (see the
+    // nftables mode's reject-chain).
+    push(
+        rules,
+        n::REJECT_CHAIN,
+        vec![Match::L4Proto(Protocol::Tcp)],
+        vec![Statement::Verdict(Verdict::RejectTcpReset)],
+    );
+    push(
+        rules,
+        n::REJECT_CHAIN,
+        vec![],
+        vec![Statement::Verdict(Verdict::Reject)],
+    );
+}

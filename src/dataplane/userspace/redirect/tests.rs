@@ -1,0 +1,279 @@
+use super::*;
+use crate::dataplane::nftables::names as n;
+use crate::dataplane::userspace::plan;
+use crate::testing::snapshots::{ip, node, snapshot, svc};
+use std::collections::BTreeMap;
+
+/// Every listener `snap` asks for, open on ports from 30100 in plan order.
+fn open_all(snap: &Snapshot) -> BTreeMap<Key, Listening> {
+    plan::plan(snap)
+        .into_iter()
+        .zip(30100..)
+        .map(|((key, spec), port)| {
+            let serving = !spec.endpoints.is_empty();
+            (key, Listening { port, serving })
+        })
+        .collect()
+}
+
+fn settings() -> Settings {
+    Settings {
+        bind: "0.0.0.0".parse().unwrap(),
+        node_ports: NodePortAddresses {
+            all: true,
+            ..NodePortAddresses::default()
+        },
+    }
+}
+
+fn frontend(addr: &str, proto: Protocol, port: u16) -> Tuple {
+    Tuple::new(&[
+        Value::Addr(ip(addr)),
+        Value::Proto(proto),
+        Value::Port(port),
+    ])
+}
+
+fn elements(rules: &Ruleset, set: &str) -> BTreeMap<Tuple, Data> {
+    rules
+        .sets
+        .iter()
+        .find(|(name, _)| name.as_str() == set)
+        .map(|(_, s)| {
+            s.elements
+                .iter()
+                .map(|(k, e)| (*k, e.data.clone()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn to(addr: &str, port: u16) -> Data {
+    Data::Values(Tuple::new(&[Value::Addr(ip(addr)), Value::Port(port)]))
+}
+
+fn reject() -> Data {
+    Data::Verdict(Verdict::Goto(Name::fixed(n::REJECT_CHAIN)))
+}
+
+#[test]
+fn cluster_ip_goes_to_the_internal_listener_on_the_nodes_address() {
+    let snap = snapshot(
+        node(),
+        vec![svc("default/web", "10.96.0.10", 80).ep("10.244.2.5", 8080, "node-b")],
+    );
+    let [v4, v6] = plan(&snap, &open_all(&snap), &settings());
+    let listeners = elements(&v4, SERVICE_LISTENERS);
+    assert_eq!(
+        listeners,
+        BTreeMap::from([(
+            frontend("10.96.0.10", Protocol::Tcp, 80),
+            to("10.0.0.11", 30100)
+        )])
+    );
+    assert!(elements(&v4, n::NO_ENDPOINT_SERVICES).is_empty());
+    assert!(
+        elements(&v6, SERVICE_LISTENERS).is_empty(),
+        "an IPv4 Service"
+    );
+    assert_eq!(v6.family, Family::Ip6);
+}
+
+#[test]
+fn node_ports_external_and_load_balancer_ips_go_to_the_external_listener() {
+    let mut node = node();
+    node.host_addresses = Some(vec![ip("10.0.0.11"), ip("192.168.5.1"), ip("127.0.0.1")].into());
+    let snap = snapshot(
+        node,
+        vec![
+            svc("default/web", "10.96.0.10", 80)
+                .node_port(30080)
+                .external("203.0.113.7")
+                .lb("198.51.100.9")
+                .ep("10.244.2.5", 8080, "node-b"),
+        ],
+    );
+    let open = open_all(&snap);
+    let external = open
+        .iter()
+        .find(|(k, _)| k.traffic == Traffic::External)
+        .map(|(_, l)| l.port)
+        .unwrap();
+    assert_eq!(external, 30101, "the internal listener is first");
+    let [v4, _] = plan(&snap, &open, &settings());
+    let listeners = elements(&v4, SERVICE_LISTENERS);
+    let expected = BTreeMap::from([
+        (
+            frontend("10.96.0.10", Protocol::Tcp, 80),
+            to("10.0.0.11", 30100),
+        ),
+        (
+            frontend("203.0.113.7", Protocol::Tcp, 80),
+            to("10.0.0.11", external),
+        ),
+        (
+            frontend("198.51.100.9", Protocol::Tcp, 80),
+            to("10.0.0.11", external),
+        ),
+        // A NodePort keeps its own address; loopback takes none.
+        (
+            frontend("10.0.0.11", Protocol::Tcp, 30080),
+            to("10.0.0.11", external),
+        ),
+        (
+            frontend("192.168.5.1", Protocol::Tcp, 30080),
+            to("192.168.5.1", external),
+        ),
+    ]);
+    assert_eq!(listeners, expected);
+}
+
+#[test]
+fn node_port_addresses_limit_the_node_port_frontends() {
+    let mut node = node();
+    node.host_addresses = Some(vec![ip("10.0.0.11"), ip("192.168.5.1")].into());
+    let snap = snapshot(
+        node,
+        vec![svc("default/web", "10.96.0.10", 80).node_port(30080).ep(
+            "10.244.2.5",
+            8080,
+            "node-b",
+        )],
+    );
+    let settings = Settings {
+        node_ports: NodePortAddresses {
+            cidrs: vec!["192.168.5.0/24".parse().unwrap()],
+            ..NodePortAddresses::default()
+        },
+        ..settings()
+    };
+    let [v4, _] = plan(&snap, &open_all(&snap), &settings);
+    let node_ports: Vec<Tuple> = elements(&v4, SERVICE_LISTENERS)
+        .into_keys()
+        .filter(|k| *k != frontend("10.96.0.10", Protocol::Tcp, 80))
+        .collect();
+    assert_eq!(node_ports, [frontend("192.168.5.1", Protocol::Tcp, 30080)]);
+}
+
+#[test]
+fn a_specific_bind_address_is_where_every_frontend_goes() {
+    let snap = snapshot(
+        node(),
+        vec![svc("default/web", "10.96.0.10", 80).node_port(30080).ep(
+            "10.244.2.5",
+            8080,
+            "node-b",
+        )],
+    );
+    let settings = Settings {
+        bind: ip("10.0.0.99"),
+        ..settings()
+    };
+    let [v4, _] = plan(&snap, &open_all(&snap), &settings);
+    let targets: Vec<Data> = elements(&v4, SERVICE_LISTENERS).into_values().collect();
+    assert_eq!(targets, [to("10.0.0.99", 30101), to("10.0.0.99", 30100)]);
+}
+
+#[test]
+fn a_port_without_endpoints_is_refused_and_external_local_traffic_dropped() {
+    let snap = snapshot(
+        node(),
+        vec![
+            svc("default/empty", "10.96.0.20", 53).proto(Protocol::Udp),
+            svc("default/local", "10.96.0.30", 80)
+                .node_port(30090)
+                .external_local()
+                .ep("10.244.2.5", 8080, "node-b"),
+        ],
+    );
+    let [v4, _] = plan(&snap, &open_all(&snap), &settings());
+    let refused = elements(&v4, n::NO_ENDPOINT_SERVICES);
+    assert_eq!(
+        refused,
+        BTreeMap::from([
+            (frontend("10.96.0.20", Protocol::Udp, 53), reject()),
+            (
+                frontend("10.0.0.11", Protocol::Tcp, 30090),
+                Data::Verdict(Verdict::Drop)
+            ),
+        ])
+    );
+    // The ClusterIP of `local` still has a remote endpoint.
+    let listeners: Vec<Tuple> = elements(&v4, SERVICE_LISTENERS).into_keys().collect();
+    assert_eq!(listeners, [frontend("10.96.0.30", Protocol::Tcp, 80)]);
+}
+
+#[test]
+fn a_listener_that_is_not_open_gets_no_rule_and_sctp_none_at_all() {
+    let snap = snapshot(
+        node(),
+        vec![
+            svc("default/web", "10.96.0.10", 80).ep("10.244.2.5", 8080, "node-b"),
+            svc("default/sig", "10.96.0.11", 3868)
+                .proto(Protocol::Sctp)
+                .ep("10.244.2.6", 3868, "node-b"),
+        ],
+    );
+    let [v4, _] = plan(&snap, &BTreeMap::new(), &settings());
+    assert!(elements(&v4, SERVICE_LISTENERS).is_empty());
+    assert!(elements(&v4, n::NO_ENDPOINT_SERVICES).is_empty());
+    let [v4, _] = plan(&snap, &open_all(&snap), &settings());
+    assert_eq!(elements(&v4, SERVICE_LISTENERS).len(), 1);
+}
+
+#[test]
+fn ipv6_frontends_go_to_the_nodes_ipv6_address() {
+    let snap = snapshot(
+        node(),
+        vec![svc("default/web6", "fd00:96::10", 80).ep("fd00:244:2::5", 8080, "node-b")],
+    );
+    let [v4, v6] = plan(&snap, &open_all(&snap), &settings());
+    assert!(elements(&v4, SERVICE_LISTENERS).is_empty());
+    assert_eq!(
+        elements(&v6, SERVICE_LISTENERS),
+        BTreeMap::from([(
+            frontend("fd00:96::10", Protocol::Tcp, 80),
+            to("fd00::11", 30100)
+        )])
+    );
+}
+
+#[test]
+fn a_family_with_only_loopback_sends_no_frontend_anywhere() {
+    let mut node = node();
+    node.host_addresses = Some(vec![ip("127.0.0.1")].into());
+    node.addresses.clear();
+    let snap = snapshot(
+        node,
+        vec![svc("default/web", "10.96.0.10", 80).ep("10.244.2.5", 8080, "node-b")],
+    );
+    let [v4, _] = plan(&snap, &open_all(&snap), &settings());
+    assert!(elements(&v4, SERVICE_LISTENERS).is_empty());
+}
+
+#[test]
+fn prerouting_and_output_dnat_through_the_map_and_the_filters_refuse() {
+    let snap = snapshot(node(), vec![]);
+    let [v4, _] = plan(&snap, &BTreeMap::new(), &settings());
+    let text = crate::dataplane::nftables::render(&crate::dataplane::nftables::diff(
+        &Ruleset::empty(v4.family),
+        &v4,
+    ));
+    for expected in [
+        "dnat to ip daddr . meta l4proto . th dport map @service-listeners",
+        "ct state new ip daddr . meta l4proto . th dport vmap @no-endpoint-services",
+        "reject with tcp reset",
+    ] {
+        assert!(text.contains(expected), "{expected:?} in\n{text}");
+    }
+    for chain in [
+        n::NAT_PREROUTING,
+        n::NAT_OUTPUT,
+        n::FILTER_INPUT,
+        n::FILTER_FORWARD,
+        n::FILTER_OUTPUT,
+    ] {
+        let c = v4.chains.get(&Name::fixed(chain)).expect("a base chain");
+        assert!(c.base.is_some() && c.rules.len() == 1, "{chain}");
+    }
+}
