@@ -1,7 +1,8 @@
 //! Userspace mode's dataplane with real sockets (root): in a fresh network namespace whose
 //! `lo` carries two "pod" addresses, snapshots loaded from manifests are synced, and traffic
 //! sent to the listeners it opens reaches the pods; endpoint changes and Service removal are
-//! synced in turn. No redirect rules exist yet, so clients connect to the listeners directly.
+//! synced in turn: first with clients connecting to the listeners directly, then through the
+//! redirect rules, from the node and from a client namespace, to Service addresses.
 
 #[path = "support/relay_pods.rs"]
 mod relay_pods;
@@ -12,10 +13,13 @@ use std::time::Duration;
 
 use kube_proxy_rs::cli::load_manifests;
 use kube_proxy_rs::cluster::{Changes, Features, IpFamily, Snapshot};
+use kube_proxy_rs::config::NodePortAddresses;
 use kube_proxy_rs::dataplane::Dataplane as _;
+use kube_proxy_rs::dataplane::monitor::Drift;
 use kube_proxy_rs::dataplane::userspace::UserspaceDataplane;
 use kube_proxy_rs::dataplane::userspace::plan::Traffic;
 use kube_proxy_rs::dataplane::userspace::ports::PortRange;
+use kube_proxy_rs::dataplane::userspace::redirect;
 use kube_proxy_rs::dataplane::userspace::relay::Settings;
 use kube_proxy_rs::metrics::registry::Metrics;
 use relay_pods::{addr, in_netns, pod, udp_pod};
@@ -257,6 +261,154 @@ fn a_port_held_by_another_program_is_skipped_and_a_full_range_fails_the_sync() {
                 .map(|(_, at)| at)
                 .collect();
             assert_eq!(external, [addr("127.0.0.1:30200")]);
+        },
+    );
+}
+
+/// The manifests of [`manifests`] with `web` a NodePort Service (30080) and one more TCP
+/// Service, `empty` (10.96.0.12:80), that has no endpoints.
+fn with_node_port_and_empty(web: &[&str]) -> String {
+    let mut base = manifests(web, true);
+    if web.is_empty() {
+        // The slice's list, empty rather than null.
+        base.push_str("  []\n");
+    }
+    base.replace(
+        "  clusterIP: 10.96.0.10\n",
+        "  type: NodePort\n  clusterIP: 10.96.0.10\n",
+    )
+    .replace("targetPort: 8080}", "targetPort: 8080, nodePort: 30080}")
+        + r#"---
+apiVersion: v1
+kind: Service
+metadata: {name: empty, namespace: default}
+spec:
+  clusterIP: 10.96.0.12
+  clusterIPs: [10.96.0.12]
+  ports: [{name: http, protocol: TCP, port: 80, targetPort: 8080}]
+"#
+}
+
+/// The first line a blocking client in namespace `ns` reads from `to`, or its connect error.
+fn greeting_from(ns: &str, to: SocketAddr) -> std::io::Result<String> {
+    kube_proxy_rs::netlink::netns::run_in(Some(ns), || {
+        let stream = std::net::TcpStream::connect_timeout(&to, STEP)?;
+        stream.set_read_timeout(Some(STEP))?;
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut std::io::BufReader::new(stream), &mut line)?;
+        Ok(line.trim_end().to_owned())
+    })
+}
+
+/// The node: its address 192.168.50.1 is on one end of a veth pair, whose other end is in a
+/// client namespace (192.168.50.2, routed through the node), so the client's packets pass
+/// prerouting and the node's own pass output; the ClusterIPs (on no interface) are routed to
+/// the veth; a pod listens on 10.244.1.2 (on `lo`); forwarding is on.
+#[test]
+fn redirect_rules_send_cluster_ip_and_node_port_traffic_to_the_listeners() {
+    let dir = tempfile::tempdir().unwrap();
+    let client = relay_pods::host::NetNs::new("kprs-client");
+    in_netns(
+        |ns| {
+            for args in [
+                &["addr", "add", "10.244.1.2/32", "dev", "lo"][..],
+                &[
+                    "link",
+                    "add",
+                    "veth-n",
+                    "type",
+                    "veth",
+                    "peer",
+                    "name",
+                    "veth-c",
+                    "netns",
+                    &client.name,
+                ],
+                &["addr", "add", "192.168.50.1/24", "dev", "veth-n"],
+                &["link", "set", "veth-n", "up"],
+                &["route", "add", "10.96.0.0/16", "dev", "veth-n"],
+            ] {
+                ns.output("ip", args);
+            }
+            // As on every Kubernetes node: a ClusterIP that is not redirected (no endpoint) is
+            // routed on, and refused in the forward hook.
+            ns.output("sysctl", &["-qw", "net.ipv4.ip_forward=1"]);
+            for args in [
+                &["addr", "add", "192.168.50.2/24", "dev", "veth-c"][..],
+                &["link", "set", "veth-c", "up"],
+                &["route", "add", "default", "via", "192.168.50.1"],
+            ] {
+                client.output("ip", args);
+            }
+        },
+        || async {
+            pod("10.244.1.2:8080", "a").await;
+            let range = PortRange::parse("30100-30120").unwrap();
+            let bind = "0.0.0.0".parse().unwrap();
+            let backend = kube_proxy_rs::dataplane::nftables::backend::for_encoder(
+                kube_proxy_rs::config::NftablesEncoder::Netlink,
+                None,
+            );
+            let settings = redirect::Settings {
+                bind,
+                node_ports: NodePortAddresses {
+                    all: true,
+                    ..NodePortAddresses::default()
+                },
+            };
+            let mut dp = UserspaceDataplane::new(Settings::default(), range, bind).with_redirect(
+                backend,
+                settings,
+                Drift::new(),
+            );
+            let none = Changes::default();
+            let snap = snapshot(dir.path(), &with_node_port_and_empty(&["10.244.1.2"]));
+            dp.sync(&snap, &none, true).expect("first sync");
+
+            // From the node itself (output).
+            let (_, line) = greeting(addr("10.96.0.10:80")).await;
+            assert_eq!(line, "a", "the ClusterIP reaches the pod through the relay");
+            let (_, line) = greeting(addr("192.168.50.1:30080")).await;
+            assert_eq!(line, "a", "the NodePort on the node's address too");
+            let started = tokio::time::Instant::now();
+            let refused = timeout(STEP, TcpStream::connect(addr("10.96.0.12:80")))
+                .await
+                .expect("an answer in time");
+            assert_eq!(
+                refused.map(|_| ()).unwrap_err().kind(),
+                std::io::ErrorKind::ConnectionRefused
+            );
+            assert!(
+                started.elapsed() < Duration::from_secs(1),
+                "refused at once"
+            );
+
+            // From another namespace (prerouting).
+            let name = client.name.clone();
+            let outside = tokio::task::spawn_blocking(move || {
+                (
+                    greeting_from(&name, addr("10.96.0.10:80")),
+                    greeting_from(&name, addr("192.168.50.1:30080")),
+                    greeting_from(&name, addr("10.96.0.12:80")),
+                )
+            });
+            let (cluster_ip, node_port, empty) = outside.await.unwrap();
+            assert_eq!(cluster_ip.expect("ClusterIP from outside"), "a");
+            assert_eq!(node_port.expect("NodePort from outside"), "a");
+            assert_eq!(
+                empty.unwrap_err().kind(),
+                std::io::ErrorKind::ConnectionRefused
+            );
+
+            // The endpoint goes: the ClusterIP is refused by the rules, not left to hang.
+            let gone = snapshot(dir.path(), &with_node_port_and_empty(&[]));
+            dp.sync(&gone, &none, false).expect("endpoint removal sync");
+            let refused = timeout(STEP, TcpStream::connect(addr("10.96.0.10:80")))
+                .await
+                .expect("an answer in time");
+            assert!(refused.is_err(), "no endpoint left: refused");
+            let tables = dp.redirect_tables().expect("applied");
+            assert!(tables[0].objects() > 0);
         },
     );
 }

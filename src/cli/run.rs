@@ -105,20 +105,19 @@ pub fn dataplane(config: &Config) -> Result<Mode, ModeError> {
             let range = userspace::ports::PortRange::parse(&config.port_range)
                 .ok_or_else(|| ModeError::PortRange(config.port_range.clone()))?;
             let settings = userspace::relay::Settings::default();
+            let drift = Drift::new();
+            let rules = nftables::backend::for_encoder(config.nftables_encoder, None);
+            let redirect = userspace::redirect::Settings {
+                bind: config.bind_address,
+                node_ports: config.node_port_addresses.clone(),
+            };
             let dataplane =
-                userspace::UserspaceDataplane::new(settings, range, config.bind_address);
-            // Said at every start: until the redirect rules land, a node in this mode relays
-            // only connections made to its listeners' ports, not to Service addresses.
-            tracing::warn!(
-                port_range = %config.port_range,
-                bind_address = %config.bind_address,
-                "userspace mode is incomplete: relay listeners are opened, but no rule sends \
-                 ClusterIP, NodePort, externalIP or LoadBalancer traffic to them yet"
-            );
+                userspace::UserspaceDataplane::new(settings, range, config.bind_address)
+                    .with_redirect(rules, redirect, drift.clone());
             let relay = Some(dataplane.listener_counters());
             return Ok(Mode {
                 dataplane: Box::new(dataplane),
-                monitor: None,
+                monitor: Some((drift, Watch::NftablesTable)),
                 traffic: None,
                 relay,
                 ipvs_watch: None,

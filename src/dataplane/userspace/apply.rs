@@ -1,23 +1,34 @@
 //! The userspace mode's [`Dataplane`]: keeps one relay listener open for each listener the
 //! snapshot asks for ([`plan`]), opening, updating and closing them at each sync.
 //!
-//! The relay's state is the process's own, so there is nothing to adopt or re-read: a full
-//! sync is the same reconcile as any other, against the listeners this process holds. A
+//! The relay's state is the process's own, so there is nothing of it to adopt or re-read: a
+//! full sync is the same reconcile as any other, against the listeners this process holds. A
 //! listener that cannot be opened (its port taken by another program, say) fails the sync
 //! after every other change has been made; the runner retries and the next sync opens what is
 //! still missing. Endpoint changes reach a listener in place: connections to endpoints that
 //! remain are untouched.
+//!
+//! The redirect rules ([`redirect`]) follow the listeners: they are planned from the ports the
+//! open listeners actually hold, so they go after the listeners are opened, and both families
+//! go in one nftables transaction through the nftables mode's [`Applier`]. As for IPVS mode's
+//! helper rules, a full sync (or one after a failure, or after the monitor saw another program
+//! change our table) adopts the kernel's table and repairs it; any other sync sends the diff
+//! from the tables last applied.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::Arc;
 
 use crate::cluster::{Changes, IpFamily, ServiceKey, Snapshot};
+use crate::dataplane::monitor::Drift;
+use crate::dataplane::nftables::{self, Ruleset, apply::Applier};
 use crate::dataplane::{Dataplane, FamilyReport, SyncError, SyncReport};
 
 use super::listener_counters::ListenerCounters;
 use super::plan::{self, Key, Listeners, Spec, Transport};
 use super::ports::PortRange;
+use super::redirect::{self, Listening};
 use super::relay::{CounterValues, Limit, Listener, Relay, Settings, Target};
 
 /// The mode's name as `--proxy-mode` spells it.
@@ -39,6 +50,61 @@ pub struct UserspaceDataplane {
     limits: BTreeMap<ServiceKey, Limit>,
     /// The open listeners' counters, as the metrics read them.
     counters: ListenerCounters,
+    /// The redirect rules, when this dataplane programs them (see [`Self::with_redirect`]).
+    rules: Option<Rules>,
+}
+
+/// The redirect rules' applier and what it last applied.
+struct Rules {
+    applier: Applier<Box<dyn nftables::Backend>>,
+    settings: redirect::Settings,
+    /// Where the nf_tables monitor reports another program's change to our table.
+    drift: Arc<Drift>,
+    /// The tables the kernel holds since the last successful apply; `None` before one and
+    /// after a failure.
+    last: Option<[Ruleset; 2]>,
+}
+
+impl std::fmt::Debug for Rules {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Rules")
+            .field("settings", &self.settings)
+            .field("applied", &self.last.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Rules {
+    /// Makes the kernel hold `want`; operations per family (by [`IpFamily::index`]).
+    fn apply(
+        &mut self,
+        want: [Ruleset; 2],
+        full: bool,
+    ) -> Result<[usize; 2], nftables::apply::Error> {
+        let outside = self.drift.take_pending();
+        let last = self.last.take();
+        let report = match last {
+            Some(last) if !full && !outside && !self.applier.needs_full() => {
+                let transactions: Vec<_> = last
+                    .iter()
+                    .zip(&want)
+                    .map(|(l, w)| nftables::diff(l, w))
+                    .collect();
+                self.applier.send(&transactions)?
+            }
+            last => self.applier.adopt(&want, last.as_ref().map(|l| &l[..]))?,
+        };
+        if report.repaired {
+            self.drift.repaired();
+            tracing::warn!("repaired the userspace mode's redirect rules after an outside change");
+        }
+        self.last = Some(want);
+        let mut operations = [0; 2];
+        for (family, n) in report.operations {
+            operations[family.ip_family().index()] += n;
+        }
+        Ok(operations)
+    }
 }
 
 #[derive(Debug)]
@@ -59,7 +125,33 @@ impl UserspaceDataplane {
             taken: BTreeMap::new(),
             limits: BTreeMap::new(),
             counters: ListenerCounters::default(),
+            rules: None,
         }
+    }
+
+    /// Programs the redirect rules through `backend` (the nftables mode's), so traffic to
+    /// Service addresses reaches the listeners; the backend records its transactions in
+    /// `drift`, so the monitor tells them from other programs'. Without this only clients
+    /// dialling a listener's port are relayed (the relay's own tests).
+    pub fn with_redirect(
+        mut self,
+        mut backend: Box<dyn nftables::Backend>,
+        settings: redirect::Settings,
+        drift: Arc<Drift>,
+    ) -> UserspaceDataplane {
+        backend.watched_by(drift.clone());
+        self.rules = Some(Rules {
+            applier: Applier::new(backend),
+            settings,
+            drift,
+            last: None,
+        });
+        self
+    }
+
+    /// The redirect tables last applied, one per family.
+    pub fn redirect_tables(&self) -> Option<&[Ruleset; 2]> {
+        self.rules.as_ref().and_then(|r| r.last.as_ref())
     }
 
     /// The open listeners' counters, for the metrics to read at each scrape.
@@ -182,7 +274,38 @@ impl Dataplane for UserspaceDataplane {
             source: None,
         })?;
         let _entered = runtime.enter();
-        let (operations, failed) = self.reconcile(plan::plan(snapshot));
+        let (mut operations, failed) = self.reconcile(plan::plan(snapshot));
+        let mut netlink_messages = 0;
+        if let Some(rules) = &mut self.rules {
+            let listening: BTreeMap<Key, Listening> = self
+                .open
+                .iter()
+                .map(|(key, open)| {
+                    let listening = Listening {
+                        port: open.listener.local_addr().port(),
+                        serving: !open.spec.endpoints.is_empty(),
+                    };
+                    (key.clone(), listening)
+                })
+                .collect();
+            let want = redirect::plan(snapshot, &listening, &rules.settings);
+            let sent = rules.applier.backend().messages_sent();
+            let applied = rules.apply(want, full).map_err(|e| match e {
+                nftables::apply::Error::Refused { .. } => SyncError::Refused {
+                    mode: MODE,
+                    message: format!("redirect rules: {e}"),
+                },
+                other => SyncError::Io {
+                    mode: MODE,
+                    message: format!("redirect rules: {other}"),
+                    source: None,
+                },
+            })?;
+            netlink_messages = (rules.applier.backend().messages_sent() - sent) as usize;
+            for family in IpFamily::ALL {
+                operations[family.index()] += applied[family.index()];
+            }
+        }
         if let Some((key, error)) = failed {
             return Err(SyncError::Io {
                 mode: MODE,
@@ -207,7 +330,7 @@ impl Dataplane for UserspaceDataplane {
         Ok(SyncReport {
             full,
             families,
-            netlink_messages: 0,
+            netlink_messages,
         })
     }
 }

@@ -6,7 +6,8 @@
 //!   Snapshot ──plan──▶ Listeners (one per service port, family, internal/external traffic)
 //!                          │ apply: open / update in place / close, ports from portRange
 //!                          ▼
-//!                      relay::Listener ──▶ endpoints (round-robin, affinity, retries)
+//!   Service address ──▶ redirect (DNAT map) ──▶ relay::Listener ──▶ endpoints
+//!                                                  (round-robin, affinity, retries)
 //! ```
 //!
 //! # What this phase covers
@@ -22,16 +23,22 @@
 //! - [`ports`]: `portRange` (upstream's field for this mode) or kernel-chosen ports.
 //! - [`render`]: the listeners as `plan` prints them, saying that the client's address is
 //!   not preserved in this mode.
+//! - [`redirect`]: the rules that send ClusterIPs, externalIPs, LoadBalancer IPs and
+//!   NodePorts (from pods and outside at prerouting, from the node at output) to the
+//!   listeners, in our nftables table through the nftables mode's applier; a port without
+//!   endpoints is refused by a rule (TCP reset, ICMP), external `Local` traffic without a
+//!   local endpoint dropped.
 //! - [`apply`]: [`UserspaceDataplane`], the `Dataplane` for `--proxy-mode userspace`:
-//!   reconciles the listeners at each sync; listeners bind `--bind-address`.
+//!   reconciles the listeners at each sync (they bind `--bind-address`), then the redirect
+//!   rules to the ports they hold, both families in one transaction.
 //!
 //! # What is left
-//! - The redirect rules: our own nftables table sending ClusterIPs, externalIPs, LoadBalancer
-//!   IPs and NodePorts (from pods and from the node) to the listeners. Until then the mode
-//!   opens listeners that only clients dialling them directly reach. With those rules come: a
-//!   Service without endpoints refused by a rule (the relay can only reset an accepted
-//!   connection), and external `Local` traffic from pods and the node sent to the internal
-//!   listener when no local endpoint exists (the other modes' short-circuit).
+//! - External `Local` traffic from pods and the node sent to the internal listener when no
+//!   local endpoint exists (the other modes' short-circuit); it is dropped like traffic from
+//!   outside for now.
+//! - Redirect rules are re-planned whole at each sync (a diff against the last tables, no
+//!   incremental planner as the nftables and IPVS modes have); NodePorts on loopback are not
+//!   served (that is the `--nodeport-localhost` item below).
 //! - Lab scenarios in this mode, and the operator docs (`docs/operations.md`), which must say
 //!   what `plan` already says: the client's address is not preserved (the relay dials from
 //!   the node).
