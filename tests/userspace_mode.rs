@@ -364,6 +364,12 @@ fn redirect_rules_send_cluster_ip_and_node_port_traffic_to_the_listeners() {
             let none = Changes::default();
             let snap = snapshot(dir.path(), &with_node_port_and_empty(&["10.244.1.2"]));
             dp.sync(&snap, &none, true).expect("first sync");
+            let again = dp.sync(&snap, &none, true).expect("a full sync");
+            assert_eq!(
+                operations(&again),
+                0,
+                "the table read back from the kernel is the one planned"
+            );
 
             // From the node itself (output).
             let (_, line) = greeting(addr("10.96.0.10:80")).await;
