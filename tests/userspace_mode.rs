@@ -15,7 +15,9 @@ use kube_proxy_rs::cli::load_manifests;
 use kube_proxy_rs::cluster::{Changes, Features, IpFamily, Snapshot};
 use kube_proxy_rs::config::NodePortAddresses;
 use kube_proxy_rs::dataplane::Dataplane as _;
+use kube_proxy_rs::dataplane::cleanup;
 use kube_proxy_rs::dataplane::monitor::Drift;
+use kube_proxy_rs::dataplane::tool::Launcher;
 use kube_proxy_rs::dataplane::userspace::UserspaceDataplane;
 use kube_proxy_rs::dataplane::userspace::plan::Traffic;
 use kube_proxy_rs::dataplane::userspace::ports::PortRange;
@@ -415,6 +417,21 @@ fn redirect_rules_send_cluster_ip_and_node_port_traffic_to_the_listeners() {
             assert!(refused.is_err(), "no endpoint left: refused");
             let tables = dp.redirect_tables().expect("applied");
             assert!(tables[0].objects() > 0);
+
+            // `--cleanup` takes the rules away with our table: the ClusterIP, served again,
+            // no longer reaches the listener.
+            dp.sync(&snap, &none, false).expect("endpoint back");
+            assert_eq!(greeting(addr("10.96.0.10:80")).await.1, "a");
+            let report = cleanup::cleanup(&Launcher::here());
+            assert!(
+                report.tables.iter().any(|t| t == "ip kube-proxy-rs"),
+                "{report:?}"
+            );
+            let unrouted = timeout(STEP, TcpStream::connect(addr("10.96.0.10:80"))).await;
+            assert!(
+                unrouted.is_err() || unrouted.is_ok_and(|c| c.is_err()),
+                "nothing sends the ClusterIP to the listener any more"
+            );
         },
     );
 }
