@@ -17,6 +17,7 @@ use kube_proxy_rs::config::NodePortAddresses;
 use kube_proxy_rs::dataplane::Dataplane as _;
 use kube_proxy_rs::dataplane::cleanup;
 use kube_proxy_rs::dataplane::monitor::Drift;
+use kube_proxy_rs::dataplane::node::DetectLocal;
 use kube_proxy_rs::dataplane::tool::Launcher;
 use kube_proxy_rs::dataplane::userspace::UserspaceDataplane;
 use kube_proxy_rs::dataplane::userspace::plan::Traffic;
@@ -267,8 +268,9 @@ fn a_port_held_by_another_program_is_skipped_and_a_full_range_fails_the_sync() {
     );
 }
 
-/// The manifests of [`manifests`] with `web` a NodePort Service (30080) and one more TCP
-/// Service, `empty` (10.96.0.12:80), that has no endpoints.
+/// The manifests of [`manifests`] with `web` a NodePort Service (30080), one more TCP
+/// Service, `empty` (10.96.0.12:80), that has no endpoints, and `local`, a NodePort (30081)
+/// under `externalTrafficPolicy: Local` whose one endpoint is on no node.
 fn with_node_port_and_empty(web: &[&str]) -> String {
     let mut base = manifests(web, true);
     if web.is_empty() {
@@ -288,6 +290,28 @@ spec:
   clusterIP: 10.96.0.12
   clusterIPs: [10.96.0.12]
   ports: [{name: http, protocol: TCP, port: 80, targetPort: 8080}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: local, namespace: default}
+spec:
+  type: NodePort
+  externalTrafficPolicy: Local
+  clusterIP: 10.96.0.13
+  clusterIPs: [10.96.0.13]
+  ports: [{name: http, protocol: TCP, port: 80, targetPort: 8080, nodePort: 30081}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: local-1
+  namespace: default
+  labels: {kubernetes.io/service-name: local}
+addressType: IPv4
+ports: [{name: http, protocol: TCP, port: 8080}]
+endpoints:
+  - addresses: ["10.244.1.2"]
+    conditions: {ready: true}
 "#
 }
 
@@ -357,6 +381,7 @@ fn redirect_rules_send_cluster_ip_and_node_port_traffic_to_the_listeners() {
                     all: true,
                     ..NodePortAddresses::default()
                 },
+                detect_local: DetectLocal::None,
             };
             let mut dp = UserspaceDataplane::new(Settings::default(), range, bind).with_redirect(
                 backend,
@@ -390,6 +415,11 @@ fn redirect_rules_send_cluster_ip_and_node_port_traffic_to_the_listeners() {
                 started.elapsed() < Duration::from_secs(1),
                 "refused at once"
             );
+            let (_, line) = greeting(addr("192.168.50.1:30081")).await;
+            assert_eq!(
+                line, "a",
+                "external Local without a local endpoint: the node goes to the cluster's"
+            );
 
             // From another namespace (prerouting).
             let name = client.name.clone();
@@ -398,14 +428,20 @@ fn redirect_rules_send_cluster_ip_and_node_port_traffic_to_the_listeners() {
                     greeting_from(&name, addr("10.96.0.10:80")),
                     greeting_from(&name, addr("192.168.50.1:30080")),
                     greeting_from(&name, addr("10.96.0.12:80")),
+                    greeting_from(&name, addr("192.168.50.1:30081")),
                 )
             });
-            let (cluster_ip, node_port, empty) = outside.await.unwrap();
+            let (cluster_ip, node_port, empty, local) = outside.await.unwrap();
             assert_eq!(cluster_ip.expect("ClusterIP from outside"), "a");
             assert_eq!(node_port.expect("NodePort from outside"), "a");
             assert_eq!(
                 empty.unwrap_err().kind(),
                 std::io::ErrorKind::ConnectionRefused
+            );
+            assert_eq!(
+                local.unwrap_err().kind(),
+                std::io::ErrorKind::TimedOut,
+                "external Local without a local endpoint: dropped from outside"
             );
 
             // The endpoint goes: the ClusterIP is refused by the rules, not left to hang.

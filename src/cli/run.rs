@@ -110,6 +110,7 @@ pub fn dataplane(config: &Config) -> Result<Mode, ModeError> {
             let redirect = userspace::redirect::Settings {
                 bind: config.bind_address,
                 node_ports: config.node_port_addresses.clone(),
+                detect_local: crate::dataplane::node::NodePolicy::new(config)?.detect_local,
             };
             let dataplane =
                 userspace::UserspaceDataplane::new(settings, range, config.bind_address)

@@ -26,16 +26,14 @@
 //! - [`redirect`]: the rules that send ClusterIPs, externalIPs, LoadBalancer IPs and
 //!   NodePorts (from pods and outside at prerouting, from the node at output) to the
 //!   listeners, in our nftables table through the nftables mode's applier; a port without
-//!   endpoints is refused by a rule (TCP reset, ICMP), external `Local` traffic without a
-//!   local endpoint dropped.
+//!   endpoints is refused by a rule (TCP reset, ICMP); external `Local` traffic without a
+//!   local endpoint is dropped from outside and sent to the internal listener from this
+//!   node's pods and the node (the other modes' short-circuit).
 //! - [`apply`]: [`UserspaceDataplane`], the `Dataplane` for `--proxy-mode userspace`:
 //!   reconciles the listeners at each sync (they bind `--bind-address`), then the redirect
 //!   rules to the ports they hold, both families in one transaction.
 //!
 //! # What is left
-//! - External `Local` traffic from pods and the node sent to the internal listener when no
-//!   local endpoint exists (the other modes' short-circuit); it is dropped like traffic from
-//!   outside for now.
 //! - Redirect rules are re-planned whole at each sync (a diff against the last tables, no
 //!   incremental planner as the nftables and IPVS modes have); NodePorts on loopback are not
 //!   served (that is the `--nodeport-localhost` item below).

@@ -27,6 +27,10 @@
 //!   balancer's health check moves traffic elsewhere. Such a frontend has no DNAT, so its
 //!   packets still carry the frontend address at those hooks. The relay could only reset an
 //!   accepted connection, which a client sees as a connection that opened and broke.
+//! - The other modes' short-circuit: an external frontend under `Local` without a local
+//!   endpoint still serves this node's pods (as detect-local recognises them) and the node
+//!   itself, through the internal listener (`external-to-internal`, read before the main map
+//!   in both nat chains); only traffic from outside is dropped.
 //!
 //! No masquerade: the relay dials endpoints from the node's own address.
 
@@ -45,10 +49,13 @@ use crate::dataplane::nftables::ruleset::{
     ChainType, Comment, CtState, Data, DataKind, Element, Family, Field, Hook, Kind, Match, Rule,
     Ruleset, Set, SetDecl, Statement, Tuple, Value, Verdict, priority,
 };
-use crate::dataplane::node::{NodePortMatch, node_ports};
+use crate::dataplane::node::{DetectLocal, Local, NodePortMatch, node_ports};
 
 /// Frontend (address . protocol . port) → listener (address . port).
 pub const SERVICE_LISTENERS: &str = "service-listeners";
+/// External frontend under `Local` without a local endpoint → its internal listener, for
+/// this node's pods and the node itself.
+pub const EXTERNAL_TO_INTERNAL: &str = "external-to-internal";
 
 /// The key of a frontend: destination . protocol . port.
 const FRONTEND: [Field; 3] = [Field::Daddr, Field::L4Proto, Field::Dport];
@@ -69,6 +76,8 @@ pub struct Settings {
     pub bind: IpAddr,
     /// `nodePortAddresses`.
     pub node_ports: NodePortAddresses,
+    /// How this node's pods are recognised, for the short-circuit.
+    pub detect_local: DetectLocal,
 }
 
 /// The tables for `snapshot`, one per family in [`IpFamily::ALL`] order. `listening`: the
@@ -88,8 +97,20 @@ fn plan_family(
     family: IpFamily,
 ) -> Ruleset {
     let mut rules = Ruleset::empty(Family::of(family));
-    skeleton(&mut rules);
     let node = &snapshot.node;
+    let from_local_pod = match settings.detect_local.resolve(family, &node.pod_cidrs) {
+        Local::Interface(name) => Some(Match::Iifname {
+            name,
+            negate: false,
+        }),
+        Local::Cidr(net) => Some(Match::Net {
+            field: Field::Saddr,
+            net,
+            negate: false,
+        }),
+        Local::None => None,
+    };
+    skeleton(&mut rules, from_local_pod);
     let target = Target {
         bind: Some(settings.bind).filter(|ip| IpFamily::of(ip) == family && !ip.is_unspecified()),
         node: first_address(node, family),
@@ -113,6 +134,18 @@ fn plan_family(
             let Some(listener) = listening.get(&key) else {
                 continue;
             };
+            // The internal listener, for external traffic from inside the node.
+            let short_circuit = (traffic == Traffic::External
+                && !listener.serving
+                && port.external_policy == TrafficPolicy::Local)
+                .then(|| {
+                    listening.get(&Key {
+                        traffic: Traffic::Internal,
+                        ..key.clone()
+                    })
+                })
+                .flatten()
+                .filter(|internal| internal.serving);
             let refusal = match (traffic, port.external_policy) {
                 (Traffic::External, TrafficPolicy::Local) => Verdict::Drop,
                 _ => Verdict::Goto(Name::fixed(n::REJECT_CHAIN)),
@@ -124,6 +157,15 @@ fn plan_family(
                     Value::Port(at),
                 ]);
                 if !listener.serving {
+                    if let Some(internal) = short_circuit
+                        && let Some(to) = target.of(address, node_port)
+                    {
+                        let data = Data::Values(Tuple::new(&[
+                            Value::Addr(to),
+                            Value::Port(internal.port),
+                        ]));
+                        element(&mut rules, EXTERNAL_TO_INTERNAL, frontend, data, &comment);
+                    }
                     element(
                         &mut rules,
                         n::NO_ENDPOINT_SERVICES,
@@ -245,8 +287,9 @@ fn push(rules: &mut Ruleset, chain: &'static str, matches: Vec<Match>, statement
         .push(Rule::new(matches, statements));
 }
 
-/// The chains and the (empty) maps every table has.
-fn skeleton(rules: &mut Ruleset) {
+/// The chains and the (empty) maps every table has; `from_local_pod`: how this family's
+/// pods are recognised, if they are.
+fn skeleton(rules: &mut Ruleset, from_local_pod: Option<Match>) {
     use Kind::{Addr, Port, Proto};
     let decl = |data, comment: &str| SetDecl {
         key: vec![Addr, Proto, Port],
@@ -260,6 +303,13 @@ fn skeleton(rules: &mut Ruleset) {
         Set::new(decl(
             DataKind::Values(vec![Addr, Port]),
             "frontend to relay listener",
+        )),
+    );
+    rules.sets.insert(
+        Name::fixed(EXTERNAL_TO_INTERNAL),
+        Set::new(decl(
+            DataKind::Values(vec![Addr, Port]),
+            "external frontend without local endpoint to the internal listener",
         )),
     );
     rules.sets.insert(
@@ -298,14 +348,23 @@ fn skeleton(rules: &mut Ruleset) {
             priority::FILTER,
         ),
     ]);
-    let dnat = || {
+    let dnat = |map| {
         vec![Statement::DnatMap {
             key: FRONTEND.to_vec(),
-            map: Name::fixed(SERVICE_LISTENERS),
+            map: Name::fixed(map),
         }]
     };
-    push(rules, n::NAT_PREROUTING, vec![], dnat());
-    push(rules, n::NAT_OUTPUT, vec![], dnat());
+    if let Some(m) = from_local_pod {
+        push(
+            rules,
+            n::NAT_PREROUTING,
+            vec![m],
+            dnat(EXTERNAL_TO_INTERNAL),
+        );
+    }
+    push(rules, n::NAT_PREROUTING, vec![], dnat(SERVICE_LISTENERS));
+    push(rules, n::NAT_OUTPUT, vec![], dnat(EXTERNAL_TO_INTERNAL));
+    push(rules, n::NAT_OUTPUT, vec![], dnat(SERVICE_LISTENERS));
     for chain in [n::FILTER_INPUT, n::FILTER_FORWARD, n::FILTER_OUTPUT] {
         push(
             rules,

@@ -23,6 +23,7 @@ fn settings() -> Settings {
             all: true,
             ..NodePortAddresses::default()
         },
+        detect_local: DetectLocal::ClusterCidrs(vec!["10.244.0.0/16".parse().unwrap()]),
     }
 }
 
@@ -198,9 +199,39 @@ fn a_port_without_endpoints_is_refused_and_external_local_traffic_dropped() {
             ),
         ])
     );
-    // The ClusterIP of `local` still has a remote endpoint.
+    // The ClusterIP of `local` still has a remote endpoint, which the node and its pods
+    // reach through the NodePort too (the short-circuit).
+    let open = open_all(&snap);
+    let internal = open
+        .iter()
+        .find(|(k, _)| &*k.port.service.name == "local" && k.traffic == Traffic::Internal)
+        .map(|(_, l)| l.port)
+        .unwrap();
     let listeners: Vec<Tuple> = elements(&v4, SERVICE_LISTENERS).into_keys().collect();
     assert_eq!(listeners, [frontend("10.96.0.30", Protocol::Tcp, 80)]);
+    assert_eq!(
+        elements(&v4, EXTERNAL_TO_INTERNAL),
+        BTreeMap::from([(
+            frontend("10.0.0.11", Protocol::Tcp, 30090),
+            to("10.0.0.11", internal)
+        )])
+    );
+}
+
+#[test]
+fn no_short_circuit_without_a_cluster_endpoint_or_under_the_cluster_policy() {
+    let snap = snapshot(
+        node(),
+        vec![
+            svc("default/nothing", "10.96.0.30", 80)
+                .node_port(30090)
+                .external_local(),
+            svc("default/cluster", "10.96.0.31", 80).node_port(30091),
+        ],
+    );
+    let [v4, _] = plan(&snap, &open_all(&snap), &settings());
+    assert!(elements(&v4, EXTERNAL_TO_INTERNAL).is_empty());
+    assert_eq!(elements(&v4, n::NO_ENDPOINT_SERVICES).len(), 4);
 }
 
 #[test]
@@ -263,17 +294,25 @@ fn prerouting_and_output_dnat_through_the_map_and_the_filters_refuse() {
         "dnat to ip daddr . meta l4proto . th dport map @service-listeners",
         "ct state new ip daddr . meta l4proto . th dport vmap @no-endpoint-services",
         "reject with tcp reset",
+        "ip saddr 10.244.0.0/16 dnat to ip daddr . meta l4proto . th dport map @external-to-internal",
     ] {
         assert!(text.contains(expected), "{expected:?} in\n{text}");
     }
-    for chain in [
-        n::NAT_PREROUTING,
-        n::NAT_OUTPUT,
-        n::FILTER_INPUT,
-        n::FILTER_FORWARD,
-        n::FILTER_OUTPUT,
+    for (chain, rules) in [
+        (n::NAT_PREROUTING, 2),
+        (n::NAT_OUTPUT, 2),
+        (n::FILTER_INPUT, 1),
+        (n::FILTER_FORWARD, 1),
+        (n::FILTER_OUTPUT, 1),
     ] {
         let c = v4.chains.get(&Name::fixed(chain)).expect("a base chain");
-        assert!(c.base.is_some() && c.rules.len() == 1, "{chain}");
+        assert!(c.base.is_some() && c.rules.len() == rules, "{chain}");
     }
+    // Without detect-local only the node's own traffic is short-circuited.
+    let settings = Settings {
+        detect_local: DetectLocal::None,
+        ..settings()
+    };
+    let [v4, _] = plan(&snap, &BTreeMap::new(), &settings);
+    assert_eq!(v4.chains[&Name::fixed(n::NAT_PREROUTING)].rules.len(), 1);
 }
