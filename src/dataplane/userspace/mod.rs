@@ -37,6 +37,9 @@
 //! - Redirect rules are re-planned whole at each sync (a diff against the last tables, no
 //!   incremental planner as the nftables and IPVS modes have); NodePorts on loopback are not
 //!   served (that is the `--nodeport-localhost` item below).
+//! - No conntrack clean-up: a UDP flow DNATed to a listener that closed (its Service port
+//!   gone, or moved to another port) keeps its entry until the entry times out. `plan`
+//!   shows the listeners, not the redirect rules (their ports are known only once open).
 //! - Lab scenarios in this mode, and the operator docs (`docs/operations.md`), which must say
 //!   what `plan` already says: the client's address is not preserved (the relay dials from
 //!   the node).
