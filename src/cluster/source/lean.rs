@@ -107,9 +107,9 @@ pub struct ServiceStatus {
 pub struct EndpointSlice {
     #[serde(default, deserialize_with = "lean_meta")]
     pub metadata: ObjectMeta,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     pub address_type: String,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     pub endpoints: Vec<Endpoint>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ports: Option<Vec<EndpointPort>>,
@@ -119,7 +119,7 @@ pub struct EndpointSlice {
 #[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Endpoint {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     pub addresses: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub conditions: Option<EndpointConditions>,
@@ -129,6 +129,14 @@ pub struct Endpoint {
     pub zone: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hints: Option<EndpointHints>,
+}
+
+/// A required field sent as `null` (the API server encodes a slice without endpoints as
+/// `"endpoints": null`), read as its empty value, as k8s-openapi reads it.
+fn null_as_default<'de, D: Deserializer<'de>, T: Default + Deserialize<'de>>(
+    d: D,
+) -> Result<T, D::Error> {
+    Ok(Option::<T>::deserialize(d)?.unwrap_or_default())
 }
 
 /// The metadata the proxy reads: identity, resource version (the watchers resume from it),
@@ -392,6 +400,19 @@ mod tests {
             "z1"
         );
         assert_eq!(s.ports.as_ref().unwrap()[0].port, Some(8080));
+    }
+
+    #[test]
+    fn a_slice_without_endpoints_may_say_null() {
+        let json = r#"{"metadata": {"name": "web-abcde", "namespace": "shop"},
+                       "addressType": "IPv4", "endpoints": null, "ports": null}"#;
+        let lean: EndpointSlice = serde_json::from_str(json).unwrap();
+        assert!(lean.endpoints.is_empty() && lean.ports.is_none());
+        let full: k8s_openapi::api::discovery::v1::EndpointSlice =
+            serde_json::from_str(json).unwrap();
+        assert_eq!(EndpointSlice::from(full), lean);
+        let endpoint: Endpoint = serde_json::from_str(r#"{"addresses": null}"#).unwrap();
+        assert!(endpoint.addresses.is_empty());
     }
 
     #[test]
