@@ -1,0 +1,255 @@
+//! Times the userspace relay (issue 21) against the paths without it, in a fresh network
+//! namespace (root): bulk TCP throughput through the relay against a direct connection to the
+//! pod, connections per second through the relay against a direct connection and against one
+//! kernel DNAT rule (the NAT modes' path), and the latency one request/response round trip
+//! gains through the relay (p50, p99). The relay runs on a runtime of its own, on one thread,
+//! so "one core" is what it gets; the pods and the client have threads of their own. Memory
+//! per idle relayed connection is measured by `tests/userspace_relay_memory.rs`.
+//!
+//! The pods listen on 10.244.0.2, an address the harness puts on the namespace's `lo`.
+//!
+//! Run: `sudo cargo run --release --example userspace_relay`. Not a test: numbers are reported,
+//! never asserted. Everything happens on the namespace's loopback; the namespace is deleted
+//! afterwards, also when a step fails. Results go to docs/benchmarks.md.
+
+#![allow(
+    clippy::disallowed_methods,
+    reason = "a timing harness: it reads the clock and runs nft"
+)]
+
+#[path = "../src/testing/netns.rs"]
+mod netns;
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use kube_proxy_rs::dataplane::userspace::relay::{Relay, Settings, Target};
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::net::{TcpListener, TcpStream};
+
+/// The same allocator as the binary, so the numbers are the product's.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// Bytes each bulk download carries.
+const BULK: usize = 1 << 30;
+/// How long each connections-per-second run lasts.
+const CPS_RUN: Duration = Duration::from_secs(3);
+/// Round trips per latency run.
+const ROUND_TRIPS: usize = 20_000;
+
+const SOURCE: &str = "10.244.0.2:8080";
+const GREETER: &str = "10.244.0.2:8081";
+const ECHO: &str = "10.244.0.2:8082";
+/// How long one connection may take before the harness gives up rather than hangs.
+const STEP: Duration = Duration::from_secs(5);
+/// The "ClusterIP" the kernel DNAT rule sends to the greeter.
+const CLUSTER_IP: &str = "10.96.0.1:80";
+
+fn addr(s: &str) -> SocketAddr {
+    s.parse().expect("socket address")
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime")
+}
+
+fn main() {
+    netns::require_root();
+    let ns = netns::NetNs::new("kprs-relay-bench");
+    for args in [
+        &["link", "set", "lo", "up"][..],
+        &["addr", "add", "10.244.0.2/32", "dev", "lo"],
+        &["route", "add", "10.96.0.1/32", "dev", "lo"],
+    ] {
+        ns.output("ip", args);
+    }
+    let rules = "table ip relay-bench {\n\
+        chain output { type nat hook output priority -100; \
+        ip daddr 10.96.0.1 tcp dport 80 dnat to 10.244.0.2:8081; }\n}\n";
+    ns.output_fed("nft", &["-f", "-"], rules);
+    kube_proxy_rs::netlink::netns::run_in(Some(&ns.name), || {
+        measure();
+        Ok(())
+    })
+    .expect("the measurement inside the namespace");
+}
+
+fn measure() {
+    // The pods, on a thread and runtime of their own.
+    std::thread::spawn(|| runtime().block_on(pods()));
+    // The relay, alone on its thread: one listener per pod port.
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        runtime().block_on(async move {
+            let relay = Relay::new(Settings::default());
+            let listeners: Vec<_> = [SOURCE, GREETER, ECHO]
+                .iter()
+                .map(|pod| {
+                    let target = Target {
+                        name: format!("bench/{pod}").into(),
+                        endpoints: vec![addr(pod)],
+                        affinity: None,
+                        limit: relay.service_limit(),
+                    };
+                    relay
+                        .listen_tcp(addr("127.0.0.1:0"), target)
+                        .expect("the relay listens")
+                })
+                .collect();
+            tx.send(listeners.iter().map(|l| l.local_addr()).collect::<Vec<_>>())
+                .expect("main waits");
+            std::future::pending::<()>().await;
+            drop(listeners);
+        })
+    });
+    let relayed = rx.recv().expect("the relay's listeners");
+    let (via_source, via_greeter, via_echo) = (relayed[0], relayed[1], relayed[2]);
+
+    runtime().block_on(async {
+        println!("== bulk TCP download, {} MiB each, best of 3", BULK >> 20);
+        let direct = best_of_3(|| bulk(addr(SOURCE))).await;
+        let relay = best_of_3(|| bulk(via_source)).await;
+        println!(
+            "direct {direct:.2} Gbit/s, through the relay {relay:.2} Gbit/s ({:.0} %)",
+            100.0 * relay / direct
+        );
+
+        println!("== connections per second, one after another, {CPS_RUN:?} each");
+        let direct = cps(addr(GREETER)).await;
+        let dnat = cps(addr(CLUSTER_IP)).await;
+        let relay = cps(via_greeter).await;
+        println!(
+            "direct {direct:.0}/s, kernel DNAT rule {dnat:.0}/s, through the relay {relay:.0}/s \
+             ({:.0} % of DNAT)",
+            100.0 * relay / dnat
+        );
+
+        println!("== request/response round trips of 64 bytes, {ROUND_TRIPS} each");
+        let (d50, d99) = latency(addr(ECHO)).await;
+        let (r50, r99) = latency(via_echo).await;
+        println!(
+            "direct p50 {d50:?} p99 {d99:?}; through the relay p50 {r50:?} p99 {r99:?}; \
+             added p50 {:?} p99 {:?}",
+            r50.saturating_sub(d50),
+            r99.saturating_sub(d99)
+        );
+    });
+}
+
+async fn best_of_3<F, Fut>(mut run: F) -> f64
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = f64>,
+{
+    let mut best: f64 = 0.0;
+    for _ in 0..3 {
+        best = best.max(run().await);
+    }
+    best
+}
+
+/// Reads `BULK` bytes from the source pod at `to`; Gbit/s.
+async fn bulk(to: SocketAddr) -> f64 {
+    let mut s = TcpStream::connect(to).await.expect("connect");
+    let mut buf = vec![0u8; 256 * 1024];
+    let start = Instant::now();
+    let mut got = 0;
+    loop {
+        let n = s.read(&mut buf).await.expect("read");
+        if n == 0 {
+            break;
+        }
+        got += n;
+    }
+    assert_eq!(got, BULK, "the whole download arrived");
+    (got as f64 * 8.0) / start.elapsed().as_secs_f64() / 1e9
+}
+
+/// Connections per second to the greeter at `to`: connect, read its byte, close.
+async fn cps(to: SocketAddr) -> f64 {
+    let start = Instant::now();
+    let mut n = 0u64;
+    while start.elapsed() < CPS_RUN {
+        let step = async {
+            let mut s = TcpStream::connect(to).await.expect("connect");
+            let mut b = [0u8; 1];
+            s.read_exact(&mut b).await.expect("the greeting");
+        };
+        tokio::time::timeout(STEP, step)
+            .await
+            .unwrap_or_else(|_| panic!("connection {n} to {to} took over {STEP:?}"));
+        n += 1;
+    }
+    n as f64 / start.elapsed().as_secs_f64()
+}
+
+/// p50 and p99 of a 64-byte round trip over one connection to the echo pod at `to`.
+async fn latency(to: SocketAddr) -> (Duration, Duration) {
+    let mut s = TcpStream::connect(to).await.expect("connect");
+    s.set_nodelay(true).expect("nodelay");
+    let msg = [7u8; 64];
+    let mut back = [0u8; 64];
+    let mut samples = Vec::with_capacity(ROUND_TRIPS);
+    for i in 0..ROUND_TRIPS + 1000 {
+        let start = Instant::now();
+        s.write_all(&msg).await.expect("write");
+        s.read_exact(&mut back).await.expect("echo");
+        if i >= 1000 {
+            samples.push(start.elapsed()); // the first 1,000 warm up
+        }
+    }
+    samples.sort();
+    (
+        samples[samples.len() / 2],
+        samples[samples.len() * 99 / 100],
+    )
+}
+
+/// The source (sends `BULK` bytes, then closes), the greeter (one byte, then closes) and the
+/// echo pod (sends back what it reads).
+async fn pods() {
+    let source = TcpListener::bind(SOURCE).await.expect("source pod");
+    let greeter = TcpListener::bind(GREETER).await.expect("greeter pod");
+    let echo = TcpListener::bind(ECHO).await.expect("echo pod");
+    let sources = async {
+        let chunk = vec![1u8; 256 * 1024];
+        while let Ok((mut s, _)) = source.accept().await {
+            let chunk = chunk.clone();
+            tokio::spawn(async move {
+                let mut left = BULK;
+                while left > 0 {
+                    let n = left.min(chunk.len());
+                    if s.write_all(&chunk[..n]).await.is_err() {
+                        return;
+                    }
+                    left -= n;
+                }
+            });
+        }
+    };
+    let greeters = async {
+        while let Ok((mut s, _)) = greeter.accept().await {
+            tokio::spawn(async move {
+                let _ = s.write_all(b"g").await;
+            });
+        }
+    };
+    let echoes = async {
+        while let Ok((mut s, _)) = echo.accept().await {
+            let _ = s.set_nodelay(true);
+            tokio::spawn(async move {
+                let mut buf = [0u8; 4096];
+                while let Ok(n) = s.read(&mut buf).await {
+                    if n == 0 || s.write_all(&buf[..n]).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    };
+    tokio::join!(sources, greeters, echoes);
+}
