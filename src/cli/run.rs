@@ -107,11 +107,8 @@ pub fn dataplane(config: &Config) -> Result<Mode, ModeError> {
             let settings = userspace::relay::Settings::default();
             let drift = Drift::new();
             let rules = nftables::backend::for_encoder(config.nftables_encoder, None);
-            let redirect = userspace::redirect::Settings {
-                bind: config.bind_address,
-                node_ports: config.node_port_addresses.clone(),
-                detect_local: crate::dataplane::node::NodePolicy::new(config)?.detect_local,
-            };
+            let node = crate::dataplane::node::NodePolicy::new(config)?;
+            let redirect = userspace::redirect::Settings::of(config, &node);
             let dataplane =
                 userspace::UserspaceDataplane::new(settings, range, config.bind_address)
                     .with_redirect(rules, redirect, drift.clone());

@@ -193,7 +193,11 @@ impl UserspaceDataplane {
             match self.open.get_mut(&key) {
                 Some(open) if open.spec == spec => {}
                 Some(open) => {
-                    open.listener.update(spec.endpoints.clone(), spec.affinity);
+                    open.listener.update_keeping(
+                        spec.endpoints.clone(),
+                        &spec.listed,
+                        spec.affinity,
+                    );
                     open.spec = spec;
                     operations[key.family.index()] += 1;
                 }

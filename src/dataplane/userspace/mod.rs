@@ -56,6 +56,7 @@ pub mod ports;
 pub mod redirect;
 pub mod relay;
 pub mod render;
+pub mod trace;
 
 pub use apply::UserspaceDataplane;
 pub use listener_counters::ListenerCounters;

@@ -60,6 +60,11 @@ pub struct Spec {
     pub transport: Transport,
     /// In the model's endpoint order (address, then port): round-robin visits them so.
     pub endpoints: Vec<SocketAddr>,
+    /// Every endpoint the slices still list for this port (terminating, not ready, in
+    /// another zone or on another node too): connections already relayed to one of them go
+    /// on, as a kernel mode's established flows do; only a connection whose endpoint left
+    /// the slices is closed. So a terminating endpoint drains gracefully.
+    pub listed: Vec<SocketAddr>,
     /// ClientIP affinity timeout; `None` without affinity.
     pub affinity: Option<Duration>,
 }
@@ -87,6 +92,11 @@ pub fn plan(snapshot: &Snapshot) -> Listeners {
                 let spec = Spec {
                     transport,
                     endpoints: selected(view, policy),
+                    listed: view
+                        .endpoints
+                        .iter()
+                        .map(|e| SocketAddr::new(e.ip, e.port))
+                        .collect(),
                     affinity,
                 };
                 out.insert(key, spec);

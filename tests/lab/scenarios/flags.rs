@@ -17,6 +17,7 @@ use serde_json::json;
 
 use super::{cluster_ip, node_port, reaches_exactly, service};
 use crate::lab::client::{From, addr};
+use crate::lab::proxy::UPSTREAM_HAS_NO_USERSPACE;
 use crate::lab::scenarios::report::Expect;
 use crate::lab::{Lab, Mode, Proto, Proxy};
 
@@ -131,6 +132,9 @@ pub fn rules_deleted_expect(proxy: Proxy) -> Expect {
             "IPVS sends no notification when another program flushes it (`ipvsadm -C`): upstream \
              restores the virtual servers at its next --ipvs-sync-period (60 s here)",
         ),
+        Proxy::Upstream {
+            mode: Mode::Userspace,
+        } => Expect::NotApplicable(UPSTREAM_HAS_NO_USERSPACE),
         Proxy::Ours { .. } => Expect::Pass,
     }
 }
@@ -161,7 +165,8 @@ pub async fn rules_deleted(lab: &Lab) -> Result<(), String> {
 
     let ns = &lab.topo.nodes[0].ns;
     match lab.proxy.mode() {
-        Mode::Nftables => {
+        // Userspace mode's redirect rules live in our nftables table too.
+        Mode::Nftables | Mode::Userspace => {
             let table = lab.proxy.nft_table();
             ns.try_output("nft", &["delete", "table", "ip", table])
                 .map_err(|e| format!("nft delete table ip {table}: {e}"))?;
@@ -329,6 +334,19 @@ impl Drop for ClientRoute<'_> {
             .topo
             .client
             .try_output("ip", &["route", "del", SERVICE_CIDR]);
+    }
+}
+
+/// Where the source-NAT choices mean nothing.
+pub fn snat_modes_expect(proxy: Proxy) -> Expect {
+    match proxy {
+        Proxy::Ours {
+            mode: Mode::Userspace,
+        } => Expect::NotApplicable(
+            "userspace mode relays every connection from the node's own address: there is no \
+             masquerade for masqueradeAll or detect-local to decide",
+        ),
+        _ => Expect::Pass,
     }
 }
 

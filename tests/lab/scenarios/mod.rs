@@ -123,7 +123,8 @@ pub fn all() -> Vec<Scenario> {
         scenario!(
             19,
             "proxy restarted under load: zero failures",
-            disruption::proxy_restart
+            disruption::proxy_restart,
+            disruption::proxy_restart_expect
         ),
         scenario!(
             29,
@@ -176,7 +177,8 @@ pub fn all() -> Vec<Scenario> {
         scenario!(
             24,
             "masqueradeAll and detect-local modes",
-            flags::snat_modes
+            flags::snat_modes,
+            flags::snat_modes_expect
         ),
     ]
 }
