@@ -19,6 +19,7 @@ mod external;
 mod flags;
 mod ipvs;
 mod policy;
+mod relay;
 pub mod report;
 
 use std::net::IpAddr;
@@ -165,6 +166,23 @@ pub fn all() -> Vec<Scenario> {
             "ipvs mh: the same endpoint for one client on two nodes",
             ipvs::maglev_same_on_two_nodes,
             ipvs::ours_ipvs_only
+        ),
+        scenario!(
+            30,
+            "an endpoint that refuses is skipped, the client connects",
+            relay::refusing_endpoint_skipped,
+            relay::relay_only
+        ),
+        scenario!(
+            31,
+            "an endpoint silent past the dial timeout is skipped",
+            relay::silent_endpoint_skipped,
+            relay::relay_only
+        ),
+        scenario!(
+            32,
+            "a long-lived connection survives syncs not touching its endpoint",
+            relay::long_lived_survives_sync
         ),
         // Last: these restart node 1's proxy with other flags (and put it back afterwards).
         scenario!(
