@@ -104,7 +104,12 @@ pub fn dataplane(config: &Config) -> Result<Mode, ModeError> {
         ProxyMode::Userspace => {
             let range = userspace::ports::PortRange::parse(&config.port_range)
                 .ok_or_else(|| ModeError::PortRange(config.port_range.clone()))?;
-            let settings = userspace::relay::Settings::default();
+            let settings = userspace::relay::Settings {
+                max_connections_per_service: config.userspace.max_connections_per_service as usize,
+                max_connections: config.userspace.max_connections as usize,
+                udp_idle_timeout: config.userspace.udp_idle_timeout,
+                ..userspace::relay::Settings::default()
+            };
             let drift = Drift::new();
             let rules = nftables::backend::for_encoder(config.nftables_encoder, None);
             let node = crate::dataplane::node::NodePolicy::new(config)?;
