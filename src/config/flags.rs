@@ -204,6 +204,13 @@ pub struct Flags {
     #[arg(long, value_name = "DURATION", value_parser = go_duration)]
     pub udp_timeout: Option<Duration>,
 
+    /// nftables and userspace modes: serve NodePorts on 127.0.0.1 and ::1 by relaying them in
+    /// the proxy, where iptables mode needs route_localnet (default: false; kube-proxy-rs
+    /// only)
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true,
+          default_missing_value = "true", value_parser = go_bool)]
+    pub nodeport_localhost: Option<bool>,
+
     /// Userspace mode: connections and UDP flows relayed at once over every listener; more
     /// are refused (default: 100000; kube-proxy-rs only)
     #[arg(long, value_name = "COUNT", allow_negative_numbers = true)]
@@ -281,6 +288,7 @@ pub const HONOURED_WITH_CONFIG: &[&str] = &[
     "manifests",
     "master",
     "nftables-encoder",
+    "nodeport-localhost",
     "udp-timeout",
     "userspace-max-connections",
     "userspace-max-connections-per-service",
@@ -333,6 +341,7 @@ impl Flags {
             config_sync_period => "config-sync-period", feature_gates => "feature-gates",
             verbosity => "v", logging_format => "logging-format",
             proxy_port_range => "proxy-port-range", udp_timeout => "udp-timeout",
+            nodeport_localhost => "nodeport-localhost",
             userspace_max_connections => "userspace-max-connections",
             userspace_max_connections_per_service => "userspace-max-connections-per-service",
         )

@@ -166,6 +166,9 @@ fn apply_always(flags: &Flags, c: &mut Config) -> Result<(), Error> {
             message,
         })?;
     }
+    if let Some(on) = flags.nodeport_localhost {
+        c.userspace.node_port_localhost = on;
+    }
     if let Some(d) = flags.udp_timeout {
         c.userspace.udp_idle_timeout = validate::positive(d).map_err(|message| Error::Flag {
             flag: "udp-timeout",

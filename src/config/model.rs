@@ -339,6 +339,9 @@ impl Config {
 /// `--userspace-max-connections-per-service`, ours).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Userspace {
+    /// `--nodeport-localhost` (ours): NodePorts on 127.0.0.1 and ::1 through the relay, in
+    /// nftables and userspace modes.
+    pub node_port_localhost: bool,
     pub udp_idle_timeout: std::time::Duration,
     pub max_connections: u32,
     pub max_connections_per_service: u32,
@@ -349,6 +352,7 @@ impl Default for Userspace {
     /// that; UDP flows idle out after 250 ms, upstream's `--udp-timeout` default.
     fn default() -> Userspace {
         Userspace {
+            node_port_localhost: false,
             udp_idle_timeout: std::time::Duration::from_millis(250),
             max_connections: 100_000,
             max_connections_per_service: 10_000,

@@ -51,6 +51,7 @@
 
 pub mod apply;
 pub mod listener_counters;
+pub mod loopback;
 pub mod plan;
 pub mod ports;
 pub mod redirect;

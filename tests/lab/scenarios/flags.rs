@@ -425,3 +425,77 @@ async fn source_seen(
     })
     .await
 }
+
+// ---------------------------------------------------------------------------------------------
+// Scenario 33
+
+/// Who serves NodePorts on the node's loopback address, and how.
+pub fn node_port_localhost_expect(proxy: Proxy) -> Expect {
+    match proxy {
+        // iptables mode DNATs them by default (route_localnet), in both proxies.
+        Proxy::Upstream {
+            mode: Mode::Iptables,
+        }
+        | Proxy::Ours {
+            mode: Mode::Iptables,
+        } => Expect::Pass,
+        // Ours relays them with --nodeport-localhost.
+        Proxy::Ours {
+            mode: Mode::Nftables | Mode::Userspace,
+        } => Expect::Pass,
+        Proxy::Upstream {
+            mode: Mode::Nftables,
+        } => Expect::Fail("upstream's nftables mode does not serve NodePorts on localhost"),
+        Proxy::Upstream { mode: Mode::Ipvs } | Proxy::Ours { mode: Mode::Ipvs } => Expect::Fail(
+            "ipvs mode leaves loopback out of its NodePort addresses, as upstream's does",
+        ),
+        Proxy::Upstream {
+            mode: Mode::Userspace,
+        } => Expect::NotApplicable(UPSTREAM_HAS_NO_USERSPACE),
+    }
+}
+
+/// Scenario 33: a process on node 1 reaches a NodePort Service (endpoint n2-a) at
+/// 127.0.0.1:nodePort, over TCP and UDP. Ours in nftables and userspace mode is restarted
+/// with `--nodeport-localhost`, which relays them; iptables mode serves them by default.
+pub async fn node_port_localhost(lab: &Lab) -> Result<(), String> {
+    let relays_them = matches!(
+        lab.proxy,
+        Proxy::Ours {
+            mode: Mode::Nftables | Mode::Userspace
+        }
+    );
+    let _node1 = relays_them.then(|| Reconfigured::new(lab, &["--nodeport-localhost"]));
+    let svc = lab
+        .cluster
+        .apply_service(json!({ "metadata": { "name": "s33" }, "spec": {
+            "type": "NodePort",
+            "ports": [
+                { "name": "t", "port": 80, "targetPort": 8080, "protocol": "TCP" },
+                { "name": "u", "port": 80, "targetPort": 8080, "protocol": "UDP" },
+            ],
+        }}))
+        .await;
+    let p = [("t", 8080, Proto::Tcp), ("u", 8080, Proto::Udp)];
+    lab.cluster
+        .apply_slice("s33-x", "s33", &p, &lab.endpoints(&["n2-a"]))
+        .await;
+    let loopback = IpAddr::from([127, 0, 0, 1]);
+    for (index, proto) in [(0, Proto::Tcp), (1, Proto::Udp)] {
+        let target = addr(loopback, node_port(&svc, index));
+        let what = format!("{proto:?} from node 1 to {target} reaches n2-a");
+        with_settle(
+            lab,
+            startup(lab),
+            lab.eventually(&what, || async {
+                let replies = lab.all_reach(From::Node(0), proto, target, 3).await?;
+                match replies.iter().find(|r| r.pod != "n2-a") {
+                    Some(r) => Err(format!("{} answered", r.pod)),
+                    None => Ok(()),
+                }
+            }),
+        )
+        .await?;
+    }
+    Ok(())
+}

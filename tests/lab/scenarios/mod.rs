@@ -193,6 +193,12 @@ pub fn all() -> Vec<Scenario> {
         ),
         scenario!(23, "nodePortAddresses", flags::node_port_addresses),
         scenario!(
+            33,
+            "NodePorts on 127.0.0.1 from the node itself",
+            flags::node_port_localhost,
+            flags::node_port_localhost_expect
+        ),
+        scenario!(
             24,
             "masqueradeAll and detect-local modes",
             flags::snat_modes,

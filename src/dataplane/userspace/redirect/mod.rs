@@ -277,6 +277,8 @@ fn frontends(
             }
             out
         }
+        // Listened on directly, at the NodePort: no rule leads there.
+        Traffic::Loopback => Vec::new(),
     }
 }
 
