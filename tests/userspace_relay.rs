@@ -309,6 +309,42 @@ fn a_terminating_endpoint_keeps_its_connections_and_gets_no_new_ones() {
 }
 
 #[test]
+fn idle_listeners_take_no_task_of_their_own_and_close_when_dropped() {
+    in_netns(
+        |_| {},
+        || async {
+            let a = pod("127.0.0.2:8080", "a").await;
+            let ua = udp_pod("127.0.0.2:5353", "a").await;
+            let metrics = tokio::runtime::Handle::current().metrics();
+            let relay = Relay::new(settings());
+            let before = metrics.num_alive_tasks();
+            let mut tcp: Vec<Listener> =
+                (0..50).map(|_| tcp_listener(&relay, &[a], None)).collect();
+            let udp: Vec<Listener> = (0..50).map(|_| udp_listener(&relay, &[ua])).collect();
+            tokio::task::yield_now().await;
+            let idle = metrics.num_alive_tasks();
+            assert!(
+                idle <= before + 1,
+                "100 idle listeners: {before} tasks before, {idle} after (one driver at most)"
+            );
+            // Every one of them still serves.
+            assert_eq!(connect(&tcp[49]).await.pod, "a");
+            let client = UdpSocket::bind(addr("127.0.0.1:0")).await.unwrap();
+            assert_eq!(exchange(&client, udp[7].local_addr(), "hi").await.0, "a:hi");
+            // A dropped listener stops accepting: its port refuses.
+            let gone = tcp.pop().unwrap().local_addr();
+            timeout(STEP, async {
+                while TcpStream::connect(gone).await.is_ok() {
+                    tokio::task::yield_now().await;
+                }
+            })
+            .await
+            .expect("the dropped listener's port refuses");
+        },
+    );
+}
+
+#[test]
 fn affinity_keeps_a_client_on_one_endpoint() {
     in_netns(
         |_| {},

@@ -19,6 +19,7 @@
 pub mod balancer;
 pub mod counters;
 pub mod dial_policy;
+mod driver;
 mod pump;
 mod reply_source;
 mod service;
@@ -30,13 +31,14 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::future::AbortHandle;
 use tokio::sync::Semaphore;
-use tokio::task::AbortHandle;
 
 pub use counters::CounterValues;
 pub use dial_policy::DialPolicy;
 pub use service::Limit;
 
+use driver::Driver;
 use service::Service;
 
 /// The relay's settings, the same for every listener.
@@ -86,6 +88,8 @@ pub struct Target {
 pub struct Relay {
     settings: Settings,
     global: Arc<Semaphore>,
+    /// The task that drives every listener's loop, started with the first listener.
+    driver: std::sync::OnceLock<Driver>,
 }
 
 impl Relay {
@@ -94,34 +98,45 @@ impl Relay {
         Relay {
             settings,
             global: Arc::new(Semaphore::new(permits)),
+            driver: std::sync::OnceLock::new(),
         }
     }
 
+    fn driver(&self) -> &Driver {
+        self.driver.get_or_init(Driver::start)
+    }
+
     /// Listens for TCP on `addr` (port 0: any free port) and starts relaying to `target`.
-    /// Must be called within a tokio runtime; the accept loop is a task on it.
+    /// Must be called within a tokio runtime; the accept loop is driven by the relay's one
+    /// listener task ([`driver`]), each connection gets a task of its own.
     pub fn listen_tcp(&self, addr: SocketAddr, target: Target) -> io::Result<Listener> {
         let listener = tcp::bind(addr)?;
         let local = listener.local_addr()?;
         let service = self.service(target);
-        let task = tokio::spawn(tcp::serve(listener, Arc::clone(&service)));
+        let task = self
+            .driver()
+            .drive(tcp::serve(listener, Arc::clone(&service)));
         Ok(Listener {
             service,
-            task: task.abort_handle(),
+            task,
             local,
         })
     }
 
     /// Listens for UDP on `addr` (port 0: any free port) and starts relaying to `target`.
-    /// Must be called within a tokio runtime; the receive loop is a task on it.
+    /// Must be called within a tokio runtime; the receive loop is driven by the relay's one
+    /// listener task ([`driver`]), each flow gets a task of its own.
     pub fn listen_udp(&self, addr: SocketAddr, target: Target) -> io::Result<Listener> {
         let socket = udp::bind(addr)?;
         let local = socket.local_addr()?;
         let service = self.service(target);
         let idle = self.settings.udp_idle_timeout;
-        let task = tokio::spawn(udp::serve(socket, Arc::clone(&service), idle));
+        let task = self
+            .driver()
+            .drive(udp::serve(socket, Arc::clone(&service), idle));
         Ok(Listener {
             service,
-            task: task.abort_handle(),
+            task,
             local,
         })
     }
