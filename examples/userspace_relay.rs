@@ -51,9 +51,6 @@ const STEP: Duration = Duration::from_secs(5);
 const CLUSTER_IP: &str = "10.96.0.1:80";
 /// The ClusterIP of the Service the proxy's dataplanes program, whose endpoint is the greeter.
 const SERVICE_IP: &str = "10.96.0.20:80";
-/// The node's address (on the namespace's `lo`), where userspace mode's redirect rule sends
-/// ClusterIP traffic to the relay's listener.
-const NODE_IP_CIDR: &str = "10.0.0.1/32";
 
 /// The node, the greeter's Service and its EndpointSlice, as the dataplanes read them.
 const CLUSTER: &str = r#"
@@ -61,7 +58,7 @@ apiVersion: v1
 kind: Node
 metadata: {name: bench}
 status:
-  addresses: [{type: InternalIP, address: 10.0.0.1}]
+  addresses: [{type: InternalIP, address: 192.168.50.1}]
 ---
 apiVersion: v1
 kind: Service
@@ -104,9 +101,7 @@ fn main() {
     for args in [
         &["link", "set", "lo", "up"][..],
         &["addr", "add", "10.244.0.2/32", "dev", "lo"],
-        &["addr", "add", NODE_IP_CIDR, "dev", "lo"],
         &["route", "add", "10.96.0.1/32", "dev", "lo"],
-        &["route", "add", "10.96.0.0/16", "dev", "lo"],
     ] {
         ns.output("ip", args);
     }
@@ -119,6 +114,94 @@ fn main() {
         Ok(())
     })
     .expect("the measurement inside the namespace");
+    drop(ns);
+    by_mode_over_veths();
+}
+
+/// Connections per second from a client namespace to a ClusterIP, through a node namespace
+/// whose rules the proxy's own dataplanes program for [`CLUSTER`], to a pod namespace: each
+/// over a veth, as on a node (the node routes between them). The nftables mode DNATs (and
+/// masquerades: the client is outside the cluster CIDR); the userspace mode's redirect rule
+/// sends the connection to the relay's listener, which dials the pod.
+fn by_mode_over_veths() {
+    let node = netns::NetNs::new("kprs-bench-node");
+    let client = netns::NetNs::new("kprs-bench-client");
+    let pod = netns::NetNs::new("kprs-bench-pod");
+    node.output(
+        "ip",
+        &[
+            "link",
+            "add",
+            "to-client",
+            "type",
+            "veth",
+            "peer",
+            "name",
+            "eth0",
+            "netns",
+            &client.name,
+        ],
+    );
+    node.output(
+        "ip",
+        &[
+            "link", "add", "to-pod", "type", "veth", "peer", "name", "eth0", "netns", &pod.name,
+        ],
+    );
+    for args in [
+        &["addr", "add", "192.168.50.1/24", "dev", "to-client"][..],
+        &["addr", "add", "10.244.0.1/24", "dev", "to-pod"],
+        &["link", "set", "to-client", "up"],
+        &["link", "set", "to-pod", "up"],
+    ] {
+        node.output("ip", args);
+    }
+    node.output("sysctl", &["-qw", "net.ipv4.ip_forward=1"]);
+    for (ns, address, gateway) in [
+        (&client, "192.168.50.2/24", "192.168.50.1"),
+        (&pod, "10.244.0.2/24", "10.244.0.1"),
+    ] {
+        ns.output("ip", &["addr", "add", address, "dev", "eth0"]);
+        ns.output("ip", &["link", "set", "eth0", "up"]);
+        ns.output("ip", &["route", "add", "default", "via", gateway]);
+    }
+    let pod_ns = pod.name.clone();
+    std::thread::spawn(move || {
+        kube_proxy_rs::netlink::netns::run_in(Some(&pod_ns), || {
+            runtime().block_on(pods());
+            Ok(())
+        })
+    });
+    println!(
+        "== connections per second to a ClusterIP, client and pod over veths, by mode, {CPS_RUN:?} each"
+    );
+    // The pod's thread may not be listening yet.
+    in_client(&client, || async {
+        let started = Instant::now();
+        while TcpStream::connect(addr(GREETER)).await.is_err() {
+            assert!(started.elapsed() < STEP, "the pod listens over its veth");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        0.0
+    });
+    let direct = in_client(&client, || cps(addr(GREETER)));
+    let nftables = cps_in_mode(ProxyMode::Nftables, &node, &client);
+    let userspace = cps_in_mode(ProxyMode::Userspace, &node, &client);
+    println!(
+        "direct to the pod {direct:.0}/s, nftables mode {nftables:.0}/s, userspace mode \
+         {userspace:.0}/s ({:.0} % of nftables mode)",
+        100.0 * userspace / nftables
+    );
+}
+
+/// Runs `work` on a runtime of its own inside the client's namespace.
+fn in_client<F, Fut>(client: &netns::NetNs, work: F) -> f64
+where
+    F: FnOnce() -> Fut + Send,
+    Fut: std::future::Future<Output = f64>,
+{
+    kube_proxy_rs::netlink::netns::run_in(Some(&client.name), || Ok(runtime().block_on(work())))
+        .expect("the client's run")
 }
 
 fn measure() {
@@ -171,15 +254,6 @@ fn measure() {
             100.0 * relay / dnat
         );
 
-        println!("== connections per second to a ClusterIP, by mode, {CPS_RUN:?} each");
-        let nftables = cps_in_mode(ProxyMode::Nftables).await;
-        let userspace = cps_in_mode(ProxyMode::Userspace).await;
-        println!(
-            "nftables mode {nftables:.0}/s, userspace mode {userspace:.0}/s ({:.0} % of \
-             nftables mode)",
-            100.0 * userspace / nftables
-        );
-
         println!("== request/response round trips of 64 bytes, {ROUND_TRIPS} each");
         let (d50, d99) = latency(addr(ECHO)).await;
         let (r50, r99) = latency(via_echo).await;
@@ -192,11 +266,11 @@ fn measure() {
     });
 }
 
-/// Connections per second to [`SERVICE_IP`] as `mode`'s dataplane programs it for
-/// [`CLUSTER`]: the nftables mode's rules alone, or the userspace mode's redirect rule and
-/// relay (on a thread and current-thread runtime of its own, as in the other runs). The mode's
-/// table is removed afterwards, so the next mode starts from a clean namespace.
-async fn cps_in_mode(mode: ProxyMode) -> f64 {
+/// Connections per second from the client to [`SERVICE_IP`] as `mode`'s dataplane programs it
+/// for [`CLUSTER`] in the node's namespace: the nftables mode's rules alone, or the userspace
+/// mode's redirect rule and relay (on a thread and current-thread runtime of its own, as in the
+/// other runs). The mode's tables are removed afterwards, so the next mode starts clean.
+fn cps_in_mode(mode: ProxyMode, node: &netns::NetNs, client: &netns::NetNs) -> f64 {
     let dir = std::env::temp_dir().join(format!("kprs-relay-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("a scratch directory");
     std::fs::write(dir.join("cluster.yaml"), CLUSTER).expect("the cluster's manifests");
@@ -210,32 +284,33 @@ async fn cps_in_mode(mode: ProxyMode) -> f64 {
     };
     let (tx, rx) = std::sync::mpsc::channel();
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let node_ns = node.name.clone();
     let proxy = std::thread::spawn(move || {
-        runtime().block_on(async move {
-            let mut dataplane = kube_proxy_rs::cli::run::dataplane(&config)
-                .expect("the mode's dataplane")
-                .dataplane;
-            let synced = dataplane.sync(&loaded.snapshot, &Default::default(), true);
-            tx.send(synced.map(|_| ()).map_err(|e| e.to_string()))
-                .expect("main waits");
-            let _ = stop_rx.await;
-            drop(dataplane);
+        kube_proxy_rs::netlink::netns::run_in(Some(&node_ns), || {
+            runtime().block_on(async move {
+                let mut dataplane = kube_proxy_rs::cli::run::dataplane(&config)
+                    .expect("the mode's dataplane")
+                    .dataplane;
+                let synced = dataplane.sync(&loaded.snapshot, &Default::default(), true);
+                tx.send(synced.map(|_| ()).map_err(|e| e.to_string()))
+                    .expect("main waits");
+                let _ = stop_rx.await;
+                drop(dataplane);
+            });
+            Ok(())
         })
     });
     rx.recv()
         .expect("the proxy thread answers")
         .unwrap_or_else(|e| panic!("{} mode's sync: {e}", mode.as_str()));
-    let rate = cps(addr(SERVICE_IP)).await;
+    let rate = in_client(client, || cps(addr(SERVICE_IP)));
     let _ = stop_tx.send(());
-    proxy.join().expect("the proxy thread ends");
+    proxy
+        .join()
+        .expect("the proxy thread ends")
+        .expect("the proxy thread's namespace");
     for family in ["ip", "ip6"] {
-        let deleted = std::process::Command::new("nft")
-            .args(["delete", "table", family, "kube-proxy-rs"])
-            .status();
-        assert!(
-            deleted.is_ok_and(|s| s.success()),
-            "our {family} table removed"
-        );
+        node.output("nft", &["delete", "table", family, "kube-proxy-rs"]);
     }
     rate
 }
