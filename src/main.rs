@@ -188,6 +188,11 @@ fn main() -> ExitCode {
             );
             text.push_str(&nftables::render_from_scratch(&tables));
         }
+        if config.mode == config::ProxyMode::Ebpf && format == cli::OutputFormat::Table {
+            let plan = dataplane::ebpf::plan::plan(&loaded.snapshot);
+            text.push_str("\n# ebpf: the map entries this node would write\n");
+            text.push_str(&dataplane::ebpf::render::render(&plan));
+        }
         if config.mode == config::ProxyMode::Userspace && format == cli::OutputFormat::Table {
             let listeners = userspace::plan::plan(&loaded.snapshot);
             text.push_str("\n# userspace: the listeners this node would open\n");
@@ -423,6 +428,12 @@ fn cleanup() -> ExitCode {
             services = report.ipvs_services,
             link = report.ipvs_link,
             "--cleanup: removed IPVS virtual services and kube-ipvs0"
+        );
+    }
+    if report.ebpf_pins > 0 {
+        tracing::info!(
+            pins = report.ebpf_pins,
+            "--cleanup: removed eBPF pins (programs detached)"
         );
     }
     if report.errors.is_empty() {

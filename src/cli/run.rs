@@ -16,7 +16,7 @@ use crate::config::{Config, ProxyMode};
 use crate::dataplane::Dataplane;
 use crate::dataplane::monitor::{Drift, Watch};
 use crate::dataplane::nftables::{self, ModeConfig, NftablesDataplane};
-use crate::dataplane::{iptables, ipvs, userspace};
+use crate::dataplane::{ebpf, iptables, ipvs, userspace};
 use crate::sync::{Periods, Runner, Status};
 
 /// Why the proxy could not start.
@@ -59,6 +59,9 @@ pub enum ModeError {
     /// forms, so a validated configuration never gives this).
     #[error("portRange {0:?}: not a port range")]
     PortRange(String),
+    /// The eBPF programs could not be loaded, attached or pinned.
+    #[error("eBPF")]
+    Ebpf(#[from] ebpf::backend::Error),
 }
 
 /// The dataplane for `config`, after the host set-up its mode needs at start-up (IPVS: the
@@ -121,6 +124,22 @@ pub fn dataplane(config: &Config) -> Result<Mode, ModeError> {
                 monitor: Some((drift, Watch::NftablesTable)),
                 traffic: None,
                 relay,
+                ipvs_watch: None,
+            });
+        }
+        ProxyMode::Ebpf => {
+            let settings = ebpf::backend::Settings {
+                cgroup: ebpf::backend::default_cgroup(),
+                pin_root: ebpf::names::PIN_ROOT.into(),
+            };
+            let kernel = ebpf::backend::Kernel::open(&settings)?;
+            tracing::info!(cgroup = %settings.cgroup.display(),
+                pins = %settings.pin_root.display(), "eBPF programs attached");
+            return Ok(Mode {
+                dataplane: Box::new(ebpf::EbpfDataplane::new(kernel)),
+                monitor: None,
+                traffic: None,
+                relay: None,
                 ipvs_watch: None,
             });
         }

@@ -37,6 +37,9 @@ pub enum ProxyMode {
     /// The proxy relays each connection itself (`dataplane::userspace`); upstream removed its
     /// own in 1.26.
     Userspace,
+    /// cgroup socket programs balance Services at connect() time (`dataplane::ebpf`; ours,
+    /// phase 1: traffic from this node's processes and pods only).
+    Ebpf,
 }
 
 impl ProxyMode {
@@ -47,6 +50,7 @@ impl ProxyMode {
             ProxyMode::Ipvs => "ipvs",
             ProxyMode::Nftables => "nftables",
             ProxyMode::Userspace => "userspace",
+            ProxyMode::Ebpf => "ebpf",
         }
     }
 }
@@ -128,10 +132,12 @@ impl NodePortAddresses {
                 primary: true,
                 ..Self::default()
             },
-            ProxyMode::Iptables | ProxyMode::Ipvs | ProxyMode::Userspace => NodePortAddresses {
-                all: true,
-                ..Self::default()
-            },
+            ProxyMode::Iptables | ProxyMode::Ipvs | ProxyMode::Userspace | ProxyMode::Ebpf => {
+                NodePortAddresses {
+                    all: true,
+                    ..Self::default()
+                }
+            }
         }
     }
 

@@ -35,12 +35,13 @@ pub fn proxy_mode(text: &str) -> Result<Option<ProxyMode>> {
         "ipvs" => Ok(Some(ProxyMode::Ipvs)),
         "nftables" => Ok(Some(ProxyMode::Nftables)),
         "userspace" => Ok(Some(ProxyMode::Userspace)),
+        "ebpf" => Ok(Some(ProxyMode::Ebpf)),
         "kernelspace" => Err(
-            "kernelspace is the windows proxy mode; on linux use iptables, ipvs, nftables or userspace"
+            "kernelspace is the windows proxy mode; on linux use iptables, ipvs, nftables, userspace or ebpf"
                 .to_owned(),
         ),
         other => Err(format!(
-            "must be iptables, ipvs, nftables, userspace or empty (iptables), got {other:?}"
+            "must be iptables, ipvs, nftables, userspace, ebpf or empty (iptables), got {other:?}"
         )),
     }
 }

@@ -7,7 +7,7 @@
 //! table that is not there is not an error.
 
 use super::tool::Launcher;
-use super::{iptables, ipvs, nftables};
+use super::{ebpf, iptables, ipvs, nftables};
 
 /// What was removed, and what could not be.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -20,6 +20,9 @@ pub struct Report {
     pub ipvs_services: usize,
     /// Whether `kube-ipvs0` was there and is gone.
     pub ipvs_link: bool,
+    /// eBPF mode: pins removed under its pin root (cgroup links, which detaches the programs,
+    /// and maps).
+    pub ebpf_pins: usize,
     /// Tools that ran and refused; empty on success.
     pub errors: Vec<String>,
 }
@@ -30,5 +33,9 @@ pub fn cleanup(tools: &Launcher) -> Report {
     nftables::cleanup::remove(tools, &mut report);
     iptables::cleanup::remove(tools, &mut report);
     ipvs::cleanup::remove(tools.netns(), &mut report);
+    match ebpf::backend::remove(std::path::Path::new(ebpf::names::PIN_ROOT)) {
+        Ok(n) => report.ebpf_pins = n,
+        Err(e) => report.errors.push(crate::causes::one_line(&e)),
+    }
     report
 }

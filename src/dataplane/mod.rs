@@ -40,6 +40,7 @@
 
 pub mod cleanup;
 pub mod comment;
+pub mod ebpf;
 pub mod iptables;
 pub mod ipvs;
 pub mod monitor;

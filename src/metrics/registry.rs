@@ -230,7 +230,7 @@ impl Metrics {
                     &i.iptables_partial_restore_failures,
                 ]),
                 ProxyMode::Ipvs => counters.push(&i.iptables_restore_failures),
-                ProxyMode::Userspace => {}
+                ProxyMode::Userspace | ProxyMode::Ebpf => {}
             }
             for c in counters {
                 drop(c.get_or_create(&labels));
@@ -383,7 +383,7 @@ impl Metrics {
                 }
             }
             // The relay's failures to open a listener have no upstream metric.
-            ProxyMode::Userspace => {}
+            ProxyMode::Userspace | ProxyMode::Ebpf => {}
         }
     }
 

@@ -40,6 +40,12 @@ pub fn plan_on_node(
             };
             (Planned::ipvs_on(snapshot, &mode, &host), mode.node)
         }
+        ProxyMode::Ebpf => {
+            return Err(
+                "ebpf mode has no rules to trace yet (plan --proxy-mode ebpf prints its map entries)"
+                    .to_owned(),
+            );
+        }
         ProxyMode::Userspace => {
             return Err(
                 "userspace mode has no rules to trace yet (its redirect rules are a later phase)"

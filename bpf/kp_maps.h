@@ -1,0 +1,106 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * The maps kube-proxy-rs's eBPF mode shares between its BPF programs (kp_sock.c) and the
+ * proxy (src/dataplane/ebpf/layout.rs mirrors every struct here, field for field).
+ *
+ * Addresses are 16 bytes in network order for both families: an IPv4 address is stored
+ * IPv4-mapped (::ffff:a.b.c.d), so one set of maps serves connect4 and connect6, and an
+ * AF_INET6 socket connecting to ::ffff:<ClusterIP> finds the IPv4 Service. Ports are in
+ * network order, as the sock_addr context holds them.
+ *
+ * A layout change must bump KP_LAYOUT_VERSION: the maps are pinned under a directory named
+ * after it, and an old proxy's pinned maps are never read with a new layout.
+ */
+#ifndef KP_MAPS_H
+#define KP_MAPS_H
+
+#include <linux/types.h>
+
+#define KP_LAYOUT_VERSION 1
+
+#define KP_MAX_SERVICES 65536
+#define KP_MAX_SLOTS 262144
+#define KP_MAX_REVERSE 262144
+
+/* kp_svc_val.flags */
+#define KP_SVC_F_NONE 0
+
+/* A frontend: a Service address, port and protocol (IPPROTO_TCP, IPPROTO_UDP). */
+struct kp_svc_key {
+	__u32 addr[4];
+	__be16 port;
+	__u8 proto;
+	__u8 pad;
+};
+
+/*
+ * What a frontend is balanced over: the slots (svc_id, generation, 0..count-1). count 0 means the
+ * Service port has no endpoint for this traffic: connect() and sendmsg() fail with
+ * ECONNREFUSED. generation is the generation of the slot set in use; the proxy writes a new set
+ * under the other generation and then flips generation and count in one update of this entry, so
+ * a reader never mixes old and new backends.
+ */
+struct kp_svc_val {
+	__u32 svc_id;
+	__u16 count;
+	__u8 flags;
+	__u8 generation;
+};
+
+/* One backend of a slot set. */
+struct kp_slot_key {
+	__u32 svc_id;
+	__u16 slot;
+	__u8 generation;
+	__u8 pad;
+};
+
+struct kp_backend {
+	__u32 addr[4];
+	__be16 port;
+	__u16 pad;
+};
+
+/*
+ * The reverse translation of a socket: (socket cookie, backend) -> the Service address it
+ * was translated from. recvmsg reports the Service as a datagram's source; getpeername
+ * reports it as the peer. LRU: entries of closed sockets age out.
+ */
+struct kp_rev_key {
+	__u64 cookie;
+	__u32 addr[4];
+	__be16 port;
+	__u16 pad;
+	__u32 pad2;
+};
+
+struct kp_rev_val {
+	__u32 addr[4];
+	__be16 port;
+	__u16 pad;
+};
+
+/* The numbers src/dataplane/ebpf/layout.rs asserts too, so the two cannot drift. */
+#define KP_ASSERT_LAYOUT(type, size) _Static_assert(sizeof(struct type) == (size), #type " size")
+#define KP_ASSERT_OFFSET(type, field, off)                                                       \
+	_Static_assert(__builtin_offsetof(struct type, field) == (off), #type "." #field " offset")
+
+KP_ASSERT_LAYOUT(kp_svc_key, 20);
+KP_ASSERT_OFFSET(kp_svc_key, port, 16);
+KP_ASSERT_OFFSET(kp_svc_key, proto, 18);
+KP_ASSERT_LAYOUT(kp_svc_val, 8);
+KP_ASSERT_OFFSET(kp_svc_val, count, 4);
+KP_ASSERT_OFFSET(kp_svc_val, flags, 6);
+KP_ASSERT_OFFSET(kp_svc_val, generation, 7);
+KP_ASSERT_LAYOUT(kp_slot_key, 8);
+KP_ASSERT_OFFSET(kp_slot_key, slot, 4);
+KP_ASSERT_OFFSET(kp_slot_key, generation, 6);
+KP_ASSERT_LAYOUT(kp_backend, 20);
+KP_ASSERT_OFFSET(kp_backend, port, 16);
+KP_ASSERT_LAYOUT(kp_rev_key, 32);
+KP_ASSERT_OFFSET(kp_rev_key, addr, 8);
+KP_ASSERT_OFFSET(kp_rev_key, port, 24);
+KP_ASSERT_LAYOUT(kp_rev_val, 20);
+KP_ASSERT_OFFSET(kp_rev_val, port, 16);
+
+#endif

@@ -1,0 +1,185 @@
+//! The map writes that turn what the maps hold into what a [`Plan`] wants, in an order that
+//! never lets a socket program see a mix of a slot set's old and new backends.
+//!
+//! Pure: (current maps, plan) → [`Op`]s, no I/O, never fails. The order:
+//! 1. every slot of a changed slot set is written under the set's *other* generation, which no
+//!    frontend points at yet;
+//! 2. each frontend entry is written once with the new generation and count: one map update,
+//!    which the kernel makes atomic per element, moves every new connection at once;
+//! 3. frontends no longer wanted are deleted;
+//! 4. slots no frontend points at any more (the old generation, gone sets) are deleted.
+//!
+//! Slot set ids are kept across syncs and restarts: a set reuses the id its frontends already
+//! point at, so an unchanged set costs no write. A new set takes the lowest id no entry uses.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::layout::{Backend, IPPROTO_TCP, IPPROTO_UDP, SlotKey, SvcKey, SvcVal};
+use super::plan::{Frontend, Plan, SetName, Transport};
+
+/// What the two maps the proxy writes hold (or will hold).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Maps {
+    pub svc: BTreeMap<SvcKey, SvcVal>,
+    pub slots: BTreeMap<SlotKey, Backend>,
+}
+
+/// One map write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Op {
+    PutSlot(SlotKey, Backend),
+    PutSvc(SvcKey, SvcVal),
+    DelSvc(SvcKey),
+    DelSlot(SlotKey),
+}
+
+/// The frontend's key in `kp_svc`.
+pub fn svc_key(f: &Frontend) -> SvcKey {
+    let proto = match f.transport {
+        Transport::Tcp => IPPROTO_TCP,
+        Transport::Udp => IPPROTO_UDP,
+    };
+    SvcKey::new(f.ip, f.port, proto)
+}
+
+/// The writes that make `current` into `plan`'s contents, in the order above.
+pub fn diff(current: &Maps, plan: &Plan) -> Vec<Op> {
+    let mut frontends_of: BTreeMap<&SetName, Vec<SvcKey>> = BTreeMap::new();
+    for (f, set) in &plan.frontends {
+        frontends_of.entry(set).or_default().push(svc_key(f));
+    }
+    let mut taken: BTreeSet<u32> = current.svc.values().map(|v| v.svc_id).collect();
+    taken.extend(current.slots.keys().map(|k| k.svc_id));
+    let mut claimed = BTreeSet::new();
+    let mut next_free = 1u32;
+
+    let (mut put_slots, mut put_svc) = (Vec::new(), Vec::new());
+    let mut wanted_svc: BTreeMap<SvcKey, SvcVal> = BTreeMap::new();
+    for (set, keys) in &frontends_of {
+        let backends: Vec<Backend> = plan
+            .sets
+            .get(*set)
+            .map(|b| b.iter().copied().map(Backend::new).collect())
+            .unwrap_or_default();
+        // The id (and generation) one of its frontends already uses, unless another set claimed it.
+        let existing = keys
+            .iter()
+            .filter_map(|k| current.svc.get(k))
+            .find(|v| !claimed.contains(&v.svc_id))
+            .copied();
+        let val = match existing {
+            Some(old) if slots_of(current, old) == backends => old,
+            Some(old) => {
+                let generation = old.generation ^ 1;
+                write_slots(&mut put_slots, old.svc_id, generation, &backends);
+                SvcVal {
+                    svc_id: old.svc_id,
+                    count: count(&backends),
+                    flags: 0,
+                    generation,
+                }
+            }
+            None => {
+                while taken.contains(&next_free) || claimed.contains(&next_free) {
+                    next_free += 1;
+                }
+                let id = next_free;
+                write_slots(&mut put_slots, id, 0, &backends);
+                SvcVal {
+                    svc_id: id,
+                    count: count(&backends),
+                    flags: 0,
+                    generation: 0,
+                }
+            }
+        };
+        claimed.insert(val.svc_id);
+        for k in keys {
+            if current.svc.get(k) != Some(&val) {
+                put_svc.push(Op::PutSvc(*k, val));
+            }
+            wanted_svc.insert(*k, val);
+        }
+    }
+
+    let del_svc = current
+        .svc
+        .keys()
+        .filter(|k| !wanted_svc.contains_key(k))
+        .map(|k| Op::DelSvc(*k));
+    let live: BTreeSet<(u32, u8)> = wanted_svc
+        .values()
+        .map(|v| (v.svc_id, v.generation))
+        .collect();
+    let counts: BTreeMap<u32, u16> = wanted_svc.values().map(|v| (v.svc_id, v.count)).collect();
+    let del_slots = current
+        .slots
+        .keys()
+        .filter(|k| !live.contains(&(k.svc_id, k.generation)) || k.slot >= counts[&k.svc_id])
+        .map(|k| Op::DelSlot(*k));
+
+    let mut ops = put_slots;
+    ops.extend(put_svc);
+    ops.extend(del_svc);
+    ops.extend(del_slots);
+    ops
+}
+
+/// `maps` after `ops`: what the kernel holds once they all succeeded.
+pub fn applied(mut maps: Maps, ops: &[Op]) -> Maps {
+    for op in ops {
+        match *op {
+            Op::PutSlot(k, v) => {
+                maps.slots.insert(k, v);
+            }
+            Op::PutSvc(k, v) => {
+                maps.svc.insert(k, v);
+            }
+            Op::DelSvc(k) => {
+                maps.svc.remove(&k);
+            }
+            Op::DelSlot(k) => {
+                maps.slots.remove(&k);
+            }
+        }
+    }
+    maps
+}
+
+/// The backends a frontend entry points at now, in slot order.
+fn slots_of(maps: &Maps, v: SvcVal) -> Vec<Backend> {
+    (0..v.count)
+        .map_while(|slot| {
+            let key = SlotKey {
+                svc_id: v.svc_id,
+                slot,
+                generation: v.generation,
+                pad: 0,
+            };
+            maps.slots.get(&key).copied()
+        })
+        .collect()
+}
+
+fn write_slots(ops: &mut Vec<Op>, svc_id: u32, generation: u8, backends: &[Backend]) {
+    for (slot, b) in (0..=u16::MAX).zip(backends) {
+        ops.push(Op::PutSlot(
+            SlotKey {
+                svc_id,
+                slot,
+                generation,
+                pad: 0,
+            },
+            *b,
+        ));
+    }
+}
+
+/// Slot count; a set is capped at u16::MAX backends (far above any EndpointSlice total the
+/// API server allows per Service port in practice).
+fn count(backends: &[Backend]) -> u16 {
+    u16::try_from(backends.len()).unwrap_or(u16::MAX)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,41 @@
+//! eBPF mode (issue 20, phase 1): Services balanced when a socket connects, by cgroup
+//! sock_addr programs, so traffic from this node's processes and pods to a Service pays no
+//! per-packet NAT and leaves no conntrack entry.
+//!
+//! ```text
+//!   cgroup v2 (root by default: every process and pod of the node)
+//!     connect4/6  ─┐  {dst, port, proto} ─▶ kp_svc ─▶ {set, count, generation}
+//!     sendmsg4/6  ─┘  random slot (sendmsg: by socket cookie) ─▶ kp_slot ─▶ backend
+//!                     rewrite the socket's destination; remember it in kp_rev
+//!                     count 0: connect()/sendmsg() fail with ECONNREFUSED
+//!     recvmsg4/6, getpeername4/6: kp_rev {cookie, backend} ─▶ the Service address
+//! ```
+//!
+//! The programs are C (`bpf/kp_sock.c`, maps in `bpf/kp_maps.h`), compiled by clang in
+//! build.rs and loaded by aya. Maps and links are pinned under
+//! `/sys/fs/bpf/kube-proxy-rs/v1/` ([`names`]); a restart reuses the maps and swaps the links.
+//!
+//! # Parts
+//! - [`layout`]: the map structs, mirrored from the C header and checked against it;
+//! - [`plan`]: pure, Snapshot → frontends and slot sets; names what phase 1 leaves out;
+//! - [`diff`]: pure, (maps, plan) → writes, ordered so a Service's switch is atomic;
+//! - [`render`]: the plan as `plan --proxy-mode ebpf` prints it;
+//! - [`backend`]: load, attach, pin, read and write the maps; `--cleanup`'s removal;
+//! - [`apply`]: [`EbpfDataplane`], the `Dataplane` for `--proxy-mode ebpf`.
+//!
+//! # What is left (see `docs/operations.md`)
+//! NodePorts; traffic from outside the node (tc); ClientIP affinity; loadBalancerSourceRanges;
+//! Local policy without local endpoints drops (here: refused, as without endpoints); UDP
+//! without endpoints gets ECONNREFUSED from connect()/sendmsg() instead of an ICMP error;
+//! sock_release and post_bind programs; connected UDP sockets to removed backends are not
+//! destroyed; datapath counters and map fill metrics.
+
+pub mod apply;
+pub mod backend;
+pub mod diff;
+pub mod layout;
+pub mod names;
+pub mod plan;
+pub mod render;
+
+pub use apply::EbpfDataplane;

@@ -1,0 +1,312 @@
+//! What the eBPF mode wants in its maps: every frontend the socket programs translate, and the
+//! slot set of backends each one is balanced over.
+//!
+//! Pure: (Snapshot) → [`Plan`], no I/O, never fails. Frontends of one service port and family
+//! that use the same endpoint list share one slot set, so a backend change is written once:
+//! the ClusterIP uses the list its internal traffic policy selects; externalIPs and
+//! LoadBalancer IPs, reached by a process on this node or in its pods (the only traffic the
+//! socket programs see), use the Cluster list, as the other modes short-circuit such traffic.
+//!
+//! Phase 1 leaves some of the model unprogrammed; [`Plan::not_programmed`] names it per
+//! service port, so `plan` and the docs say the same.
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, SocketAddr};
+
+use crate::cluster::TrafficPolicy;
+use crate::cluster::{Endpoint, FamilyView, IpFamily, Protocol, ServicePortName, Snapshot};
+
+/// The desired contents of the maps, as values.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Plan {
+    /// Every frontend and the slot set it uses.
+    pub frontends: BTreeMap<Frontend, SetName>,
+    /// Every slot set's backends, in the model's endpoint order; empty: refused.
+    pub sets: BTreeMap<SetName, Vec<SocketAddr>>,
+    /// What this phase does not program, per service port.
+    pub not_programmed: Vec<(ServicePortName, Gap)>,
+}
+
+/// A Service address, port and transport the programs translate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Frontend {
+    pub ip: IpAddr,
+    pub port: u16,
+    pub transport: Transport,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Transport {
+    Tcp,
+    Udp,
+}
+
+impl Transport {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Transport::Tcp => "tcp",
+            Transport::Udp => "udp",
+        }
+    }
+}
+
+/// One slot set: a service port's endpoint list of one family.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct SetName {
+    pub port: ServicePortName,
+    pub family: IpFamily,
+    pub list: List,
+}
+
+/// Which of the model's endpoint lists a slot set holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum List {
+    /// Endpoints for `Cluster` policy traffic.
+    Cluster,
+    /// Endpoints on this node, for `Local` policy traffic.
+    Local,
+}
+
+impl List {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            List::Cluster => "cluster",
+            List::Local => "local",
+        }
+    }
+}
+
+/// Something of a service port phase 1 does not program.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Gap {
+    /// NodePorts are not translated (neither from this node nor from outside).
+    NodePort,
+    /// Traffic from outside the node to externalIPs and LoadBalancer IPs is not handled (no tc
+    /// program yet); only this node's processes and pods are balanced.
+    FromOutside,
+    /// ClientIP affinity is not applied: each connection picks a backend at random.
+    Affinity,
+    /// loadBalancerSourceRanges are not enforced.
+    SourceRanges,
+    /// SCTP is not balanced by the socket programs.
+    Sctp,
+}
+
+impl Gap {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Gap::NodePort => "NodePort not served in ebpf mode yet",
+            Gap::FromOutside => {
+                "externalIP/LoadBalancer traffic from outside the node not handled yet (no tc program)"
+            }
+            Gap::Affinity => {
+                "ClientIP affinity not applied yet: each connection picks a backend at random"
+            }
+            Gap::SourceRanges => "loadBalancerSourceRanges not enforced in ebpf mode yet",
+            Gap::Sctp => "SCTP not balanced in ebpf mode",
+        }
+    }
+}
+
+/// The maps' desired contents for `snapshot`.
+pub fn plan(snapshot: &Snapshot) -> Plan {
+    let mut out = Plan::default();
+    for state in snapshot.ports.values() {
+        let port = &state.port;
+        let mut gaps = Vec::new();
+        let transport = match port.name.protocol {
+            Protocol::Tcp => Transport::Tcp,
+            Protocol::Udp => Transport::Udp,
+            Protocol::Sctp => {
+                out.not_programmed.push((port.name.clone(), Gap::Sctp));
+                continue;
+            }
+        };
+        if port.node_port.is_some() {
+            gaps.push(Gap::NodePort);
+        }
+        if port.affinity_timeout_seconds.is_some() {
+            gaps.push(Gap::Affinity);
+        }
+        for view in &state.families {
+            let internal = match port.internal_policy {
+                TrafficPolicy::Cluster => List::Cluster,
+                TrafficPolicy::Local => List::Local,
+            };
+            let mut add = |ip: IpAddr, list: List| {
+                let set = SetName {
+                    port: port.name.clone(),
+                    family: view.family,
+                    list,
+                };
+                out.sets
+                    .entry(set.clone())
+                    .or_insert_with(|| endpoints(view, list));
+                let frontend = Frontend {
+                    ip,
+                    port: port.port,
+                    transport,
+                };
+                // Two Services claiming one externalIP and port: the first in snapshot order
+                // keeps it, as the model's order is stable.
+                out.frontends.entry(frontend).or_insert(set);
+            };
+            add(view.cluster_ip, internal);
+            for &ip in view.external_ips.iter().chain(&view.load_balancer_ips) {
+                add(ip, List::Cluster);
+            }
+            if !view.external_ips.is_empty() || !view.load_balancer_ips.is_empty() {
+                gaps.push(Gap::FromOutside);
+            }
+            if !view.load_balancer_source_ranges.is_empty() {
+                gaps.push(Gap::SourceRanges);
+            }
+        }
+        gaps.sort();
+        gaps.dedup();
+        out.not_programmed
+            .extend(gaps.into_iter().map(|g| (port.name.clone(), g)));
+    }
+    out
+}
+
+fn endpoints(view: &FamilyView, list: List) -> Vec<SocketAddr> {
+    let chosen: Option<Vec<&Endpoint>> = match list {
+        List::Cluster => view.cluster_endpoints().map(Iterator::collect),
+        List::Local => view.local_endpoints().map(Iterator::collect),
+    };
+    chosen
+        .unwrap_or_default()
+        .into_iter()
+        .map(|e| SocketAddr::new(e.ip, e.port))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::snapshots::{node, snapshot, svc};
+
+    fn addr(s: &str) -> SocketAddr {
+        s.parse().unwrap()
+    }
+
+    fn frontend(ip: &str, port: u16, transport: Transport) -> Frontend {
+        Frontend {
+            ip: ip.parse().unwrap(),
+            port,
+            transport,
+        }
+    }
+
+    #[test]
+    fn cluster_ip_is_balanced_over_ready_endpoints() {
+        let snap = snapshot(
+            node(),
+            vec![
+                svc("default/web", "10.96.0.10", 80)
+                    .ep("10.244.2.5", 8080, "node-b")
+                    .ep("10.244.1.5", 8080, "node-a")
+                    .ep_state("10.244.3.5", 8080, "node-c", false, false),
+            ],
+        );
+        let plan = plan(&snap);
+        let set = &plan.frontends[&frontend("10.96.0.10", 80, Transport::Tcp)];
+        assert_eq!(set.list, List::Cluster);
+        assert_eq!(
+            plan.sets[set],
+            [addr("10.244.1.5:8080"), addr("10.244.2.5:8080")]
+        );
+        assert!(plan.not_programmed.is_empty());
+    }
+
+    #[test]
+    fn service_without_endpoints_gets_an_empty_set() {
+        let snap = snapshot(node(), vec![svc("default/none", "10.96.0.11", 80)]);
+        let plan = plan(&snap);
+        assert_eq!(plan.frontends.len(), 1);
+        assert_eq!(
+            plan.sets.values().next().unwrap(),
+            &Vec::<SocketAddr>::new()
+        );
+    }
+
+    #[test]
+    fn external_ips_share_the_cluster_set_and_local_cluster_ip_gets_its_own() {
+        let snap = snapshot(
+            node(),
+            vec![
+                svc("default/web", "10.96.0.10", 80)
+                    .internal_local()
+                    .external("192.0.2.10")
+                    .lb("198.51.100.7")
+                    .ep("10.244.2.5", 8080, "node-b")
+                    .ep("10.244.1.5", 8080, "node-a"),
+            ],
+        );
+        let plan = plan(&snap);
+        let cip = &plan.frontends[&frontend("10.96.0.10", 80, Transport::Tcp)];
+        let eip = &plan.frontends[&frontend("192.0.2.10", 80, Transport::Tcp)];
+        let lb = &plan.frontends[&frontend("198.51.100.7", 80, Transport::Tcp)];
+        assert_eq!(plan.sets[cip], [addr("10.244.1.5:8080")]);
+        assert_eq!(eip, lb);
+        assert_eq!(plan.sets[eip].len(), 2);
+        assert_eq!(plan.sets.len(), 2);
+        let gaps: Vec<Gap> = plan.not_programmed.iter().map(|(_, g)| *g).collect();
+        assert_eq!(gaps, [Gap::FromOutside]);
+    }
+
+    #[test]
+    fn what_phase_one_cannot_do_is_named_per_port() {
+        let snap = snapshot(
+            node(),
+            vec![
+                svc("default/np", "10.96.0.10", 80)
+                    .node_port(30080)
+                    .affinity(60)
+                    .ep("10.244.1.5", 8080, "node-a"),
+                svc("default/sig", "10.96.0.12", 3868)
+                    .proto(Protocol::Sctp)
+                    .ep("10.244.2.6", 3868, "node-b"),
+            ],
+        );
+        let plan = plan(&snap);
+        let gaps: Vec<(&str, Gap)> = plan
+            .not_programmed
+            .iter()
+            .map(|(p, g)| (&*p.service.name, *g))
+            .collect();
+        assert_eq!(
+            gaps,
+            [
+                ("np", Gap::NodePort),
+                ("np", Gap::Affinity),
+                ("sig", Gap::Sctp)
+            ]
+        );
+        // The ClusterIP of the NodePort Service is still balanced; SCTP gets no frontend.
+        assert_eq!(plan.frontends.len(), 1);
+    }
+
+    #[test]
+    fn udp_and_ipv6_frontends_are_kept_apart() {
+        let snap = snapshot(
+            node(),
+            vec![
+                svc("default/dns", "10.96.0.10", 53)
+                    .proto(Protocol::Udp)
+                    .ep("10.244.2.5", 53, "node-b"),
+                svc("default/web6", "fd00:96::10", 80).ep("fd00:244:2::5", 8080, "node-b"),
+            ],
+        );
+        let plan = plan(&snap);
+        let keys: Vec<Frontend> = plan.frontends.keys().copied().collect();
+        assert_eq!(
+            keys,
+            [
+                frontend("10.96.0.10", 53, Transport::Udp),
+                frontend("fd00:96::10", 80, Transport::Tcp)
+            ]
+        );
+    }
+}
