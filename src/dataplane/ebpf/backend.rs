@@ -200,8 +200,10 @@ fn attach(
         .try_into()
         .map_err(err)?;
     program.load().map_err(err)?;
+    // A cgroup link (bpf_link_create, kernel 5.7+) takes no attach flags and always
+    // coexists with other links on the cgroup, as BPF_F_ALLOW_MULTI would: `Single` passes 0.
     let id = program
-        .attach(cgroup, CgroupAttachMode::AllowMultiple)
+        .attach(cgroup, CgroupAttachMode::Single)
         .map_err(err)?;
     let link: FdLink = program
         .take_link(id)
@@ -211,7 +213,8 @@ fn attach(
             path: links.join(name),
             source,
         })?;
-    let fresh = links.join(format!("{name}.new"));
+    // bpffs refuses names with a dot (reserved by the kernel for its own files).
+    let fresh = links.join(format!("{name}_next"));
     let path = links.join(name);
     remove_if_present(&fresh)?;
     link.pin(&fresh).map_err(|source| Error::Pin {

@@ -1,0 +1,381 @@
+//! eBPF mode on the host kernel (root): every program loads and attaches (a verifier change
+//! fails here), a restart adopts the pinned maps and swaps the links, and real traffic from a
+//! client process in the programs' cgroup reaches pods through ClusterIPs that exist only in
+//! the maps.
+//!
+//! Isolation: the programs attach to a cgroup v2 child this test creates (never the root), so
+//! only the client processes it puts there are balanced; pins go to a bpffs instance mounted
+//! on a scratch directory, whose unmount drops every pin (and so detaches every link) even when
+//! a test fails; pods and clients live in a fresh network namespace whose `lo` carries the pod
+//! addresses. Nothing is sent outside that namespace.
+#![allow(
+    clippy::disallowed_methods,
+    reason = "a kernel test: it starts processes, writes manifests and cgroup files"
+)]
+
+#[path = "support/relay_pods.rs"]
+mod relay_pods;
+
+use std::io::{ErrorKind, Read as _, Write as _};
+use std::net::{SocketAddr, TcpStream, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use kube_proxy_rs::cli::load_manifests;
+use kube_proxy_rs::cluster::{Changes, Features, Snapshot};
+use kube_proxy_rs::dataplane::Dataplane as _;
+use kube_proxy_rs::dataplane::ebpf::backend::{self, Backend as _, Kernel, Settings};
+use kube_proxy_rs::dataplane::ebpf::diff::Op;
+use kube_proxy_rs::dataplane::ebpf::layout::{IPPROTO_TCP, SvcKey, SvcVal};
+use kube_proxy_rs::dataplane::ebpf::{EbpfDataplane, names};
+use relay_pods::host::helper_process::{self, HelperProcess};
+use relay_pods::host::{self, NetNs};
+use relay_pods::{pod, udp_pod};
+
+const HELPER: HelperProcess = HelperProcess::new("client_helper");
+const TIMEOUT: Duration = Duration::from_secs(3);
+
+/// A cgroup v2 child of the hierarchy's root, removed on drop (its processes have exited by
+/// then: every client is run to its end).
+struct Cgroup(PathBuf);
+
+impl Cgroup {
+    fn new() -> Cgroup {
+        host::require_root();
+        let path = backend::default_cgroup().join(unique("kprs-ebpf"));
+        std::fs::create_dir(&path).unwrap_or_else(|e| panic!("create {}: {e}", path.display()));
+        Cgroup(path)
+    }
+}
+
+impl Drop for Cgroup {
+    fn drop(&mut self) {
+        if let Err(e) = std::fs::remove_dir(&self.0) {
+            eprintln!("cannot remove cgroup {}: {e}", self.0.display());
+        }
+    }
+}
+
+/// A private bpffs instance on a scratch directory, unmounted on drop: every pin in it goes,
+/// so the links are detached and the maps freed whatever the test did.
+struct BpfFs(PathBuf);
+
+impl BpfFs {
+    fn new() -> BpfFs {
+        let dir = host::scratch_dir().join(unique("bpffs"));
+        std::fs::create_dir_all(&dir).expect("create bpffs mount point");
+        host::stdout_of(Command::new("mount").args(["-t", "bpf", "bpf"]).arg(&dir));
+        BpfFs(dir)
+    }
+
+    fn settings(&self, cgroup: &Cgroup) -> Settings {
+        Settings {
+            cgroup: cgroup.0.clone(),
+            pin_root: self.0.join("kube-proxy-rs"),
+        }
+    }
+}
+
+impl Drop for BpfFs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).status();
+        let _ = std::fs::remove_dir(&self.0);
+    }
+}
+
+fn unique(prefix: &str) -> String {
+    static N: AtomicU32 = AtomicU32::new(0);
+    format!(
+        "{prefix}-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+fn pinned_links(settings: &Settings) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(names::links_dir(&settings.pin_root))
+        .expect("links dir")
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn every_program_loads_attaches_and_survives_a_restart() {
+    let cgroup = Cgroup::new();
+    let fs = BpfFs::new();
+    let settings = fs.settings(&cgroup);
+    let mut kernel = Kernel::open(&settings).expect("load and attach every program");
+    let mut want: Vec<String> = names::PROGRAMS.iter().map(|s| s.to_string()).collect();
+    want.sort();
+    assert_eq!(pinned_links(&settings), want);
+
+    let key = SvcKey::new("10.96.0.10".parse().unwrap(), 80, IPPROTO_TCP);
+    let val = SvcVal {
+        svc_id: 7,
+        count: 0,
+        flags: 0,
+        generation: 1,
+    };
+    kernel.write(&Op::PutSvc(key, val)).expect("write an entry");
+    drop(kernel);
+
+    // A second start: the pinned maps are adopted with their contents, the links replaced.
+    let mut again = Kernel::open(&settings).expect("open again over the pins");
+    assert_eq!(again.read().unwrap().svc.get(&key), Some(&val));
+    assert_eq!(pinned_links(&settings), want);
+
+    let removed = backend::remove(&settings.pin_root).expect("--cleanup's removal");
+    assert_eq!(removed, names::PROGRAMS.len() + names::MAPS.len());
+    assert!(!settings.pin_root.exists());
+}
+
+/// The cluster: `web` (TCP 10.96.0.10:80 → `web` endpoints on 8080), `dns` (UDP
+/// 10.96.0.11:53 → 10.244.1.2:5353), `empty` (10.96.0.12:80, no endpoints) and `web6`
+/// (TCP [fd00:96::10]:80 → [fd00:244::2]:8080).
+fn manifests(web: &[&str]) -> String {
+    let endpoints: String = web
+        .iter()
+        .map(|ip| format!("  - addresses: [\"{ip}\"]\n    conditions: {{ready: true}}\n"))
+        .collect();
+    let service = |name: &str, ip: &str, proto: &str, port: u16, target: u16| {
+        format!(
+            "---\napiVersion: v1\nkind: Service\nmetadata: {{name: {name}, namespace: default}}\n\
+             spec:\n  clusterIP: \"{ip}\"\n  clusterIPs: [\"{ip}\"]\n  \
+             ports: [{{name: p, protocol: {proto}, port: {port}, targetPort: {target}}}]\n"
+        )
+    };
+    let slice = |name: &str, family: &str, proto: &str, port: u16, eps: &str| {
+        format!(
+            "---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata:\n  name: {name}-1\n  \
+             namespace: default\n  labels: {{kubernetes.io/service-name: {name}}}\n\
+             addressType: {family}\nports: [{{name: p, protocol: {proto}, port: {port}}}]\n\
+             endpoints:\n{eps}"
+        )
+    };
+    let one = |ip: &str| format!("  - addresses: [\"{ip}\"]\n    conditions: {{ready: true}}\n");
+    [
+        "apiVersion: v1\nkind: Node\nmetadata: {name: node-a}\n".to_string(),
+        service("web", "10.96.0.10", "TCP", 80, 8080),
+        slice("web", "IPv4", "TCP", 8080, &endpoints),
+        service("dns", "10.96.0.11", "UDP", 53, 5353),
+        slice("dns", "IPv4", "UDP", 5353, &one("10.244.1.2")),
+        service("empty", "10.96.0.12", "TCP", 80, 8080),
+        service("web6", "fd00:96::10", "TCP", 80, 8080),
+        slice("web6", "IPv6", "TCP", 8080, &one("fd00:244::2")),
+    ]
+    .concat()
+}
+
+fn snapshot(dir: &Path, manifests: &str) -> Snapshot {
+    std::fs::write(dir.join("cluster.yaml"), manifests).expect("write manifests");
+    let loaded = load_manifests(dir, "node-a", Features::default()).expect("manifests load");
+    assert!(loaded.warnings.is_empty(), "{:?}", loaded.warnings);
+    loaded.snapshot
+}
+
+/// Runs the client helper doing `work` in `netns`, inside `cgroup` when given (it joins
+/// before `ip netns exec`, so before it opens a socket), and returns its result lines.
+async fn client(netns: &str, cgroup: Option<&Cgroup>, work: &str) -> Vec<String> {
+    let inner = HELPER.in_netns(netns, work);
+    let mut cmd = tokio::process::Command::new("sh");
+    cmd.arg("-c")
+        .arg(r#"if [ -n "$1" ]; then echo $$ > "$1/cgroup.procs" || exit 9; fi; shift; exec "$@""#)
+        .arg("sh")
+        .arg(cgroup.map(|c| c.0.clone()).unwrap_or_default())
+        .arg(inner.get_program())
+        .args(inner.get_args());
+    for (k, v) in inner.get_envs() {
+        if let Some(v) = v {
+            cmd.env(k, v);
+        }
+    }
+    let out = tokio::time::timeout(Duration::from_secs(60), cmd.output())
+        .await
+        .expect("the client finishes")
+        .expect("run the client");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "client {work} failed: {stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    helper_process::results(&stdout)
+        .into_iter()
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn cluster_ips_in_the_maps_reach_pods_from_the_cgroup() {
+    let cgroup = Cgroup::new();
+    let fs = BpfFs::new();
+    let settings = fs.settings(&cgroup);
+    let dir = tempfile::tempdir().expect("manifest dir");
+    let ns = NetNs::new("kprs-ebpf");
+    for a in ["10.244.1.2/32", "10.244.1.3/32"] {
+        ns.output("ip", &["addr", "add", a, "dev", "lo"]);
+    }
+    ns.output("ip", &["addr", "add", "fd00:244::2/128", "dev", "lo", "nodad"]);
+
+    let kernel = Kernel::open(&settings).expect("load and attach");
+    let mut dp = EbpfDataplane::new(kernel);
+    let sync = move |dp: &mut EbpfDataplane<Kernel>, web: &[&str]| {
+        dp.sync(&snapshot(dir.path(), &manifests(web)), &Changes::default(), false)
+            .expect("sync")
+    };
+    let name = ns.name.clone();
+    let cg = &cgroup;
+    let pin_root = settings.pin_root.clone();
+    in_ns(&ns, || async move {
+        sync(&mut dp, &["10.244.1.2", "10.244.1.3"]);
+        pod("10.244.1.2:8080", "a").await;
+        pod("10.244.1.3:8080", "b").await;
+        pod("[fd00:244::2]:8080", "a6").await;
+        udp_pod("10.244.1.2:5353", "dns-a").await;
+
+        // Outside the cgroup nothing is translated: the namespace has no route there.
+        let outside = client(&name, None, "tcp 10.96.0.10:80 1").await;
+        assert_eq!(outside, ["tcp 10.96.0.10:80 -> unreachable"]);
+
+        let tcp = client(&name, Some(cg), "tcp 10.96.0.10:80 24").await;
+        let mut seen: Vec<&str> = tcp.iter().map(String::as_str).collect();
+        seen.sort();
+        seen.dedup();
+        assert_eq!(
+            seen,
+            [
+                "tcp 10.96.0.10:80 -> a peer 10.96.0.10:80",
+                "tcp 10.96.0.10:80 -> b peer 10.96.0.10:80"
+            ],
+            "random choice over both pods; getpeername shows the Service"
+        );
+
+        let rest = client(
+            &name,
+            Some(cg),
+            "refused 10.96.0.12:80 1;udp-connected 10.96.0.11:53 1;\
+             udp-unconnected 10.96.0.11:53 1;tcp [fd00:96::10]:80 1;\
+             tcp [::ffff:10.96.0.10]:80 1",
+        )
+        .await;
+        assert_eq!(rest[0], "refused 10.96.0.12:80 -> refused at once");
+        assert_eq!(rest[1], "udp-connected 10.96.0.11:53 -> dns-a:ping peer 10.96.0.11:53");
+        assert_eq!(rest[2], "udp-unconnected 10.96.0.11:53 -> dns-a:ping from 10.96.0.11:53");
+        assert_eq!(rest[3], "tcp [fd00:96::10]:80 -> a6 peer [fd00:96::10]:80");
+        assert!(
+            rest[4].starts_with("tcp [::ffff:10.96.0.10]:80 -> a peer")
+                || rest[4].starts_with("tcp [::ffff:10.96.0.10]:80 -> b peer"),
+            "an IPv6 socket reaches the IPv4 Service by its mapped address: {}",
+            rest[4]
+        );
+
+        // A backend change: new connections go to the remaining pod only.
+        sync(&mut dp, &["10.244.1.3"]);
+        let tcp = client(&name, Some(cg), "tcp 10.96.0.10:80 12").await;
+        assert!(
+            tcp.iter().all(|l| l == "tcp 10.96.0.10:80 -> b peer 10.96.0.10:80"),
+            "{tcp:?}"
+        );
+
+        // --cleanup's removal detaches the programs: the ClusterIP is unknown again.
+        drop(dp);
+        assert!(backend::remove(&pin_root).unwrap() > 0);
+        let after = client(&name, Some(cg), "tcp 10.96.0.10:80 1").await;
+        assert_eq!(after, ["tcp 10.96.0.10:80 -> unreachable"]);
+    });
+}
+
+/// Runs `test` on a current-thread runtime on a thread inside `ns`, so the pods' sockets are
+/// the namespace's.
+fn in_ns<F, Fut>(ns: &NetNs, test: F)
+where
+    F: FnOnce() -> Fut + Send,
+    Fut: std::future::Future<Output = ()>,
+{
+    kube_proxy_rs::netlink::netns::run_in(Some(&ns.name), || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        runtime.block_on(test());
+        Ok(())
+    })
+    .expect("the test inside the namespace failed (its panic is printed above)");
+}
+
+/// The client, re-run by the tests inside the namespace (and the cgroup): work is
+/// `kind addr count` items separated by `;`, each connection reporting one result line.
+#[test]
+fn client_helper() {
+    HELPER.when_requested(|work| {
+        for item in work.split(';') {
+            let mut parts = item.split_whitespace();
+            let (kind, to, n) = (
+                parts.next().unwrap(),
+                parts.next().unwrap(),
+                parts.next().unwrap().parse::<usize>().unwrap(),
+            );
+            let addr: SocketAddr = to.parse().unwrap();
+            for _ in 0..n {
+                println!("{}{kind} {to} -> {}", helper_process::RESULT, probe(kind, addr));
+            }
+        }
+    });
+}
+
+fn probe(kind: &str, to: SocketAddr) -> String {
+    match kind {
+        "tcp" | "refused" => tcp_probe(to),
+        "udp-connected" => {
+            let s = udp_socket(to);
+            s.connect(to).expect("udp connect");
+            s.send(b"ping").expect("send");
+            let mut buf = [0u8; 256];
+            let n = s.recv(&mut buf).expect("udp answer");
+            let peer = s.peer_addr().expect("peer");
+            format!("{} peer {peer}", String::from_utf8_lossy(&buf[..n]))
+        }
+        "udp-unconnected" => {
+            let s = udp_socket(to);
+            s.send_to(b"ping", to).expect("send_to");
+            let mut buf = [0u8; 256];
+            let (n, from) = s.recv_from(&mut buf).expect("udp answer");
+            format!("{} from {from}", String::from_utf8_lossy(&buf[..n]))
+        }
+        other => panic!("unknown probe {other}"),
+    }
+}
+
+fn udp_socket(to: SocketAddr) -> UdpSocket {
+    let any = if to.is_ipv4() { "0.0.0.0:0" } else { "[::]:0" };
+    let s = UdpSocket::bind(any).expect("bind");
+    s.set_read_timeout(Some(TIMEOUT)).unwrap();
+    s
+}
+
+fn tcp_probe(to: SocketAddr) -> String {
+    let started = std::time::Instant::now();
+    match TcpStream::connect_timeout(&to, TIMEOUT) {
+        Ok(mut s) => {
+            s.set_read_timeout(Some(TIMEOUT)).unwrap();
+            let peer = s.peer_addr().expect("peer");
+            let mut buf = [0u8; 64];
+            let n = s.read(&mut buf).expect("greeting");
+            let greeting = String::from_utf8_lossy(&buf[..n]).trim().to_owned();
+            let _ = s.write_all(b"x");
+            format!("{greeting} peer {peer}")
+        }
+        Err(e) if e.kind() == ErrorKind::ConnectionRefused => {
+            if started.elapsed() < Duration::from_millis(500) {
+                "refused at once".to_owned()
+            } else {
+                format!("refused after {:?}", started.elapsed())
+            }
+        }
+        Err(e) if e.kind() == ErrorKind::NetworkUnreachable => "unreachable".to_owned(),
+        Err(e) => format!("error {e}"),
+    }
+}
