@@ -219,13 +219,20 @@ fn cluster_ips_in_the_maps_reach_pods_from_the_cgroup() {
     for a in ["10.244.1.2/32", "10.244.1.3/32"] {
         ns.output("ip", &["addr", "add", a, "dev", "lo"]);
     }
-    ns.output("ip", &["addr", "add", "fd00:244::2/128", "dev", "lo", "nodad"]);
+    ns.output(
+        "ip",
+        &["addr", "add", "fd00:244::2/128", "dev", "lo", "nodad"],
+    );
 
     let kernel = Kernel::open(&settings).expect("load and attach");
     let mut dp = EbpfDataplane::new(kernel);
     let sync = move |dp: &mut EbpfDataplane<Kernel>, web: &[&str]| {
-        dp.sync(&snapshot(dir.path(), &manifests(web)), &Changes::default(), false)
-            .expect("sync")
+        dp.sync(
+            &snapshot(dir.path(), &manifests(web)),
+            &Changes::default(),
+            false,
+        )
+        .expect("sync")
     };
     let name = ns.name.clone();
     let cg = &cgroup;
@@ -263,8 +270,14 @@ fn cluster_ips_in_the_maps_reach_pods_from_the_cgroup() {
         )
         .await;
         assert_eq!(rest[0], "refused 10.96.0.12:80 -> refused at once");
-        assert_eq!(rest[1], "udp-connected 10.96.0.11:53 -> dns-a:ping peer 10.96.0.11:53");
-        assert_eq!(rest[2], "udp-unconnected 10.96.0.11:53 -> dns-a:ping from 10.96.0.11:53");
+        assert_eq!(
+            rest[1],
+            "udp-connected 10.96.0.11:53 -> dns-a:ping peer 10.96.0.11:53"
+        );
+        assert_eq!(
+            rest[2],
+            "udp-unconnected 10.96.0.11:53 -> dns-a:ping from 10.96.0.11:53"
+        );
         assert_eq!(rest[3], "tcp [fd00:96::10]:80 -> a6 peer [fd00:96::10]:80");
         assert!(
             rest[4].starts_with("tcp [::ffff:10.96.0.10]:80 -> a peer")
@@ -277,7 +290,8 @@ fn cluster_ips_in_the_maps_reach_pods_from_the_cgroup() {
         sync(&mut dp, &["10.244.1.3"]);
         let tcp = client(&name, Some(cg), "tcp 10.96.0.10:80 12").await;
         assert!(
-            tcp.iter().all(|l| l == "tcp 10.96.0.10:80 -> b peer 10.96.0.10:80"),
+            tcp.iter()
+                .all(|l| l == "tcp 10.96.0.10:80 -> b peer 10.96.0.10:80"),
             "{tcp:?}"
         );
 
@@ -320,7 +334,11 @@ fn client_helper() {
             );
             let addr: SocketAddr = to.parse().unwrap();
             for _ in 0..n {
-                println!("{}{kind} {to} -> {}", helper_process::RESULT, probe(kind, addr));
+                println!(
+                    "{}{kind} {to} -> {}",
+                    helper_process::RESULT,
+                    probe(kind, addr)
+                );
             }
         }
     });
