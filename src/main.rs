@@ -253,7 +253,7 @@ fn run(config: &Config, node_name: &str, features: Features) -> ExitCode {
         );
     }
     if config.cleanup {
-        return cleanup();
+        return cleanup(&cli::run::ebpf_pin_root(config));
     }
     set_conntrack_sysctls(config);
     if config.mode == config::ProxyMode::Iptables {
@@ -415,8 +415,9 @@ fn set_route_localnet(config: &Config) {
 
 /// `--cleanup`: removes our nftables tables and upstream kube-proxy's leftovers, whatever the
 /// mode, and exits; 1 when a tool refused.
-fn cleanup() -> ExitCode {
-    let report = dataplane::cleanup::cleanup(&dataplane::tool::Launcher::here());
+fn cleanup(bpf_pin_root: &std::path::Path) -> ExitCode {
+    let mut report = dataplane::cleanup::cleanup(&dataplane::tool::Launcher::here());
+    dataplane::cleanup::cleanup_ebpf(bpf_pin_root, &mut report);
     for table in &report.tables {
         tracing::info!(table = %table, "--cleanup: removed nftables table");
     }

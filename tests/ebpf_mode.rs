@@ -303,6 +303,104 @@ fn cluster_ips_in_the_maps_reach_pods_from_the_cgroup() {
     });
 }
 
+/// The proxy binary in `--proxy-mode ebpf`, in `ns` by `nsenter --net` (not `ip netns exec`,
+/// whose private /sys would hide the cgroup hierarchy), with its cgroup and pins the test's.
+fn proxy(ns: &NetNs, dir: &Path, settings: &Settings) -> host::ChildGuard {
+    let mut cmd = Command::new("nsenter");
+    cmd.arg(format!("--net=/var/run/netns/{}", ns.name))
+        .arg(env!("CARGO_BIN_EXE_kube-proxy-rs"))
+        .args(["--proxy-mode=ebpf", "--hostname-override=node-a", "-v=4"])
+        .arg("--manifests")
+        .arg(dir)
+        .arg("--bpf-cgroup")
+        .arg(&settings.cgroup)
+        .arg("--bpf-pin-root")
+        .arg(&settings.pin_root);
+    host::ChildGuard::spawn(&unique("proxy"), &mut cmd)
+}
+
+/// Asks the client until `want` is its answer, for up to 20 s.
+async fn until(netns: &str, cgroup: &Cgroup, work: &str, want: &str, proxy: &host::ChildGuard) {
+    for _ in 0..100 {
+        if client(netns, Some(cgroup), work).await == [want] {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    panic!("never {want}; proxy log:\n{}", proxy.log_tail(30));
+}
+
+#[test]
+fn the_running_proxy_programs_the_maps_and_its_pins_outlive_it() {
+    let cgroup = Cgroup::new();
+    let fs = BpfFs::new();
+    let settings = fs.settings(&cgroup);
+    let dir = tempfile::tempdir().expect("manifest dir");
+    let ns = NetNs::new("kprs-ebpf");
+    for a in ["10.244.1.2/32", "10.244.1.3/32"] {
+        ns.output("ip", &["addr", "add", a, "dev", "lo"]);
+    }
+    std::fs::write(dir.path().join("cluster.yaml"), manifests(&["10.244.1.2"])).unwrap();
+    let mut running = proxy(&ns, dir.path(), &settings);
+    let name = ns.name.clone();
+    let cg = &cgroup;
+    let manifest_dir = dir.path().to_path_buf();
+    let pin_root = settings.pin_root.clone();
+    in_ns(&ns, || async move {
+        pod("10.244.1.2:8080", "a").await;
+        pod("10.244.1.3:8080", "b").await;
+        let work = "tcp 10.96.0.10:80 1";
+        until(
+            &name,
+            cg,
+            work,
+            "tcp 10.96.0.10:80 -> a peer 10.96.0.10:80",
+            &running,
+        )
+        .await;
+
+        // The proxy follows the directory: the endpoint moves.
+        std::fs::write(
+            manifest_dir.join("cluster.yaml"),
+            manifests(&["10.244.1.3"]),
+        )
+        .unwrap();
+        until(
+            &name,
+            cg,
+            work,
+            "tcp 10.96.0.10:80 -> b peer 10.96.0.10:80",
+            &running,
+        )
+        .await;
+        assert!(running.exited().is_none(), "{}", running.log_tail(30));
+
+        // Stopped, the proxy leaves its programs and maps pinned: Services keep working.
+        drop(running);
+        let still = client(&name, Some(cg), work).await;
+        assert_eq!(still, ["tcp 10.96.0.10:80 -> b peer 10.96.0.10:80"]);
+
+        // --cleanup detaches them (run in the namespace: it also cleans the other modes' rules).
+        let out = tokio::process::Command::new("nsenter")
+            .arg(format!("--net=/var/run/netns/{name}"))
+            .arg(env!("CARGO_BIN_EXE_kube-proxy-rs"))
+            .arg("--cleanup")
+            .arg("--bpf-pin-root")
+            .arg(&pin_root)
+            .output()
+            .await
+            .expect("run --cleanup");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(!pin_root.exists());
+        let after = client(&name, Some(cg), work).await;
+        assert_eq!(after, ["tcp 10.96.0.10:80 -> unreachable"]);
+    });
+}
+
 /// Runs `test` on a current-thread runtime on a thread inside `ns`, so the pods' sockets are
 /// the namespace's.
 fn in_ns<F, Fut>(ns: &NetNs, test: F)

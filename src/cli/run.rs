@@ -129,8 +129,11 @@ pub fn dataplane(config: &Config) -> Result<Mode, ModeError> {
         }
         ProxyMode::Ebpf => {
             let settings = ebpf::backend::Settings {
-                cgroup: ebpf::backend::default_cgroup(),
-                pin_root: ebpf::names::PIN_ROOT.into(),
+                cgroup: config
+                    .bpf_cgroup
+                    .clone()
+                    .unwrap_or_else(ebpf::backend::default_cgroup),
+                pin_root: ebpf_pin_root(config),
             };
             let kernel = ebpf::backend::Kernel::open(&settings)?;
             tracing::info!(cgroup = %settings.cgroup.display(),
@@ -170,6 +173,14 @@ pub fn dataplane(config: &Config) -> Result<Mode, ModeError> {
         relay: None,
         ipvs_watch: Some((owners, watch_drift)),
     })
+}
+
+/// Where the eBPF mode pins (`--bpf-pin-root`), for the mode and for `--cleanup`.
+pub fn ebpf_pin_root(config: &Config) -> std::path::PathBuf {
+    config
+        .bpf_pin_root
+        .clone()
+        .unwrap_or_else(|| ebpf::names::PIN_ROOT.into())
 }
 
 /// The IPVS mode's privileged host setup, for `--init-only`: loads `ip_vs` (an IPVS socket

@@ -266,6 +266,12 @@ pub struct Config {
     pub manifests: Option<PathBuf>,
     /// How nftables mode programs the kernel (`--nftables-encoder`; ours, not upstream's).
     pub nftables_encoder: NftablesEncoder,
+    /// eBPF mode: the cgroup v2 directory its programs attach to (`--bpf-cgroup`; ours);
+    /// `None`: the cgroup v2 root, found at start-up.
+    pub bpf_cgroup: Option<PathBuf>,
+    /// eBPF mode: where its maps and links are pinned (`--bpf-pin-root`; ours); `None`:
+    /// `/sys/fs/bpf/kube-proxy-rs`. `--cleanup` removes this directory.
+    pub bpf_pin_root: Option<PathBuf>,
     /// API server connection.
     pub client: ClientConnection,
     /// Node name to use instead of the hostname, trimmed and lower-cased (`hostnameOverride`).

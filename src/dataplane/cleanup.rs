@@ -27,15 +27,21 @@ pub struct Report {
     pub errors: Vec<String>,
 }
 
-/// Removes every mode's leftovers, running the tools through `tools`.
+/// Removes every mode's leftovers in the network namespace `tools` runs in. The eBPF mode's
+/// pins are not a namespace's: [`cleanup_ebpf`] removes them.
 pub fn cleanup(tools: &Launcher) -> Report {
     let mut report = Report::default();
     nftables::cleanup::remove(tools, &mut report);
     iptables::cleanup::remove(tools, &mut report);
     ipvs::cleanup::remove(tools.netns(), &mut report);
-    match ebpf::backend::remove(std::path::Path::new(ebpf::names::PIN_ROOT)) {
+    report
+}
+
+/// Removes the eBPF mode's pins under `pin_root` (its cgroup links, which detaches the
+/// programs, and its maps) into `report`.
+pub fn cleanup_ebpf(pin_root: &std::path::Path, report: &mut Report) {
+    match ebpf::backend::remove(pin_root) {
         Ok(n) => report.ebpf_pins = n,
         Err(e) => report.errors.push(crate::causes::one_line(&e)),
     }
-    report
 }
