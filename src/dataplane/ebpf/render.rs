@@ -1,13 +1,13 @@
 //! The eBPF mode's plan as `plan --proxy-mode ebpf` prints it: the map entries it would write,
 //! and what phase 1 does not program.
 //!
-//! Pure. Slot set ids are the ones [`diff`](super::diff) gives on empty maps (the proxy keeps
+//! Pure. Also a test of the plan: rendering writes it into empty maps through
+//! [`diff`](super::diff), as the proxy does on a fresh node. Slot set ids are the ones [`diff`](super::diff) gives on empty maps (the proxy keeps
 //! the ids a node's maps already hold, so a live node's may differ).
 
 use std::fmt::Write as _;
 
 use super::diff::{self, Maps};
-use super::layout::IPPROTO_TCP;
 use super::names;
 use super::plan::Plan;
 
@@ -19,9 +19,11 @@ pub fn render(plan: &Plan) -> String {
         "# map {} (frontend -> slot set, count, generation)",
         names::MAP_SVC
     );
-    for (k, v) in &maps.svc {
-        let proto = if k.proto == IPPROTO_TCP { "tcp" } else { "udp" };
-        let addr = std::net::SocketAddr::new(k.ip(), k.port());
+    // In the plan's order (address, port, transport), not the map keys' byte order.
+    for f in plan.frontends.keys() {
+        let v = maps.svc[&diff::svc_key(f)];
+        let proto = f.transport.as_str();
+        let addr = std::net::SocketAddr::new(f.ip, f.port);
         let what = if v.count == 0 {
             "  # no endpoints: connect() refused"
         } else {
@@ -70,4 +72,40 @@ pub fn render(plan: &Plan) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dataplane::ebpf::plan::plan;
+    use crate::testing::snapshots::{node, snapshot, svc};
+
+    #[test]
+    fn prints_frontends_slots_and_gaps() {
+        let snap = snapshot(
+            node(),
+            vec![
+                svc("default/web", "10.96.0.10", 80).node_port(30080).ep(
+                    "10.244.1.5",
+                    8080,
+                    "node-a",
+                ),
+                svc("default/none", "10.96.0.9", 80),
+            ],
+        );
+        let text = render(&plan(&snap));
+        let want = "\
+# map kp_svc (frontend -> slot set, count, generation)
+tcp 10.96.0.9:80 -> set 1 count 0 generation 0  # no endpoints: connect() refused
+tcp 10.96.0.10:80 -> set 2 count 1 generation 0
+# map kp_slot (set, generation, slot -> backend)
+set 2 generation 0 slot 0 -> 10.244.1.5:8080
+# sets
+set 1: default/none IPv4 cluster
+set 2: default/web IPv4 cluster
+# not programmed by ebpf mode (phase 1)
+default/web: NodePort not served in ebpf mode yet
+";
+        assert_eq!(text, want);
+    }
 }
