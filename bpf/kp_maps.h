@@ -18,9 +18,11 @@
 
 #define KP_LAYOUT_VERSION 1
 
-#define KP_MAX_SERVICES 65536
-#define KP_MAX_SLOTS 262144
-#define KP_MAX_REVERSE 262144
+/* Upper bounds. kp_svc and kp_slot are not preallocated, so only entries in use take memory;
+ * kp_rev is an LRU (preallocated by the kernel): about 100 bytes an entry. */
+#define KP_MAX_SERVICES 262144
+#define KP_MAX_SLOTS 1048576
+#define KP_MAX_REVERSE 65536
 
 /* kp_svc_val.flags */
 #define KP_SVC_F_NONE 0
