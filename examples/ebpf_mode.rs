@@ -133,7 +133,9 @@ fn measure(cgroup: &Path, bpffs: &Path) {
         let cold = timed(|| dp.sync(&snap, &Changes::default(), false));
         let idle = timed(|| dp.sync(&snap, &Changes::default(), false));
         let moved = with_bench_service(shape.moved(&snap, "10.200.0.1"));
-        let change = timed(|| dp.sync(&moved, &Changes::default(), false));
+        let mut one = Changes::default();
+        one.ports.insert(shape.moved_port());
+        let change = timed(|| dp.sync(&moved, &one, false));
         let full = timed(|| dp.sync(&moved, &Changes::default(), true));
         // The floor again, right before: loopback connect times drift by microseconds.
         let direct = connect_p50(POD);

@@ -177,6 +177,17 @@ fn snapshot(dir: &Path, manifests: &str) -> Snapshot {
     loaded.snapshot
 }
 
+/// The service ports that differ between two snapshots, as the tracker reports them.
+fn changes(old: &Snapshot, new: &Snapshot) -> Changes {
+    let mut c = Changes::default();
+    for name in old.ports.keys().chain(new.ports.keys()) {
+        if old.ports.get(name) != new.ports.get(name) {
+            c.ports.insert(name.clone());
+        }
+    }
+    c
+}
+
 /// Runs the client helper doing `work` in `netns`, inside `cgroup` when given (it joins
 /// before `ip netns exec`, so before it opens a socket), and returns its result lines.
 async fn client(netns: &str, cgroup: Option<&Cgroup>, work: &str) -> Vec<String> {
@@ -226,13 +237,12 @@ fn cluster_ips_in_the_maps_reach_pods_from_the_cgroup() {
 
     let kernel = Kernel::open(&settings).expect("load and attach");
     let mut dp = EbpfDataplane::new(kernel);
-    let sync = move |dp: &mut EbpfDataplane<Kernel>, web: &[&str]| {
-        dp.sync(
-            &snapshot(dir.path(), &manifests(web)),
-            &Changes::default(),
-            false,
-        )
-        .expect("sync")
+    let mut last = snapshot(dir.path(), &manifests(&[]));
+    let mut sync = move |dp: &mut EbpfDataplane<Kernel>, web: &[&str]| {
+        let next = snapshot(dir.path(), &manifests(web));
+        let report = dp.sync(&next, &changes(&last, &next), false).expect("sync");
+        last = next;
+        report
     };
     let name = ns.name.clone();
     let cg = &cgroup;

@@ -1,17 +1,22 @@
 //! The eBPF mode's [`Dataplane`]: plans the maps' contents, diffs them against what the maps
 //! hold and writes only the difference, in [`diff`]'s order.
 //!
-//! "What the maps hold" is read back from the kernel on a full sync, on the first sync (which
-//! adopts the maps a previous run pinned) and after a failed write; otherwise it is what the
-//! last successful sync left. A failed write stops the sync: the entries written so far are
-//! consistent (see [`diff`]), and the next sync re-reads and finishes the job.
+//! A full sync (the first, which adopts the maps a previous run pinned; a periodic resync; the
+//! one after a failed write; a change of this node's topology) reads the maps back from the
+//! kernel and diffs the whole plan. Any other sync plans and diffs only the service ports the
+//! tracker says changed, against what the last sync left ([`diff::Held`]): its cost follows
+//! what changed, not how many Services there are. A failed write stops the sync: the entries
+//! written so far are consistent (see [`diff`]), and the next sync re-reads and finishes.
 
-use crate::cluster::{Changes, IpFamily, Snapshot};
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::cluster::{Changes, IpFamily, ServicePortName, Snapshot};
 use crate::dataplane::{Dataplane, FamilyReport, SyncError, SyncReport};
 
 use super::backend::Backend;
-use super::diff::{self, Maps};
-use super::plan;
+use super::diff::{self, Held, Op};
+use super::layout::SvcKey;
+use super::plan::{self, Plan};
 
 /// The mode's name as `--proxy-mode` spells it.
 pub const MODE: &str = "ebpf";
@@ -20,15 +25,88 @@ pub const MODE: &str = "ebpf";
 pub struct EbpfDataplane<B> {
     backend: B,
     /// What the maps hold after the last successful sync; `None`: read them.
-    last: Option<Maps>,
+    held: Option<Held>,
+    /// The frontends each service port asks for (held or lost to another), as of the last
+    /// successful sync.
+    wants: BTreeMap<ServicePortName, Vec<SvcKey>>,
+    /// Which service ports ask for each frontend.
+    claims: BTreeMap<SvcKey, BTreeSet<ServicePortName>>,
 }
 
 impl<B: Backend> EbpfDataplane<B> {
     pub fn new(backend: B) -> Self {
         EbpfDataplane {
             backend,
-            last: None,
+            held: None,
+            wants: BTreeMap::new(),
+            claims: BTreeMap::new(),
         }
+    }
+
+    /// The service ports an incremental sync must plan: the changed ones, and every port that
+    /// asks for a frontend one of those asks for (before or now), so a contested externalIP
+    /// goes to the first claimant in snapshot order, as a full plan gives it. With the plan of
+    /// exactly those ports.
+    fn scope(&self, snapshot: &Snapshot, changes: &Changes) -> (BTreeSet<ServicePortName>, Plan) {
+        let mut scope = changes.ports.clone();
+        loop {
+            let part = plan::plan_ports(snapshot, &scope);
+            let now = part
+                .frontends
+                .keys()
+                .chain(part.lost.iter().map(|(f, _)| f))
+                .map(diff::svc_key);
+            let before = scope
+                .iter()
+                .filter_map(|p| self.wants.get(p))
+                .flatten()
+                .copied();
+            let keys: Vec<SvcKey> = now.chain(before).collect();
+            let mut grown = false;
+            for k in keys {
+                for p in self.claims.get(&k).into_iter().flatten() {
+                    grown |= scope.insert(p.clone());
+                }
+            }
+            if !grown {
+                return (scope, part);
+            }
+        }
+    }
+
+    fn forget(&mut self, port: &ServicePortName) {
+        for k in self.wants.remove(port).unwrap_or_default() {
+            if let Some(c) = self.claims.get_mut(&k) {
+                c.remove(port);
+                if c.is_empty() {
+                    self.claims.remove(&k);
+                }
+            }
+        }
+    }
+
+    /// Records what each service port of `plan` asks for.
+    fn remember(&mut self, plan: &Plan) {
+        let asked = plan
+            .frontends
+            .iter()
+            .map(|(f, set)| (f, &set.port))
+            .chain(plan.lost.iter().map(|(f, p)| (f, p)));
+        for (f, port) in asked {
+            let k = diff::svc_key(f);
+            self.wants.entry(port.clone()).or_default().push(k);
+            self.claims.entry(k).or_default().insert(port.clone());
+        }
+    }
+
+    fn write(&mut self, ops: &[Op]) -> Result<(), SyncError> {
+        for op in ops {
+            self.backend.write(op).map_err(|e| SyncError::Refused {
+                mode: MODE,
+                message: crate::causes::one_line(&e),
+            })?;
+        }
+        Ok(())
     }
 }
 
@@ -40,32 +118,50 @@ impl<B: Backend> Dataplane for EbpfDataplane<B> {
     fn sync(
         &mut self,
         snapshot: &Snapshot,
-        _changes: &Changes,
+        changes: &Changes,
         full: bool,
     ) -> Result<SyncReport, SyncError> {
-        let want = plan::plan(snapshot);
-        let (current, read) = match self.last.take() {
-            Some(m) if !full => (m, false),
-            _ => (self.backend.read().map_err(io_error)?, true),
+        // Taken: a failure below leaves `None`, so the next sync reads the maps again.
+        let held = self.held.take();
+        let (held, ops, read) = match held {
+            Some(mut held) if !full && !changes.node_topology_changed => {
+                let (scope, part) = self.scope(snapshot, changes);
+                let old: Vec<SvcKey> = scope
+                    .iter()
+                    .filter_map(|p| self.wants.get(p))
+                    .flatten()
+                    .copied()
+                    .collect();
+                let (ops, _) = diff::diff_ports(&held, &part, &old);
+                self.write(&ops)?;
+                held.apply(&ops);
+                for p in &scope {
+                    self.forget(p);
+                }
+                self.remember(&part);
+                (held, ops, false)
+            }
+            _ => {
+                let mut held = Held::new(self.backend.read().map_err(io_error)?);
+                let want = plan::plan(snapshot);
+                let ops = diff::diff(&held.maps, &want);
+                self.write(&ops)?;
+                held.apply(&ops);
+                self.wants.clear();
+                self.claims.clear();
+                self.remember(&want);
+                (held, ops, true)
+            }
         };
-        let ops = diff::diff(&current, &want);
-        for op in &ops {
-            self.backend.write(op).map_err(|e| SyncError::Refused {
-                mode: MODE,
-                message: crate::causes::one_line(&e),
-            })?;
-        }
-        let now = diff::applied(current, &ops);
-        let objects = now.svc.len() + now.slots.len();
-        self.last = Some(now);
+        let objects = held.maps.svc.len() + held.maps.slots.len();
+        self.held = Some(held);
         let families = [IpFamily::V4, IpFamily::V6]
             .into_iter()
             .map(|f| {
                 let missing = snapshot.no_local_endpoints(f);
                 FamilyReport {
                     family: Some(f),
-                    // Map entries are not per family: both families' reports carry the totals
-                    // on the first, none on the second.
+                    // Map entries are not per family: the IPv4 report carries the totals.
                     operations: if f == IpFamily::V4 { ops.len() } else { 0 },
                     objects: if f == IpFamily::V4 { objects } else { 0 },
                     no_local_endpoints_internal: missing.internal,
@@ -94,7 +190,7 @@ fn io_error(e: super::backend::Error) -> SyncError {
 mod tests {
     use super::*;
     use crate::dataplane::ebpf::backend::Error;
-    use crate::dataplane::ebpf::diff::Op;
+    use crate::dataplane::ebpf::diff::{Maps, Op};
     use crate::testing::snapshots::{node, snapshot, svc};
 
     /// Maps in memory that refuse the write numbered `fail_at` once.
@@ -128,6 +224,116 @@ mod tests {
             s = s.ep(e, 8080, if i % 2 == 0 { "node-a" } else { "node-b" });
         }
         snapshot(node(), vec![s])
+    }
+
+    /// The service ports that differ between two snapshots, as the tracker reports them.
+    fn changes(old: &Snapshot, new: &Snapshot) -> Changes {
+        let mut c = Changes::default();
+        for name in old.ports.keys().chain(new.ports.keys()) {
+            if old.ports.get(name) != new.ports.get(name) {
+                c.ports.insert(name.clone());
+            }
+        }
+        c
+    }
+
+    /// Each frontend with its backends as a socket program would see them; and whether any
+    /// slot is left that no frontend reaches.
+    fn resolved(maps: &Maps) -> (Vec<(SvcKey, Vec<std::net::SocketAddr>)>, usize) {
+        let mut reached = 0;
+        let mut ids = std::collections::BTreeSet::new();
+        let mut out = Vec::new();
+        for (k, v) in &maps.svc {
+            let backends: Vec<_> = (0..v.count)
+                .map(|slot| {
+                    let key = crate::dataplane::ebpf::layout::SlotKey {
+                        svc_id: v.svc_id,
+                        slot,
+                        generation: v.generation,
+                        pad: 0,
+                    };
+                    maps.slots[&key].socket_addr()
+                })
+                .collect();
+            if ids.insert((v.svc_id, v.generation)) {
+                reached += backends.len();
+            }
+            out.push((*k, backends));
+        }
+        (out, maps.slots.len() - reached)
+    }
+
+    /// A small deterministic generator (xorshift), so the sequence is the same on every run.
+    struct Rng(u64);
+    impl Rng {
+        fn below(&mut self, n: u64) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0 % n
+        }
+    }
+
+    /// Service `i` in `variant` (0: absent): few variants, so a Service often stays as it was
+    /// while others change, and externalIPs are often contested.
+    fn service(i: u64, variant: u64) -> Option<crate::testing::snapshots::Svc> {
+        if variant == 0 {
+            return None;
+        }
+        let mut rng = Rng(0x2545_f491_4f6c_dd1d ^ (i << 8) ^ variant);
+        let mut s = svc(&format!("default/s{i}"), &format!("10.96.0.{}", 10 + i), 80);
+        if rng.below(2) == 0 {
+            s = s.external(&format!("192.0.2.{}", rng.below(2)));
+        }
+        if rng.below(4) == 0 {
+            s = s.internal_local();
+        }
+        for e in 0..rng.below(4) {
+            let node = if rng.below(2) == 0 {
+                "node-a"
+            } else {
+                "node-b"
+            };
+            s = s.ep(&format!("10.244.{i}.{}", e + rng.below(3)), 8080, node);
+        }
+        Some(s)
+    }
+
+    fn random_cluster(rng: &mut Rng, variants: &mut [u64; 6]) -> Snapshot {
+        for v in variants.iter_mut() {
+            if rng.below(3) == 0 {
+                *v = rng.below(6);
+            }
+        }
+        let services = (0..6)
+            .filter_map(|i| service(i, variants[i as usize]))
+            .collect();
+        snapshot(node(), services)
+    }
+
+    #[test]
+    fn incremental_syncs_leave_the_maps_a_full_sync_would() {
+        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        let mut incremental = EbpfDataplane::new(Fake::default());
+        let mut full = EbpfDataplane::new(Fake::default());
+        let mut last = snapshot(node(), vec![]);
+        let mut variants = [0; 6];
+        for step in 0..500 {
+            let next = random_cluster(&mut rng, &mut variants);
+            incremental
+                .sync(&next, &changes(&last, &next), false)
+                .unwrap();
+            full.sync(&next, &Changes::default(), true).unwrap();
+            let (a, stale_a) = resolved(&incremental.backend.maps);
+            let (b, _) = resolved(&full.backend.maps);
+            assert_eq!(a, b, "step {step}");
+            assert_eq!(stale_a, 0, "step {step}: slots no frontend reaches");
+            assert_eq!(
+                incremental.held.as_ref().unwrap().maps,
+                incremental.backend.maps
+            );
+            last = next;
+        }
     }
 
     #[test]

@@ -44,12 +44,106 @@ pub fn svc_key(f: &Frontend) -> SvcKey {
 
 /// The writes that make `current` into `plan`'s contents, in the order above.
 pub fn diff(current: &Maps, plan: &Plan) -> Vec<Op> {
+    let mut taken: BTreeSet<u32> = current.svc.values().map(|v| v.svc_id).collect();
+    taken.extend(current.slots.keys().map(|k| k.svc_id));
+    diff_with(current, plan, &|id| taken.contains(&id))
+}
+
+/// The writes that make the service ports of `part` (a plan of some service ports only) what
+/// it says, given `held`, all the maps hold, and `old`, the frontends those service ports had
+/// in the previous plan. Costs what those ports hold, not what the maps hold. A frontend of
+/// `part` that another service port owns in the maps stays that port's (a full sync decides
+/// such a clash by the snapshot's order).
+///
+/// Returns the writes and `part` without such frontends: what the service ports now hold.
+pub fn diff_ports(held: &Held, part: &Plan, old: &[SvcKey]) -> (Vec<Op>, Plan) {
+    let mut current = Maps::default();
+    for k in old {
+        if let Some(v) = held.maps.svc.get(k) {
+            current.svc.insert(*k, *v);
+            for slot in 0..v.count {
+                let key = SlotKey {
+                    svc_id: v.svc_id,
+                    slot,
+                    generation: v.generation,
+                    pad: 0,
+                };
+                if let Some(b) = held.maps.slots.get(&key) {
+                    current.slots.insert(key, *b);
+                }
+            }
+        }
+    }
+    let mut part = part.clone();
+    part.frontends.retain(|f, _| {
+        !held.maps.svc.contains_key(&svc_key(f)) || current.svc.contains_key(&svc_key(f))
+    });
+    let ops = diff_with(&current, &part, &|id| held.refs.contains_key(&id));
+    (ops, part)
+}
+
+/// What the maps hold, with how many frontends use each slot set id, kept up to date op by op
+/// so an incremental sync need not scan the maps.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Held {
+    pub maps: Maps,
+    pub refs: BTreeMap<u32, u32>,
+}
+
+impl Held {
+    pub fn new(maps: Maps) -> Held {
+        let mut refs = BTreeMap::new();
+        for v in maps.svc.values() {
+            *refs.entry(v.svc_id).or_insert(0) += 1;
+        }
+        // Slots no frontend points at (left by a failed sync) still hold their id.
+        for k in maps.slots.keys() {
+            refs.entry(k.svc_id).or_insert(0);
+        }
+        Held { maps, refs }
+    }
+
+    /// Takes `ops` as the kernel did.
+    pub fn apply(&mut self, ops: &[Op]) {
+        for op in ops {
+            match *op {
+                Op::PutSlot(k, v) => {
+                    self.maps.slots.insert(k, v);
+                }
+                Op::PutSvc(k, v) => {
+                    if let Some(old) = self.maps.svc.insert(k, v) {
+                        self.release(old.svc_id);
+                    }
+                    *self.refs.entry(v.svc_id).or_insert(0) += 1;
+                }
+                Op::DelSvc(k) => {
+                    if let Some(old) = self.maps.svc.remove(&k) {
+                        self.release(old.svc_id);
+                    }
+                }
+                Op::DelSlot(k) => {
+                    self.maps.slots.remove(&k);
+                }
+            }
+        }
+    }
+
+    fn release(&mut self, id: u32) {
+        if let Some(n) = self.refs.get_mut(&id) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                self.refs.remove(&id);
+            }
+        }
+    }
+}
+
+/// [`diff`] over `current`, taking new ids only where `taken` says no entry uses them.
+fn diff_with(current: &Maps, plan: &Plan, taken: &dyn Fn(u32) -> bool) -> Vec<Op> {
     let mut frontends_of: BTreeMap<&SetName, Vec<SvcKey>> = BTreeMap::new();
     for (f, set) in &plan.frontends {
         frontends_of.entry(set).or_default().push(svc_key(f));
     }
-    let mut taken: BTreeSet<u32> = current.svc.values().map(|v| v.svc_id).collect();
-    taken.extend(current.slots.keys().map(|k| k.svc_id));
     let mut claimed = BTreeSet::new();
     let mut next_free = 1u32;
 
@@ -80,7 +174,7 @@ pub fn diff(current: &Maps, plan: &Plan) -> Vec<Op> {
                 }
             }
             None => {
-                while taken.contains(&next_free) || claimed.contains(&next_free) {
+                while taken(next_free) || claimed.contains(&next_free) {
                     next_free += 1;
                 }
                 let id = next_free;

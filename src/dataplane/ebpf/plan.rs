@@ -14,7 +14,9 @@ use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 
 use crate::cluster::TrafficPolicy;
-use crate::cluster::{Endpoint, FamilyView, IpFamily, Protocol, ServicePortName, Snapshot};
+use crate::cluster::{
+    Endpoint, FamilyView, IpFamily, Protocol, ServicePortName, ServicePortState, Snapshot,
+};
 
 /// The desired contents of the maps, as values.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -25,6 +27,9 @@ pub struct Plan {
     pub sets: BTreeMap<SetName, Vec<SocketAddr>>,
     /// What this phase does not program, per service port.
     pub not_programmed: Vec<(ServicePortName, Gap)>,
+    /// Frontends a service port asks for that one earlier in the snapshot holds (two Services
+    /// with one externalIP and port): an incremental sync must revisit both.
+    pub lost: Vec<(Frontend, ServicePortName)>,
 }
 
 /// A Service address, port and transport the programs translate.
@@ -112,62 +117,88 @@ impl Gap {
 pub fn plan(snapshot: &Snapshot) -> Plan {
     let mut out = Plan::default();
     for state in snapshot.ports.values() {
-        let port = &state.port;
-        let mut gaps = Vec::new();
-        let transport = match port.name.protocol {
-            Protocol::Tcp => Transport::Tcp,
-            Protocol::Udp => Transport::Udp,
-            Protocol::Sctp => {
-                out.not_programmed.push((port.name.clone(), Gap::Sctp));
-                continue;
-            }
-        };
-        if port.node_port.is_some() {
-            gaps.push(Gap::NodePort);
-        }
-        if port.affinity_timeout_seconds.is_some() {
-            gaps.push(Gap::Affinity);
-        }
-        for view in &state.families {
-            let internal = match port.internal_policy {
-                TrafficPolicy::Cluster => List::Cluster,
-                TrafficPolicy::Local => List::Local,
-            };
-            let mut add = |ip: IpAddr, list: List| {
-                let set = SetName {
-                    port: port.name.clone(),
-                    family: view.family,
-                    list,
-                };
-                out.sets
-                    .entry(set.clone())
-                    .or_insert_with(|| endpoints(view, list));
-                let frontend = Frontend {
-                    ip,
-                    port: port.port,
-                    transport,
-                };
-                // Two Services claiming one externalIP and port: the first in snapshot order
-                // keeps it, as the model's order is stable.
-                out.frontends.entry(frontend).or_insert(set);
-            };
-            add(view.cluster_ip, internal);
-            for &ip in view.external_ips.iter().chain(&view.load_balancer_ips) {
-                add(ip, List::Cluster);
-            }
-            if !view.external_ips.is_empty() || !view.load_balancer_ips.is_empty() {
-                gaps.push(Gap::FromOutside);
-            }
-            if !view.load_balancer_source_ranges.is_empty() {
-                gaps.push(Gap::SourceRanges);
-            }
-        }
-        gaps.sort();
-        gaps.dedup();
-        out.not_programmed
-            .extend(gaps.into_iter().map(|g| (port.name.clone(), g)));
+        plan_port(state, &mut out);
     }
     out
+}
+
+/// The part of the plan `ports` make (those still in `snapshot`), for an incremental sync.
+pub fn plan_ports<'a>(
+    snapshot: &Snapshot,
+    ports: impl IntoIterator<Item = &'a ServicePortName>,
+) -> Plan {
+    let mut out = Plan::default();
+    for name in ports {
+        if let Some(state) = snapshot.ports.get(name) {
+            plan_port(state, &mut out);
+        }
+    }
+    out
+}
+
+fn plan_port(state: &ServicePortState, out: &mut Plan) {
+    let port = &state.port;
+    let mut gaps = Vec::new();
+    let transport = match port.name.protocol {
+        Protocol::Tcp => Transport::Tcp,
+        Protocol::Udp => Transport::Udp,
+        Protocol::Sctp => {
+            out.not_programmed.push((port.name.clone(), Gap::Sctp));
+            return;
+        }
+    };
+    if port.node_port.is_some() {
+        gaps.push(Gap::NodePort);
+    }
+    if port.affinity_timeout_seconds.is_some() {
+        gaps.push(Gap::Affinity);
+    }
+    for view in &state.families {
+        let internal = match port.internal_policy {
+            TrafficPolicy::Cluster => List::Cluster,
+            TrafficPolicy::Local => List::Local,
+        };
+        let mut add = |ip: IpAddr, list: List| {
+            let set = SetName {
+                port: port.name.clone(),
+                family: view.family,
+                list,
+            };
+            out.sets
+                .entry(set.clone())
+                .or_insert_with(|| endpoints(view, list));
+            let frontend = Frontend {
+                ip,
+                port: port.port,
+                transport,
+            };
+            // Two Services claiming one externalIP and port: the first in snapshot order
+            // keeps it, as the model's order is stable.
+            match out.frontends.entry(frontend) {
+                std::collections::btree_map::Entry::Vacant(v) => {
+                    v.insert(set);
+                }
+                std::collections::btree_map::Entry::Occupied(o) if o.get().port != port.name => {
+                    out.lost.push((frontend, port.name.clone()));
+                }
+                std::collections::btree_map::Entry::Occupied(_) => {}
+            }
+        };
+        add(view.cluster_ip, internal);
+        for &ip in view.external_ips.iter().chain(&view.load_balancer_ips) {
+            add(ip, List::Cluster);
+        }
+        if !view.external_ips.is_empty() || !view.load_balancer_ips.is_empty() {
+            gaps.push(Gap::FromOutside);
+        }
+        if !view.load_balancer_source_ranges.is_empty() {
+            gaps.push(Gap::SourceRanges);
+        }
+    }
+    gaps.sort();
+    gaps.dedup();
+    out.not_programmed
+        .extend(gaps.into_iter().map(|g| (port.name.clone(), g)));
 }
 
 fn endpoints(view: &FamilyView, list: List) -> Vec<SocketAddr> {
