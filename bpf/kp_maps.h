@@ -23,9 +23,16 @@
 #define KP_MAX_SERVICES 262144
 #define KP_MAX_SLOTS 1048576
 #define KP_MAX_REVERSE 65536
+#define KP_MAX_AFFINITY 65536
+/* An affinity entry whose generation is old is looked up among at most this many slots. */
+#define KP_AFFINITY_SCAN 64
 
 /* kp_svc_val.flags */
 #define KP_SVC_F_NONE 0
+/* ClientIP affinity: a network namespace keeps its backend for affinity_timeout seconds after
+ * its last connection (socket programs cannot see the client address yet; pods each have a
+ * network namespace of their own, processes of the node share one). */
+#define KP_SVC_F_AFFINITY 1
 
 /* A frontend: a Service address, port and protocol (IPPROTO_TCP, IPPROTO_UDP). */
 struct kp_svc_key {
@@ -47,6 +54,7 @@ struct kp_svc_val {
 	__u16 count;
 	__u8 flags;
 	__u8 generation;
+	__u32 affinity_timeout;
 };
 
 /* One backend of a slot set. */
@@ -82,6 +90,22 @@ struct kp_rev_val {
 	__u16 pad;
 };
 
+/* The backend a network namespace was last given for a slot set (affinity). LRU. */
+struct kp_aff_key {
+	__u64 netns_cookie;
+	__u32 svc_id;
+	__u32 pad;
+};
+
+struct kp_aff_val {
+	__u64 last_used_ns;
+	__u32 addr[4];
+	__be16 port;
+	__u16 slot;
+	__u8 generation;
+	__u8 pad[3];
+};
+
 /* The numbers src/dataplane/ebpf/layout.rs asserts too, so the two cannot drift. */
 #define KP_ASSERT_LAYOUT(type, size) _Static_assert(sizeof(struct type) == (size), #type " size")
 #define KP_ASSERT_OFFSET(type, field, off)                                                       \
@@ -90,10 +114,11 @@ struct kp_rev_val {
 KP_ASSERT_LAYOUT(kp_svc_key, 20);
 KP_ASSERT_OFFSET(kp_svc_key, port, 16);
 KP_ASSERT_OFFSET(kp_svc_key, proto, 18);
-KP_ASSERT_LAYOUT(kp_svc_val, 8);
+KP_ASSERT_LAYOUT(kp_svc_val, 12);
 KP_ASSERT_OFFSET(kp_svc_val, count, 4);
 KP_ASSERT_OFFSET(kp_svc_val, flags, 6);
 KP_ASSERT_OFFSET(kp_svc_val, generation, 7);
+KP_ASSERT_OFFSET(kp_svc_val, affinity_timeout, 8);
 KP_ASSERT_LAYOUT(kp_slot_key, 8);
 KP_ASSERT_OFFSET(kp_slot_key, slot, 4);
 KP_ASSERT_OFFSET(kp_slot_key, generation, 6);
@@ -104,5 +129,12 @@ KP_ASSERT_OFFSET(kp_rev_key, addr, 8);
 KP_ASSERT_OFFSET(kp_rev_key, port, 24);
 KP_ASSERT_LAYOUT(kp_rev_val, 20);
 KP_ASSERT_OFFSET(kp_rev_val, port, 16);
+KP_ASSERT_LAYOUT(kp_aff_key, 16);
+KP_ASSERT_OFFSET(kp_aff_key, svc_id, 8);
+KP_ASSERT_LAYOUT(kp_aff_val, 32);
+KP_ASSERT_OFFSET(kp_aff_val, addr, 8);
+KP_ASSERT_OFFSET(kp_aff_val, port, 24);
+KP_ASSERT_OFFSET(kp_aff_val, slot, 26);
+KP_ASSERT_OFFSET(kp_aff_val, generation, 28);
 
 #endif

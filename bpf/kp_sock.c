@@ -50,22 +50,80 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } kp_rev SEC(".maps");
 
+/* (network namespace, slot set) -> the backend it was given, for ClientIP affinity. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, KP_MAX_AFFINITY);
+	__type(key, struct kp_aff_key);
+	__type(value, struct kp_aff_val);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} kp_aff SEC(".maps");
+
 enum kp_verdict {
 	KP_PASS,        /* not a Service frontend: leave the address alone */
 	KP_TRANSLATED,  /* *be holds the backend to use */
 	KP_REFUSE,      /* a frontend without endpoints */
 };
 
-/* Which backend of the frontend `key` this socket gets. `sticky` (unconnected UDP) picks
- * by socket cookie, so every datagram of one socket goes to one backend; otherwise the
- * choice is random. */
-static __always_inline enum kp_verdict kp_pick(const struct kp_svc_key *key, __u64 cookie,
+static __always_inline int kp_same(const struct kp_backend *b, const struct kp_aff_val *a)
+{
+	return b->addr[0] == a->addr[0] && b->addr[1] == a->addr[1] && b->addr[2] == a->addr[2] &&
+	       b->addr[3] == a->addr[3] && b->port == a->port;
+}
+
+/* The backend this network namespace was given within the affinity timeout, if it is still
+ * in the slot set: at its slot when the set is the same generation, else looked for among
+ * the first KP_AFFINITY_SCAN slots. */
+static __always_inline int kp_affine(const struct kp_svc_val *svc, const struct kp_aff_val *a,
+				     __u64 now, struct kp_backend *be, __u16 *slot_out)
+{
+	struct kp_slot_key slot = {};
+	struct kp_backend *b;
+	__u16 i;
+
+	if (now - a->last_used_ns > (__u64)svc->affinity_timeout * 1000000000ULL)
+		return 0;
+	slot.svc_id = svc->svc_id;
+	slot.generation = svc->generation;
+	if (a->generation == svc->generation && a->slot < svc->count) {
+		slot.slot = a->slot;
+		b = bpf_map_lookup_elem(&kp_slot, &slot);
+		if (b && kp_same(b, a)) {
+			*be = *b;
+			*slot_out = a->slot;
+			return 1;
+		}
+	}
+	for (i = 0; i < KP_AFFINITY_SCAN; i++) {
+		if (i >= svc->count)
+			break;
+		slot.slot = i;
+		b = bpf_map_lookup_elem(&kp_slot, &slot);
+		if (b && kp_same(b, a)) {
+			*be = *b;
+			*slot_out = i;
+			return 1;
+		}
+	}
+	return 0;
+}
+
+/* Which backend of the frontend `key` this socket gets: the remembered one under affinity;
+ * else by socket cookie when `sticky` (unconnected UDP: every datagram of one socket goes to
+ * one backend), at random otherwise. */
+static __always_inline enum kp_verdict kp_pick(struct bpf_sock_addr *ctx,
+					       const struct kp_svc_key *key, __u64 cookie,
 					       int sticky, struct kp_backend *be)
 {
 	struct kp_svc_val *found = bpf_map_lookup_elem(&kp_svc, key);
 	struct kp_svc_val svc;
 	struct kp_slot_key slot = {};
+	struct kp_aff_key ak = {};
+	struct kp_aff_val av = {};
+	struct kp_aff_val *remembered;
 	struct kp_backend *b;
+	__u64 now = 0;
+	__u16 chosen;
 	__u32 pick;
 
 	if (!found)
@@ -73,6 +131,14 @@ static __always_inline enum kp_verdict kp_pick(const struct kp_svc_key *key, __u
 	svc = *found;
 	if (svc.count == 0)
 		return KP_REFUSE;
+	if (svc.flags & KP_SVC_F_AFFINITY) {
+		ak.netns_cookie = bpf_get_netns_cookie(ctx);
+		ak.svc_id = svc.svc_id;
+		now = bpf_ktime_get_ns();
+		remembered = bpf_map_lookup_elem(&kp_aff, &ak);
+		if (remembered && kp_affine(&svc, remembered, now, be, &chosen))
+			goto remember;
+	}
 	pick = sticky ? (__u32)(cookie ^ (cookie >> 32)) : bpf_get_prandom_u32();
 	slot.svc_id = svc.svc_id;
 	slot.generation = svc.generation;
@@ -81,6 +147,19 @@ static __always_inline enum kp_verdict kp_pick(const struct kp_svc_key *key, __u
 	if (!b)
 		return KP_PASS;
 	*be = *b;
+	chosen = slot.slot;
+remember:
+	if (svc.flags & KP_SVC_F_AFFINITY) {
+		av.last_used_ns = now;
+		av.addr[0] = be->addr[0];
+		av.addr[1] = be->addr[1];
+		av.addr[2] = be->addr[2];
+		av.addr[3] = be->addr[3];
+		av.port = be->port;
+		av.slot = chosen;
+		av.generation = svc.generation;
+		bpf_map_update_elem(&kp_aff, &ak, &av, BPF_ANY);
+	}
 	return KP_TRANSLATED;
 }
 
@@ -145,7 +224,7 @@ static __always_inline int kp_forward(struct bpf_sock_addr *ctx, int v6, int sti
 		kp_key4(&key, ctx);
 	key.proto = proto;
 	cookie = bpf_get_socket_cookie(ctx);
-	switch (kp_pick(&key, cookie, sticky, &be)) {
+	switch (kp_pick(ctx, &key, cookie, sticky, &be)) {
 	case KP_PASS:
 		return 1;
 	case KP_REFUSE:

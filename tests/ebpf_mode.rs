@@ -119,6 +119,7 @@ fn every_program_loads_attaches_and_survives_a_restart() {
         count: 0,
         flags: 0,
         generation: 1,
+        affinity_timeout: 0,
     };
     kernel.write(&Op::PutSvc(key, val)).expect("write an entry");
     drop(kernel);
@@ -135,7 +136,8 @@ fn every_program_loads_attaches_and_survives_a_restart() {
 
 /// The cluster: `web` (TCP 10.96.0.10:80 → `web` endpoints on 8080), `dns` (UDP
 /// 10.96.0.11:53 → 10.244.1.2:5353), `empty` (10.96.0.12:80, no endpoints) and `web6`
-/// (TCP [fd00:96::10]:80 → [fd00:244::2]:8080).
+/// (TCP [fd00:96::10]:80 → [fd00:244::2]:8080) and `sticky` (10.96.0.13:80 → both pods, ClientIP
+/// affinity).
 fn manifests(web: &[&str]) -> String {
     let endpoints: String = web
         .iter()
@@ -166,6 +168,18 @@ fn manifests(web: &[&str]) -> String {
         service("empty", "10.96.0.12", "TCP", 80, 8080),
         service("web6", "fd00:96::10", "TCP", 80, 8080),
         slice("web6", "IPv6", "TCP", 8080, &one("fd00:244::2")),
+        service("sticky", "10.96.0.13", "TCP", 80, 8080).replace(
+            "spec:\n",
+            "spec:\n  sessionAffinity: ClientIP\n  \
+             sessionAffinityConfig: {clientIP: {timeoutSeconds: 60}}\n",
+        ),
+        slice(
+            "sticky",
+            "IPv4",
+            "TCP",
+            8080,
+            &[one("10.244.1.2"), one("10.244.1.3")].concat(),
+        ),
     ]
     .concat()
 }
@@ -295,6 +309,13 @@ fn cluster_ips_in_the_maps_reach_pods_from_the_cgroup() {
             "an IPv6 socket reaches the IPv4 Service by its mapped address: {}",
             rest[4]
         );
+
+        // ClientIP affinity: every connection from this namespace goes to one pod, across
+        // client processes.
+        let mut sticky = client(&name, Some(cg), "tcp 10.96.0.13:80 12").await;
+        sticky.extend(client(&name, Some(cg), "tcp 10.96.0.13:80 4").await);
+        sticky.dedup();
+        assert_eq!(sticky.len(), 1, "one pod for the namespace: {sticky:?}");
 
         // A backend change: new connections go to the remaining pod only.
         sync(&mut dp, &["10.244.1.3"]);

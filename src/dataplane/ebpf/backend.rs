@@ -251,6 +251,11 @@ fn check_pinned_layouts(pin_dir: &Path) -> Result<(), Error> {
             size_of::<super::layout::RevKey>(),
             size_of::<super::layout::RevVal>(),
         ),
+        (
+            names::MAP_AFF,
+            size_of::<super::layout::AffKey>(),
+            size_of::<super::layout::AffVal>(),
+        ),
     ];
     for (name, key, value) in want {
         let path = pin_dir.join(name);

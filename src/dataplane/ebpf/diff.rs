@@ -14,7 +14,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::layout::{Backend, IPPROTO_TCP, IPPROTO_UDP, SlotKey, SvcKey, SvcVal};
+use super::layout::{Backend, IPPROTO_TCP, IPPROTO_UDP, SVC_F_AFFINITY, SlotKey, SvcKey, SvcVal};
 use super::plan::{Frontend, Plan, SetName, Transport};
 
 /// What the two maps the proxy writes hold (or will hold).
@@ -161,16 +161,25 @@ fn diff_with(current: &Maps, plan: &Plan, taken: &dyn Fn(u32) -> bool) -> Vec<Op
             .filter_map(|k| current.svc.get(k))
             .find(|v| !claimed.contains(&v.svc_id))
             .copied();
+        let (flags, affinity_timeout) = match plan.affinity.get(*set) {
+            Some(&t) => (SVC_F_AFFINITY, t),
+            None => (0, 0),
+        };
         let val = match existing {
-            Some(old) if slots_of(current, old) == backends => old,
+            Some(old) if slots_of(current, old) == backends => SvcVal {
+                flags,
+                affinity_timeout,
+                ..old
+            },
             Some(old) => {
                 let generation = old.generation ^ 1;
                 write_slots(&mut put_slots, old.svc_id, generation, &backends);
                 SvcVal {
                     svc_id: old.svc_id,
                     count: count(&backends),
-                    flags: 0,
+                    flags,
                     generation,
+                    affinity_timeout,
                 }
             }
             None => {
@@ -182,8 +191,9 @@ fn diff_with(current: &Maps, plan: &Plan, taken: &dyn Fn(u32) -> bool) -> Vec<Op
                 SvcVal {
                     svc_id: id,
                     count: count(&backends),
-                    flags: 0,
+                    flags,
                     generation: 0,
+                    affinity_timeout,
                 }
             }
         };

@@ -35,7 +35,12 @@ pub struct SvcVal {
     pub count: u16,
     pub flags: u8,
     pub generation: u8,
+    /// Seconds; read only with [`SVC_F_AFFINITY`].
+    pub affinity_timeout: u32,
 }
+
+/// `KP_SVC_F_AFFINITY`: ClientIP affinity, per network namespace.
+pub const SVC_F_AFFINITY: u8 = 1;
 
 /// `struct kp_slot_key`: one slot of one generation of a slot set.
 #[repr(C)]
@@ -76,6 +81,27 @@ pub struct RevVal {
     pub pad: u16,
 }
 
+/// `struct kp_aff_key`: filled by the programs.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AffKey {
+    pub netns_cookie: u64,
+    pub svc_id: u32,
+    pub pad: u32,
+}
+
+/// `struct kp_aff_val`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AffVal {
+    pub last_used_ns: u64,
+    pub addr: [u32; 4],
+    pub port: u16,
+    pub slot: u16,
+    pub generation: u8,
+    pub pad: [u8; 3],
+}
+
 // SAFETY: each is repr(C) of integers and integer arrays with explicit padding fields, so
 // every byte is initialised and every bit pattern is a valid value.
 unsafe impl aya::Pod for SvcKey {}
@@ -84,6 +110,8 @@ unsafe impl aya::Pod for SlotKey {}
 unsafe impl aya::Pod for Backend {}
 unsafe impl aya::Pod for RevKey {}
 unsafe impl aya::Pod for RevVal {}
+unsafe impl aya::Pod for AffKey {}
+unsafe impl aya::Pod for AffVal {}
 
 /// An address as the maps hold it: 16 bytes in network order, IPv4 mapped.
 pub fn addr_words(ip: IpAddr) -> [u32; 4] {

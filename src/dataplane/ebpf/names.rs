@@ -27,8 +27,10 @@ pub const MAP_SVC: &str = "kp_svc";
 pub const MAP_SLOT: &str = "kp_slot";
 /// (socket cookie, backend) → Service address; written by the programs.
 pub const MAP_REV: &str = "kp_rev";
+/// (network namespace cookie, slot set) → the backend it was given; written by the programs.
+pub const MAP_AFF: &str = "kp_aff";
 /// Every map, as pinned.
-pub const MAPS: [&str; 3] = [MAP_SVC, MAP_SLOT, MAP_REV];
+pub const MAPS: [&str; 4] = [MAP_SVC, MAP_SLOT, MAP_REV, MAP_AFF];
 
 /// Where the proxy pins by default: a bpffs mount, mounted by the proxy when absent.
 pub const PIN_ROOT: &str = "/sys/fs/bpf/kube-proxy-rs";

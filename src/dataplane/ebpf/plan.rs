@@ -25,6 +25,8 @@ pub struct Plan {
     pub frontends: BTreeMap<Frontend, SetName>,
     /// Every slot set's backends, in the model's endpoint order; empty: refused.
     pub sets: BTreeMap<SetName, Vec<SocketAddr>>,
+    /// The ClientIP affinity timeout (seconds) of the slot sets whose port has one.
+    pub affinity: BTreeMap<SetName, u32>,
     /// What this phase does not program, per service port.
     pub not_programmed: Vec<(ServicePortName, Gap)>,
     /// Frontends a service port asks for that one earlier in the snapshot holds (two Services
@@ -89,8 +91,6 @@ pub enum Gap {
     /// Traffic from outside the node to externalIPs and LoadBalancer IPs is not handled (no tc
     /// program yet); only this node's processes and pods are balanced.
     FromOutside,
-    /// ClientIP affinity is not applied: each connection picks a backend at random.
-    Affinity,
     /// loadBalancerSourceRanges are not enforced.
     SourceRanges,
     /// SCTP is not balanced by the socket programs.
@@ -103,9 +103,6 @@ impl Gap {
             Gap::NodePort => "NodePort not served in ebpf mode yet",
             Gap::FromOutside => {
                 "externalIP/LoadBalancer traffic from outside the node not handled yet (no tc program)"
-            }
-            Gap::Affinity => {
-                "ClientIP affinity not applied yet: each connection picks a backend at random"
             }
             Gap::SourceRanges => "loadBalancerSourceRanges not enforced in ebpf mode yet",
             Gap::Sctp => "SCTP not balanced in ebpf mode",
@@ -150,9 +147,6 @@ fn plan_port(state: &ServicePortState, out: &mut Plan) {
     if port.node_port.is_some() {
         gaps.push(Gap::NodePort);
     }
-    if port.affinity_timeout_seconds.is_some() {
-        gaps.push(Gap::Affinity);
-    }
     for view in &state.families {
         let internal = match port.internal_policy {
             TrafficPolicy::Cluster => List::Cluster,
@@ -167,6 +161,9 @@ fn plan_port(state: &ServicePortState, out: &mut Plan) {
             out.sets
                 .entry(set.clone())
                 .or_insert_with(|| endpoints(view, list));
+            if let Some(t) = port.affinity_timeout_seconds {
+                out.affinity.insert(set.clone(), t);
+            }
             let frontend = Frontend {
                 ip,
                 port: port.port,
@@ -307,14 +304,8 @@ mod tests {
             .iter()
             .map(|(p, g)| (&*p.service.name, *g))
             .collect();
-        assert_eq!(
-            gaps,
-            [
-                ("np", Gap::NodePort),
-                ("np", Gap::Affinity),
-                ("sig", Gap::Sctp)
-            ]
-        );
+        assert_eq!(gaps, [("np", Gap::NodePort), ("sig", Gap::Sctp)]);
+        assert_eq!(plan.affinity.values().collect::<Vec<_>>(), [&60]);
         // The ClusterIP of the NodePort Service is still balanced; SCTP gets no frontend.
         assert_eq!(plan.frontends.len(), 1);
     }

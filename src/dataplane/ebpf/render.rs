@@ -8,6 +8,7 @@
 use std::fmt::Write as _;
 
 use super::diff::{self, Maps};
+use super::layout::SVC_F_AFFINITY;
 use super::names;
 use super::plan::Plan;
 
@@ -29,9 +30,14 @@ pub fn render(plan: &Plan) -> String {
         } else {
             ""
         };
+        let affinity = if v.flags & SVC_F_AFFINITY != 0 {
+            format!(" affinity {}s", v.affinity_timeout)
+        } else {
+            String::new()
+        };
         let _ = writeln!(
             out,
-            "{proto} {addr} -> set {} count {} generation {}{what}",
+            "{proto} {addr} -> set {} count {} generation {}{affinity}{what}",
             v.svc_id, v.count, v.generation
         );
     }

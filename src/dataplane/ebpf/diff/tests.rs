@@ -141,3 +141,20 @@ fn new_sets_take_ids_no_entry_uses() {
     assert_eq!(maps.svc[&cip].svc_id, web_id, "web keeps its id");
     consistent(&maps).unwrap();
 }
+
+#[test]
+fn an_affinity_change_rewrites_the_frontend_not_the_slots() {
+    let plain = web(&["10.244.1.5:8080"]);
+    let maps = applied(Maps::default(), &diff(&Maps::default(), &plain));
+    let mut sticky = plain.clone();
+    let set = sticky.sets.keys().next().unwrap().clone();
+    sticky.affinity.insert(set, 600);
+    let ops = diff(&maps, &sticky);
+    assert!(ops.iter().all(|o| matches!(o, Op::PutSvc(..))), "{ops:?}");
+    let maps = applied(maps, &ops);
+    assert!(maps.svc.values().all(
+        |v| v.flags == crate::dataplane::ebpf::layout::SVC_F_AFFINITY
+            && v.affinity_timeout == 600
+            && v.generation == 0
+    ));
+}
