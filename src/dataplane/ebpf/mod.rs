@@ -23,8 +23,11 @@
 //! - [`backend`]: load, attach, pin, read and write the maps; `--cleanup`'s removal;
 //! - [`apply`]: [`EbpfDataplane`], the `Dataplane` for `--proxy-mode ebpf`.
 //!
+//! ClientIP affinity is per network namespace (`kp_aff`, keyed by its cookie): the address is
+//! not known at connect() time, and a pod is a namespace of its own.
+//!
 //! # What is left (see `docs/operations.md`)
-//! NodePorts; traffic from outside the node (tc); ClientIP affinity; loadBalancerSourceRanges;
+//! NodePorts; traffic from outside the node (tc); loadBalancerSourceRanges;
 //! Local policy without local endpoints drops (here: refused, as without endpoints); UDP
 //! without endpoints gets ECONNREFUSED from connect()/sendmsg() instead of an ICMP error;
 //! sock_release and post_bind programs; connected UDP sockets to removed backends are not
