@@ -1,4 +1,4 @@
-//! The contract every dataplane mode meets (nftables, iptables; IPVS, eBPF and userspace next),
+//! The contract every dataplane mode meets (nftables, iptables, IPVS, userspace, eBPF),
 //! and the layer the modes share.
 //!
 //! A mode turns a [`Snapshot`] into kernel state: a pure planner builds the desired state as

@@ -4,8 +4,9 @@
 //!
 //! ```text
 //!   cgroup v2 (root by default: every process and pod of the node)
-//!     connect4/6  ─┐  {dst, port, proto} ─▶ kp_svc ─▶ {set, count, generation}
-//!     sendmsg4/6  ─┘  random slot (sendmsg: by socket cookie) ─▶ kp_slot ─▶ backend
+//!     connect4/6  ─┐  {dst, port, proto} ─▶ kp_svc ─▶ {set, count, generation, affinity}
+//!     sendmsg4/6  ─┘  kp_aff (affinity) or a random slot (sendmsg: by socket cookie)
+//!                     ─▶ kp_slot ─▶ backend
 //!                     rewrite the socket's destination; remember it in kp_rev
 //!                     count 0: connect()/sendmsg() fail with ECONNREFUSED
 //!     recvmsg4/6, getpeername4/6: kp_rev {cookie, backend} ─▶ the Service address
@@ -18,7 +19,8 @@
 //! # Parts
 //! - [`layout`]: the map structs, mirrored from the C header and checked against it;
 //! - [`plan`]: pure, Snapshot → frontends and slot sets; names what phase 1 leaves out;
-//! - [`diff`]: pure, (maps, plan) → writes, ordered so a Service's switch is atomic;
+//! - [`diff`]: pure, (maps, plan) → writes, ordered so a Service's switch is atomic; whole, or
+//!   for the changed service ports only against the contents it keeps ([`diff::Held`]);
 //! - [`render`]: the plan as `plan --proxy-mode ebpf` prints it;
 //! - [`backend`]: load, attach, pin, read and write the maps; `--cleanup`'s removal;
 //! - [`apply`]: [`EbpfDataplane`], the `Dataplane` for `--proxy-mode ebpf`.
