@@ -128,7 +128,7 @@ fn measure(cgroup: &Path, bpffs: &Path) {
             pin_root: bpffs.join(format!("n{services}")),
         };
         let kernel = Kernel::open(&settings).expect("load and attach");
-        let mut dp = EbpfDataplane::new(kernel);
+        let mut dp = EbpfDataplane::new(kernel, Default::default());
         let snap = with_bench_service(shape.snapshot());
         let cold = timed(|| dp.sync(&snap, &Changes::default(), false));
         let idle = timed(|| dp.sync(&snap, &Changes::default(), false));

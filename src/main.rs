@@ -189,7 +189,12 @@ fn main() -> ExitCode {
             text.push_str(&nftables::render_from_scratch(&tables));
         }
         if config.mode == config::ProxyMode::Ebpf && format == cli::OutputFormat::Table {
-            let plan = dataplane::ebpf::plan::plan(&loaded.snapshot);
+            // Offline: the Node object's addresses stand in for the host's.
+            let node_ports = dataplane::ebpf::plan::node_ports(
+                &config.node_port_addresses,
+                &loaded.snapshot.node,
+            );
+            let plan = dataplane::ebpf::plan::plan(&loaded.snapshot, &node_ports);
             text.push_str("\n# ebpf: the map entries this node would write\n");
             text.push_str(&dataplane::ebpf::render::render(&plan));
         }

@@ -25,6 +25,7 @@ use std::time::Duration;
 
 use kube_proxy_rs::cli::load_manifests;
 use kube_proxy_rs::cluster::{Changes, Features, Snapshot};
+use kube_proxy_rs::config::NodePortAddresses;
 use kube_proxy_rs::dataplane::Dataplane as _;
 use kube_proxy_rs::dataplane::ebpf::backend::{self, Backend as _, Kernel, Settings};
 use kube_proxy_rs::dataplane::ebpf::diff::Op;
@@ -134,7 +135,8 @@ fn every_program_loads_attaches_and_survives_a_restart() {
     assert!(!settings.pin_root.exists());
 }
 
-/// The cluster: `web` (TCP 10.96.0.10:80 → `web` endpoints on 8080), `dns` (UDP
+/// The cluster: node-a at 192.168.50.1; `web` (TCP 10.96.0.10:80 and NodePort 30080 → `web`
+/// endpoints on 8080), `dns` (UDP
 /// 10.96.0.11:53 → 10.244.1.2:5353), `empty` (10.96.0.12:80, no endpoints) and `web6`
 /// (TCP [fd00:96::10]:80 → [fd00:244::2]:8080) and `sticky` (10.96.0.13:80 → both pods, ClientIP
 /// affinity).
@@ -160,8 +162,12 @@ fn manifests(web: &[&str]) -> String {
     };
     let one = |ip: &str| format!("  - addresses: [\"{ip}\"]\n    conditions: {{ready: true}}\n");
     [
-        "apiVersion: v1\nkind: Node\nmetadata: {name: node-a}\n".to_string(),
-        service("web", "10.96.0.10", "TCP", 80, 8080),
+        "apiVersion: v1\nkind: Node\nmetadata: {name: node-a}\n\
+         status: {addresses: [{type: InternalIP, address: 192.168.50.1}]}\n"
+            .to_string(),
+        service("web", "10.96.0.10", "TCP", 80, 8080)
+            .replace("spec:\n", "spec:\n  type: NodePort\n")
+            .replace("targetPort: 8080}", "targetPort: 8080, nodePort: 30080}"),
         slice("web", "IPv4", "TCP", 8080, &endpoints),
         service("dns", "10.96.0.11", "UDP", 53, 5353),
         slice("dns", "IPv4", "UDP", 5353, &one("10.244.1.2")),
@@ -250,7 +256,7 @@ fn cluster_ips_in_the_maps_reach_pods_from_the_cgroup() {
     );
 
     let kernel = Kernel::open(&settings).expect("load and attach");
-    let mut dp = EbpfDataplane::new(kernel);
+    let mut dp = EbpfDataplane::new(kernel, NodePortAddresses::default());
     let mut last = snapshot(dir.path(), &manifests(&[]));
     let mut sync = move |dp: &mut EbpfDataplane<Kernel>, web: &[&str]| {
         let next = snapshot(dir.path(), &manifests(web));
@@ -308,6 +314,29 @@ fn cluster_ips_in_the_maps_reach_pods_from_the_cgroup() {
                 || rest[4].starts_with("tcp [::ffff:10.96.0.10]:80 -> b peer"),
             "an IPv6 socket reaches the IPv4 Service by its mapped address: {}",
             rest[4]
+        );
+
+        // The NodePort on the node's address and on loopback (nodePortAddresses: all), from a
+        // process of the node: the socket is built to a pod as for the ClusterIP.
+        let node_port = client(
+            &name,
+            Some(cg),
+            "tcp 192.168.50.1:30080 8;tcp 127.0.0.1:30080 8",
+        )
+        .await;
+        let mut pods: Vec<&str> = node_port
+            .iter()
+            .map(|l| l.split(" -> ").nth(1).unwrap().split(' ').next().unwrap())
+            .collect();
+        pods.sort();
+        pods.dedup();
+        assert_eq!(pods, ["a", "b"], "{node_port:?}");
+        assert!(
+            node_port
+                .iter()
+                .all(|l| l.ends_with("peer 192.168.50.1:30080")
+                    || l.ends_with("peer 127.0.0.1:30080")),
+            "getpeername shows the NodePort: {node_port:?}"
         );
 
         // ClientIP affinity: every connection from this namespace goes to one pod, across

@@ -139,7 +139,10 @@ pub fn dataplane(config: &Config) -> Result<Mode, ModeError> {
             tracing::info!(cgroup = %settings.cgroup.display(),
                 pins = %settings.pin_root.display(), "eBPF programs attached");
             return Ok(Mode {
-                dataplane: Box::new(ebpf::EbpfDataplane::new(kernel)),
+                dataplane: Box::new(ebpf::EbpfDataplane::new(
+                    kernel,
+                    config.node_port_addresses.clone(),
+                )),
                 monitor: None,
                 traffic: None,
                 relay: None,

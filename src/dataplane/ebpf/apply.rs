@@ -16,7 +16,8 @@ use crate::dataplane::{Dataplane, FamilyReport, SyncError, SyncReport};
 use super::backend::Backend;
 use super::diff::{self, Held, Op};
 use super::layout::SvcKey;
-use super::plan::{self, Plan};
+use super::plan::{self, NodePorts, Plan};
+use crate::config::NodePortAddresses;
 
 /// The mode's name as `--proxy-mode` spells it.
 pub const MODE: &str = "ebpf";
@@ -24,6 +25,11 @@ pub const MODE: &str = "ebpf";
 #[doc(alias = "proxier")]
 pub struct EbpfDataplane<B> {
     backend: B,
+    /// `nodePortAddresses`, resolved against the node at each sync.
+    npa: NodePortAddresses,
+    /// The NodePort addresses of the last successful sync: when they change, every NodePort
+    /// frontend does, so the sync is a full one.
+    node_ports: NodePorts,
     /// What the maps hold after the last successful sync; `None`: read them.
     held: Option<Held>,
     /// The frontends each service port asks for (held or lost to another), as of the last
@@ -34,9 +40,11 @@ pub struct EbpfDataplane<B> {
 }
 
 impl<B: Backend> EbpfDataplane<B> {
-    pub fn new(backend: B) -> Self {
+    pub fn new(backend: B, npa: NodePortAddresses) -> Self {
         EbpfDataplane {
             backend,
+            npa,
+            node_ports: NodePorts::new(),
             held: None,
             wants: BTreeMap::new(),
             claims: BTreeMap::new(),
@@ -50,7 +58,7 @@ impl<B: Backend> EbpfDataplane<B> {
     fn scope(&self, snapshot: &Snapshot, changes: &Changes) -> (BTreeSet<ServicePortName>, Plan) {
         let mut scope = changes.ports.clone();
         loop {
-            let part = plan::plan_ports(snapshot, &scope);
+            let part = plan::plan_ports(snapshot, &self.node_ports, &scope);
             let now = part
                 .frontends
                 .keys()
@@ -123,8 +131,10 @@ impl<B: Backend> Dataplane for EbpfDataplane<B> {
     ) -> Result<SyncReport, SyncError> {
         // Taken: a failure below leaves `None`, so the next sync reads the maps again.
         let held = self.held.take();
+        let node_ports = plan::node_ports(&self.npa, &snapshot.node);
+        let same_node = node_ports == self.node_ports && !changes.node_topology_changed;
         let (held, ops, read) = match held {
-            Some(mut held) if !full && !changes.node_topology_changed => {
+            Some(mut held) if !full && same_node => {
                 let (scope, part) = self.scope(snapshot, changes);
                 let old: Vec<SvcKey> = scope
                     .iter()
@@ -143,7 +153,7 @@ impl<B: Backend> Dataplane for EbpfDataplane<B> {
             }
             _ => {
                 let mut held = Held::new(self.backend.read().map_err(io_error)?);
-                let want = plan::plan(snapshot);
+                let want = plan::plan(snapshot, &node_ports);
                 let ops = diff::diff(&held.maps, &want);
                 self.write(&ops)?;
                 held.apply(&ops);
@@ -155,6 +165,7 @@ impl<B: Backend> Dataplane for EbpfDataplane<B> {
         };
         let objects = held.maps.svc.len() + held.maps.slots.len();
         self.held = Some(held);
+        self.node_ports = node_ports;
         let families = [IpFamily::V4, IpFamily::V6]
             .into_iter()
             .map(|f| {
@@ -314,8 +325,8 @@ mod tests {
     #[test]
     fn incremental_syncs_leave_the_maps_a_full_sync_would() {
         let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
-        let mut incremental = EbpfDataplane::new(Fake::default());
-        let mut full = EbpfDataplane::new(Fake::default());
+        let mut incremental = EbpfDataplane::new(Fake::default(), NodePortAddresses::default());
+        let mut full = EbpfDataplane::new(Fake::default(), NodePortAddresses::default());
         let mut last = snapshot(node(), vec![]);
         let mut variants = [0; 6];
         for step in 0..500 {
@@ -338,7 +349,7 @@ mod tests {
 
     #[test]
     fn an_idle_sync_reads_nothing_and_writes_nothing() {
-        let mut dp = EbpfDataplane::new(Fake::default());
+        let mut dp = EbpfDataplane::new(Fake::default(), NodePortAddresses::default());
         let snap = web(&["10.244.1.5"]);
         dp.sync(&snap, &Changes::default(), false).unwrap();
         let (reads, writes) = (dp.backend.reads, dp.backend.writes);
@@ -350,10 +361,13 @@ mod tests {
 
     #[test]
     fn a_failed_write_is_finished_by_the_next_sync_after_a_fresh_read() {
-        let mut dp = EbpfDataplane::new(Fake {
-            fail_at: Some(2),
-            ..Fake::default()
-        });
+        let mut dp = EbpfDataplane::new(
+            Fake {
+                fail_at: Some(2),
+                ..Fake::default()
+            },
+            NodePortAddresses::default(),
+        );
         let snap = web(&["10.244.1.5", "10.244.2.5"]);
         assert!(dp.sync(&snap, &Changes::default(), false).is_err());
         let report = dp.sync(&snap, &Changes::default(), false).unwrap();
@@ -366,6 +380,6 @@ mod tests {
             2,
             "the half-written set left no slot behind"
         );
-        assert_eq!(diff::diff(maps, &plan::plan(&snap)), []);
+        assert_eq!(diff::diff(maps, &plan::plan(&snap, &dp.node_ports)), []);
     }
 }

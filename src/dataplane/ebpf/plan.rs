@@ -13,10 +13,12 @@
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 
-use crate::cluster::TrafficPolicy;
 use crate::cluster::{
     Endpoint, FamilyView, IpFamily, Protocol, ServicePortName, ServicePortState, Snapshot,
 };
+use crate::cluster::{NodeContext, TrafficPolicy};
+use crate::config::NodePortAddresses;
+use crate::dataplane::node::node_ports::{self, NodePortMatch};
 
 /// The desired contents of the maps, as values.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -86,10 +88,8 @@ impl List {
 /// Something of a service port phase 1 does not program.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Gap {
-    /// NodePorts are not translated (neither from this node nor from outside).
-    NodePort,
-    /// Traffic from outside the node to externalIPs and LoadBalancer IPs is not handled (no tc
-    /// program yet); only this node's processes and pods are balanced.
+    /// Traffic from outside the node to NodePorts, externalIPs and LoadBalancer IPs is not
+    /// handled (no tc program yet); only this node's processes and pods are balanced.
     FromOutside,
     /// loadBalancerSourceRanges are not enforced.
     SourceRanges,
@@ -100,9 +100,8 @@ pub enum Gap {
 impl Gap {
     pub fn as_str(self) -> &'static str {
         match self {
-            Gap::NodePort => "NodePort not served in ebpf mode yet",
             Gap::FromOutside => {
-                "externalIP/LoadBalancer traffic from outside the node not handled yet (no tc program)"
+                "NodePort/externalIP/LoadBalancer traffic from outside the node not handled yet (no tc program)"
             }
             Gap::SourceRanges => "loadBalancerSourceRanges not enforced in ebpf mode yet",
             Gap::Sctp => "SCTP not balanced in ebpf mode",
@@ -110,11 +109,45 @@ impl Gap {
     }
 }
 
-/// The maps' desired contents for `snapshot`.
-pub fn plan(snapshot: &Snapshot) -> Plan {
+/// The node addresses, per family, on which NodePorts are translated: what `nodePortAddresses`
+/// selects (every local address with `all`), and 127.0.0.1 where the entries select loopback
+/// (a socket program sees the address the application asked for, so loopback needs no
+/// `route_localnet`). IPv6 link-local addresses are left out.
+pub type NodePorts = BTreeMap<IpFamily, Vec<IpAddr>>;
+
+/// [`NodePorts`] for `node` under `npa`.
+pub fn node_ports(npa: &NodePortAddresses, node: &NodeContext) -> NodePorts {
+    let mut out = NodePorts::new();
+    for family in [IpFamily::V4, IpFamily::V6] {
+        let usable = |ip: &IpAddr| {
+            IpFamily::of(ip) == family
+                && !ip.is_loopback()
+                && !matches!(ip, IpAddr::V6(v6) if v6.is_unicast_link_local())
+        };
+        let found = node_ports::resolve(npa, node, family, true);
+        let mut addrs: Vec<IpAddr> = match &found {
+            NodePortMatch::All { .. } => {
+                node.local_addresses().into_iter().filter(usable).collect()
+            }
+            NodePortMatch::Addresses { addrs, .. } => {
+                addrs.iter().copied().filter(usable).collect()
+            }
+        };
+        if found.loopback() {
+            addrs.push(IpAddr::V4(std::net::Ipv4Addr::LOCALHOST));
+        }
+        addrs.sort();
+        addrs.dedup();
+        out.insert(family, addrs);
+    }
+    out
+}
+
+/// The maps' desired contents for `snapshot`, NodePorts on `node_ports`.
+pub fn plan(snapshot: &Snapshot, node_ports: &NodePorts) -> Plan {
     let mut out = Plan::default();
     for state in snapshot.ports.values() {
-        plan_port(state, &mut out);
+        plan_port(state, node_ports, &mut out);
     }
     out
 }
@@ -122,18 +155,19 @@ pub fn plan(snapshot: &Snapshot) -> Plan {
 /// The part of the plan `ports` make (those still in `snapshot`), for an incremental sync.
 pub fn plan_ports<'a>(
     snapshot: &Snapshot,
+    node_ports: &NodePorts,
     ports: impl IntoIterator<Item = &'a ServicePortName>,
 ) -> Plan {
     let mut out = Plan::default();
     for name in ports {
         if let Some(state) = snapshot.ports.get(name) {
-            plan_port(state, &mut out);
+            plan_port(state, node_ports, &mut out);
         }
     }
     out
 }
 
-fn plan_port(state: &ServicePortState, out: &mut Plan) {
+fn plan_port(state: &ServicePortState, node_ports: &NodePorts, out: &mut Plan) {
     let port = &state.port;
     let mut gaps = Vec::new();
     let transport = match port.name.protocol {
@@ -144,15 +178,12 @@ fn plan_port(state: &ServicePortState, out: &mut Plan) {
             return;
         }
     };
-    if port.node_port.is_some() {
-        gaps.push(Gap::NodePort);
-    }
     for view in &state.families {
         let internal = match port.internal_policy {
             TrafficPolicy::Cluster => List::Cluster,
             TrafficPolicy::Local => List::Local,
         };
-        let mut add = |ip: IpAddr, list: List| {
+        let mut add = |ip: IpAddr, frontend_port: u16, list: List| {
             let set = SetName {
                 port: port.name.clone(),
                 family: view.family,
@@ -166,7 +197,7 @@ fn plan_port(state: &ServicePortState, out: &mut Plan) {
             }
             let frontend = Frontend {
                 ip,
-                port: port.port,
+                port: frontend_port,
                 transport,
             };
             // Two Services claiming one externalIP and port: the first in snapshot order
@@ -181,11 +212,18 @@ fn plan_port(state: &ServicePortState, out: &mut Plan) {
                 std::collections::btree_map::Entry::Occupied(_) => {}
             }
         };
-        add(view.cluster_ip, internal);
+        add(view.cluster_ip, port.port, internal);
         for &ip in view.external_ips.iter().chain(&view.load_balancer_ips) {
-            add(ip, List::Cluster);
+            add(ip, port.port, List::Cluster);
         }
-        if !view.external_ips.is_empty() || !view.load_balancer_ips.is_empty() {
+        // NodePorts reached from this node or its pods: the Cluster list, as the other modes
+        // short-circuit traffic of local origin whatever the external policy.
+        if let Some(np) = port.node_port {
+            for &ip in node_ports.get(&view.family).into_iter().flatten() {
+                add(ip, np, List::Cluster);
+            }
+        }
+        if view.externally_accessible(port) {
             gaps.push(Gap::FromOutside);
         }
         if !view.load_balancer_source_ranges.is_empty() {
@@ -238,7 +276,7 @@ mod tests {
                     .ep_state("10.244.3.5", 8080, "node-c", false, false),
             ],
         );
-        let plan = plan(&snap);
+        let plan = plan(&snap, &NodePorts::default());
         let set = &plan.frontends[&frontend("10.96.0.10", 80, Transport::Tcp)];
         assert_eq!(set.list, List::Cluster);
         assert_eq!(
@@ -251,7 +289,7 @@ mod tests {
     #[test]
     fn service_without_endpoints_gets_an_empty_set() {
         let snap = snapshot(node(), vec![svc("default/none", "10.96.0.11", 80)]);
-        let plan = plan(&snap);
+        let plan = plan(&snap, &NodePorts::default());
         assert_eq!(plan.frontends.len(), 1);
         assert_eq!(
             plan.sets.values().next().unwrap(),
@@ -272,7 +310,7 @@ mod tests {
                     .ep("10.244.1.5", 8080, "node-a"),
             ],
         );
-        let plan = plan(&snap);
+        let plan = plan(&snap, &NodePorts::default());
         let cip = &plan.frontends[&frontend("10.96.0.10", 80, Transport::Tcp)];
         let eip = &plan.frontends[&frontend("192.0.2.10", 80, Transport::Tcp)];
         let lb = &plan.frontends[&frontend("198.51.100.7", 80, Transport::Tcp)];
@@ -298,16 +336,51 @@ mod tests {
                     .ep("10.244.2.6", 3868, "node-b"),
             ],
         );
-        let plan = plan(&snap);
+        let plan = plan(&snap, &NodePorts::default());
         let gaps: Vec<(&str, Gap)> = plan
             .not_programmed
             .iter()
             .map(|(p, g)| (&*p.service.name, *g))
             .collect();
-        assert_eq!(gaps, [("np", Gap::NodePort), ("sig", Gap::Sctp)]);
+        assert_eq!(gaps, [("np", Gap::FromOutside), ("sig", Gap::Sctp)]);
         assert_eq!(plan.affinity.values().collect::<Vec<_>>(), [&60]);
         // The ClusterIP of the NodePort Service is still balanced; SCTP gets no frontend.
         assert_eq!(plan.frontends.len(), 1);
+    }
+
+    #[test]
+    fn node_ports_are_translated_on_the_node_port_addresses_over_the_cluster_list() {
+        let snap = snapshot(
+            node(),
+            vec![
+                svc("default/np", "10.96.0.10", 80)
+                    .node_port(30080)
+                    .external_local()
+                    .ep("10.244.1.5", 8080, "node-a")
+                    .ep("10.244.2.5", 8080, "node-b"),
+            ],
+        );
+        let all = node_ports(
+            &NodePortAddresses::default_for(crate::config::ProxyMode::Ebpf),
+            &snap.node,
+        );
+        let v4: Vec<String> = all[&IpFamily::V4].iter().map(ToString::to_string).collect();
+        assert!(
+            v4.contains(&"127.0.0.1".to_string()),
+            "all: loopback too: {v4:?}"
+        );
+        let plan = plan(&snap, &all);
+        for ip in &all[&IpFamily::V4] {
+            let set = &plan.frontends[&frontend(&ip.to_string(), 30080, Transport::Tcp)];
+            assert_eq!(set.list, List::Cluster, "local origin: every endpoint");
+            assert_eq!(plan.sets[set].len(), 2);
+        }
+        let primary = NodePortAddresses {
+            primary: true,
+            ..NodePortAddresses::default()
+        };
+        let only = node_ports(&primary, &snap.node);
+        assert!(only[&IpFamily::V4].iter().all(|ip| !ip.is_loopback()));
     }
 
     #[test]
@@ -321,7 +394,7 @@ mod tests {
                 svc("default/web6", "fd00:96::10", 80).ep("fd00:244:2::5", 8080, "node-b"),
             ],
         );
-        let plan = plan(&snap);
+        let plan = plan(&snap, &NodePorts::default());
         let keys: Vec<Frontend> = plan.frontends.keys().copied().collect();
         assert_eq!(
             keys,

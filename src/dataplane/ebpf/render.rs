@@ -83,7 +83,7 @@ pub fn render(plan: &Plan) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dataplane::ebpf::plan::plan;
+    use crate::dataplane::ebpf::plan::{node_ports, plan};
     use crate::testing::snapshots::{node, snapshot, svc};
 
     #[test]
@@ -99,9 +99,14 @@ mod tests {
                 svc("default/none", "10.96.0.9", 80),
             ],
         );
-        let text = render(&plan(&snap));
+        let primary = crate::config::NodePortAddresses {
+            primary: true,
+            ..Default::default()
+        };
+        let text = render(&plan(&snap, &node_ports(&primary, &snap.node)));
         let want = "\
 # map kp_svc (frontend -> slot set, count, generation)
+tcp 10.0.0.11:30080 -> set 2 count 1 generation 0
 tcp 10.96.0.9:80 -> set 1 count 0 generation 0  # no endpoints: connect() refused
 tcp 10.96.0.10:80 -> set 2 count 1 generation 0
 # map kp_slot (set, generation, slot -> backend)
@@ -110,7 +115,7 @@ set 2 generation 0 slot 0 -> 10.244.1.5:8080
 set 1: default/none IPv4 cluster
 set 2: default/web IPv4 cluster
 # not programmed by ebpf mode (phase 1)
-default/web: NodePort not served in ebpf mode yet
+default/web: NodePort/externalIP/LoadBalancer traffic from outside the node not handled yet (no tc program)
 ";
         assert_eq!(text, want);
     }

@@ -10,7 +10,7 @@ fn web(endpoints: &[&str]) -> Plan {
         let a: SocketAddr = e.parse().unwrap();
         s = s.ep(&a.ip().to_string(), a.port(), "node-b");
     }
-    plan(&snapshot(node(), vec![s]))
+    plan(&snapshot(node(), vec![s]), &Default::default())
 }
 
 /// Every frontend entry points at a complete slot set.
@@ -120,15 +120,18 @@ fn new_sets_take_ids_no_entry_uses() {
         Maps::default(),
         &diff(&Maps::default(), &web(&["10.244.1.5:8080"])),
     );
-    let both = plan(&snapshot(
-        node(),
-        vec![
-            svc("default/web", "10.96.0.10", 80)
-                .external("192.0.2.10")
-                .ep("10.244.1.5", 8080, "node-b"),
-            svc("default/api", "10.96.0.20", 443).ep("10.244.1.6", 8443, "node-b"),
-        ],
-    ));
+    let both = plan(
+        &snapshot(
+            node(),
+            vec![
+                svc("default/web", "10.96.0.10", 80)
+                    .external("192.0.2.10")
+                    .ep("10.244.1.5", 8080, "node-b"),
+                svc("default/api", "10.96.0.20", 443).ep("10.244.1.6", 8443, "node-b"),
+            ],
+        ),
+        &Default::default(),
+    );
     let maps = applied(first.clone(), &diff(&first, &both));
     let ids: BTreeSet<u32> = maps.svc.values().map(|v| v.svc_id).collect();
     assert_eq!(ids.len(), 2);
