@@ -1,5 +1,6 @@
 //! eBPF mode (issue 20, phase 1): Services balanced when a socket connects, by cgroup
-//! sock_addr programs, so traffic from this node's processes and pods to a Service pays no
+//! sock_addr programs, so traffic from this node's processes and pods to a Service (ClusterIP,
+//! externalIP, LoadBalancer IP, NodePort on a `nodePortAddresses` address or 127.0.0.1) pays no
 //! per-packet NAT and leaves no conntrack entry.
 //!
 //! ```text
@@ -29,7 +30,8 @@
 //! not known at connect() time, and a pod is a namespace of its own.
 //!
 //! # What is left (see `docs/operations.md`)
-//! NodePorts; traffic from outside the node (tc); loadBalancerSourceRanges;
+//! Traffic from outside the node (tc: NodePorts, externalIPs, LoadBalancer IPs);
+//! loadBalancerSourceRanges;
 //! Local policy without local endpoints drops (here: refused, as without endpoints); UDP
 //! without endpoints gets ECONNREFUSED from connect()/sendmsg() instead of an ICMP error;
 //! sock_release and post_bind programs; connected UDP sockets to removed backends are not
