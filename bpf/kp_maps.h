@@ -27,6 +27,17 @@
 /* An affinity entry whose generation is old is looked up among at most this many slots. */
 #define KP_AFFINITY_SCAN 64
 
+/* kp_stats: one per-CPU __u64 counter per reason (src/dataplane/ebpf/stats.rs names them). */
+enum kp_stat {
+	KP_STAT_TRANSLATED = 0, /* connect()/sendmsg() to a frontend given a backend */
+	KP_STAT_REFUSED = 1,    /* connect()/sendmsg() to a frontend without endpoints */
+	KP_STAT_AFFINE = 2,     /* of the translated: to the backend affinity remembered */
+	KP_STAT_REVERSED = 3,   /* recvmsg()/getpeername() shown the Service address */
+	KP_STAT_COUNT = 4,
+};
+/* src/dataplane/ebpf/stats.rs: REASONS has as many names, in this order. */
+_Static_assert(KP_STAT_COUNT == 4, "kp_stat count");
+
 /* kp_svc_val.flags */
 #define KP_SVC_F_NONE 0
 /* ClientIP affinity: a network namespace keeps its backend for affinity_timeout seconds after

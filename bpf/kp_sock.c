@@ -59,6 +59,23 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } kp_aff SEC(".maps");
 
+/* Per-reason counters (enum kp_stat), summed over CPUs by the proxy at each scrape. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, KP_STAT_COUNT);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} kp_stats SEC(".maps");
+
+static __always_inline void kp_count(__u32 reason)
+{
+	__u64 *n = bpf_map_lookup_elem(&kp_stats, &reason);
+
+	if (n)
+		*n += 1;
+}
+
 enum kp_verdict {
 	KP_PASS,        /* not a Service frontend: leave the address alone */
 	KP_TRANSLATED,  /* *be holds the backend to use */
@@ -136,8 +153,10 @@ static __always_inline enum kp_verdict kp_pick(struct bpf_sock_addr *ctx,
 		ak.svc_id = svc.svc_id;
 		now = bpf_ktime_get_ns();
 		remembered = bpf_map_lookup_elem(&kp_aff, &ak);
-		if (remembered && kp_affine(&svc, remembered, now, be, &chosen))
+		if (remembered && kp_affine(&svc, remembered, now, be, &chosen)) {
+			kp_count(KP_STAT_AFFINE);
 			goto remember;
+		}
 	}
 	pick = sticky ? (__u32)(cookie ^ (cookie >> 32)) : bpf_get_prandom_u32();
 	slot.svc_id = svc.svc_id;
@@ -228,9 +247,11 @@ static __always_inline int kp_forward(struct bpf_sock_addr *ctx, int v6, int sti
 	case KP_PASS:
 		return 1;
 	case KP_REFUSE:
+		kp_count(KP_STAT_REFUSED);
 		bpf_set_retval(-KP_ECONNREFUSED);
 		return 0;
 	case KP_TRANSLATED:
+		kp_count(KP_STAT_TRANSLATED);
 		break;
 	}
 	if (v6) {
@@ -267,6 +288,7 @@ static __always_inline int kp_reverse(struct bpf_sock_addr *ctx, int v6)
 	rv = bpf_map_lookup_elem(&kp_rev, &rk);
 	if (!rv)
 		return 1;
+	kp_count(KP_STAT_REVERSED);
 	if (v6) {
 		ctx->user_ip6[0] = rv->addr[0];
 		ctx->user_ip6[1] = rv->addr[1];

@@ -322,6 +322,9 @@ fn run(config: &Config, node_name: &str, features: Features) -> ExitCode {
         if let Some(relay) = mode.relay.clone() {
             observe.metrics.set_relay_source(relay);
         }
+        if let Some(stats) = mode.ebpf.clone() {
+            observe.metrics.set_ebpf_source(stats);
+        }
         if let Some(traffic) = mode.traffic.clone() {
             observe.metrics.set_traffic_source(traffic);
         }

@@ -30,6 +30,7 @@ use kube_proxy_rs::dataplane::Dataplane as _;
 use kube_proxy_rs::dataplane::ebpf::backend::{self, Backend as _, Kernel, Settings};
 use kube_proxy_rs::dataplane::ebpf::diff::Op;
 use kube_proxy_rs::dataplane::ebpf::layout::{IPPROTO_TCP, SvcKey, SvcVal};
+use kube_proxy_rs::dataplane::ebpf::stats::{FILLED, Stats};
 use kube_proxy_rs::dataplane::ebpf::{EbpfDataplane, names};
 use relay_pods::host::helper_process::{self, HelperProcess};
 use relay_pods::host::{self, NetNs};
@@ -129,6 +130,13 @@ fn every_program_loads_attaches_and_survives_a_restart() {
     let mut again = Kernel::open(&settings).expect("open again over the pins");
     assert_eq!(again.read().unwrap().svc.get(&key), Some(&val));
     assert_eq!(pinned_links(&settings), want);
+
+    // The bounds the metrics report are the maps' own.
+    for (name, bound) in FILLED {
+        let info = aya::maps::MapInfo::from_pin(names::pin_dir(&settings.pin_root).join(name))
+            .expect("pinned map");
+        assert_eq!(info.max_entries(), bound, "{name}");
+    }
 
     let removed = backend::remove(&settings.pin_root).expect("--cleanup's removal");
     assert_eq!(removed, names::PROGRAMS.len() + names::MAPS.len());
@@ -256,7 +264,8 @@ fn cluster_ips_in_the_maps_reach_pods_from_the_cgroup() {
     );
 
     let kernel = Kernel::open(&settings).expect("load and attach");
-    let mut dp = EbpfDataplane::new(kernel, NodePortAddresses::default());
+    let stats = Stats::open(&settings.pin_root).expect("open the counters");
+    let mut dp = EbpfDataplane::new(kernel, NodePortAddresses::default()).with_stats(stats.clone());
     let mut last = snapshot(dir.path(), &manifests(&[]));
     let mut sync = move |dp: &mut EbpfDataplane<Kernel>, web: &[&str]| {
         let next = snapshot(dir.path(), &manifests(web));
@@ -354,6 +363,15 @@ fn cluster_ips_in_the_maps_reach_pods_from_the_cgroup() {
                 .all(|l| l == "tcp 10.96.0.10:80 -> b peer 10.96.0.10:80"),
             "{tcp:?}"
         );
+
+        // The datapath counted what it did, and the applier what the maps hold.
+        let reading = stats.read();
+        let count = |r: &str| reading.reasons.iter().find(|(n, _)| *n == r).unwrap().1;
+        assert!(count("translated") >= 24 + 12 + 16 + 16, "{reading:?}");
+        assert_eq!(count("refused"), 1, "{reading:?}");
+        assert!(count("affine") >= 15, "{reading:?}");
+        assert!(count("reversed") >= 2, "{reading:?}");
+        assert!(reading.maps.iter().all(|(_, n, _)| *n > 0), "{reading:?}");
 
         // --cleanup's removal detaches the programs: the ClusterIP is unknown again.
         drop(dp);

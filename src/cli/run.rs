@@ -40,6 +40,8 @@ pub struct Mode {
     pub traffic: Option<Arc<dyn crate::dataplane::TrafficSource>>,
     /// The userspace relay's listeners, read by the metrics at each scrape.
     pub relay: Option<userspace::ListenerCounters>,
+    /// eBPF mode: its datapath counters and map fill levels, read by the metrics.
+    pub ebpf: Option<ebpf::stats::Stats>,
     /// IPVS mode: what [`ipvs::watch::spawn`] probes and where it reports a flush by another
     /// program; `main` starts it.
     pub ipvs_watch: Option<(ipvs::traffic::Owners, Arc<Drift>)>,
@@ -79,6 +81,7 @@ pub fn dataplane(config: &Config) -> Result<Mode, ModeError> {
                 monitor: Some((drift, Watch::NftablesTable)),
                 traffic: None,
                 relay: None,
+                ebpf: None,
                 ipvs_watch: None,
             });
         }
@@ -101,6 +104,7 @@ pub fn dataplane(config: &Config) -> Result<Mode, ModeError> {
                 monitor,
                 traffic: None,
                 relay: None,
+                ebpf: None,
                 ipvs_watch: None,
             });
         }
@@ -124,6 +128,7 @@ pub fn dataplane(config: &Config) -> Result<Mode, ModeError> {
                 monitor: Some((drift, Watch::NftablesTable)),
                 traffic: None,
                 relay,
+                ebpf: None,
                 ipvs_watch: None,
             });
         }
@@ -136,16 +141,18 @@ pub fn dataplane(config: &Config) -> Result<Mode, ModeError> {
                 pin_root: ebpf_pin_root(config),
             };
             let kernel = ebpf::backend::Kernel::open(&settings)?;
+            let stats = ebpf::stats::Stats::open(&settings.pin_root)?;
             tracing::info!(cgroup = %settings.cgroup.display(),
                 pins = %settings.pin_root.display(), "eBPF programs attached");
             return Ok(Mode {
-                dataplane: Box::new(ebpf::EbpfDataplane::new(
-                    kernel,
-                    config.node_port_addresses.clone(),
-                )),
+                dataplane: Box::new(
+                    ebpf::EbpfDataplane::new(kernel, config.node_port_addresses.clone())
+                        .with_stats(stats.clone()),
+                ),
                 monitor: None,
                 traffic: None,
                 relay: None,
+                ebpf: Some(stats),
                 ipvs_watch: None,
             });
         }
@@ -174,6 +181,7 @@ pub fn dataplane(config: &Config) -> Result<Mode, ModeError> {
         monitor: Some((drift, Watch::NftablesTable)),
         traffic: Some(Arc::new(traffic)),
         relay: None,
+        ebpf: None,
         ipvs_watch: Some((owners, watch_drift)),
     })
 }

@@ -17,6 +17,7 @@ use super::backend::Backend;
 use super::diff::{self, Held, Op};
 use super::layout::SvcKey;
 use super::plan::{self, NodePorts, Plan};
+use super::stats::Stats;
 use crate::config::NodePortAddresses;
 
 /// The mode's name as `--proxy-mode` spells it.
@@ -37,6 +38,8 @@ pub struct EbpfDataplane<B> {
     wants: BTreeMap<ServicePortName, Vec<SvcKey>>,
     /// Which service ports ask for each frontend.
     claims: BTreeMap<SvcKey, BTreeSet<ServicePortName>>,
+    /// Where the map fill levels go for the metrics.
+    stats: Option<Stats>,
 }
 
 impl<B: Backend> EbpfDataplane<B> {
@@ -48,7 +51,14 @@ impl<B: Backend> EbpfDataplane<B> {
             held: None,
             wants: BTreeMap::new(),
             claims: BTreeMap::new(),
+            stats: None,
         }
+    }
+
+    /// Records the map fill levels in `stats` after each sync.
+    pub fn with_stats(mut self, stats: Stats) -> Self {
+        self.stats = Some(stats);
+        self
     }
 
     /// The service ports an incremental sync must plan: the changed ones, and every port that
@@ -164,6 +174,9 @@ impl<B: Backend> Dataplane for EbpfDataplane<B> {
             }
         };
         let objects = held.maps.svc.len() + held.maps.slots.len();
+        if let Some(stats) = &self.stats {
+            stats.record_entries(held.maps.svc.len(), held.maps.slots.len());
+        }
         self.held = Some(held);
         self.node_ports = node_ports;
         let families = [IpFamily::V4, IpFamily::V6]

@@ -251,6 +251,7 @@ fn check_pinned_layouts(pin_dir: &Path) -> Result<(), Error> {
             size_of::<super::layout::RevKey>(),
             size_of::<super::layout::RevVal>(),
         ),
+        (names::MAP_STATS, size_of::<u32>(), size_of::<u64>()),
         (
             names::MAP_AFF,
             size_of::<super::layout::AffKey>(),

@@ -44,5 +44,6 @@ pub mod layout;
 pub mod names;
 pub mod plan;
 pub mod render;
+pub mod stats;
 
 pub use apply::EbpfDataplane;

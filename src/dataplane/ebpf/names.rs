@@ -29,8 +29,10 @@ pub const MAP_SLOT: &str = "kp_slot";
 pub const MAP_REV: &str = "kp_rev";
 /// (network namespace cookie, slot set) → the backend it was given; written by the programs.
 pub const MAP_AFF: &str = "kp_aff";
+/// Per-CPU counters by reason; written by the programs, read at each scrape.
+pub const MAP_STATS: &str = "kp_stats";
 /// Every map, as pinned.
-pub const MAPS: [&str; 4] = [MAP_SVC, MAP_SLOT, MAP_REV, MAP_AFF];
+pub const MAPS: [&str; 5] = [MAP_SVC, MAP_SLOT, MAP_REV, MAP_AFF, MAP_STATS];
 
 /// Where the proxy pins by default: a bpffs mount, mounted by the proxy when absent.
 pub const PIN_ROOT: &str = "/sys/fs/bpf/kube-proxy-rs";
