@@ -35,7 +35,7 @@
 //! Local policy without local endpoints drops (here: refused, as without endpoints); UDP
 //! without endpoints gets ECONNREFUSED from connect()/sendmsg() instead of an ICMP error;
 //! sock_release and post_bind programs; connected UDP sockets to removed backends are not
-//! destroyed; datapath counters and map fill metrics.
+//! destroyed. ([`stats`] has the datapath counters and map fill levels the metrics read.)
 
 pub mod apply;
 pub mod backend;
