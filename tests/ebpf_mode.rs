@@ -262,6 +262,13 @@ fn cluster_ips_in_the_maps_reach_pods_from_the_cgroup() {
         "ip",
         &["addr", "add", "fd00:244::2/128", "dev", "lo", "nodad"],
     );
+    // A rule that makes the namespace track connections, so conntrack's table shows what the
+    // packets carried.
+    ns.output_fed(
+        "nft",
+        &["-f", "-"],
+        "table inet kprs-ct {\n chain out {\n  type filter hook output priority 0;\n  ct state new counter\n }\n}\n",
+    );
 
     let kernel = Kernel::open(&settings).expect("load and attach");
     let stats = Stats::open(&settings.pin_root).expect("open the counters");
@@ -275,6 +282,7 @@ fn cluster_ips_in_the_maps_reach_pods_from_the_cgroup() {
     };
     let name = ns.name.clone();
     let cg = &cgroup;
+    let nsr = &ns;
     let pin_root = settings.pin_root.clone();
     in_ns(&ns, || async move {
         sync(&mut dp, &["10.244.1.2", "10.244.1.3"]);
@@ -288,6 +296,11 @@ fn cluster_ips_in_the_maps_reach_pods_from_the_cgroup() {
         assert_eq!(outside, ["tcp 10.96.0.10:80 -> unreachable"]);
 
         let tcp = client(&name, Some(cg), "tcp 10.96.0.10:80 24").await;
+        // No conntrack entry names the ClusterIP: the packets carried a pod's address from the
+        // first one (no NAT); the entries are the pods'.
+        let tracked = nsr.output("conntrack", &["-L", "-p", "tcp"]);
+        assert!(!tracked.contains("10.96.0.10"), "{tracked}");
+        assert!(tracked.contains("dport=8080"), "{tracked}");
         let mut seen: Vec<&str> = tcp.iter().map(String::as_str).collect();
         seen.sort();
         seen.dedup();
