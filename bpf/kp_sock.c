@@ -349,5 +349,42 @@ int kp_getpeername6(struct bpf_sock_addr *ctx)
 	return kp_reverse(ctx, 1);
 }
 
+/* A socket closes: its reverse entry goes at once (the LRU would age it out later). Only a
+ * connected socket's is known here (its peer); unconnected UDP sockets' entries age out. */
+/* A context field read as one load at its own offset, kept in its branch: the verifier refuses
+ * a load through a moved context pointer, which clang 14 makes when it merges the loads of two
+ * branches into one through a selected address. */
+#define KP_CTX_READ(field)                                                                         \
+	({                                                                                         \
+		typeof(field) kp_v = *(volatile typeof(field) *)&(field);                          \
+		__asm__ __volatile__("" : "+r"(kp_v));                                             \
+		kp_v;                                                                              \
+	})
+
+SEC("cgroup/sock_release")
+int kp_sock_release(struct bpf_sock *ctx)
+{
+	struct kp_rev_key rk = {};
+	__u32 family = ctx->family;
+
+	if (family == 10 /* AF_INET6 */) {
+		rk.addr[0] = KP_CTX_READ(ctx->dst_ip6[0]);
+		rk.addr[1] = KP_CTX_READ(ctx->dst_ip6[1]);
+		rk.addr[2] = KP_CTX_READ(ctx->dst_ip6[2]);
+		rk.addr[3] = KP_CTX_READ(ctx->dst_ip6[3]);
+	} else if (family == 2 /* AF_INET */) {
+		rk.addr[2] = bpf_htonl(0xffff);
+		rk.addr[3] = KP_CTX_READ(ctx->dst_ip4);
+	} else {
+		return 1;
+	}
+	rk.port = KP_CTX_READ(ctx->dst_port);
+	if (rk.port == 0)
+		return 1;
+	rk.cookie = bpf_get_socket_cookie(ctx);
+	bpf_map_delete_elem(&kp_rev, &rk);
+	return 1;
+}
+
 /* The kernel gives GPL-compatible programs all helpers; the file is BSD-2-Clause or GPL-2.0. */
 char _license[] SEC("license") = "Dual BSD/GPL";

@@ -29,7 +29,7 @@ use kube_proxy_rs::config::NodePortAddresses;
 use kube_proxy_rs::dataplane::Dataplane as _;
 use kube_proxy_rs::dataplane::ebpf::backend::{self, Backend as _, Kernel, Settings};
 use kube_proxy_rs::dataplane::ebpf::diff::Op;
-use kube_proxy_rs::dataplane::ebpf::layout::{IPPROTO_TCP, SvcKey, SvcVal};
+use kube_proxy_rs::dataplane::ebpf::layout::{IPPROTO_TCP, RevKey, RevVal, SvcKey, SvcVal};
 use kube_proxy_rs::dataplane::ebpf::stats::{FILLED, Stats};
 use kube_proxy_rs::dataplane::ebpf::{EbpfDataplane, names};
 use relay_pods::host::helper_process::{self, HelperProcess};
@@ -385,6 +385,14 @@ fn cluster_ips_in_the_maps_reach_pods_from_the_cgroup() {
         assert!(count("affine") >= 15, "{reading:?}");
         assert!(count("reversed") >= 2, "{reading:?}");
         assert!(reading.maps.iter().all(|(_, n, _)| *n > 0), "{reading:?}");
+
+        // Closed connected sockets took their reverse entries with them (sock_release); the
+        // one unconnected UDP socket's entry is left to age out of the LRU.
+        let rev = aya::maps::MapData::from_pin(names::pin_dir(&pin_root).join(names::MAP_REV))
+            .expect("pinned kp_rev");
+        let rev: aya::maps::HashMap<_, RevKey, RevVal> =
+            aya::maps::HashMap::try_from(aya::maps::Map::LruHashMap(rev)).expect("a hash map");
+        assert_eq!(rev.keys().count(), 1);
 
         // --cleanup's removal detaches the programs: the ClusterIP is unknown again.
         drop(dp);

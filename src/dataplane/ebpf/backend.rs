@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 
 use aya::maps::{HashMap, MapData, MapError};
 use aya::programs::links::{FdLink, PinnedLink};
-use aya::programs::{CgroupAttachMode, CgroupSockAddr, ProgramError};
+use aya::programs::{CgroupAttachMode, Program, ProgramError};
 use aya::{Ebpf, EbpfLoader};
 
 use super::diff::{Maps, Op};
@@ -194,25 +194,26 @@ fn attach(
     links: &Path,
 ) -> Result<(), Error> {
     let err = |source| Error::Program { name, source };
-    let program: &mut CgroupSockAddr = ebpf
-        .program_mut(name)
-        .ok_or(Error::Missing(name))?
-        .try_into()
-        .map_err(err)?;
-    program.load().map_err(err)?;
+    let link_err = |source| Error::Link {
+        path: links.join(name),
+        source,
+    };
     // A cgroup link (bpf_link_create, kernel 5.7+) takes no attach flags and always
     // coexists with other links on the cgroup, as BPF_F_ALLOW_MULTI would: `Single` passes 0.
-    let id = program
-        .attach(cgroup, CgroupAttachMode::Single)
-        .map_err(err)?;
-    let link: FdLink = program
-        .take_link(id)
-        .map_err(err)?
-        .try_into()
-        .map_err(|source| Error::Link {
-            path: links.join(name),
-            source,
-        })?;
+    let mode = CgroupAttachMode::Single;
+    let link: FdLink = match ebpf.program_mut(name).ok_or(Error::Missing(name))? {
+        Program::CgroupSockAddr(p) => {
+            p.load().map_err(err)?;
+            let id = p.attach(cgroup, mode).map_err(err)?;
+            p.take_link(id).map_err(err)?.try_into().map_err(link_err)?
+        }
+        Program::CgroupSock(p) => {
+            p.load().map_err(err)?;
+            let id = p.attach(cgroup, mode).map_err(err)?;
+            p.take_link(id).map_err(err)?.try_into().map_err(link_err)?
+        }
+        _ => return Err(Error::Missing(name)),
+    };
     // bpffs refuses names with a dot (reserved by the kernel for its own files).
     let fresh = links.join(format!("{name}_next"));
     let path = links.join(name);

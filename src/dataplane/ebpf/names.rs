@@ -8,9 +8,9 @@ use std::path::{Path, PathBuf};
 
 use super::layout::VERSION;
 
-/// The programs, in the order they are attached; each is a cgroup sock_addr program whose
-/// attach type its ELF section names (`cgroup/connect4`, ...).
-pub const PROGRAMS: [&str; 8] = [
+/// The programs, in the order they are attached; each is a cgroup sock_addr or sock program
+/// whose attach type its ELF section names (`cgroup/connect4`, ..., `cgroup/sock_release`).
+pub const PROGRAMS: [&str; 9] = [
     "kp_connect4",
     "kp_connect6",
     "kp_sendmsg4",
@@ -19,6 +19,7 @@ pub const PROGRAMS: [&str; 8] = [
     "kp_recvmsg6",
     "kp_getpeername4",
     "kp_getpeername6",
+    "kp_sock_release",
 ];
 
 /// Frontends → slot set (`struct kp_svc_key` → `struct kp_svc_val`).
