@@ -11,6 +11,7 @@
 //!                     rewrite the socket's destination; remember it in kp_rev
 //!                     count 0: connect()/sendmsg() fail with ECONNREFUSED
 //!     recvmsg4/6, getpeername4/6: kp_rev {cookie, backend} ─▶ the Service address
+//!     sock_release: a closed connected socket's kp_rev entry goes
 //! ```
 //!
 //! The programs are C (`bpf/kp_sock.c`, maps in `bpf/kp_maps.h`), compiled by clang in
@@ -34,7 +35,7 @@
 //! loadBalancerSourceRanges;
 //! Local policy without local endpoints drops (here: refused, as without endpoints); UDP
 //! without endpoints gets ECONNREFUSED from connect()/sendmsg() instead of an ICMP error;
-//! sock_release and post_bind programs; connected UDP sockets to removed backends are not
+//! post_bind (NodePort bind protection); connected UDP sockets to removed backends are not
 //! destroyed. ([`stats`] has the datapath counters and map fill levels the metrics read.)
 
 pub mod apply;
