@@ -33,10 +33,11 @@ enum kp_stat {
 	KP_STAT_REFUSED = 1,    /* connect()/sendmsg() to a frontend without endpoints */
 	KP_STAT_AFFINE = 2,     /* of the translated: to the backend affinity remembered */
 	KP_STAT_REVERSED = 3,   /* recvmsg()/getpeername() shown the Service address */
-	KP_STAT_COUNT = 4,
+	KP_STAT_BIND_REFUSED = 4, /* bind() of the node's network namespace to a NodePort */
+	KP_STAT_COUNT = 5,
 };
 /* src/dataplane/ebpf/stats.rs: REASONS has as many names, in this order. */
-_Static_assert(KP_STAT_COUNT == 4, "kp_stat count");
+_Static_assert(KP_STAT_COUNT == 5, "kp_stat count");
 
 /* kp_svc_val.flags */
 #define KP_SVC_F_NONE 0
@@ -117,6 +118,15 @@ struct kp_aff_val {
 	__u8 pad[3];
 };
 
+/* A NodePort: bind() to it in the node's network namespace fails with EADDRINUSE (post_bind),
+ * so no process of the node takes a port Services answer on. The port is in host order, as
+ * struct bpf_sock's src_port. Value: unused (__u8). */
+struct kp_np_key {
+	__u16 port;
+	__u8 proto;
+	__u8 pad;
+};
+
 /* The numbers src/dataplane/ebpf/layout.rs asserts too, so the two cannot drift. */
 #define KP_ASSERT_LAYOUT(type, size) _Static_assert(sizeof(struct type) == (size), #type " size")
 #define KP_ASSERT_OFFSET(type, field, off)                                                       \
@@ -140,6 +150,8 @@ KP_ASSERT_OFFSET(kp_rev_key, addr, 8);
 KP_ASSERT_OFFSET(kp_rev_key, port, 24);
 KP_ASSERT_LAYOUT(kp_rev_val, 20);
 KP_ASSERT_OFFSET(kp_rev_val, port, 16);
+KP_ASSERT_LAYOUT(kp_np_key, 4);
+KP_ASSERT_OFFSET(kp_np_key, proto, 2);
 KP_ASSERT_LAYOUT(kp_aff_key, 16);
 KP_ASSERT_OFFSET(kp_aff_key, svc_id, 8);
 KP_ASSERT_LAYOUT(kp_aff_val, 32);

@@ -50,6 +50,16 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } kp_rev SEC(".maps");
 
+/* NodePorts, for post_bind: written by the proxy. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct kp_np_key);
+	__type(value, __u8);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} kp_nodeport SEC(".maps");
+
 /* (network namespace, slot set) -> the backend it was given, for ClientIP affinity. */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
@@ -384,6 +394,39 @@ int kp_sock_release(struct bpf_sock *ctx)
 	rk.cookie = bpf_get_socket_cookie(ctx);
 	bpf_map_delete_elem(&kp_rev, &rk);
 	return 1;
+}
+
+/* The errno a bind() to a NodePort gets. */
+#define KP_EADDRINUSE 98
+
+/* A bind() in the node's network namespace (init_net: the proxy runs there) to a NodePort's
+ * port and protocol fails with EADDRINUSE, whatever the address. Other namespaces (pods) are
+ * left alone: their ports are their own. */
+static __always_inline int kp_bind_check(struct bpf_sock *ctx)
+{
+	struct kp_np_key k = {};
+
+	if (bpf_get_netns_cookie(ctx) != bpf_get_netns_cookie(0))
+		return 1;
+	k.port = (__u16)KP_CTX_READ(ctx->src_port);
+	k.proto = (__u8)ctx->protocol;
+	if (!bpf_map_lookup_elem(&kp_nodeport, &k))
+		return 1;
+	kp_count(KP_STAT_BIND_REFUSED);
+	bpf_set_retval(-KP_EADDRINUSE);
+	return 0;
+}
+
+SEC("cgroup/post_bind4")
+int kp_post_bind4(struct bpf_sock *ctx)
+{
+	return kp_bind_check(ctx);
+}
+
+SEC("cgroup/post_bind6")
+int kp_post_bind6(struct bpf_sock *ctx)
+{
+	return kp_bind_check(ctx);
 }
 
 /* The kernel gives GPL-compatible programs all helpers; the file is BSD-2-Clause or GPL-2.0. */

@@ -219,14 +219,31 @@ fn changes(old: &Snapshot, new: &Snapshot) -> Changes {
 /// Runs the client helper doing `work` in `netns`, inside `cgroup` when given (it joins
 /// before `ip netns exec`, so before it opens a socket), and returns its result lines.
 async fn client(netns: &str, cgroup: Option<&Cgroup>, work: &str) -> Vec<String> {
-    let inner = HELPER.in_netns(netns, work);
+    run_client(Some(netns), cgroup, work).await
+}
+
+/// [`client`] in the host's own network namespace (`netns` `None`): for bind() checks only.
+/// That is the namespace of this process's main thread (the test body runs on a thread that
+/// entered the test's namespace, which a child would inherit), entered with `nsenter`.
+async fn run_client(netns: Option<&str>, cgroup: Option<&Cgroup>, work: &str) -> Vec<String> {
+    let inner = HELPER.in_netns(netns.unwrap_or("-"), work);
+    let host = std::ffi::OsString::from(format!("--net=/proc/{}/ns/net", std::process::id()));
+    // `ip netns exec NS EXE ARGS…`; on the host, `nsenter --net=… EXE ARGS…`.
+    let line: Vec<&std::ffi::OsStr> = match netns {
+        Some(_) => std::iter::once(inner.get_program())
+            .chain(inner.get_args())
+            .collect(),
+        None => [std::ffi::OsStr::new("nsenter"), &host]
+            .into_iter()
+            .chain(inner.get_args().skip(3))
+            .collect(),
+    };
     let mut cmd = tokio::process::Command::new("sh");
     cmd.arg("-c")
         .arg(r#"if [ -n "$1" ]; then echo $$ > "$1/cgroup.procs" || exit 9; fi; shift; exec "$@""#)
         .arg("sh")
         .arg(cgroup.map(|c| c.0.clone()).unwrap_or_default())
-        .arg(inner.get_program())
-        .args(inner.get_args());
+        .args(line);
     for (k, v) in inner.get_envs() {
         if let Some(v) = v {
             cmd.env(k, v);
@@ -360,6 +377,25 @@ fn cluster_ips_in_the_maps_reach_pods_from_the_cgroup() {
                     || l.ends_with("peer 127.0.0.1:30080")),
             "getpeername shows the NodePort: {node_port:?}"
         );
+
+        // NodePort bind protection: in the node's namespace (here: the host's, where the proxy
+        // runs) a bind to the TCP NodePort fails, UDP on that number does not; in a pod's
+        // namespace the port is the pod's own. (No traffic: the sockets are bound and closed.)
+        let host = run_client(
+            None,
+            Some(cg),
+            "bind-tcp 0.0.0.0:30080 1;bind-udp 0.0.0.0:30080 1",
+        )
+        .await;
+        assert_eq!(
+            host,
+            [
+                "bind-tcp 0.0.0.0:30080 -> in use",
+                "bind-udp 0.0.0.0:30080 -> bound"
+            ]
+        );
+        let pod_ns = client(&name, Some(cg), "bind-tcp 0.0.0.0:30080 1").await;
+        assert_eq!(pod_ns, ["bind-tcp 0.0.0.0:30080 -> bound"]);
 
         // ClientIP affinity: every connection from this namespace goes to one pod, across
         // client processes.
@@ -542,7 +578,14 @@ fn client_helper() {
 }
 
 fn probe(kind: &str, to: SocketAddr) -> String {
+    let bound = |r: std::io::Result<()>| match r {
+        Ok(()) => "bound".to_owned(),
+        Err(e) if e.kind() == ErrorKind::AddrInUse => "in use".to_owned(),
+        Err(e) => format!("error {e}"),
+    };
     match kind {
+        "bind-tcp" => bound(std::net::TcpListener::bind(to).map(drop)),
+        "bind-udp" => bound(UdpSocket::bind(to).map(drop)),
         "tcp" | "refused" => tcp_probe(to),
         "udp-connected" => {
             let s = udp_socket(to);

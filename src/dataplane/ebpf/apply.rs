@@ -15,7 +15,7 @@ use crate::dataplane::{Dataplane, FamilyReport, SyncError, SyncReport};
 
 use super::backend::Backend;
 use super::diff::{self, Held, Op};
-use super::layout::SvcKey;
+use super::layout::{NpKey, SvcKey};
 use super::plan::{self, NodePorts, Plan};
 use super::stats::Stats;
 use crate::config::NodePortAddresses;
@@ -38,6 +38,8 @@ pub struct EbpfDataplane<B> {
     wants: BTreeMap<ServicePortName, Vec<SvcKey>>,
     /// Which service ports ask for each frontend.
     claims: BTreeMap<SvcKey, BTreeSet<ServicePortName>>,
+    /// Each service port's NodePort numbers, as of the last successful sync.
+    np_wants: BTreeMap<ServicePortName, Vec<NpKey>>,
     /// Where the map fill levels go for the metrics.
     stats: Option<Stats>,
 }
@@ -51,6 +53,7 @@ impl<B: Backend> EbpfDataplane<B> {
             held: None,
             wants: BTreeMap::new(),
             claims: BTreeMap::new(),
+            np_wants: BTreeMap::new(),
             stats: None,
         }
     }
@@ -93,6 +96,7 @@ impl<B: Backend> EbpfDataplane<B> {
     }
 
     fn forget(&mut self, port: &ServicePortName) {
+        self.np_wants.remove(port);
         for k in self.wants.remove(port).unwrap_or_default() {
             if let Some(c) = self.claims.get_mut(&k) {
                 c.remove(port);
@@ -114,6 +118,12 @@ impl<B: Backend> EbpfDataplane<B> {
             let k = diff::svc_key(f);
             self.wants.entry(port.clone()).or_default().push(k);
             self.claims.entry(k).or_default().insert(port.clone());
+        }
+        for (&(number, transport), port) in &plan.node_port_numbers {
+            self.np_wants
+                .entry(port.clone())
+                .or_default()
+                .push(diff::np_key(number, transport));
         }
     }
 
@@ -152,7 +162,13 @@ impl<B: Backend> Dataplane for EbpfDataplane<B> {
                     .flatten()
                     .copied()
                     .collect();
-                let (ops, _) = diff::diff_ports(&held, &part, &old);
+                let old_np: Vec<NpKey> = scope
+                    .iter()
+                    .filter_map(|p| self.np_wants.get(p))
+                    .flatten()
+                    .copied()
+                    .collect();
+                let (ops, _) = diff::diff_ports(&held, &part, &old, &old_np);
                 self.write(&ops)?;
                 held.apply(&ops);
                 for p in &scope {
@@ -169,6 +185,7 @@ impl<B: Backend> Dataplane for EbpfDataplane<B> {
                 held.apply(&ops);
                 self.wants.clear();
                 self.claims.clear();
+                self.np_wants.clear();
                 self.remember(&want);
                 (held, ops, true)
             }
@@ -312,6 +329,9 @@ mod tests {
         if rng.below(4) == 0 {
             s = s.internal_local();
         }
+        if rng.below(3) == 0 {
+            s = s.node_port(30000 + u16::try_from(i).unwrap());
+        }
         for e in 0..rng.below(4) {
             let node = if rng.below(2) == 0 {
                 "node-a"
@@ -352,6 +372,10 @@ mod tests {
             let (b, _) = resolved(&full.backend.maps);
             assert_eq!(a, b, "step {step}");
             assert_eq!(stale_a, 0, "step {step}: slots no frontend reaches");
+            assert_eq!(
+                incremental.backend.maps.node_ports, full.backend.maps.node_ports,
+                "step {step}"
+            );
             assert_eq!(
                 incremental.held.as_ref().unwrap().maps,
                 incremental.backend.maps

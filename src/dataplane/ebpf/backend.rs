@@ -19,7 +19,7 @@ use aya::programs::{CgroupAttachMode, Program, ProgramError};
 use aya::{Ebpf, EbpfLoader};
 
 use super::diff::{Maps, Op};
-use super::layout::{Backend as Slot, SlotKey, SvcKey, SvcVal};
+use super::layout::{Backend as Slot, NpKey, SlotKey, SvcKey, SvcVal};
 use super::names;
 
 /// The compiled programs, embedded by build.rs.
@@ -103,6 +103,7 @@ pub trait Backend: Send {
 pub struct Kernel {
     svc: HashMap<MapData, SvcKey, SvcVal>,
     slots: HashMap<MapData, SlotKey, Slot>,
+    node_ports: HashMap<MapData, NpKey, u8>,
 }
 
 impl Kernel {
@@ -131,7 +132,12 @@ impl Kernel {
         }
         let svc = take_map(&mut ebpf, names::MAP_SVC)?;
         let slots = take_map(&mut ebpf, names::MAP_SLOT)?;
-        Ok(Kernel { svc, slots })
+        let node_ports = take_map(&mut ebpf, names::MAP_NODEPORT)?;
+        Ok(Kernel {
+            svc,
+            slots,
+            node_ports,
+        })
     }
 }
 
@@ -148,7 +154,16 @@ impl Backend for Kernel {
             .iter()
             .collect::<Result<BTreeMap<_, _>, _>>()
             .map_err(map_err(names::MAP_SLOT))?;
-        Ok(Maps { svc, slots })
+        let node_ports = self
+            .node_ports
+            .keys()
+            .collect::<Result<_, _>>()
+            .map_err(map_err(names::MAP_NODEPORT))?;
+        Ok(Maps {
+            svc,
+            slots,
+            node_ports,
+        })
     }
 
     fn write(&mut self, op: &Op) -> Result<(), Error> {
@@ -157,6 +172,11 @@ impl Backend for Kernel {
             Op::PutSvc(k, v) => (names::MAP_SVC, self.svc.insert(k, v, 0)),
             Op::DelSvc(k) => (names::MAP_SVC, ignore_missing(self.svc.remove(k))),
             Op::DelSlot(k) => (names::MAP_SLOT, ignore_missing(self.slots.remove(k))),
+            Op::PutNodePort(k) => (names::MAP_NODEPORT, self.node_ports.insert(k, 1, 0)),
+            Op::DelNodePort(k) => (
+                names::MAP_NODEPORT,
+                ignore_missing(self.node_ports.remove(k)),
+            ),
         };
         result.map_err(|source| Error::Map { name, source })
     }
@@ -253,6 +273,7 @@ fn check_pinned_layouts(pin_dir: &Path) -> Result<(), Error> {
             size_of::<super::layout::RevVal>(),
         ),
         (names::MAP_STATS, size_of::<u32>(), size_of::<u64>()),
+        (names::MAP_NODEPORT, size_of::<NpKey>(), size_of::<u8>()),
         (
             names::MAP_AFF,
             size_of::<super::layout::AffKey>(),

@@ -14,7 +14,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::layout::{Backend, IPPROTO_TCP, IPPROTO_UDP, SVC_F_AFFINITY, SlotKey, SvcKey, SvcVal};
+use super::layout::{
+    Backend, IPPROTO_TCP, IPPROTO_UDP, NpKey, SVC_F_AFFINITY, SlotKey, SvcKey, SvcVal,
+};
 use super::plan::{Frontend, Plan, SetName, Transport};
 
 /// What the two maps the proxy writes hold (or will hold).
@@ -22,6 +24,8 @@ use super::plan::{Frontend, Plan, SetName, Transport};
 pub struct Maps {
     pub svc: BTreeMap<SvcKey, SvcVal>,
     pub slots: BTreeMap<SlotKey, Backend>,
+    /// `kp_nodeport`'s keys.
+    pub node_ports: BTreeSet<NpKey>,
 }
 
 /// One map write.
@@ -31,6 +35,8 @@ pub enum Op {
     PutSvc(SvcKey, SvcVal),
     DelSvc(SvcKey),
     DelSlot(SlotKey),
+    PutNodePort(NpKey),
+    DelNodePort(NpKey),
 }
 
 /// The frontend's key in `kp_svc`.
@@ -40,6 +46,19 @@ pub fn svc_key(f: &Frontend) -> SvcKey {
         Transport::Udp => IPPROTO_UDP,
     };
     SvcKey::new(f.ip, f.port, proto)
+}
+
+/// A NodePort's key in `kp_nodeport`.
+pub fn np_key(port: u16, transport: Transport) -> NpKey {
+    let proto = match transport {
+        Transport::Tcp => IPPROTO_TCP,
+        Transport::Udp => IPPROTO_UDP,
+    };
+    NpKey {
+        port,
+        proto,
+        pad: 0,
+    }
 }
 
 /// The writes that make `current` into `plan`'s contents, in the order above.
@@ -56,8 +75,15 @@ pub fn diff(current: &Maps, plan: &Plan) -> Vec<Op> {
 /// such a clash by the snapshot's order).
 ///
 /// Returns the writes and `part` without such frontends: what the service ports now hold.
-pub fn diff_ports(held: &Held, part: &Plan, old: &[SvcKey]) -> (Vec<Op>, Plan) {
-    let mut current = Maps::default();
+pub fn diff_ports(held: &Held, part: &Plan, old: &[SvcKey], old_np: &[NpKey]) -> (Vec<Op>, Plan) {
+    let mut current = Maps {
+        node_ports: old_np
+            .iter()
+            .filter(|k| held.maps.node_ports.contains(k))
+            .copied()
+            .collect(),
+        ..Maps::default()
+    };
     for k in old {
         if let Some(v) = held.maps.svc.get(k) {
             current.svc.insert(*k, *v);
@@ -123,6 +149,12 @@ impl Held {
                 }
                 Op::DelSlot(k) => {
                     self.maps.slots.remove(&k);
+                }
+                Op::PutNodePort(k) => {
+                    self.maps.node_ports.insert(k);
+                }
+                Op::DelNodePort(k) => {
+                    self.maps.node_ports.remove(&k);
                 }
             }
         }
@@ -222,10 +254,25 @@ fn diff_with(current: &Maps, plan: &Plan, taken: &dyn Fn(u32) -> bool) -> Vec<Op
         .filter(|k| !live.contains(&(k.svc_id, k.generation)) || k.slot >= counts[&k.svc_id])
         .map(|k| Op::DelSlot(*k));
 
+    let wanted_np: BTreeSet<NpKey> = plan
+        .node_port_numbers
+        .keys()
+        .map(|&(port, transport)| np_key(port, transport))
+        .collect();
+    let put_np = wanted_np
+        .difference(&current.node_ports)
+        .map(|k| Op::PutNodePort(*k));
+    let del_np = current
+        .node_ports
+        .difference(&wanted_np)
+        .map(|k| Op::DelNodePort(*k));
+
     let mut ops = put_slots;
     ops.extend(put_svc);
     ops.extend(del_svc);
     ops.extend(del_slots);
+    ops.extend(put_np);
+    ops.extend(del_np);
     ops
 }
 
@@ -244,6 +291,12 @@ pub fn applied(mut maps: Maps, ops: &[Op]) -> Maps {
             }
             Op::DelSlot(k) => {
                 maps.slots.remove(&k);
+            }
+            Op::PutNodePort(k) => {
+                maps.node_ports.insert(k);
+            }
+            Op::DelNodePort(k) => {
+                maps.node_ports.remove(&k);
             }
         }
     }

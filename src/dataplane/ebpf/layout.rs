@@ -81,6 +81,15 @@ pub struct RevVal {
     pub pad: u16,
 }
 
+/// `struct kp_np_key`: a NodePort's port (host order) and protocol.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct NpKey {
+    pub port: u16,
+    pub proto: u8,
+    pub pad: u8,
+}
+
 /// `struct kp_aff_key`: filled by the programs.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -111,6 +120,7 @@ unsafe impl aya::Pod for Backend {}
 unsafe impl aya::Pod for RevKey {}
 unsafe impl aya::Pod for RevVal {}
 unsafe impl aya::Pod for AffKey {}
+unsafe impl aya::Pod for NpKey {}
 unsafe impl aya::Pod for AffVal {}
 
 /// An address as the maps hold it: 16 bytes in network order, IPv4 mapped.

@@ -10,7 +10,7 @@ use super::layout::VERSION;
 
 /// The programs, in the order they are attached; each is a cgroup sock_addr or sock program
 /// whose attach type its ELF section names (`cgroup/connect4`, ..., `cgroup/sock_release`).
-pub const PROGRAMS: [&str; 9] = [
+pub const PROGRAMS: [&str; 11] = [
     "kp_connect4",
     "kp_connect6",
     "kp_sendmsg4",
@@ -20,6 +20,8 @@ pub const PROGRAMS: [&str; 9] = [
     "kp_getpeername4",
     "kp_getpeername6",
     "kp_sock_release",
+    "kp_post_bind4",
+    "kp_post_bind6",
 ];
 
 /// Frontends → slot set (`struct kp_svc_key` → `struct kp_svc_val`).
@@ -32,8 +34,10 @@ pub const MAP_REV: &str = "kp_rev";
 pub const MAP_AFF: &str = "kp_aff";
 /// Per-CPU counters by reason; written by the programs, read at each scrape.
 pub const MAP_STATS: &str = "kp_stats";
+/// NodePort numbers, for post_bind's bind protection.
+pub const MAP_NODEPORT: &str = "kp_nodeport";
 /// Every map, as pinned.
-pub const MAPS: [&str; 5] = [MAP_SVC, MAP_SLOT, MAP_REV, MAP_AFF, MAP_STATS];
+pub const MAPS: [&str; 6] = [MAP_SVC, MAP_SLOT, MAP_REV, MAP_AFF, MAP_STATS, MAP_NODEPORT];
 
 /// Where the proxy pins by default: a bpffs mount, mounted by the proxy when absent.
 pub const PIN_ROOT: &str = "/sys/fs/bpf/kube-proxy-rs";

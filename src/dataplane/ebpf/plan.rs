@@ -34,6 +34,8 @@ pub struct Plan {
     /// Frontends a service port asks for that one earlier in the snapshot holds (two Services
     /// with one externalIP and port): an incremental sync must revisit both.
     pub lost: Vec<(Frontend, ServicePortName)>,
+    /// NodePort numbers and transports: bind() to them fails in the node's namespace.
+    pub node_port_numbers: BTreeMap<(u16, Transport), ServicePortName>,
 }
 
 /// A Service address, port and transport the programs translate.
@@ -222,6 +224,8 @@ fn plan_port(state: &ServicePortState, node_ports: &NodePorts, out: &mut Plan) {
             for &ip in node_ports.get(&view.family).into_iter().flatten() {
                 add(ip, np, List::Cluster);
             }
+            out.node_port_numbers
+                .insert((np, transport), port.name.clone());
         }
         if view.externally_accessible(port) {
             gaps.push(Gap::FromOutside);
@@ -375,6 +379,11 @@ mod tests {
             assert_eq!(set.list, List::Cluster, "local origin: every endpoint");
             assert_eq!(plan.sets[set].len(), 2);
         }
+        assert_eq!(
+            plan.node_port_numbers.keys().collect::<Vec<_>>(),
+            [&(30080, Transport::Tcp)],
+            "bind() to it is refused in the node's namespace"
+        );
         let primary = NodePortAddresses {
             primary: true,
             ..NodePortAddresses::default()

@@ -16,7 +16,13 @@ use super::backend::Error;
 use super::names;
 
 /// The reasons the programs count, in `enum kp_stat`'s order (`bpf/kp_maps.h`).
-pub const REASONS: [&str; 4] = ["translated", "refused", "affine", "reversed"];
+pub const REASONS: [&str; 5] = [
+    "translated",
+    "refused",
+    "affine",
+    "reversed",
+    "bind-refused",
+];
 
 /// The maps whose fill level is reported, with their bounds (`KP_MAX_*` in the header).
 pub const FILLED: [(&str, u32); 2] = [(names::MAP_SVC, 262_144), (names::MAP_SLOT, 1_048_576)];
