@@ -12,6 +12,7 @@
 //!                     count 0: connect()/sendmsg() fail with ECONNREFUSED
 //!     recvmsg4/6, getpeername4/6: kp_rev {cookie, backend} ─▶ the Service address
 //!     sock_release: a closed connected socket's kp_rev entry goes
+//!     post_bind4/6: bind() in the node's namespace to a NodePort (kp_nodeport) ─▶ EADDRINUSE
 //! ```
 //!
 //! The programs are C (`bpf/kp_sock.c`, maps in `bpf/kp_maps.h`), compiled by clang in
@@ -35,8 +36,7 @@
 //! loadBalancerSourceRanges;
 //! Local policy without local endpoints drops (here: refused, as without endpoints); UDP
 //! without endpoints gets ECONNREFUSED from connect()/sendmsg() instead of an ICMP error;
-//! post_bind (NodePort bind protection); connected UDP sockets to removed backends are not
-//! destroyed. ([`stats`] has the datapath counters and map fill levels the metrics read.)
+//! connected UDP sockets to removed backends are not destroyed. ([`stats`] has the datapath counters and map fill levels the metrics read.)
 
 pub mod apply;
 pub mod backend;
