@@ -26,17 +26,20 @@
 //!   for the changed service ports only against the contents it keeps ([`diff::Held`]);
 //! - [`render`]: the plan as `plan --proxy-mode ebpf` prints it;
 //! - [`backend`]: load, attach, pin, read and write the maps; `--cleanup`'s removal;
-//! - [`apply`]: [`EbpfDataplane`], the `Dataplane` for `--proxy-mode ebpf`.
+//! - [`apply`]: [`EbpfDataplane`], the `Dataplane` for `--proxy-mode ebpf`;
+//! - [`stats`]: the datapath counters and map fill levels the metrics read.
 //!
 //! ClientIP affinity is per network namespace (`kp_aff`, keyed by its cookie): the address is
 //! not known at connect() time, and a pod is a namespace of its own.
 //!
 //! # What is left (see `docs/operations.md`)
 //! Traffic from outside the node (tc: NodePorts, externalIPs, LoadBalancer IPs);
-//! loadBalancerSourceRanges;
-//! Local policy without local endpoints drops (here: refused, as without endpoints); UDP
-//! without endpoints gets ECONNREFUSED from connect()/sendmsg() instead of an ICMP error;
-//! connected UDP sockets to removed backends are not destroyed. ([`stats`] has the datapath counters and map fill levels the metrics read.)
+//! loadBalancerSourceRanges; `Local` policy without a local endpoint should drop (here it is
+//! refused, as without endpoints); UDP without endpoints gets ECONNREFUSED from
+//! connect()/sendmsg() instead of an ICMP error; connected UDP sockets to removed backends are
+//! not destroyed; SCTP; `explain`; lab scenarios. NodePort bind protection assumes the node's
+//! namespace is the initial one (true for a DaemonSet with hostNetwork, not for the lab's
+//! namespace "nodes").
 
 pub mod apply;
 pub mod backend;
