@@ -34,10 +34,11 @@ enum kp_stat {
 	KP_STAT_AFFINE = 2,     /* of the translated: to the backend affinity remembered */
 	KP_STAT_REVERSED = 3,   /* recvmsg()/getpeername() shown the Service address */
 	KP_STAT_BIND_REFUSED = 4, /* bind() of the node's network namespace to a NodePort */
-	KP_STAT_COUNT = 5,
+	KP_STAT_DROPPED = 5,    /* connect()/sendmsg() to a frontend whose policy drops */
+	KP_STAT_COUNT = 6,
 };
 /* src/dataplane/ebpf/stats.rs: REASONS has as many names, in this order. */
-_Static_assert(KP_STAT_COUNT == 5, "kp_stat count");
+_Static_assert(KP_STAT_COUNT == 6, "kp_stat count");
 
 /* kp_svc_val.flags */
 #define KP_SVC_F_NONE 0
@@ -45,6 +46,10 @@ _Static_assert(KP_STAT_COUNT == 5, "kp_stat count");
  * its last connection (socket programs cannot see the client address yet; pods each have a
  * network namespace of their own, processes of the node share one). */
 #define KP_SVC_F_AFFINITY 1
+/* With count 0: endpoints exist, but none this traffic may use (a Local policy, endpoints on
+ * other nodes). kube-proxy drops such packets, so the client times out; here connect() and
+ * sendmsg() fail at once with ETIMEDOUT, which clients report as a timeout (no ECONNREFUSED). */
+#define KP_SVC_F_DROP 2
 
 /* A frontend: a Service address, port and protocol (IPPROTO_TCP, IPPROTO_UDP). */
 struct kp_svc_key {

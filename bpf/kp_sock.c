@@ -19,6 +19,8 @@
 #define KP_IPPROTO_UDP 17
 /* The errno a refused TCP connection gets; connect() and sendmsg() report it. */
 #define KP_ECONNREFUSED 111
+/* The errno a frontend whose policy drops gets: a timeout, as a dropped SYN would give. */
+#define KP_ETIMEDOUT 110
 
 /* Frontends -> slot sets. No preallocation: a replaced entry is freed after an RCU grace
  * period, so a program that has just looked one up never reads a recycled element. */
@@ -90,6 +92,7 @@ enum kp_verdict {
 	KP_PASS,        /* not a Service frontend: leave the address alone */
 	KP_TRANSLATED,  /* *be holds the backend to use */
 	KP_REFUSE,      /* a frontend without endpoints */
+	KP_DROP,        /* a frontend whose endpoints this traffic may not use */
 };
 
 static __always_inline int kp_same(const struct kp_backend *b, const struct kp_aff_val *a)
@@ -157,7 +160,7 @@ static __always_inline enum kp_verdict kp_pick(struct bpf_sock_addr *ctx,
 		return KP_PASS;
 	svc = *found;
 	if (svc.count == 0)
-		return KP_REFUSE;
+		return (svc.flags & KP_SVC_F_DROP) ? KP_DROP : KP_REFUSE;
 	if (svc.flags & KP_SVC_F_AFFINITY) {
 		ak.netns_cookie = bpf_get_netns_cookie(ctx);
 		ak.svc_id = svc.svc_id;
@@ -259,6 +262,10 @@ static __always_inline int kp_forward(struct bpf_sock_addr *ctx, int v6, int sti
 	case KP_REFUSE:
 		kp_count(KP_STAT_REFUSED);
 		bpf_set_retval(-KP_ECONNREFUSED);
+		return 0;
+	case KP_DROP:
+		kp_count(KP_STAT_DROPPED);
+		bpf_set_retval(-KP_ETIMEDOUT);
 		return 0;
 	case KP_TRANSLATED:
 		kp_count(KP_STAT_TRANSLATED);

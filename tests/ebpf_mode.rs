@@ -187,6 +187,15 @@ fn manifests(web: &[&str]) -> String {
             "spec:\n  sessionAffinity: ClientIP\n  \
              sessionAffinityConfig: {clientIP: {timeoutSeconds: 60}}\n",
         ),
+        service("local", "10.96.0.14", "TCP", 80, 8080)
+            .replace("spec:\n", "spec:\n  internalTrafficPolicy: Local\n"),
+        slice(
+            "local",
+            "IPv4",
+            "TCP",
+            8080,
+            "  - addresses: [\"10.244.1.2\"]\n    conditions: {ready: true}\n    nodeName: node-b\n",
+        ),
         slice(
             "sticky",
             "IPv4",
@@ -339,6 +348,10 @@ fn cluster_ips_in_the_maps_reach_pods_from_the_cgroup() {
         )
         .await;
         assert_eq!(rest[0], "refused 10.96.0.12:80 -> refused at once");
+        // internalTrafficPolicy Local, the only endpoint on another node: dropped, as
+        // kube-proxy does; the client sees a timeout (at once), not a refusal.
+        let local = client(&name, Some(cg), "tcp 10.96.0.14:80 1").await;
+        assert_eq!(local, ["tcp 10.96.0.14:80 -> timed out at once"]);
         assert_eq!(
             rest[1],
             "udp-connected 10.96.0.11:53 -> dns-a:ping peer 10.96.0.11:53"
@@ -418,6 +431,7 @@ fn cluster_ips_in_the_maps_reach_pods_from_the_cgroup() {
         let count = |r: &str| reading.reasons.iter().find(|(n, _)| *n == r).unwrap().1;
         assert!(count("translated") >= 24 + 12 + 16 + 16, "{reading:?}");
         assert_eq!(count("refused"), 1, "{reading:?}");
+        assert_eq!(count("dropped"), 1, "{reading:?}");
         assert!(count("affine") >= 15, "{reading:?}");
         assert!(count("reversed") >= 2, "{reading:?}");
         assert!(reading.maps.iter().all(|(_, n, _)| *n > 0), "{reading:?}");
@@ -634,6 +648,12 @@ fn tcp_probe(to: SocketAddr) -> String {
             }
         }
         Err(e) if e.kind() == ErrorKind::NetworkUnreachable => "unreachable".to_owned(),
+        Err(e)
+            if e.kind() == ErrorKind::TimedOut
+                && started.elapsed() < Duration::from_millis(500) =>
+        {
+            "timed out at once".to_owned()
+        }
         Err(e) => format!("error {e}"),
     }
 }

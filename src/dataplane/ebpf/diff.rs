@@ -15,7 +15,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::layout::{
-    Backend, IPPROTO_TCP, IPPROTO_UDP, NpKey, SVC_F_AFFINITY, SlotKey, SvcKey, SvcVal,
+    Backend, IPPROTO_TCP, IPPROTO_UDP, NpKey, SVC_F_AFFINITY, SVC_F_DROP, SlotKey, SvcKey, SvcVal,
 };
 use super::plan::{Frontend, Plan, SetName, Transport};
 
@@ -193,10 +193,13 @@ fn diff_with(current: &Maps, plan: &Plan, taken: &dyn Fn(u32) -> bool) -> Vec<Op
             .filter_map(|k| current.svc.get(k))
             .find(|v| !claimed.contains(&v.svc_id))
             .copied();
-        let (flags, affinity_timeout) = match plan.affinity.get(*set) {
+        let (mut flags, affinity_timeout) = match plan.affinity.get(*set) {
             Some(&t) => (SVC_F_AFFINITY, t),
             None => (0, 0),
         };
+        if plan.drop.contains(*set) {
+            flags |= SVC_F_DROP;
+        }
         let val = match existing {
             Some(old) if slots_of(current, old) == backends => SvcVal {
                 flags,

@@ -41,6 +41,8 @@ pub struct SvcVal {
 
 /// `KP_SVC_F_AFFINITY`: ClientIP affinity, per network namespace.
 pub const SVC_F_AFFINITY: u8 = 1;
+/// `KP_SVC_F_DROP`: no usable endpoint for this traffic, but endpoints elsewhere: ETIMEDOUT.
+pub const SVC_F_DROP: u8 = 2;
 
 /// `struct kp_slot_key`: one slot of one generation of a slot set.
 #[repr(C)]

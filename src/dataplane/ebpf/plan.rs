@@ -10,7 +10,7 @@
 //! Phase 1 leaves some of the model unprogrammed; [`Plan::not_programmed`] names it per
 //! service port, so `plan` and the docs say the same.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, SocketAddr};
 
 use crate::cluster::{
@@ -29,6 +29,9 @@ pub struct Plan {
     pub sets: BTreeMap<SetName, Vec<SocketAddr>>,
     /// The ClientIP affinity timeout (seconds) of the slot sets whose port has one.
     pub affinity: BTreeMap<SetName, u32>,
+    /// Empty slot sets whose service port has endpoints elsewhere (a `Local` policy without a
+    /// local endpoint): kube-proxy drops such traffic rather than refusing it.
+    pub drop: BTreeSet<SetName>,
     /// What this phase does not program, per service port.
     pub not_programmed: Vec<(ServicePortName, Gap)>,
     /// Frontends a service port asks for that one earlier in the snapshot holds (two Services
@@ -196,6 +199,9 @@ fn plan_port(state: &ServicePortState, node_ports: &NodePorts, out: &mut Plan) {
                 .or_insert_with(|| endpoints(view, list));
             if let Some(t) = port.affinity_timeout_seconds {
                 out.affinity.insert(set.clone(), t);
+            }
+            if out.sets[&set].is_empty() && view.selection.has_any_endpoints {
+                out.drop.insert(set.clone());
             }
             let frontend = Frontend {
                 ip,
@@ -390,6 +396,27 @@ mod tests {
         };
         let only = node_ports(&primary, &snap.node);
         assert!(only[&IpFamily::V4].iter().all(|ip| !ip.is_loopback()));
+    }
+
+    #[test]
+    fn local_policy_without_a_local_endpoint_drops_and_no_endpoints_refuses() {
+        let snap = snapshot(
+            node(),
+            vec![
+                svc("default/local", "10.96.0.10", 80).internal_local().ep(
+                    "10.244.2.5",
+                    8080,
+                    "node-b",
+                ),
+                svc("default/none", "10.96.0.11", 80).internal_local(),
+            ],
+        );
+        let plan = plan(&snap, &NodePorts::default());
+        let local = &plan.frontends[&frontend("10.96.0.10", 80, Transport::Tcp)];
+        let none = &plan.frontends[&frontend("10.96.0.11", 80, Transport::Tcp)];
+        assert!(plan.sets[local].is_empty() && plan.sets[none].is_empty());
+        assert!(plan.drop.contains(local));
+        assert!(!plan.drop.contains(none));
     }
 
     #[test]

@@ -8,7 +8,7 @@
 use std::fmt::Write as _;
 
 use super::diff::{self, Maps};
-use super::layout::SVC_F_AFFINITY;
+use super::layout::{SVC_F_AFFINITY, SVC_F_DROP};
 use super::names;
 use super::plan::Plan;
 
@@ -25,10 +25,10 @@ pub fn render(plan: &Plan) -> String {
         let v = maps.svc[&diff::svc_key(f)];
         let proto = f.transport.as_str();
         let addr = std::net::SocketAddr::new(f.ip, f.port);
-        let what = if v.count == 0 {
-            "  # no endpoints: connect() refused"
-        } else {
-            ""
+        let what = match (v.count, v.flags & SVC_F_DROP != 0) {
+            (0, true) => "  # no endpoint for this traffic: connect() times out at once",
+            (0, false) => "  # no endpoints: connect() refused",
+            _ => "",
         };
         let affinity = if v.flags & SVC_F_AFFINITY != 0 {
             format!(" affinity {}s", v.affinity_timeout)

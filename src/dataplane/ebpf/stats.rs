@@ -16,12 +16,13 @@ use super::backend::Error;
 use super::names;
 
 /// The reasons the programs count, in `enum kp_stat`'s order (`bpf/kp_maps.h`).
-pub const REASONS: [&str; 5] = [
+pub const REASONS: [&str; 6] = [
     "translated",
     "refused",
     "affine",
     "reversed",
     "bind-refused",
+    "dropped",
 ];
 
 /// The maps whose fill level is reported, with their bounds (`KP_MAX_*` in the header).
