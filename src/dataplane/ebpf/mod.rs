@@ -9,7 +9,8 @@
 //!     sendmsg4/6  ─┘  kp_aff (affinity) or a random slot (sendmsg: by socket cookie)
 //!                     ─▶ kp_slot ─▶ backend
 //!                     rewrite the socket's destination; remember it in kp_rev
-//!                     count 0: connect()/sendmsg() fail with ECONNREFUSED
+//!                     count 0: connect()/sendmsg() fail with ECONNREFUSED (no endpoints), or
+//!                     ETIMEDOUT where kube-proxy drops (Local policy, endpoints elsewhere)
 //!     recvmsg4/6, getpeername4/6: kp_rev {cookie, backend} ─▶ the Service address
 //!     sock_release: a closed connected socket's kp_rev entry goes
 //!     post_bind4/6: bind() in the node's namespace to a NodePort (kp_nodeport) ─▶ EADDRINUSE
@@ -34,8 +35,7 @@
 //!
 //! # What is left (see `docs/operations.md`)
 //! Traffic from outside the node (tc: NodePorts, externalIPs, LoadBalancer IPs);
-//! loadBalancerSourceRanges; `Local` policy without a local endpoint should drop (here it is
-//! refused, as without endpoints); UDP without endpoints gets ECONNREFUSED from
+//! loadBalancerSourceRanges; UDP without endpoints gets ECONNREFUSED from
 //! connect()/sendmsg() instead of an ICMP error; connected UDP sockets to removed backends are
 //! not destroyed; SCTP; `explain`; lab scenarios. NodePort bind protection assumes the node's
 //! namespace is the initial one (true for a DaemonSet with hostNetwork, not for the lab's
