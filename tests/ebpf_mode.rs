@@ -180,6 +180,7 @@ fn cluster_ips_in_the_maps_reach_pods_from_the_cgroup() {
     let cg = &cgroup;
     let nsr = &ns;
     let pin_root = settings.pin_root.clone();
+    let reopen_settings = settings.clone();
     in_ns(&ns, || async move {
         sync(&mut dp, &["10.244.1.2", "10.244.1.3"]);
         pod("10.244.1.2:8080", "a").await;
@@ -286,6 +287,33 @@ fn cluster_ips_in_the_maps_reach_pods_from_the_cgroup() {
         sticky.extend(client(&name, Some(cg), "tcp 10.96.0.13:80 4").await);
         sticky.dedup();
         assert_eq!(sticky.len(), 1, "one pod for the namespace: {sticky:?}");
+
+        // A restart under load: while a client connects one connection after another for
+        // 1.5 s, the programs are loaded and attached again five times (each time the new
+        // links go in before the old ones are unpinned); not one connection fails.
+        let reopen = async {
+            tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+            for _ in 0..5 {
+                Kernel::open(&reopen_settings).expect("load and attach again");
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+        };
+        let (under_load, ()) = tokio::join!(
+            client(&name, Some(cg), "tcp-during 10.96.0.10:80 1500"),
+            reopen
+        );
+        let line = &under_load[0];
+        let made: usize = line
+            .split(" -> ")
+            .nth(1)
+            .unwrap()
+            .split(' ')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(line.ends_with("failed: []") && made > 100, "{line}");
+        assert_eq!(pinned_links(&reopen_settings).len(), names::PROGRAMS.len());
 
         // A backend change: new connections go to the remaining pod only.
         sync(&mut dp, &["10.244.1.3"]);

@@ -206,6 +206,15 @@ pub fn serve(work: &str) {
             parts.next().unwrap().parse::<usize>().unwrap(),
         );
         let addr: SocketAddr = to.parse().unwrap();
+        if kind == "tcp-during" {
+            // Connects one after another for `n` ms; one line: how many, and the failures.
+            println!(
+                "{}{kind} {to} -> {}",
+                helper_process::RESULT,
+                connect_for(addr, Duration::from_millis(n as u64))
+            );
+            continue;
+        }
         for _ in 0..n {
             println!(
                 "{}{kind} {to} -> {}",
@@ -214,6 +223,20 @@ pub fn serve(work: &str) {
             );
         }
     }
+}
+
+fn connect_for(to: SocketAddr, run: Duration) -> String {
+    let started = std::time::Instant::now();
+    let (mut ok, mut failed) = (0, Vec::new());
+    while started.elapsed() < run {
+        let answer = tcp_probe(to);
+        if answer.ends_with(&format!(" peer {to}")) {
+            ok += 1;
+        } else {
+            failed.push(answer);
+        }
+    }
+    format!("{ok} ok, failed: {failed:?}")
 }
 
 fn probe(kind: &str, to: SocketAddr) -> String {
