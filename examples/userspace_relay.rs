@@ -1,8 +1,11 @@
 //! Times the userspace relay (issue 21) against the paths without it, in a fresh network
 //! namespace (root): bulk TCP throughput through the relay against a direct connection to the
 //! pod, connections per second through the relay against a direct connection and against one
-//! kernel DNAT rule (the NAT modes' path), and the latency one request/response round trip
-//! gains through the relay (p50, p99). The relay runs on a runtime of its own, on one thread,
+//! kernel DNAT rule (the NAT modes' path), connections per second to a ClusterIP programmed by
+//! the nftables mode against the same ClusterIP programmed by the userspace mode (its redirect
+//! rule, then the relay), both by the proxy's own dataplanes from one Service and its
+//! EndpointSlice, and the latency one request/response round trip gains through the relay
+//! (p50, p99). The relay runs on a runtime of its own, on one thread,
 //! so "one core" is what it gets; the pods and the client have threads of their own. Memory
 //! per idle relayed connection is measured by `tests/userspace_relay_memory.rs`.
 //!
@@ -23,6 +26,7 @@ mod netns;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+use kube_proxy_rs::config::{Config, ProxyMode};
 use kube_proxy_rs::dataplane::userspace::relay::{Relay, Settings, Target};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::{TcpListener, TcpStream};
@@ -45,6 +49,43 @@ const ECHO: &str = "10.244.0.2:8082";
 const STEP: Duration = Duration::from_secs(5);
 /// The "ClusterIP" the kernel DNAT rule sends to the greeter.
 const CLUSTER_IP: &str = "10.96.0.1:80";
+/// The ClusterIP of the Service the proxy's dataplanes program, whose endpoint is the greeter.
+const SERVICE_IP: &str = "10.96.0.20:80";
+/// The node's address (on the namespace's `lo`), where userspace mode's redirect rule sends
+/// ClusterIP traffic to the relay's listener.
+const NODE_IP_CIDR: &str = "10.0.0.1/32";
+
+/// The node, the greeter's Service and its EndpointSlice, as the dataplanes read them.
+const CLUSTER: &str = r#"
+apiVersion: v1
+kind: Node
+metadata: {name: bench}
+status:
+  addresses: [{type: InternalIP, address: 10.0.0.1}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: greeter, namespace: default}
+spec:
+  type: ClusterIP
+  clusterIP: 10.96.0.20
+  clusterIPs: [10.96.0.20]
+  ipFamilies: [IPv4]
+  ports: [{name: g, protocol: TCP, port: 80, targetPort: 8081}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: greeter-1
+  namespace: default
+  labels: {kubernetes.io/service-name: greeter}
+addressType: IPv4
+ports: [{name: g, protocol: TCP, port: 8081}]
+endpoints:
+  - addresses: [10.244.0.2]
+    conditions: {ready: true, serving: true, terminating: false}
+    nodeName: bench
+"#;
 
 fn addr(s: &str) -> SocketAddr {
     s.parse().expect("socket address")
@@ -63,7 +104,9 @@ fn main() {
     for args in [
         &["link", "set", "lo", "up"][..],
         &["addr", "add", "10.244.0.2/32", "dev", "lo"],
+        &["addr", "add", NODE_IP_CIDR, "dev", "lo"],
         &["route", "add", "10.96.0.1/32", "dev", "lo"],
+        &["route", "add", "10.96.0.0/16", "dev", "lo"],
     ] {
         ns.output("ip", args);
     }
@@ -128,6 +171,15 @@ fn measure() {
             100.0 * relay / dnat
         );
 
+        println!("== connections per second to a ClusterIP, by mode, {CPS_RUN:?} each");
+        let nftables = cps_in_mode(ProxyMode::Nftables).await;
+        let userspace = cps_in_mode(ProxyMode::Userspace).await;
+        println!(
+            "nftables mode {nftables:.0}/s, userspace mode {userspace:.0}/s ({:.0} % of \
+             nftables mode)",
+            100.0 * userspace / nftables
+        );
+
         println!("== request/response round trips of 64 bytes, {ROUND_TRIPS} each");
         let (d50, d99) = latency(addr(ECHO)).await;
         let (r50, r99) = latency(via_echo).await;
@@ -138,6 +190,54 @@ fn measure() {
             r99.saturating_sub(d99)
         );
     });
+}
+
+/// Connections per second to [`SERVICE_IP`] as `mode`'s dataplane programs it for
+/// [`CLUSTER`]: the nftables mode's rules alone, or the userspace mode's redirect rule and
+/// relay (on a thread and current-thread runtime of its own, as in the other runs). The mode's
+/// table is removed afterwards, so the next mode starts from a clean namespace.
+async fn cps_in_mode(mode: ProxyMode) -> f64 {
+    let dir = std::env::temp_dir().join(format!("kprs-relay-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a scratch directory");
+    std::fs::write(dir.join("cluster.yaml"), CLUSTER).expect("the cluster's manifests");
+    let loaded = kube_proxy_rs::cli::load_manifests(&dir, "bench", Default::default())
+        .expect("the bench's manifests load");
+    let _ = std::fs::remove_dir_all(&dir);
+    let config = Config {
+        mode,
+        cluster_cidrs: vec!["10.244.0.0/16".parse().expect("a CIDR")],
+        ..Config::default()
+    };
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let proxy = std::thread::spawn(move || {
+        runtime().block_on(async move {
+            let mut dataplane = kube_proxy_rs::cli::run::dataplane(&config)
+                .expect("the mode's dataplane")
+                .dataplane;
+            let synced = dataplane.sync(&loaded.snapshot, &Default::default(), true);
+            tx.send(synced.map(|_| ()).map_err(|e| e.to_string()))
+                .expect("main waits");
+            let _ = stop_rx.await;
+            drop(dataplane);
+        })
+    });
+    rx.recv()
+        .expect("the proxy thread answers")
+        .unwrap_or_else(|e| panic!("{} mode's sync: {e}", mode.as_str()));
+    let rate = cps(addr(SERVICE_IP)).await;
+    let _ = stop_tx.send(());
+    proxy.join().expect("the proxy thread ends");
+    for family in ["ip", "ip6"] {
+        let deleted = std::process::Command::new("nft")
+            .args(["delete", "table", family, "kube-proxy-rs"])
+            .status();
+        assert!(
+            deleted.is_ok_and(|s| s.success()),
+            "our {family} table removed"
+        );
+    }
+    rate
 }
 
 async fn best_of_3<F, Fut>(mut run: F) -> f64

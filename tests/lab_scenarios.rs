@@ -45,6 +45,14 @@ async fn ours_iptables_lab_scenarios() {
     .await;
 }
 
+#[tokio::test]
+async fn ours_userspace_lab_scenarios() {
+    lab::scenarios::run_suite(Proxy::Ours {
+        mode: Mode::Userspace,
+    })
+    .await;
+}
+
 /// Not a test: the entry point of the lab's pod echo servers and traffic probes, which re-run
 /// this binary inside a namespace (see `lab/helper.rs`). Without their environment variable it
 /// returns at once.

@@ -280,6 +280,35 @@ fn removing_an_endpoint_closes_its_connections_and_keeps_the_others() {
 }
 
 #[test]
+fn a_terminating_endpoint_keeps_its_connections_and_gets_no_new_ones() {
+    in_netns(
+        |_| {},
+        || async {
+            let a = pod("127.0.0.2:8080", "a").await;
+            let b = pod("127.0.0.3:8080", "b").await;
+            let relay = Relay::new(settings());
+            let listener = tcp_listener(&relay, &[a, b], None);
+            let mut to_a = connect(&listener).await;
+            assert_eq!(to_a.pod, "a");
+            // a turns terminating: still in the slice, no longer selected.
+            listener.update_keeping(vec![b], &[a, b], None);
+            let next = [connect(&listener).await, connect(&listener).await];
+            let pods: Vec<&str> = next.iter().map(|c| c.pod.as_str()).collect();
+            assert_eq!(
+                pods,
+                ["b", "b"],
+                "new connections avoid the terminating endpoint"
+            );
+            to_a.stream.write_all(b"draining\n").await.unwrap();
+            assert_eq!(line(&mut to_a.stream).await.unwrap(), "draining");
+            // a leaves the slice: now its connection closes.
+            listener.update_keeping(vec![b], &[b], None);
+            assert_closed(&mut to_a.stream).await;
+        },
+    );
+}
+
+#[test]
 fn affinity_keeps_a_client_on_one_endpoint() {
     in_netns(
         |_| {},
@@ -393,6 +422,25 @@ fn udp_endpoint_change_moves_new_flows() {
             listener.update(vec![b], None);
             assert_eq!(exchange(&client, to, "y").await.0, "b:y");
             counters_until(&listener, |c| c.active == 1 && c.total == 2).await;
+        },
+    );
+}
+
+#[test]
+fn udp_replies_come_from_the_address_the_client_sent_to() {
+    in_netns(
+        |_| {},
+        || async {
+            let a = udp_pod("127.0.0.2:5353", "a").await;
+            let relay = Relay::new(settings());
+            // Bound to every address, as with the default --bind-address: the route back to
+            // the client alone would pick 127.0.0.1 as the source.
+            let listener = relay
+                .listen_udp(addr("0.0.0.0:0"), target(&relay, &[a], None))
+                .expect("relay listens");
+            let client = UdpSocket::bind(addr("127.0.0.1:0")).await.unwrap();
+            let to = SocketAddr::new(addr("127.0.0.9:0").ip(), listener.local_addr().port());
+            assert_eq!(exchange(&client, to, "hi").await, ("a:hi".to_owned(), to));
         },
     );
 }

@@ -165,12 +165,14 @@ async fn status_all(State(s): State<Shared>, Query(q): Params) -> Response {
         // planned, and the drift says why; the table fails only when neither can be read.
         let mut drift: Vec<String> = Vec::new();
         let mut failed = Vec::new();
-        let read = IpFamily::ALL.map(|f| match explain::live::read_family(&config, &planned, f) {
-            Ok(r) => Some(r),
-            Err(e) => {
-                drift.push(format!("{f} rules not read (shown as planned): {e}"));
-                failed.push(e);
-                None
+        let read = IpFamily::ALL.map(|f| {
+            match explain::live::read_family(&config, &snapshot, &planned, f) {
+                Ok(r) => Some(r),
+                Err(e) => {
+                    drift.push(format!("{f} rules not read (shown as planned): {e}"));
+                    failed.push(e);
+                    None
+                }
             }
         });
         if failed.len() == IpFamily::ALL.len() {

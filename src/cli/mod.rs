@@ -69,7 +69,17 @@ pub async fn load_cluster(
     features: Features,
 ) -> Result<Loaded, api::Error> {
     let (client, _) = api::client(connection).await?;
-    let events = api::list(&client, node_name).await?;
+    let mut events = api::list(&client, node_name).await?;
+    // The host's addresses, as the running proxy follows them: NodePorts on every address (or
+    // on the nodePortAddresses CIDRs) are planned over them, not over the Node object's.
+    match crate::cluster::source::interfaces::read() {
+        Ok(addresses) => events.push(Event::HostAddresses(addresses)),
+        Err(error) => tracing::warn!(
+            %error,
+            "cannot read this host's interface addresses; planning NodePorts over the Node \
+             object's addresses"
+        ),
+    }
     Ok(fold(events, Vec::new(), node_name, features))
 }
 

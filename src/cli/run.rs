@@ -67,8 +67,38 @@ pub enum ModeError {
 }
 
 /// The dataplane for `config`, after the host set-up its mode needs at start-up (IPVS: the
-/// scheduler check, the sysctls and the connection timeouts).
+/// scheduler check, the sysctls and the connection timeouts), with the loopback NodePort
+/// listeners beside it when `--nodeport-localhost` asks for them.
 pub fn dataplane(config: &Config) -> Result<Mode, ModeError> {
+    let mode = mode_dataplane(config)?;
+    let beside = matches!(config.mode, ProxyMode::Nftables | ProxyMode::Userspace);
+    if !(config.userspace.node_port_localhost && beside) {
+        return Ok(mode);
+    }
+    tracing::info!("serving NodePorts on 127.0.0.1 and ::1 through the relay");
+    let counters = mode.relay.clone().unwrap_or_default();
+    Ok(Mode {
+        dataplane: Box::new(userspace::loopback::WithLoopbackNodePorts::new(
+            mode.dataplane,
+            relay_settings(config),
+            counters.clone(),
+        )),
+        relay: Some(counters),
+        ..mode
+    })
+}
+
+/// The relay's settings from the configuration.
+fn relay_settings(config: &Config) -> userspace::relay::Settings {
+    userspace::relay::Settings {
+        max_connections_per_service: config.userspace.max_connections_per_service as usize,
+        max_connections: config.userspace.max_connections as usize,
+        udp_idle_timeout: config.userspace.udp_idle_timeout,
+        ..userspace::relay::Settings::default()
+    }
+}
+
+fn mode_dataplane(config: &Config) -> Result<Mode, ModeError> {
     match config.mode {
         ProxyMode::Nftables => {
             let drift = Drift::new();
@@ -111,14 +141,11 @@ pub fn dataplane(config: &Config) -> Result<Mode, ModeError> {
         ProxyMode::Userspace => {
             let range = userspace::ports::PortRange::parse(&config.port_range)
                 .ok_or_else(|| ModeError::PortRange(config.port_range.clone()))?;
-            let settings = userspace::relay::Settings::default();
+            let settings = relay_settings(config);
             let drift = Drift::new();
             let rules = nftables::backend::for_encoder(config.nftables_encoder, None);
-            let redirect = userspace::redirect::Settings {
-                bind: config.bind_address,
-                node_ports: config.node_port_addresses.clone(),
-                detect_local: crate::dataplane::node::NodePolicy::new(config)?.detect_local,
-            };
+            let node = crate::dataplane::node::NodePolicy::new(config)?;
+            let redirect = userspace::redirect::Settings::of(config, &node);
             let dataplane =
                 userspace::UserspaceDataplane::new(settings, range, config.bind_address)
                     .with_redirect(rules, redirect, drift.clone());

@@ -149,6 +149,7 @@ impl Default for Config {
             conntrack: Conntrack::default(),
             config_sync_period: CONFIG_SYNC_PERIOD,
             port_range: String::new(),
+            userspace: super::model::Userspace::default(),
             windows_run_as_service: false,
             feature_gates: super::feature_gates::resolve(&BTreeMap::new()).unwrap_or_default(),
             logging: Logging::default(),

@@ -204,6 +204,33 @@ pub struct Flags {
     #[arg(long, value_name = "CIDRS")]
     pub cluster_cidr: Option<String>,
 
+    /// Ports userspace mode's listeners take: `low-high`, `base+size` or one port (default:
+    /// empty, the kernel chooses)
+    #[arg(long, value_name = "RANGE")]
+    pub proxy_port_range: Option<String>,
+
+    /// Userspace mode: how long a UDP flow with no datagram either way lives (default: 250ms;
+    /// upstream's flag for its userspace mode, which it removed in 1.26)
+    #[arg(long, value_name = "DURATION", value_parser = go_duration)]
+    pub udp_timeout: Option<Duration>,
+
+    /// nftables and userspace modes: serve NodePorts on 127.0.0.1 and ::1 by relaying them in
+    /// the proxy, where iptables mode needs route_localnet (default: false; kube-proxy-rs
+    /// only)
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true,
+          default_missing_value = "true", value_parser = go_bool)]
+    pub nodeport_localhost: Option<bool>,
+
+    /// Userspace mode: connections and UDP flows relayed at once over every listener; more
+    /// are refused (default: 100000; kube-proxy-rs only)
+    #[arg(long, value_name = "COUNT", allow_negative_numbers = true)]
+    pub userspace_max_connections: Option<i64>,
+
+    /// Userspace mode: connections and UDP flows one Service's listeners relay at once; more
+    /// are refused (default: 10000; kube-proxy-rs only)
+    #[arg(long, value_name = "COUNT", allow_negative_numbers = true)]
+    pub userspace_max_connections_per_service: Option<i64>,
+
     /// Comma-separated CIDRs and keywords (primary, localhost, all) of node addresses that
     /// accept NodePorts (default: all; primary in nftables mode)
     #[arg(long, value_name = "LIST", value_delimiter = ',')]
@@ -273,6 +300,10 @@ pub const HONOURED_WITH_CONFIG: &[&str] = &[
     "manifests",
     "master",
     "nftables-encoder",
+    "nodeport-localhost",
+    "udp-timeout",
+    "userspace-max-connections",
+    "userspace-max-connections-per-service",
     "v",
     "version",
     "write-config-to",
@@ -322,6 +353,10 @@ impl Flags {
             conntrack_udp_timeout_stream => "conntrack-udp-timeout-stream",
             config_sync_period => "config-sync-period", feature_gates => "feature-gates",
             verbosity => "v", logging_format => "logging-format",
+            proxy_port_range => "proxy-port-range", udp_timeout => "udp-timeout",
+            nodeport_localhost => "nodeport-localhost",
+            userspace_max_connections => "userspace-max-connections",
+            userspace_max_connections_per_service => "userspace-max-connections-per-service",
         )
     }
 

@@ -175,6 +175,10 @@ pub fn config(flags: &Flags, warnings: &mut Vec<Warning>) -> Result<Config, Erro
         c.client.burst = flag("kube-api-burst", validate::count(b))?;
     }
 
+    if let Some(text) = &flags.proxy_port_range {
+        flag("proxy-port-range", validate::port_range(text))?;
+        c.port_range = text.trim().to_owned();
+    }
     if let Some(text) = &flags.bind_address {
         c.bind_address = flag("bind-address", validate::ip(text))?;
     }

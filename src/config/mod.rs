@@ -37,7 +37,7 @@ use std::path::{Path, PathBuf};
 pub use flags::{Flags, HONOURED_WITH_CONFIG, VersionStyle};
 pub use model::{
     ClientConnection, Config, Conntrack, DetectLocal, DetectLocalMode, Ipvs, LogFormat, Logging,
-    NftablesEncoder, NodePortAddresses, ProxyMode, WinKernel,
+    NftablesEncoder, NodePortAddresses, ProxyMode, Userspace, WinKernel,
 };
 pub use render::render;
 
@@ -167,6 +167,30 @@ fn apply_always(flags: &Flags, c: &mut Config) -> Result<(), Error> {
             flag: "nftables-encoder",
             message,
         })?;
+    }
+    if let Some(on) = flags.nodeport_localhost {
+        c.userspace.node_port_localhost = on;
+    }
+    if let Some(d) = flags.udp_timeout {
+        c.userspace.udp_idle_timeout = validate::positive(d).map_err(|message| Error::Flag {
+            flag: "udp-timeout",
+            message,
+        })?;
+    }
+    let limit = |flag: &'static str, value: i64| {
+        validate::count(value)
+            .and_then(|n| match n {
+                0 => Err("must be 1 or more, got 0".to_owned()),
+                n => Ok(n),
+            })
+            .map_err(|message| Error::Flag { flag, message })
+    };
+    if let Some(n) = flags.userspace_max_connections {
+        c.userspace.max_connections = limit("userspace-max-connections", n)?;
+    }
+    if let Some(n) = flags.userspace_max_connections_per_service {
+        c.userspace.max_connections_per_service =
+            limit("userspace-max-connections-per-service", n)?;
     }
     if let Some(master) = flags.master.as_deref().filter(|m| !m.is_empty()) {
         c.client.master = Some(master.to_owned());

@@ -324,6 +324,8 @@ pub struct Config {
     pub config_sync_period: Duration,
     /// The ports userspace mode's listeners take (`portRange`); empty: the kernel chooses.
     pub port_range: String,
+    /// Userspace mode's relay limits (flags only; ours, beside upstream's configuration).
+    pub userspace: Userspace,
     /// Run as a Windows service (`windowsRunAsService`).
     pub windows_run_as_service: bool,
     /// Effective value of every known feature gate.
@@ -341,5 +343,31 @@ impl Config {
     /// klog-style verbosity (`-v`).
     pub fn verbosity(&self) -> u8 {
         self.logging.verbosity
+    }
+}
+
+/// Userspace mode's relay: the UDP idle timeout (`--udp-timeout`, upstream's flag for the mode
+/// it removed) and the connection limits (`--userspace-max-connections`,
+/// `--userspace-max-connections-per-service`, ours).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Userspace {
+    /// `--nodeport-localhost` (ours): NodePorts on 127.0.0.1 and ::1 through the relay, in
+    /// nftables and userspace modes.
+    pub node_port_localhost: bool,
+    pub udp_idle_timeout: std::time::Duration,
+    pub max_connections: u32,
+    pub max_connections_per_service: u32,
+}
+
+impl Default for Userspace {
+    /// Per Service, the 10,000 connections the memory goal is set for; overall, ten times
+    /// that; UDP flows idle out after 250 ms, upstream's `--udp-timeout` default.
+    fn default() -> Userspace {
+        Userspace {
+            node_port_localhost: false,
+            udp_idle_timeout: std::time::Duration::from_millis(250),
+            max_connections: 100_000,
+            max_connections_per_service: 10_000,
+        }
     }
 }

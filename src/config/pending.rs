@@ -85,6 +85,10 @@ const PENDING: &[Pending] = &[
         c.winkernel.forward_health_check_vip
     }),
     pending("windowsRunAsService", None, |c| c.windows_run_as_service),
+    pending("--nodeport-localhost", Some("nodeport-localhost"), |c| {
+        c.userspace.node_port_localhost
+            && !matches!(c.mode, ProxyMode::Nftables | ProxyMode::Userspace)
+    }),
     pending("portRange", None, |c| {
         !c.port_range.is_empty() && c.mode != ProxyMode::Userspace
     }),

@@ -106,6 +106,13 @@ impl Lab {
         }
     }
 
+    /// Whether the proxy relays connections itself (userspace mode): an endpoint then sees the
+    /// node's address, never the client's, whatever the traffic policy, and the scenarios
+    /// that check for the client's address check for a node's instead.
+    pub fn relays(&self) -> bool {
+        self.proxy.mode() == Mode::Userspace
+    }
+
     /// How long checks wait for a change to show.
     pub fn settle(&self) -> Duration {
         self.settle.get()

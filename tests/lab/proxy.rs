@@ -14,7 +14,7 @@ use crate::testenv::{ChildGuard, TestEnv, bridge_apiserver};
 /// programs rules: the suite then holds ours to every scenario upstream passes.
 pub fn ours_known_gap(mode: Mode) -> Option<&'static str> {
     match mode {
-        Mode::Nftables | Mode::Iptables | Mode::Ipvs => None,
+        Mode::Nftables | Mode::Iptables | Mode::Ipvs | Mode::Userspace => None,
     }
 }
 
@@ -27,6 +27,9 @@ pub const UPSTREAM_IPVS_IN_UML: &str = "upstream's ipvs mode in the UML guest: i
      seconds there (ipset once per entry, iptables-restore, one CPU for three proxies and the \
      API server), and which scenarios miss their time differs from run to run";
 
+/// Why a scenario is not run for upstream in userspace mode: upstream removed that mode in 1.26.
+pub const UPSTREAM_HAS_NO_USERSPACE: &str = "upstream removed its userspace mode in 1.26";
+
 /// A dataplane mode, spelled as `--proxy-mode` takes it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
@@ -34,6 +37,8 @@ pub enum Mode {
     Iptables,
     /// Needs a kernel with IPVS: runs in the UML guest (`lab_uml.rs`).
     Ipvs,
+    /// Ours only: the proxy relays each connection itself (upstream removed the mode in 1.26).
+    Userspace,
 }
 
 impl Mode {
@@ -42,6 +47,7 @@ impl Mode {
             Mode::Nftables => "nftables",
             Mode::Iptables => "iptables",
             Mode::Ipvs => "ipvs",
+            Mode::Userspace => "userspace",
         }
     }
 }

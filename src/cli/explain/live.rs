@@ -6,12 +6,13 @@ use std::net::SocketAddr;
 
 use super::{
     Explanation, Planned, Request, Rules, RulesFrom, affinity, explain, kernel, others,
-    persistence, recent, saved,
+    persistence, recent, saved, sockets,
 };
 use crate::cluster::{IpFamily, Snapshot};
 use crate::config::{Config, ProxyMode};
 use crate::dataplane::ipvs::backend::netlink::ServiceKey;
 use crate::dataplane::node::NodePolicy;
+use crate::dataplane::userspace::{self, trace::RelayPorts};
 use crate::dataplane::{iptables, ipvs, nftables};
 
 /// The rules the configured mode plans for `snapshot`, with the node policy its tracer reads.
@@ -47,10 +48,9 @@ pub fn plan_on_node(
             );
         }
         ProxyMode::Userspace => {
-            return Err(
-                "userspace mode has no rules to trace yet (its redirect rules are a later phase)"
-                    .to_owned(),
-            );
+            let node = NodePolicy::new(config).map_err(|e| e.to_string())?;
+            let settings = userspace::redirect::Settings::of(config, &node);
+            (Planned::userspace(snapshot, settings), node)
         }
     })
 }
@@ -79,6 +79,8 @@ pub struct Read {
     services: Option<ipvs::Desired>,
     /// iptables mode: our chains as the kernel holds them (empty when they are not there).
     chains: Option<iptables::Ruleset>,
+    /// Userspace mode: the listeners the kernel's redirect rules lead to.
+    relay: Option<RelayPorts>,
     /// Missing, extra or different objects, one line each, or the repair script's first lines.
     pub drift: Vec<String>,
     /// IPVS mode: destinations at weight 0 the plan no longer has (graceful termination).
@@ -92,6 +94,12 @@ impl Read {
             return Rules::Iptables(chains);
         }
         let table = self.table.as_ref().unwrap_or(&self.empty);
+        if let Some(relay) = &self.relay {
+            return Rules::Userspace {
+                tables: table,
+                relay,
+            };
+        }
         match &self.services {
             Some(desired) => Rules::Ipvs {
                 desired,
@@ -104,17 +112,50 @@ impl Read {
 
 /// Reads `family`'s rules from this node's kernel, through the reader the mode's applier
 /// adopts with.
-pub fn read_family(config: &Config, planned: &Planned, family: IpFamily) -> Result<Read, String> {
+pub fn read_family(
+    config: &Config,
+    snapshot: &Snapshot,
+    planned: &Planned,
+    family: IpFamily,
+) -> Result<Read, String> {
     let table_family = nftables::ruleset::Family::of(family);
     let read_table = || kernel::read_nftables(config.nftables_encoder, None, table_family);
     let empty = nftables::Ruleset::empty(table_family);
+    if let Planned::Userspace {
+        listeners,
+        settings,
+        ..
+    } = planned
+    {
+        let table = read_table()?;
+        let (relay, drift) = match &table {
+            Some(t) => {
+                let read = RelayPorts::read(t, snapshot, listeners, settings, family);
+                let mut drift = kernel::drift(Some(t), &read.want);
+                drift.extend(sockets::not_listening(&read.ports)?);
+                (read.relay, drift)
+            }
+            None => (RelayPorts::default(), kernel::drift(None, &empty)),
+        };
+        return Ok(Read {
+            table,
+            empty,
+            services: None,
+            chains: None,
+            relay: Some(relay),
+            drift,
+            draining: Vec::new(),
+        });
+    }
     match planned.rules(family) {
+        Rules::Userspace { .. } => unreachable!("read above"),
         Rules::Iptables(want) => {
             let read = saved::read_iptables(None, family, want)?;
             Ok(Read {
                 table: None,
                 empty,
                 services: None,
+                relay: None,
                 chains: Some(
                     read.rules
                         .unwrap_or_else(|| iptables::Ruleset::empty(family)),
@@ -131,6 +172,7 @@ pub fn read_family(config: &Config, planned: &Planned, family: IpFamily) -> Resu
                 empty,
                 services: None,
                 chains: None,
+                relay: None,
                 drift,
                 draining: Vec::new(),
             })
@@ -145,6 +187,7 @@ pub fn read_family(config: &Config, planned: &Planned, family: IpFamily) -> Resu
                 empty,
                 services: Some(ipvs.services),
                 chains: None,
+                relay: None,
                 drift,
                 draining: ipvs.draining,
             })
@@ -166,7 +209,7 @@ pub fn explain_on_node(
     let read = if offline {
         None
     } else {
-        Some(read_family(config, &planned, family)?)
+        Some(read_family(config, snapshot, &planned, family)?)
     };
     match read {
         None => explain(
@@ -247,6 +290,10 @@ fn remember(
     read: &mut Read,
 ) -> Result<(Option<Vec<SocketAddr>>, Vec<SocketAddr>), String> {
     let family = IpFamily::of(&request.to.ip());
+    if read.relay.is_some() {
+        // The relay keeps its ClientIP affinity in its own memory, which no reader sees.
+        return Ok((None, Vec::new()));
+    }
     if let Some(chains) = read.chains.as_mut() {
         let found = recent::add_entries(
             snapshot,

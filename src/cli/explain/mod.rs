@@ -27,6 +27,7 @@ pub mod recent;
 pub mod render;
 pub mod request;
 pub mod saved;
+pub mod sockets;
 mod source;
 
 use std::net::{IpAddr, SocketAddr};
@@ -36,9 +37,9 @@ use serde::Serialize;
 use super::plan::{FamilyReport, family_report};
 use crate::cluster::{IpFamily, ServicePortState, Snapshot, TrafficPolicy};
 use crate::dataplane::node::NodePolicy;
-use crate::dataplane::{iptables, ipvs, nftables};
+use crate::dataplane::{iptables, ipvs, nftables, userspace};
 use outcome::walk;
-use reasons::{masquerade_reasons, not_a_frontend, reasons};
+use reasons::{masquerade_reasons, not_a_frontend, reasons, relay_reasons};
 use source::Source;
 
 pub use planned::Planned;
@@ -54,6 +55,11 @@ pub enum Rules<'a> {
         desired: &'a ipvs::desired::Desired,
         tables: &'a nftables::Ruleset,
     },
+    /// The redirect rules of our nftables table, and the listeners they lead to.
+    Userspace {
+        tables: &'a nftables::Ruleset,
+        relay: &'a userspace::trace::RelayPorts,
+    },
 }
 
 impl Rules<'_> {
@@ -63,6 +69,7 @@ impl Rules<'_> {
             Rules::Nftables(_) => "nftables",
             Rules::Iptables(_) => "iptables",
             Rules::Ipvs { .. } => "ipvs",
+            Rules::Userspace { .. } => "userspace",
         }
     }
 }
@@ -214,7 +221,11 @@ pub fn explain(
         }
         None => (None, None, None, not_a_frontend(snapshot, request, family)),
     };
-    reasons.extend(masquerade_reasons(node, &found, &outcome, &source));
+    if matches!(rules, Rules::Userspace { .. }) {
+        reasons.extend(relay_reasons(&outcome));
+    } else {
+        reasons.extend(masquerade_reasons(node, &found, &outcome, &source));
+    }
     Ok(Explanation {
         mode: rules.mode(),
         rules_from,

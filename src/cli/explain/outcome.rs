@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 
 use super::source::Source;
 use super::{Outcome, Request, Rules, Share, Verdict};
-use crate::dataplane::{iptables, ipvs, nftables};
+use crate::dataplane::{iptables, ipvs, nftables, userspace};
 
 /// Walks the packet through the rules with the mode's tracer.
 pub(super) fn walk(rules: Rules<'_>, request: &Request, source: &Source) -> Outcome {
@@ -27,6 +27,12 @@ pub(super) fn walk(rules: Rules<'_>, request: &Request, source: &Source) -> Outc
         Rules::Ipvs { desired, tables } => from_branches(&ipvs::trace::trace(
             desired,
             tables,
+            &nft_packet(),
+            &source.local,
+        )),
+        Rules::Userspace { tables, relay } => from_branches(&userspace::trace::trace(
+            tables,
+            relay,
             &nft_packet(),
             &source.local,
         )),

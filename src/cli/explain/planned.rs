@@ -2,6 +2,7 @@
 
 use crate::cluster::{IpFamily, Snapshot};
 use crate::dataplane::node::NodePolicy;
+use crate::dataplane::userspace::{self, trace::RelayPorts};
 use crate::dataplane::{iptables, ipvs, nftables};
 
 use super::Rules;
@@ -14,6 +15,14 @@ pub enum Planned {
     Ipvs {
         desired: [ipvs::Desired; 2],
         tables: Vec<nftables::Ruleset>,
+    },
+    /// The redirect rules on stand-in listener ports (the running proxy's are the kernel's
+    /// choice), the listeners they lead to, and what a live reading needs to plan them again.
+    Userspace {
+        tables: [nftables::Ruleset; 2],
+        relay: [RelayPorts; 2],
+        listeners: userspace::plan::Listeners,
+        settings: userspace::redirect::Settings,
     },
 }
 
@@ -49,6 +58,32 @@ impl Planned {
         Planned::Ipvs { desired, tables }
     }
 
+    /// Userspace mode's listeners and redirect rules, each listener on a stand-in port (its
+    /// place in plan order, from 1): which port is the kernel's choice, and `explain` does
+    /// not print it.
+    pub fn userspace(snapshot: &Snapshot, settings: userspace::redirect::Settings) -> Planned {
+        let listeners = userspace::plan::plan(snapshot);
+        let open: std::collections::BTreeMap<_, _> = listeners
+            .iter()
+            .zip(1..=u16::MAX)
+            .map(|((key, spec), port)| {
+                let serving = !spec.endpoints.is_empty();
+                (
+                    key.clone(),
+                    userspace::redirect::Listening { port, serving },
+                )
+            })
+            .collect();
+        let tables = userspace::redirect::plan(snapshot, &open, &settings);
+        let relay = IpFamily::ALL.map(|_| RelayPorts::planned(&listeners, &open));
+        Planned::Userspace {
+            tables,
+            relay,
+            listeners,
+            settings,
+        }
+    }
+
     /// Every mode's plan of `snapshot` with the default configuration beside `node`, in the
     /// order nftables, iptables, ipvs: for checks that must hold in every mode.
     pub fn every_mode(snapshot: &Snapshot, node: &NodePolicy) -> [Planned; 3] {
@@ -80,6 +115,10 @@ impl Planned {
             Planned::Ipvs { desired, tables } => Rules::Ipvs {
                 desired: &desired[i],
                 tables: &tables[i],
+            },
+            Planned::Userspace { tables, relay, .. } => Rules::Userspace {
+                tables: &tables[i],
+                relay: &relay[i],
             },
         }
     }

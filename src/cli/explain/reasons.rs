@@ -201,3 +201,16 @@ pub(super) fn masquerade_reasons(
     };
     vec![reason.to_string()]
 }
+
+/// Userspace mode: why the endpoint sees the node's address, whatever the policies say.
+pub(super) fn relay_reasons(outcome: &Outcome) -> Vec<String> {
+    if outcome.verdict != Verdict::Forwarded {
+        return Vec::new();
+    }
+    vec![
+        "relayed by the proxy (userspace mode): it accepts the connection and dials the endpoint \
+         from the node's address, so the endpoint never sees the client's (not even under \
+         externalTrafficPolicy Local)"
+            .to_string(),
+    ]
+}

@@ -296,10 +296,43 @@ fn flag_errors_are_one_line_naming_the_flag() {
             &["--nftables-encoder=libnftnl"],
             "--nftables-encoder: must be netlink or nft, got \"libnftnl\"",
         ),
+        (
+            &["--udp-timeout=0s"],
+            "--udp-timeout: must be greater than 0s",
+        ),
+        (
+            &["--userspace-max-connections=0"],
+            "--userspace-max-connections: must be 1 or more, got 0",
+        ),
+        (
+            &["--userspace-max-connections-per-service=-3"],
+            "--userspace-max-connections-per-service: must be 0 or more, got -3",
+        ),
+        (&["--proxy-port-range=9-3"], "--proxy-port-range: "),
     ];
     for (args, want) in cases {
         let err = from_flags(args).expect_err(want).to_string();
         assert!(err.starts_with(want), "\n got: {err}\nwant: {want}");
         assert!(!err.contains('\n') && !err.ends_with('.'), "{err:?}");
     }
+}
+
+#[test]
+fn userspace_flags_fill_the_relay_settings_also_beside_a_file() {
+    let r = from_flags(&[
+        "--proxy-mode=userspace",
+        "--proxy-port-range=30000-30100",
+        "--udp-timeout=2s",
+        "--userspace-max-connections=500",
+        "--userspace-max-connections-per-service=50",
+    ])
+    .unwrap();
+    let c = &r.config;
+    assert_eq!(c.port_range, "30000-30100");
+    assert_eq!(c.userspace.udp_idle_timeout, Duration::from_secs(2));
+    assert_eq!(c.userspace.max_connections, 500);
+    assert_eq!(c.userspace.max_connections_per_service, 50);
+    let defaults = from_flags(&["--proxy-mode=userspace"]).unwrap().config;
+    assert_eq!(defaults.userspace, crate::config::Userspace::default());
+    assert!(crate::config::HONOURED_WITH_CONFIG.contains(&"udp-timeout"));
 }

@@ -52,6 +52,9 @@ pub struct UserspaceDataplane {
     counters: ListenerCounters,
     /// The redirect rules, when this dataplane programs them (see [`Self::with_redirect`]).
     rules: Option<Rules>,
+    /// The listeners a snapshot asks for: [`plan::plan`], or the loopback NodePorts of
+    /// [`Self::loopback_node_ports`].
+    plan: fn(&Snapshot) -> Listeners,
 }
 
 /// The redirect rules' applier and what it last applied.
@@ -126,6 +129,17 @@ impl UserspaceDataplane {
             limits: BTreeMap::new(),
             counters: ListenerCounters::default(),
             rules: None,
+            plan: plan::plan,
+        }
+    }
+
+    /// The relay for NodePorts on 127.0.0.1 and ::1 (`--nodeport-localhost`) beside another
+    /// mode: a listener on each NodePort itself, so no rule is needed (the other modes leave
+    /// loopback NodePorts alone).
+    pub fn loopback_node_ports(settings: Settings) -> UserspaceDataplane {
+        UserspaceDataplane {
+            plan: plan::loopback_node_ports,
+            ..UserspaceDataplane::new(settings, PortRange::Any, Ipv4Addr::LOCALHOST.into())
         }
     }
 
@@ -146,6 +160,12 @@ impl UserspaceDataplane {
             drift,
             last: None,
         });
+        self
+    }
+
+    /// Records the listeners' counters in `counters` (shared with another dataplane's).
+    pub fn counting_in(mut self, counters: ListenerCounters) -> UserspaceDataplane {
+        self.counters = counters;
         self
     }
 
@@ -193,7 +213,11 @@ impl UserspaceDataplane {
             match self.open.get_mut(&key) {
                 Some(open) if open.spec == spec => {}
                 Some(open) => {
-                    open.listener.update(spec.endpoints.clone(), spec.affinity);
+                    open.listener.update_keeping(
+                        spec.endpoints.clone(),
+                        &spec.listed,
+                        spec.affinity,
+                    );
                     open.spec = spec;
                     operations[key.family.index()] += 1;
                 }
@@ -217,10 +241,13 @@ impl UserspaceDataplane {
 
     /// Opens a listener for `key` on the first port of the range that binds.
     fn listen(&mut self, key: &Key, spec: &Spec) -> io::Result<Listener> {
-        let address = match (key.family, self.bind) {
-            (IpFamily::V4, bind @ IpAddr::V4(_)) | (IpFamily::V6, bind @ IpAddr::V6(_)) => bind,
-            (IpFamily::V4, _) => Ipv4Addr::UNSPECIFIED.into(),
-            (IpFamily::V6, _) => Ipv6Addr::UNSPECIFIED.into(),
+        let address = match (key.family, self.bind, spec.port) {
+            (IpFamily::V4, _, Some(_)) => Ipv4Addr::LOCALHOST.into(),
+            (IpFamily::V6, _, Some(_)) => Ipv6Addr::LOCALHOST.into(),
+            (IpFamily::V4, bind @ IpAddr::V4(_), None)
+            | (IpFamily::V6, bind @ IpAddr::V6(_), None) => bind,
+            (IpFamily::V4, _, None) => Ipv4Addr::UNSPECIFIED.into(),
+            (IpFamily::V6, _, None) => Ipv6Addr::UNSPECIFIED.into(),
         };
         let transport = spec.transport;
         let limit = self
@@ -231,7 +258,11 @@ impl UserspaceDataplane {
         let taken = self.taken.entry(transport).or_default();
         let mut last = io::Error::new(io::ErrorKind::AddrInUse, "every port of the range is ours");
         let mut bound = None;
-        for port in self.range.candidates(taken) {
+        let candidates = match spec.port {
+            Some(port) => Box::new(std::iter::once(port)),
+            None => self.range.candidates(taken),
+        };
+        for port in candidates {
             let target = Target {
                 name: plan::name(key).into(),
                 endpoints: spec.endpoints.clone(),
@@ -274,7 +305,7 @@ impl Dataplane for UserspaceDataplane {
             source: None,
         })?;
         let _entered = runtime.enter();
-        let (mut operations, failed) = self.reconcile(plan::plan(snapshot));
+        let (mut operations, failed) = self.reconcile((self.plan)(snapshot));
         let mut netlink_messages = 0;
         if let Some(rules) = &mut self.rules {
             let listening: BTreeMap<Key, Listening> = self

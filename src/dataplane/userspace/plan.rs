@@ -36,6 +36,10 @@ pub enum Traffic {
     Internal,
     /// NodePorts, externalIPs and LoadBalancer IPs: the external traffic policy applies.
     External,
+    /// A NodePort on the loopback address (`--nodeport-localhost`): traffic from the node
+    /// itself, which every mode sends to the cluster endpoints whatever the external policy
+    /// (the short-circuit for traffic from inside the node).
+    Loopback,
 }
 
 impl Traffic {
@@ -43,6 +47,7 @@ impl Traffic {
         match self {
             Traffic::Internal => "internal",
             Traffic::External => "external",
+            Traffic::Loopback => "loopback",
         }
     }
 }
@@ -60,8 +65,15 @@ pub struct Spec {
     pub transport: Transport,
     /// In the model's endpoint order (address, then port): round-robin visits them so.
     pub endpoints: Vec<SocketAddr>,
+    /// Every endpoint the slices still list for this port (terminating, not ready, in
+    /// another zone or on another node too): connections already relayed to one of them go
+    /// on, as a kernel mode's established flows do; only a connection whose endpoint left
+    /// the slices is closed. So a terminating endpoint drains gracefully.
+    pub listed: Vec<SocketAddr>,
     /// ClientIP affinity timeout; `None` without affinity.
     pub affinity: Option<Duration>,
+    /// The port it must listen on (a NodePort on loopback); `None`: one from `portRange`.
+    pub port: Option<u16>,
 }
 
 /// The listeners `snapshot` asks for.
@@ -69,14 +81,10 @@ pub fn plan(snapshot: &Snapshot) -> Listeners {
     let mut out = Listeners::new();
     for state in snapshot.ports.values() {
         let port = &state.port;
-        let transport = match port.name.protocol {
-            Protocol::Tcp => Transport::Tcp,
-            Protocol::Udp => Transport::Udp,
-            Protocol::Sctp => continue,
+        let Some(transport) = transport(port.name.protocol) else {
+            continue;
         };
-        let affinity = port
-            .affinity_timeout_seconds
-            .map(|s| Duration::from_secs(u64::from(s)));
+        let affinity = affinity(port.affinity_timeout_seconds);
         for view in &state.families {
             let mut add = |traffic, policy| {
                 let key = Key {
@@ -87,7 +95,9 @@ pub fn plan(snapshot: &Snapshot) -> Listeners {
                 let spec = Spec {
                     transport,
                     endpoints: selected(view, policy),
+                    listed: listed(view),
                     affinity,
+                    port: None,
                 };
                 out.insert(key, spec);
             };
@@ -98,6 +108,57 @@ pub fn plan(snapshot: &Snapshot) -> Listeners {
         }
     }
     out
+}
+
+/// The listeners that serve NodePorts on the loopback address of each family (127.0.0.1 and
+/// ::1, at the NodePort itself), for `--nodeport-localhost`: one per TCP or UDP port with a
+/// NodePort, over the endpoints of the `Cluster` policy, as traffic from the node itself gets
+/// in every mode.
+pub fn loopback_node_ports(snapshot: &Snapshot) -> Listeners {
+    let mut out = Listeners::new();
+    for state in snapshot.ports.values() {
+        let port = &state.port;
+        let (Some(node_port), Some(transport)) = (port.node_port, transport(port.name.protocol))
+        else {
+            continue;
+        };
+        for view in &state.families {
+            let key = Key {
+                port: port.name.clone(),
+                family: view.family,
+                traffic: Traffic::Loopback,
+            };
+            let spec = Spec {
+                transport,
+                endpoints: selected(view, TrafficPolicy::Cluster),
+                listed: listed(view),
+                affinity: affinity(port.affinity_timeout_seconds),
+                port: Some(node_port),
+            };
+            out.insert(key, spec);
+        }
+    }
+    out
+}
+
+fn transport(protocol: Protocol) -> Option<Transport> {
+    match protocol {
+        Protocol::Tcp => Some(Transport::Tcp),
+        Protocol::Udp => Some(Transport::Udp),
+        Protocol::Sctp => None,
+    }
+}
+
+fn affinity(seconds: Option<u32>) -> Option<Duration> {
+    seconds.map(|s| Duration::from_secs(u64::from(s)))
+}
+
+/// Every endpoint the slices list in `view`, whatever its state.
+fn listed(view: &FamilyView) -> Vec<SocketAddr> {
+    view.endpoints
+        .iter()
+        .map(|e| SocketAddr::new(e.ip, e.port))
+        .collect()
 }
 
 /// The endpoints `policy` selects in `view`; none when no traffic uses that policy.
@@ -208,6 +269,30 @@ mod tests {
         let (key, spec) = listeners.iter().next().unwrap();
         assert_eq!(&*key.port.service.name, "dns");
         assert_eq!(spec.transport, Transport::Udp);
+    }
+
+    #[test]
+    fn loopback_node_ports_listen_at_the_node_port_over_the_cluster_endpoints() {
+        let snap = snapshot(
+            node(),
+            vec![
+                svc("default/web", "10.96.0.10", 80)
+                    .node_port(30080)
+                    .external_local()
+                    .ep("10.244.2.5", 8080, "node-b")
+                    .ep("10.244.1.5", 8080, "node-a"),
+                svc("default/internal", "10.96.0.11", 80).ep("10.244.2.6", 8080, "node-b"),
+            ],
+        );
+        let listeners = loopback_node_ports(&snap);
+        assert_eq!(listeners.len(), 1, "only the port with a NodePort");
+        let spec = only(&listeners, Traffic::Loopback);
+        assert_eq!(spec.port, Some(30080));
+        assert_eq!(
+            spec.endpoints,
+            [addr("10.244.1.5:8080"), addr("10.244.2.5:8080")],
+            "the node's own traffic is not held to the external Local policy"
+        );
     }
 
     #[test]

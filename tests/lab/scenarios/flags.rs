@@ -17,6 +17,7 @@ use serde_json::json;
 
 use super::{cluster_ip, node_port, reaches_exactly, service};
 use crate::lab::client::{From, addr};
+use crate::lab::proxy::UPSTREAM_HAS_NO_USERSPACE;
 use crate::lab::scenarios::report::Expect;
 use crate::lab::{Lab, Mode, Proto, Proxy};
 
@@ -131,6 +132,9 @@ pub fn rules_deleted_expect(proxy: Proxy) -> Expect {
             "IPVS sends no notification when another program flushes it (`ipvsadm -C`): upstream \
              restores the virtual servers at its next --ipvs-sync-period (60 s here)",
         ),
+        Proxy::Upstream {
+            mode: Mode::Userspace,
+        } => Expect::NotApplicable(UPSTREAM_HAS_NO_USERSPACE),
         Proxy::Ours { .. } => Expect::Pass,
     }
 }
@@ -161,7 +165,8 @@ pub async fn rules_deleted(lab: &Lab) -> Result<(), String> {
 
     let ns = &lab.topo.nodes[0].ns;
     match lab.proxy.mode() {
-        Mode::Nftables => {
+        // Userspace mode's redirect rules live in our nftables table too.
+        Mode::Nftables | Mode::Userspace => {
             let table = lab.proxy.nft_table();
             ns.try_output("nft", &["delete", "table", "ip", table])
                 .map_err(|e| format!("nft delete table ip {table}: {e}"))?;
@@ -332,6 +337,19 @@ impl Drop for ClientRoute<'_> {
     }
 }
 
+/// Where the source-NAT choices mean nothing.
+pub fn snat_modes_expect(proxy: Proxy) -> Expect {
+    match proxy {
+        Proxy::Ours {
+            mode: Mode::Userspace,
+        } => Expect::NotApplicable(
+            "userspace mode relays every connection from the node's own address: there is no \
+             masquerade for masqueradeAll or detect-local to decide",
+        ),
+        _ => Expect::Pass,
+    }
+}
+
 /// Scenario 24: for each of [`SNAT_CASES`], node 1's proxy is restarted with its flags and a
 /// new Service (endpoint n2-a, on another node) is reached from node 1's pods and from the
 /// external client (which routes the service CIDR via node 1 here): the endpoint sees each pod's
@@ -406,4 +424,78 @@ async fn source_seen(
         }
     })
     .await
+}
+
+// ---------------------------------------------------------------------------------------------
+// Scenario 33
+
+/// Who serves NodePorts on the node's loopback address, and how.
+pub fn node_port_localhost_expect(proxy: Proxy) -> Expect {
+    match proxy {
+        // iptables mode DNATs them by default (route_localnet), in both proxies.
+        Proxy::Upstream {
+            mode: Mode::Iptables,
+        }
+        | Proxy::Ours {
+            mode: Mode::Iptables,
+        } => Expect::Pass,
+        // Ours relays them with --nodeport-localhost.
+        Proxy::Ours {
+            mode: Mode::Nftables | Mode::Userspace,
+        } => Expect::Pass,
+        Proxy::Upstream {
+            mode: Mode::Nftables,
+        } => Expect::Fail("upstream's nftables mode does not serve NodePorts on localhost"),
+        Proxy::Upstream { mode: Mode::Ipvs } | Proxy::Ours { mode: Mode::Ipvs } => Expect::Fail(
+            "ipvs mode leaves loopback out of its NodePort addresses, as upstream's does",
+        ),
+        Proxy::Upstream {
+            mode: Mode::Userspace,
+        } => Expect::NotApplicable(UPSTREAM_HAS_NO_USERSPACE),
+    }
+}
+
+/// Scenario 33: a process on node 1 reaches a NodePort Service (endpoint n2-a) at
+/// 127.0.0.1:nodePort, over TCP and UDP. Ours in nftables and userspace mode is restarted
+/// with `--nodeport-localhost`, which relays them; iptables mode serves them by default.
+pub async fn node_port_localhost(lab: &Lab) -> Result<(), String> {
+    let relays_them = matches!(
+        lab.proxy,
+        Proxy::Ours {
+            mode: Mode::Nftables | Mode::Userspace
+        }
+    );
+    let _node1 = relays_them.then(|| Reconfigured::new(lab, &["--nodeport-localhost"]));
+    let svc = lab
+        .cluster
+        .apply_service(json!({ "metadata": { "name": "s33" }, "spec": {
+            "type": "NodePort",
+            "ports": [
+                { "name": "t", "port": 80, "targetPort": 8080, "protocol": "TCP" },
+                { "name": "u", "port": 80, "targetPort": 8080, "protocol": "UDP" },
+            ],
+        }}))
+        .await;
+    let p = [("t", 8080, Proto::Tcp), ("u", 8080, Proto::Udp)];
+    lab.cluster
+        .apply_slice("s33-x", "s33", &p, &lab.endpoints(&["n2-a"]))
+        .await;
+    let loopback = IpAddr::from([127, 0, 0, 1]);
+    for (index, proto) in [(0, Proto::Tcp), (1, Proto::Udp)] {
+        let target = addr(loopback, node_port(&svc, index));
+        let what = format!("{proto:?} from node 1 to {target} reaches n2-a");
+        with_settle(
+            lab,
+            startup(lab),
+            lab.eventually(&what, || async {
+                let replies = lab.all_reach(From::Node(0), proto, target, 3).await?;
+                match replies.iter().find(|r| r.pod != "n2-a") {
+                    Some(r) => Err(format!("{} answered", r.pod)),
+                    None => Ok(()),
+                }
+            }),
+        )
+        .await?;
+    }
+    Ok(())
 }

@@ -19,6 +19,7 @@ mod external;
 mod flags;
 mod ipvs;
 mod policy;
+mod relay;
 pub mod report;
 
 use std::net::IpAddr;
@@ -123,7 +124,8 @@ pub fn all() -> Vec<Scenario> {
         scenario!(
             19,
             "proxy restarted under load: zero failures",
-            disruption::proxy_restart
+            disruption::proxy_restart,
+            disruption::proxy_restart_expect
         ),
         scenario!(
             29,
@@ -165,6 +167,23 @@ pub fn all() -> Vec<Scenario> {
             ipvs::maglev_same_on_two_nodes,
             ipvs::ours_ipvs_only
         ),
+        scenario!(
+            30,
+            "an endpoint that refuses is skipped, the client connects",
+            relay::refusing_endpoint_skipped,
+            relay::relay_only
+        ),
+        scenario!(
+            31,
+            "an endpoint silent past the dial timeout is skipped",
+            relay::silent_endpoint_skipped,
+            relay::relay_only
+        ),
+        scenario!(
+            32,
+            "a long-lived connection survives syncs not touching its endpoint",
+            relay::long_lived_survives_sync
+        ),
         // Last: these restart node 1's proxy with other flags (and put it back afterwards).
         scenario!(
             20,
@@ -174,9 +193,16 @@ pub fn all() -> Vec<Scenario> {
         ),
         scenario!(23, "nodePortAddresses", flags::node_port_addresses),
         scenario!(
+            33,
+            "NodePorts on 127.0.0.1 from the node itself",
+            flags::node_port_localhost,
+            flags::node_port_localhost_expect
+        ),
+        scenario!(
             24,
             "masqueradeAll and detect-local modes",
-            flags::snat_modes
+            flags::snat_modes,
+            flags::snat_modes_expect
         ),
     ]
 }

@@ -22,15 +22,20 @@
 //!   outside may not be sent to).
 //! - `filter-input`, `filter-forward` and `filter-output`: new connections to a frontend
 //!   whose listener has no endpoint to relay to (`no-endpoint-services`) are refused at once
-//!   (TCP reset, ICMP for UDP: the nftables mode's `reject-chain`), or dropped for external
-//!   traffic under `externalTrafficPolicy: Local`, as the other modes drop it, so a load
-//!   balancer's health check moves traffic elsewhere. Such a frontend has no DNAT, so its
+//!   (TCP reset, ICMP for UDP: the nftables mode's `reject-chain`) when the port has no
+//!   endpoint at all, or dropped when it has some but a `Local` policy selects none here, as
+//!   the other modes drop it (so a load balancer's health check moves traffic elsewhere). Such a frontend has no DNAT, so its
 //!   packets still carry the frontend address at those hooks. The relay could only reset an
 //!   accepted connection, which a client sees as a connection that opened and broke.
 //! - The other modes' short-circuit: an external frontend under `Local` without a local
 //!   endpoint still serves this node's pods (as detect-local recognises them) and the node
 //!   itself, through the internal listener (`external-to-internal`, read before the main map
 //!   in both nat chains); only traffic from outside is dropped.
+//!
+//! - `loadBalancerSourceRanges`: new connections to a LoadBalancer IP from a source outside its
+//!   ranges are dropped before the DNAT (`firewall-check` from `filter-prerouting-pre-dnat`
+//!   and `filter-output-pre-dnat`, over the `firewall-ips` and `firewall-allow` sets: the
+//!   nftables mode's names and shapes, as [`source_ranges`] allows).
 //!
 //! No masquerade: the relay dials endpoints from the node's own address.
 
@@ -49,7 +54,7 @@ use crate::dataplane::nftables::ruleset::{
     ChainType, Comment, CtState, Data, DataKind, Element, Family, Field, Hook, Kind, Match, Rule,
     Ruleset, Set, SetDecl, Statement, Tuple, Value, Verdict, priority,
 };
-use crate::dataplane::node::{DetectLocal, Local, NodePortMatch, node_ports};
+use crate::dataplane::node::{DetectLocal, Local, NodePortMatch, node_ports, source_ranges};
 
 /// Frontend (address . protocol . port) → listener (address . port).
 pub const SERVICE_LISTENERS: &str = "service-listeners";
@@ -80,6 +85,17 @@ pub struct Settings {
     pub detect_local: DetectLocal,
 }
 
+impl Settings {
+    /// The settings of the configuration, beside its resolved node policy.
+    pub fn of(config: &crate::config::Config, node: &crate::dataplane::node::NodePolicy) -> Self {
+        Settings {
+            bind: config.bind_address,
+            node_ports: config.node_port_addresses.clone(),
+            detect_local: node.detect_local.clone(),
+        }
+    }
+}
+
 /// The tables for `snapshot`, one per family in [`IpFamily::ALL`] order. `listening`: the
 /// listeners open now, by what they carry; a frontend whose listener is not open gets no rule.
 pub fn plan(
@@ -90,7 +106,8 @@ pub fn plan(
     IpFamily::ALL.map(|family| plan_family(snapshot, listening, settings, family))
 }
 
-fn plan_family(
+/// One family's table of [`plan`].
+pub fn plan_family(
     snapshot: &Snapshot,
     listening: &BTreeMap<Key, Listening>,
     settings: &Settings,
@@ -125,6 +142,14 @@ fn plan_family(
             continue;
         };
         let comment = Comment::sanitised(&port.name.to_string());
+        let external = Key {
+            port: port.name.clone(),
+            family,
+            traffic: Traffic::External,
+        };
+        if !view.load_balancer_source_ranges.is_empty() && listening.contains_key(&external) {
+            firewall(&mut rules, port, view, node, &comment);
+        }
         for traffic in [Traffic::Internal, Traffic::External] {
             let key = Key {
                 port: port.name.clone(),
@@ -146,9 +171,12 @@ fn plan_family(
                 })
                 .flatten()
                 .filter(|internal| internal.serving);
-            let refusal = match (traffic, port.external_policy) {
-                (Traffic::External, TrafficPolicy::Local) => Verdict::Drop,
-                _ => Verdict::Goto(Name::fixed(n::REJECT_CHAIN)),
+            // As the nftables mode: refused when the port has no endpoint at all; dropped when
+            // it has some but none for this traffic (a Local policy without a local one).
+            let refusal = if view.selection.has_any_endpoints {
+                Verdict::Drop
+            } else {
+                Verdict::Goto(Name::fixed(n::REJECT_CHAIN))
             };
             for (address, at, node_port) in frontends(port, view, traffic, &node_port_addresses) {
                 let frontend = Tuple::new(&[
@@ -182,6 +210,31 @@ fn plan_family(
         }
     }
     rules
+}
+
+/// `port`'s LoadBalancer IPs accept new connections only from the allowed sources.
+fn firewall(
+    rules: &mut Ruleset,
+    port: &ServicePort,
+    view: &FamilyView,
+    node: &NodeContext,
+    comment: &Comment,
+) {
+    let proto = Value::Proto(port.name.protocol);
+    let allowed = source_ranges::allowed_disjoint(view, node);
+    for &lb in &view.load_balancer_ips {
+        let frontend = Tuple::new(&[Value::Addr(lb), proto, Value::Port(port.port)]);
+        element(rules, n::FIREWALL_IPS, frontend, Data::None, comment);
+        for &net in &allowed {
+            let key = Tuple::new(&[
+                Value::Addr(lb),
+                proto,
+                Value::Port(port.port),
+                Value::Net(net),
+            ]);
+            element(rules, n::FIREWALL_ALLOW, key, Data::None, comment);
+        }
+    }
 }
 
 /// Where a frontend's traffic is sent.
@@ -224,6 +277,8 @@ fn frontends(
             }
             out
         }
+        // Listened on directly, at the NodePort: no rule leads there.
+        Traffic::Loopback => Vec::new(),
     }
 }
 
@@ -316,7 +371,31 @@ fn skeleton(rules: &mut Ruleset, from_local_pod: Option<Match>) {
         Name::fixed(n::NO_ENDPOINT_SERVICES),
         Set::new(decl(DataKind::Verdict, "frontends without endpoints")),
     );
+    rules.sets.insert(
+        Name::fixed(n::FIREWALL_IPS),
+        Set::new(decl(DataKind::None, "frontends with source ranges")),
+    );
+    rules.sets.insert(
+        Name::fixed(n::FIREWALL_ALLOW),
+        Set::new(SetDecl {
+            key: vec![Addr, Proto, Port, Addr],
+            interval: true,
+            ..decl(DataKind::None, "allowed sources per frontend")
+        }),
+    );
     rules.add_base_chains(&[
+        (
+            n::FILTER_PREROUTING_PRE_DNAT,
+            ChainType::Filter,
+            Hook::Prerouting,
+            priority::DSTNAT - 10,
+        ),
+        (
+            n::FILTER_OUTPUT_PRE_DNAT,
+            ChainType::Filter,
+            Hook::Output,
+            priority::DSTNAT - 10,
+        ),
         (
             n::NAT_PREROUTING,
             ChainType::Nat,
@@ -363,6 +442,33 @@ fn skeleton(rules: &mut Ruleset, from_local_pod: Option<Match>) {
         );
     }
     push(rules, n::NAT_PREROUTING, vec![], dnat(SERVICE_LISTENERS));
+    for chain in [n::FILTER_PREROUTING_PRE_DNAT, n::FILTER_OUTPUT_PRE_DNAT] {
+        push(
+            rules,
+            chain,
+            vec![Match::CtState(CtState::New)],
+            vec![Statement::Verdict(Verdict::Jump(Name::fixed(
+                n::FIREWALL_CHECK,
+            )))],
+        );
+    }
+    push(
+        rules,
+        n::FIREWALL_CHECK,
+        vec![
+            Match::InSet {
+                key: FRONTEND.to_vec(),
+                set: Name::fixed(n::FIREWALL_IPS),
+                negate: false,
+            },
+            Match::InSet {
+                key: vec![Field::Daddr, Field::L4Proto, Field::Dport, Field::Saddr],
+                set: Name::fixed(n::FIREWALL_ALLOW),
+                negate: true,
+            },
+        ],
+        vec![Statement::Verdict(Verdict::Drop)],
+    );
     push(rules, n::NAT_OUTPUT, vec![], dnat(EXTERNAL_TO_INTERNAL));
     push(rules, n::NAT_OUTPUT, vec![], dnat(SERVICE_LISTENERS));
     for chain in [n::FILTER_INPUT, n::FILTER_FORWARD, n::FILTER_OUTPUT] {

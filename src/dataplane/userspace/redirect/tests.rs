@@ -316,3 +316,41 @@ fn prerouting_and_output_dnat_through_the_map_and_the_filters_refuse() {
     let [v4, _] = plan(&snap, &BTreeMap::new(), &settings);
     assert_eq!(v4.chains[&Name::fixed(n::NAT_PREROUTING)].rules.len(), 1);
 }
+
+#[test]
+fn load_balancer_source_ranges_drop_other_sources_before_the_redirect() {
+    use crate::dataplane::nftables::trace::{Fate, Origin, Packet, trace};
+    let snap = snapshot(
+        node(),
+        vec![
+            svc("default/web", "10.96.0.10", 80)
+                .lb("198.51.100.9")
+                .range("192.168.200.0/24")
+                .ep("10.244.2.5", 8080, "node-b"),
+        ],
+    );
+    let [v4, _] = plan(&snap, &open_all(&snap), &settings());
+    let local: Vec<IpAddr> = snap.node.local_addresses().into_iter().collect();
+    let from = |src: &str| Packet {
+        protocol: Protocol::Tcp,
+        src: ip(src),
+        dst: ip("198.51.100.9"),
+        dport: 80,
+        origin: Origin::Interface("eth0".into()),
+    };
+    let allowed = trace(&v4, &from("192.168.200.100"), &local);
+    assert_eq!(allowed.fate(), Some(Fate::Accept), "{allowed:?}");
+    assert_eq!(
+        allowed.endpoints().len(),
+        1,
+        "sent to the external listener"
+    );
+    let other = trace(&v4, &from("192.168.201.100"), &local);
+    assert_eq!(other.fate(), Some(Fate::Drop), "{other:?}");
+    // The ClusterIP has no ranges.
+    let cluster = Packet {
+        dst: ip("10.96.0.10"),
+        ..from("192.168.201.100")
+    };
+    assert_eq!(trace(&v4, &cluster, &local).fate(), Some(Fate::Accept));
+}

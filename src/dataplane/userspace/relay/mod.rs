@@ -20,6 +20,7 @@ pub mod balancer;
 pub mod counters;
 pub mod dial_policy;
 mod pump;
+mod reply_source;
 mod service;
 mod tcp;
 mod udp;
@@ -161,7 +162,19 @@ impl Listener {
     /// Applies a new endpoint list and affinity: new connections use them at once,
     /// connections to endpoints still listed go on, those to removed endpoints are closed.
     pub fn update(&self, endpoints: Vec<SocketAddr>, affinity: Option<Duration>) {
-        self.service.update(endpoints, affinity);
+        self.service.update(endpoints, &[], affinity);
+    }
+
+    /// [`Listener::update`], where connections to the endpoints of `listed` go on too: ones
+    /// no longer picked for new connections but still in the slices (a terminating endpoint
+    /// drains).
+    pub fn update_keeping(
+        &self,
+        endpoints: Vec<SocketAddr>,
+        listed: &[SocketAddr],
+        affinity: Option<Duration>,
+    ) {
+        self.service.update(endpoints, listed, affinity);
     }
 
     pub fn counters(&self) -> CounterValues {

@@ -112,15 +112,20 @@ impl Service {
             permits: limit.0,
             global,
         };
-        service.update(endpoints, affinity);
+        service.update(endpoints, &[], affinity);
         service
     }
 
     /// Takes a new endpoint list: new connections use it at once; connections to endpoints
-    /// still present are kept, those to removed endpoints are told to close.
-    pub fn update(&self, endpoints: Vec<SocketAddr>, affinity: Option<Duration>) {
+    /// still present, or in `listed`, are kept, those to removed endpoints are told to close.
+    pub fn update(
+        &self,
+        endpoints: Vec<SocketAddr>,
+        listed: &[SocketAddr],
+        affinity: Option<Duration>,
+    ) {
         let mut table = self.lock();
-        let wanted: HashSet<&SocketAddr> = endpoints.iter().collect();
+        let wanted: HashSet<&SocketAddr> = endpoints.iter().chain(listed).collect();
         // Senders no connection listens to any more go too; a later pick makes a new one.
         table
             .watched

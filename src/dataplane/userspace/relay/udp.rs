@@ -1,7 +1,7 @@
 //! The UDP relay: per-client flows. A datagram from a client without a flow admits one,
 //! picks an endpoint and opens a socket connected to it; the flow's task sends the endpoint's
-//! replies back to the client from the listening socket, so they come from the address the
-//! client sent to. A flow ends after its idle timeout with no datagram either way, when its
+//! replies back to the client from the listening socket, with the address the client sent to
+//! as their source ([`reply_source`]), so conntrack undoes the redirect on the way back. A flow ends after its idle timeout with no datagram either way, when its
 //! endpoint is removed, or when the endpoint answers with an ICMP error; the client's next
 //! datagram then starts a new flow, to the endpoints current at that moment.
 //!
@@ -20,6 +20,7 @@ use tokio::net::UdpSocket;
 use tokio::time::Instant;
 
 use super::counters::Event;
+use super::reply_source;
 use super::service::{Admission, Presence, Service};
 
 /// Room for the largest UDP payload.
@@ -28,6 +29,7 @@ const DATAGRAM: usize = 65_536;
 /// Binds `addr`; must be called within a tokio runtime.
 pub fn bind(addr: SocketAddr) -> io::Result<UdpSocket> {
     let socket = std::net::UdpSocket::bind(addr)?;
+    reply_source::enable(&socket, addr)?;
     socket.set_nonblocking(true)?;
     UdpSocket::from_std(socket)
 }
@@ -41,6 +43,8 @@ type Flows = Arc<Mutex<HashMap<SocketAddr, Arc<Flow>>>>;
 struct Flow {
     upstream: UdpSocket,
     endpoint: SocketAddr,
+    /// The address the client sent its first datagram to: the replies' source.
+    local: Option<IpAddr>,
     present: Presence,
     started: Instant,
     /// Milliseconds from `started` to the last datagram either way.
@@ -73,19 +77,20 @@ pub async fn serve(listener: UdpSocket, service: Arc<Service>, idle: Duration) {
             tracing::warn!(service = %service.name, %error, "udp listener failed");
             return;
         }
-        let mut buf = Vec::with_capacity(DATAGRAM);
+        let mut buf = vec![0; DATAGRAM];
         loop {
-            buf.clear();
-            match listener.try_recv_buf_from(&mut buf) {
-                Ok((_, client)) => {
+            match reply_source::try_recv(&listener, &mut buf) {
+                Ok((n, client, local)) => {
                     let flow = match existing(&flows, client) {
                         Some(flow) => flow,
-                        None => match open(&listener, &service, &flows, client, idle).await {
-                            Some(flow) => flow,
-                            None => continue,
-                        },
+                        None => {
+                            match open(&listener, &service, &flows, client, local, idle).await {
+                                Some(flow) => flow,
+                                None => continue,
+                            }
+                        }
                     };
-                    forward(&flow, &buf, &service);
+                    forward(&flow, &buf[..n], &service);
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(error) => {
@@ -130,6 +135,7 @@ async fn open(
     service: &Arc<Service>,
     flows: &Flows,
     client: SocketAddr,
+    local: Option<IpAddr>,
     idle: Duration,
 ) -> Option<Arc<Flow>> {
     let admission = service.admit()?;
@@ -150,6 +156,7 @@ async fn open(
     let flow = Arc::new(Flow {
         upstream,
         endpoint,
+        local,
         present: chosen.present.clone(),
         started: now,
         last_active: AtomicU64::new(0),
@@ -246,7 +253,9 @@ impl FlowTask {
             match self.flow.upstream.try_recv_buf(&mut buf) {
                 Ok(n) => {
                     self.flow.touch(Instant::now());
-                    match self.listener.try_send_to(&buf, self.client) {
+                    let sent =
+                        reply_source::try_send(&self.listener, &buf, self.client, self.flow.local);
+                    match sent {
                         Ok(_) => self.service.counters.add(Event::BytesToClient, n as u64),
                         Err(error) => {
                             tracing::debug!(service = %self.service.name, client = %self.client, %error, "udp reply dropped");

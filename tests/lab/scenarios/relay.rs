@@ -1,0 +1,196 @@
+//! Scenarios of a proxy that carries the connection itself (userspace mode, issue 21), and one
+//! every mode must pass: an endpoint that refuses is skipped and the client still connects;
+//! an endpoint that does not answer within the dial timeout is skipped; a long-lived
+//! connection survives a sync that does not touch its endpoint.
+//!
+//! The broken endpoints are pods' addresses at ports of their own (in a slice of their own,
+//! the same service port), so the pods stay usable for every other scenario: nothing listens
+//! on the refusing one, and the silent one's pod drops its SYNs (a table of ours in that pod's
+//! namespace, removed afterwards).
+
+use std::time::Duration;
+
+use serde_json::json;
+
+use super::report::Expect;
+use super::{cluster_ip, reaches_exactly, service};
+use crate::lab::client::{From, addr, replies, request};
+use crate::lab::echo::SESSION_PORT;
+use crate::lab::{Lab, Mode, Proto, Proxy};
+use crate::testenv::NetNs;
+
+/// Where a proxy cannot try a second endpoint: a NAT rule sends a connection to one.
+pub fn relay_only(proxy: Proxy) -> Expect {
+    match proxy {
+        Proxy::Ours {
+            mode: Mode::Userspace,
+        } => Expect::Pass,
+        _ => Expect::NotApplicable(
+            "a NAT rule sends each connection to one endpoint and cannot try another: only a \
+             proxy that carries the connection (userspace mode) can",
+        ),
+    }
+}
+
+/// Port of n3-a where nothing listens (scenario 30).
+const REFUSING_PORT: u16 = 8098;
+/// Port of n3-a whose SYNs its pod drops (scenario 31).
+const SILENT_PORT: u16 = 8097;
+
+/// Scenarios 30 and 31: a Service on port 80 whose endpoint n2-a (at 8080, its echo server)
+/// answers; once node 1's proxy relays to it, a second slice adds n3-a at `broken`, where no
+/// connection can be made. From then on every connection from n1-b must be answered by n2-a,
+/// at once: each probe is judged on its own (no retrying until it holds), until node 1's
+/// relay has counted a failed dial, which shows the broken endpoint was in its rotation.
+async fn broken_endpoint_is_skipped(lab: &Lab, name: &str, broken: u16) -> Result<(), String> {
+    let svc = lab
+        .cluster
+        .apply_service(service(name, 80, 8080, json!({})))
+        .await;
+    let good = [("p", 8080, Proto::Tcp)];
+    let good_slice = format!("{name}-good");
+    lab.cluster
+        .apply_slice(&good_slice, name, &good, &lab.endpoints(&["n2-a"]))
+        .await;
+    let vip = addr(cluster_ip(&svc), 80);
+    let from = From::Pod(lab.pod("n1-b"));
+    reaches_exactly(lab, from, vip, 2, &["n2-a"]).await?;
+    let before = dial_failures(lab).await?;
+    let bad = [("p", broken, Proto::Tcp)];
+    lab.cluster
+        .apply_slice(
+            &format!("{name}-bad"),
+            name,
+            &bad,
+            &lab.endpoints(&["n3-a"]),
+        )
+        .await;
+    let deadline = tokio::time::Instant::now() + lab.settle();
+    loop {
+        let replies = lab.all_reach(from, Proto::Tcp, vip, 4).await?;
+        if let Some(r) = replies.iter().find(|r| r.pod != "n2-a") {
+            return Err(format!("{} answered on a broken endpoint", r.pod));
+        }
+        let now = dial_failures(lab).await?;
+        if now > before {
+            return Ok(());
+        }
+        if tokio::time::Instant::now() > deadline {
+            return Err(format!(
+                "node 1's relay never dialled the broken endpoint ({now} failed dials)"
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Node 1's `kubeproxy_rs_userspace_dial_failures_total`, summed over its listeners.
+async fn dial_failures(lab: &Lab) -> Result<f64, String> {
+    let mut scrape = request(Proto::Tcp, "127.0.0.1:10249".parse().unwrap(), 1);
+    scrape.send = Some("GET /metrics HTTP/1.0\r\n\r\n".to_owned());
+    let text = lab.probe_with(From::Node(0), scrape).await.remove(0)?;
+    Ok(text
+        .lines()
+        .filter(|l| l.starts_with("kubeproxy_rs_userspace_dial_failures_total"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum())
+}
+
+/// Scenario 30: one of two endpoints refuses (nothing listens on its port): the relay tries the
+/// other, and every connection succeeds.
+pub async fn refusing_endpoint_skipped(lab: &Lab) -> Result<(), String> {
+    broken_endpoint_is_skipped(lab, "s30", REFUSING_PORT).await
+}
+
+/// Drops TCP SYNs to one port inside a pod's namespace while it lives.
+struct SilentPort<'a> {
+    ns: &'a NetNs,
+}
+
+const SILENT_TABLE: &str = "kprs-lab-silent";
+
+impl<'a> SilentPort<'a> {
+    fn new(ns: &'a NetNs, port: u16) -> Result<SilentPort<'a>, String> {
+        let script = format!(
+            "table inet {SILENT_TABLE} {{\n chain input {{\n  type filter hook input priority 0;\n  \
+             tcp dport {port} drop\n }}\n}}\n"
+        );
+        ns.try_output_fed("nft", &["-f", "-"], &script)
+            .map_err(|e| format!("nft in the pod: {e}"))?;
+        Ok(SilentPort { ns })
+    }
+}
+
+impl Drop for SilentPort<'_> {
+    fn drop(&mut self) {
+        let _ = self
+            .ns
+            .try_output("nft", &["delete", "table", "inet", SILENT_TABLE]);
+    }
+}
+
+/// Scenario 31: one of two endpoints does not answer (its pod drops the SYNs): the relay gives
+/// up on it after the dial timeout and dials the other, and every connection succeeds within
+/// the probe's one-second attempt timeout.
+pub async fn silent_endpoint_skipped(lab: &Lab) -> Result<(), String> {
+    let _silent = SilentPort::new(&lab.pod("n3-a").ns, SILENT_PORT)?;
+    broken_endpoint_is_skipped(lab, "s31", SILENT_PORT).await
+}
+
+/// Scenario 32: a long-lived TCP connection (a session on `echo::SESSION_PORT`) to n2-a keeps
+/// working, on n2-a, through syncs that change its Service (n3-a joins) and another Service
+/// (created), neither of which touches n2-a.
+pub async fn long_lived_survives_sync(lab: &Lab) -> Result<(), String> {
+    let svc = lab
+        .cluster
+        .apply_service(json!({ "metadata": { "name": "s32" }, "spec": { "ports": [
+            { "name": "one", "port": 80, "targetPort": 8080, "protocol": "TCP" },
+            { "name": "session", "port": 81, "targetPort": SESSION_PORT, "protocol": "TCP" },
+        ]}}))
+        .await;
+    let p = [
+        ("one", 8080, Proto::Tcp),
+        ("session", SESSION_PORT, Proto::Tcp),
+    ];
+    lab.cluster
+        .apply_slice("s32-x", "s32", &p, &lab.endpoints(&["n2-a"]))
+        .await;
+    let vip = addr(cluster_ip(&svc), 80);
+    let session_vip = addr(cluster_ip(&svc), 81);
+    let from = From::Pod(lab.pod("n1-b"));
+    reaches_exactly(lab, from, vip, 2, &["n2-a"]).await?;
+
+    let attempts = u32::try_from(lab.settle().as_secs() * 2)
+        .unwrap_or(u32::MAX)
+        .max(24);
+    let mut session = request(Proto::Tcp, session_vip, attempts);
+    session.interval_ms = 250;
+    session.same_socket = true;
+    let change = async {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        lab.cluster
+            .apply_slice("s32-x", "s32", &p, &lab.endpoints(&["n2-a", "n3-a"]))
+            .await;
+        reaches_exactly(lab, from, vip, 6, &["n2-a", "n3-a"]).await?;
+        let other = lab
+            .cluster
+            .apply_service(service("s32-other", 80, 8080, json!({})))
+            .await;
+        lab.cluster
+            .apply_slice(
+                "s32-other-x",
+                "s32-other",
+                &[("p", 8080, Proto::Tcp)],
+                &lab.endpoints(&["n3-b"]),
+            )
+            .await;
+        reaches_exactly(lab, from, addr(cluster_ip(&other), 80), 2, &["n3-b"]).await
+    };
+    let (outcomes, changed) = tokio::join!(lab.probe_with(from, session), change);
+    changed?;
+    let answered = replies(&outcomes).map_err(|e| format!("the session broke: {e}"))?;
+    match answered.iter().find(|r| r.pod != "n2-a") {
+        Some(r) => Err(format!("the session moved to {}", r.pod)),
+        None => Ok(()),
+    }
+}
