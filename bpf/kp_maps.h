@@ -24,6 +24,7 @@
 #define KP_MAX_SLOTS 1048576
 #define KP_MAX_REVERSE 65536
 #define KP_MAX_AFFINITY 65536
+#define KP_MAX_NODEPORTS 65536
 /* An affinity entry whose generation is old is looked up among at most this many slots. */
 #define KP_AFFINITY_SCAN 64
 

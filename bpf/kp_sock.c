@@ -55,7 +55,7 @@ struct {
 /* NodePorts, for post_bind: written by the proxy. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 65536);
+	__uint(max_entries, KP_MAX_NODEPORTS);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__type(key, struct kp_np_key);
 	__type(value, __u8);

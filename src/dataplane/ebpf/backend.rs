@@ -78,14 +78,12 @@ pub enum Error {
     },
     /// A map pinned under our versioned directory has another shape than this build's.
     #[error(
-        "pinned map {path} has key {key} / value {value} bytes, this build wants {want_key} / {want_value}: remove it with --cleanup"
+        "pinned map {path} has (key bytes, value bytes, max entries) {pinned:?}, this build wants {wanted:?}: remove it with --cleanup"
     )]
     Layout {
         path: PathBuf,
-        key: u32,
-        value: u32,
-        want_key: u32,
-        want_value: u32,
+        pinned: (u32, u32, u32),
+        wanted: (u32, u32, u32),
     },
     #[error("program {0} missing from the eBPF object")]
     Missing(&'static str),
@@ -261,40 +259,61 @@ fn attach(
     })
 }
 
-/// Refuses pinned maps whose key or value size differs from this build's.
+/// Refuses pinned maps whose key size, value size or bound differs from this build's.
 fn check_pinned_layouts(pin_dir: &Path) -> Result<(), Error> {
+    use super::layout::{
+        AffKey, AffVal, KP_MAX_AFFINITY, KP_MAX_NODEPORTS, KP_MAX_REVERSE, KP_MAX_SERVICES,
+        KP_MAX_SLOTS, RevKey, RevVal,
+    };
     use std::mem::size_of;
+    let stats = u32::try_from(super::stats::REASONS.len()).unwrap_or(u32::MAX);
     let want = [
-        (names::MAP_SVC, size_of::<SvcKey>(), size_of::<SvcVal>()),
-        (names::MAP_SLOT, size_of::<SlotKey>(), size_of::<Slot>()),
+        (
+            names::MAP_SVC,
+            size_of::<SvcKey>(),
+            size_of::<SvcVal>(),
+            KP_MAX_SERVICES,
+        ),
+        (
+            names::MAP_SLOT,
+            size_of::<SlotKey>(),
+            size_of::<Slot>(),
+            KP_MAX_SLOTS,
+        ),
         (
             names::MAP_REV,
-            size_of::<super::layout::RevKey>(),
-            size_of::<super::layout::RevVal>(),
+            size_of::<RevKey>(),
+            size_of::<RevVal>(),
+            KP_MAX_REVERSE,
         ),
-        (names::MAP_STATS, size_of::<u32>(), size_of::<u64>()),
-        (names::MAP_NODEPORT, size_of::<NpKey>(), size_of::<u8>()),
+        (names::MAP_STATS, size_of::<u32>(), size_of::<u64>(), stats),
+        (
+            names::MAP_NODEPORT,
+            size_of::<NpKey>(),
+            size_of::<u8>(),
+            KP_MAX_NODEPORTS,
+        ),
         (
             names::MAP_AFF,
-            size_of::<super::layout::AffKey>(),
-            size_of::<super::layout::AffVal>(),
+            size_of::<AffKey>(),
+            size_of::<AffVal>(),
+            KP_MAX_AFFINITY,
         ),
     ];
-    for (name, key, value) in want {
+    for (name, key, value, max_entries) in want {
         let path = pin_dir.join(name);
         if !path.exists() {
             continue;
         }
         let info =
             aya::maps::MapInfo::from_pin(&path).map_err(|source| Error::Map { name, source })?;
-        let (want_key, want_value) = (key as u32, value as u32);
-        if info.key_size() != want_key || info.value_size() != want_value {
+        let pinned = (info.key_size(), info.value_size(), info.max_entries());
+        let wanted = (key as u32, value as u32, max_entries);
+        if pinned != wanted {
             return Err(Error::Layout {
                 path,
-                key: info.key_size(),
-                value: info.value_size(),
-                want_key,
-                want_value,
+                pinned,
+                wanted,
             });
         }
     }

@@ -13,6 +13,8 @@ use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 /// (`KP_LAYOUT_VERSION` in the header).
 pub const VERSION: u32 = 1;
 
+include!(concat!(env!("OUT_DIR"), "/bounds.rs"));
+
 /// IP protocol numbers the programs balance.
 pub const IPPROTO_TCP: u8 = 6;
 pub const IPPROTO_UDP: u8 = 17;

@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use aya::maps::{Map, MapData, PerCpuArray};
 
 use super::backend::Error;
-use super::names;
+use super::{layout, names};
 
 /// The reasons the programs count, in `enum kp_stat`'s order (`bpf/kp_maps.h`).
 pub const REASONS: [&str; 6] = [
@@ -26,7 +26,10 @@ pub const REASONS: [&str; 6] = [
 ];
 
 /// The maps whose fill level is reported, with their bounds (`KP_MAX_*` in the header).
-pub const FILLED: [(&str, u32); 2] = [(names::MAP_SVC, 262_144), (names::MAP_SLOT, 1_048_576)];
+pub const FILLED: [(&str, u32); 2] = [
+    (names::MAP_SVC, layout::KP_MAX_SERVICES),
+    (names::MAP_SLOT, layout::KP_MAX_SLOTS),
+];
 
 /// A handle the metrics and the applier share.
 #[derive(Clone, Default)]
