@@ -4,8 +4,13 @@
 #
 #   docker build -t kube-proxy-rs:v0.1.0 .
 FROM rust:1.95-bookworm AS build
+# build.rs compiles the eBPF mode's programs (bpf/) with clang for the BPF target.
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends clang llvm libbpf-dev linux-libc-dev \
+ && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
-COPY Cargo.toml Cargo.lock ./
+COPY Cargo.toml Cargo.lock build.rs ./
+COPY bpf bpf
 COPY src src
 COPY benches benches
 RUN cargo build --release --locked --bin kube-proxy-rs
@@ -16,5 +21,6 @@ RUN apt-get update \
  && rm -rf /var/lib/apt/lists/*
 COPY --from=build /src/target/release/kube-proxy-rs /usr/local/bin/kube-proxy-rs
 COPY LICENSE /usr/share/doc/kube-proxy-rs/LICENSE
+COPY bpf/README.md bpf/LICENSE.BSD-2-Clause bpf/LICENSE.GPL-2.0 /usr/share/doc/kube-proxy-rs/bpf/
 USER 0
 ENTRYPOINT ["/usr/local/bin/kube-proxy-rs"]

@@ -188,6 +188,16 @@ fn main() -> ExitCode {
             );
             text.push_str(&nftables::render_from_scratch(&tables));
         }
+        if config.mode == config::ProxyMode::Ebpf && format == cli::OutputFormat::Table {
+            // Offline: the Node object's addresses stand in for the host's.
+            let node_ports = dataplane::ebpf::plan::node_ports(
+                &config.node_port_addresses,
+                &loaded.snapshot.node,
+            );
+            let plan = dataplane::ebpf::plan::plan(&loaded.snapshot, &node_ports);
+            text.push_str("\n# ebpf: the map entries this node would write\n");
+            text.push_str(&dataplane::ebpf::render::render(&plan));
+        }
         if config.mode == config::ProxyMode::Userspace && format == cli::OutputFormat::Table {
             let listeners = userspace::plan::plan(&loaded.snapshot);
             text.push_str("\n# userspace: the listeners this node would open\n");
@@ -248,7 +258,7 @@ fn run(config: &Config, node_name: &str, features: Features) -> ExitCode {
         );
     }
     if config.cleanup {
-        return cleanup();
+        return cleanup(&cli::run::ebpf_pin_root(config));
     }
     set_conntrack_sysctls(config);
     if config.mode == config::ProxyMode::Iptables {
@@ -311,6 +321,9 @@ fn run(config: &Config, node_name: &str, features: Features) -> ExitCode {
         let mut observe = cli::observe::Observe::new(config);
         if let Some(relay) = mode.relay.clone() {
             observe.metrics.set_relay_source(relay);
+        }
+        if let Some(stats) = mode.ebpf.clone() {
+            observe.metrics.set_ebpf_source(stats);
         }
         if let Some(traffic) = mode.traffic.clone() {
             observe.metrics.set_traffic_source(traffic);
@@ -410,8 +423,9 @@ fn set_route_localnet(config: &Config) {
 
 /// `--cleanup`: removes our nftables tables and upstream kube-proxy's leftovers, whatever the
 /// mode, and exits; 1 when a tool refused.
-fn cleanup() -> ExitCode {
-    let report = dataplane::cleanup::cleanup(&dataplane::tool::Launcher::here());
+fn cleanup(bpf_pin_root: &std::path::Path) -> ExitCode {
+    let mut report = dataplane::cleanup::cleanup(&dataplane::tool::Launcher::here());
+    dataplane::cleanup::cleanup_ebpf(bpf_pin_root, &mut report);
     for table in &report.tables {
         tracing::info!(table = %table, "--cleanup: removed nftables table");
     }
@@ -423,6 +437,12 @@ fn cleanup() -> ExitCode {
             services = report.ipvs_services,
             link = report.ipvs_link,
             "--cleanup: removed IPVS virtual services and kube-ipvs0"
+        );
+    }
+    if report.ebpf_pins > 0 {
+        tracing::info!(
+            pins = report.ebpf_pins,
+            "--cleanup: removed eBPF pins (programs detached)"
         );
     }
     if report.errors.is_empty() {

@@ -36,7 +36,7 @@ fn a_bad_config_file_prints_one_line_naming_the_field_and_exits_1() {
         ),
         ("unknown.yaml", "bogus: 1\n", "bogus"),
         ("type.yaml", "mode: [nftables]\n", "mode"),
-        ("mode.yaml", "mode: ebpf\n", "mode"),
+        ("mode.yaml", "mode: xdp\n", "mode"),
         (
             "duration.yaml",
             "iptables:\n  syncPeriod: soon\n",

@@ -23,11 +23,12 @@ use kube::Api;
 use kube::api::PostParams;
 use testenv::{TestEnv, output_with_stdin, repo_root, wait_for};
 
-const OVERLAYS: [&str; 4] = [
+const OVERLAYS: [&str; 5] = [
     "deploy/base",
     "deploy/overlays/nftables",
     "deploy/overlays/iptables",
     "deploy/overlays/ipvs",
+    "deploy/overlays/ebpf",
 ];
 const SERVICE_ACCOUNT: &str = "system:serviceaccount:kube-system:kube-proxy-rs";
 

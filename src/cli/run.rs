@@ -16,7 +16,7 @@ use crate::config::{Config, ProxyMode};
 use crate::dataplane::Dataplane;
 use crate::dataplane::monitor::{Drift, Watch};
 use crate::dataplane::nftables::{self, ModeConfig, NftablesDataplane};
-use crate::dataplane::{iptables, ipvs, userspace};
+use crate::dataplane::{ebpf, iptables, ipvs, userspace};
 use crate::sync::{Periods, Runner, Status};
 
 /// Why the proxy could not start.
@@ -40,6 +40,8 @@ pub struct Mode {
     pub traffic: Option<Arc<dyn crate::dataplane::TrafficSource>>,
     /// The userspace relay's listeners, read by the metrics at each scrape.
     pub relay: Option<userspace::ListenerCounters>,
+    /// eBPF mode: its datapath counters and map fill levels, read by the metrics.
+    pub ebpf: Option<ebpf::stats::Stats>,
     /// IPVS mode: what [`ipvs::watch::spawn`] probes and where it reports a flush by another
     /// program; `main` starts it.
     pub ipvs_watch: Option<(ipvs::traffic::Owners, Arc<Drift>)>,
@@ -59,6 +61,9 @@ pub enum ModeError {
     /// forms, so a validated configuration never gives this).
     #[error("portRange {0:?}: not a port range")]
     PortRange(String),
+    /// The eBPF programs could not be loaded, attached or pinned.
+    #[error("eBPF")]
+    Ebpf(#[from] ebpf::backend::Error),
 }
 
 /// The dataplane for `config`, after the host set-up its mode needs at start-up (IPVS: the
@@ -106,6 +111,7 @@ fn mode_dataplane(config: &Config) -> Result<Mode, ModeError> {
                 monitor: Some((drift, Watch::NftablesTable)),
                 traffic: None,
                 relay: None,
+                ebpf: None,
                 ipvs_watch: None,
             });
         }
@@ -128,6 +134,7 @@ fn mode_dataplane(config: &Config) -> Result<Mode, ModeError> {
                 monitor,
                 traffic: None,
                 relay: None,
+                ebpf: None,
                 ipvs_watch: None,
             });
         }
@@ -148,6 +155,31 @@ fn mode_dataplane(config: &Config) -> Result<Mode, ModeError> {
                 monitor: Some((drift, Watch::NftablesTable)),
                 traffic: None,
                 relay,
+                ebpf: None,
+                ipvs_watch: None,
+            });
+        }
+        ProxyMode::Ebpf => {
+            let settings = ebpf::backend::Settings {
+                cgroup: config
+                    .bpf_cgroup
+                    .clone()
+                    .unwrap_or_else(ebpf::backend::default_cgroup),
+                pin_root: ebpf_pin_root(config),
+            };
+            let kernel = ebpf::backend::Kernel::open(&settings)?;
+            let stats = ebpf::stats::Stats::open(&settings.pin_root)?;
+            tracing::info!(cgroup = %settings.cgroup.display(),
+                pins = %settings.pin_root.display(), "eBPF programs attached");
+            return Ok(Mode {
+                dataplane: Box::new(
+                    ebpf::EbpfDataplane::new(kernel, config.node_port_addresses.clone())
+                        .with_stats(stats.clone()),
+                ),
+                monitor: None,
+                traffic: None,
+                relay: None,
+                ebpf: Some(stats),
                 ipvs_watch: None,
             });
         }
@@ -176,8 +208,17 @@ fn mode_dataplane(config: &Config) -> Result<Mode, ModeError> {
         monitor: Some((drift, Watch::NftablesTable)),
         traffic: Some(Arc::new(traffic)),
         relay: None,
+        ebpf: None,
         ipvs_watch: Some((owners, watch_drift)),
     })
+}
+
+/// Where the eBPF mode pins (`--bpf-pin-root`), for the mode and for `--cleanup`.
+pub fn ebpf_pin_root(config: &Config) -> std::path::PathBuf {
+    config
+        .bpf_pin_root
+        .clone()
+        .unwrap_or_else(|| ebpf::names::PIN_ROOT.into())
 }
 
 /// The IPVS mode's privileged host setup, for `--init-only`: loads `ip_vs` (an IPVS socket

@@ -121,6 +121,8 @@ impl Default for Config {
             cleanup: false,
             init_only: false,
             manifests: None,
+            bpf_cgroup: None,
+            bpf_pin_root: None,
             nftables_encoder: NftablesEncoder::default(),
             client: ClientConnection::default(),
             hostname_override: None,

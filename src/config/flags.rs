@@ -61,6 +61,16 @@ pub struct Flags {
     #[arg(long, value_name = "ENCODER")]
     pub nftables_encoder: Option<String>,
 
+    /// eBPF mode: the cgroup v2 directory its programs attach to; every process below it is
+    /// balanced (default: the cgroup v2 root; kube-proxy-rs only)
+    #[arg(long, value_name = "DIR")]
+    pub bpf_cgroup: Option<PathBuf>,
+
+    /// eBPF mode: the bpffs directory its maps and links are pinned under, mounted when it is
+    /// below /sys/fs/bpf and bpffs is not (default: /sys/fs/bpf/kube-proxy-rs; kube-proxy-rs only)
+    #[arg(long, value_name = "DIR")]
+    pub bpf_pin_root: Option<PathBuf>,
+
     /// Kubeconfig file with the API server's address and credentials (default: in-cluster)
     #[arg(long, value_name = "FILE")]
     pub kubeconfig: Option<PathBuf>,
@@ -280,6 +290,8 @@ pub struct Flags {
 /// Flags upstream honours even when `--config` is given: the one-shot modes, our own flags,
 /// `--master`, `--hostname-override` and the logging flags.
 pub const HONOURED_WITH_CONFIG: &[&str] = &[
+    "bpf-cgroup",
+    "bpf-pin-root",
     "cleanup",
     "config",
     "hostname-override",
@@ -312,6 +324,7 @@ impl Flags {
             config => "config", write_config_to => "write-config-to", cleanup => "cleanup",
             init_only => "init-only", version => "version", manifests => "manifests",
             nftables_encoder => "nftables-encoder",
+            bpf_cgroup => "bpf-cgroup", bpf_pin_root => "bpf-pin-root",
             kubeconfig => "kubeconfig", master => "master",
             kube_api_content_type => "kube-api-content-type", kube_api_qps => "kube-api-qps",
             kube_api_burst => "kube-api-burst", hostname_override => "hostname-override",

@@ -58,8 +58,9 @@ pub fn from_document(f: KubeProxyConfiguration) -> Result<Config, FieldError> {
         ),
     )?;
     let (section, sync, min, min_default) = match c.mode {
-        // Upstream's userspace mode took its sync periods from the iptables section.
-        ProxyMode::Iptables | ProxyMode::Userspace => (
+        // Upstream's userspace mode took its sync periods from the iptables section; our eBPF
+        // mode, which has no section of its own, does the same.
+        ProxyMode::Iptables | ProxyMode::Userspace | ProxyMode::Ebpf => (
             "iptables",
             f.iptables.sync_period,
             f.iptables.min_sync_period,

@@ -160,6 +160,8 @@ fn apply_always(flags: &Flags, c: &mut Config) -> Result<(), Error> {
     c.cleanup = flags.cleanup.unwrap_or(false);
     c.init_only = flags.init_only.unwrap_or(false);
     c.manifests.clone_from(&flags.manifests);
+    c.bpf_cgroup.clone_from(&flags.bpf_cgroup);
+    c.bpf_pin_root.clone_from(&flags.bpf_pin_root);
     if let Some(text) = &flags.nftables_encoder {
         c.nftables_encoder = validate::nftables_encoder(text).map_err(|message| Error::Flag {
             flag: "nftables-encoder",

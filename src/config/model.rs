@@ -37,6 +37,9 @@ pub enum ProxyMode {
     /// The proxy relays each connection itself (`dataplane::userspace`); upstream removed its
     /// own in 1.26.
     Userspace,
+    /// cgroup socket programs balance Services at connect() time (`dataplane::ebpf`; ours,
+    /// phase 1: traffic from this node's processes and pods only).
+    Ebpf,
 }
 
 impl ProxyMode {
@@ -47,6 +50,7 @@ impl ProxyMode {
             ProxyMode::Ipvs => "ipvs",
             ProxyMode::Nftables => "nftables",
             ProxyMode::Userspace => "userspace",
+            ProxyMode::Ebpf => "ebpf",
         }
     }
 }
@@ -128,10 +132,12 @@ impl NodePortAddresses {
                 primary: true,
                 ..Self::default()
             },
-            ProxyMode::Iptables | ProxyMode::Ipvs | ProxyMode::Userspace => NodePortAddresses {
-                all: true,
-                ..Self::default()
-            },
+            ProxyMode::Iptables | ProxyMode::Ipvs | ProxyMode::Userspace | ProxyMode::Ebpf => {
+                NodePortAddresses {
+                    all: true,
+                    ..Self::default()
+                }
+            }
         }
     }
 
@@ -260,6 +266,12 @@ pub struct Config {
     pub manifests: Option<PathBuf>,
     /// How nftables mode programs the kernel (`--nftables-encoder`; ours, not upstream's).
     pub nftables_encoder: NftablesEncoder,
+    /// eBPF mode: the cgroup v2 directory its programs attach to (`--bpf-cgroup`; ours);
+    /// `None`: the cgroup v2 root, found at start-up.
+    pub bpf_cgroup: Option<PathBuf>,
+    /// eBPF mode: where its maps and links are pinned (`--bpf-pin-root`; ours); `None`:
+    /// `/sys/fs/bpf/kube-proxy-rs`. `--cleanup` removes this directory.
+    pub bpf_pin_root: Option<PathBuf>,
     /// API server connection.
     pub client: ClientConnection,
     /// Node name to use instead of the hostname, trimmed and lower-cased (`hostnameOverride`).

@@ -43,8 +43,13 @@ fn requested_gates(c: &Config) -> BTreeMap<String, bool> {
 
 /// The v1alpha1 document for `c`.
 pub fn document(c: &Config) -> KubeProxyConfiguration {
-    // Userspace mode keeps its sync periods in the iptables section, as upstream's did.
-    let mode_is = |m| c.mode == m || (m == ProxyMode::Iptables && c.mode == ProxyMode::Userspace);
+    // Userspace mode keeps its sync periods in the iptables section, as upstream's did; so
+    // does our eBPF mode.
+    let mode_is = |m| {
+        c.mode == m
+            || (m == ProxyMode::Iptables
+                && matches!(c.mode, ProxyMode::Userspace | ProxyMode::Ebpf))
+    };
     let mode_or = |m, here, default| Some(if mode_is(m) { here } else { default });
     let not_nft = c.mode != ProxyMode::Nftables;
     KubeProxyConfiguration {

@@ -35,12 +35,13 @@ pub fn proxy_mode(text: &str) -> Result<Option<ProxyMode>> {
         "ipvs" => Ok(Some(ProxyMode::Ipvs)),
         "nftables" => Ok(Some(ProxyMode::Nftables)),
         "userspace" => Ok(Some(ProxyMode::Userspace)),
+        "ebpf" => Ok(Some(ProxyMode::Ebpf)),
         "kernelspace" => Err(
-            "kernelspace is the windows proxy mode; on linux use iptables, ipvs, nftables or userspace"
+            "kernelspace is the windows proxy mode; on linux use iptables, ipvs, nftables, userspace or ebpf"
                 .to_owned(),
         ),
         other => Err(format!(
-            "must be iptables, ipvs, nftables, userspace or empty (iptables), got {other:?}"
+            "must be iptables, ipvs, nftables, userspace, ebpf or empty (iptables), got {other:?}"
         )),
     }
 }
@@ -294,6 +295,7 @@ mod tests {
         assert_eq!(proxy_mode(""), Ok(None));
         assert_eq!(proxy_mode("nftables"), Ok(Some(ProxyMode::Nftables)));
         assert_eq!(proxy_mode("userspace"), Ok(Some(ProxyMode::Userspace)));
+        assert_eq!(proxy_mode("ebpf"), Ok(Some(ProxyMode::Ebpf)));
         assert_eq!(
             detect_local_mode("NodeCIDR"),
             Ok(Some(DetectLocalMode::NodeCidr))
@@ -331,12 +333,12 @@ mod tests {
     fn says_what_is_accepted() {
         let cases: Vec<(Result<()>, &str)> = vec![
             (
-                proxy_mode("ebpf").map(drop),
-                "must be iptables, ipvs, nftables, userspace or empty (iptables), got \"ebpf\"",
+                proxy_mode("xdp").map(drop),
+                "must be iptables, ipvs, nftables, userspace, ebpf or empty (iptables), got \"xdp\"",
             ),
             (
                 proxy_mode("kernelspace").map(drop),
-                "kernelspace is the windows proxy mode; on linux use iptables, ipvs, nftables or userspace",
+                "kernelspace is the windows proxy mode; on linux use iptables, ipvs, nftables, userspace or ebpf",
             ),
             (
                 detect_local_mode("Bridge").map(drop),

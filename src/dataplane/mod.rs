@@ -1,4 +1,4 @@
-//! The contract every dataplane mode meets (nftables, iptables; IPVS, eBPF and userspace next),
+//! The contract every dataplane mode meets (nftables, iptables, IPVS, userspace, eBPF),
 //! and the layer the modes share.
 //!
 //! A mode turns a [`Snapshot`] into kernel state: a pure planner builds the desired state as
@@ -40,6 +40,7 @@
 
 pub mod cleanup;
 pub mod comment;
+pub mod ebpf;
 pub mod iptables;
 pub mod ipvs;
 pub mod monitor;

@@ -11,6 +11,7 @@
 //! - [`server`]: `/metrics`, `/configz`, `/proxyMode`, `/healthz`.
 
 pub mod configz;
+pub mod ebpf;
 pub mod labels;
 pub mod names;
 pub mod process;

@@ -332,6 +332,25 @@ pub const RS_USERSPACE_REFUSED: Spec = spec(
     "Userspace mode: connections (UDP: datagrams starting a flow) turned away, by reason: limit (a connection limit) or no-endpoint (none left to try)",
 );
 
+pub const RS_EBPF_DATAPATH: Spec = spec(
+    "kubeproxy_rs_ebpf_datapath_total",
+    Counter,
+    &["reason"],
+    "eBPF mode: socket calls the programs acted on, by reason: translated (connect or sendmsg to a Service given a backend), refused (a Service without endpoints), affine (of the translated, the backend ClientIP affinity remembered), reversed (recvmsg or getpeername shown the Service address); counted since the programs were first loaded",
+);
+pub const RS_EBPF_MAP_ENTRIES: Spec = spec(
+    "kubeproxy_rs_ebpf_map_entries",
+    Gauge,
+    &["map"],
+    "eBPF mode: entries in the maps the proxy writes (kp_svc: frontends, kp_slot: backend slots) after the last sync",
+);
+pub const RS_EBPF_MAP_MAX_ENTRIES: Spec = spec(
+    "kubeproxy_rs_ebpf_map_max_entries",
+    Gauge,
+    &["map"],
+    "eBPF mode: the bound of each map the proxy writes; a sync needing more fails",
+);
+
 /// Every metric the registry holds, upstream's first, then ours.
 pub const ALL: &[Spec] = &[
     SYNC_DURATION,
@@ -370,6 +389,9 @@ pub const ALL: &[Spec] = &[
     RS_USERSPACE_DIAL_FAILURES,
     RS_USERSPACE_DIAL_RETRIES,
     RS_USERSPACE_REFUSED,
+    RS_EBPF_DATAPATH,
+    RS_EBPF_MAP_ENTRIES,
+    RS_EBPF_MAP_MAX_ENTRIES,
 ];
 
 /// Sync durations: 1 ms doubling to about 16 s (15 buckets), as upstream.

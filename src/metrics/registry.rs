@@ -78,6 +78,8 @@ struct Inner {
     traffic: super::traffic::SharedSource,
     /// The userspace relay's listeners (see [`super::relay`]).
     relayed: super::relay::SharedSource,
+    /// The eBPF mode's counters (see [`super::ebpf`]).
+    ebpf: super::ebpf::SharedSource,
 }
 
 /// The proxy's metrics. Clone it into every task that records.
@@ -126,6 +128,8 @@ impl Metrics {
         r.register_collector(Box::new(super::traffic::Traffic(traffic.clone())));
         let relayed = super::relay::SharedSource::default();
         r.register_collector(Box::new(super::relay::Relayed(relayed.clone())));
+        let ebpf = super::ebpf::SharedSource::default();
+        r.register_collector(Box::new(super::ebpf::Datapath(ebpf.clone())));
         let sync = || Histograms::new_with_constructor(sync_histogram as fn() -> Histogram);
         let inner = Inner {
             sync_duration: register(&mut r, &names::SYNC_DURATION, sync()),
@@ -197,6 +201,7 @@ impl Metrics {
             iptables_repairs: register(&mut r, &names::RS_IPTABLES_REPAIRS, Counter::default()),
             traffic,
             relayed,
+            ebpf,
             // Last: every field above borrowed the registry to register itself.
             registry: r,
         };
@@ -230,7 +235,7 @@ impl Metrics {
                     &i.iptables_partial_restore_failures,
                 ]),
                 ProxyMode::Ipvs => counters.push(&i.iptables_restore_failures),
-                ProxyMode::Userspace => {}
+                ProxyMode::Userspace | ProxyMode::Ebpf => {}
             }
             for c in counters {
                 drop(c.get_or_create(&labels));
@@ -277,6 +282,15 @@ impl Metrics {
         *self
             .0
             .relayed
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(source);
+    }
+
+    /// Where each scrape reads the eBPF mode's counters and map fill levels.
+    pub fn set_ebpf_source(&self, source: crate::dataplane::ebpf::stats::Stats) {
+        *self
+            .0
+            .ebpf
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(source);
     }
@@ -383,7 +397,7 @@ impl Metrics {
                 }
             }
             // The relay's failures to open a listener have no upstream metric.
-            ProxyMode::Userspace => {}
+            ProxyMode::Userspace | ProxyMode::Ebpf => {}
         }
     }
 

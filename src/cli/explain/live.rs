@@ -41,6 +41,12 @@ pub fn plan_on_node(
             };
             (Planned::ipvs_on(snapshot, &mode, &host), mode.node)
         }
+        ProxyMode::Ebpf => {
+            return Err(
+                "ebpf mode has no rules to trace yet (plan --proxy-mode ebpf prints its map entries)"
+                    .to_owned(),
+            );
+        }
         ProxyMode::Userspace => {
             let node = NodePolicy::new(config).map_err(|e| e.to_string())?;
             let settings = userspace::redirect::Settings::of(config, &node);

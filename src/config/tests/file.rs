@@ -144,12 +144,12 @@ fn file_errors_are_one_line_naming_the_field() {
             "configSyncPeriod: invalid duration \"15 minutes\": unknown unit \" minutes\"; use ns, us, ms, s, m or h",
         ),
         (
-            "mode: ebpf\n",
-            "mode: must be iptables, ipvs, nftables, userspace or empty (iptables), got \"ebpf\"",
+            "mode: xdp\n",
+            "mode: must be iptables, ipvs, nftables, userspace, ebpf or empty (iptables), got \"xdp\"",
         ),
         (
             "mode: kernelspace\n",
-            "mode: kernelspace is the windows proxy mode; on linux use iptables, ipvs, nftables or userspace",
+            "mode: kernelspace is the windows proxy mode; on linux use iptables, ipvs, nftables, userspace or ebpf",
         ),
         (
             "detectLocalMode: PodCIDR\n",

@@ -234,7 +234,7 @@ fn flag_errors_are_one_line_naming_the_flag() {
         ),
         (
             &["--proxy-mode=kernelspace"],
-            "--proxy-mode: kernelspace is the windows proxy mode; on linux use iptables, ipvs, nftables or userspace",
+            "--proxy-mode: kernelspace is the windows proxy mode; on linux use iptables, ipvs, nftables, userspace or ebpf",
         ),
         (
             &["--detect-local-mode=Bridge"],

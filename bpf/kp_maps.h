@@ -1,0 +1,169 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * The maps kube-proxy-rs's eBPF mode shares between its BPF programs (kp_sock.c) and the
+ * proxy (src/dataplane/ebpf/layout.rs mirrors every struct here, field for field).
+ *
+ * Addresses are 16 bytes in network order for both families: an IPv4 address is stored
+ * IPv4-mapped (::ffff:a.b.c.d), so one set of maps serves connect4 and connect6, and an
+ * AF_INET6 socket connecting to ::ffff:<ClusterIP> finds the IPv4 Service. Ports are in
+ * network order, as the sock_addr context holds them.
+ *
+ * A layout change must bump KP_LAYOUT_VERSION: the maps are pinned under a directory named
+ * after it, and an old proxy's pinned maps are never read with a new layout.
+ */
+#ifndef KP_MAPS_H
+#define KP_MAPS_H
+
+#include <linux/types.h>
+
+#define KP_LAYOUT_VERSION 1
+
+/* Upper bounds. kp_svc and kp_slot are not preallocated, so only entries in use take memory;
+ * kp_rev is an LRU (preallocated by the kernel): about 100 bytes an entry. */
+#define KP_MAX_SERVICES 262144
+#define KP_MAX_SLOTS 1048576
+#define KP_MAX_REVERSE 65536
+#define KP_MAX_AFFINITY 65536
+#define KP_MAX_NODEPORTS 65536
+/* An affinity entry whose generation is old is looked up among at most this many slots. */
+#define KP_AFFINITY_SCAN 64
+
+/* kp_stats: one per-CPU __u64 counter per reason (src/dataplane/ebpf/stats.rs names them). */
+enum kp_stat {
+	KP_STAT_TRANSLATED = 0, /* connect()/sendmsg() to a frontend given a backend */
+	KP_STAT_REFUSED = 1,    /* connect()/sendmsg() to a frontend without endpoints */
+	KP_STAT_AFFINE = 2,     /* of the translated: to the backend affinity remembered */
+	KP_STAT_REVERSED = 3,   /* recvmsg()/getpeername() shown the Service address */
+	KP_STAT_BIND_REFUSED = 4, /* bind() of the node's network namespace to a NodePort */
+	KP_STAT_DROPPED = 5,    /* connect()/sendmsg() to a frontend whose policy drops */
+	KP_STAT_COUNT = 6,
+};
+/* src/dataplane/ebpf/stats.rs: REASONS has as many names, in this order. */
+_Static_assert(KP_STAT_COUNT == 6, "kp_stat count");
+
+/* kp_svc_val.flags */
+#define KP_SVC_F_NONE 0
+/* ClientIP affinity: a network namespace keeps its backend for affinity_timeout seconds after
+ * its last connection (socket programs cannot see the client address yet; pods each have a
+ * network namespace of their own, processes of the node share one). */
+#define KP_SVC_F_AFFINITY 1
+/* With count 0: endpoints exist, but none this traffic may use (a Local policy, endpoints on
+ * other nodes). kube-proxy drops such packets, so the client times out; here connect() and
+ * sendmsg() fail at once with ETIMEDOUT, which clients report as a timeout (no ECONNREFUSED). */
+#define KP_SVC_F_DROP 2
+
+/* A frontend: a Service address, port and protocol (IPPROTO_TCP, IPPROTO_UDP). */
+struct kp_svc_key {
+	__u32 addr[4];
+	__be16 port;
+	__u8 proto;
+	__u8 pad;
+};
+
+/*
+ * What a frontend is balanced over: the slots (svc_id, generation, 0..count-1). count 0 means the
+ * Service port has no endpoint for this traffic: connect() and sendmsg() fail with
+ * ECONNREFUSED. generation is the generation of the slot set in use; the proxy writes a new set
+ * under the other generation and then flips generation and count in one update of this entry, so
+ * a reader never mixes old and new backends.
+ */
+struct kp_svc_val {
+	__u32 svc_id;
+	__u16 count;
+	__u8 flags;
+	__u8 generation;
+	__u32 affinity_timeout;
+};
+
+/* One backend of a slot set. */
+struct kp_slot_key {
+	__u32 svc_id;
+	__u16 slot;
+	__u8 generation;
+	__u8 pad;
+};
+
+struct kp_backend {
+	__u32 addr[4];
+	__be16 port;
+	__u16 pad;
+};
+
+/*
+ * The reverse translation of a socket: (socket cookie, backend) -> the Service address it
+ * was translated from. recvmsg reports the Service as a datagram's source; getpeername
+ * reports it as the peer. LRU: entries of closed sockets age out.
+ */
+struct kp_rev_key {
+	__u64 cookie;
+	__u32 addr[4];
+	__be16 port;
+	__u16 pad;
+	__u32 pad2;
+};
+
+struct kp_rev_val {
+	__u32 addr[4];
+	__be16 port;
+	__u16 pad;
+};
+
+/* The backend a network namespace was last given for a slot set (affinity). LRU. */
+struct kp_aff_key {
+	__u64 netns_cookie;
+	__u32 svc_id;
+	__u32 pad;
+};
+
+struct kp_aff_val {
+	__u64 last_used_ns;
+	__u32 addr[4];
+	__be16 port;
+	__u16 slot;
+	__u8 generation;
+	__u8 pad[3];
+};
+
+/* A NodePort: bind() to it in the node's network namespace fails with EADDRINUSE (post_bind),
+ * so no process of the node takes a port Services answer on. The port is in host order, as
+ * struct bpf_sock's src_port. Value: unused (__u8). */
+struct kp_np_key {
+	__u16 port;
+	__u8 proto;
+	__u8 pad;
+};
+
+/* The numbers src/dataplane/ebpf/layout.rs asserts too, so the two cannot drift. */
+#define KP_ASSERT_LAYOUT(type, size) _Static_assert(sizeof(struct type) == (size), #type " size")
+#define KP_ASSERT_OFFSET(type, field, off)                                                       \
+	_Static_assert(__builtin_offsetof(struct type, field) == (off), #type "." #field " offset")
+
+KP_ASSERT_LAYOUT(kp_svc_key, 20);
+KP_ASSERT_OFFSET(kp_svc_key, port, 16);
+KP_ASSERT_OFFSET(kp_svc_key, proto, 18);
+KP_ASSERT_LAYOUT(kp_svc_val, 12);
+KP_ASSERT_OFFSET(kp_svc_val, count, 4);
+KP_ASSERT_OFFSET(kp_svc_val, flags, 6);
+KP_ASSERT_OFFSET(kp_svc_val, generation, 7);
+KP_ASSERT_OFFSET(kp_svc_val, affinity_timeout, 8);
+KP_ASSERT_LAYOUT(kp_slot_key, 8);
+KP_ASSERT_OFFSET(kp_slot_key, slot, 4);
+KP_ASSERT_OFFSET(kp_slot_key, generation, 6);
+KP_ASSERT_LAYOUT(kp_backend, 20);
+KP_ASSERT_OFFSET(kp_backend, port, 16);
+KP_ASSERT_LAYOUT(kp_rev_key, 32);
+KP_ASSERT_OFFSET(kp_rev_key, addr, 8);
+KP_ASSERT_OFFSET(kp_rev_key, port, 24);
+KP_ASSERT_LAYOUT(kp_rev_val, 20);
+KP_ASSERT_OFFSET(kp_rev_val, port, 16);
+KP_ASSERT_LAYOUT(kp_np_key, 4);
+KP_ASSERT_OFFSET(kp_np_key, proto, 2);
+KP_ASSERT_LAYOUT(kp_aff_key, 16);
+KP_ASSERT_OFFSET(kp_aff_key, svc_id, 8);
+KP_ASSERT_LAYOUT(kp_aff_val, 32);
+KP_ASSERT_OFFSET(kp_aff_val, addr, 8);
+KP_ASSERT_OFFSET(kp_aff_val, port, 24);
+KP_ASSERT_OFFSET(kp_aff_val, slot, 26);
+KP_ASSERT_OFFSET(kp_aff_val, generation, 28);
+
+#endif

@@ -1,0 +1,400 @@
+//! The eBPF mode's kernel I/O: loading and attaching the programs, pinning, and reading and
+//! writing the two maps the proxy owns.
+//!
+//! [`Kernel::open`] loads the object embedded at build time (`bpf/kp_sock.c`), creating the
+//! maps under the pin directory or reusing the ones pinned there (after checking their
+//! layout: aya 0.14 reuses a pinned map by name without looking at it), attaches every
+//! program to the cgroup and pins each link. A link pinned by a previous run is released only
+//! after the new one is attached, so sockets are balanced throughout a restart (two programs
+//! in a row are harmless: the second sees a backend address, which is no frontend).
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use aya::maps::{HashMap, MapData, MapError};
+use aya::programs::links::{FdLink, PinnedLink};
+use aya::programs::{CgroupAttachMode, Program, ProgramError};
+use aya::{Ebpf, EbpfLoader};
+
+use super::diff::{Maps, Op};
+use super::layout::{Backend as Slot, NpKey, SlotKey, SvcKey, SvcVal};
+use super::names;
+
+/// The compiled programs, embedded by build.rs.
+pub static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/kp_sock.o"));
+
+/// Where the programs attach and pin.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Settings {
+    /// A cgroup v2 directory: every socket created by a process in it (or below) is balanced.
+    pub cgroup: PathBuf,
+    /// The pin root ([`names::PIN_ROOT`] by default); must be on a bpffs.
+    pub pin_root: PathBuf,
+}
+
+/// Why the eBPF dataplane could not be set up or written.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{what} {path}")]
+    Io {
+        what: &'static str,
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("cannot mount bpffs on {path}")]
+    Mount {
+        path: PathBuf,
+        #[source]
+        source: nix::Error,
+    },
+    #[error("cannot load the eBPF object")]
+    Load(#[source] aya::EbpfError),
+    #[error("program {name}")]
+    Program {
+        name: &'static str,
+        #[source]
+        source: ProgramError,
+    },
+    #[error("pinning {path}")]
+    Pin {
+        path: PathBuf,
+        #[source]
+        source: aya::pin::PinError,
+    },
+    #[error("pinned link {path}")]
+    Link {
+        path: PathBuf,
+        #[source]
+        source: aya::programs::links::LinkError,
+    },
+    #[error("map {name}")]
+    Map {
+        name: &'static str,
+        #[source]
+        source: MapError,
+    },
+    /// A map pinned under our versioned directory has another shape than this build's.
+    #[error(
+        "pinned map {path} has (key bytes, value bytes, max entries) {pinned:?}, this build wants {wanted:?}: remove it with --cleanup"
+    )]
+    Layout {
+        path: PathBuf,
+        pinned: (u32, u32, u32),
+        wanted: (u32, u32, u32),
+    },
+    #[error("program {0} missing from the eBPF object")]
+    Missing(&'static str),
+}
+
+/// The kernel side of the eBPF mode as the applier uses it.
+pub trait Backend: Send {
+    /// What the proxy's two maps hold now.
+    fn read(&mut self) -> Result<Maps, Error>;
+    /// One map write.
+    fn write(&mut self, op: &Op) -> Result<(), Error>;
+}
+
+/// The loaded programs' maps, once every program is attached and pinned.
+pub struct Kernel {
+    svc: HashMap<MapData, SvcKey, SvcVal>,
+    slots: HashMap<MapData, SlotKey, Slot>,
+    node_ports: HashMap<MapData, NpKey, u8>,
+}
+
+impl Kernel {
+    /// Loads, attaches and pins everything (see the module doc); idempotent across restarts.
+    pub fn open(settings: &Settings) -> Result<Kernel, Error> {
+        ensure_bpffs(&settings.pin_root)?;
+        let pin_dir = names::pin_dir(&settings.pin_root);
+        let links = names::links_dir(&settings.pin_root);
+        fs::create_dir_all(&links).map_err(|source| Error::Io {
+            what: "cannot create",
+            path: links.clone(),
+            source,
+        })?;
+        check_pinned_layouts(&pin_dir)?;
+        let mut ebpf = EbpfLoader::new()
+            .default_map_pin_directory(&pin_dir)
+            .load(OBJECT)
+            .map_err(Error::Load)?;
+        let cgroup = fs::File::open(&settings.cgroup).map_err(|source| Error::Io {
+            what: "cannot open cgroup",
+            path: settings.cgroup.clone(),
+            source,
+        })?;
+        for name in names::PROGRAMS {
+            attach(&mut ebpf, name, &cgroup, &links)?;
+        }
+        let svc = take_map(&mut ebpf, names::MAP_SVC)?;
+        let slots = take_map(&mut ebpf, names::MAP_SLOT)?;
+        let node_ports = take_map(&mut ebpf, names::MAP_NODEPORT)?;
+        Ok(Kernel {
+            svc,
+            slots,
+            node_ports,
+        })
+    }
+}
+
+impl Backend for Kernel {
+    fn read(&mut self) -> Result<Maps, Error> {
+        let map_err = |name| move |source| Error::Map { name, source };
+        let svc = self
+            .svc
+            .iter()
+            .collect::<Result<BTreeMap<_, _>, _>>()
+            .map_err(map_err(names::MAP_SVC))?;
+        let slots = self
+            .slots
+            .iter()
+            .collect::<Result<BTreeMap<_, _>, _>>()
+            .map_err(map_err(names::MAP_SLOT))?;
+        let node_ports = self
+            .node_ports
+            .keys()
+            .collect::<Result<_, _>>()
+            .map_err(map_err(names::MAP_NODEPORT))?;
+        Ok(Maps {
+            svc,
+            slots,
+            node_ports,
+        })
+    }
+
+    fn write(&mut self, op: &Op) -> Result<(), Error> {
+        let (name, result) = match op {
+            Op::PutSlot(k, v) => (names::MAP_SLOT, self.slots.insert(k, v, 0)),
+            Op::PutSvc(k, v) => (names::MAP_SVC, self.svc.insert(k, v, 0)),
+            Op::DelSvc(k) => (names::MAP_SVC, ignore_missing(self.svc.remove(k))),
+            Op::DelSlot(k) => (names::MAP_SLOT, ignore_missing(self.slots.remove(k))),
+            Op::PutNodePort(k) => (names::MAP_NODEPORT, self.node_ports.insert(k, 1, 0)),
+            Op::DelNodePort(k) => (
+                names::MAP_NODEPORT,
+                ignore_missing(self.node_ports.remove(k)),
+            ),
+        };
+        result.map_err(|source| Error::Map { name, source })
+    }
+}
+
+/// A delete of what is already gone has done its job.
+fn ignore_missing(r: Result<(), MapError>) -> Result<(), MapError> {
+    match r {
+        Err(MapError::KeyNotFound) => Ok(()),
+        Err(MapError::SyscallError(e)) if e.io_error.raw_os_error() == Some(libc_enoent()) => {
+            Ok(())
+        }
+        other => other,
+    }
+}
+
+const fn libc_enoent() -> i32 {
+    2
+}
+
+fn take_map<K: aya::Pod, V: aya::Pod>(
+    ebpf: &mut Ebpf,
+    name: &'static str,
+) -> Result<HashMap<MapData, K, V>, Error> {
+    let map = ebpf.take_map(name).ok_or(Error::Missing(name))?;
+    HashMap::try_from(map).map_err(|source| Error::Map { name, source })
+}
+
+/// Loads program `name`, attaches it to `cgroup` and pins its link as `links/<name>`,
+/// replacing (and so detaching) a link pinned there before.
+fn attach(
+    ebpf: &mut Ebpf,
+    name: &'static str,
+    cgroup: &fs::File,
+    links: &Path,
+) -> Result<(), Error> {
+    let err = |source| Error::Program { name, source };
+    let link_err = |source| Error::Link {
+        path: links.join(name),
+        source,
+    };
+    // A cgroup link (bpf_link_create, kernel 5.7+) takes no attach flags and always
+    // coexists with other links on the cgroup, as BPF_F_ALLOW_MULTI would: `Single` passes 0.
+    let mode = CgroupAttachMode::Single;
+    let link: FdLink = match ebpf.program_mut(name).ok_or(Error::Missing(name))? {
+        Program::CgroupSockAddr(p) => {
+            p.load().map_err(err)?;
+            let id = p.attach(cgroup, mode).map_err(err)?;
+            p.take_link(id).map_err(err)?.try_into().map_err(link_err)?
+        }
+        Program::CgroupSock(p) => {
+            p.load().map_err(err)?;
+            let id = p.attach(cgroup, mode).map_err(err)?;
+            p.take_link(id).map_err(err)?.try_into().map_err(link_err)?
+        }
+        _ => return Err(Error::Missing(name)),
+    };
+    // bpffs refuses names with a dot (reserved by the kernel for its own files).
+    let fresh = links.join(format!("{name}_next"));
+    let path = links.join(name);
+    remove_if_present(&fresh)?;
+    link.pin(&fresh).map_err(|source| Error::Pin {
+        path: fresh.clone(),
+        source,
+    })?;
+    if path.exists() {
+        let old = PinnedLink::from_pin(&path).map_err(|source| Error::Link {
+            path: path.clone(),
+            source,
+        })?;
+        // Unpinned and dropped: the old program is detached.
+        old.unpin().map_err(|source| Error::Io {
+            what: "cannot unpin",
+            path: path.clone(),
+            source,
+        })?;
+    }
+    fs::rename(&fresh, &path).map_err(|source| Error::Io {
+        what: "cannot rename pinned link to",
+        path,
+        source,
+    })
+}
+
+/// Refuses pinned maps whose key size, value size or bound differs from this build's.
+fn check_pinned_layouts(pin_dir: &Path) -> Result<(), Error> {
+    use super::layout::{
+        AffKey, AffVal, KP_MAX_AFFINITY, KP_MAX_NODEPORTS, KP_MAX_REVERSE, KP_MAX_SERVICES,
+        KP_MAX_SLOTS, RevKey, RevVal,
+    };
+    use std::mem::size_of;
+    let stats = u32::try_from(super::stats::REASONS.len()).unwrap_or(u32::MAX);
+    let want = [
+        (
+            names::MAP_SVC,
+            size_of::<SvcKey>(),
+            size_of::<SvcVal>(),
+            KP_MAX_SERVICES,
+        ),
+        (
+            names::MAP_SLOT,
+            size_of::<SlotKey>(),
+            size_of::<Slot>(),
+            KP_MAX_SLOTS,
+        ),
+        (
+            names::MAP_REV,
+            size_of::<RevKey>(),
+            size_of::<RevVal>(),
+            KP_MAX_REVERSE,
+        ),
+        (names::MAP_STATS, size_of::<u32>(), size_of::<u64>(), stats),
+        (
+            names::MAP_NODEPORT,
+            size_of::<NpKey>(),
+            size_of::<u8>(),
+            KP_MAX_NODEPORTS,
+        ),
+        (
+            names::MAP_AFF,
+            size_of::<AffKey>(),
+            size_of::<AffVal>(),
+            KP_MAX_AFFINITY,
+        ),
+    ];
+    for (name, key, value, max_entries) in want {
+        let path = pin_dir.join(name);
+        if !path.exists() {
+            continue;
+        }
+        let info =
+            aya::maps::MapInfo::from_pin(&path).map_err(|source| Error::Map { name, source })?;
+        let pinned = (info.key_size(), info.value_size(), info.max_entries());
+        let wanted = (key as u32, value as u32, max_entries);
+        if pinned != wanted {
+            return Err(Error::Layout {
+                path,
+                pinned,
+                wanted,
+            });
+        }
+    }
+    Ok(())
+}
+
+fn remove_if_present(path: &Path) -> Result<(), Error> {
+    match fs::remove_file(path) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(Error::Io {
+            what: "cannot remove",
+            path: path.to_path_buf(),
+            source: e,
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// The cgroup v2 hierarchy's root: `/sys/fs/cgroup` on a unified host, `/sys/fs/cgroup/unified`
+/// on a hybrid one (cgroup v1 controllers at `/sys/fs/cgroup/*`).
+pub fn default_cgroup() -> PathBuf {
+    use nix::sys::statfs::{CGROUP2_SUPER_MAGIC, statfs};
+    let root = Path::new(names::CGROUP_ROOT);
+    let is_v2 = |p: &Path| statfs(p).is_ok_and(|s| s.filesystem_type() == CGROUP2_SUPER_MAGIC);
+    let unified = root.join("unified");
+    if !is_v2(root) && is_v2(&unified) {
+        unified
+    } else {
+        root.to_path_buf()
+    }
+}
+
+/// Mounts bpffs on [`names::BPFFS`] when the pin root lies there and it is not mounted (Debian
+/// does not mount it by default).
+fn ensure_bpffs(root: &Path) -> Result<(), Error> {
+    use nix::sys::statfs::{BPF_FS_MAGIC, statfs};
+    let bpffs = Path::new(names::BPFFS);
+    if !root.starts_with(bpffs) {
+        return Ok(());
+    }
+    let mounted = statfs(bpffs).is_ok_and(|s| s.filesystem_type() == BPF_FS_MAGIC);
+    if mounted {
+        return Ok(());
+    }
+    nix::mount::mount(
+        Some("bpf"),
+        bpffs,
+        Some("bpf"),
+        nix::mount::MsFlags::empty(),
+        None::<&str>,
+    )
+    .map_err(|source| Error::Mount {
+        path: bpffs.to_path_buf(),
+        source,
+    })
+}
+
+/// `--cleanup`: removes the pin root. Unlinking a pinned cgroup link detaches its program, and
+/// unlinking the pinned maps frees them once no program holds them. Returns the pins removed;
+/// nothing there is not an error.
+pub fn remove(pin_root: &Path) -> Result<usize, Error> {
+    if !pin_root.exists() {
+        return Ok(0);
+    }
+    let pins = count_files(pin_root);
+    fs::remove_dir_all(pin_root).map_err(|source| Error::Io {
+        what: "cannot remove",
+        path: pin_root.to_path_buf(),
+        source,
+    })?;
+    Ok(pins)
+}
+
+fn count_files(dir: &Path) -> usize {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .map(|e| {
+            let p = e.path();
+            if p.is_dir() { count_files(&p) } else { 1 }
+        })
+        .sum()
+}

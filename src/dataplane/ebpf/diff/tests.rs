@@ -1,0 +1,163 @@
+use std::net::SocketAddr;
+
+use super::*;
+use crate::dataplane::ebpf::plan::plan;
+use crate::testing::snapshots::{node, snapshot, svc};
+
+fn web(endpoints: &[&str]) -> Plan {
+    let mut s = svc("default/web", "10.96.0.10", 80).external("192.0.2.10");
+    for e in endpoints {
+        let a: SocketAddr = e.parse().unwrap();
+        s = s.ep(&a.ip().to_string(), a.port(), "node-b");
+    }
+    plan(&snapshot(node(), vec![s]), &Default::default())
+}
+
+/// Every frontend entry points at a complete slot set.
+fn consistent(maps: &Maps) -> Result<(), String> {
+    for (k, v) in &maps.svc {
+        let got = slots_of(maps, *v);
+        if got.len() != usize::from(v.count) {
+            return Err(format!(
+                "{}:{} sees {} of {} slots",
+                k.ip(),
+                k.port(),
+                got.len(),
+                v.count
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn backends_seen(maps: &Maps) -> BTreeSet<Vec<SocketAddr>> {
+    maps.svc
+        .values()
+        .map(|v| {
+            slots_of(maps, *v)
+                .iter()
+                .map(Backend::socket_addr)
+                .collect()
+        })
+        .collect()
+}
+
+#[test]
+fn a_new_service_writes_slots_before_frontends() {
+    let ops = diff(
+        &Maps::default(),
+        &web(&["10.244.1.5:8080", "10.244.2.5:8080"]),
+    );
+    let kinds: Vec<&str> = ops
+        .iter()
+        .map(|o| match o {
+            Op::PutSlot(..) => "slot",
+            Op::PutSvc(..) => "svc",
+            _ => "del",
+        })
+        .collect();
+    assert_eq!(kinds, ["slot", "slot", "svc", "svc"]);
+    let maps = applied(Maps::default(), &ops);
+    let ids: BTreeSet<u32> = maps.svc.values().map(|v| v.svc_id).collect();
+    assert_eq!(ids.len(), 1, "ClusterIP and externalIP share one slot set");
+}
+
+#[test]
+fn an_unchanged_plan_writes_nothing_even_after_a_restart() {
+    let want = web(&["10.244.1.5:8080"]);
+    let maps = applied(Maps::default(), &diff(&Maps::default(), &want));
+    assert_eq!(diff(&maps, &want), []);
+}
+
+#[test]
+fn a_backend_change_never_shows_a_mix_of_old_and_new() {
+    let old = ["10.244.1.5:8080", "10.244.2.5:8080", "10.244.3.5:8080"];
+    let new = ["10.244.2.5:8080", "10.244.4.5:8080"];
+    let mut maps = applied(Maps::default(), &diff(&Maps::default(), &web(&old)));
+    let ops = diff(&maps, &web(&new));
+    let old_set: Vec<SocketAddr> = old.iter().map(|s| s.parse().unwrap()).collect();
+    let new_set: Vec<SocketAddr> = new.iter().map(|s| s.parse().unwrap()).collect();
+    for op in &ops {
+        maps = applied(maps, std::slice::from_ref(op));
+        consistent(&maps).unwrap();
+        for seen in backends_seen(&maps) {
+            assert!(
+                seen == old_set || seen == new_set,
+                "mixed: {seen:?} after {op:?}"
+            );
+        }
+    }
+    assert_eq!(backends_seen(&maps), BTreeSet::from([new_set]));
+    // The old generation is gone: only the new slots remain.
+    assert_eq!(maps.slots.len(), 2);
+}
+
+#[test]
+fn a_removed_service_leaves_nothing_behind() {
+    let maps = applied(
+        Maps::default(),
+        &diff(&Maps::default(), &web(&["10.244.1.5:8080"])),
+    );
+    let ops = diff(&maps, &Plan::default());
+    assert_eq!(applied(maps, &ops), Maps::default());
+}
+
+#[test]
+fn endpoints_going_to_zero_keep_the_frontend_with_no_slots() {
+    let maps = applied(
+        Maps::default(),
+        &diff(&Maps::default(), &web(&["10.244.1.5:8080"])),
+    );
+    let maps = applied(maps.clone(), &diff(&maps, &web(&[])));
+    assert_eq!(maps.svc.len(), 2);
+    assert!(maps.svc.values().all(|v| v.count == 0));
+    assert!(maps.slots.is_empty());
+}
+
+#[test]
+fn new_sets_take_ids_no_entry_uses() {
+    let first = applied(
+        Maps::default(),
+        &diff(&Maps::default(), &web(&["10.244.1.5:8080"])),
+    );
+    let both = plan(
+        &snapshot(
+            node(),
+            vec![
+                svc("default/web", "10.96.0.10", 80)
+                    .external("192.0.2.10")
+                    .ep("10.244.1.5", 8080, "node-b"),
+                svc("default/api", "10.96.0.20", 443).ep("10.244.1.6", 8443, "node-b"),
+            ],
+        ),
+        &Default::default(),
+    );
+    let maps = applied(first.clone(), &diff(&first, &both));
+    let ids: BTreeSet<u32> = maps.svc.values().map(|v| v.svc_id).collect();
+    assert_eq!(ids.len(), 2);
+    let web_id = first.svc.values().next().unwrap().svc_id;
+    let cip = svc_key(&Frontend {
+        ip: "10.96.0.10".parse().unwrap(),
+        port: 80,
+        transport: Transport::Tcp,
+    });
+    assert_eq!(maps.svc[&cip].svc_id, web_id, "web keeps its id");
+    consistent(&maps).unwrap();
+}
+
+#[test]
+fn an_affinity_change_rewrites_the_frontend_not_the_slots() {
+    let plain = web(&["10.244.1.5:8080"]);
+    let maps = applied(Maps::default(), &diff(&Maps::default(), &plain));
+    let mut sticky = plain.clone();
+    let set = sticky.sets.keys().next().unwrap().clone();
+    sticky.affinity.insert(set, 600);
+    let ops = diff(&maps, &sticky);
+    assert!(ops.iter().all(|o| matches!(o, Op::PutSvc(..))), "{ops:?}");
+    let maps = applied(maps, &ops);
+    assert!(maps.svc.values().all(
+        |v| v.flags == crate::dataplane::ebpf::layout::SVC_F_AFFINITY
+            && v.affinity_timeout == 600
+            && v.generation == 0
+    ));
+}

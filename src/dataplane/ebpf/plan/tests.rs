@@ -1,0 +1,180 @@
+use super::*;
+use crate::testing::snapshots::{node, snapshot, svc};
+
+fn addr(s: &str) -> SocketAddr {
+    s.parse().unwrap()
+}
+
+fn frontend(ip: &str, port: u16, transport: Transport) -> Frontend {
+    Frontend {
+        ip: ip.parse().unwrap(),
+        port,
+        transport,
+    }
+}
+
+#[test]
+fn cluster_ip_is_balanced_over_ready_endpoints() {
+    let snap = snapshot(
+        node(),
+        vec![
+            svc("default/web", "10.96.0.10", 80)
+                .ep("10.244.2.5", 8080, "node-b")
+                .ep("10.244.1.5", 8080, "node-a")
+                .ep_state("10.244.3.5", 8080, "node-c", false, false),
+        ],
+    );
+    let plan = plan(&snap, &NodePorts::default());
+    let set = &plan.frontends[&frontend("10.96.0.10", 80, Transport::Tcp)];
+    assert_eq!(set.list, List::Cluster);
+    assert_eq!(
+        plan.sets[set],
+        [addr("10.244.1.5:8080"), addr("10.244.2.5:8080")]
+    );
+    assert!(plan.not_programmed.is_empty());
+}
+
+#[test]
+fn service_without_endpoints_gets_an_empty_set() {
+    let snap = snapshot(node(), vec![svc("default/none", "10.96.0.11", 80)]);
+    let plan = plan(&snap, &NodePorts::default());
+    assert_eq!(plan.frontends.len(), 1);
+    assert_eq!(
+        plan.sets.values().next().unwrap(),
+        &Vec::<SocketAddr>::new()
+    );
+}
+
+#[test]
+fn external_ips_share_the_cluster_set_and_local_cluster_ip_gets_its_own() {
+    let snap = snapshot(
+        node(),
+        vec![
+            svc("default/web", "10.96.0.10", 80)
+                .internal_local()
+                .external("192.0.2.10")
+                .lb("198.51.100.7")
+                .ep("10.244.2.5", 8080, "node-b")
+                .ep("10.244.1.5", 8080, "node-a"),
+        ],
+    );
+    let plan = plan(&snap, &NodePorts::default());
+    let cip = &plan.frontends[&frontend("10.96.0.10", 80, Transport::Tcp)];
+    let eip = &plan.frontends[&frontend("192.0.2.10", 80, Transport::Tcp)];
+    let lb = &plan.frontends[&frontend("198.51.100.7", 80, Transport::Tcp)];
+    assert_eq!(plan.sets[cip], [addr("10.244.1.5:8080")]);
+    assert_eq!(eip, lb);
+    assert_eq!(plan.sets[eip].len(), 2);
+    assert_eq!(plan.sets.len(), 2);
+    let gaps: Vec<Gap> = plan.not_programmed.iter().map(|(_, g)| *g).collect();
+    assert_eq!(gaps, [Gap::FromOutside]);
+}
+
+#[test]
+fn what_phase_one_cannot_do_is_named_per_port() {
+    let snap = snapshot(
+        node(),
+        vec![
+            svc("default/np", "10.96.0.10", 80)
+                .node_port(30080)
+                .affinity(60)
+                .ep("10.244.1.5", 8080, "node-a"),
+            svc("default/sig", "10.96.0.12", 3868)
+                .proto(Protocol::Sctp)
+                .ep("10.244.2.6", 3868, "node-b"),
+        ],
+    );
+    let plan = plan(&snap, &NodePorts::default());
+    let gaps: Vec<(&str, Gap)> = plan
+        .not_programmed
+        .iter()
+        .map(|(p, g)| (&*p.service.name, *g))
+        .collect();
+    assert_eq!(gaps, [("np", Gap::FromOutside), ("sig", Gap::Sctp)]);
+    assert_eq!(plan.affinity.values().collect::<Vec<_>>(), [&60]);
+    // The ClusterIP of the NodePort Service is still balanced; SCTP gets no frontend.
+    assert_eq!(plan.frontends.len(), 1);
+}
+
+#[test]
+fn node_ports_are_translated_on_the_node_port_addresses_over_the_cluster_list() {
+    let snap = snapshot(
+        node(),
+        vec![
+            svc("default/np", "10.96.0.10", 80)
+                .node_port(30080)
+                .external_local()
+                .ep("10.244.1.5", 8080, "node-a")
+                .ep("10.244.2.5", 8080, "node-b"),
+        ],
+    );
+    let all = node_ports(
+        &NodePortAddresses::default_for(crate::config::ProxyMode::Ebpf),
+        &snap.node,
+    );
+    let v4: Vec<String> = all[&IpFamily::V4].iter().map(ToString::to_string).collect();
+    assert!(
+        v4.contains(&"127.0.0.1".to_string()),
+        "all: loopback too: {v4:?}"
+    );
+    let plan = plan(&snap, &all);
+    for ip in &all[&IpFamily::V4] {
+        let set = &plan.frontends[&frontend(&ip.to_string(), 30080, Transport::Tcp)];
+        assert_eq!(set.list, List::Cluster, "local origin: every endpoint");
+        assert_eq!(plan.sets[set].len(), 2);
+    }
+    assert_eq!(
+        plan.node_port_numbers.keys().collect::<Vec<_>>(),
+        [&(30080, Transport::Tcp)],
+        "bind() to it is refused in the node's namespace"
+    );
+    let primary = NodePortAddresses {
+        primary: true,
+        ..NodePortAddresses::default()
+    };
+    let only = node_ports(&primary, &snap.node);
+    assert!(only[&IpFamily::V4].iter().all(|ip| !ip.is_loopback()));
+}
+
+#[test]
+fn local_policy_without_a_local_endpoint_drops_and_no_endpoints_refuses() {
+    let snap = snapshot(
+        node(),
+        vec![
+            svc("default/local", "10.96.0.10", 80).internal_local().ep(
+                "10.244.2.5",
+                8080,
+                "node-b",
+            ),
+            svc("default/none", "10.96.0.11", 80).internal_local(),
+        ],
+    );
+    let plan = plan(&snap, &NodePorts::default());
+    let local = &plan.frontends[&frontend("10.96.0.10", 80, Transport::Tcp)];
+    let none = &plan.frontends[&frontend("10.96.0.11", 80, Transport::Tcp)];
+    assert!(plan.sets[local].is_empty() && plan.sets[none].is_empty());
+    assert!(plan.drop.contains(local));
+    assert!(!plan.drop.contains(none));
+}
+
+#[test]
+fn udp_and_ipv6_frontends_are_kept_apart() {
+    let snap = snapshot(
+        node(),
+        vec![
+            svc("default/dns", "10.96.0.10", 53)
+                .proto(Protocol::Udp)
+                .ep("10.244.2.5", 53, "node-b"),
+            svc("default/web6", "fd00:96::10", 80).ep("fd00:244:2::5", 8080, "node-b"),
+        ],
+    );
+    let plan = plan(&snap, &NodePorts::default());
+    let keys: Vec<Frontend> = plan.frontends.keys().copied().collect();
+    assert_eq!(
+        keys,
+        [
+            frontend("10.96.0.10", 53, Transport::Udp),
+            frontend("fd00:96::10", 80, Transport::Tcp)
+        ]
+    );
+}

@@ -1,0 +1,122 @@
+//! The eBPF mode's plan as `plan --proxy-mode ebpf` prints it: the map entries it would write,
+//! and what phase 1 does not program.
+//!
+//! Pure. Also a test of the plan: rendering writes it into empty maps through
+//! [`diff`](super::diff), as the proxy does on a fresh node. Slot set ids are the ones [`diff`](super::diff) gives on empty maps (the proxy keeps
+//! the ids a node's maps already hold, so a live node's may differ).
+
+use std::fmt::Write as _;
+
+use super::diff::{self, Maps};
+use super::layout::{SVC_F_AFFINITY, SVC_F_DROP};
+use super::names;
+use super::plan::Plan;
+
+pub fn render(plan: &Plan) -> String {
+    let maps = diff::applied(Maps::default(), &diff::diff(&Maps::default(), plan));
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "# map {} (frontend -> slot set, count, generation)",
+        names::MAP_SVC
+    );
+    // In the plan's order (address, port, transport), not the map keys' byte order.
+    for f in plan.frontends.keys() {
+        let v = maps.svc[&diff::svc_key(f)];
+        let proto = f.transport.as_str();
+        let addr = std::net::SocketAddr::new(f.ip, f.port);
+        let what = match (v.count, v.flags & SVC_F_DROP != 0) {
+            (0, true) => "  # no endpoint for this traffic: connect() times out at once",
+            (0, false) => "  # no endpoints: connect() refused",
+            _ => "",
+        };
+        let affinity = if v.flags & SVC_F_AFFINITY != 0 {
+            format!(" affinity {}s", v.affinity_timeout)
+        } else {
+            String::new()
+        };
+        let _ = writeln!(
+            out,
+            "{proto} {addr} -> set {} count {} generation {}{affinity}{what}",
+            v.svc_id, v.count, v.generation
+        );
+    }
+    let _ = writeln!(
+        out,
+        "# map {} (set, generation, slot -> backend)",
+        names::MAP_SLOT
+    );
+    for (k, b) in &maps.slots {
+        let _ = writeln!(
+            out,
+            "set {} generation {} slot {} -> {}",
+            k.svc_id,
+            k.generation,
+            k.slot,
+            b.socket_addr()
+        );
+    }
+    let _ = writeln!(out, "# sets");
+    let mut named = std::collections::BTreeMap::new();
+    for (f, set) in &plan.frontends {
+        let id = maps.svc[&diff::svc_key(f)].svc_id;
+        named.insert(id, set);
+    }
+    for (id, set) in named {
+        let _ = writeln!(
+            out,
+            "set {id}: {} {} {}",
+            set.port,
+            set.family,
+            set.list.as_str()
+        );
+    }
+    if !plan.not_programmed.is_empty() {
+        let _ = writeln!(out, "# not programmed by ebpf mode (phase 1)");
+        for (port, gap) in &plan.not_programmed {
+            let _ = writeln!(out, "{port}: {}", gap.as_str());
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dataplane::ebpf::plan::{node_ports, plan};
+    use crate::testing::snapshots::{node, snapshot, svc};
+
+    #[test]
+    fn prints_frontends_slots_and_gaps() {
+        let snap = snapshot(
+            node(),
+            vec![
+                svc("default/web", "10.96.0.10", 80).node_port(30080).ep(
+                    "10.244.1.5",
+                    8080,
+                    "node-a",
+                ),
+                svc("default/none", "10.96.0.9", 80),
+            ],
+        );
+        let primary = crate::config::NodePortAddresses {
+            primary: true,
+            ..Default::default()
+        };
+        let text = render(&plan(&snap, &node_ports(&primary, &snap.node)));
+        let want = "\
+# map kp_svc (frontend -> slot set, count, generation)
+tcp 10.0.0.11:30080 -> set 2 count 1 generation 0
+tcp 10.96.0.9:80 -> set 1 count 0 generation 0  # no endpoints: connect() refused
+tcp 10.96.0.10:80 -> set 2 count 1 generation 0
+# map kp_slot (set, generation, slot -> backend)
+set 2 generation 0 slot 0 -> 10.244.1.5:8080
+# sets
+set 1: default/none IPv4 cluster
+set 2: default/web IPv4 cluster
+# not programmed by ebpf mode (phase 1)
+default/web: NodePort/externalIP/LoadBalancer traffic from outside the node not handled yet (no tc program)
+";
+        assert_eq!(text, want);
+    }
+}

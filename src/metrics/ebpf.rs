@@ -1,0 +1,59 @@
+//! `kubeproxy_rs_ebpf_*`: the eBPF mode's datapath counters and map fill levels, read from the
+//! dataplane's [`Stats`] at each scrape.
+//!
+//! The collector is registered whatever the mode, so the `# TYPE` lines are always there; it
+//! has samples once eBPF mode gave it its handle.
+
+use std::sync::{Arc, Mutex, PoisonError};
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, MetricEncoder};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+
+use super::names::{self, Kind, Spec};
+use crate::dataplane::ebpf::stats::Stats;
+
+/// Where the collector reads; `None` until eBPF mode sets it.
+pub type SharedSource = Arc<Mutex<Option<Stats>>>;
+
+/// See the module doc.
+#[derive(Debug)]
+pub struct Datapath(pub SharedSource);
+
+fn descriptor<'a>(
+    encoder: &'a mut DescriptorEncoder,
+    spec: &Spec,
+) -> Result<MetricEncoder<'a>, std::fmt::Error> {
+    let kind = match spec.kind {
+        Kind::Gauge => MetricType::Gauge,
+        Kind::Counter | Kind::Histogram => MetricType::Counter,
+    };
+    encoder.encode_descriptor(spec.registered_name(), spec.help, None, kind)
+}
+
+impl Collector for Datapath {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let source = self
+            .0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        let reading = source.map(|s| s.read()).unwrap_or_default();
+        let mut m = descriptor(&mut encoder, &names::RS_EBPF_DATAPATH)?;
+        for (reason, n) in &reading.reasons {
+            ConstCounter::new(*n).encode(m.encode_family(&[("reason", *reason)])?)?;
+        }
+        let mut m = descriptor(&mut encoder, &names::RS_EBPF_MAP_ENTRIES)?;
+        for (map, n, _) in &reading.maps {
+            let n = i64::try_from(*n).unwrap_or(i64::MAX);
+            ConstGauge::new(n).encode(m.encode_family(&[("map", *map)])?)?;
+        }
+        let mut m = descriptor(&mut encoder, &names::RS_EBPF_MAP_MAX_ENTRIES)?;
+        for (map, _, bound) in &reading.maps {
+            ConstGauge::new(i64::from(*bound)).encode(m.encode_family(&[("map", *map)])?)?;
+        }
+        Ok(())
+    }
+}
