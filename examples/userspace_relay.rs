@@ -5,9 +5,9 @@
 //! the nftables mode against the same ClusterIP programmed by the userspace mode (its redirect
 //! rule, then the relay), both by the proxy's own dataplanes from one Service and its
 //! EndpointSlice, and the latency one request/response round trip gains through the relay
-//! (p50, p99). The relay runs on a runtime of its own, on one thread,
-//! so "one core" is what it gets; the pods and the client have threads of their own. Memory
-//! per idle relayed connection is measured by `tests/userspace_relay_memory.rs`.
+//! (p50, p99). The relay runs on a runtime of its own, on one thread pinned to CPU 1, so
+//! "one core" is what it gets; the pods and the client have threads of their own on CPU 0.
+//! Memory per idle relayed connection is measured by `tests/userspace_relay_memory.rs`.
 //!
 //! The pods listen on 10.244.0.2, an address the harness puts on the namespace's `lo`.
 //!
@@ -168,6 +168,7 @@ fn by_mode_over_veths() {
     let pod_ns = pod.name.clone();
     std::thread::spawn(move || {
         kube_proxy_rs::netlink::netns::run_in(Some(&pod_ns), || {
+            pin(0);
             runtime().block_on(pods());
             Ok(())
         })
@@ -200,16 +201,41 @@ where
     F: FnOnce() -> Fut + Send,
     Fut: std::future::Future<Output = f64>,
 {
-    kube_proxy_rs::netlink::netns::run_in(Some(&client.name), || Ok(runtime().block_on(work())))
-        .expect("the client's run")
+    kube_proxy_rs::netlink::netns::run_in(Some(&client.name), || {
+        pin(0);
+        Ok(runtime().block_on(work()))
+    })
+    .expect("the client's run")
 }
 
+/// Pins the calling thread to `cpu`, when the machine has more than one: the relay gets a
+/// core of its own, the pods and the client share the other, so "one core" is what the relay
+/// has and the direct path is not given more cores than the relayed one. No-op on one CPU.
+fn pin(cpu: usize) {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if cpus < 2 {
+        return;
+    }
+    let mut set = nix::sched::CpuSet::new();
+    if set.set(cpu.min(cpus - 1)).is_ok() {
+        let _ = nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set);
+    }
+}
+
+/// The relay's CPU; the pods and the client run on CPU 0.
+const RELAY_CPU: usize = 1;
+
 fn measure() {
+    pin(0);
     // The pods, on a thread and runtime of their own.
-    std::thread::spawn(|| runtime().block_on(pods()));
-    // The relay, alone on its thread: one listener per pod port.
+    std::thread::spawn(|| {
+        pin(0);
+        runtime().block_on(pods())
+    });
+    // The relay, alone on its thread and its core: one listener per pod port.
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
+        pin(RELAY_CPU);
         runtime().block_on(async move {
             let relay = Relay::new(Settings::default());
             let listeners: Vec<_> = [SOURCE, GREETER, ECHO]
@@ -287,6 +313,7 @@ fn cps_in_mode(mode: ProxyMode, node: &netns::NetNs, client: &netns::NetNs) -> f
     let node_ns = node.name.clone();
     let proxy = std::thread::spawn(move || {
         kube_proxy_rs::netlink::netns::run_in(Some(&node_ns), || {
+            pin(RELAY_CPU);
             runtime().block_on(async move {
                 let mut dataplane = kube_proxy_rs::cli::run::dataplane(&config)
                     .expect("the mode's dataplane")
