@@ -446,8 +446,13 @@ pub fn node_port_localhost_expect(proxy: Proxy) -> Expect {
         Proxy::Upstream {
             mode: Mode::Nftables,
         } => Expect::Fail("upstream's nftables mode does not serve NodePorts on localhost"),
-        Proxy::Upstream { mode: Mode::Ipvs } | Proxy::Ours { mode: Mode::Ipvs } => Expect::Fail(
+        Proxy::Ours { mode: Mode::Ipvs } => Expect::Fail(
             "ipvs mode leaves loopback out of its NodePort addresses, as upstream's does",
+        ),
+        // Read from upstream's code, not seen in this lab yet: reported, not gating.
+        Proxy::Upstream { mode: Mode::Ipvs } => Expect::Either(
+            "upstream's ipvs mode leaves loopback out of its NodePort addresses (its code; \
+             not yet seen in the UML lab)",
         ),
         Proxy::Upstream {
             mode: Mode::Userspace,
