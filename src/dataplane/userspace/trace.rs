@@ -265,15 +265,20 @@ mod tests {
         )
     }
 
-    #[test]
-    fn a_relayed_connection_reaches_the_listeners_endpoints_from_the_node() {
+    /// `packet` through [`web`]'s redirect rules and relay, every listener open.
+    fn trace_web(packet: &Packet) -> Trace {
         let snap = web();
         let listeners = plan::plan(&snap);
         let open = open(&listeners);
         let [table, _] = redirect::plan(&snap, &open, &settings());
         let relay = RelayPorts::planned(&listeners, &open);
         let local = snap.node.local_addresses().into_iter().collect::<Vec<_>>();
-        let t = trace(&table, &relay, &from_pod("10.96.0.10", 80), &local);
+        trace(&table, &relay, packet, &local)
+    }
+
+    #[test]
+    fn a_relayed_connection_reaches_the_listeners_endpoints_from_the_node() {
+        let t = trace_web(&from_pod("10.96.0.10", 80));
         let eps: Vec<(IpAddr, u16)> = t.endpoints().into_iter().collect();
         assert_eq!(
             eps,
@@ -286,13 +291,7 @@ mod tests {
 
     #[test]
     fn a_port_without_endpoints_is_refused_by_the_rules() {
-        let snap = web();
-        let listeners = plan::plan(&snap);
-        let open = open(&listeners);
-        let [table, _] = redirect::plan(&snap, &open, &settings());
-        let relay = RelayPorts::planned(&listeners, &open);
-        let local = snap.node.local_addresses().into_iter().collect::<Vec<_>>();
-        let t = trace(&table, &relay, &from_pod("10.96.0.11", 80), &local);
+        let t = trace_web(&from_pod("10.96.0.11", 80));
         assert_eq!(t.fate(), Some(Fate::Reject), "{t:?}");
     }
 
