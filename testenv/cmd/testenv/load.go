@@ -75,7 +75,8 @@ func cmdLoad(args []string) error {
 		return err
 	}
 	t0 := time.Now()
-	var puts []put
+	var objects [][]put
+	keys := 0
 	counts := map[listPath]int{}
 	in := bufio.NewReader(os.Stdin)
 	for n := 1; ; n++ {
@@ -85,7 +86,8 @@ func cmdLoad(args []string) error {
 			if perr != nil {
 				return fmt.Errorf("line %d: %w", n, perr)
 			}
-			puts = append(puts, p...)
+			objects = append(objects, p)
+			keys += len(p)
 			counts[list]++
 		}
 		if err == io.EOF {
@@ -101,7 +103,7 @@ func cmdLoad(args []string) error {
 		return fmt.Errorf("etcd client: %w", err)
 	}
 	defer cli.Close()
-	if err := putAll(cli, puts); err != nil {
+	if err := putAll(cli, objects); err != nil {
 		return err
 	}
 	wrote := time.Since(t0)
@@ -122,7 +124,7 @@ func cmdLoad(args []string) error {
 		}
 	}
 	fmt.Fprintf(os.Stderr, "testenv load: %d etcd keys written in %.1fs, listed by the API server after %.1fs\n",
-		len(puts), wrote.Seconds(), time.Since(t0).Seconds())
+		keys, wrote.Seconds(), time.Since(t0).Seconds())
 	return nil
 }
 
@@ -158,7 +160,8 @@ func newStorageEncoder() (*storageEncoder, error) {
 	}, nil
 }
 
-// object turns one JSON object into the etcd keys the API server would have written for it.
+// object turns one JSON object into the etcd keys the API server would have written for it;
+// they are written in one transaction (see putAll).
 func (e *storageEncoder) object(line []byte, now time.Time) ([]put, listPath, error) {
 	obj, gvk, err := e.decoder.Decode(line, nil, nil)
 	if err != nil {
@@ -176,7 +179,7 @@ func (e *storageEncoder) object(line []byte, now time.Time) ([]put, listPath, er
 		if err != nil {
 			return nil, "", err
 		}
-		puts := []put{{etcdPrefix + "/services/specs/" + o.Namespace + "/" + o.Name, value}}
+		var puts []put
 		for _, ip := range o.Spec.ClusterIPs {
 			addr, err := e.ipAddress(o, ip, created)
 			if err != nil {
@@ -184,6 +187,7 @@ func (e *storageEncoder) object(line []byte, now time.Time) ([]put, listPath, er
 			}
 			puts = append(puts, addr)
 		}
+		puts = append(puts, put{etcdPrefix + "/services/specs/" + o.Namespace + "/" + o.Name, value})
 		return puts, listPath("/api/v1/namespaces/" + url.PathEscape(o.Namespace) + "/services"), nil
 	case *discoveryv1.EndpointSlice:
 		if o.Namespace == "" || o.Name == "" {
@@ -278,7 +282,12 @@ func (e *storageEncoder) encode(obj runtime.Object, gvk schema.GroupVersionKind)
 
 // putAll creates every key, failing if one exists: a second load, or an object already
 // made through the API server, is the caller's mistake, never overwritten.
-func putAll(cli *clientv3.Client, puts []put) error {
+//
+// One object's keys (a Service and its IPAddresses) always go in the same transaction. The
+// API server's IPAddress repair controller watches Services: a Service whose IPAddress is not
+// there yet gets one made for it within milliseconds, and the transaction carrying the
+// IPAddress then finds its key taken (seen in CI when a batch ended between the two).
+func putAll(cli *clientv3.Client, objects [][]put) error {
 	batches := make(chan []put)
 	errs := make(chan error, loadWorkers)
 	var wg sync.WaitGroup
@@ -295,8 +304,10 @@ func putAll(cli *clientv3.Client, puts []put) error {
 		}()
 	}
 	var failed error
-	for i := 0; i < len(puts) && failed == nil; i += txnOps {
-		batch := puts[i:min(i+txnOps, len(puts))]
+	for _, batch := range batchObjects(objects, txnOps) {
+		if failed != nil {
+			break
+		}
 		select {
 		case batches <- batch:
 		case failed = <-errs:
@@ -309,6 +320,24 @@ func putAll(cli *clientv3.Client, puts []put) error {
 		return failed
 	}
 	return <-errs
+}
+
+// batchObjects packs whole objects into batches of at most `limit` keys (an object with more
+// keys than that gets a batch of its own).
+func batchObjects(objects [][]put, limit int) [][]put {
+	var batches [][]put
+	var cur []put
+	for _, keys := range objects {
+		if len(cur) > 0 && len(cur)+len(keys) > limit {
+			batches = append(batches, cur)
+			cur = nil
+		}
+		cur = append(cur, keys...)
+	}
+	if len(cur) > 0 {
+		batches = append(batches, cur)
+	}
+	return batches
 }
 
 func putBatch(cli *clientv3.Client, batch []put) error {
