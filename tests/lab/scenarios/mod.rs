@@ -53,6 +53,22 @@ fn must_pass(_: Proxy) -> Expect {
     Expect::Pass
 }
 
+/// Why the eBPF mode fails a scenario that sends traffic from outside the nodes.
+pub const EBPF_NEEDS_TC: &str =
+    "traffic from outside the node needs the tc programs (issue 20, not yet built)";
+
+/// Every proxy is held to the scenario, except the eBPF mode, whose socket programs see only
+/// the node's own processes and pods: traffic from the external client reaches a node as
+/// packets ([`EBPF_NEEDS_TC`]). Expected to fail, not n/a, so it shows once tc lands.
+fn from_outside(proxy: Proxy) -> Expect {
+    match proxy {
+        Proxy::Ours {
+            mode: super::Mode::Ebpf,
+        } => Expect::Fail(EBPF_NEEDS_TC),
+        _ => Expect::Pass,
+    }
+}
+
 macro_rules! scenario {
     ($id:expr, $title:expr, $f:path) => {
         scenario!($id, $title, $f, must_pass)
@@ -87,25 +103,33 @@ pub fn all() -> Vec<Scenario> {
         scenario!(
             4,
             "NodePort from outside and from a pod",
-            external::node_ports
+            external::node_ports,
+            from_outside
         ),
         scenario!(
             5,
             "LoadBalancer ingress IP, ipMode VIP and Proxy",
-            external::load_balancer
+            external::load_balancer,
+            from_outside
         ),
-        scenario!(6, "externalIPs", external::external_ips),
+        scenario!(6, "externalIPs", external::external_ips, from_outside),
         scenario!(
             7,
             "ClientIP session affinity",
             policy::session_affinity,
             policy::session_affinity_expect
         ),
-        scenario!(8, "externalTrafficPolicy Cluster", external::etp_cluster),
+        scenario!(
+            8,
+            "externalTrafficPolicy Cluster",
+            external::etp_cluster,
+            from_outside
+        ),
         scenario!(
             9,
             "externalTrafficPolicy Local + health check",
-            external::etp_local
+            external::etp_local,
+            from_outside
         ),
         scenario!(10, "internalTrafficPolicy Local", policy::itp_local),
         scenario!(11, "no endpoints: rejected at once", basic::no_endpoints),
@@ -114,7 +138,12 @@ pub fn all() -> Vec<Scenario> {
         scenario!(14, "hairpin: a pod reaches itself", basic::hairpin),
         scenario!(15, "endpoint removed", basic::endpoint_removed),
         scenario!(16, "Service deleted", basic::service_deleted),
-        scenario!(17, "loadBalancerSourceRanges", external::source_ranges),
+        scenario!(
+            17,
+            "loadBalancerSourceRanges",
+            external::source_ranges,
+            from_outside
+        ),
         scenario!(
             18,
             "UDP stream moves when its endpoint is replaced",
@@ -136,7 +165,8 @@ pub fn all() -> Vec<Scenario> {
         scenario!(
             21,
             "IPv6 single-stack and dual-stack",
-            dual_stack::ipv6_and_dual_stack
+            dual_stack::ipv6_and_dual_stack,
+            from_outside
         ),
         scenario!(
             22,
@@ -191,7 +221,12 @@ pub fn all() -> Vec<Scenario> {
             flags::rules_deleted,
             flags::rules_deleted_expect
         ),
-        scenario!(23, "nodePortAddresses", flags::node_port_addresses),
+        scenario!(
+            23,
+            "nodePortAddresses",
+            flags::node_port_addresses,
+            from_outside
+        ),
         scenario!(
             33,
             "NodePorts on 127.0.0.1 from the node itself",
