@@ -21,6 +21,7 @@ mod ipvs;
 mod policy;
 mod relay;
 pub mod report;
+mod socket_lb;
 
 use std::net::IpAddr;
 use std::panic::AssertUnwindSafe;
@@ -213,6 +214,18 @@ pub fn all() -> Vec<Scenario> {
             32,
             "a long-lived connection survives syncs not touching its endpoint",
             relay::long_lived_survives_sync
+        ),
+        scenario!(
+            34,
+            "IPv6 and dual-stack from the node's pods and the node",
+            dual_stack::ipv6_from_inside,
+            socket_lb::ebpf_only
+        ),
+        scenario!(
+            35,
+            "a pod's ClusterIP connection leaves no conntrack entry for it",
+            socket_lb::no_conntrack_for_cluster_ip,
+            socket_lb::ebpf_only
         ),
         // Last: these restart node 1's proxy with other flags (and put it back afterwards).
         scenario!(
