@@ -219,13 +219,19 @@ pub fn all() -> Vec<Scenario> {
             34,
             "IPv6 and dual-stack from the node's pods and the node",
             dual_stack::ipv6_from_inside,
-            socket_lb::ebpf_only
+            socket_lb::inside_part_for_ebpf
         ),
         scenario!(
             35,
             "a pod's ClusterIP connection leaves no conntrack entry for it",
             socket_lb::no_conntrack_for_cluster_ip,
             socket_lb::ebpf_only
+        ),
+        scenario!(
+            36,
+            "NodePort, externalIP and LoadBalancer IP from a pod and the node",
+            socket_lb::external_frontends_from_inside,
+            socket_lb::inside_part_for_ebpf
         ),
         // Last: these restart node 1's proxy with other flags (and put it back afterwards).
         scenario!(

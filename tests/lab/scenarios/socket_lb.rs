@@ -1,10 +1,11 @@
 //! Scenarios of the eBPF mode alone (issue 20): what balancing at connect() means for the
-//! node, beyond reaching the endpoints every mode reaches.
+//! node, beyond reaching the endpoints every mode reaches; and the frontends that the shared
+//! scenarios reach only from outside first (where the eBPF mode needs tc), from inside.
 
 use serde_json::json;
 
 use super::report::Expect;
-use super::{cluster_ip, reaches_exactly, service};
+use super::{cluster_ip, node_port, reaches_exactly, service};
 use crate::lab::client::{From, addr};
 use crate::lab::{Lab, Mode, Proto, Proxy};
 use crate::testenv::NetNs;
@@ -16,6 +17,19 @@ pub fn ebpf_only(proxy: Proxy) -> Expect {
         _ => Expect::NotApplicable(
             "socket load balancing (eBPF mode) only: every other mode translates a ClusterIP \
              connection with NAT in the node's conntrack, or relays it, by design",
+        ),
+    }
+}
+
+/// Applies to ours in eBPF mode only: the part of a shared scenario (21; 4-6) sent from inside
+/// the nodes, which that scenario already covers in every other mode.
+pub fn inside_part_for_ebpf(proxy: Proxy) -> Expect {
+    match proxy {
+        Proxy::Ours { mode: Mode::Ebpf } => Expect::Pass,
+        _ => Expect::NotApplicable(
+            "the part of scenario 21 (or 4-6) sent from inside the nodes, which that scenario \
+             covers in this mode; run apart only for the eBPF mode, which fails the shared \
+             scenario at its traffic from outside (tc not built yet)",
         ),
     }
 }
@@ -106,4 +120,73 @@ pub async fn no_conntrack_for_cluster_ip(lab: &Lab) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+/// The externalIP and LoadBalancer ingress IPs of scenario 36 (ipMode VIP, then Proxy).
+const EXTERNAL_IP: [u8; 4] = [203, 0, 113, 36];
+const LB_VIP: [u8; 4] = [198, 51, 100, 36];
+const LB_PROXY: [u8; 4] = [198, 51, 100, 37];
+
+/// Scenario 36: a LoadBalancer Service with an externalIP (endpoints on nodes 1 and 2) is
+/// reached from a pod on node 3 and from node 3 itself on each frontend its programs own: the
+/// NodePort on node 3's underlay address and on its pod gateway (`nodePortAddresses` is every
+/// local address in this mode), the externalIP and the ingress IP of ipMode VIP; an ingress
+/// IP of ipMode Proxy is not captured. (Scenarios 4-6 reach these first from the external
+/// client, and a NodePort on another node's address is a packet arriving from outside there:
+/// both need tc.)
+pub async fn external_frontends_from_inside(lab: &Lab) -> Result<(), String> {
+    let eps = ["n1-a", "n2-a"];
+    let p = [("p", 8080, Proto::Tcp)];
+    let lb = json!({
+        "type": "LoadBalancer",
+        "externalIPs": [std::net::Ipv4Addr::from(EXTERNAL_IP).to_string()],
+    });
+    let svc = lab
+        .cluster
+        .apply_service(service("s36", 80, 8080, lb))
+        .await;
+    lab.cluster
+        .apply_slice("s36-x", "s36", &p, &lab.endpoints(&eps))
+        .await;
+    lab.cluster
+        .set_lb_ingress(
+            "s36",
+            json!([{ "ip": std::net::Ipv4Addr::from(LB_VIP).to_string(), "ipMode": "VIP" }]),
+        )
+        .await;
+    let proxied = json!({ "type": "LoadBalancer" });
+    lab.cluster
+        .apply_service(service("s36-proxy", 80, 8080, proxied))
+        .await;
+    lab.cluster
+        .apply_slice("s36-proxy-x", "s36-proxy", &p, &lab.endpoints(&eps))
+        .await;
+    lab.cluster
+        .set_lb_ingress(
+            "s36-proxy",
+            json!([{ "ip": std::net::Ipv4Addr::from(LB_PROXY).to_string(), "ipMode": "Proxy" }]),
+        )
+        .await;
+
+    let node3 = &lab.topo.nodes[2];
+    let np = node_port(&svc, 0);
+    let frontends = [
+        addr(node3.ip, np),
+        addr(node3.pod_gateway, np),
+        addr(EXTERNAL_IP, 80),
+        addr(LB_VIP, 80),
+    ];
+    for from in [From::Pod(lab.pod("n3-a")), From::Node(2)] {
+        for target in frontends {
+            reaches_exactly(lab, from, target, 20, &eps).await?;
+        }
+    }
+    lab.all_fail(
+        From::Pod(lab.pod("n3-a")),
+        Proto::Tcp,
+        addr(LB_PROXY, 80),
+        2,
+        &[],
+    )
+    .await
 }
