@@ -10,7 +10,6 @@
 //! - `proxy`: which proxy runs on the nodes ([`Proxy`]), and what it is known not to do yet.
 //! - `client`, `probe`, `echo`, `helper`: traffic from any lab namespace and what pods answer.
 //! - `scenarios`: the end-to-end suite every dataplane must pass, and its report.
-//!
 //! - `socket_lb`: the eBPF mode's cgroup and pin root per node, which its clients join.
 //!
 //! Cleanup: [`Lab`] owns guards only; dropping it (also while a test panics) kills every process
