@@ -37,9 +37,9 @@
 //! Traffic from outside the node (tc: NodePorts, externalIPs, LoadBalancer IPs);
 //! loadBalancerSourceRanges; UDP without endpoints gets ECONNREFUSED from
 //! connect()/sendmsg() instead of an ICMP error; connected UDP sockets to removed backends are
-//! not destroyed; SCTP; `explain`; lab scenarios. NodePort bind protection assumes the node's
+//! not destroyed; SCTP; `explain`. NodePort bind protection assumes the node's
 //! namespace is the initial one (true for a DaemonSet with hostNetwork, not for the lab's
-//! namespace "nodes").
+//! namespace "nodes", where it guards nothing).
 
 pub mod apply;
 pub mod backend;
