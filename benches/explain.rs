@@ -118,7 +118,7 @@ fn bench(c: &mut Criterion) {
                 .replace("\n-I ", "\n-A ")
                 .replace(" 1 -m ", " -m ");
             let read_and_explain = || {
-                let read = saved::as_read(&iptables::adopt::parse(&save), want);
+                let read = saved::as_read(&iptables::adopt::parse(&save), want, None);
                 let rules = read.rules.expect("our chains");
                 explain(
                     snap,

@@ -5,7 +5,10 @@
 //! Run: `sudo cargo run --release --example iptables_apply [SERVICES ENDPOINTS ...]` (default
 //! 1000 10 10000 10). Above 5,000 Services the restart is measured only with
 //! `IPTABLES_APPLY_RESTART=1`; `IPTABLES_APPLY_DUMP=FILE` writes the IPv4 full-sync input of the
-//! first size instead, to time `iptables-restore` by hand. Each size runs in its own namespace
+//! first size instead, to time `iptables-restore` by hand. After the partial syncs it times what
+//! a live `explain` reads of the kernel for one packet to the middle Service: the chains its
+//! path needs (`iptables-nft -S`, one chain at a time) against the whole `iptables-nft-save`
+//! (`IPTABLES_APPLY_EXPLAIN=0` leaves both out). Each size runs in its own namespace
 //! `ipa-bench-<pid>-<n>`, deleted afterwards (also when a sync fails). Results go to
 //! docs/benchmarks.md.
 
@@ -22,6 +25,7 @@ mod netns;
 #[path = "../src/testing/synthetic.rs"]
 mod synthetic;
 
+use kube_proxy_rs::cli::explain::{saved, scoped};
 use kube_proxy_rs::cluster::Changes;
 use kube_proxy_rs::cluster::IpFamily;
 use kube_proxy_rs::dataplane::Dataplane;
@@ -92,6 +96,9 @@ fn main() {
                 t.elapsed().as_secs_f64() * 1e3
             );
         }
+        if std::env::var("IPTABLES_APPLY_EXPLAIN").as_deref() != Ok("0") {
+            explain_reads(&ns, &cluster.moved(&snap, "10.200.0.3"), &cluster);
+        }
         if services > 5000 && std::env::var("IPTABLES_APPLY_RESTART").is_err() {
             // At this size iptables-nft-save runs minutes and then crashes (1.8.9), and the
             // fallback full restore costs as much as the cold one: opt in.
@@ -120,6 +127,31 @@ fn main() {
                 .map(|d| format!("{:.0} ms", d.as_secs_f64() * 1e3))
                 .collect::<Vec<_>>(),
             restart.as_secs_f64()
+        );
+    }
+}
+
+/// Times what a live `explain` reads for one packet to the middle Service, both ways, and
+/// checks the two readings agree (no drift either way after a sync).
+fn explain_reads(ns: &NetNs, snap: &kube_proxy_rs::cluster::Snapshot, cluster: &Synthetic) {
+    let want = kube_proxy_rs::dataplane::iptables::plan(snap, &ModeConfig::default(), IpFamily::V4);
+    let state = &snap.ports[&cluster.moved_port()];
+    let view = state.family(IpFamily::V4).expect("IPv4");
+    let packet = scoped::Packet {
+        to: view.cluster_ip,
+        port: state.port.port,
+        protocol: state.port.name.protocol,
+    };
+    let services = cluster.services;
+    for (how, packet) in [("chains of its path", Some(&packet)), ("whole save", None)] {
+        let t = Instant::now();
+        let read = saved::read_iptables(Some(&ns.name), IpFamily::V4, &want, packet)
+            .expect("explain reads the kernel");
+        println!(
+            "{services} x {}: explain's kernel read ({how}) {:.0} ms, drift {:?}",
+            cluster.endpoints,
+            t.elapsed().as_secs_f64() * 1e3,
+            read.drift
         );
     }
 }

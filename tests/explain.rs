@@ -278,7 +278,7 @@ fn other_tables_base_chains_are_listed_beside_ours() {
 
 #[test]
 fn iptables_chains_read_back_explain_packets_as_the_plan_does_and_drift_shows() {
-    use kube_proxy_rs::cli::explain::saved;
+    use kube_proxy_rs::cli::explain::{saved, scoped};
     use kube_proxy_rs::dataplane::iptables::{self, Flavour, IptablesCommand, IptablesDataplane};
 
     let ns = NetNs::new("explain-ipt");
@@ -294,10 +294,18 @@ fn iptables_chains_read_back_explain_packets_as_the_plan_does_and_drift_shows() 
     let Rules::Iptables(want) = planned.rules(IpFamily::V4) else {
         unreachable!()
     };
-    let read = || saved::read_iptables(Some(&ns.name), IpFamily::V4, want).expect("reads");
+    let read = || saved::read_iptables(Some(&ns.name), IpFamily::V4, want, None).expect("reads");
     let live = read();
     assert_eq!(live.drift, Vec::<String>::new(), "just synced");
     let chains = live.rules.expect("our chains are there");
+    let scoped_read = |request: &Request| {
+        let packet = scoped::Packet {
+            to: request.to.ip(),
+            port: request.to.port(),
+            protocol: request.protocol,
+        };
+        saved::read_iptables(Some(&ns.name), IpFamily::V4, want, Some(&packet)).expect("reads")
+    };
     for (to, from) in PACKETS {
         let request = Request::parse(to, *from, None).unwrap();
         let ask = |rules, from| explain(&snap, &cfg.node, rules, from, &request).unwrap();
@@ -310,7 +318,69 @@ fn iptables_chains_read_back_explain_packets_as_the_plan_does_and_drift_shows() 
             render::text(&b)
         );
         assert_eq!(a.reasons, b.reasons, "{to} from {from:?}");
+        // Only the chains of the packet's path, read one by one (an iptables-nft node).
+        let path = scoped_read(&request);
+        assert_eq!(path.drift, Vec::<String>::new(), "{to}: just synced");
+        let c = ask(
+            Rules::Iptables(path.rules.as_ref().expect("our chains")),
+            RulesFrom::Kernel,
+        );
+        assert_eq!(
+            a.outcome,
+            c.outcome,
+            "{to} from {from:?}, its path read:\n{}",
+            render::text(&c)
+        );
+        assert_eq!(a.reasons, c.reasons, "{to} from {from:?}, its path read");
     }
+
+    // Another program deletes the DNAT of one endpoint chain on 10.96.1.10:80's path: the
+    // path's reading tells it, and a packet to another Service does not read that chain.
+    let jump_in = |chain: &str, wanted: &dyn Fn(&str) -> bool| -> String {
+        let listed = ns.output("iptables-nft", &["-t", "nat", "-S", chain]);
+        let line = listed
+            .lines()
+            .find(|l| wanted(l))
+            .unwrap_or_else(|| panic!("no such rule in {chain}:\n{listed}"));
+        line.split(' ')
+            .skip_while(|w| *w != "-j")
+            .nth(1)
+            .expect("a jump")
+            .to_owned()
+    };
+    let svc_chain = jump_in("KUBE-SERVICES", &|l| {
+        l.contains("-d 10.96.1.10/32") && l.contains("--dport 80 ")
+    });
+    let sep_chain = jump_in(&svc_chain, &|l| l.contains("-j KUBE-SEP-"));
+    let sep = ns
+        .output("iptables-nft", &["-t", "nat", "-S", &sep_chain])
+        .lines()
+        .find(|l| l.contains("-j DNAT"))
+        .expect("the endpoint chain's DNAT")
+        .to_owned();
+    let deleted = sep.replacen("-A ", "-D ", 1);
+    let words: Vec<&str> = std::iter::once("-t")
+        .chain(std::iter::once("nat"))
+        .chain(deleted.split(' '))
+        .collect();
+    // The comment's quoted words are whole arguments again.
+    let args = quoted_args(&words);
+    ns.output(
+        "iptables-nft",
+        &args.iter().map(String::as_str).collect::<Vec<_>>(),
+    );
+    let web = scoped_read(&Request::parse("10.96.1.10:80", None, None).unwrap());
+    assert!(
+        web.drift.iter().any(|l| l.contains(&sep_chain)),
+        "{sep_chain} in {:?}",
+        web.drift
+    );
+    let other = scoped_read(&Request::parse("10.96.2.10:80", None, None).unwrap());
+    assert!(
+        !other.drift.iter().any(|l| l.contains(&sep_chain)),
+        "{:?}",
+        other.drift
+    );
 
     // Another program flushes KUBE-SERVICES: the ClusterIP is no longer captured, and the
     // drift is the restore input a sync would send.
@@ -392,7 +462,7 @@ fn a_clients_recent_entry_in_the_kernel_sends_it_to_its_endpoint_in_iptables_mod
         unreachable!()
     };
     let read = || {
-        saved::read_iptables(Some(&ns.name), IpFamily::V4, want)
+        saved::read_iptables(Some(&ns.name), IpFamily::V4, want, None)
             .expect("reads")
             .rules
             .expect("our chains are there")
@@ -511,7 +581,7 @@ fn iptables_legacy_chains_are_read_from_the_flavour_that_holds_them() {
     let Rules::Iptables(want) = planned.rules(IpFamily::V4) else {
         unreachable!()
     };
-    let read = saved::read_iptables(Some(&ns.name), IpFamily::V4, want).expect("reads");
+    let read = saved::read_iptables(Some(&ns.name), IpFamily::V4, want, None).expect("reads");
     assert_eq!(read.drift, Vec::<String>::new(), "just synced");
     let chains = read.rules.expect("our chains are there");
     let request = Request::parse("10.96.1.10:80", None, None).unwrap();
@@ -524,4 +594,29 @@ fn iptables_legacy_chains_are_read_from_the_flavour_that_holds_them() {
     )
     .unwrap();
     assert_eq!(e.outcome.endpoints.len(), 3, "{}", render::text(&e));
+}
+
+/// `words` of a saved rule split at spaces, with the words of a quoted comment joined again
+/// into one argument (without its quotes), as a shell would pass them.
+fn quoted_args(words: &[&str]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    let mut open: Option<String> = None;
+    for w in words {
+        match open.take() {
+            Some(mut acc) => {
+                acc.push(' ');
+                acc.push_str(w);
+                if w.ends_with('"') {
+                    out.push(acc.trim_matches('"').to_owned());
+                } else {
+                    open = Some(acc);
+                }
+            }
+            None if w.starts_with('"') && !(w.len() > 1 && w.ends_with('"')) => {
+                open = Some((*w).to_owned());
+            }
+            None => out.push(w.trim_matches('"').to_owned()),
+        }
+    }
+    out
 }

@@ -166,7 +166,7 @@ async fn status_all(State(s): State<Shared>, Query(q): Params) -> Response {
         let mut drift: Vec<String> = Vec::new();
         let mut failed = Vec::new();
         let read = IpFamily::ALL.map(|f| {
-            match explain::live::read_family(&config, &snapshot, &planned, f) {
+            match explain::live::read_family(&config, &snapshot, &planned, f, None) {
                 Ok(r) => Some(r),
                 Err(e) => {
                     drift.push(format!("{f} rules not read (shown as planned): {e}"));

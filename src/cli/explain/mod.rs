@@ -27,6 +27,7 @@ pub mod recent;
 pub mod render;
 pub mod request;
 pub mod saved;
+pub mod scoped;
 pub mod sockets;
 mod source;
 

@@ -13,7 +13,11 @@ use std::fmt::Write as _;
 use crate::cluster::IpFamily;
 use crate::dataplane::iptables::adopt::{self, Saved};
 use crate::dataplane::iptables::ruleset::Table;
-use crate::dataplane::iptables::{self, Backend as _, IptablesCommand, diff, names, render};
+use crate::dataplane::iptables::{
+    self, Backend as _, Flavour, IptablesCommand, diff, names, render,
+};
+
+use super::scoped::{self, Packet};
 
 /// One family's chains of ours as the kernel holds them.
 #[derive(Debug)]
@@ -25,16 +29,41 @@ pub struct IptablesRead {
 }
 
 /// Reads `family`'s rules with the flavour the dataplane would choose, in the named network
-/// namespace or the caller's.
+/// namespace or the caller's. With a `packet` (one `explain`) on an iptables-nft node, only the
+/// chains its path can take are read ([`scoped`]); otherwise (`status`, legacy) the whole save.
 pub fn read_iptables(
     netns: Option<&str>,
     family: IpFamily,
     planned: &iptables::Ruleset,
+    packet: Option<&Packet>,
 ) -> Result<IptablesRead, String> {
     let prefix: Vec<String> = match netns {
         None => Vec::new(),
         Some(name) => ["ip", "netns", "exec", name].map(String::from).to_vec(),
     };
+    if let Some(packet) = packet
+        && IptablesCommand::nft_for_sure(&prefix) == Some(true)
+    {
+        let backend = match netns {
+            None => IptablesCommand::new(Flavour::Nft),
+            Some(name) => IptablesCommand::in_netns(Flavour::Nft, name),
+        };
+        let read = scoped::read(planned, packet, |table, chain| {
+            backend
+                .list_chain_if_present(family, table, chain)
+                .map_err(|e| {
+                    format!(
+                        "reading our iptables chains (iptables-nft): {}",
+                        crate::causes::one_line(&e)
+                    )
+                })
+        })?;
+        return Ok(as_read(
+            &adopt::parse(&read.save),
+            planned,
+            Some(&read.asked),
+        ));
+    }
     // The flavour is chosen from both flavours' save output; the chosen one's is read.
     let (flavour, saved) = IptablesCommand::detect_saved(&prefix);
     let save = match saved.into_iter().nth(family.index()).flatten() {
@@ -54,11 +83,16 @@ pub fn read_iptables(
             })?
         }
     };
-    Ok(as_read(&adopt::parse(&save), planned))
+    Ok(as_read(&adopt::parse(&save), planned, None))
 }
 
-/// What was saved, typed for the tracer, with its drift from `planned`.
-pub fn as_read(saved: &BTreeMap<Table, Saved>, planned: &iptables::Ruleset) -> IptablesRead {
+/// What was saved, typed for the tracer, with its drift from `planned` (cut to the chains
+/// `asked`, when only those were read).
+pub fn as_read(
+    saved: &BTreeMap<Table, Saved>,
+    planned: &iptables::Ruleset,
+    asked: Option<&BTreeMap<Table, BTreeSet<String>>>,
+) -> IptablesRead {
     if !adopt::has_chain(saved, Table::Nat, names::SERVICES) {
         return IptablesRead {
             rules: None,
@@ -78,16 +112,24 @@ pub fn as_read(saved: &BTreeMap<Table, Saved>, planned: &iptables::Ruleset) -> I
         .iter()
         .map(|l| format!("a rule of ours we do not write (not traced): {l}"))
         .collect();
-    drift.extend(repair(&parsed.ruleset, planned));
+    drift.extend(repair(&parsed.ruleset, planned, asked));
     IptablesRead {
         rules: Some(parsed.ruleset),
         drift,
     }
 }
 
-/// The restore input that brings `kernel` to `planned`, in short; empty when they agree.
-fn repair(kernel: &iptables::Ruleset, planned: &iptables::Ruleset) -> Vec<String> {
-    let want = iptables::parse::canonical(planned);
+/// The restore input that brings `kernel` to `planned` (over the chains `asked`, when given),
+/// in short; empty when they agree.
+fn repair(
+    kernel: &iptables::Ruleset,
+    planned: &iptables::Ruleset,
+    asked: Option<&BTreeMap<Table, BTreeSet<String>>>,
+) -> Vec<String> {
+    let want = match asked {
+        Some(asked) => scoped::cut(planned, asked),
+        None => iptables::parse::canonical(planned),
+    };
     let mut script = diff::partial(kernel, &want).text;
     for table in Table::ALL {
         let present: BTreeSet<String> = kernel
@@ -151,10 +193,10 @@ mod tests {
         );
         let old = iptables::plan(&before, &cfg, IpFamily::V4);
         let new = iptables::plan(&after, &cfg, IpFamily::V4);
-        let same = as_read(&saved(&new), &new);
+        let same = as_read(&saved(&new), &new, None);
         assert!(same.rules.is_some());
         assert_eq!(same.drift, Vec::<String>::new());
-        let d = as_read(&saved(&old), &new).drift;
+        let d = as_read(&saved(&old), &new, None).drift;
         assert!(d[0].contains("would bring the kernel to the plan"), "{d:?}");
         assert!(d.iter().any(|l| l.contains("10.244.1.2:8080")), "{d:?}");
     }
@@ -173,7 +215,7 @@ mod tests {
             .unwrap()
             .rules
             .retain(|(owner, _)| owner != "PREROUTING");
-        let read = as_read(&kernel, &plan);
+        let read = as_read(&kernel, &plan, None);
         assert!(
             read.drift
                 .iter()
@@ -181,7 +223,7 @@ mod tests {
             "{:?}",
             read.drift
         );
-        let none = as_read(&BTreeMap::new(), &plan);
+        let none = as_read(&BTreeMap::new(), &plan, None);
         assert!(none.rules.is_none());
         assert!(none.drift[0].contains("our chains are not in the kernel"));
     }

@@ -332,7 +332,7 @@ proptest! {
             svc = names::SERVICES,
             rule = rule.replace('\n', " "),
         );
-        let read = saved::as_read(&adopt::parse(&save), &planned[0]);
+        let read = saved::as_read(&adopt::parse(&save), &planned[0], None);
         let request = Request::parse("10.96.0.10:80", Some("10.244.1.7"), None).unwrap();
         let chains = read.rules.expect("KUBE-SERVICES is there");
         let mut e = explain(&snap, &node_policy(), Rules::Iptables(&chains), RulesFrom::Kernel, &request).unwrap();

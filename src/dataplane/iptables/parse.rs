@@ -160,7 +160,7 @@ fn words(text: &str) -> Vec<String> {
 }
 
 /// One rule's words after `-A CHAIN`; `None` when a word is not ours.
-fn rule(text: &str, family: IpFamily) -> Option<Rule> {
+pub fn rule(text: &str, family: IpFamily) -> Option<Rule> {
     let words = words(text);
     let mut w = words.iter().map(String::as_str).peekable();
     let mut matches = Vec::new();

@@ -155,6 +155,53 @@ impl IptablesCommand {
         }
     }
 
+    /// Whether [`IptablesCommand::detect`] would choose nft, told without saving nft's
+    /// tables where that is certain ([`flavour::nft_for_sure`]): `Some(true)` then; `None`
+    /// when only `detect` can tell. For `explain`, which reads nft's chains one by one.
+    pub fn nft_for_sure(prefix: &[String]) -> Option<bool> {
+        let launcher = Launcher::with_prefix(prefix.to_vec());
+        let save = |f: Flavour, table: Option<&str>| -> String {
+            IpFamily::ALL
+                .map(|family| {
+                    let mut cmd = launcher.command(&f.tool(family, "-save"));
+                    if let Some(t) = table {
+                        cmd.args(["-t", t]);
+                    }
+                    cmd.stdin(Stdio::null())
+                        .stderr(Stdio::null())
+                        .output()
+                        .ok()
+                        .filter(|o| o.status.success())
+                        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+                        .unwrap_or_default()
+                })
+                .concat()
+        };
+        let nft_mangle = save(Flavour::Nft, Some("mangle"));
+        let legacy = save(Flavour::Legacy, None);
+        flavour::nft_for_sure(&nft_mangle, &legacy).then_some(true)
+    }
+
+    /// `-S CHAIN` of one chain: its policy or declaration line, then its rules as `-A` lines;
+    /// `None` when the table has no such chain (iptables' exit status 1).
+    pub fn list_chain_if_present(
+        &self,
+        family: IpFamily,
+        table: Table,
+        chain: &str,
+    ) -> Result<Option<String>, Error> {
+        let (mut cmd, program) = self.command(family, "");
+        cmd.args(["-w", LOCK_WAIT_SECONDS, "-t", table.as_str(), "-S", chain]);
+        let out = tool::output(&mut cmd, &program)?;
+        if out.status.success() {
+            Ok(Some(String::from_utf8_lossy(&out.stdout).into_owned()))
+        } else if out.status.code() == Some(1) {
+            Ok(None)
+        } else {
+            Err(refused(program, &out))
+        }
+    }
+
     fn command(&self, family: IpFamily, suffix: &str) -> (Command, String) {
         let program = self.flavour.tool(family, suffix);
         (self.launcher.command(&program), program)
