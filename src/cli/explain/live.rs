@@ -13,7 +13,7 @@ use crate::config::{Config, ProxyMode};
 use crate::dataplane::ipvs::backend::netlink::ServiceKey;
 use crate::dataplane::node::NodePolicy;
 use crate::dataplane::userspace::{self, trace::RelayPorts};
-use crate::dataplane::{iptables, ipvs, nftables};
+use crate::dataplane::{ebpf, iptables, ipvs, nftables};
 
 /// The rules the configured mode plans for `snapshot`, with the node policy its tracer reads.
 /// On a live node (`offline` false) the IPVS mode plans its NodePorts over the host's
@@ -42,10 +42,8 @@ pub fn plan_on_node(
             (Planned::ipvs_on(snapshot, &mode, &host), mode.node)
         }
         ProxyMode::Ebpf => {
-            return Err(
-                "ebpf mode has no rules to trace yet (plan --proxy-mode ebpf prints its map entries)"
-                    .to_owned(),
-            );
+            let node = NodePolicy::new(config).map_err(|e| e.to_string())?;
+            (Planned::ebpf(snapshot, &config.node_port_addresses), node)
         }
         ProxyMode::Userspace => {
             let node = NodePolicy::new(config).map_err(|e| e.to_string())?;
@@ -81,6 +79,8 @@ pub struct Read {
     chains: Option<iptables::Ruleset>,
     /// Userspace mode: the listeners the kernel's redirect rules lead to.
     relay: Option<RelayPorts>,
+    /// eBPF mode: the pinned maps (empty when none are pinned).
+    maps: Option<ebpf::diff::Maps>,
     /// Missing, extra or different objects, one line each, or the repair script's first lines.
     pub drift: Vec<String>,
     /// IPVS mode: destinations at weight 0 the plan no longer has (graceful termination).
@@ -90,6 +90,9 @@ pub struct Read {
 impl Read {
     /// The rules read, for the tracer.
     pub fn rules(&self) -> Rules<'_> {
+        if let Some(maps) = &self.maps {
+            return Rules::Ebpf(maps);
+        }
         if let Some(chains) = &self.chains {
             return Rules::Iptables(chains);
         }
@@ -121,6 +124,22 @@ pub fn read_family(
     let table_family = nftables::ruleset::Family::of(family);
     let read_table = || kernel::read_nftables(config.nftables_encoder, None, table_family);
     let empty = nftables::Ruleset::empty(table_family);
+    if let Planned::Ebpf { plan, .. } = planned {
+        let pin_root = crate::cli::run::ebpf_pin_root(config);
+        let read = ebpf::backend::read_pinned(&pin_root)
+            .map_err(|e| format!("reading our pinned maps: {}", crate::causes::one_line(&e)))?;
+        let drift = kernel::ebpf_drift(read.as_ref(), plan, &pin_root);
+        return Ok(Read {
+            table: None,
+            empty,
+            services: None,
+            chains: None,
+            relay: None,
+            maps: Some(read.unwrap_or_default()),
+            drift,
+            draining: Vec::new(),
+        });
+    }
     if let Planned::Userspace {
         listeners,
         settings,
@@ -143,12 +162,13 @@ pub fn read_family(
             services: None,
             chains: None,
             relay: Some(relay),
+            maps: None,
             drift,
             draining: Vec::new(),
         });
     }
     match planned.rules(family) {
-        Rules::Userspace { .. } => unreachable!("read above"),
+        Rules::Userspace { .. } | Rules::Ebpf(_) => unreachable!("read above"),
         Rules::Iptables(want) => {
             let read = saved::read_iptables(None, family, want)?;
             Ok(Read {
@@ -156,6 +176,7 @@ pub fn read_family(
                 empty,
                 services: None,
                 relay: None,
+                maps: None,
                 chains: Some(
                     read.rules
                         .unwrap_or_else(|| iptables::Ruleset::empty(family)),
@@ -173,6 +194,7 @@ pub fn read_family(
                 services: None,
                 chains: None,
                 relay: None,
+                maps: None,
                 drift,
                 draining: Vec::new(),
             })
@@ -188,6 +210,7 @@ pub fn read_family(
                 services: Some(ipvs.services),
                 chains: None,
                 relay: None,
+                maps: None,
                 drift,
                 draining: ipvs.draining,
             })
@@ -243,6 +266,12 @@ pub fn explain_on_node(
                 let why = affinity::reason(e.packet.source, remembered, a.timeout_seconds);
                 e.reasons.push(why);
             }
+            if let Some(maps) = &read.maps {
+                match ebpf_affinity(config, maps, request) {
+                    Ok(lines) => e.reasons.extend(lines),
+                    Err(why) => unread.push(format!("affinity entries not read: {why}")),
+                }
+            }
             for destination in stale {
                 e.reasons
                     .push(persistence::stale_reason(e.packet.source, destination));
@@ -257,7 +286,9 @@ pub fn explain_on_node(
             // In iptables mode our rules live in iptables-nft's own tables (or outside
             // nf_tables, with legacy): another table's base chain has no "ours" to stand
             // before or after, so none is named.
-            let listed = if read.chains.is_some() {
+            // In ebpf mode nothing of ours is in nf_tables: the programs act on the socket
+            // before any packet exists.
+            let listed = if read.chains.is_some() || read.maps.is_some() {
                 Ok(None)
             } else {
                 kernel::base_chains(config.nftables_encoder, None)
@@ -290,6 +321,11 @@ fn remember(
     read: &mut Read,
 ) -> Result<(Option<Vec<SocketAddr>>, Vec<SocketAddr>), String> {
     let family = IpFamily::of(&request.to.ip());
+    if read.maps.is_some() {
+        // eBPF mode keys its entries by network namespace, not address: they are listed
+        // beside the trace ([`ebpf_affinity`]), not matched to the client.
+        return Ok((None, Vec::new()));
+    }
     if read.relay.is_some() {
         // The relay keeps its ClientIP affinity in its own memory, which no reader sees.
         return Ok((None, Vec::new()));
@@ -334,4 +370,64 @@ fn remember(
     );
     let found = affinity::add_entries(snapshot, node, request, table, &mut sets)?;
     Ok((found, Vec::new()))
+}
+
+/// eBPF mode: the `kp_aff` entries of the destination's slot set, one line each (none when
+/// its entry has no ClientIP affinity). An entry is a network namespace's, which the maps do
+/// not tie to an address, so each is named by its backend and age.
+fn ebpf_affinity(
+    config: &Config,
+    maps: &ebpf::diff::Maps,
+    request: &Request,
+) -> Result<Vec<String>, String> {
+    let Some(transport) = ebpf_transport(request.protocol) else {
+        return Ok(Vec::new());
+    };
+    let key = ebpf::diff::svc_key(&ebpf::plan::Frontend {
+        ip: request.to.ip(),
+        port: request.to.port(),
+        transport,
+    });
+    let Some(val) = maps.svc.get(&key) else {
+        return Ok(Vec::new());
+    };
+    if val.flags & ebpf::layout::SVC_F_AFFINITY == 0 {
+        return Ok(Vec::new());
+    }
+    let pin_root = crate::cli::run::ebpf_pin_root(config);
+    let entries = ebpf::backend::read_affinity(&pin_root, val.svc_id)
+        .map_err(|e| crate::causes::one_line(&e))?;
+    let now_ns = recent::read_monotonic_ns().ok_or_else(|| {
+        format!(
+            "the kernel's clock is not readable in {}",
+            recent::TIMER_LIST
+        )
+    })?;
+    if entries.is_empty() {
+        return Ok(vec![format!(
+            "kp_aff holds no entry for this Service yet: the next connect() from any \
+             namespace draws a slot"
+        )]);
+    }
+    Ok(entries
+        .iter()
+        .map(|(_, v)| {
+            let backend = ebpf::layout::Backend {
+                addr: v.addr,
+                port: v.port,
+                pad: 0,
+            }
+            .socket_addr();
+            let age = now_ns.saturating_sub(v.last_used_ns) / 1_000_000_000;
+            super::socket_lb::remembered_line(backend, age, val.affinity_timeout)
+        })
+        .collect())
+}
+
+fn ebpf_transport(p: crate::cluster::Protocol) -> Option<ebpf::plan::Transport> {
+    match p {
+        crate::cluster::Protocol::Tcp => Some(ebpf::plan::Transport::Tcp),
+        crate::cluster::Protocol::Udp => Some(ebpf::plan::Transport::Udp),
+        crate::cluster::Protocol::Sctp => None,
+    }
 }
