@@ -73,7 +73,7 @@ impl Rules<'_> {
             Rules::Iptables(_) => "iptables",
             Rules::Ipvs { .. } => "ipvs",
             Rules::Userspace { .. } => "userspace",
-            Rules::Ebpf(_) => "ebpf",
+            Rules::Ebpf(_) => ebpf::apply::MODE,
         }
     }
 }

@@ -28,12 +28,18 @@ pub fn text(e: &Explanation) -> String {
     line(
         &mut out,
         &format!(
-            "{} {} → {} from the {}{via} ({} mode, rules {})",
+            "{} {} → {} from the {}{via} ({} mode, {} {})",
             p.protocol,
             p.source,
             p.destination,
             p.origin,
             e.mode,
+            // The eBPF mode has maps, not rules.
+            if e.mode == crate::dataplane::ebpf::apply::MODE {
+                "maps"
+            } else {
+                "rules"
+            },
             match e.rules_from {
                 super::RulesFrom::Planned => "as planned",
                 super::RulesFrom::Kernel => "read from the kernel",
@@ -51,6 +57,17 @@ pub fn text(e: &Explanation) -> String {
             ),
         ),
         None => line(&mut out, "service port: none"),
+    }
+    if !e.hooks.is_empty() {
+        line(
+            &mut out,
+            &format!(
+                "hook{}: cgroup {} (socket load balancing: a backend is chosen when the socket \
+                 connects, not per packet)",
+                if e.hooks.len() == 1 { "" } else { "s" },
+                e.hooks.join(", ")
+            ),
+        );
     }
     let verdict = match e.outcome.verdict {
         Verdict::Forwarded => "forwarded to an endpoint",

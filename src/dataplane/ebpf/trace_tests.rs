@@ -240,7 +240,18 @@ fn a_missing_slot_leaves_its_draws_untranslated_and_is_drift() {
             && l.contains(&format!("backend {lost} is not in the kernel"))),
         "{d:?}"
     );
-    assert!(d.iter().any(|l| l.contains("1 of its")), "{d:?}");
+    // Said once: the backend lost, not the slot too.
+    assert!(!d.iter().any(|l| l.contains("slots are missing")), "{d:?}");
+    // A count past the slots written loses no backend: the missing slot itself is named.
+    let mut kernel = planned.clone();
+    let k = key("10.96.1.10:80", Transport::Tcp);
+    kernel.svc.get_mut(&k).unwrap().count += 1;
+    let d = drift(&kernel, &p);
+    assert!(
+        d.iter()
+            .any(|l| l.contains("(default/web:http): 1 of its 4 slots are missing")),
+        "{d:?}"
+    );
 }
 
 #[test]
