@@ -62,8 +62,8 @@ pub fn text(e: &Explanation) -> String {
         line(
             &mut out,
             &format!(
-                "hook{}: cgroup {} (socket load balancing: a backend is chosen when the socket \
-                 connects, not per packet)",
+                "hook{}: cgroup {} (the backend is chosen when the socket connects, not per \
+                 packet)",
                 if e.hooks.len() == 1 { "" } else { "s" },
                 e.hooks.join(", ")
             ),

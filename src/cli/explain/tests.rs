@@ -274,7 +274,7 @@ fn ebpf_mode_names_the_hook_and_says_when_the_backend_is_chosen() {
     let t = text(&e);
     assert!(t.contains("(ebpf mode, maps as planned)"), "{t}");
     assert!(
-        t.contains("hook: cgroup connect4 (socket load balancing"),
+        t.contains("hook: cgroup connect4 (the backend is chosen when the socket connects"),
         "{t}"
     );
     let e = ask(&ebpf, "[fd00::11]:53/udp", Some("node"));
