@@ -4,7 +4,8 @@
 //!
 //! Isolation as in `tests/ebpf_mode.rs`: the programs attach to a cgroup v2 child this test
 //! creates, pins go to a private bpffs instance unmounted on drop (which detaches every link
-//! and frees every map, also when the test fails); no socket is created in the cgroup.
+//! and frees every map, also when the test fails); the one client run in the cgroup connects
+//! inside a fresh network namespace, to a pod address on its `lo`.
 #![allow(
     clippy::disallowed_methods,
     reason = "a kernel test: it writes manifests and mounts bpffs"
@@ -18,7 +19,7 @@ mod relay_pods;
 use std::path::Path;
 
 use aya::maps::{HashMap, Map, MapData};
-use ebpf_host::{BpfFs, Cgroup};
+use ebpf_host::{BpfFs, Cgroup, HELPER, client, serve};
 use kube_proxy_rs::cli::explain::{Verdict, live, render};
 use kube_proxy_rs::cli::load_manifests;
 use kube_proxy_rs::cli::status::{self, Runtime};
@@ -28,6 +29,7 @@ use kube_proxy_rs::dataplane::Dataplane as _;
 use kube_proxy_rs::dataplane::ebpf::backend::Kernel;
 use kube_proxy_rs::dataplane::ebpf::layout::{Backend, IPPROTO_TCP, SlotKey, SvcKey, SvcVal};
 use kube_proxy_rs::dataplane::ebpf::{EbpfDataplane, names};
+use relay_pods::host::NetNs;
 
 /// node-a (192.168.50.1): `web` (10.96.0.10:80, NodePort 30080, two endpoints), `empty`
 /// (10.96.0.12:80, none), `local` (10.96.0.14:80, internalTrafficPolicy Local, its endpoint
@@ -261,6 +263,25 @@ fn live_maps_explain_services_and_entries_removed_by_hand_show_as_drift() {
         sticky.reasons
     );
 
+    // A client in the cgroup connects once (in a namespace of its own, where nothing listens on
+    // the pod's address: the backend is chosen, and remembered, at connect()).
+    let ns = NetNs::new("kprs-ebpf-explain");
+    ns.output("ip", &["addr", "add", "10.244.1.5/32", "dev", "lo"]);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let said = runtime.block_on(client(&ns.name, Some(&cgroup), "tcp 10.96.0.13:80 1"));
+    assert_eq!(said.len(), 1, "{said:?}");
+    let sticky = ask(&cfg, &snap, "10.96.0.13:80", "pod");
+    assert!(
+        sticky.reasons.iter().any(|r| r
+            .contains("kp_aff: a network namespace was given 10.244.1.5:8080")
+            && r.contains("within 60 s")),
+        "{:?}",
+        sticky.reasons
+    );
+
     let (s, text) = status_text(&cfg, &snap);
     println!("$ kube-proxy-rs status\n{text}");
     let row = s
@@ -341,4 +362,10 @@ fn live_maps_explain_services_and_entries_removed_by_hand_show_as_drift() {
         "{:?}",
         web.drift
     );
+}
+
+/// The client, re-run by the test inside the namespace and the cgroup.
+#[test]
+fn client_helper() {
+    HELPER.when_requested(serve);
 }
