@@ -19,7 +19,7 @@ mod relay_pods;
 use std::path::Path;
 
 use aya::maps::{HashMap, Map, MapData};
-use ebpf_host::{BpfFs, Cgroup, HELPER, client, serve};
+use ebpf_host::{BpfFs, Cgroup, HELPER, client, proxy, serve};
 use kube_proxy_rs::cli::explain::{Verdict, live, render};
 use kube_proxy_rs::cli::load_manifests;
 use kube_proxy_rs::cli::status::{self, Runtime};
@@ -362,6 +362,57 @@ fn live_maps_explain_services_and_entries_removed_by_hand_show_as_drift() {
         "{:?}",
         web.drift
     );
+}
+
+/// GETs `path` from the proxy's metrics address inside `ns`; `None` until it answers 200.
+fn debug(ns: &NetNs, path: &str) -> Option<String> {
+    ns.try_output("curl", &["-sf", &format!("http://127.0.0.1:10249{path}")])
+        .ok()
+}
+
+#[test]
+fn the_running_proxy_answers_debug_explain_and_status_from_its_maps() {
+    let cgroup = Cgroup::new();
+    let fs = BpfFs::new();
+    let settings = fs.settings(&cgroup);
+    let dir = tempfile::tempdir().expect("manifest dir");
+    std::fs::write(dir.path().join("cluster.yaml"), CLUSTER).expect("write manifests");
+    let ns = NetNs::new("kprs-ebpf-dbg");
+    ns.output("ip", &["link", "set", "lo", "up"]);
+    let running = proxy(&ns, dir.path(), &settings);
+    let ask = "/debug/explain?to=10.96.0.10:80&from=node";
+    let mut answer = None;
+    for _ in 0..100 {
+        answer = debug(&ns, ask).filter(|a| a.contains("outcome: forwarded"));
+        if answer.is_some() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    let answer = answer.unwrap_or_else(|| panic!("never forwarded: {}", running.log_tail(30)));
+    println!("$ curl '127.0.0.1:10249{ask}'\n{answer}");
+    assert!(
+        answer.contains("(ebpf mode, maps read from the kernel)"),
+        "{answer}"
+    );
+    assert!(
+        answer.contains("service port: default/web:http"),
+        "{answer}"
+    );
+    assert!(answer.contains("hook: cgroup connect4"), "{answer}");
+    assert!(!answer.contains("kernel differs"), "{answer}");
+    let status = debug(&ns, "/debug/status").expect("status answers");
+    println!("$ curl 127.0.0.1:10249/debug/status\n{status}");
+    assert!(
+        status.contains("ebpf mode, maps read from the kernel"),
+        "{status}"
+    );
+    assert!(status.contains("kernel: matches the plan"), "{status}");
+    let web = status
+        .lines()
+        .find(|l| l.starts_with("default/web:http"))
+        .expect("web's row");
+    assert!(web.contains(" 2/2 "), "{status}");
 }
 
 /// The client, re-run by the test inside the namespace and the cgroup.
