@@ -73,6 +73,10 @@ pub fn text(e: &Explanation) -> String {
         Verdict::Forwarded => "forwarded to an endpoint",
         Verdict::Untouched => "not rewritten by our rules",
         Verdict::Rejected => "REJECTED (refused at once)",
+        // Socket load balancing fails the call itself, at once.
+        Verdict::Dropped if !e.hooks.is_empty() => {
+            "DROPPED (the socket call fails at once with ETIMEDOUT, as after a dropped SYN)"
+        }
         Verdict::Dropped => "DROPPED (the client times out)",
         Verdict::Mixed => "differs between paths",
     };
