@@ -28,7 +28,7 @@ use kube_proxy_rs::config::{self, Config, Flags};
 use kube_proxy_rs::dataplane::Dataplane as _;
 use kube_proxy_rs::dataplane::ebpf::backend::Kernel;
 use kube_proxy_rs::dataplane::ebpf::layout::{Backend, IPPROTO_TCP, SlotKey, SvcKey, SvcVal};
-use kube_proxy_rs::dataplane::ebpf::{EbpfDataplane, names};
+use kube_proxy_rs::dataplane::ebpf::{EbpfDataplane, names, trace};
 use relay_pods::host::NetNs;
 
 /// node-a (192.168.50.1): `web` (10.96.0.10:80, NodePort 30080, two endpoints), `empty`
@@ -239,10 +239,7 @@ fn live_maps_explain_services_and_entries_removed_by_hand_show_as_drift() {
     );
     assert_eq!(outside.outcome.verdict, Verdict::Untouched);
     assert!(
-        outside
-            .reasons
-            .iter()
-            .any(|r| r.contains("not balanced by this mode yet")),
+        outside.reasons.iter().any(|r| r == trace::OUTSIDE),
         "{:?}",
         outside.reasons
     );

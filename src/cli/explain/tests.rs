@@ -189,7 +189,7 @@ fn in_mode(c: &Case, e: &Explanation) -> Case {
             verdict: Verdict::Untouched,
             endpoints: &[],
             masquerade: None,
-            reason: "not balanced by this mode yet",
+            reason: crate::dataplane::ebpf::trace::OUTSIDE,
             ..*c
         },
         "ebpf" if forwarded => Case {

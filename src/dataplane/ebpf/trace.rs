@@ -96,6 +96,22 @@ impl Entry {
             drop: v.flags & SVC_F_DROP != 0,
         }
     }
+
+    /// The backend in slot `i` of this entry's set and generation; `None`: no such slot.
+    fn slot(&self, maps: &Maps, i: u16) -> Option<SocketAddr> {
+        let key = SlotKey {
+            svc_id: self.svc_id,
+            slot: i,
+            generation: self.generation,
+            pad: 0,
+        };
+        maps.slots.get(&key).map(|b| b.socket_addr())
+    }
+
+    /// Every slot's backend, in slot order.
+    fn slots(&self, maps: &Maps) -> Vec<Option<SocketAddr>> {
+        (0..self.count).map(|i| self.slot(maps, i)).collect()
+    }
 }
 
 /// What the programs do with the call.
@@ -161,7 +177,13 @@ impl Trace {
 
     /// Whether some draws find no slot (the maps are inconsistent: a write lost).
     pub fn has_missing_slots(&self) -> bool {
-        matches!(&self.fate, Fate::Translated { slots, remembered: None } if slots.iter().any(Option::is_none))
+        match &self.fate {
+            Fate::Translated {
+                slots,
+                remembered: None,
+            } => slots.iter().any(Option::is_none),
+            _ => false,
+        }
     }
 }
 
@@ -222,17 +244,8 @@ pub fn trace(maps: &Maps, packet: &Packet, remembered: Option<&Remembered>) -> T
             Fate::Refused
         }
     } else {
-        let slot = |i: u16| {
-            maps.slots
-                .get(&SlotKey {
-                    svc_id: entry.svc_id,
-                    slot: i,
-                    generation: entry.generation,
-                    pad: 0,
-                })
-                .map(|b| b.socket_addr())
-        };
-        let slots: Vec<Option<SocketAddr>> = (0..entry.count).map(slot).collect();
+        let slot = |i: u16| entry.slot(maps, i);
+        let slots = entry.slots(maps);
         let remembered = remembered.and_then(|r| affine(&entry, r, &slot));
         Fate::Translated { slots, remembered }
     };
@@ -287,21 +300,10 @@ fn resolve(maps: &Maps) -> BTreeMap<SvcKey, Resolved> {
         .iter()
         .map(|(k, v)| {
             let e = Entry::of(v);
-            let slots = (0..e.count)
-                .map(|slot| {
-                    let key = SlotKey {
-                        svc_id: e.svc_id,
-                        slot,
-                        generation: e.generation,
-                        pad: 0,
-                    };
-                    maps.slots.get(&key).map(|b| b.socket_addr())
-                })
-                .collect();
             let r = Resolved {
                 affinity: e.affinity,
                 drop: e.drop,
-                slots,
+                slots: e.slots(maps),
             };
             (*k, r)
         })

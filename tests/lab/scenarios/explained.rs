@@ -562,9 +562,8 @@ const SOURCE_REASONS: [&str; 3] = ["the source is rewritten", "hairpin", "the cl
 /// rewritten.
 const SOCKET_REASON: &str = "no per-packet NAT";
 
-/// Words of the eBPF mode's reason for a packet from outside the node
-/// (`dataplane::ebpf::trace::OUTSIDE`).
-const OUTSIDE_REASON: &str = "not balanced by this mode yet";
+/// The eBPF mode's reason for a packet from outside the node.
+const OUTSIDE_REASON: &str = kube_proxy_rs::dataplane::ebpf::trace::OUTSIDE;
 
 /// The row as the lab's mode must answer it: the table's, except
 /// - where the proxy relays (userspace): the source is always the node's, for one reason;
