@@ -9,7 +9,6 @@ use std::net::SocketAddr;
 
 use crate::cluster::IpFamily;
 use crate::config::NftablesEncoder;
-use crate::dataplane::ebpf;
 use crate::dataplane::ipvs::apply::{Backend as _, KernelBackend};
 use crate::dataplane::ipvs::backend::netlink::ServiceKey;
 use crate::dataplane::ipvs::desired::Desired;
@@ -192,40 +191,6 @@ pub fn drift(kernel: Option<&Ruleset>, planned: &Ruleset) -> Vec<String> {
             repair.operations()
         ),
     )
-}
-
-/// eBPF mode: how the pinned maps (`None`: not pinned) differ from `plan`, per frontend,
-/// with how many map writes a sync would make, and the programs not attached.
-pub fn ebpf_drift(
-    kernel: Option<&ebpf::diff::Maps>,
-    plan: &ebpf::plan::Plan,
-    pin_root: &std::path::Path,
-) -> Vec<String> {
-    let Some(kernel) = kernel else {
-        return vec![format!(
-            "no maps of ours are pinned under {}: nothing of ours balances sockets",
-            pin_root.display()
-        )];
-    };
-    let mut out = Vec::new();
-    let unattached = ebpf::backend::unattached(pin_root);
-    if !unattached.is_empty() {
-        out.push(format!(
-            "not attached to the cgroup (no pinned link): {}",
-            unattached.join(", ")
-        ));
-    }
-    let lines = ebpf::trace::drift(kernel, plan);
-    let writes = ebpf::diff::diff(kernel, plan).len();
-    let lines: Vec<&str> = lines.iter().map(String::as_str).collect();
-    out.extend(shortened(
-        &lines,
-        &format!(
-            "{writes} map writes would bring the kernel to the plan (a sync pending, or another \
-             program changed our maps):"
-        ),
-    ));
-    out
 }
 
 /// A repair script in short, for every mode alike: `heading`, its first [`DRIFT_LINES`]

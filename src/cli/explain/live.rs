@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 
 use super::{
     Explanation, Planned, Request, Rules, RulesFrom, affinity, explain, kernel, others,
-    persistence, recent, saved, sockets,
+    persistence, pinned, recent, saved, sockets,
 };
 use crate::cluster::{IpFamily, Snapshot};
 use crate::config::{Config, ProxyMode};
@@ -126,9 +126,8 @@ pub fn read_family(
     let empty = nftables::Ruleset::empty(table_family);
     if let Planned::Ebpf { plan, .. } = planned {
         let pin_root = crate::cli::run::ebpf_pin_root(config);
-        let read = ebpf::backend::read_pinned(&pin_root)
-            .map_err(|e| format!("reading our pinned maps: {}", crate::causes::one_line(&e)))?;
-        let drift = kernel::ebpf_drift(read.as_ref(), plan, &pin_root);
+        let read = pinned::read(&pin_root)?;
+        let drift = pinned::drift(read.as_ref(), plan, &pin_root);
         return Ok(Read {
             table: None,
             empty,
@@ -267,7 +266,7 @@ pub fn explain_on_node(
                 e.reasons.push(why);
             }
             if let Some(maps) = &read.maps {
-                match ebpf_affinity(config, maps, request) {
+                match pinned::affinity(config, maps, request) {
                     Ok(lines) => e.reasons.extend(lines),
                     Err(why) => unread.push(format!("affinity entries not read: {why}")),
                 }
@@ -323,7 +322,7 @@ fn remember(
     let family = IpFamily::of(&request.to.ip());
     if read.maps.is_some() {
         // eBPF mode keys its entries by network namespace, not address: they are listed
-        // beside the trace ([`ebpf_affinity`]), not matched to the client.
+        // beside the trace ([`pinned::affinity`]), not matched to the client.
         return Ok((None, Vec::new()));
     }
     if read.relay.is_some() {
@@ -370,64 +369,4 @@ fn remember(
     );
     let found = affinity::add_entries(snapshot, node, request, table, &mut sets)?;
     Ok((found, Vec::new()))
-}
-
-/// eBPF mode: the `kp_aff` entries of the destination's slot set, one line each (none when
-/// its entry has no ClientIP affinity). An entry is a network namespace's, which the maps do
-/// not tie to an address, so each is named by its backend and age.
-fn ebpf_affinity(
-    config: &Config,
-    maps: &ebpf::diff::Maps,
-    request: &Request,
-) -> Result<Vec<String>, String> {
-    let Some(transport) = ebpf_transport(request.protocol) else {
-        return Ok(Vec::new());
-    };
-    let key = ebpf::diff::svc_key(&ebpf::plan::Frontend {
-        ip: request.to.ip(),
-        port: request.to.port(),
-        transport,
-    });
-    let Some(val) = maps.svc.get(&key) else {
-        return Ok(Vec::new());
-    };
-    if val.flags & ebpf::layout::SVC_F_AFFINITY == 0 {
-        return Ok(Vec::new());
-    }
-    let pin_root = crate::cli::run::ebpf_pin_root(config);
-    let entries = ebpf::backend::read_affinity(&pin_root, val.svc_id)
-        .map_err(|e| crate::causes::one_line(&e))?;
-    let now_ns = recent::read_monotonic_ns().ok_or_else(|| {
-        format!(
-            "the kernel's clock is not readable in {}",
-            recent::TIMER_LIST
-        )
-    })?;
-    if entries.is_empty() {
-        return Ok(vec![format!(
-            "kp_aff holds no entry for this Service yet: the next connect() from any \
-             namespace draws a slot"
-        )]);
-    }
-    Ok(entries
-        .iter()
-        .map(|(_, v)| {
-            let backend = ebpf::layout::Backend {
-                addr: v.addr,
-                port: v.port,
-                pad: 0,
-            }
-            .socket_addr();
-            let age = now_ns.saturating_sub(v.last_used_ns) / 1_000_000_000;
-            super::socket_lb::remembered_line(backend, age, val.affinity_timeout)
-        })
-        .collect())
-}
-
-fn ebpf_transport(p: crate::cluster::Protocol) -> Option<ebpf::plan::Transport> {
-    match p {
-        crate::cluster::Protocol::Tcp => Some(ebpf::plan::Transport::Tcp),
-        crate::cluster::Protocol::Udp => Some(ebpf::plan::Transport::Udp),
-        crate::cluster::Protocol::Sctp => None,
-    }
 }

@@ -21,6 +21,7 @@ pub mod live;
 mod others;
 mod outcome;
 pub mod persistence;
+mod pinned;
 mod planned;
 mod reasons;
 pub mod recent;
