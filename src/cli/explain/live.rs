@@ -6,14 +6,14 @@ use std::net::SocketAddr;
 
 use super::{
     Explanation, Planned, Request, Rules, RulesFrom, affinity, explain, kernel, others,
-    persistence, recent, saved, sockets,
+    persistence, pinned, recent, saved, sockets,
 };
 use crate::cluster::{IpFamily, Snapshot};
 use crate::config::{Config, ProxyMode};
 use crate::dataplane::ipvs::backend::netlink::ServiceKey;
 use crate::dataplane::node::NodePolicy;
 use crate::dataplane::userspace::{self, trace::RelayPorts};
-use crate::dataplane::{iptables, ipvs, nftables};
+use crate::dataplane::{ebpf, iptables, ipvs, nftables};
 
 /// The rules the configured mode plans for `snapshot`, with the node policy its tracer reads.
 /// On a live node (`offline` false) the IPVS mode plans its NodePorts over the host's
@@ -42,10 +42,8 @@ pub fn plan_on_node(
             (Planned::ipvs_on(snapshot, &mode, &host), mode.node)
         }
         ProxyMode::Ebpf => {
-            return Err(
-                "ebpf mode has no rules to trace yet (plan --proxy-mode ebpf prints its map entries)"
-                    .to_owned(),
-            );
+            let node = NodePolicy::new(config).map_err(|e| e.to_string())?;
+            (Planned::ebpf(snapshot, &config.node_port_addresses), node)
         }
         ProxyMode::Userspace => {
             let node = NodePolicy::new(config).map_err(|e| e.to_string())?;
@@ -81,6 +79,8 @@ pub struct Read {
     chains: Option<iptables::Ruleset>,
     /// Userspace mode: the listeners the kernel's redirect rules lead to.
     relay: Option<RelayPorts>,
+    /// eBPF mode: the pinned maps (empty when none are pinned).
+    maps: Option<ebpf::diff::Maps>,
     /// Missing, extra or different objects, one line each, or the repair script's first lines.
     pub drift: Vec<String>,
     /// IPVS mode: destinations at weight 0 the plan no longer has (graceful termination).
@@ -90,6 +90,9 @@ pub struct Read {
 impl Read {
     /// The rules read, for the tracer.
     pub fn rules(&self) -> Rules<'_> {
+        if let Some(maps) = &self.maps {
+            return Rules::Ebpf(maps);
+        }
         if let Some(chains) = &self.chains {
             return Rules::Iptables(chains);
         }
@@ -123,6 +126,21 @@ pub fn read_family(
     let table_family = nftables::ruleset::Family::of(family);
     let read_table = || kernel::read_nftables(config.nftables_encoder, None, table_family);
     let empty = nftables::Ruleset::empty(table_family);
+    if let Planned::Ebpf { plan, .. } = planned {
+        let pin_root = crate::cli::run::ebpf_pin_root(config);
+        let read = pinned::read(&pin_root)?;
+        let drift = pinned::drift(read.as_ref(), plan, &pin_root);
+        return Ok(Read {
+            table: None,
+            empty,
+            services: None,
+            chains: None,
+            relay: None,
+            maps: Some(read.unwrap_or_default()),
+            drift,
+            draining: Vec::new(),
+        });
+    }
     if let Planned::Userspace {
         listeners,
         settings,
@@ -145,12 +163,13 @@ pub fn read_family(
             services: None,
             chains: None,
             relay: Some(relay),
+            maps: None,
             drift,
             draining: Vec::new(),
         });
     }
     match planned.rules(family) {
-        Rules::Userspace { .. } => unreachable!("read above"),
+        Rules::Userspace { .. } | Rules::Ebpf(_) => unreachable!("read above"),
         Rules::Iptables(want) => {
             let read = saved::read_iptables(None, family, want, packet)?;
             Ok(Read {
@@ -158,6 +177,7 @@ pub fn read_family(
                 empty,
                 services: None,
                 relay: None,
+                maps: None,
                 chains: Some(
                     read.rules
                         .unwrap_or_else(|| iptables::Ruleset::empty(family)),
@@ -175,6 +195,7 @@ pub fn read_family(
                 services: None,
                 chains: None,
                 relay: None,
+                maps: None,
                 drift,
                 draining: Vec::new(),
             })
@@ -190,6 +211,7 @@ pub fn read_family(
                 services: Some(ipvs.services),
                 chains: None,
                 relay: None,
+                maps: None,
                 drift,
                 draining: ipvs.draining,
             })
@@ -256,6 +278,12 @@ pub fn explain_on_node(
                 let why = affinity::reason(e.packet.source, remembered, a.timeout_seconds);
                 e.reasons.push(why);
             }
+            if let Some(maps) = &read.maps {
+                match pinned::affinity(config, maps, request) {
+                    Ok(lines) => e.reasons.extend(lines),
+                    Err(why) => unread.push(format!("affinity entries not read: {why}")),
+                }
+            }
             for destination in stale {
                 e.reasons
                     .push(persistence::stale_reason(e.packet.source, destination));
@@ -270,7 +298,9 @@ pub fn explain_on_node(
             // In iptables mode our rules live in iptables-nft's own tables (or outside
             // nf_tables, with legacy): another table's base chain has no "ours" to stand
             // before or after, so none is named.
-            let listed = if read.chains.is_some() {
+            // In ebpf mode nothing of ours is in nf_tables: the programs act on the socket
+            // before any packet exists.
+            let listed = if read.chains.is_some() || read.maps.is_some() {
                 Ok(None)
             } else {
                 kernel::base_chains(config.nftables_encoder, None)
@@ -303,6 +333,11 @@ fn remember(
     read: &mut Read,
 ) -> Result<(Option<Vec<SocketAddr>>, Vec<SocketAddr>), String> {
     let family = IpFamily::of(&request.to.ip());
+    if read.maps.is_some() {
+        // eBPF mode keys its entries by network namespace, not address: they are listed
+        // beside the trace ([`pinned::affinity`]), not matched to the client.
+        return Ok((None, Vec::new()));
+    }
     if read.relay.is_some() {
         // The relay keeps its ClientIP affinity in its own memory, which no reader sees.
         return Ok((None, Vec::new()));

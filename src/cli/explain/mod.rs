@@ -21,6 +21,7 @@ pub mod live;
 mod others;
 mod outcome;
 pub mod persistence;
+mod pinned;
 mod planned;
 mod reasons;
 pub mod recent;
@@ -28,6 +29,7 @@ pub mod render;
 pub mod request;
 pub mod saved;
 pub mod scoped;
+mod socket_lb;
 pub mod sockets;
 mod source;
 
@@ -38,7 +40,7 @@ use serde::Serialize;
 use super::plan::{FamilyReport, family_report};
 use crate::cluster::{IpFamily, ServicePortState, Snapshot, TrafficPolicy};
 use crate::dataplane::node::NodePolicy;
-use crate::dataplane::{iptables, ipvs, nftables, userspace};
+use crate::dataplane::{ebpf, iptables, ipvs, nftables, userspace};
 use outcome::walk;
 use reasons::{masquerade_reasons, not_a_frontend, reasons, relay_reasons};
 use source::Source;
@@ -61,6 +63,8 @@ pub enum Rules<'a> {
         tables: &'a nftables::Ruleset,
         relay: &'a userspace::trace::RelayPorts,
     },
+    /// The eBPF mode's maps (both families share them), planned or read from the pins.
+    Ebpf(&'a ebpf::diff::Maps),
 }
 
 impl Rules<'_> {
@@ -71,6 +75,7 @@ impl Rules<'_> {
             Rules::Iptables(_) => "iptables",
             Rules::Ipvs { .. } => "ipvs",
             Rules::Userspace { .. } => "userspace",
+            Rules::Ebpf(_) => ebpf::apply::MODE,
         }
     }
 }
@@ -95,6 +100,10 @@ pub struct Explanation {
     /// The Service port whose frontend the destination is; `None` when it is none.
     pub service_port: Option<ServicePortMatch>,
     pub outcome: Outcome,
+    /// eBPF mode: the cgroup programs that run for the call (`connect4`, `sendmsg4`, ...),
+    /// where the Service is translated once per socket; empty in the other modes.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub hooks: Vec<&'static str>,
     /// Why it ends that way, and why it is (not) masqueraded, in order.
     pub reasons: Vec<String>,
     /// ClientIP affinity of the Service port, when it has one.
@@ -222,7 +231,12 @@ pub fn explain(
         }
         None => (None, None, None, not_a_frontend(snapshot, request, family)),
     };
-    if matches!(rules, Rules::Userspace { .. }) {
+    let mut hooks = Vec::new();
+    if let Rules::Ebpf(maps) = rules {
+        let t = socket_lb::trace(maps, request, &source);
+        hooks = t.hooks.iter().map(|h| h.as_str()).collect();
+        reasons.splice(0..0, socket_lb::reasons(&t, request, &found));
+    } else if matches!(rules, Rules::Userspace { .. }) {
         reasons.extend(relay_reasons(&outcome));
     } else {
         reasons.extend(masquerade_reasons(node, &found, &outcome, &source));
@@ -239,6 +253,7 @@ pub fn explain(
         },
         service_port,
         outcome,
+        hooks,
         reasons,
         affinity,
         model,

@@ -6,6 +6,7 @@ use std::net::SocketAddr;
 
 use super::source::Source;
 use super::{Outcome, Request, Rules, Share, Verdict};
+use crate::dataplane::ebpf::trace::Fate;
 use crate::dataplane::{iptables, ipvs, nftables, userspace};
 
 /// Walks the packet through the rules with the mode's tracer.
@@ -21,6 +22,26 @@ pub(super) fn walk(rules: Rules<'_>, request: &Request, source: &Source) -> Outc
         },
     };
     match rules {
+        Rules::Ebpf(maps) => {
+            let t = super::socket_lb::trace(maps, request, source);
+            let verdict = match &t.fate {
+                Fate::Translated { .. } if t.has_missing_slots() => Verdict::Mixed,
+                Fate::Translated { .. } => Verdict::Forwarded,
+                Fate::Refused => Verdict::Rejected,
+                Fate::TimedOut => Verdict::Dropped,
+                Fate::Untouched | Fate::NotSeen(_) => Verdict::Untouched,
+            };
+            Outcome {
+                verdict,
+                endpoints: t
+                    .backends()
+                    .into_iter()
+                    .map(|(endpoint, share)| Share { endpoint, share })
+                    .collect(),
+                // The socket itself is the backend's: no packet is rewritten, either way.
+                masquerade: Some(false),
+            }
+        }
         Rules::Nftables(r) => {
             from_branches(&nftables::trace::trace(r, &nft_packet(), &source.local))
         }

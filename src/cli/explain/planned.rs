@@ -1,9 +1,10 @@
 //! Rules planned from a snapshot, for `explain --manifests` (no kernel), in any of our modes.
 
 use crate::cluster::{IpFamily, Snapshot};
+use crate::config::NodePortAddresses;
 use crate::dataplane::node::NodePolicy;
 use crate::dataplane::userspace::{self, trace::RelayPorts};
-use crate::dataplane::{iptables, ipvs, nftables};
+use crate::dataplane::{ebpf, iptables, ipvs, nftables};
 
 use super::Rules;
 
@@ -23,6 +24,12 @@ pub enum Planned {
         relay: [RelayPorts; 2],
         listeners: userspace::plan::Listeners,
         settings: userspace::redirect::Settings,
+    },
+    /// The eBPF mode's plan, and the maps it fills when written into empty ones (what the
+    /// tracer walks; one for both families).
+    Ebpf {
+        plan: ebpf::plan::Plan,
+        maps: ebpf::diff::Maps,
     },
 }
 
@@ -84,6 +91,15 @@ impl Planned {
         }
     }
 
+    /// The eBPF mode's map contents, NodePorts on what `npa` selects of the node's addresses
+    /// (as its sync plans them).
+    pub fn ebpf(snapshot: &Snapshot, npa: &NodePortAddresses) -> Planned {
+        let node_ports = ebpf::plan::node_ports(npa, &snapshot.node);
+        let plan = ebpf::plan::plan(snapshot, &node_ports);
+        let maps = ebpf::trace::planned_maps(&plan);
+        Planned::Ebpf { plan, maps }
+    }
+
     /// Every mode's plan of `snapshot` with the default configuration beside `node`, in the
     /// order nftables, iptables, ipvs: for checks that must hold in every mode.
     pub fn every_mode(snapshot: &Snapshot, node: &NodePolicy) -> [Planned; 3] {
@@ -120,6 +136,7 @@ impl Planned {
                 tables: &tables[i],
                 relay: &relay[i],
             },
+            Planned::Ebpf { maps, .. } => Rules::Ebpf(maps),
         }
     }
 }

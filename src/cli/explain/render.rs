@@ -28,12 +28,18 @@ pub fn text(e: &Explanation) -> String {
     line(
         &mut out,
         &format!(
-            "{} {} → {} from the {}{via} ({} mode, rules {})",
+            "{} {} → {} from the {}{via} ({} mode, {} {})",
             p.protocol,
             p.source,
             p.destination,
             p.origin,
             e.mode,
+            // The eBPF mode has maps, not rules.
+            if e.mode == crate::dataplane::ebpf::apply::MODE {
+                "maps"
+            } else {
+                "rules"
+            },
             match e.rules_from {
                 super::RulesFrom::Planned => "as planned",
                 super::RulesFrom::Kernel => "read from the kernel",
@@ -52,10 +58,25 @@ pub fn text(e: &Explanation) -> String {
         ),
         None => line(&mut out, "service port: none"),
     }
+    if !e.hooks.is_empty() {
+        line(
+            &mut out,
+            &format!(
+                "hook{}: cgroup {} (the backend is chosen when the socket connects, not per \
+                 packet)",
+                if e.hooks.len() == 1 { "" } else { "s" },
+                e.hooks.join(", ")
+            ),
+        );
+    }
     let verdict = match e.outcome.verdict {
         Verdict::Forwarded => "forwarded to an endpoint",
         Verdict::Untouched => "not rewritten by our rules",
         Verdict::Rejected => "REJECTED (refused at once)",
+        // Socket load balancing fails the call itself, at once.
+        Verdict::Dropped if !e.hooks.is_empty() => {
+            "DROPPED (the socket call fails at once with ETIMEDOUT, as after a dropped SYN)"
+        }
         Verdict::Dropped => "DROPPED (the client times out)",
         Verdict::Mixed => "differs between paths",
     };

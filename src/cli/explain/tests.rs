@@ -38,6 +38,7 @@ fn services() -> Vec<Svc> {
 }
 
 /// What must hold of one packet's explanation, in every mode.
+#[derive(Clone, Copy)]
 struct Case {
     to: &'static str,
     from: Option<&'static str>,
@@ -154,7 +155,8 @@ fn modes() -> Vec<Planned> {
         },
         detect_local: node_policy().detect_local,
     };
-    all.push(Planned::userspace(&snap, settings));
+    all.push(Planned::userspace(&snap, settings.clone()));
+    all.push(Planned::ebpf(&snap, &settings.node_ports));
     all
 }
 
@@ -167,14 +169,39 @@ const SOURCE_REASONS: [&str; 4] = [
     "not a pod of this node",
 ];
 
-/// The masquerade and the reason `c` must show in `mode`.
-fn in_mode(c: &Case, mode: &str) -> (Option<bool>, &'static str) {
-    let relayed = mode == "userspace" && c.verdict == Verdict::Forwarded;
+/// What `c` must show in the mode of `e`: the table's, except that userspace mode relays
+/// (the node's address, one reason for every source), and that the eBPF mode rewrites nothing
+/// (one reason for every source) and does not balance traffic from outside the node yet.
+fn in_mode(c: &Case, e: &Explanation) -> Case {
+    let forwarded = c.verdict == Verdict::Forwarded;
     let about_source = SOURCE_REASONS.iter().any(|r| c.reason.contains(r));
-    match (relayed, about_source) {
-        (true, true) => (Some(true), "relayed by the proxy"),
-        (true, false) => (Some(true), c.reason),
-        (false, _) => (c.masquerade, c.reason),
+    match e.mode {
+        "userspace" if forwarded => Case {
+            masquerade: Some(true),
+            reason: if about_source {
+                "relayed by the proxy"
+            } else {
+                c.reason
+            },
+            ..*c
+        },
+        "ebpf" if e.packet.origin == "outside" => Case {
+            verdict: Verdict::Untouched,
+            endpoints: &[],
+            masquerade: None,
+            reason: crate::dataplane::ebpf::trace::OUTSIDE,
+            ..*c
+        },
+        "ebpf" if forwarded => Case {
+            masquerade: Some(false),
+            reason: if about_source {
+                "no per-packet NAT"
+            } else {
+                c.reason
+            },
+            ..*c
+        },
+        _ => Case { ..*c },
     }
 }
 
@@ -198,6 +225,7 @@ fn every_mode_explains_the_table_alike() {
         for c in CASES {
             let e = ask(&planned, c.to, c.from);
             let at = format!("{} mode, {} from {:?}:\n{}", e.mode, c.to, c.from, text(&e));
+            let c = &in_mode(c, &e);
             assert_eq!(
                 e.service_port.as_ref().map(|s| s.name.as_str()),
                 c.service,
@@ -211,11 +239,10 @@ fn every_mode_explains_the_table_alike() {
                 .map(|s| s.endpoint.to_string())
                 .collect();
             assert_eq!(reached, c.endpoints, "{at}");
-            let (masquerade, reason) = in_mode(c, e.mode);
             if c.verdict == Verdict::Forwarded {
-                assert_eq!(e.outcome.masquerade, masquerade, "{at}");
+                assert_eq!(e.outcome.masquerade, c.masquerade, "{at}");
             }
-            assert!(e.reasons.iter().any(|r| r.contains(reason)), "{at}");
+            assert!(e.reasons.iter().any(|r| r.contains(c.reason)), "{at}");
         }
     }
 }
@@ -237,6 +264,39 @@ fn shares_and_affinity_are_told() {
             text(&e)
         );
     }
+}
+
+#[test]
+fn ebpf_mode_names_the_hook_and_says_when_the_backend_is_chosen() {
+    let ebpf = modes().pop().unwrap();
+    let e = ask(&ebpf, "10.96.0.10:80", None);
+    assert_eq!(e.hooks, ["connect4"]);
+    let t = text(&e);
+    assert!(t.contains("(ebpf mode, maps as planned)"), "{t}");
+    assert!(
+        t.contains("hook: cgroup connect4 (the backend is chosen when the socket connects"),
+        "{t}"
+    );
+    let e = ask(&ebpf, "[fd00::11]:53/udp", Some("node"));
+    assert_eq!(e.hooks, ["connect6", "sendmsg6"]);
+    let e = ask(&ebpf, "10.0.0.11:30081", Some("node"));
+    // np-local from the node: every endpoint, as traffic of local origin is short-circuited.
+    assert_eq!(e.outcome.verdict, Verdict::Forwarded, "{}", text(&e));
+    assert!(
+        e.reasons
+            .iter()
+            .any(|r| r.contains("whatever the externalTrafficPolicy")),
+        "{}",
+        text(&e)
+    );
+    let e = ask(&ebpf, "10.96.0.20:80", Some("node"));
+    assert!(
+        e.reasons
+            .iter()
+            .any(|r| r.contains("fails at once with ECONNREFUSED")),
+        "{}",
+        text(&e)
+    );
 }
 
 #[test]

@@ -226,6 +226,12 @@ fn port_status(inputs: &Inputs<'_>, state: &ServicePortState) -> PortStatus {
     // asked for is traced through the kernel's rules.
     let whole_node = inputs.kernel.is_some() && !matches!(inputs.planned[0], Rules::Iptables(_));
     let traced = whole_node || inputs.service.is_some();
+    // Socket load balancing (ebpf mode) acts for this node's own sockets only: its external
+    // frontends are traced from the node, where they are programmed.
+    let external_from = || match inputs.planned[0] {
+        Rules::Ebpf(_) => From::Node,
+        _ => From::Outside,
+    };
     let mut frontends = Vec::new();
     let mut endpoints = 0;
     let mut programmed: BTreeSet<SocketAddr> = BTreeSet::new();
@@ -278,14 +284,14 @@ fn port_status(inputs: &Inputs<'_>, state: &ServicePortState) -> PortStatus {
             programmed.extend(read.endpoints.iter().map(|s| s.endpoint));
         }
         for ip in &view.external_ips {
-            trace("externalIP", *ip, p.port, From::Outside);
+            trace("externalIP", *ip, p.port, external_from());
         }
         for ip in &view.load_balancer_ips {
-            trace("LoadBalancer", *ip, p.port, From::Outside);
+            trace("LoadBalancer", *ip, p.port, external_from());
         }
         if let (Some(node_port), Some(ip)) = (p.node_port, inputs.snapshot.node.primary_ip(family))
         {
-            trace("NodePort", ip, node_port, From::Outside);
+            trace("NodePort", ip, node_port, external_from());
         }
     }
     PortStatus {

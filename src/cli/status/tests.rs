@@ -279,6 +279,81 @@ fn the_sync_summary_reads_the_runners_clock() {
     assert!(text(&st, false).contains("; FAILING for 15 s"));
 }
 
+/// The eBPF mode's status over maps planned from `services` with `edit` applied, as the
+/// kernel's; the node's drift is the tracer's.
+fn ebpf_status(
+    services: Vec<Svc>,
+    edit: impl Fn(&mut crate::dataplane::ebpf::diff::Maps),
+) -> Status {
+    use crate::dataplane::ebpf::trace;
+    let snap = snapshot(node(), services);
+    let npa = crate::config::NodePortAddresses {
+        all: true,
+        ..Default::default()
+    };
+    let planned = Planned::ebpf(&snap, &npa);
+    let Planned::Ebpf { plan, maps } = &planned else {
+        unreachable!()
+    };
+    let mut kernel = maps.clone();
+    edit(&mut kernel);
+    let rt = runtime();
+    build(Inputs {
+        snapshot: &snap,
+        node: &node_policy(),
+        planned: IpFamily::ALL.map(|f| planned.rules(f)),
+        kernel: Some([Rules::Ebpf(&kernel), Rules::Ebpf(&kernel)]),
+        drift: trace::drift(&kernel, plan),
+        runtime: &rt,
+        service: None,
+    })
+}
+
+#[test]
+fn ebpf_mode_counts_the_backends_in_the_maps_and_traces_external_frontends_from_the_node() {
+    use crate::dataplane::ebpf::layout::{IPPROTO_TCP, SvcKey};
+    let s = ebpf_status(services(), |_| {});
+    assert_eq!(s.mode, "ebpf");
+    assert!(s.drift.is_empty(), "{:?}", s.drift);
+    let port = |s: &Status, name: &str| {
+        let p = s.service_ports.iter().find(|p| p.name == name).unwrap();
+        (p.programmed, p.endpoints, p.drifted())
+    };
+    assert_eq!(port(&s, "default/web"), (Some(2), 2, 0));
+    // lb's LoadBalancer IP from the node: every endpoint (local origin), not "untouched".
+    let lb = s
+        .service_ports
+        .iter()
+        .find(|p| p.name == "default/lb")
+        .unwrap();
+    let at_lb = lb
+        .frontends
+        .iter()
+        .find(|f| f.kind == "LoadBalancer")
+        .unwrap();
+    assert!(
+        at_lb
+            .outcome
+            .as_deref()
+            .unwrap()
+            .starts_with("forwards to 2 endpoints"),
+        "{at_lb:?}"
+    );
+    // web's ClusterIP entry removed: nothing programmed, one frontend drifted, named.
+    let s = ebpf_status(services(), |m| {
+        m.svc
+            .remove(&SvcKey::new("10.96.0.10".parse().unwrap(), 80, IPPROTO_TCP));
+    });
+    assert_eq!(port(&s, "default/web"), (Some(0), 2, 1));
+    assert!(
+        s.drift
+            .iter()
+            .any(|d| d.contains("kp_svc has no entry for TCP 10.96.0.10:80 (default/web)")),
+        "{:?}",
+        s.drift
+    );
+}
+
 #[test]
 fn json_is_one_document() {
     let planned = &modes(services())[0];
@@ -302,8 +377,19 @@ proptest! {
             v.push(svc(&format!("{ns}/{name}"), "10.96.0.90", 80).ep("10.244.2.9", 80, "node-b"));
             v
         };
-        for planned in modes(hostile()) {
-            let s = status_of(hostile(), &planned, Some(&planned), None);
+        let mut all: Vec<Status> = modes(hostile())
+            .iter()
+            .map(|planned| status_of(hostile(), planned, Some(planned), None))
+            .collect();
+        // The eBPF mode with the hostile port's entry gone: its name is in the drift too.
+        all.push(ebpf_status(hostile(), |m| {
+            m.svc.remove(&crate::dataplane::ebpf::layout::SvcKey::new(
+                "10.96.0.90".parse().unwrap(),
+                80,
+                crate::dataplane::ebpf::layout::IPPROTO_TCP,
+            ));
+        }));
+        for s in all {
             let t = text(&s, true);
             for line in t.lines() {
                 prop_assert!(line.chars().count() <= WIDTH, "{line}");

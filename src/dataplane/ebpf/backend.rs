@@ -19,7 +19,7 @@ use aya::programs::{CgroupAttachMode, Program, ProgramError};
 use aya::{Ebpf, EbpfLoader};
 
 use super::diff::{Maps, Op};
-use super::layout::{Backend as Slot, NpKey, SlotKey, SvcKey, SvcVal};
+use super::layout::{AffKey, AffVal, Backend as Slot, NpKey, SlotKey, SvcKey, SvcVal};
 use super::names;
 
 /// The compiled programs, embedded by build.rs.
@@ -141,27 +141,7 @@ impl Kernel {
 
 impl Backend for Kernel {
     fn read(&mut self) -> Result<Maps, Error> {
-        let map_err = |name| move |source| Error::Map { name, source };
-        let svc = self
-            .svc
-            .iter()
-            .collect::<Result<BTreeMap<_, _>, _>>()
-            .map_err(map_err(names::MAP_SVC))?;
-        let slots = self
-            .slots
-            .iter()
-            .collect::<Result<BTreeMap<_, _>, _>>()
-            .map_err(map_err(names::MAP_SLOT))?;
-        let node_ports = self
-            .node_ports
-            .keys()
-            .collect::<Result<_, _>>()
-            .map_err(map_err(names::MAP_NODEPORT))?;
-        Ok(Maps {
-            svc,
-            slots,
-            node_ports,
-        })
+        read_maps(&self.svc, &self.slots, &self.node_ports)
     }
 
     fn write(&mut self, op: &Op) -> Result<(), Error> {
@@ -178,6 +158,81 @@ impl Backend for Kernel {
         };
         result.map_err(|source| Error::Map { name, source })
     }
+}
+
+/// What the proxy's maps hold: the applier adopts with it, and `explain` reads with it.
+fn read_maps(
+    svc: &HashMap<MapData, SvcKey, SvcVal>,
+    slots: &HashMap<MapData, SlotKey, Slot>,
+    node_ports: &HashMap<MapData, NpKey, u8>,
+) -> Result<Maps, Error> {
+    let map_err = |name| move |source| Error::Map { name, source };
+    let svc = svc
+        .iter()
+        .collect::<Result<BTreeMap<_, _>, _>>()
+        .map_err(map_err(names::MAP_SVC))?;
+    let slots = slots
+        .iter()
+        .collect::<Result<BTreeMap<_, _>, _>>()
+        .map_err(map_err(names::MAP_SLOT))?;
+    let node_ports = node_ports
+        .keys()
+        .collect::<Result<_, _>>()
+        .map_err(map_err(names::MAP_NODEPORT))?;
+    Ok(Maps {
+        svc,
+        slots,
+        node_ports,
+    })
+}
+
+/// The maps a proxy pinned under `pin_root`, read as a restarted proxy adopts them, without
+/// loading or attaching anything (`explain`, `status`); `None` when no map is pinned there.
+/// Their layout is checked first, as at start-up.
+pub fn read_pinned(pin_root: &Path) -> Result<Option<Maps>, Error> {
+    let pin_dir = names::pin_dir(pin_root);
+    if !pin_dir.join(names::MAP_SVC).exists() {
+        return Ok(None);
+    }
+    check_pinned_layouts(&pin_dir)?;
+    let svc = open_pinned(&pin_dir, names::MAP_SVC)?;
+    let slots = open_pinned(&pin_dir, names::MAP_SLOT)?;
+    let node_ports = open_pinned(&pin_dir, names::MAP_NODEPORT)?;
+    read_maps(&svc, &slots, &node_ports).map(Some)
+}
+
+/// The ClientIP affinity entries (`kp_aff`, filled by the programs) of slot set `svc_id`, one
+/// per network namespace that connected to it.
+pub fn read_affinity(pin_root: &Path, svc_id: u32) -> Result<Vec<(AffKey, AffVal)>, Error> {
+    let name = names::MAP_AFF;
+    let map: HashMap<MapData, AffKey, AffVal> = open_pinned(&names::pin_dir(pin_root), name)?;
+    let mut out = Vec::new();
+    for entry in map.iter() {
+        let (k, v) = entry.map_err(|source| Error::Map { name, source })?;
+        if k.svc_id == svc_id {
+            out.push((k, v));
+        }
+    }
+    Ok(out)
+}
+
+/// The programs without a pinned link under `pin_root`: not attached to the cgroup (a pinned
+/// link keeps its program attached; `--cleanup` removes them all).
+pub fn unattached(pin_root: &Path) -> Vec<&'static str> {
+    let links = names::links_dir(pin_root);
+    names::PROGRAMS
+        .into_iter()
+        .filter(|p| !links.join(p).exists())
+        .collect()
+}
+
+fn open_pinned<K: aya::Pod, V: aya::Pod>(
+    pin_dir: &Path,
+    name: &'static str,
+) -> Result<HashMap<MapData, K, V>, Error> {
+    let err = |source| Error::Map { name, source };
+    let data = MapData::from_pin(pin_dir.join(name)).map_err(err)?;
+    HashMap::try_from(aya::maps::Map::from_map_data(data).map_err(err)?).map_err(err)
 }
 
 /// A delete of what is already gone has done its job.

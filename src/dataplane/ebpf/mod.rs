@@ -28,7 +28,8 @@
 //! - [`render`]: the plan as `plan --proxy-mode ebpf` prints it;
 //! - [`backend`]: load, attach, pin, read and write the maps; `--cleanup`'s removal;
 //! - [`apply`]: [`EbpfDataplane`], the `Dataplane` for `--proxy-mode ebpf`;
-//! - [`stats`]: the datapath counters and map fill levels the metrics read.
+//! - [`stats`]: the datapath counters and map fill levels the metrics read;
+//! - [`trace`]: pure, (maps, a socket call) → what the programs do with it; backs `explain`.
 //!
 //! ClientIP affinity is per network namespace (`kp_aff`, keyed by its cookie): the address is
 //! not known at connect() time, and a pod is a namespace of its own.
@@ -37,7 +38,7 @@
 //! Traffic from outside the node (tc: NodePorts, externalIPs, LoadBalancer IPs);
 //! loadBalancerSourceRanges; UDP without endpoints gets ECONNREFUSED from
 //! connect()/sendmsg() instead of an ICMP error; connected UDP sockets to removed backends are
-//! not destroyed; SCTP; `explain`. NodePort bind protection assumes the node's
+//! not destroyed; SCTP. NodePort bind protection assumes the node's
 //! namespace is the initial one (true for a DaemonSet with hostNetwork, not for the lab's
 //! namespace "nodes", where it guards nothing).
 
@@ -49,5 +50,6 @@ pub mod names;
 pub mod plan;
 pub mod render;
 pub mod stats;
+pub mod trace;
 
 pub use apply::EbpfDataplane;

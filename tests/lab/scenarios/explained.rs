@@ -7,7 +7,10 @@
 //! in their rules, not in what a packet meets.
 //!
 //! In every mode it traces what the kernel holds: iptables mode reads our chains back with
-//! `iptables-save` of the flavour the proxy chose.
+//! `iptables-save` of the flavour the proxy chose, the eBPF mode its pinned maps. Where a mode
+//! differs by design, the row is read through it ([`expected`]): the relay (userspace) and
+//! socket load balancing (ebpf) have one reason for every source, and the eBPF mode does not
+//! balance packets from outside the node yet.
 
 use std::collections::BTreeSet;
 use std::net::{IpAddr, Ipv4Addr};
@@ -362,15 +365,9 @@ pub const PACKETS: &[Packet] = &[
 
 /// Explains every packet of scenario `id` on the live lab (ours only: `explain` reads our
 /// rules), each until it holds or the lab's settle time is over (a proxy just restarted by
-/// the scenario may still be syncing). `Ok` at once for upstream's proxies and for the eBPF
-/// mode, which `explain` does not cover yet.
+/// the scenario may still be syncing). `Ok` at once for upstream's proxies.
 pub async fn check(lab: &Lab, id: u8) -> Result<(), String> {
     if matches!(lab.proxy, Proxy::Upstream { .. }) {
-        return Ok(());
-    }
-    // `explain` does not read the eBPF mode's maps yet (it says so and exits): the eBPF mode's
-    // scenarios are judged by their traffic alone.
-    if lab.proxy.mode() == crate::lab::Mode::Ebpf {
         return Ok(());
     }
     for p in PACKETS.iter().filter(|p| p.scenario == id) {
@@ -441,6 +438,13 @@ async fn ask(lab: &Lab, node: usize, to: &str, from: &str) -> Result<Value, Stri
             lab.env.kube_proxy_kubeconfig.display()
         ))
         .args(lab.proxy.lab_flags(&lab.cluster.node_names[node]))
+        // eBPF mode: the node's pin root, where its proxy's maps are.
+        .args(
+            lab.socket_lb
+                .as_ref()
+                .map(|s| s.proxy_flags(node))
+                .unwrap_or_default(),
+        )
         .args(["--to", to, "--from", from, "--output", "json"]);
     let out = tokio::process::Command::from(cmd)
         .kill_on_drop(true)
@@ -462,8 +466,9 @@ async fn ask(lab: &Lab, node: usize, to: &str, from: &str) -> Result<Value, Stri
     })
 }
 
-/// Whether `answer` says of `p` what the table says.
+/// Whether `answer` says of `p` what the table says (read through the mode: [`expected`]).
 fn judge(lab: &Lab, p: &Packet, answer: &Value) -> Result<(), String> {
+    let p = &expected(lab, p);
     let brief = || serde_json::to_string(answer).unwrap_or_default();
     let rules_from = "kernel";
     if answer["rulesFrom"] != rules_from || answer["mode"] != lab.proxy.mode().as_str() {
@@ -518,7 +523,7 @@ fn judge(lab: &Lab, p: &Packet, answer: &Value) -> Result<(), String> {
                 brief()
             ));
         }
-        if outcome["masquerade"] != (p.masquerade || lab.relays()) {
+        if outcome["masquerade"] != p.masquerade {
             return Err(format!(
                 "masquerade {}, wanted {}: {}",
                 outcome["masquerade"],
@@ -533,7 +538,7 @@ fn judge(lab: &Lab, p: &Packet, answer: &Value) -> Result<(), String> {
         .flatten()
         .filter_map(Value::as_str)
         .collect();
-    let want_reason = reason_in_mode(lab, p);
+    let want_reason = p.reason;
     if !reasons.iter().any(|r| r.contains(want_reason)) {
         return Err(format!(
             "no reason says {want_reason:?}: {reasons:?}: {}",
@@ -553,15 +558,53 @@ fn judge(lab: &Lab, p: &Packet, answer: &Value) -> Result<(), String> {
 /// Words of [`Packet::reason`] that say why the source is (not) rewritten.
 const SOURCE_REASONS: [&str; 3] = ["the source is rewritten", "hairpin", "the client's address"];
 
-/// The reason to look for: the table's, except where the table's is about the packet's
-/// source and the proxy relays (userspace mode), which has one reason for every source.
-fn reason_in_mode(lab: &Lab, p: &Packet) -> &'static str {
+/// Words of the eBPF mode's reason for every source: the socket is the backend's, nothing is
+/// rewritten.
+const SOCKET_REASON: &str = "no per-packet NAT";
+
+/// The eBPF mode's reason for a packet from outside the node.
+const OUTSIDE_REASON: &str = kube_proxy_rs::dataplane::ebpf::trace::OUTSIDE;
+
+/// The row as the lab's mode must answer it: the table's, except
+/// - where the proxy relays (userspace): the source is always the node's, for one reason;
+/// - socket load balancing (ebpf): nothing is ever rewritten (no masquerade, one reason for
+///   every source), and a packet from outside the node is not balanced yet (untouched, the
+///   Service port still named).
+fn expected(lab: &Lab, p: &Packet) -> Packet {
     let about_source = SOURCE_REASONS.iter().any(|r| p.reason.contains(r));
-    if lab.relays() && p.verdict == "forwarded" && about_source {
-        "relayed by the proxy"
-    } else {
-        p.reason
+    let forwarded = p.verdict == "forwarded";
+    if lab.relays() {
+        return Packet {
+            masquerade: true,
+            reason: if forwarded && about_source {
+                "relayed by the proxy"
+            } else {
+                p.reason
+            },
+            ..*p
+        };
     }
+    if lab.proxy.mode() == crate::lab::Mode::Ebpf {
+        if matches!(p.from, From::Client | From::OtherClient) {
+            return Packet {
+                verdict: "untouched",
+                endpoints: &[],
+                masquerade: false,
+                reason: OUTSIDE_REASON,
+                ..*p
+            };
+        }
+        return Packet {
+            masquerade: false,
+            reason: if forwarded && about_source {
+                SOCKET_REASON
+            } else {
+                p.reason
+            },
+            ..*p
+        };
+    }
+    *p
 }
 
 /// Every table row names a scenario of the suite: a renumbered scenario cannot leave its

@@ -1,0 +1,109 @@
+//! What `explain` and `status` read of the eBPF mode's pinned maps: the maps themselves,
+//! through the reader the applier adopts them with, how they differ from the plan, and the
+//! ClientIP affinity entries the programs wrote.
+
+use std::path::Path;
+
+use super::{Request, recent};
+use crate::config::Config;
+use crate::dataplane::ebpf;
+
+/// The maps pinned under `pin_root` (`None`: none are).
+pub(super) fn read(pin_root: &Path) -> Result<Option<ebpf::diff::Maps>, String> {
+    ebpf::backend::read_pinned(pin_root)
+        .map_err(|e| format!("reading our pinned maps: {}", crate::causes::one_line(&e)))
+}
+
+/// eBPF mode: how the pinned maps (`None`: not pinned) differ from `plan`, per frontend,
+/// with how many map writes a sync would make, and the programs not attached.
+pub(super) fn drift(
+    kernel: Option<&ebpf::diff::Maps>,
+    plan: &ebpf::plan::Plan,
+    pin_root: &Path,
+) -> Vec<String> {
+    let Some(kernel) = kernel else {
+        return vec![format!(
+            "no maps of ours are pinned under {}: nothing of ours balances sockets",
+            pin_root.display()
+        )];
+    };
+    let mut out = Vec::new();
+    let unattached = ebpf::backend::unattached(pin_root);
+    if !unattached.is_empty() {
+        out.push(format!(
+            "not attached to the cgroup (no pinned link): {}",
+            unattached.join(", ")
+        ));
+    }
+    let lines = ebpf::trace::drift(kernel, plan);
+    let writes = ebpf::diff::diff(kernel, plan).len();
+    let lines: Vec<&str> = lines.iter().map(String::as_str).collect();
+    out.extend(super::kernel::shortened(
+        &lines,
+        &format!(
+            "{writes} map writes would bring the kernel to the plan (a sync pending, or another \
+             program changed our maps):"
+        ),
+    ));
+    out
+}
+
+/// eBPF mode: the `kp_aff` entries of the destination's slot set, one line each (none when
+/// its entry has no ClientIP affinity). An entry is a network namespace's, which the maps do
+/// not tie to an address, so each is named by its backend and age.
+pub(super) fn affinity(
+    config: &Config,
+    maps: &ebpf::diff::Maps,
+    request: &Request,
+) -> Result<Vec<String>, String> {
+    let Some(transport) = transport(request.protocol) else {
+        return Ok(Vec::new());
+    };
+    let key = ebpf::diff::svc_key(&ebpf::plan::Frontend {
+        ip: request.to.ip(),
+        port: request.to.port(),
+        transport,
+    });
+    let Some(val) = maps.svc.get(&key) else {
+        return Ok(Vec::new());
+    };
+    if val.flags & ebpf::layout::SVC_F_AFFINITY == 0 {
+        return Ok(Vec::new());
+    }
+    let pin_root = crate::cli::run::ebpf_pin_root(config);
+    let entries = ebpf::backend::read_affinity(&pin_root, val.svc_id)
+        .map_err(|e| crate::causes::one_line(&e))?;
+    let now_ns = recent::read_monotonic_ns().ok_or_else(|| {
+        format!(
+            "the kernel's clock is not readable in {}",
+            recent::TIMER_LIST
+        )
+    })?;
+    if entries.is_empty() {
+        return Ok(vec![format!(
+            "kp_aff holds no entry for this Service yet: the next connect() from any \
+             namespace draws a slot"
+        )]);
+    }
+    Ok(entries
+        .iter()
+        .map(|(_, v)| {
+            let backend = ebpf::layout::Backend {
+                addr: v.addr,
+                port: v.port,
+                pad: 0,
+            }
+            .socket_addr();
+            let age = now_ns.saturating_sub(v.last_used_ns) / 1_000_000_000;
+            super::socket_lb::remembered_line(backend, age, val.affinity_timeout)
+        })
+        .collect())
+}
+
+fn transport(p: crate::cluster::Protocol) -> Option<ebpf::plan::Transport> {
+    match p {
+        crate::cluster::Protocol::Tcp => Some(ebpf::plan::Transport::Tcp),
+        crate::cluster::Protocol::Udp => Some(ebpf::plan::Transport::Udp),
+        crate::cluster::Protocol::Sctp => None,
+    }
+}
