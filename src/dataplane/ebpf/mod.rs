@@ -49,5 +49,6 @@ pub mod names;
 pub mod plan;
 pub mod render;
 pub mod stats;
+pub mod tc;
 
 pub use apply::EbpfDataplane;

@@ -1,0 +1,466 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+/*
+ * Per-packet Service load balancing for traffic from outside the node: tc programs on the
+ * node's interfaces that carry its addresses. kp_tc_ingress translates a new flow to a
+ * frontend of scope external (a NodePort on a node address, an externalIP, a LoadBalancer IP)
+ * to a backend of the frontend's slot set (the same kp_svc/kp_slot the socket programs read,
+ * under the same generation switch), rewrites the source to the node's address when the
+ * frontend says so (externalTrafficPolicy Cluster), records both directions in kp_flow, and
+ * rewrites every later packet of the flow, and its replies, from there. kp_tc_egress reverses
+ * replies that leave through such an interface without having entered through one (a backend
+ * behind an interface without an address, under a Local policy).
+ *
+ * Forwarding: a rewritten packet is sent on by the program itself (bpf_fib_lookup, then
+ * bpf_redirect, or bpf_redirect_neigh when the neighbour is not resolved yet), not handed back
+ * to the kernel's input path: after source NAT its source is a node address (and a reply's
+ * source is the frontend, a node address for NodePorts), which the kernel's input path drops
+ * as a martian source.
+ *
+ * IPv4 only; IPv6 and IPv4 packets with options or fragments pass untouched.
+ */
+#include <linux/bpf.h>
+#include <linux/pkt_cls.h>
+#include <linux/if_ether.h>
+#include <linux/ip.h>
+#include <linux/in.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+
+#include "kp_maps.h"
+
+/* The maps shared with kp_sock.c: the definitions must be the same (pinned by name). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, KP_MAX_SERVICES);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct kp_svc_key);
+	__type(value, struct kp_svc_val);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} kp_svc SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, KP_MAX_SLOTS);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct kp_slot_key);
+	__type(value, struct kp_backend);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} kp_slot SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, KP_STAT_COUNT);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} kp_stats SEC(".maps");
+
+/* Flows from outside, both directions. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, KP_MAX_FLOWS);
+	__type(key, struct kp_flow_key);
+	__type(value, struct kp_flow_val);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} kp_flow SEC(".maps");
+
+/* loadBalancerSourceRanges; written by the proxy. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, KP_MAX_SOURCE_RANGES);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct kp_src_key);
+	__type(value, __u8);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} kp_src SEC(".maps");
+
+#define KP_IPPROTO_TCP 6
+#define KP_IPPROTO_UDP 17
+#define KP_IPPROTO_ICMP 1
+#define KP_ETH_LEN 14
+#define KP_IP_LEN 20
+#define KP_IP_OFF KP_ETH_LEN
+#define KP_IP_CSUM (KP_IP_OFF + 10)
+#define KP_IP_SRC (KP_IP_OFF + 12)
+#define KP_IP_DST (KP_IP_OFF + 16)
+#define KP_L4_OFF (KP_IP_OFF + KP_IP_LEN)
+/* Source ports tried for a source-NATed flow when the client's own is taken. */
+#define KP_NAT_PORT_MIN 32768
+#define KP_NAT_PORT_SPAN 28232
+#define KP_NAT_TRIES 8
+
+static __always_inline void kp_count(__u32 reason)
+{
+	__u64 *n = bpf_map_lookup_elem(&kp_stats, &reason);
+
+	if (n)
+		*n += 1;
+}
+
+/* One IPv4 TCP or UDP packet's addresses and ports, in network order. */
+struct kp_pkt {
+	__be32 saddr;
+	__be32 daddr;
+	__be16 sport;
+	__be16 dport;
+	__u8 proto;
+};
+
+static __always_inline void kp_map4(__u32 out[4], __be32 a)
+{
+	out[0] = 0;
+	out[1] = 0;
+	out[2] = bpf_htonl(0xffff);
+	out[3] = a;
+}
+
+/* 0 when the packet is not one this program translates. */
+static __always_inline int kp_parse(struct __sk_buff *skb, struct kp_pkt *p)
+{
+	void *data = (void *)(long)skb->data;
+	void *end = (void *)(long)skb->data_end;
+	struct ethhdr *eth = data;
+	struct iphdr *ip = data + KP_ETH_LEN;
+	__be16 *ports = data + KP_L4_OFF;
+
+	if ((void *)(ports + 2) > end)
+		return 0;
+	if (eth->h_proto != bpf_htons(ETH_P_IP))
+		return 0;
+	if (ip->ihl != 5 || (ip->frag_off & bpf_htons(0x3fff)))
+		return 0;
+	if (ip->protocol != KP_IPPROTO_TCP && ip->protocol != KP_IPPROTO_UDP)
+		return 0;
+	p->saddr = ip->saddr;
+	p->daddr = ip->daddr;
+	p->proto = ip->protocol;
+	p->sport = ports[0];
+	p->dport = ports[1];
+	return 1;
+}
+
+static __always_inline void kp_flow_of(struct kp_flow_key *k, const struct kp_pkt *p)
+{
+	kp_map4(k->saddr, p->saddr);
+	kp_map4(k->daddr, p->daddr);
+	k->sport = p->sport;
+	k->dport = p->dport;
+	k->proto = p->proto;
+}
+
+/* Rewrites the packet's addresses and ports to `to`'s, with incremental checksum updates
+ * (the L4 checksum covers the addresses through the pseudo header). */
+static __always_inline int kp_rewrite(struct __sk_buff *skb, const struct kp_pkt *p,
+				      const struct kp_flow_val *to)
+{
+	__u32 l4_csum = p->proto == KP_IPPROTO_TCP ? KP_L4_OFF + 16 : KP_L4_OFF + 6;
+	__u64 pseudo = BPF_F_PSEUDO_HDR | sizeof(__be32);
+	__u64 port_flags = sizeof(__be16);
+	__be32 saddr = to->saddr[3], daddr = to->daddr[3];
+
+	if (p->proto == KP_IPPROTO_UDP) {
+		/* A UDP checksum of 0 means none: keep it so. */
+		pseudo |= BPF_F_MARK_MANGLED_0;
+		port_flags |= BPF_F_MARK_MANGLED_0;
+	}
+	if (saddr != p->saddr) {
+		if (bpf_l4_csum_replace(skb, l4_csum, p->saddr, saddr, pseudo) ||
+		    bpf_l3_csum_replace(skb, KP_IP_CSUM, p->saddr, saddr, sizeof(__be32)) ||
+		    bpf_skb_store_bytes(skb, KP_IP_SRC, &saddr, sizeof(saddr), 0))
+			return -1;
+	}
+	if (daddr != p->daddr) {
+		if (bpf_l4_csum_replace(skb, l4_csum, p->daddr, daddr, pseudo) ||
+		    bpf_l3_csum_replace(skb, KP_IP_CSUM, p->daddr, daddr, sizeof(__be32)) ||
+		    bpf_skb_store_bytes(skb, KP_IP_DST, &daddr, sizeof(daddr), 0))
+			return -1;
+	}
+	if (to->sport != p->sport) {
+		if (bpf_l4_csum_replace(skb, l4_csum, p->sport, to->sport, port_flags) ||
+		    bpf_skb_store_bytes(skb, KP_L4_OFF, &to->sport, sizeof(__be16), 0))
+			return -1;
+	}
+	if (to->dport != p->dport) {
+		if (bpf_l4_csum_replace(skb, l4_csum, p->dport, to->dport, port_flags) ||
+		    bpf_skb_store_bytes(skb, KP_L4_OFF + 2, &to->dport, sizeof(__be16), 0))
+			return -1;
+	}
+	return 0;
+}
+
+/* Sends a rewritten packet on towards its (new) destination, as the kernel would forward it:
+ * route lookup, TTL decrement, then out of the route's interface. Returns the tc verdict. */
+static __always_inline int kp_forward(struct __sk_buff *skb)
+{
+	struct bpf_fib_lookup fib = {};
+	void *data = (void *)(long)skb->data;
+	void *end = (void *)(long)skb->data_end;
+	struct ethhdr *eth = data;
+	struct iphdr *ip = data + KP_ETH_LEN;
+	__be16 old_word, new_word;
+	long rc;
+
+	if ((void *)(ip + 1) > end)
+		return TC_ACT_SHOT;
+	if (ip->ttl <= 1)
+		return TC_ACT_OK; /* the kernel answers with time exceeded */
+	fib.family = 2; /* AF_INET */
+	fib.tos = ip->tos;
+	fib.l4_protocol = ip->protocol;
+	fib.tot_len = bpf_ntohs(ip->tot_len);
+	fib.ipv4_src = ip->saddr;
+	fib.ipv4_dst = ip->daddr;
+	fib.ifindex = skb->ingress_ifindex;
+	rc = bpf_fib_lookup(skb, &fib, sizeof(fib), 0);
+	if (rc != BPF_FIB_LKUP_RET_SUCCESS && rc != BPF_FIB_LKUP_RET_NO_NEIGH)
+		return TC_ACT_OK;
+
+	old_word = *(__be16 *)&ip->ttl;
+	ip->ttl--;
+	new_word = *(__be16 *)&ip->ttl;
+	bpf_l3_csum_replace(skb, KP_IP_CSUM, old_word, new_word, sizeof(__be16));
+	if (rc == BPF_FIB_LKUP_RET_NO_NEIGH)
+		return bpf_redirect_neigh(fib.ifindex, 0, 0, 0);
+	data = (void *)(long)skb->data;
+	end = (void *)(long)skb->data_end;
+	eth = data;
+	if ((void *)(eth + 1) > end)
+		return TC_ACT_SHOT;
+	__builtin_memcpy(eth->h_dest, fib.dmac, ETH_ALEN);
+	__builtin_memcpy(eth->h_source, fib.smac, ETH_ALEN);
+	return bpf_redirect(fib.ifindex, 0);
+}
+
+static __always_inline __u16 kp_fold(__s64 sum)
+{
+	__u64 s = (__u64)sum;
+
+	s = (s & 0xffff) + (s >> 16);
+	s = (s & 0xffff) + (s >> 16);
+	s = (s & 0xffff) + (s >> 16);
+	return (__u16)~s;
+}
+
+/*
+ * Refuses the packet as kube-proxy's reject does: an ICMP port unreachable to its source,
+ * carrying its IP header and first 8 bytes, sent back out of the interface it came in on
+ * (TCP clients see ECONNREFUSED, UDP clients an error on the socket). The packet itself
+ * becomes the reply: 28 bytes (new IP header and ICMP header) are opened after its IP header,
+ * and what follows the original's first 8 L4 bytes is cut.
+ */
+static __always_inline int kp_reject(struct __sk_buff *skb, const struct kp_pkt *p)
+{
+	struct {
+		struct iphdr ip;
+		__u8 icmp[8];
+		__u8 orig[28];
+	} r = {};
+	__u8 macs[12], swapped[12];
+	int i;
+
+	_Static_assert(sizeof(r) == KP_IP_LEN + 8 + 28, "ICMP reply layout");
+
+	if (bpf_skb_load_bytes(skb, 0, macs, sizeof(macs)) ||
+	    bpf_skb_load_bytes(skb, KP_IP_OFF, r.orig, sizeof(r.orig)))
+		return TC_ACT_SHOT;
+	if (bpf_skb_adjust_room(skb, KP_IP_LEN + 8, BPF_ADJ_ROOM_NET, 0) ||
+	    bpf_skb_change_tail(skb, KP_ETH_LEN + sizeof(r), 0))
+		return TC_ACT_SHOT;
+	r.ip.version = 4;
+	r.ip.ihl = 5;
+	r.ip.tot_len = bpf_htons(sizeof(r));
+	r.ip.ttl = 64;
+	r.ip.protocol = KP_IPPROTO_ICMP;
+	r.ip.saddr = p->daddr;
+	r.ip.daddr = p->saddr;
+	r.ip.check = kp_fold(bpf_csum_diff(0, 0, (__be32 *)&r.ip, sizeof(r.ip), 0));
+	r.icmp[0] = 3; /* destination unreachable */
+	r.icmp[1] = 3; /* port unreachable */
+	*(__u16 *)&r.icmp[2] = kp_fold(bpf_csum_diff(0, 0, (__be32 *)&r.icmp,
+						     sizeof(r.icmp) + sizeof(r.orig), 0));
+	for (i = 0; i < 6; i++) {
+		swapped[i] = macs[6 + i];
+		swapped[6 + i] = macs[i];
+	}
+	if (bpf_skb_store_bytes(skb, 0, swapped, sizeof(swapped), 0) ||
+	    bpf_skb_store_bytes(skb, KP_IP_OFF, &r, sizeof(r), 0))
+		return TC_ACT_SHOT;
+	return bpf_redirect(skb->ifindex, 0);
+}
+
+/* 1 when `p`'s source may use the frontend `key` (no ranges, or a range holds it). */
+static __always_inline int kp_source_allowed(const struct kp_svc_key *key, const struct kp_pkt *p)
+{
+	struct kp_src_key k = {};
+	__u8 *v;
+
+	k.prefixlen = KP_SRC_FRONTEND_BITS + 128;
+	k.fe_addr[0] = key->addr[0];
+	k.fe_addr[1] = key->addr[1];
+	k.fe_addr[2] = key->addr[2];
+	k.fe_addr[3] = key->addr[3];
+	k.fe_port = key->port;
+	k.fe_proto = key->proto;
+	kp_map4(k.src, p->saddr);
+	v = bpf_map_lookup_elem(&kp_src, &k);
+	return !v || *v;
+}
+
+/* The node address the kernel would use as source towards `backend` (what a masquerade rule
+ * picks), or 0. */
+static __always_inline __be32 kp_node_source(struct __sk_buff *skb, __be32 backend)
+{
+	struct bpf_fib_lookup fib = {};
+
+	fib.family = 2;
+	fib.ipv4_dst = backend;
+	fib.ifindex = skb->ingress_ifindex;
+	if (bpf_fib_lookup(skb, &fib, sizeof(fib), BPF_FIB_LOOKUP_OUTPUT | BPF_FIB_LOOKUP_SRC |
+							   BPF_FIB_LOOKUP_SKIP_NEIGH) !=
+	    BPF_FIB_LKUP_RET_SUCCESS)
+		return 0;
+	return fib.ipv4_src;
+}
+
+/* A new flow to the frontend `svc`: picks a backend, records both directions, and returns
+ * the request direction's rewrite in *fwd. 0 on success, else the tc verdict to return. */
+static __always_inline int kp_new_flow(struct __sk_buff *skb, const struct kp_pkt *p,
+				       const struct kp_svc_val *svc, struct kp_flow_val *fwd)
+{
+	struct kp_slot_key slot = {};
+	struct kp_flow_key fk = {}, rk = {};
+	struct kp_flow_val rv = {};
+	struct kp_backend *be;
+	__be32 source = p->saddr;
+	__be16 sport = p->sport;
+	int i;
+
+	slot.svc_id = svc->svc_id;
+	slot.generation = svc->generation;
+	slot.slot = bpf_get_prandom_u32() % svc->count;
+	be = bpf_map_lookup_elem(&kp_slot, &slot);
+	if (!be || be->addr[0] || be->addr[1] || be->addr[2] != bpf_htonl(0xffff))
+		return TC_ACT_OK;
+
+	/* The reply direction: from the backend to the client or the node address. */
+	kp_map4(rv.saddr, p->daddr);
+	kp_map4(rv.daddr, p->saddr);
+	rv.sport = p->dport;
+	rv.dport = p->sport;
+	rv.flags = KP_FLOW_F_REPLY;
+	rk.saddr[2] = bpf_htonl(0xffff);
+	rk.saddr[3] = be->addr[3];
+	rk.sport = be->port;
+	rk.proto = p->proto;
+	rk.daddr[2] = bpf_htonl(0xffff);
+	if (svc->flags & KP_SVC_F_SNAT) {
+		source = kp_node_source(skb, be->addr[3]);
+		if (!source) {
+			kp_count(KP_STAT_DROPPED);
+			return TC_ACT_SHOT;
+		}
+		rv.flags |= KP_FLOW_F_SNAT;
+		rk.daddr[3] = source;
+		/* The client's port if no other flow from this node address to this backend
+		 * holds it, else one of a few random ones. */
+		for (i = 0; i < KP_NAT_TRIES; i++) {
+			rk.dport = sport;
+			if (!bpf_map_update_elem(&kp_flow, &rk, &rv, BPF_NOEXIST))
+				break;
+			sport = bpf_htons(KP_NAT_PORT_MIN +
+					  bpf_get_prandom_u32() % KP_NAT_PORT_SPAN);
+		}
+		if (i == KP_NAT_TRIES) {
+			kp_count(KP_STAT_DROPPED);
+			return TC_ACT_SHOT;
+		}
+	} else {
+		rk.daddr[3] = source;
+		rk.dport = sport;
+		bpf_map_update_elem(&kp_flow, &rk, &rv, BPF_ANY);
+	}
+
+	kp_flow_of(&fk, p);
+	kp_map4(fwd->saddr, source);
+	fwd->daddr[0] = be->addr[0];
+	fwd->daddr[1] = be->addr[1];
+	fwd->daddr[2] = be->addr[2];
+	fwd->daddr[3] = be->addr[3];
+	fwd->sport = sport;
+	fwd->dport = be->port;
+	fwd->flags = rv.flags & KP_FLOW_F_SNAT;
+	bpf_map_update_elem(&kp_flow, &fk, fwd, BPF_ANY);
+	kp_count(KP_STAT_TRANSLATED);
+	return 0;
+}
+
+SEC("classifier")
+int kp_tc_ingress(struct __sk_buff *skb)
+{
+	struct kp_pkt p = {};
+	struct kp_flow_key fk = {};
+	struct kp_svc_key key = {};
+	struct kp_flow_val to;
+	struct kp_flow_val *known;
+	struct kp_svc_val *found;
+	struct kp_svc_val svc;
+	int verdict;
+
+	if (!kp_parse(skb, &p))
+		return TC_ACT_OK;
+	kp_flow_of(&fk, &p);
+	known = bpf_map_lookup_elem(&kp_flow, &fk);
+	if (known) {
+		to = *known;
+	} else {
+		kp_map4(key.addr, p.daddr);
+		key.port = p.dport;
+		key.proto = p.proto;
+		key.scope = KP_SCOPE_EXTERNAL;
+		found = bpf_map_lookup_elem(&kp_svc, &key);
+		if (!found)
+			return TC_ACT_OK;
+		svc = *found;
+		if (!kp_source_allowed(&key, &p)) {
+			kp_count(KP_STAT_DROPPED);
+			return TC_ACT_SHOT;
+		}
+		if (svc.count == 0) {
+			if (svc.flags & KP_SVC_F_DROP) {
+				kp_count(KP_STAT_DROPPED);
+				return TC_ACT_SHOT;
+			}
+			kp_count(KP_STAT_REFUSED);
+			return kp_reject(skb, &p);
+		}
+		verdict = kp_new_flow(skb, &p, &svc, &to);
+		if (verdict)
+			return verdict;
+	}
+	if (kp_rewrite(skb, &p, &to))
+		return TC_ACT_SHOT;
+	return kp_forward(skb);
+}
+
+SEC("classifier")
+int kp_tc_egress(struct __sk_buff *skb)
+{
+	struct kp_pkt p = {};
+	struct kp_flow_key fk = {};
+	struct kp_flow_val *known;
+	struct kp_flow_val to;
+
+	if (!kp_parse(skb, &p))
+		return TC_ACT_OK;
+	kp_flow_of(&fk, &p);
+	known = bpf_map_lookup_elem(&kp_flow, &fk);
+	/* Only a reply whose destination stays (no source NAT): it is already on its way. */
+	if (!known || known->flags != KP_FLOW_F_REPLY)
+		return TC_ACT_OK;
+	to = *known;
+	if (kp_rewrite(skb, &p, &to))
+		return TC_ACT_SHOT;
+	return TC_ACT_OK;
+}
+
+char _license[] SEC("license") = "Dual BSD/GPL";

@@ -1,0 +1,186 @@
+//! The tc side of the eBPF mode: which interfaces carry traffic from outside the node, and
+//! attaching `bpf/kp_tc.c`'s programs to them (ingress and egress), pinned so they outlive the
+//! proxy.
+//!
+//! Interfaces: every interface of the node's network namespace that is up and carries one of
+//! its addresses (not loopback, not only link-local). Packets from outside arrive on those;
+//! so do replies of source-NATed flows, which come back to a node address (from a remote
+//! backend over the node's network, from a local one over the pod network's gateway
+//! interface, which carries a node address on bridge-style pod networks). Pods behind
+//! interfaces without an address (routed veths) reach clients through the egress program.
+//!
+//! Attachment: TCX links (kernel 6.6+) pinned as `links/tc_<ifindex>_<direction>`, replaced
+//! across restarts as the cgroup links are (the new link goes in before the old one is
+//! unpinned; two programs in a row are harmless: the first redirects what it translates, and
+//! `kp_flow` is shared). On older kernels aya attaches through a clsact qdisc over netlink;
+//! such an attachment cannot be pinned, so it lasts as long as the proxy (held by the caller).
+
+use std::fs;
+use std::path::Path;
+
+use aya::Ebpf;
+use aya::programs::links::{FdLink, PinnedLink};
+use aya::programs::tc::{self, SchedClassifierLink, TcAttachType};
+use aya::programs::{Link as _, Program};
+use nix::ifaddrs::getifaddrs;
+use nix::net::if_::InterfaceFlags;
+
+use super::backend::Error;
+use super::names;
+
+/// An interface the tc programs go on.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Interface {
+    pub name: String,
+    pub index: u32,
+}
+
+/// The interfaces of the current network namespace that carry the node's addresses (see the
+/// module doc), by name.
+pub fn node_interfaces() -> Result<Vec<Interface>, Error> {
+    let addrs = getifaddrs().map_err(|e| Error::Io {
+        what: "cannot list the addresses of",
+        path: "this network namespace".into(),
+        source: e.into(),
+    })?;
+    let mut out = Vec::new();
+    for a in addrs {
+        if !a.flags.contains(InterfaceFlags::IFF_UP)
+            || a.flags.contains(InterfaceFlags::IFF_LOOPBACK)
+        {
+            continue;
+        }
+        let Some(addr) = a.address.as_ref() else {
+            continue;
+        };
+        let usable = if let Some(v4) = addr.as_sockaddr_in() {
+            !v4.ip().is_loopback() && !v4.ip().is_link_local()
+        } else if let Some(v6) = addr.as_sockaddr_in6() {
+            !v6.ip().is_loopback() && !v6.ip().is_unicast_link_local()
+        } else {
+            false
+        };
+        if !usable {
+            continue;
+        }
+        let index =
+            nix::net::if_::if_nametoindex(a.interface_name.as_str()).map_err(|e| Error::Io {
+                what: "cannot find the index of interface",
+                path: a.interface_name.clone().into(),
+                source: e.into(),
+            })?;
+        out.push(Interface {
+            name: a.interface_name,
+            index,
+        });
+    }
+    out.sort();
+    out.dedup();
+    Ok(out)
+}
+
+/// Attachments that could not be pinned (no TCX): they detach when dropped.
+#[derive(Default)]
+pub struct Unpinned(Vec<SchedClassifierLink>);
+
+impl Unpinned {
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl Drop for Unpinned {
+    fn drop(&mut self) {
+        for link in self.0.drain(..) {
+            let _ = link.detach();
+        }
+    }
+}
+
+/// Loads the tc programs of `ebpf` (once) and attaches them to `ifaces`, ingress and egress,
+/// pinning each TCX link under `links`. Returns the pin names written (or, without TCX, the
+/// attachments in `unpinned`).
+pub fn attach(
+    ebpf: &mut Ebpf,
+    ifaces: &[Interface],
+    links: &Path,
+    unpinned: &mut Unpinned,
+) -> Result<Vec<String>, Error> {
+    let mut pinned = Vec::new();
+    for (name, direction) in names::TC_PROGRAMS {
+        let attach_type = match direction {
+            names::Direction::Ingress => TcAttachType::Ingress,
+            names::Direction::Egress => TcAttachType::Egress,
+        };
+        let err = |source| Error::Program { name, source };
+        let Some(Program::SchedClassifier(p)) = ebpf.program_mut(name) else {
+            return Err(Error::Missing(name));
+        };
+        if p.fd().is_err() {
+            p.load().map_err(err)?;
+        }
+        // aya attaches with TCX from 6.6 on, through a clsact qdisc before.
+        let tcx = aya::util::KernelVersion::current()
+            .is_ok_and(|v| v >= aya::util::KernelVersion::new(6, 6, 0));
+        for iface in ifaces {
+            if !tcx {
+                // Present already is fine.
+                let _ = tc::qdisc_add_clsact(&iface.name);
+            }
+            let id = p.attach(&iface.name, attach_type).map_err(err)?;
+            let link = p.take_link(id).map_err(err)?;
+            if !tcx {
+                unpinned.0.push(link);
+                continue;
+            }
+            let pin = names::tc_link(iface.index, direction);
+            let fd = FdLink::try_from(link).map_err(|source| Error::Link {
+                path: links.join(&pin),
+                source,
+            })?;
+            replace_pin(fd, &links.join(&pin))?;
+            pinned.push(pin);
+        }
+    }
+    Ok(pinned)
+}
+
+/// Pins `link` at `path`, unpinning (and so detaching) what was pinned there only after.
+fn replace_pin(link: FdLink, path: &Path) -> Result<(), Error> {
+    // bpffs refuses names with a dot.
+    let fresh = path.with_file_name(format!(
+        "{}_next",
+        path.file_name().unwrap_or_default().to_string_lossy()
+    ));
+    if fresh.exists() {
+        fs::remove_file(&fresh).map_err(|source| Error::Io {
+            what: "cannot remove",
+            path: fresh.clone(),
+            source,
+        })?;
+    }
+    link.pin(&fresh).map_err(|source| Error::Pin {
+        path: fresh.clone(),
+        source,
+    })?;
+    if path.exists() {
+        let old = PinnedLink::from_pin(path).map_err(|source| Error::Link {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        old.unpin().map_err(|source| Error::Io {
+            what: "cannot unpin",
+            path: path.to_path_buf(),
+            source,
+        })?;
+    }
+    fs::rename(&fresh, path).map_err(|source| Error::Io {
+        what: "cannot rename pinned link to",
+        path: path.to_path_buf(),
+        source,
+    })
+}
