@@ -243,32 +243,46 @@ static __always_inline __u16 kp_fold(__s64 sum)
 
 /*
  * Refuses the packet as kube-proxy's reject does: an ICMP port unreachable to its source,
- * carrying its IP header and first 8 bytes, sent back out of the interface it came in on
- * (TCP clients see ECONNREFUSED, UDP clients an error on the socket). The packet itself
- * becomes the reply: 28 bytes (new IP header and ICMP header) are opened after its IP header,
- * and what follows the original's first 8 L4 bytes is cut.
+ * quoting its IP header and its L4 header (UDP: 8 bytes; TCP: the whole header with options,
+ * at most 60 bytes), sent back out of the interface it came in on (TCP clients see
+ * ECONNREFUSED, UDP clients an error on the socket). The packet itself becomes the reply: 28
+ * bytes (new IP header and ICMP header) are opened after its IP header, and what follows the
+ * quoted bytes is cut. The whole L4 header is quoted because a packet from a local sender
+ * over a veth may still carry checksum offload state pointing at its L4 checksum field; cut
+ * shorter, the kernel would drop the reply.
  */
 static __always_inline int kp_reject(struct __sk_buff *skb, const struct kp_pkt *p)
 {
 	struct {
 		struct iphdr ip;
 		__u8 icmp[8];
-		__u8 orig[28];
+		__u8 orig[KP_IP_LEN + 60];
 	} r = {};
 	__u8 macs[12], swapped[12];
+	__u32 quote = 8, len;
+	__u8 doff;
 	int i;
 
-	_Static_assert(sizeof(r) == KP_IP_LEN + 8 + 28, "ICMP reply layout");
-
+	if (p->proto == KP_IPPROTO_TCP) {
+		if (bpf_skb_load_bytes(skb, KP_L4_OFF + 12, &doff, 1))
+			return TC_ACT_SHOT;
+		quote = (__u32)(doff >> 4) * 4;
+	}
+	if (skb->len < KP_L4_OFF + quote)
+		quote = 8;
+	quote &= 0x3c;
+	if (quote < 8)
+		quote = 8;
+	len = KP_IP_LEN + 8 + KP_IP_LEN + quote;
 	if (bpf_skb_load_bytes(skb, 0, macs, sizeof(macs)) ||
-	    bpf_skb_load_bytes(skb, KP_IP_OFF, r.orig, sizeof(r.orig)))
+	    bpf_skb_load_bytes(skb, KP_IP_OFF, r.orig, KP_IP_LEN + quote))
 		return TC_ACT_SHOT;
 	if (bpf_skb_adjust_room(skb, KP_IP_LEN + 8, BPF_ADJ_ROOM_NET, 0) ||
-	    bpf_skb_change_tail(skb, KP_ETH_LEN + sizeof(r), 0))
+	    bpf_skb_change_tail(skb, KP_ETH_LEN + len, 0))
 		return TC_ACT_SHOT;
 	r.ip.version = 4;
 	r.ip.ihl = 5;
-	r.ip.tot_len = bpf_htons(sizeof(r));
+	r.ip.tot_len = bpf_htons(len);
 	r.ip.ttl = 64;
 	r.ip.protocol = KP_IPPROTO_ICMP;
 	r.ip.saddr = p->daddr;
@@ -276,14 +290,14 @@ static __always_inline int kp_reject(struct __sk_buff *skb, const struct kp_pkt 
 	r.ip.check = kp_fold(bpf_csum_diff(0, 0, (__be32 *)&r.ip, sizeof(r.ip), 0));
 	r.icmp[0] = 3; /* destination unreachable */
 	r.icmp[1] = 3; /* port unreachable */
-	*(__u16 *)&r.icmp[2] = kp_fold(bpf_csum_diff(0, 0, (__be32 *)&r.icmp,
-						     sizeof(r.icmp) + sizeof(r.orig), 0));
+	*(__u16 *)&r.icmp[2] =
+		kp_fold(bpf_csum_diff(0, 0, (__be32 *)&r.icmp, 8 + KP_IP_LEN + quote, 0));
 	for (i = 0; i < 6; i++) {
 		swapped[i] = macs[6 + i];
 		swapped[6 + i] = macs[i];
 	}
 	if (bpf_skb_store_bytes(skb, 0, swapped, sizeof(swapped), 0) ||
-	    bpf_skb_store_bytes(skb, KP_IP_OFF, &r, sizeof(r), 0))
+	    bpf_skb_store_bytes(skb, KP_IP_OFF, &r, len, 0))
 		return TC_ACT_SHOT;
 	return bpf_redirect(skb->ifindex, 0);
 }
@@ -315,8 +329,9 @@ static __always_inline __be32 kp_node_source(struct __sk_buff *skb, __be32 backe
 	fib.family = 2;
 	fib.ipv4_dst = backend;
 	fib.ifindex = skb->ingress_ifindex;
-	if (bpf_fib_lookup(skb, &fib, sizeof(fib), BPF_FIB_LOOKUP_OUTPUT | BPF_FIB_LOOKUP_SRC |
-							   BPF_FIB_LOOKUP_SKIP_NEIGH) !=
+	/* A forwarding lookup, as for the packet itself: an output lookup would be bound to
+	 * the interface given (the one the packet came in on). BPF_FIB_LOOKUP_SRC: kernel 6.8+. */
+	if (bpf_fib_lookup(skb, &fib, sizeof(fib), BPF_FIB_LOOKUP_SRC | BPF_FIB_LOOKUP_SKIP_NEIGH) !=
 	    BPF_FIB_LKUP_RET_SUCCESS)
 		return 0;
 	return fib.ipv4_src;
