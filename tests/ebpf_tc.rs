@@ -301,6 +301,16 @@ fn open_on_node(node: &NetNs, settings: &Settings) -> (Kernel, Vec<String>) {
     .expect("node namespace")
 }
 
+/// A full sync, in the node's namespace as the proxy runs (each sync also attaches the tc
+/// programs to interfaces that gained an address).
+fn sync_on_node(node: &NetNs, dp: &mut EbpfDataplane<Kernel>, snap: &Snapshot) {
+    run_in(Some(&node.name), || {
+        dp.sync(snap, &Changes::default(), true).expect("sync");
+        Ok(())
+    })
+    .expect("node namespace");
+}
+
 #[test]
 fn node_ports_and_load_balancer_ips_reach_pods_from_outside() {
     let cgroup = Cgroup::new();
@@ -317,7 +327,7 @@ fn node_ports_and_load_balancer_ips_reach_pods_from_outside() {
     let (kernel, pins) = open_on_node(&node, &settings);
     let stats = Stats::open(&settings.pin_root).expect("counters");
     let mut dp = EbpfDataplane::new(kernel, NodePortAddresses::default());
-    dp.sync(&snap, &Changes::default(), true).expect("sync");
+    sync_on_node(&node, &mut dp, &snap);
 
     // externalTrafficPolicy Cluster: both pods, each seeing the node's address towards the
     // pods (source NAT, as a masquerade rule picks it), replies reach the client.
@@ -389,13 +399,34 @@ fn node_ports_and_load_balancer_ips_reach_pods_from_outside() {
     let (kernel, again) = open_on_node(&node, &settings);
     assert_eq!(again, pins, "the same links, replaced");
     let mut dp = EbpfDataplane::new(kernel, NodePortAddresses::default());
-    dp.sync(&snap, &Changes::default(), true)
-        .expect("sync again");
+    sync_on_node(&node, &mut dp, &snap);
     stream.write_all(b"still there\n").expect("write");
     let mut echo = String::new();
     reader.read_line(&mut echo).expect("the same pod echoes");
     assert_eq!(echo, "still there\n", "after {greeting:?}");
     drop((stream, reader));
+
+    // An interface that gains an address later (a pod bridge made with the first pod) gets
+    // the tc programs at the next sync.
+    node.output(
+        "ip",
+        &[
+            "link", "add", "late0", "type", "veth", "peer", "name", "late1",
+        ],
+    );
+    node.output("ip", &["addr", "add", "10.99.0.1/24", "dev", "late0"]);
+    node.output("ip", &["link", "set", "late0", "up"]);
+    sync_on_node(&node, &mut dp, &snap);
+    let tc_pins = || {
+        std::fs::read_dir(names::links_dir(&settings.pin_root))
+            .expect("links")
+            .filter(|e| {
+                let name = e.as_ref().unwrap().file_name();
+                name.to_string_lossy().starts_with("tc_")
+            })
+            .count()
+    };
+    assert_eq!(tc_pins(), 6, "ext0, pods0 and late0, ingress and egress");
 
     // The datapath counted new flows, refusals and drops.
     let reading = stats.read();
@@ -410,7 +441,7 @@ fn node_ports_and_load_balancer_ips_reach_pods_from_outside() {
     // (nothing listens there: refused). bpffs releases an unlinked pin after an RCU grace
     // period, so the detach is awaited.
     drop(dp);
-    assert!(backend::remove(&settings.pin_root).unwrap() >= names::PROGRAMS.len() + 4);
+    assert!(backend::remove(&settings.pin_root).unwrap() >= names::PROGRAMS.len() + 6);
     let after = from_client(&client, || {
         let mut last = String::new();
         for _ in 0..50 {

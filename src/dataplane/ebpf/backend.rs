@@ -10,7 +10,7 @@
 //! It also loads the tc programs (`bpf/kp_tc.c`, sharing the maps); [`Kernel::attach_external`]
 //! attaches them to the node's interfaces ([`super::tc`]).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -103,6 +103,11 @@ pub trait Backend: Send {
     fn read(&mut self) -> Result<Maps, Error>;
     /// One map write.
     fn write(&mut self, op: &Op) -> Result<(), Error>;
+    /// Called at each sync: attaches the tc programs to interfaces that gained a node address
+    /// since (a pod network's bridge appears with the first pod). Nothing without tc.
+    fn refresh_external(&mut self) -> Result<(), Error> {
+        Ok(())
+    }
 }
 
 /// The loaded programs' maps, once every program is attached and pinned.
@@ -116,6 +121,9 @@ pub struct Kernel {
     links: PathBuf,
     /// tc attachments that could not be pinned (kernels without TCX).
     unpinned: tc::Unpinned,
+    /// The interfaces the tc programs are on, and the network namespace they are in (its
+    /// inode); `None` until [`Kernel::attach_external`].
+    external: Option<(u64, BTreeSet<tc::Interface>)>,
 }
 
 impl Kernel {
@@ -161,6 +169,7 @@ impl Kernel {
             tc,
             links,
             unpinned: tc::Unpinned::default(),
+            external: None,
         })
     }
 
@@ -168,7 +177,13 @@ impl Kernel {
     /// node is balanced; again for an interface attached before, the link is replaced.
     /// Returns the pinned links' names.
     pub fn attach_external(&mut self, ifaces: &[tc::Interface]) -> Result<Vec<String>, Error> {
-        tc::attach(&mut self.tc, ifaces, &self.links, &mut self.unpinned)
+        let pins = tc::attach(&mut self.tc, ifaces, &self.links, &mut self.unpinned)?;
+        let netns = tc::current_netns()?;
+        let (_, attached) = self
+            .external
+            .get_or_insert_with(|| (netns, BTreeSet::new()));
+        attached.extend(ifaces.iter().cloned());
+        Ok(pins)
     }
 }
 
@@ -247,6 +262,29 @@ impl Backend for Kernel {
             ),
         };
         result.map_err(|source| Error::Map { name, source })
+    }
+
+    /// Attaches to the node's interfaces not attached yet (in the calling thread's network
+    /// namespace, the proxy's); an interface gone keeps nothing (its links went with it).
+    fn refresh_external(&mut self) -> Result<(), Error> {
+        let Some((netns, attached)) = &self.external else {
+            return Ok(());
+        };
+        // Only in the namespace attached first: a caller on another thread (in another
+        // namespace) must not put the programs on that namespace's interfaces.
+        if tc::current_netns()? != *netns {
+            return Ok(());
+        }
+        let new: Vec<tc::Interface> = tc::node_interfaces()?
+            .into_iter()
+            .filter(|i| !attached.contains(i))
+            .collect();
+        if !new.is_empty() {
+            let names: Vec<&str> = new.iter().map(|i| i.name.as_str()).collect();
+            tracing::info!(interfaces = ?names, "eBPF tc programs attached");
+            self.attach_external(&new)?;
+        }
+        Ok(())
     }
 }
 

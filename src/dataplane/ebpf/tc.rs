@@ -79,6 +79,20 @@ pub fn node_interfaces() -> Result<Vec<Interface>, Error> {
     Ok(out)
 }
 
+/// The calling thread's network namespace, by inode: interface names and indexes mean
+/// something only within one.
+pub fn current_netns() -> Result<u64, Error> {
+    use std::os::unix::fs::MetadataExt as _;
+    let path = "/proc/thread-self/ns/net";
+    fs::metadata(path)
+        .map(|m| m.ino())
+        .map_err(|source| Error::Io {
+            what: "cannot read",
+            path: path.into(),
+            source,
+        })
+}
+
 /// Attachments that could not be pinned (no TCX): they detach when dropped.
 #[derive(Default)]
 pub struct Unpinned(Vec<SchedClassifierLink>);
