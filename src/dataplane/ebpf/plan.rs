@@ -280,18 +280,6 @@ fn plan_port(
                 add(ip, port.port, external, Scope::External);
             }
         }
-        if outside && !view.load_balancer_source_ranges.is_empty() {
-            let allowed = source_ranges::allowed_disjoint(view, &snapshot.node);
-            for &ip in &view.load_balancer_ips {
-                let f = Frontend {
-                    ip,
-                    port: port.port,
-                    transport,
-                    scope: Scope::External,
-                };
-                out.source_ranges.insert(f, allowed.clone());
-            }
-        }
         // NodePorts reached from this node or its pods: the Cluster list, as the other modes
         // short-circuit traffic of local origin whatever the external policy.
         if let Some(np) = port.node_port {
@@ -303,6 +291,25 @@ fn plan_port(
             }
             out.node_port_numbers
                 .insert((np, transport), port.name.clone());
+        }
+        if outside && !view.load_balancer_source_ranges.is_empty() {
+            let allowed = source_ranges::allowed_disjoint(view, &snapshot.node);
+            for &ip in &view.load_balancer_ips {
+                let f = Frontend {
+                    ip,
+                    port: port.port,
+                    transport,
+                    scope: Scope::External,
+                };
+                // Only where this port holds the frontend (not lost to an earlier claimant).
+                if out
+                    .frontends
+                    .get(&f)
+                    .is_some_and(|set| set.port == port.name)
+                {
+                    out.source_ranges.insert(f, allowed.clone());
+                }
+            }
         }
         if view.externally_accessible(port) {
             if !outside {

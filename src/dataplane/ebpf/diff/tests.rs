@@ -3,6 +3,7 @@ use std::net::SocketAddr;
 use super::*;
 use crate::dataplane::ebpf::layout::{SCOPE_EXTERNAL, SCOPE_SOCKET};
 use crate::dataplane::ebpf::plan::plan;
+
 use crate::testing::snapshots::{node, snapshot, svc};
 
 fn web(endpoints: &[&str]) -> Plan {
@@ -180,4 +181,50 @@ fn an_affinity_change_rewrites_the_frontend_not_the_slots() {
         == crate::dataplane::ebpf::layout::SVC_F_AFFINITY
         && v.affinity_timeout == 600
         && v.generation == 0));
+}
+
+#[test]
+fn source_ranges_restrict_a_frontend_only_once_its_ranges_are_in_and_leave_with_it() {
+    let lb = |ranges: &[&str]| {
+        let mut s =
+            svc("default/lb", "10.96.0.10", 80)
+                .lb("198.51.100.7")
+                .ep("10.244.1.5", 8080, "node-a");
+        for r in ranges {
+            s = s.range(r);
+        }
+        plan(&snapshot(node(), vec![s]), &Default::default())
+    };
+    let ops = diff(&Maps::default(), &lb(&["203.0.113.0/24", "192.0.2.0/24"]));
+    let src: Vec<u8> = ops
+        .iter()
+        .filter_map(|o| match o {
+            Op::PutSrc(k) => Some(src_value(k)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(src, [1, 1, 0], "ranges first, then the marker");
+    let first_svc = ops.iter().position(|o| matches!(o, Op::PutSvc(..)));
+    assert!(ops.iter().rposition(|o| matches!(o, Op::PutSrc(_))) < first_svc);
+    let maps = applied(Maps::default(), &ops);
+    let ranges: BTreeSet<String> = maps
+        .src
+        .iter()
+        .filter_map(|k| k.source())
+        .map(|n| n.to_string())
+        .collect();
+    assert_eq!(
+        ranges,
+        BTreeSet::from(["192.0.2.0/24".to_string(), "203.0.113.0/24".to_string()])
+    );
+    assert!(
+        maps.src
+            .iter()
+            .all(|k| k.frontend().ip().to_string() == "198.51.100.7")
+    );
+
+    // Ranges gone: the marker and the ranges go, after the frontends are written.
+    let ops = diff(&maps, &lb(&[]));
+    assert!(ops.iter().all(|o| !matches!(o, Op::PutSrc(_))));
+    assert_eq!(applied(maps, &ops).src, BTreeSet::new());
 }
