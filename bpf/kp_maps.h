@@ -170,7 +170,9 @@ struct kp_flow_val {
 	__be16 sport;
 	__be16 dport;
 	__u8 flags; /* KP_FLOW_F_* */
-	__u8 pad[3];
+	/* Request direction: the frontend's slot generation the backend was last seen in. */
+	__u8 generation;
+	__u8 pad[2];
 };
 
 /* The entry of a reply direction (backend -> client). */
@@ -235,6 +237,7 @@ KP_ASSERT_OFFSET(kp_flow_key, sport, 32);
 KP_ASSERT_OFFSET(kp_flow_key, proto, 36);
 KP_ASSERT_LAYOUT(kp_flow_val, 40);
 KP_ASSERT_OFFSET(kp_flow_val, flags, 36);
+KP_ASSERT_OFFSET(kp_flow_val, generation, 37);
 KP_ASSERT_LAYOUT(kp_src_key, 40);
 KP_ASSERT_OFFSET(kp_src_key, fe_addr, 4);
 KP_ASSERT_OFFSET(kp_src_key, fe_port, 20);

@@ -404,8 +404,59 @@ static __always_inline int kp_new_flow(struct __sk_buff *skb, const struct kp_pk
 	fwd->sport = sport;
 	fwd->dport = be->port;
 	fwd->flags = rv.flags & KP_FLOW_F_SNAT;
+	fwd->generation = svc->generation;
 	bpf_map_update_elem(&kp_flow, &fk, fwd, BPF_ANY);
 	kp_count(KP_STAT_TRANSLATED);
+	return 0;
+}
+
+/*
+ * A UDP flow whose backend left its frontend's slot set is forgotten (both directions), so its
+ * next datagram is balanced again, as kube-proxy's deletion of a removed endpoint's UDP
+ * conntrack entries does. TCP flows keep their backend, as there. Returns 1 when `flow` (a
+ * request direction, `*known` in kp_flow) still holds.
+ */
+static __always_inline int kp_still_served(const struct kp_pkt *p, struct kp_flow_val *known)
+{
+	struct kp_svc_key key = {};
+	struct kp_slot_key slot = {};
+	struct kp_flow_key rk = {};
+	struct kp_svc_val *svc;
+	struct kp_backend *b;
+	__u16 i;
+
+	if (p->proto != KP_IPPROTO_UDP || (known->flags & KP_FLOW_F_REPLY))
+		return 1;
+	kp_map4(key.addr, p->daddr);
+	key.port = p->dport;
+	key.proto = p->proto;
+	key.scope = KP_SCOPE_EXTERNAL;
+	svc = bpf_map_lookup_elem(&kp_svc, &key);
+	if (svc && svc->generation == known->generation)
+		return 1;
+	if (svc) {
+		slot.svc_id = svc->svc_id;
+		slot.generation = svc->generation;
+		for (i = 0; i < KP_AFFINITY_SCAN; i++) {
+			if (i >= svc->count)
+				break;
+			slot.slot = i;
+			b = bpf_map_lookup_elem(&kp_slot, &slot);
+			if (b && b->addr[3] == known->daddr[3] && b->addr[2] == known->daddr[2] &&
+			    b->addr[1] == known->daddr[1] && b->addr[0] == known->daddr[0] &&
+			    b->port == known->dport) {
+				known->generation = svc->generation;
+				return 1;
+			}
+		}
+	}
+	/* The reply direction: from the backend to the flow's (translated) source. */
+	__builtin_memcpy(rk.saddr, known->daddr, sizeof(rk.saddr));
+	__builtin_memcpy(rk.daddr, known->saddr, sizeof(rk.daddr));
+	rk.sport = known->dport;
+	rk.dport = known->sport;
+	rk.proto = p->proto;
+	bpf_map_delete_elem(&kp_flow, &rk);
 	return 0;
 }
 
@@ -425,6 +476,10 @@ int kp_tc_ingress(struct __sk_buff *skb)
 		return TC_ACT_OK;
 	kp_flow_of(&fk, &p);
 	known = bpf_map_lookup_elem(&kp_flow, &fk);
+	if (known && !kp_still_served(&p, known)) {
+		bpf_map_delete_elem(&kp_flow, &fk);
+		known = 0;
+	}
 	if (known) {
 		to = *known;
 	} else {

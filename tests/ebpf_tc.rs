@@ -85,9 +85,9 @@ fn wire(node: &NetNs, client: &NetNs, pods: &NetNs) {
 
 /// The cluster: node-a at 192.168.60.1. NodePorts (TCP unless named): 30080 Cluster over
 /// a and b; 30081 Local over a; 30082 Local with its endpoint on node-b; 30083 no endpoints;
-/// UDP 30053 Cluster over a:5353; UDP 30084 no endpoints. LoadBalancer 203.0.113.10:80 over
+/// UDP 30053 Cluster over `dns`:5353 (a or b); UDP 30084 no endpoints. LoadBalancer 203.0.113.10:80 over
 /// a and b, sources 192.168.60.2/32 only.
-fn manifests() -> String {
+fn manifests(dns: &str) -> String {
     let ep = |ip: &str, node: &str| {
         format!(
             "  - addresses: [\"{ip}\"]\n    conditions: {{ready: true}}\n    nodeName: {node}\n"
@@ -122,7 +122,7 @@ fn manifests() -> String {
         slice("elsewhere", "TCP", 8080, &ep("10.244.1.2", "node-b")),
         service("empty", 13, "TCP", 8080, 30083, ""),
         service("dns", 14, "UDP", 5353, 30053, ""),
-        slice("dns", "UDP", 5353, &ep("10.244.1.2", "node-a")),
+        slice("dns", "UDP", 5353, &ep(dns, "node-a")),
         service("empty-udp", 15, "UDP", 5353, 30084, ""),
         service(
             "lb",
@@ -140,8 +140,9 @@ fn manifests() -> String {
     .concat()
 }
 
-fn snapshot(dir: &Path) -> Snapshot {
-    std::fs::write(dir.join("cluster.yaml"), manifests()).expect("write manifests");
+/// The cluster with the UDP Service's endpoint at `dns`.
+fn snapshot(dir: &Path, dns: &str) -> Snapshot {
+    std::fs::write(dir.join("cluster.yaml"), manifests(dns)).expect("write manifests");
     let loaded = load_manifests(dir, "node-a", Features::default()).expect("manifests load");
     assert!(loaded.warnings.is_empty(), "{:?}", loaded.warnings);
     loaded.snapshot
@@ -168,6 +169,7 @@ impl Pods {
                     tcp_pod("10.244.1.2:8080", "a").await;
                     tcp_pod("10.244.1.3:8080", "b").await;
                     udp_pod("10.244.1.2:5353", "dns-a").await;
+                    udp_pod("10.244.1.3:5353", "dns-b").await;
                     ready.send(()).expect("test waits");
                     let _ = stopped.await;
                 });
@@ -322,7 +324,7 @@ fn node_ports_and_load_balancer_ips_reach_pods_from_outside() {
     wire(&node, &client, &pods_ns);
     let _pods = Pods::start(&pods_ns);
     let dir = tempfile::tempdir().expect("manifest dir");
-    let snap = snapshot(dir.path());
+    let snap = snapshot(dir.path(), "10.244.1.2");
 
     let (kernel, pins) = open_on_node(&node, &settings);
     let stats = Stats::open(&settings.pin_root).expect("counters");
@@ -357,6 +359,29 @@ fn node_ports_and_load_balancer_ips_reach_pods_from_outside() {
         (0..3).map(|_| udp("192.168.60.1:30053")).collect()
     });
     assert!(dns.iter().all(|l| l == "dns-a from 10.244.1.1"), "{dns:?}");
+
+    // A UDP flow whose backend is removed moves to the new one with its next datagram (as
+    // kube-proxy's conntrack flush makes it); the client keeps its socket and port.
+    let socket = from_client(&client, || {
+        let s = UdpSocket::bind("0.0.0.0:0").expect("bind");
+        s.set_read_timeout(Some(WAIT)).unwrap();
+        s.connect(addr("192.168.60.1:30053")).expect("connect");
+        s
+    });
+    let ask = |s: &UdpSocket| {
+        s.send(b"ping").expect("send");
+        let mut buf = [0u8; 512];
+        match s.recv(&mut buf) {
+            Ok(n) => String::from_utf8_lossy(&buf[..n]).into_owned(),
+            Err(e) => outcome(&e),
+        }
+    };
+    assert_eq!(ask(&socket), "dns-a from 10.244.1.1");
+    let moved = snapshot(dir.path(), "10.244.1.3");
+    sync_on_node(&node, &mut dp, &moved);
+    assert_eq!(ask(&socket), "dns-b from 10.244.1.1");
+    sync_on_node(&node, &mut dp, &snap);
+    drop(socket);
 
     // Local with the only endpoint on another node: dropped. No endpoints at all: refused
     // (ICMP port unreachable), TCP and UDP.

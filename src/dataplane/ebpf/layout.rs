@@ -144,7 +144,8 @@ pub struct FlowVal {
     pub sport: u16,
     pub dport: u16,
     pub flags: u8,
-    pub pad: [u8; 3],
+    pub generation: u8,
+    pub pad: [u8; 2],
 }
 
 /// `KP_FLOW_F_REPLY`: the entry of a flow's reply direction.

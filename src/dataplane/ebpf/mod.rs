@@ -49,7 +49,7 @@
 //!
 //! # What is left (see `docs/operations.md`)
 //! IPv6 from outside the node (tc translates IPv4 only); ClientIP affinity for traffic from
-//! outside; flows from outside keep a removed backend until idle (no conntrack flush for UDP);
+//! outside; flows from outside age out only by LRU eviction (no TCP state, no timeouts);
 //! replies of source-NATed flows from pods behind interfaces without an address (routed
 //! veths) are not caught; UDP without endpoints from the node's processes gets ECONNREFUSED
 //! from connect()/sendmsg() instead of an ICMP error; connected UDP sockets to removed
