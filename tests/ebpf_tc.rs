@@ -68,25 +68,43 @@ fn wire(node: &NetNs, client: &NetNs, pods: &NetNs) {
         ],
     );
     for (ns, dev, addrs) in [
-        (node, "ext0", &["192.168.60.1/24"][..]),
-        (node, "pods0", &["10.244.1.1/24"][..]),
-        (client, "eth0", &["192.168.60.2/24", "192.168.60.3/24"][..]),
-        (pods, "eth0", &["10.244.1.2/24", "10.244.1.3/24"][..]),
+        (node, "ext0", &["192.168.60.1/24", "fd00:60::1/64"][..]),
+        (node, "pods0", &["10.244.1.1/24", "fd00:244::1/64"][..]),
+        (
+            client,
+            "eth0",
+            &["192.168.60.2/24", "192.168.60.3/24", "fd00:60::2/64"][..],
+        ),
+        (
+            pods,
+            "eth0",
+            &["10.244.1.2/24", "10.244.1.3/24", "fd00:244::2/64"][..],
+        ),
     ] {
         for a in addrs {
-            ns.output("ip", &["addr", "add", a, "dev", dev]);
+            ns.output("ip", &["addr", "add", a, "dev", dev, "nodad"]);
         }
         ns.output("ip", &["link", "set", dev, "up"]);
     }
     client.output("ip", &["route", "add", "default", "via", "192.168.60.1"]);
+    client.output(
+        "ip",
+        &["-6", "route", "add", "default", "via", "fd00:60::1"],
+    );
     pods.output("ip", &["route", "add", "default", "via", "10.244.1.1"]);
+    pods.output(
+        "ip",
+        &["-6", "route", "add", "default", "via", "fd00:244::1"],
+    );
     node.output("sysctl", &["-qw", "net.ipv4.ip_forward=1"]);
+    node.output("sysctl", &["-qw", "net.ipv6.conf.all.forwarding=1"]);
 }
 
 /// The cluster: node-a at 192.168.60.1. NodePorts (TCP unless named): 30080 Cluster over
 /// a and b; 30081 Local over a; 30082 Local with its endpoint on node-b; 30083 no endpoints;
 /// UDP 30053 Cluster over `dns`:5353 (a or b); UDP 30084 no endpoints. LoadBalancer 203.0.113.10:80 over
-/// a and b, sources 192.168.60.2/32 only.
+/// a and b, sources 192.168.60.2/32 only. IPv6: NodePort 30086 Cluster over a6
+/// ([fd00:244::2]:8080) on node-a's fd00:60::1; 30087 without endpoints.
 fn manifests(dns: &str) -> String {
     let ep = |ip: &str, node: &str| {
         format!(
@@ -112,8 +130,12 @@ fn manifests(dns: &str) -> String {
     let local = "  externalTrafficPolicy: Local\n";
     [
         "apiVersion: v1\nkind: Node\nmetadata: {name: node-a}\n\
-         status: {addresses: [{type: InternalIP, address: 192.168.60.1}]}\n"
+         status: {addresses: [{type: InternalIP, address: 192.168.60.1}, \
+         {type: InternalIP, address: \"fd00:60::1\"}]}\n"
             .to_string(),
+        service("web6", 17, "TCP", 8080, 30086, "").replace("\"10.96.0.17\"", "\"fd00:96::17\""),
+        slice("web6", "TCP", 8080, &ep("fd00:244::2", "node-a")).replace("IPv4", "IPv6"),
+        service("empty6", 18, "TCP", 8080, 30087, "").replace("\"10.96.0.18\"", "\"fd00:96::18\""),
         service("cluster", 10, "TCP", 8080, 30080, ""),
         slice("cluster", "TCP", 8080, &both),
         service("local", 11, "TCP", 8080, 30081, local),
@@ -168,6 +190,7 @@ impl Pods {
                 runtime.block_on(async move {
                     tcp_pod("10.244.1.2:8080", "a").await;
                     tcp_pod("10.244.1.3:8080", "b").await;
+                    tcp_pod("[fd00:244::2]:8080", "a6").await;
                     udp_pod("10.244.1.2:5353", "dns-a").await;
                     udp_pod("10.244.1.3:5353", "dns-b").await;
                     ready.send(()).expect("test waits");
@@ -235,7 +258,12 @@ fn addr(s: &str) -> SocketAddr {
 
 /// A TCP connection from the client namespace, from `from` when given.
 fn connect(from: Option<&str>, to: SocketAddr) -> std::io::Result<TcpStream> {
-    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)?;
+    let domain = if to.is_ipv6() {
+        socket2::Domain::IPV6
+    } else {
+        socket2::Domain::IPV4
+    };
+    let socket = socket2::Socket::new(domain, socket2::Type::STREAM, None)?;
     if let Some(from) = from {
         socket.bind(&SocketAddr::new(from.parse::<IpAddr>().unwrap(), 0).into())?;
     }
@@ -360,6 +388,20 @@ fn node_ports_and_load_balancer_ips_reach_pods_from_outside() {
     });
     assert!(dns.iter().all(|l| l == "dns-a from 10.244.1.1"), "{dns:?}");
 
+    // IPv6: the NodePort on the node's IPv6 address reaches the pod, which sees the node's
+    // address towards it; no endpoints is refused (ICMPv6 port unreachable).
+    let v6 = from_client(&client, || {
+        [
+            tcp(None, "[fd00:60::1]:30086"),
+            tcp(None, "[fd00:60::1]:30086"),
+            tcp(None, "[fd00:60::1]:30087"),
+        ]
+    });
+    assert_eq!(
+        v6,
+        ["a6 from fd00:244::1", "a6 from fd00:244::1", "refused"]
+    );
+
     // A UDP flow whose backend is removed moves to the new one with its next datagram (as
     // kube-proxy's conntrack flush makes it); the client keeps its socket and port.
     let socket = from_client(&client, || {
@@ -457,9 +499,9 @@ fn node_ports_and_load_balancer_ips_reach_pods_from_outside() {
     let reading = stats.read();
     let count = |r: &str| reading.reasons.iter().find(|(n, _)| *n == r).unwrap().1;
     // Cluster, Local, UDP, the LoadBalancer IP, the connection kept across the restart.
-    let flows = [16, 4, 3, 8, 1].iter().sum::<u64>();
+    let flows = [16, 4, 3, 2, 8, 1].iter().sum::<u64>();
     assert!(count("translated") >= flows, "{reading:?}");
-    assert!(count("refused") >= 2, "{reading:?}");
+    assert!(count("refused") >= 3, "{reading:?}");
     assert!(count("dropped") >= 2, "{reading:?}");
 
     // --cleanup's removal detaches the tc programs: the node itself answers the NodePort

@@ -128,9 +128,6 @@ impl List {
 /// Something of a service port phase 1 does not program.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Gap {
-    /// IPv6 traffic from outside the node to NodePorts, externalIPs and LoadBalancer IPs is
-    /// not handled (the tc programs translate IPv4 only).
-    FromOutsideIpv6,
     /// ClientIP affinity is not applied to traffic from outside the node.
     AffinityFromOutside,
     /// SCTP is not balanced by the socket programs.
@@ -140,9 +137,6 @@ pub enum Gap {
 impl Gap {
     pub fn as_str(self) -> &'static str {
         match self {
-            Gap::FromOutsideIpv6 => {
-                "IPv6 NodePort/externalIP/LoadBalancer traffic from outside the node not handled yet (tc: IPv4 only)"
-            }
             Gap::AffinityFromOutside => {
                 "ClientIP affinity not applied to traffic from outside the node yet"
             }
@@ -272,27 +266,24 @@ fn plan_port(
             }
         };
         add(view.cluster_ip, port.port, internal, Scope::Socket);
-        // From outside (tc, IPv4 only): the list the external policy selects.
-        let outside = view.family == IpFamily::V4;
+        // From outside (tc): the list the external policy selects.
         for &ip in view.external_ips.iter().chain(&view.load_balancer_ips) {
             add(ip, port.port, List::Cluster, Scope::Socket);
-            if outside {
-                add(ip, port.port, external, Scope::External);
-            }
+            add(ip, port.port, external, Scope::External);
         }
         // NodePorts reached from this node or its pods: the Cluster list, as the other modes
         // short-circuit traffic of local origin whatever the external policy.
         if let Some(np) = port.node_port {
             for &ip in node_ports.get(&view.family).into_iter().flatten() {
                 add(ip, np, List::Cluster, Scope::Socket);
-                if outside && !ip.is_loopback() {
+                if !ip.is_loopback() {
                     add(ip, np, external, Scope::External);
                 }
             }
             out.node_port_numbers
                 .insert((np, transport), port.name.clone());
         }
-        if outside && !view.load_balancer_source_ranges.is_empty() {
+        if !view.load_balancer_source_ranges.is_empty() {
             let allowed = source_ranges::allowed_disjoint(view, &snapshot.node);
             for &ip in &view.load_balancer_ips {
                 let f = Frontend {
@@ -311,13 +302,8 @@ fn plan_port(
                 }
             }
         }
-        if view.externally_accessible(port) {
-            if !outside {
-                gaps.push(Gap::FromOutsideIpv6);
-            }
-            if port.affinity_timeout_seconds.is_some() {
-                gaps.push(Gap::AffinityFromOutside);
-            }
+        if view.externally_accessible(port) && port.affinity_timeout_seconds.is_some() {
+            gaps.push(Gap::AffinityFromOutside);
         }
     }
     gaps.sort();

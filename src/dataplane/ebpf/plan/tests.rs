@@ -240,7 +240,7 @@ fn from_outside_local_without_local_endpoint_drops_and_source_ranges_guard_lb_ip
 }
 
 #[test]
-fn ipv6_from_outside_is_named_as_not_programmed() {
+fn ipv6_node_ports_are_translated_from_outside_too() {
     let snap = snapshot(
         node(),
         vec![svc("default/web6", "fd00:96::10", 80).node_port(30080).ep(
@@ -249,8 +249,13 @@ fn ipv6_from_outside_is_named_as_not_programmed() {
             "node-b",
         )],
     );
-    let plan = plan(&snap, &NodePorts::default());
-    assert!(plan.frontends.keys().all(|f| f.scope == Scope::Socket));
-    let gaps: Vec<Gap> = plan.not_programmed.iter().map(|(_, g)| *g).collect();
-    assert_eq!(gaps, [Gap::FromOutsideIpv6]);
+    let primary = NodePortAddresses {
+        primary: true,
+        ..NodePortAddresses::default()
+    };
+    let plan = plan(&snap, &node_ports(&primary, &snap.node));
+    let set = &plan.frontends[&external("fd00::11", 30080, Transport::Tcp)];
+    assert_eq!(plan.sets[set], [addr("[fd00:244:2::5]:8080")]);
+    assert!(plan.snat.contains(set));
+    assert!(plan.not_programmed.is_empty());
 }
