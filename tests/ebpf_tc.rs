@@ -41,8 +41,10 @@ use kube_proxy_rs::dataplane::ebpf::{EbpfDataplane, names, tc};
 use kube_proxy_rs::netlink::netns::run_in;
 use relay_pods::host::NetNs;
 
-/// How long a probe waits for an answer: a dropped packet shows as a timeout.
-const WAIT: Duration = Duration::from_millis(1500);
+/// How long a probe waits for an answer: a dropped packet shows as a timeout. Above the first
+/// SYN retransmission (1 s): an ICMP error that arrives while `connect()` still holds the
+/// socket is only a soft error, and the retransmission's answers the call.
+const WAIT: Duration = Duration::from_secs(3);
 
 /// Builds the three namespaces and their links.
 fn wire(node: &NetNs, client: &NetNs, pods: &NetNs) {

@@ -17,7 +17,7 @@
 //!     sock_release: a closed connected socket's kp_rev entry goes
 //!     post_bind4/6: bind() in the node's namespace to a NodePort (kp_nodeport) ─▶ EADDRINUSE
 //!
-//!   tc (TCX) on every interface carrying a node address (IPv4)
+//!   tc (TCX) on every interface carrying a node address (IPv4, IPv6)
 //!     ingress: kp_flow {src, dst, ports, proto} hit ─▶ rewrite ─▶ FIB lookup ─▶ redirect
 //!              miss: {dst, port, proto, scope external} ─▶ kp_svc
 //!                    kp_src (loadBalancerSourceRanges) refuses ─▶ drop
@@ -48,8 +48,8 @@
 //! not known at connect() time, and a pod is a namespace of its own.
 //!
 //! # What is left (see `docs/operations.md`)
-//! IPv6 from outside the node (tc translates IPv4 only); ClientIP affinity for traffic from
-//! outside; flows from outside age out only by LRU eviction (no TCP state, no timeouts);
+//! ClientIP affinity for traffic from outside; IPv4 options and fragments and IPv6 extension
+//! headers from outside; flows from outside age out only by LRU eviction (no TCP state, no timeouts);
 //! replies of source-NATed flows from pods behind interfaces without an address (routed
 //! veths) are not caught; UDP without endpoints from the node's processes gets ECONNREFUSED
 //! from connect()/sendmsg() instead of an ICMP error; connected UDP sockets to removed
