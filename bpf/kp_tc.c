@@ -1,14 +1,15 @@
 // SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
 /*
- * Per-packet Service load balancing for traffic from outside the node: tc programs on the
- * node's interfaces that carry its addresses. kp_tc_ingress translates a new flow to a
+ * Per-packet Service load balancing for traffic from outside the node: tc programs on every
+ * interface of the node's namespace but loopback (clients come in on those carrying its
+ * addresses; replies come back on the backend's way). kp_tc_ingress translates a new flow to a
  * frontend of scope external (a NodePort on a node address, an externalIP, a LoadBalancer IP)
  * to a backend of the frontend's slot set (the same kp_svc/kp_slot the socket programs read,
  * under the same generation switch), rewrites the source to the node's address when the
  * frontend says so (externalTrafficPolicy Cluster), records both directions in kp_flow, and
  * rewrites every later packet of the flow, and its replies, from there. kp_tc_egress reverses
- * replies that leave through such an interface without having entered through one (a backend
- * behind an interface without an address, under a Local policy).
+ * replies that leave through an interface without having entered through one of ours (an
+ * interface that came up after the last sync), when no source NAT was involved.
  *
  * Forwarding: a rewritten packet is sent on by the program itself (bpf_fib_lookup, then
  * bpf_redirect, or bpf_redirect_neigh when the neighbour is not resolved yet), not handed back

@@ -5,11 +5,15 @@
 //! Topology, three namespaces this test creates (removed on drop, also when it fails):
 //!
 //! ```text
-//!  client            node (tc programs on ext0 and pods0)        pods
-//!  eth0 ─────────── ext0 192.168.60.1/24      pods0 10.244.1.1/24 ─── eth0
-//!  192.168.60.2/24                                                     10.244.1.2 (a)
+//!  client            node (tc programs on ext0 and pods0)            pods
+//!  eth0 ─────────── ext0 192.168.60.1/24      pods0 (no address) ──── eth0
+//!  192.168.60.2/24       lo 10.244.1.1/32, fd00:244::1/128             10.244.1.2 (a)
 //!  192.168.60.3/24 (outside the source range)                         10.244.1.3 (b)
 //! ```
+//!
+//! The pods' interface carries no node address, as a routed pod network's veths do (the
+//! gateway address lives on the node's `lo`): replies of source-NATed flows from the pods come
+//! back over an interface that is no way in for clients.
 //!
 //! The pods answer each connection or datagram with their name and the source address they
 //! saw, so the test tells source NAT (a node address) from the client's own address. Pins go
@@ -71,7 +75,8 @@ fn wire(node: &NetNs, client: &NetNs, pods: &NetNs) {
     );
     for (ns, dev, addrs) in [
         (node, "ext0", &["192.168.60.1/24", "fd00:60::1/64"][..]),
-        (node, "pods0", &["10.244.1.1/24", "fd00:244::1/64"][..]),
+        (node, "lo", &["10.244.1.1/32", "fd00:244::1/128"][..]),
+        (node, "pods0", &["fe80::1/64"][..]),
         (
             client,
             "eth0",
@@ -80,7 +85,7 @@ fn wire(node: &NetNs, client: &NetNs, pods: &NetNs) {
         (
             pods,
             "eth0",
-            &["10.244.1.2/24", "10.244.1.3/24", "fd00:244::2/64"][..],
+            &["10.244.1.2/24", "10.244.1.3/24", "fd00:244::2/128"][..],
         ),
     ] {
         for a in addrs {
@@ -93,10 +98,24 @@ fn wire(node: &NetNs, client: &NetNs, pods: &NetNs) {
         "ip",
         &["-6", "route", "add", "default", "via", "fd00:60::1"],
     );
+    // The node reaches the pods over pods0 from its `lo` addresses; the pods reach the node
+    // by its `lo` address (IPv4: answered on any interface) or pods0's link-local one.
+    for route in [
+        "10.244.1.0/24 dev pods0 src 10.244.1.1",
+        "fd00:244::/64 dev pods0 src fd00:244::1",
+    ] {
+        let args: Vec<&str> = ["route", "add"]
+            .into_iter()
+            .chain(route.split(' '))
+            .collect();
+        node.output("ip", &args);
+    }
     pods.output("ip", &["route", "add", "default", "via", "10.244.1.1"]);
     pods.output(
         "ip",
-        &["-6", "route", "add", "default", "via", "fd00:244::1"],
+        &[
+            "-6", "route", "add", "default", "via", "fe80::1", "dev", "eth0",
+        ],
     );
     node.output("sysctl", &["-qw", "net.ipv4.ip_forward=1"]);
     node.output("sysctl", &["-qw", "net.ipv6.conf.all.forwarding=1"]);

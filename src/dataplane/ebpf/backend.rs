@@ -103,8 +103,8 @@ pub trait Backend: Send {
     fn read(&mut self) -> Result<Maps, Error>;
     /// One map write.
     fn write(&mut self, op: &Op) -> Result<(), Error>;
-    /// Called at each sync: attaches the tc programs to interfaces that gained a node address
-    /// since (a pod network's bridge appears with the first pod). Nothing without tc.
+    /// Called at each sync: attaches the tc programs to interfaces that came up since (a new
+    /// pod's, before the sync that makes it an endpoint). Nothing without tc.
     fn refresh_external(&mut self) -> Result<(), Error> {
         Ok(())
     }

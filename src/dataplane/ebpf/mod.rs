@@ -17,7 +17,7 @@
 //!     sock_release: a closed connected socket's kp_rev entry goes
 //!     post_bind4/6: bind() in the node's namespace to a NodePort (kp_nodeport) ─▶ EADDRINUSE
 //!
-//!   tc (TCX) on every interface carrying a node address (IPv4, IPv6)
+//!   tc (TCX) on every interface of the node's namespace but lo (IPv4, IPv6)
 //!     ingress: kp_flow {src, dst, ports, proto} hit ─▶ rewrite ─▶ FIB lookup ─▶ redirect
 //!              miss: {dst, port, proto, scope external} ─▶ kp_svc
 //!                    kp_src (loadBalancerSourceRanges) refuses ─▶ drop
@@ -50,8 +50,7 @@
 //! # What is left (see `docs/operations.md`)
 //! ClientIP affinity for traffic from outside; IPv4 options and fragments and IPv6 extension
 //! headers from outside; flows from outside age out only by LRU eviction (no TCP state, no timeouts);
-//! replies of source-NATed flows from pods behind interfaces without an address (routed
-//! veths) are not caught; UDP without endpoints from the node's processes gets ECONNREFUSED
+//! UDP without endpoints from the node's processes gets ECONNREFUSED
 //! from connect()/sendmsg() instead of an ICMP error; connected UDP sockets to removed
 //! backends are not destroyed; SCTP; `explain`; lab scenarios. NodePort bind protection
 //! assumes the node's namespace is the initial one (true for a DaemonSet with hostNetwork, not

@@ -2,12 +2,14 @@
 //! attaching `bpf/kp_tc.c`'s programs to them (ingress and egress), pinned so they outlive the
 //! proxy.
 //!
-//! Interfaces: every interface of the node's network namespace that is up and carries one of
-//! its addresses (not loopback, not only link-local). Packets from outside arrive on those;
-//! so do replies of source-NATed flows, which come back to a node address (from a remote
-//! backend over the node's network, from a local one over the pod network's gateway
-//! interface, which carries a node address on bridge-style pod networks). Pods behind
-//! interfaces without an address (routed veths) reach clients through the egress program.
+//! Interfaces: every interface of the node's network namespace that is up, but loopback.
+//! Packets from outside arrive on those carrying the node's addresses; replies of
+//! source-NATed flows come back to a node address over whatever leads to the backend: the
+//! node's network for a remote one, the pod's own interface for a local one, which on
+//! routed pod networks (a veth per pod, Calico style) carries no address at all. A pod's
+//! interface exists before the pod is ready, so before the sync that makes it an endpoint,
+//! which attaches to it ([`super::backend::Backend::refresh_external`]). On interfaces
+//! that are no frontend's way in the programs only look flows up.
 //!
 //! Attachment: TCX links (kernel 6.6+) pinned as `links/tc_<ifindex>_<direction>`, replaced
 //! across restarts as the cgroup links are (the new link goes in before the old one is
@@ -35,8 +37,8 @@ pub struct Interface {
     pub index: u32,
 }
 
-/// The interfaces of the current network namespace that carry the node's addresses (see the
-/// module doc), by name.
+/// The interfaces of the current network namespace the tc programs go on (see the module
+/// doc).
 pub fn node_interfaces() -> Result<Vec<Interface>, Error> {
     let addrs = getifaddrs().map_err(|e| Error::Io {
         what: "cannot list the addresses of",
@@ -48,19 +50,6 @@ pub fn node_interfaces() -> Result<Vec<Interface>, Error> {
         if !a.flags.contains(InterfaceFlags::IFF_UP)
             || a.flags.contains(InterfaceFlags::IFF_LOOPBACK)
         {
-            continue;
-        }
-        let Some(addr) = a.address.as_ref() else {
-            continue;
-        };
-        let usable = if let Some(v4) = addr.as_sockaddr_in() {
-            !v4.ip().is_loopback() && !v4.ip().is_link_local()
-        } else if let Some(v6) = addr.as_sockaddr_in6() {
-            !v6.ip().is_loopback() && !v6.ip().is_unicast_link_local()
-        } else {
-            false
-        };
-        if !usable {
             continue;
         }
         let index =
