@@ -97,6 +97,7 @@ fn runtime() -> tokio::runtime::Runtime {
 
 fn main() {
     netns::require_root();
+    machine_cpus();
     let ns = netns::NetNs::new("kprs-relay-bench");
     for args in [
         &["link", "set", "lo", "up"][..],
@@ -212,7 +213,7 @@ where
 /// core of its own, the pods and the client share the other, so "one core" is what the relay
 /// has and the direct path is not given more cores than the relayed one. No-op on one CPU.
 fn pin(cpu: usize) {
-    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let cpus = machine_cpus();
     if cpus < 2 {
         return;
     }
@@ -220,6 +221,15 @@ fn pin(cpu: usize) {
     if set.set(cpu.min(cpus - 1)).is_ok() {
         let _ = nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set);
     }
+}
+
+/// The machine's CPUs, counted once before any thread is pinned: a thread's count is its own
+/// affinity's, which a thread started from a pinned one inherits (the relay's thread, started
+/// from the measuring thread pinned to CPU 0, counted one CPU and so stayed on CPU 0 with the
+/// client and the pods: every figure before the fix gave the relay no core of its own).
+fn machine_cpus() -> usize {
+    static CPUS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *CPUS.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
 }
 
 /// The relay's CPU; the pods and the client run on CPU 0.
@@ -262,6 +272,12 @@ fn measure() {
     let (via_source, via_greeter, via_echo) = (relayed[0], relayed[1], relayed[2]);
 
     runtime().block_on(async {
+        // The pods' thread may not be listening yet (a refused first connect was seen).
+        let started = Instant::now();
+        while TcpStream::connect(addr(ECHO)).await.is_err() {
+            assert!(started.elapsed() < STEP, "the pods listen");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
         println!("== bulk TCP download, {} MiB each, best of 3", BULK >> 20);
         let direct = best_of_3(|| bulk(addr(SOURCE))).await;
         let relay = best_of_3(|| bulk(via_source)).await;

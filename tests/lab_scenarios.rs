@@ -53,6 +53,11 @@ async fn ours_userspace_lab_scenarios() {
     .await;
 }
 
+#[tokio::test]
+async fn ours_ebpf_lab_scenarios() {
+    lab::scenarios::run_suite(Proxy::Ours { mode: Mode::Ebpf }).await;
+}
+
 /// Not a test: the entry point of the lab's pod echo servers and traffic probes, which re-run
 /// this binary inside a namespace (see `lab/helper.rs`). Without their environment variable it
 /// returns at once.

@@ -46,6 +46,16 @@ pub type Outcome = Result<String, String>;
 pub const ATTEMPT_TIMEOUT: Duration = Duration::from_millis(1000);
 
 impl Lab {
+    /// The node whose cgroup a client in `from` belongs to (eBPF mode): a pod's node, or the
+    /// node itself; none for the external client.
+    fn node_of(from: From<'_>) -> Option<usize> {
+        match from {
+            From::Pod(p) => Some(p.node),
+            From::Node(i) => Some(i),
+            From::Client | From::OtherClient => None,
+        }
+    }
+
     fn netns<'a>(&'a self, from: From<'a>) -> &'a NetNs {
         match from {
             From::Pod(p) => &p.ns,
@@ -81,7 +91,11 @@ impl Lab {
             SPEC_VAR,
             serde_json::to_string(&Spec::Probe(request.clone())).unwrap(),
         );
+        if let (Some(lb), Some(node)) = (&self.socket_lb, Self::node_of(from)) {
+            cmd = lb.join(node, &cmd);
+        }
         let out = tokio::process::Command::from(cmd)
+            .kill_on_drop(true)
             .stdin(std::process::Stdio::null())
             .output()
             .await

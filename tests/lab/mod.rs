@@ -10,9 +10,11 @@
 //! - `proxy`: which proxy runs on the nodes ([`Proxy`]), and what it is known not to do yet.
 //! - `client`, `probe`, `echo`, `helper`: traffic from any lab namespace and what pods answer.
 //! - `scenarios`: the end-to-end suite every dataplane must pass, and its report.
+//! - `socket_lb`: the eBPF mode's cgroup and pin root per node, which its clients join.
 //!
 //! Cleanup: [`Lab`] owns guards only; dropping it (also while a test panics) kills every process
-//! by pid, deletes every namespace, and deletes the API objects.
+//! by pid, removes the eBPF mode's pins and cgroups, deletes every namespace, and deletes the
+//! API objects.
 
 #![allow(dead_code)] // each test binary uses a different part of the lab
 #![allow(
@@ -28,6 +30,7 @@ pub mod pods;
 pub mod probe;
 pub mod proxy;
 pub mod scenarios;
+pub mod socket_lb;
 pub mod topology;
 
 use std::net::{Ipv4Addr, Ipv6Addr};
@@ -53,10 +56,13 @@ struct NodeProxy {
     bridge: Option<ChildGuard>,
 }
 
-/// A running lab. Field order is drop order: proxies, then pods (their servers and namespaces),
-/// then the node, client and underlay namespaces, then the API objects.
+/// A running lab. Field order is drop order: proxies, then the eBPF mode's pins and cgroups,
+/// then pods (their servers and namespaces), then the node, client and underlay namespaces,
+/// then the API objects.
 pub struct Lab {
     proxies: std::cell::RefCell<Vec<Option<NodeProxy>>>,
+    /// In eBPF mode: each node's cgroup and pin root.
+    pub socket_lb: Option<socket_lb::SocketLb>,
     pub pods: Vec<Pod>,
     pub topo: Topology,
     pub cluster: Cluster,
@@ -85,18 +91,27 @@ impl Lab {
         }
         let manifests = scratch_dir().join(format!("{prefix}-manifests"));
         let cluster = Cluster::create(env, "lab", &topo.nodes, &manifests).await;
+        let socket_lb =
+            (proxy.mode() == Mode::Ebpf).then(|| socket_lb::SocketLb::create(&prefix, NODES));
         let proxies = topo
             .nodes
             .iter()
             .map(|node| {
-                let (process, bridge) =
-                    proxy.start(env, node, &cluster.node_names[node.index], &manifests, &[]);
+                let flags = node_flags(socket_lb.as_ref(), node.index, &[]);
+                let (process, bridge) = proxy.start(
+                    env,
+                    node,
+                    &cluster.node_names[node.index],
+                    &manifests,
+                    &flags,
+                );
                 Some(NodeProxy { process, bridge })
             })
             .collect::<Vec<_>>()
             .into();
         Lab {
             proxies,
+            socket_lb,
             pods,
             topo,
             cluster,
@@ -227,13 +242,25 @@ impl Lab {
     /// Starts the proxy on node `index` with the lab's flags plus `extra_flags`.
     pub fn start_proxy_with(&self, index: usize, extra_flags: &[String]) {
         let node = &self.topo.nodes[index];
+        let flags = node_flags(self.socket_lb.as_ref(), index, extra_flags);
         let (process, bridge) = self.proxy.start(
             self.env,
             node,
             &self.cluster.node_names[index],
             &self.cluster.manifests,
-            extra_flags,
+            &flags,
         );
         self.proxies.borrow_mut()[index] = Some(NodeProxy { process, bridge });
     }
+}
+
+/// Node `index`'s own flags (in eBPF mode its cgroup and pin root), then `extra`.
+fn node_flags(
+    socket_lb: Option<&socket_lb::SocketLb>,
+    index: usize,
+    extra: &[String],
+) -> Vec<String> {
+    let mut flags = socket_lb.map_or_else(Vec::new, |s| s.proxy_flags(index));
+    flags.extend_from_slice(extra);
+    flags
 }

@@ -14,7 +14,7 @@ use crate::testenv::{ChildGuard, TestEnv, bridge_apiserver};
 /// programs rules: the suite then holds ours to every scenario upstream passes.
 pub fn ours_known_gap(mode: Mode) -> Option<&'static str> {
     match mode {
-        Mode::Nftables | Mode::Iptables | Mode::Ipvs | Mode::Userspace => None,
+        Mode::Nftables | Mode::Iptables | Mode::Ipvs | Mode::Userspace | Mode::Ebpf => None,
     }
 }
 
@@ -30,6 +30,9 @@ pub const UPSTREAM_IPVS_IN_UML: &str = "upstream's ipvs mode in the UML guest: i
 /// Why a scenario is not run for upstream in userspace mode: upstream removed that mode in 1.26.
 pub const UPSTREAM_HAS_NO_USERSPACE: &str = "upstream removed its userspace mode in 1.26";
 
+/// Why a scenario is not run for upstream in eBPF mode: upstream has none.
+pub const UPSTREAM_HAS_NO_EBPF: &str = "upstream kube-proxy has no eBPF mode";
+
 /// A dataplane mode, spelled as `--proxy-mode` takes it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
@@ -39,6 +42,9 @@ pub enum Mode {
     Ipvs,
     /// Ours only: the proxy relays each connection itself (upstream removed the mode in 1.26).
     Userspace,
+    /// Ours only: cgroup socket programs balance each connection when it connects. Each node
+    /// has a cgroup of its own, which its clients join (`socket_lb.rs`).
+    Ebpf,
 }
 
 impl Mode {
@@ -48,6 +54,7 @@ impl Mode {
             Mode::Iptables => "iptables",
             Mode::Ipvs => "ipvs",
             Mode::Userspace => "userspace",
+            Mode::Ebpf => "ebpf",
         }
     }
 }
@@ -164,9 +171,19 @@ impl Proxy {
                 ));
                 cmd
             }
-            Proxy::Ours { .. } => {
+            Proxy::Ours { mode } => {
                 let _ = manifests;
-                let mut cmd = node.ns.command(env!("CARGO_BIN_EXE_kube-proxy-rs"));
+                let exe = env!("CARGO_BIN_EXE_kube-proxy-rs");
+                let mut cmd = if mode == Mode::Ebpf {
+                    // `nsenter --net`, not `ip netns exec`: the latter's private /sys hides
+                    // the cgroup v2 hierarchy the programs attach to.
+                    let mut cmd = std::process::Command::new("nsenter");
+                    cmd.arg(format!("--net=/var/run/netns/{}", node.ns.name))
+                        .arg(exe);
+                    cmd
+                } else {
+                    node.ns.command(exe)
+                };
                 cmd.arg(format!(
                     "--kubeconfig={}",
                     env.kube_proxy_kubeconfig.display()

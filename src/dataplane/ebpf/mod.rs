@@ -49,12 +49,12 @@
 //!
 //! # What is left (see `docs/operations.md`)
 //! ClientIP affinity for traffic from outside; IPv4 options and fragments and IPv6 extension
-//! headers from outside; flows from outside age out only by LRU eviction (no TCP state, no timeouts);
-//! UDP without endpoints from the node's processes gets ECONNREFUSED
-//! from connect()/sendmsg() instead of an ICMP error; connected UDP sockets to removed
-//! backends are not destroyed; SCTP; `explain`; lab scenarios. NodePort bind protection
-//! assumes the node's namespace is the initial one (true for a DaemonSet with hostNetwork, not
-//! for the lab's namespace "nodes").
+//! headers from outside; flows from outside age out only by LRU eviction (no TCP state, no
+//! timeouts); UDP without endpoints from the node's processes gets ECONNREFUSED from
+//! connect()/sendmsg() instead of an ICMP error; connected UDP sockets to removed backends are
+//! not destroyed; SCTP; `explain`. NodePort bind protection assumes the node's namespace is the
+//! initial one (true for a DaemonSet with hostNetwork, not for the lab's namespace "nodes",
+//! where it guards nothing).
 
 pub mod apply;
 pub mod backend;

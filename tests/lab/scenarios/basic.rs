@@ -345,6 +345,27 @@ pub async fn ignored(lab: &Lab) -> Result<(), String> {
         }
         return Ok(());
     }
+    if let Some(lb) = &lab.socket_lb {
+        // The eBPF mode's maps name no Service: judge by the frontends in each node's map.
+        // The headless and ExternalName Services have no address a frontend could have.
+        let canary = addr(cluster_ip(&canary), 80);
+        for node in 0..lab.topo.nodes.len() {
+            let frontends = lb.frontends(node)?;
+            if !frontends.contains(&canary) {
+                return Err(format!(
+                    "node {}: no frontend for the canary {canary}",
+                    node + 1
+                ));
+            }
+            if frontends.contains(&other_vip) {
+                return Err(format!(
+                    "node {}: a frontend for s22-other {other_vip}",
+                    node + 1
+                ));
+            }
+        }
+        return Ok(());
+    }
     for node in &lab.topo.nodes {
         let rules = ruleset(&node.ns);
         if !rules.contains("s22-canary") {

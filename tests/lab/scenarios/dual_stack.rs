@@ -37,6 +37,15 @@ pub async fn ipv6_and_dual_stack(lab: &Lab) -> Result<(), String> {
     no_endpoints_v6(lab).await
 }
 
+/// Scenario 34 (eBPF mode): scenario 21 without its IPv6 NodePort from the external client,
+/// which needs the tc programs; so the eBPF mode's IPv6 and dual-stack socket balancing is
+/// held to the rest of 21 while 21 itself is expected to fail.
+pub async fn ipv6_from_inside(lab: &Lab) -> Result<(), String> {
+    single_stack(lab).await?;
+    dual_stack(lab).await?;
+    no_endpoints_v6(lab).await
+}
+
 async fn single_stack(lab: &Lab) -> Result<(), String> {
     let svc = apply(lab, "s21-v6", json!({ "ipFamilies": ["IPv6"] })).await;
     let ips = family_ips(&svc, &[Family::V6])?;

@@ -17,7 +17,7 @@ use serde_json::json;
 
 use super::{cluster_ip, node_port, reaches_exactly, service};
 use crate::lab::client::{From, addr};
-use crate::lab::proxy::UPSTREAM_HAS_NO_USERSPACE;
+use crate::lab::proxy::{UPSTREAM_HAS_NO_EBPF, UPSTREAM_HAS_NO_USERSPACE};
 use crate::lab::scenarios::report::Expect;
 use crate::lab::{Lab, Mode, Proto, Proxy};
 
@@ -135,6 +135,12 @@ pub fn rules_deleted_expect(proxy: Proxy) -> Expect {
         Proxy::Upstream {
             mode: Mode::Userspace,
         } => Expect::NotApplicable(UPSTREAM_HAS_NO_USERSPACE),
+        Proxy::Upstream { mode: Mode::Ebpf } => Expect::NotApplicable(UPSTREAM_HAS_NO_EBPF),
+        Proxy::Ours { mode: Mode::Ebpf } => Expect::NotApplicable(
+            "the eBPF mode writes no nftables, iptables or IPVS state for another program to \
+             delete: its programs and maps are pinned BPF objects (a firewall reload leaves them \
+             alone; their removal by another program is not watched yet)",
+        ),
         Proxy::Ours { .. } => Expect::Pass,
     }
 }
@@ -187,6 +193,7 @@ pub async fn rules_deleted(lab: &Lab) -> Result<(), String> {
             ns.try_output("ipvsadm", &["-C"])
                 .map_err(|e| format!("ipvsadm -C: {e}"))?;
         }
+        Mode::Ebpf => return Err("the eBPF mode has no rules to delete".to_owned()),
     }
     let t0 = Instant::now();
     let bound = lab.settle().min(RESTORED_WITHIN);
@@ -340,6 +347,11 @@ impl Drop for ClientRoute<'_> {
 /// Where the source-NAT choices mean nothing.
 pub fn snat_modes_expect(proxy: Proxy) -> Expect {
     match proxy {
+        Proxy::Ours { mode: Mode::Ebpf } => Expect::NotApplicable(
+            "the eBPF mode's socket programs rewrite a connection's destination at connect() \
+             and never its source: there is no masquerade for masqueradeAll or detect-local to \
+             decide (the external client's part needs the tc programs, not built yet)",
+        ),
         Proxy::Ours {
             mode: Mode::Userspace,
         } => Expect::NotApplicable(
@@ -443,6 +455,8 @@ pub fn node_port_localhost_expect(proxy: Proxy) -> Expect {
         Proxy::Ours {
             mode: Mode::Nftables | Mode::Userspace,
         } => Expect::Pass,
+        // The eBPF mode's connect programs balance NodePorts on loopback by default.
+        Proxy::Ours { mode: Mode::Ebpf } => Expect::Pass,
         Proxy::Upstream {
             mode: Mode::Nftables,
         } => Expect::Fail("upstream's nftables mode does not serve NodePorts on localhost"),
@@ -457,6 +471,7 @@ pub fn node_port_localhost_expect(proxy: Proxy) -> Expect {
         Proxy::Upstream {
             mode: Mode::Userspace,
         } => Expect::NotApplicable(UPSTREAM_HAS_NO_USERSPACE),
+        Proxy::Upstream { mode: Mode::Ebpf } => Expect::NotApplicable(UPSTREAM_HAS_NO_EBPF),
     }
 }
 

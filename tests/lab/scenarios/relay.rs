@@ -19,15 +19,17 @@ use crate::lab::echo::SESSION_PORT;
 use crate::lab::{Lab, Mode, Proto, Proxy};
 use crate::testenv::NetNs;
 
-/// Where a proxy cannot try a second endpoint: a NAT rule sends a connection to one.
+/// Where a proxy cannot try a second endpoint: a NAT rule (or a connect() program) sends a
+/// connection to one.
 pub fn relay_only(proxy: Proxy) -> Expect {
     match proxy {
         Proxy::Ours {
             mode: Mode::Userspace,
         } => Expect::Pass,
         _ => Expect::NotApplicable(
-            "a NAT rule sends each connection to one endpoint and cannot try another: only a \
-             proxy that carries the connection (userspace mode) can",
+            "a NAT rule (or in eBPF mode a connect() program) sends each connection to one \
+             endpoint and cannot try another: only a proxy that carries the connection \
+             (userspace mode) can",
         ),
     }
 }

@@ -24,7 +24,7 @@ mod order;
 mod patch;
 mod planner;
 mod service;
-mod skeleton;
+pub(crate) mod skeleton;
 
 #[cfg(test)]
 mod planner_props;

@@ -175,58 +175,61 @@ fn sets(b: &mut Builder) {
     }
 }
 
+/// The table's base chains: name, type, hook and priority. The userspace mode's redirect table
+/// hooks the same points with the same chains, all but the masquerading one.
+pub(crate) const BASE_CHAINS: [(&str, ChainType, Hook, i32); 8] = [
+    (
+        n::NAT_PREROUTING,
+        ChainType::Nat,
+        Hook::Prerouting,
+        priority::DSTNAT,
+    ),
+    (
+        n::NAT_OUTPUT,
+        ChainType::Nat,
+        Hook::Output,
+        priority::DSTNAT,
+    ),
+    (
+        n::NAT_POSTROUTING,
+        ChainType::Nat,
+        Hook::Postrouting,
+        priority::SRCNAT,
+    ),
+    (
+        n::FILTER_PREROUTING_PRE_DNAT,
+        ChainType::Filter,
+        Hook::Prerouting,
+        priority::DSTNAT - 10,
+    ),
+    (
+        n::FILTER_OUTPUT_PRE_DNAT,
+        ChainType::Filter,
+        Hook::Output,
+        priority::DSTNAT - 10,
+    ),
+    (
+        n::FILTER_INPUT,
+        ChainType::Filter,
+        Hook::Input,
+        priority::FILTER,
+    ),
+    (
+        n::FILTER_FORWARD,
+        ChainType::Filter,
+        Hook::Forward,
+        priority::FILTER,
+    ),
+    (
+        n::FILTER_OUTPUT,
+        ChainType::Filter,
+        Hook::Output,
+        priority::FILTER,
+    ),
+];
+
 fn base_chains(b: &mut Builder) {
-    let table = [
-        (
-            n::NAT_PREROUTING,
-            ChainType::Nat,
-            Hook::Prerouting,
-            priority::DSTNAT,
-        ),
-        (
-            n::NAT_OUTPUT,
-            ChainType::Nat,
-            Hook::Output,
-            priority::DSTNAT,
-        ),
-        (
-            n::NAT_POSTROUTING,
-            ChainType::Nat,
-            Hook::Postrouting,
-            priority::SRCNAT,
-        ),
-        (
-            n::FILTER_PREROUTING_PRE_DNAT,
-            ChainType::Filter,
-            Hook::Prerouting,
-            priority::DSTNAT - 10,
-        ),
-        (
-            n::FILTER_OUTPUT_PRE_DNAT,
-            ChainType::Filter,
-            Hook::Output,
-            priority::DSTNAT - 10,
-        ),
-        (
-            n::FILTER_INPUT,
-            ChainType::Filter,
-            Hook::Input,
-            priority::FILTER,
-        ),
-        (
-            n::FILTER_FORWARD,
-            ChainType::Filter,
-            Hook::Forward,
-            priority::FILTER,
-        ),
-        (
-            n::FILTER_OUTPUT,
-            ChainType::Filter,
-            Hook::Output,
-            priority::FILTER,
-        ),
-    ];
-    b.rules.add_base_chains(&table);
+    b.rules.add_base_chains(&BASE_CHAINS);
     let jump = |to: &'static str| vec![Statement::Verdict(Verdict::Jump(Name::fixed(to)))];
     let new = || vec![Match::CtState(CtState::New)];
     b.push(n::NAT_PREROUTING, vec![], jump(n::SERVICES));
@@ -359,18 +362,8 @@ fn treatments(b: &mut Builder) {
 }
 
 fn filters(b: &mut Builder) {
-    b.push(
-        n::FIREWALL_CHECK,
-        vec![
-            set_match(&IP_KEY, n::FIREWALL_IPS),
-            Match::InSet {
-                key: vec![Field::Daddr, Field::L4Proto, Field::Dport, Field::Saddr],
-                set: Name::fixed(n::FIREWALL_ALLOW),
-                negate: true,
-            },
-        ],
-        vec![Statement::Verdict(Verdict::Drop)],
-    );
+    let (matches, statements) = firewall_check_rule();
+    b.push(n::FIREWALL_CHECK, matches, statements);
     b.push(
         n::SERVICE_ENDPOINTS_CHECK,
         vec![],
@@ -396,14 +389,35 @@ fn filters(b: &mut Builder) {
         vec![to_cluster_ip()],
         vec![Statement::Verdict(Verdict::Reject)],
     );
-    b.push(
-        n::REJECT_CHAIN,
-        vec![tcp()],
-        vec![Statement::Verdict(Verdict::RejectTcpReset)],
-    );
-    b.push(
-        n::REJECT_CHAIN,
-        vec![],
-        vec![Statement::Verdict(Verdict::Reject)],
-    );
+    for (matches, statements) in reject_rules() {
+        b.push(n::REJECT_CHAIN, matches, statements);
+    }
+}
+
+/// `firewall-check`'s rule: a packet to a frontend with source ranges from a source outside
+/// them is dropped. The userspace mode's redirect table has the same chain and sets.
+pub(crate) fn firewall_check_rule() -> (Vec<Match>, Vec<Statement>) {
+    (
+        vec![
+            set_match(&IP_KEY, n::FIREWALL_IPS),
+            Match::InSet {
+                key: vec![Field::Daddr, Field::L4Proto, Field::Dport, Field::Saddr],
+                set: Name::fixed(n::FIREWALL_ALLOW),
+                negate: true,
+            },
+        ],
+        vec![Statement::Verdict(Verdict::Drop)],
+    )
+}
+
+/// `reject-chain`'s rules: TCP is refused with a reset, everything else with ICMP port
+/// unreachable (see `filters`). The userspace mode's redirect table refuses alike.
+pub(crate) fn reject_rules() -> [(Vec<Match>, Vec<Statement>); 2] {
+    [
+        (
+            vec![Match::L4Proto(Protocol::Tcp)],
+            vec![Statement::Verdict(Verdict::RejectTcpReset)],
+        ),
+        (vec![], vec![Statement::Verdict(Verdict::Reject)]),
+    ]
 }

@@ -50,9 +50,10 @@ use crate::cluster::TrafficPolicy;
 use crate::cluster::{FamilyView, IpFamily, NodeContext, Protocol, ServicePort, Snapshot};
 use crate::config::NodePortAddresses;
 use crate::dataplane::nftables::names::{self as n, Name};
+use crate::dataplane::nftables::plan::skeleton;
 use crate::dataplane::nftables::ruleset::{
-    ChainType, Comment, CtState, Data, DataKind, Element, Family, Field, Hook, Kind, Match, Rule,
-    Ruleset, Set, SetDecl, Statement, Tuple, Value, Verdict, priority,
+    Comment, CtState, Data, DataKind, Element, Family, Field, Kind, Match, Rule, Ruleset, Set,
+    SetDecl, Statement, Tuple, Value, Verdict,
 };
 use crate::dataplane::node::{DetectLocal, Local, NodePortMatch, node_ports, source_ranges};
 
@@ -383,50 +384,12 @@ fn skeleton(rules: &mut Ruleset, from_local_pod: Option<Match>) {
             ..decl(DataKind::None, "allowed sources per frontend")
         }),
     );
-    rules.add_base_chains(&[
-        (
-            n::FILTER_PREROUTING_PRE_DNAT,
-            ChainType::Filter,
-            Hook::Prerouting,
-            priority::DSTNAT - 10,
-        ),
-        (
-            n::FILTER_OUTPUT_PRE_DNAT,
-            ChainType::Filter,
-            Hook::Output,
-            priority::DSTNAT - 10,
-        ),
-        (
-            n::NAT_PREROUTING,
-            ChainType::Nat,
-            Hook::Prerouting,
-            priority::DSTNAT,
-        ),
-        (
-            n::NAT_OUTPUT,
-            ChainType::Nat,
-            Hook::Output,
-            priority::DSTNAT,
-        ),
-        (
-            n::FILTER_INPUT,
-            ChainType::Filter,
-            Hook::Input,
-            priority::FILTER,
-        ),
-        (
-            n::FILTER_FORWARD,
-            ChainType::Filter,
-            Hook::Forward,
-            priority::FILTER,
-        ),
-        (
-            n::FILTER_OUTPUT,
-            ChainType::Filter,
-            Hook::Output,
-            priority::FILTER,
-        ),
-    ]);
+    // The nftables mode's base chains but its masquerading one: the relay dials from the node.
+    let chains: Vec<_> = skeleton::BASE_CHAINS
+        .into_iter()
+        .filter(|(name, ..)| *name != n::NAT_POSTROUTING)
+        .collect();
+    rules.add_base_chains(&chains);
     let dnat = |map| {
         vec![Statement::DnatMap {
             key: FRONTEND.to_vec(),
@@ -452,23 +415,8 @@ fn skeleton(rules: &mut Ruleset, from_local_pod: Option<Match>) {
             )))],
         );
     }
-    push(
-        rules,
-        n::FIREWALL_CHECK,
-        vec![
-            Match::InSet {
-                key: FRONTEND.to_vec(),
-                set: Name::fixed(n::FIREWALL_IPS),
-                negate: false,
-            },
-            Match::InSet {
-                key: vec![Field::Daddr, Field::L4Proto, Field::Dport, Field::Saddr],
-                set: Name::fixed(n::FIREWALL_ALLOW),
-                negate: true,
-            },
-        ],
-        vec![Statement::Verdict(Verdict::Drop)],
-    );
+    let (matches, statements) = skeleton::firewall_check_rule();
+    push(rules, n::FIREWALL_CHECK, matches, statements);
     push(rules, n::NAT_OUTPUT, vec![], dnat(EXTERNAL_TO_INTERNAL));
     push(rules, n::NAT_OUTPUT, vec![], dnat(SERVICE_LISTENERS));
     for chain in [n::FILTER_INPUT, n::FILTER_FORWARD, n::FILTER_OUTPUT] {
@@ -482,18 +430,7 @@ fn skeleton(rules: &mut Ruleset, from_local_pod: Option<Match>) {
             }],
         );
     }
-    // TCP is refused with a reset, everything else with ICMP port unreachable (see the
-    // nftables mode's reject-chain).
-    push(
-        rules,
-        n::REJECT_CHAIN,
-        vec![Match::L4Proto(Protocol::Tcp)],
-        vec![Statement::Verdict(Verdict::RejectTcpReset)],
-    );
-    push(
-        rules,
-        n::REJECT_CHAIN,
-        vec![],
-        vec![Statement::Verdict(Verdict::Reject)],
-    );
+    for (matches, statements) in skeleton::reject_rules() {
+        push(rules, n::REJECT_CHAIN, matches, statements);
+    }
 }
