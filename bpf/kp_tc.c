@@ -58,6 +58,16 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } kp_stats SEC(".maps");
 
+/* ClientIP affinity, shared with kp_sock.c (same definition). Clients from outside are keyed
+ * by a hash of their address with the top bit set, which no network namespace cookie has. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, KP_MAX_AFFINITY);
+	__type(key, struct kp_aff_key);
+	__type(value, struct kp_aff_val);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} kp_aff SEC(".maps");
+
 /* Flows from outside, both directions. */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
@@ -521,27 +531,84 @@ static __always_inline int kp_node_source(struct __sk_buff *skb, const struct kp
 	return !(out[0] == 0 && out[1] == 0 && out[3] == 0);
 }
 
-/* A new flow to the frontend `svc`: picks a backend, records both directions, and returns
- * the request direction's rewrite in *fwd. 0 on success, else the tc verdict to return. */
-static __attribute__((noinline)) int kp_new_flow(struct __sk_buff *skb, const struct kp_pkt *p,
-						 const struct kp_svc_val *svc,
-						 struct kp_flow_val *fwd)
+/* The affinity key of a client from outside (see kp_aff). */
+static __always_inline __u64 kp_client_key(const __u32 addr[4])
+{
+	__u64 h = (__u64)addr[0] * 0x9e3779b97f4a7c15ULL;
+
+	h ^= (__u64)addr[1] * 0xc2b2ae3d27d4eb4fULL;
+	h ^= (__u64)addr[2] * 0x165667b19e3779f9ULL;
+	h ^= (__u64)addr[3] * 0x27d4eb2f165667c5ULL;
+	return h | (1ULL << 63);
+}
+
+/* The backend a new flow of `p` gets: under ClientIP affinity the one this client was given
+ * within the timeout, if still in the set (looked for among the first KP_AFFINITY_SCAN slots),
+ * else one at random. 0 on success. */
+static __attribute__((noinline)) int kp_pick(const struct kp_pkt *p, const struct kp_svc_val *svc,
+					     struct kp_backend *be)
 {
 	struct kp_slot_key slot = {};
+	struct kp_aff_key ak = {};
+	struct kp_aff_val av = {};
+	struct kp_aff_val *known;
+	struct kp_backend *b;
+	__u64 now = 0;
+	__u16 i;
+
+	slot.svc_id = svc->svc_id;
+	slot.generation = svc->generation;
+	if (svc->flags & KP_SVC_F_AFFINITY) {
+		ak.netns_cookie = kp_client_key(p->saddr);
+		ak.svc_id = svc->svc_id;
+		now = bpf_ktime_get_ns();
+		known = bpf_map_lookup_elem(&kp_aff, &ak);
+		if (known &&
+		    now - known->last_used_ns <= (__u64)svc->affinity_timeout * 1000000000ULL) {
+			for (i = 0; i < KP_AFFINITY_SCAN; i++) {
+				if (i >= svc->count)
+					break;
+				slot.slot = i;
+				b = bpf_map_lookup_elem(&kp_slot, &slot);
+				if (b && kp_same_addr(b->addr, known->addr) && b->port == known->port) {
+					*be = *b;
+					kp_count(KP_STAT_AFFINE);
+					goto remember;
+				}
+			}
+		}
+	}
+	slot.slot = bpf_get_prandom_u32() % svc->count;
+	b = bpf_map_lookup_elem(&kp_slot, &slot);
+	if (!b)
+		return -1;
+	*be = *b;
+remember:
+	if (svc->flags & KP_SVC_F_AFFINITY) {
+		av.last_used_ns = now;
+		__builtin_memcpy(av.addr, be->addr, 16);
+		av.port = be->port;
+		av.slot = slot.slot;
+		av.generation = svc->generation;
+		bpf_map_update_elem(&kp_aff, &ak, &av, BPF_ANY);
+	}
+	return 0;
+}
+
+/* A new flow to the frontend `svc`, to `chosen`: records both directions, and returns the
+ * request direction's rewrite in *fwd. 0 on success, else the tc verdict to return. */
+static __attribute__((noinline)) int kp_new_flow(struct __sk_buff *skb, const struct kp_pkt *p,
+						 const struct kp_svc_val *svc,
+						 struct kp_flow_val *fwd,
+						 const struct kp_backend *chosen)
+{
 	struct kp_flow_key fk = {}, rk = {};
 	struct kp_flow_val rv = {};
-	struct kp_backend *found, be;
+	struct kp_backend be = *chosen;
 	__u32 source[4];
 	__be16 sport = p->sport;
 	int i, mapped;
 
-	slot.svc_id = svc->svc_id;
-	slot.generation = svc->generation;
-	slot.slot = bpf_get_prandom_u32() % svc->count;
-	found = bpf_map_lookup_elem(&kp_slot, &slot);
-	if (!found)
-		return TC_ACT_OK;
-	be = *found;
 	mapped = !be.addr[0] && !be.addr[1] && be.addr[2] == bpf_htonl(0xffff);
 	if (mapped == p->v6)
 		return TC_ACT_OK; /* a backend of the other family: not ours to translate */
@@ -655,6 +722,7 @@ int kp_tc_ingress(struct __sk_buff *skb)
 	struct kp_flow_val *known;
 	struct kp_svc_val *found;
 	struct kp_svc_val svc;
+	struct kp_backend be;
 	int verdict;
 
 	if (!kp_parse(skb, &p))
@@ -688,7 +756,9 @@ int kp_tc_ingress(struct __sk_buff *skb)
 			kp_count(KP_STAT_REFUSED);
 			return kp_reject(skb, &p);
 		}
-		verdict = kp_new_flow(skb, &p, &svc, &to);
+		if (kp_pick(&p, &svc, &be))
+			return TC_ACT_OK;
+		verdict = kp_new_flow(skb, &p, &svc, &to, &be);
 		if (verdict)
 			return verdict;
 	}

@@ -125,7 +125,8 @@ fn wire(node: &NetNs, client: &NetNs, pods: &NetNs) {
 /// a and b; 30081 Local over a; 30082 Local with its endpoint on node-b; 30083 no endpoints;
 /// UDP 30053 Cluster over `dns`:5353 (a or b); UDP 30084 no endpoints. LoadBalancer 203.0.113.10:80 over
 /// a and b, sources 192.168.60.2/32 only. IPv6: NodePort 30086 Cluster over a6
-/// ([fd00:244::2]:8080) on node-a's fd00:60::1; 30087 without endpoints.
+/// ([fd00:244::2]:8080) on node-a's fd00:60::1; 30087 without endpoints. NodePort 30088
+/// Cluster over a and b with ClientIP affinity.
 fn manifests(dns: &str) -> String {
     let ep = |ip: &str, node: &str| {
         format!(
@@ -179,6 +180,12 @@ fn manifests(dns: &str) -> String {
         .replace("port: 8080, targetPort", "port: 80, targetPort")
             + "status: {loadBalancer: {ingress: [{ip: 203.0.113.10}]}}\n",
         slice("lb", "TCP", 8080, &both),
+        service("sticky", 19, "TCP", 8080, 30088, "").replace(
+            "spec:\n",
+            "spec:\n  sessionAffinity: ClientIP\n  \
+                 sessionAffinityConfig: {clientIP: {timeoutSeconds: 60}}\n",
+        ),
+        slice("sticky", "TCP", 8080, &both),
     ]
     .concat()
 }
@@ -394,6 +401,14 @@ fn node_ports_and_load_balancer_ips_reach_pods_from_outside() {
         "{cluster:?}"
     );
 
+    // ClientIP affinity: every connection of the client to one pod.
+    let mut sticky: Vec<String> = from_client(&client, || {
+        (0..12).map(|_| tcp(None, "192.168.60.1:30088")).collect()
+    });
+    sticky.dedup();
+    assert_eq!(sticky.len(), 1, "{sticky:?}");
+    assert!(sticky[0].ends_with(" from 10.244.1.1"), "{sticky:?}");
+
     // Local: the local pod, seeing the client's own address.
     let local: Vec<String> = from_client(&client, || {
         (0..4).map(|_| tcp(None, "192.168.60.1:30081")).collect()
@@ -520,9 +535,10 @@ fn node_ports_and_load_balancer_ips_reach_pods_from_outside() {
     let reading = stats.read();
     let count = |r: &str| reading.reasons.iter().find(|(n, _)| *n == r).unwrap().1;
     // Cluster, Local, UDP, the LoadBalancer IP, the connection kept across the restart.
-    let flows = [16, 4, 3, 2, 8, 1].iter().sum::<u64>();
+    let flows = [16, 12, 4, 3, 2, 8, 1].iter().sum::<u64>();
     assert!(count("translated") >= flows, "{reading:?}");
     assert!(count("refused") >= 3, "{reading:?}");
+    assert!(count("affine") >= 11, "{reading:?}");
     assert!(count("dropped") >= 2, "{reading:?}");
 
     // --cleanup's removal detaches the tc programs: the node itself answers the NodePort

@@ -128,8 +128,6 @@ impl List {
 /// Something of a service port phase 1 does not program.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Gap {
-    /// ClientIP affinity is not applied to traffic from outside the node.
-    AffinityFromOutside,
     /// SCTP is not balanced by the socket programs.
     Sctp,
 }
@@ -137,9 +135,6 @@ pub enum Gap {
 impl Gap {
     pub fn as_str(self) -> &'static str {
         match self {
-            Gap::AffinityFromOutside => {
-                "ClientIP affinity not applied to traffic from outside the node yet"
-            }
             Gap::Sctp => "SCTP not balanced in ebpf mode",
         }
     }
@@ -210,7 +205,6 @@ fn plan_port(
     out: &mut Plan,
 ) {
     let port = &state.port;
-    let mut gaps = Vec::new();
     let transport = match port.name.protocol {
         Protocol::Tcp => Transport::Tcp,
         Protocol::Udp => Transport::Udp,
@@ -302,14 +296,7 @@ fn plan_port(
                 }
             }
         }
-        if view.externally_accessible(port) && port.affinity_timeout_seconds.is_some() {
-            gaps.push(Gap::AffinityFromOutside);
-        }
     }
-    gaps.sort();
-    gaps.dedup();
-    out.not_programmed
-        .extend(gaps.into_iter().map(|g| (port.name.clone(), g)));
 }
 
 fn endpoints(view: &FamilyView, list: List) -> Vec<SocketAddr> {

@@ -106,7 +106,7 @@ fn what_phase_one_cannot_do_is_named_per_port() {
         .iter()
         .map(|(p, g)| (&*p.service.name, *g))
         .collect();
-    assert_eq!(gaps, [("np", Gap::AffinityFromOutside), ("sig", Gap::Sctp)]);
+    assert_eq!(gaps, [("sig", Gap::Sctp)]);
     assert_eq!(plan.affinity.values().collect::<Vec<_>>(), [&60]);
     // The ClusterIP of the NodePort Service is still balanced; SCTP gets no frontend.
     assert_eq!(plan.frontends.len(), 1);
