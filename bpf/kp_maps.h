@@ -122,7 +122,9 @@ struct kp_rev_val {
 	__u16 pad;
 };
 
-/* The backend a network namespace was last given for a slot set (affinity). LRU. */
+/* The backend a network namespace (socket programs) or a client address from outside (tc
+ * programs: a hash of the address with the top bit set, which no cookie has) was last given
+ * for a slot set (affinity). LRU. */
 struct kp_aff_key {
 	__u64 netns_cookie;
 	__u32 svc_id;

@@ -44,12 +44,12 @@
 //! - [`apply`]: [`EbpfDataplane`], the `Dataplane` for `--proxy-mode ebpf`;
 //! - [`stats`]: the datapath counters and map fill levels the metrics read.
 //!
-//! ClientIP affinity is per network namespace (`kp_aff`, keyed by its cookie): the address is
-//! not known at connect() time, and a pod is a namespace of its own.
+//! ClientIP affinity is per network namespace for sockets (`kp_aff`, keyed by its cookie): the
+//! address is not known at connect() time, and a pod is a namespace of its own; per client
+//! address for traffic from outside (the same map, keyed by a hash of the address).
 //!
 //! # What is left (see `docs/operations.md`)
-//! ClientIP affinity for traffic from outside; IPv4 options and fragments and IPv6 extension
-//! headers from outside; flows from outside age out only by LRU eviction (no TCP state, no
+//! IPv4 options and fragments and IPv6 extension headers from outside; flows from outside age out only by LRU eviction (no TCP state, no
 //! timeouts); UDP without endpoints from the node's processes gets ECONNREFUSED from
 //! connect()/sendmsg() instead of an ICMP error; connected UDP sockets to removed backends are
 //! not destroyed; SCTP; `explain`. NodePort bind protection assumes the node's namespace is the
