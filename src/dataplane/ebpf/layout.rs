@@ -314,6 +314,25 @@ mod tests {
     }
 
     #[test]
+    fn source_range_keys_put_the_frontend_before_the_prefix() {
+        let fe = SvcKey::new("198.51.100.7".parse().unwrap(), 443, IPPROTO_TCP).external();
+        let marker = SrcKey::restricted(&fe);
+        assert_eq!(marker.prefixlen, SRC_FRONTEND_BITS);
+        assert_eq!(marker.source(), None);
+        assert_eq!(marker.frontend(), fe);
+        for (net, bits) in [("203.0.113.0/24", 160 + 96 + 24), ("fd00:1::/48", 160 + 48)] {
+            let net: ipnet::IpNet = net.parse().unwrap();
+            let key = SrcKey::range(&fe, &net);
+            assert_eq!(key.prefixlen, bits);
+            assert_eq!(key.source(), Some(net));
+            assert_eq!(key.frontend(), fe);
+        }
+        // Host bits are cleared: the trie matches on the network.
+        let loose: ipnet::IpNet = "203.0.113.9/24".parse().unwrap();
+        assert_eq!(SrcKey::range(&fe, &loose).source(), Some(loose.trunc()));
+    }
+
+    #[test]
     fn backends_round_trip_both_families() {
         for s in ["10.244.1.5:8080", "[fd00:244::5]:53"] {
             let addr: SocketAddr = s.parse().unwrap();
