@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
 /*
  * Per-packet Service load balancing for traffic from outside the node: tc programs on every
- * interface of the node's namespace but loopback (clients come in on those carrying its
+ * Ethernet-like interface of the node's namespace (clients come in on those carrying its
  * addresses; replies come back on the backend's way). kp_tc_ingress translates a new flow to a
  * frontend of scope external (a NodePort on a node address, an externalIP, a LoadBalancer IP)
  * to a backend of the frontend's slot set (the same kp_svc/kp_slot the socket programs read,

@@ -17,7 +17,7 @@
 //!     sock_release: a closed connected socket's kp_rev entry goes
 //!     post_bind4/6: bind() in the node's namespace to a NodePort (kp_nodeport) ─▶ EADDRINUSE
 //!
-//!   tc (TCX) on every interface of the node's namespace but lo (IPv4, IPv6)
+//!   tc (TCX) on every Ethernet-like interface of the node's namespace (IPv4, IPv6)
 //!     ingress: kp_flow {src, dst, ports, proto} hit ─▶ rewrite ─▶ FIB lookup ─▶ redirect
 //!              miss: {dst, port, proto, scope external} ─▶ kp_svc
 //!                    kp_src (loadBalancerSourceRanges) refuses ─▶ drop

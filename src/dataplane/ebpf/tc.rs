@@ -9,7 +9,8 @@
 //! routed pod networks (a veth per pod, Calico style) carries no address at all. A pod's
 //! interface exists before the pod is ready, so before the sync that makes it an endpoint,
 //! which attaches to it ([`super::backend::Backend::refresh_external`]). On interfaces
-//! that are no frontend's way in the programs only look flows up.
+//! that are no frontend's way in the programs only look flows up. Only Ethernet-like
+//! interfaces (veth, bridges, VXLAN, NICs): the programs parse an Ethernet header.
 //!
 //! Attachment: TCX links (kernel 6.6+) pinned as `links/tc_<ifindex>_<direction>`, replaced
 //! across restarts as the cgroup links are (the new link goes in before the old one is
@@ -29,6 +30,9 @@ use nix::net::if_::InterfaceFlags;
 
 use super::backend::Error;
 use super::names;
+
+/// `ARPHRD_ETHER`: the link type of Ethernet-like interfaces (also veth, bridges, VXLAN).
+const ARPHRD_ETHER: u16 = 1;
 
 /// An interface the tc programs go on.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -52,12 +56,16 @@ pub fn node_interfaces() -> Result<Vec<Interface>, Error> {
         {
             continue;
         }
-        let index =
-            nix::net::if_::if_nametoindex(a.interface_name.as_str()).map_err(|e| Error::Io {
-                what: "cannot find the index of interface",
-                path: a.interface_name.clone().into(),
-                source: e.into(),
-            })?;
+        // The link-layer entry (one per interface): Ethernet only, as the programs read an
+        // Ethernet header first; an L3 device (IPIP, WireGuard) hands them the IP header at
+        // offset 0.
+        let Some(link) = a.address.as_ref().and_then(|addr| addr.as_link_addr()) else {
+            continue;
+        };
+        if link.hatype() != ARPHRD_ETHER {
+            continue;
+        }
+        let index = u32::try_from(link.ifindex()).unwrap_or(0);
         out.push(Interface {
             name: a.interface_name,
             index,
