@@ -12,7 +12,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-const PROGRAMS: &[&str] = &["kp_sock"];
+const PROGRAMS: &[&str] = &["kp_sock", "kp_tc"];
 const HEADER: &str = "bpf/kp_maps.h";
 
 fn main() {

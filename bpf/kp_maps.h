@@ -25,6 +25,10 @@
 #define KP_MAX_REVERSE 65536
 #define KP_MAX_AFFINITY 65536
 #define KP_MAX_NODEPORTS 65536
+/* kp_flow holds two entries per flow from outside (request and reply direction); LRU,
+ * preallocated: about 150 bytes an entry. */
+#define KP_MAX_FLOWS 131072
+#define KP_MAX_SOURCE_RANGES 65536
 /* An affinity entry whose generation is old is looked up among at most this many slots. */
 #define KP_AFFINITY_SCAN 64
 
@@ -51,14 +55,24 @@ _Static_assert(KP_STAT_COUNT == 6, "kp_stat count");
  * other nodes). kube-proxy drops such packets, so the client times out; here connect() and
  * sendmsg() fail at once with ETIMEDOUT, which clients report as a timeout (no ECONNREFUSED). */
 #define KP_SVC_F_DROP 2
+/* Scope external: the packets of a new flow leave with the node's address as their source
+ * (externalTrafficPolicy Cluster), so the backend's replies come back through this node. */
+#define KP_SVC_F_SNAT 4
 
-/* A frontend: a Service address, port and protocol (IPPROTO_TCP, IPPROTO_UDP). */
+/* A frontend: a Service address, port and protocol (IPPROTO_TCP, IPPROTO_UDP), and which
+ * programs look it up (scope): the socket programs (KP_SCOPE_SOCKET, traffic of this node's
+ * processes and pods) or the tc programs (KP_SCOPE_EXTERNAL, packets from outside the node).
+ * The two differ where a traffic policy does: externalTrafficPolicy Local applies to packets
+ * from outside only. */
 struct kp_svc_key {
 	__u32 addr[4];
 	__be16 port;
 	__u8 proto;
-	__u8 pad;
+	__u8 scope;
 };
+
+#define KP_SCOPE_SOCKET 0
+#define KP_SCOPE_EXTERNAL 1
 
 /*
  * What a frontend is balanced over: the slots (svc_id, generation, 0..count-1). count 0 means the
@@ -108,7 +122,9 @@ struct kp_rev_val {
 	__u16 pad;
 };
 
-/* The backend a network namespace was last given for a slot set (affinity). LRU. */
+/* The backend a network namespace (socket programs) or a client address from outside (tc
+ * programs: a hash of the address with the top bit set, which no cookie has) was last given
+ * for a slot set (affinity). LRU. */
 struct kp_aff_key {
 	__u64 netns_cookie;
 	__u32 svc_id;
@@ -133,6 +149,57 @@ struct kp_np_key {
 	__u8 pad;
 };
 
+/*
+ * The tc programs' connection tracking (kp_tc.c): a packet's addresses and ports as it arrives
+ * -> what to rewrite them to. A flow from outside has two entries: its request direction
+ * (client -> frontend becomes client or node address -> backend) and its reply direction
+ * (backend -> client or node address becomes frontend -> client). Written by the programs
+ * only; LRU, so flows nobody uses any more age out. IPv4 addresses are stored mapped, as in
+ * kp_svc.
+ */
+struct kp_flow_key {
+	__u32 saddr[4];
+	__u32 daddr[4];
+	__be16 sport;
+	__be16 dport;
+	__u8 proto;
+	__u8 pad[3];
+};
+
+struct kp_flow_val {
+	__u32 saddr[4];
+	__u32 daddr[4];
+	__be16 sport;
+	__be16 dport;
+	__u8 flags; /* KP_FLOW_F_* */
+	/* Request direction: the frontend's slot generation the backend was last seen in. */
+	__u8 generation;
+	__u8 pad[2];
+};
+
+/* The entry of a reply direction (backend -> client). */
+#define KP_FLOW_F_REPLY 1
+/* The flow's source was rewritten to the node's address. */
+#define KP_FLOW_F_SNAT 2
+
+/*
+ * loadBalancerSourceRanges (LPM trie): a frontend (scope external) with the prefix length 160
+ * (its address, port and protocol only) and value 0 marks a frontend whose sources are
+ * restricted; each range is the frontend plus a source prefix (160 + 96 + the IPv4 prefix
+ * length, or 160 + the IPv6 one) with value 1. The longest match for a packet's frontend and
+ * source is then 1 (allowed), 0 (restricted, not in a range: dropped) or nothing (no ranges).
+ */
+struct kp_src_key {
+	__u32 prefixlen;
+	__u32 fe_addr[4];
+	__be16 fe_port;
+	__u8 fe_proto;
+	__u8 pad;
+	__u32 src[4];
+};
+
+#define KP_SRC_FRONTEND_BITS 160
+
 /* The numbers src/dataplane/ebpf/layout.rs asserts too, so the two cannot drift. */
 #define KP_ASSERT_LAYOUT(type, size) _Static_assert(sizeof(struct type) == (size), #type " size")
 #define KP_ASSERT_OFFSET(type, field, off)                                                       \
@@ -141,6 +208,7 @@ struct kp_np_key {
 KP_ASSERT_LAYOUT(kp_svc_key, 20);
 KP_ASSERT_OFFSET(kp_svc_key, port, 16);
 KP_ASSERT_OFFSET(kp_svc_key, proto, 18);
+KP_ASSERT_OFFSET(kp_svc_key, scope, 19);
 KP_ASSERT_LAYOUT(kp_svc_val, 12);
 KP_ASSERT_OFFSET(kp_svc_val, count, 4);
 KP_ASSERT_OFFSET(kp_svc_val, flags, 6);
@@ -165,5 +233,17 @@ KP_ASSERT_OFFSET(kp_aff_val, addr, 8);
 KP_ASSERT_OFFSET(kp_aff_val, port, 24);
 KP_ASSERT_OFFSET(kp_aff_val, slot, 26);
 KP_ASSERT_OFFSET(kp_aff_val, generation, 28);
+KP_ASSERT_LAYOUT(kp_flow_key, 40);
+KP_ASSERT_OFFSET(kp_flow_key, daddr, 16);
+KP_ASSERT_OFFSET(kp_flow_key, sport, 32);
+KP_ASSERT_OFFSET(kp_flow_key, proto, 36);
+KP_ASSERT_LAYOUT(kp_flow_val, 40);
+KP_ASSERT_OFFSET(kp_flow_val, flags, 36);
+KP_ASSERT_OFFSET(kp_flow_val, generation, 37);
+KP_ASSERT_LAYOUT(kp_src_key, 40);
+KP_ASSERT_OFFSET(kp_src_key, fe_addr, 4);
+KP_ASSERT_OFFSET(kp_src_key, fe_port, 20);
+KP_ASSERT_OFFSET(kp_src_key, fe_proto, 22);
+KP_ASSERT_OFFSET(kp_src_key, src, 24);
 
 #endif

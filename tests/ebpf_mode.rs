@@ -31,7 +31,7 @@ use kube_proxy_rs::dataplane::ebpf::backend::{self, Backend as _, Kernel};
 use kube_proxy_rs::dataplane::ebpf::diff::Op;
 use kube_proxy_rs::dataplane::ebpf::layout::{IPPROTO_TCP, RevKey, RevVal, SvcKey, SvcVal};
 use kube_proxy_rs::dataplane::ebpf::stats::{FILLED, Stats};
-use kube_proxy_rs::dataplane::ebpf::{EbpfDataplane, names};
+use kube_proxy_rs::dataplane::ebpf::{EbpfDataplane, names, tc};
 use relay_pods::host::NetNs;
 use relay_pods::{pod, udp_pod};
 
@@ -41,7 +41,27 @@ fn every_program_loads_attaches_and_survives_a_restart() {
     let fs = BpfFs::new();
     let settings = fs.settings(&cgroup);
     let mut kernel = Kernel::open(&settings).expect("load and attach every program");
+    // The tc programs, on an interface of a namespace of this test (a veth with an address).
+    let ns = NetNs::new("kprs-ebpf-tc");
+    ns.output(
+        "ip",
+        &["link", "add", "kp0", "type", "veth", "peer", "name", "kp1"],
+    );
+    ns.output("ip", &["addr", "add", "192.0.2.1/24", "dev", "kp0"]);
+    ns.output("ip", &["link", "set", "kp0", "up"]);
+    let ifaces = kube_proxy_rs::netlink::netns::run_in(Some(&ns.name), || {
+        let ifaces = tc::node_interfaces().expect("interfaces");
+        kernel
+            .attach_external(&ifaces)
+            .expect("load and attach the tc programs");
+        Ok(ifaces)
+    })
+    .expect("in the namespace");
+    assert_eq!(ifaces.len(), 1);
     let mut want: Vec<String> = names::PROGRAMS.iter().map(|s| s.to_string()).collect();
+    for (_, direction) in names::TC_PROGRAMS {
+        want.push(names::tc_link(ifaces[0].index, direction));
+    }
     want.sort();
     assert_eq!(pinned_links(&settings), want);
 
@@ -59,6 +79,13 @@ fn every_program_loads_attaches_and_survives_a_restart() {
     // A second start: the pinned maps are adopted with their contents, the links replaced.
     let mut again = Kernel::open(&settings).expect("open again over the pins");
     assert_eq!(again.read().unwrap().svc.get(&key), Some(&val));
+    kube_proxy_rs::netlink::netns::run_in(Some(&ns.name), || {
+        again
+            .attach_external(&ifaces)
+            .expect("attach the tc programs again");
+        Ok(())
+    })
+    .expect("in the namespace");
     assert_eq!(pinned_links(&settings), want);
 
     // The bounds the metrics report are the maps' own.
@@ -69,7 +96,10 @@ fn every_program_loads_attaches_and_survives_a_restart() {
     }
 
     let removed = backend::remove(&settings.pin_root).expect("--cleanup's removal");
-    assert_eq!(removed, names::PROGRAMS.len() + names::MAPS.len());
+    assert_eq!(
+        removed,
+        names::PROGRAMS.len() + names::TC_PROGRAMS.len() + names::MAPS.len()
+    );
     assert!(!settings.pin_root.exists());
 }
 

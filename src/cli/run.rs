@@ -167,10 +167,14 @@ fn mode_dataplane(config: &Config) -> Result<Mode, ModeError> {
                     .unwrap_or_else(ebpf::backend::default_cgroup),
                 pin_root: ebpf_pin_root(config),
             };
-            let kernel = ebpf::backend::Kernel::open(&settings)?;
+            let mut kernel = ebpf::backend::Kernel::open(&settings)?;
+            let interfaces = ebpf::tc::node_interfaces()?;
+            kernel.attach_external(&interfaces)?;
             let stats = ebpf::stats::Stats::open(&settings.pin_root)?;
+            let names: Vec<&str> = interfaces.iter().map(|i| i.name.as_str()).collect();
             tracing::info!(cgroup = %settings.cgroup.display(),
-                pins = %settings.pin_root.display(), "eBPF programs attached");
+                pins = %settings.pin_root.display(), interfaces = ?names,
+                "eBPF programs attached");
             return Ok(Mode {
                 dataplane: Box::new(
                     ebpf::EbpfDataplane::new(kernel, config.node_port_addresses.clone())

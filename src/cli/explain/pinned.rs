@@ -63,6 +63,7 @@ pub(super) fn affinity(
         ip: request.to.ip(),
         port: request.to.port(),
         transport,
+        scope: ebpf::plan::Scope::Socket,
     });
     let Some(val) = maps.svc.get(&key) else {
         return Ok(Vec::new());

@@ -149,6 +149,7 @@ impl<B: Backend> Dataplane for EbpfDataplane<B> {
         changes: &Changes,
         full: bool,
     ) -> Result<SyncReport, SyncError> {
+        self.backend.refresh_external().map_err(io_error)?;
         // Taken: a failure below leaves `None`, so the next sync reads the maps again.
         let held = self.held.take();
         let node_ports = plan::node_ports(&self.npa, &snapshot.node);

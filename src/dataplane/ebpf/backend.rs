@@ -7,23 +7,31 @@
 //! program to the cgroup and pins each link. A link pinned by a previous run is released only
 //! after the new one is attached, so sockets are balanced throughout a restart (two programs
 //! in a row are harmless: the second sees a backend address, which is no frontend).
+//! It also loads the tc programs (`bpf/kp_tc.c`, sharing the maps); [`Kernel::attach_external`]
+//! attaches them to the node's interfaces ([`super::tc`]).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 
+use aya::maps::lpm_trie::{Key as LpmKey, LpmTrie};
 use aya::maps::{HashMap, MapData, MapError};
 use aya::programs::links::{FdLink, PinnedLink};
 use aya::programs::{CgroupAttachMode, Program, ProgramError};
 use aya::{Ebpf, EbpfLoader};
 
 use super::diff::{Maps, Op};
-use super::layout::{AffKey, AffVal, Backend as Slot, NpKey, SlotKey, SvcKey, SvcVal};
-use super::names;
+use super::layout::{AffKey, AffVal, Backend as Slot, NpKey, SlotKey, SrcKey, SvcKey, SvcVal};
+use super::{names, tc};
 
 /// The compiled programs, embedded by build.rs.
 pub static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/kp_sock.o"));
+/// The compiled tc programs (`bpf/kp_tc.c`).
+pub static TC_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/kp_tc.o"));
+
+/// A `kp_src` key after its prefix length, as aya's LPM trie wants it: 36 bytes.
+type SrcData = [u32; 9];
 
 /// Where the programs attach and pin.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -95,6 +103,11 @@ pub trait Backend: Send {
     fn read(&mut self) -> Result<Maps, Error>;
     /// One map write.
     fn write(&mut self, op: &Op) -> Result<(), Error>;
+    /// Called at each sync: attaches the tc programs to interfaces that came up since (a new
+    /// pod's, before the sync that makes it an endpoint). Nothing without tc.
+    fn refresh_external(&mut self) -> Result<(), Error> {
+        Ok(())
+    }
 }
 
 /// The loaded programs' maps, once every program is attached and pinned.
@@ -102,6 +115,15 @@ pub struct Kernel {
     svc: HashMap<MapData, SvcKey, SvcVal>,
     slots: HashMap<MapData, SlotKey, Slot>,
     node_ports: HashMap<MapData, NpKey, u8>,
+    src: LpmTrie<MapData, SrcData, u8>,
+    /// The tc programs, loaded when first attached.
+    tc: Ebpf,
+    links: PathBuf,
+    /// tc attachments that could not be pinned (kernels without TCX).
+    unpinned: tc::Unpinned,
+    /// The interfaces the tc programs are on, and the network namespace they are in (its
+    /// inode); `None` until [`Kernel::attach_external`].
+    external: Option<(u64, BTreeSet<tc::Interface>)>,
 }
 
 impl Kernel {
@@ -131,17 +153,65 @@ impl Kernel {
         let svc = take_map(&mut ebpf, names::MAP_SVC)?;
         let slots = take_map(&mut ebpf, names::MAP_SLOT)?;
         let node_ports = take_map(&mut ebpf, names::MAP_NODEPORT)?;
+        // The tc object reuses the maps pinned above and adds its own.
+        let mut tc = EbpfLoader::new()
+            .default_map_pin_directory(&pin_dir)
+            .load(TC_OBJECT)
+            .map_err(Error::Load)?;
+        let name = names::MAP_SRC;
+        let map = tc.take_map(name).ok_or(Error::Missing(name))?;
+        let src = LpmTrie::try_from(map).map_err(|source| Error::Map { name, source })?;
         Ok(Kernel {
             svc,
             slots,
             node_ports,
+            src,
+            tc,
+            links,
+            unpinned: tc::Unpinned::default(),
+            external: None,
         })
+    }
+
+    /// Attaches the tc programs to `ifaces` (ingress and egress) so traffic from outside the
+    /// node is balanced; again for an interface attached before, the link is replaced.
+    /// Returns the pinned links' names.
+    pub fn attach_external(&mut self, ifaces: &[tc::Interface]) -> Result<Vec<String>, Error> {
+        let pins = tc::attach(&mut self.tc, ifaces, &self.links, &mut self.unpinned)?;
+        let netns = tc::current_netns()?;
+        let (_, attached) = self
+            .external
+            .get_or_insert_with(|| (netns, BTreeSet::new()));
+        attached.extend(ifaces.iter().cloned());
+        Ok(pins)
+    }
+}
+
+fn src_data(k: &SrcKey) -> LpmKey<SrcData> {
+    let mut d = [0u32; 9];
+    d[..4].copy_from_slice(&k.fe_addr);
+    let p = k.fe_port.to_ne_bytes();
+    d[4] = u32::from_ne_bytes([p[0], p[1], k.fe_proto, k.pad]);
+    d[5..].copy_from_slice(&k.src);
+    LpmKey::new(k.prefixlen, d)
+}
+
+fn src_key(k: &LpmKey<SrcData>) -> SrcKey {
+    let d = k.data();
+    let w = d[4].to_ne_bytes();
+    SrcKey {
+        prefixlen: k.prefix_len(),
+        fe_addr: [d[0], d[1], d[2], d[3]],
+        fe_port: u16::from_ne_bytes([w[0], w[1]]),
+        fe_proto: w[2],
+        pad: w[3],
+        src: [d[5], d[6], d[7], d[8]],
     }
 }
 
 impl Backend for Kernel {
     fn read(&mut self) -> Result<Maps, Error> {
-        read_maps(&self.svc, &self.slots, &self.node_ports)
+        read_maps(&self.svc, &self.slots, &self.node_ports, Some(&self.src))
     }
 
     fn write(&mut self, op: &Op) -> Result<(), Error> {
@@ -155,16 +225,50 @@ impl Backend for Kernel {
                 names::MAP_NODEPORT,
                 ignore_missing(self.node_ports.remove(k)),
             ),
+            Op::PutSrc(k) => (
+                names::MAP_SRC,
+                self.src.insert(&src_data(k), super::diff::src_value(k), 0),
+            ),
+            Op::DelSrc(k) => (
+                names::MAP_SRC,
+                ignore_missing(self.src.remove(&src_data(k))),
+            ),
         };
         result.map_err(|source| Error::Map { name, source })
+    }
+
+    /// Attaches to the node's interfaces not attached yet (in the calling thread's network
+    /// namespace, the proxy's); an interface gone keeps nothing (its links went with it).
+    fn refresh_external(&mut self) -> Result<(), Error> {
+        let Some((netns, attached)) = &self.external else {
+            return Ok(());
+        };
+        // Only in the namespace attached first: a caller on another thread (in another
+        // namespace) must not put the programs on that namespace's interfaces.
+        if tc::current_netns()? != *netns {
+            return Ok(());
+        }
+        let new: Vec<tc::Interface> = tc::node_interfaces()?
+            .into_iter()
+            .filter(|i| !attached.contains(i))
+            .collect();
+        if !new.is_empty() {
+            let names: Vec<&str> = new.iter().map(|i| i.name.as_str()).collect();
+            tracing::info!(interfaces = ?names, "eBPF tc programs attached");
+            self.attach_external(&new)?;
+        }
+        Ok(())
     }
 }
 
 /// What the proxy's maps hold: the applier adopts with it, and `explain` reads with it.
+/// `src` (`kp_src`) may be absent from a pin directory a proxy made before the tc programs
+/// were added; it is then read as empty.
 fn read_maps(
     svc: &HashMap<MapData, SvcKey, SvcVal>,
     slots: &HashMap<MapData, SlotKey, Slot>,
     node_ports: &HashMap<MapData, NpKey, u8>,
+    src: Option<&LpmTrie<MapData, SrcData, u8>>,
 ) -> Result<Maps, Error> {
     let map_err = |name| move |source| Error::Map { name, source };
     let svc = svc
@@ -179,10 +283,19 @@ fn read_maps(
         .keys()
         .collect::<Result<_, _>>()
         .map_err(map_err(names::MAP_NODEPORT))?;
+    let src = match src {
+        Some(src) => src
+            .keys()
+            .map(|k| k.map(|k| src_key(&k)))
+            .collect::<Result<_, _>>()
+            .map_err(map_err(names::MAP_SRC))?,
+        None => BTreeSet::new(),
+    };
     Ok(Maps {
         svc,
         slots,
         node_ports,
+        src,
     })
 }
 
@@ -198,7 +311,15 @@ pub fn read_pinned(pin_root: &Path) -> Result<Option<Maps>, Error> {
     let svc = open_pinned(&pin_dir, names::MAP_SVC)?;
     let slots = open_pinned(&pin_dir, names::MAP_SLOT)?;
     let node_ports = open_pinned(&pin_dir, names::MAP_NODEPORT)?;
-    read_maps(&svc, &slots, &node_ports).map(Some)
+    let src = if pin_dir.join(names::MAP_SRC).exists() {
+        let name = names::MAP_SRC;
+        let err = |source| Error::Map { name, source };
+        let data = MapData::from_pin(pin_dir.join(name)).map_err(err)?;
+        Some(LpmTrie::try_from(aya::maps::Map::from_map_data(data).map_err(err)?).map_err(err)?)
+    } else {
+        None
+    };
+    read_maps(&svc, &slots, &node_ports, src.as_ref()).map(Some)
 }
 
 /// The ClientIP affinity entries (`kp_aff`, filled by the programs) of slot set `svc_id`, one
@@ -317,8 +438,8 @@ fn attach(
 /// Refuses pinned maps whose key size, value size or bound differs from this build's.
 fn check_pinned_layouts(pin_dir: &Path) -> Result<(), Error> {
     use super::layout::{
-        AffKey, AffVal, KP_MAX_AFFINITY, KP_MAX_NODEPORTS, KP_MAX_REVERSE, KP_MAX_SERVICES,
-        KP_MAX_SLOTS, RevKey, RevVal,
+        AffKey, AffVal, FlowKey, FlowVal, KP_MAX_AFFINITY, KP_MAX_FLOWS, KP_MAX_NODEPORTS,
+        KP_MAX_REVERSE, KP_MAX_SERVICES, KP_MAX_SLOTS, KP_MAX_SOURCE_RANGES, RevKey, RevVal,
     };
     use std::mem::size_of;
     let stats = u32::try_from(super::stats::REASONS.len()).unwrap_or(u32::MAX);
@@ -353,6 +474,18 @@ fn check_pinned_layouts(pin_dir: &Path) -> Result<(), Error> {
             size_of::<AffKey>(),
             size_of::<AffVal>(),
             KP_MAX_AFFINITY,
+        ),
+        (
+            names::MAP_FLOW,
+            size_of::<FlowKey>(),
+            size_of::<FlowVal>(),
+            KP_MAX_FLOWS,
+        ),
+        (
+            names::MAP_SRC,
+            size_of::<SrcKey>(),
+            size_of::<u8>(),
+            KP_MAX_SOURCE_RANGES,
         ),
     ];
     for (name, key, value, max_entries) in want {

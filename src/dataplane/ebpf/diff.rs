@@ -9,15 +9,20 @@
 //! 3. frontends no longer wanted are deleted;
 //! 4. slots no frontend points at any more (the old generation, gone sets) are deleted.
 //!
+//! loadBalancerSourceRanges entries go in before everything else (a range before the marker
+//! that restricts its frontend, so allowed clients are never dropped in between) and out
+//! after the frontends.
+//!
 //! Slot set ids are kept across syncs and restarts: a set reuses the id its frontends already
 //! point at, so an unchanged set costs no write. A new set takes the lowest id no entry uses.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::layout::{
-    Backend, IPPROTO_TCP, IPPROTO_UDP, NpKey, SVC_F_AFFINITY, SVC_F_DROP, SlotKey, SvcKey, SvcVal,
+    Backend, IPPROTO_TCP, IPPROTO_UDP, NpKey, SVC_F_AFFINITY, SVC_F_DROP, SVC_F_SNAT, SlotKey,
+    SrcKey, SvcKey, SvcVal,
 };
-use super::plan::{Frontend, Plan, SetName, Transport};
+use super::plan::{Frontend, Plan, Scope, SetName, Transport};
 
 /// What the two maps the proxy writes hold (or will hold).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -26,6 +31,8 @@ pub struct Maps {
     pub slots: BTreeMap<SlotKey, Backend>,
     /// `kp_nodeport`'s keys.
     pub node_ports: BTreeSet<NpKey>,
+    /// `kp_src`'s keys (loadBalancerSourceRanges).
+    pub src: BTreeSet<SrcKey>,
 }
 
 /// One map write.
@@ -37,6 +44,14 @@ pub enum Op {
     DelSlot(SlotKey),
     PutNodePort(NpKey),
     DelNodePort(NpKey),
+    /// A source range (value 1) or the marker restricting a frontend (value 0).
+    PutSrc(SrcKey),
+    DelSrc(SrcKey),
+}
+
+/// The value a `kp_src` entry holds: 1 lets the range in, 0 (the marker) restricts.
+pub fn src_value(k: &SrcKey) -> u8 {
+    u8::from(k.prefixlen > super::layout::SRC_FRONTEND_BITS)
 }
 
 /// The frontend's key in `kp_svc`.
@@ -45,7 +60,22 @@ pub fn svc_key(f: &Frontend) -> SvcKey {
         Transport::Tcp => IPPROTO_TCP,
         Transport::Udp => IPPROTO_UDP,
     };
-    SvcKey::new(f.ip, f.port, proto)
+    let key = SvcKey::new(f.ip, f.port, proto);
+    match f.scope {
+        Scope::Socket => key,
+        Scope::External => key.external(),
+    }
+}
+
+/// The `kp_src` entries of `plan`: per restricted frontend, its marker and its ranges.
+fn src_keys(plan: &Plan) -> BTreeSet<SrcKey> {
+    let mut out = BTreeSet::new();
+    for (f, ranges) in &plan.source_ranges {
+        let key = svc_key(f);
+        out.insert(SrcKey::restricted(&key));
+        out.extend(ranges.iter().map(|r| SrcKey::range(&key, r)));
+    }
+    out
 }
 
 /// A NodePort's key in `kp_nodeport`.
@@ -76,10 +106,18 @@ pub fn diff(current: &Maps, plan: &Plan) -> Vec<Op> {
 ///
 /// Returns the writes and `part` without such frontends: what the service ports now hold.
 pub fn diff_ports(held: &Held, part: &Plan, old: &[SvcKey], old_np: &[NpKey]) -> (Vec<Op>, Plan) {
+    let old_keys: BTreeSet<&SvcKey> = old.iter().collect();
     let mut current = Maps {
         node_ports: old_np
             .iter()
             .filter(|k| held.maps.node_ports.contains(k))
+            .copied()
+            .collect(),
+        src: held
+            .maps
+            .src
+            .iter()
+            .filter(|k| old_keys.contains(&k.frontend()))
             .copied()
             .collect(),
         ..Maps::default()
@@ -104,6 +142,8 @@ pub fn diff_ports(held: &Held, part: &Plan, old: &[SvcKey], old_np: &[NpKey]) ->
     part.frontends.retain(|f, _| {
         !held.maps.svc.contains_key(&svc_key(f)) || current.svc.contains_key(&svc_key(f))
     });
+    let kept = &part.frontends;
+    part.source_ranges.retain(|f, _| kept.contains_key(f));
     let ops = diff_with(&current, &part, &|id| held.refs.contains_key(&id));
     (ops, part)
 }
@@ -156,6 +196,12 @@ impl Held {
                 Op::DelNodePort(k) => {
                     self.maps.node_ports.remove(&k);
                 }
+                Op::PutSrc(k) => {
+                    self.maps.src.insert(k);
+                }
+                Op::DelSrc(k) => {
+                    self.maps.src.remove(&k);
+                }
             }
         }
     }
@@ -199,6 +245,9 @@ fn diff_with(current: &Maps, plan: &Plan, taken: &dyn Fn(u32) -> bool) -> Vec<Op
         };
         if plan.drop.contains(*set) {
             flags |= SVC_F_DROP;
+        }
+        if plan.snat.contains(*set) {
+            flags |= SVC_F_SNAT;
         }
         let val = match existing {
             Some(old) if slots_of(current, old) == backends => SvcVal {
@@ -270,10 +319,20 @@ fn diff_with(current: &Maps, plan: &Plan, taken: &dyn Fn(u32) -> bool) -> Vec<Op
         .difference(&wanted_np)
         .map(|k| Op::DelNodePort(*k));
 
-    let mut ops = put_slots;
+    let wanted_src = src_keys(plan);
+    // Ranges before markers: a frontend is restricted only once its ranges are in.
+    let (markers, ranges): (Vec<SrcKey>, Vec<SrcKey>) = wanted_src
+        .difference(&current.src)
+        .partition(|k| src_value(k) == 0);
+    let put_src = ranges.into_iter().chain(markers).map(Op::PutSrc);
+    let del_src = current.src.difference(&wanted_src).map(|k| Op::DelSrc(*k));
+
+    let mut ops: Vec<Op> = put_src.collect();
+    ops.extend(put_slots);
     ops.extend(put_svc);
     ops.extend(del_svc);
     ops.extend(del_slots);
+    ops.extend(del_src);
     ops.extend(put_np);
     ops.extend(del_np);
     ops
@@ -300,6 +359,12 @@ pub fn applied(mut maps: Maps, ops: &[Op]) -> Maps {
             }
             Op::DelNodePort(k) => {
                 maps.node_ports.remove(&k);
+            }
+            Op::PutSrc(k) => {
+                maps.src.insert(k);
+            }
+            Op::DelSrc(k) => {
+                maps.src.remove(&k);
             }
         }
     }

@@ -26,8 +26,14 @@ pub struct SvcKey {
     pub addr: [u32; 4],
     pub port: u16,
     pub proto: u8,
-    pub pad: u8,
+    /// [`SCOPE_SOCKET`] or [`SCOPE_EXTERNAL`]: which programs look the frontend up.
+    pub scope: u8,
 }
+
+/// `KP_SCOPE_SOCKET`: a frontend the socket programs translate (this node's processes, pods).
+pub const SCOPE_SOCKET: u8 = 0;
+/// `KP_SCOPE_EXTERNAL`: a frontend the tc programs translate (packets from outside the node).
+pub const SCOPE_EXTERNAL: u8 = 1;
 
 /// `struct kp_svc_val`: which slot set a frontend uses, and how many slots it has.
 #[repr(C)]
@@ -45,6 +51,8 @@ pub struct SvcVal {
 pub const SVC_F_AFFINITY: u8 = 1;
 /// `KP_SVC_F_DROP`: no usable endpoint for this traffic, but endpoints elsewhere: ETIMEDOUT.
 pub const SVC_F_DROP: u8 = 2;
+/// `KP_SVC_F_SNAT`: scope external, the node's address becomes a new flow's source.
+pub const SVC_F_SNAT: u8 = 4;
 
 /// `struct kp_slot_key`: one slot of one generation of a slot set.
 #[repr(C)]
@@ -115,6 +123,51 @@ pub struct AffVal {
     pub pad: [u8; 3],
 }
 
+/// `struct kp_flow_key`: a packet's addresses and ports; written by the tc programs only.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FlowKey {
+    pub saddr: [u32; 4],
+    pub daddr: [u32; 4],
+    pub sport: u16,
+    pub dport: u16,
+    pub proto: u8,
+    pub pad: [u8; 3],
+}
+
+/// `struct kp_flow_val`: what a packet of [`FlowKey`] is rewritten to.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FlowVal {
+    pub saddr: [u32; 4],
+    pub daddr: [u32; 4],
+    pub sport: u16,
+    pub dport: u16,
+    pub flags: u8,
+    pub generation: u8,
+    pub pad: [u8; 2],
+}
+
+/// `KP_FLOW_F_REPLY`: the entry of a flow's reply direction.
+pub const FLOW_F_REPLY: u8 = 1;
+/// `KP_FLOW_F_SNAT`: the flow's source was rewritten to the node's address.
+pub const FLOW_F_SNAT: u8 = 2;
+
+/// `struct kp_src_key`: a loadBalancerSourceRanges entry (LPM trie key, prefix length first).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct SrcKey {
+    pub prefixlen: u32,
+    pub fe_addr: [u32; 4],
+    pub fe_port: u16,
+    pub fe_proto: u8,
+    pub pad: u8,
+    pub src: [u32; 4],
+}
+
+/// `KP_SRC_FRONTEND_BITS`: the bits of a [`SrcKey`] that name the frontend.
+pub const SRC_FRONTEND_BITS: u32 = 160;
+
 // SAFETY: each is repr(C) of integers and integer arrays with explicit padding fields, so
 // every byte is initialised and every bit pattern is a valid value.
 unsafe impl aya::Pod for SvcKey {}
@@ -126,6 +179,9 @@ unsafe impl aya::Pod for RevVal {}
 unsafe impl aya::Pod for AffKey {}
 unsafe impl aya::Pod for NpKey {}
 unsafe impl aya::Pod for AffVal {}
+unsafe impl aya::Pod for FlowKey {}
+unsafe impl aya::Pod for FlowVal {}
+unsafe impl aya::Pod for SrcKey {}
 
 /// An address as the maps hold it: 16 bytes in network order, IPv4 mapped.
 pub fn addr_words(ip: IpAddr) -> [u32; 4] {
@@ -153,7 +209,15 @@ impl SvcKey {
             addr: addr_words(ip),
             port: port.to_be(),
             proto,
-            pad: 0,
+            scope: SCOPE_SOCKET,
+        }
+    }
+
+    /// The same frontend for the tc programs.
+    pub fn external(self) -> SvcKey {
+        SvcKey {
+            scope: SCOPE_EXTERNAL,
+            ..self
         }
     }
 
@@ -163,6 +227,56 @@ impl SvcKey {
 
     pub fn port(&self) -> u16 {
         u16::from_be(self.port)
+    }
+}
+
+impl SrcKey {
+    /// The entry that marks `frontend` (scope external) as restricted to its source ranges.
+    pub fn restricted(frontend: &SvcKey) -> SrcKey {
+        SrcKey {
+            prefixlen: SRC_FRONTEND_BITS,
+            fe_addr: frontend.addr,
+            fe_port: frontend.port,
+            fe_proto: frontend.proto,
+            pad: 0,
+            src: [0; 4],
+        }
+    }
+
+    /// The entry that lets sources in `range` use `frontend`.
+    pub fn range(frontend: &SvcKey, range: &ipnet::IpNet) -> SrcKey {
+        let bits = match range {
+            ipnet::IpNet::V4(n) => 96 + u32::from(n.prefix_len()),
+            ipnet::IpNet::V6(n) => u32::from(n.prefix_len()),
+        };
+        SrcKey {
+            prefixlen: SRC_FRONTEND_BITS + bits,
+            src: addr_words(range.trunc().network()),
+            ..SrcKey::restricted(frontend)
+        }
+    }
+
+    /// The frontend this entry belongs to (scope external).
+    pub fn frontend(&self) -> SvcKey {
+        SvcKey {
+            addr: self.fe_addr,
+            port: self.fe_port,
+            proto: self.fe_proto,
+            scope: SCOPE_EXTERNAL,
+        }
+    }
+
+    /// The source range it allows; `None` for the marker entry.
+    pub fn source(&self) -> Option<ipnet::IpNet> {
+        let bits = self.prefixlen.checked_sub(SRC_FRONTEND_BITS)?;
+        let ip = ip_of(self.src);
+        let len = match ip {
+            IpAddr::V4(_) => bits.checked_sub(96)?,
+            IpAddr::V6(_) => bits,
+        };
+        ipnet::IpNet::new(ip, u8::try_from(len).ok()?)
+            .ok()
+            .filter(|_| self.prefixlen > SRC_FRONTEND_BITS)
     }
 }
 
@@ -197,6 +311,25 @@ mod tests {
         assert_eq!(key.port.to_ne_bytes(), [0, 80]);
         assert_eq!(key.ip(), "10.96.0.10".parse::<IpAddr>().unwrap());
         assert_eq!(key.port(), 80);
+    }
+
+    #[test]
+    fn source_range_keys_put_the_frontend_before_the_prefix() {
+        let fe = SvcKey::new("198.51.100.7".parse().unwrap(), 443, IPPROTO_TCP).external();
+        let marker = SrcKey::restricted(&fe);
+        assert_eq!(marker.prefixlen, SRC_FRONTEND_BITS);
+        assert_eq!(marker.source(), None);
+        assert_eq!(marker.frontend(), fe);
+        for (net, bits) in [("203.0.113.0/24", 160 + 96 + 24), ("fd00:1::/48", 160 + 48)] {
+            let net: ipnet::IpNet = net.parse().unwrap();
+            let key = SrcKey::range(&fe, &net);
+            assert_eq!(key.prefixlen, bits);
+            assert_eq!(key.source(), Some(net));
+            assert_eq!(key.frontend(), fe);
+        }
+        // Host bits are cleared: the trie matches on the network.
+        let loose: ipnet::IpNet = "203.0.113.9/24".parse().unwrap();
+        assert_eq!(SrcKey::range(&fe, &loose).source(), Some(loose.trunc()));
     }
 
     #[test]

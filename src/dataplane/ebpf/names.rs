@@ -24,6 +24,35 @@ pub const PROGRAMS: [&str; 11] = [
     "kp_post_bind6",
 ];
 
+/// The tc programs (`bpf/kp_tc.c`, ELF section `classifier`) and where each attaches on the
+/// node's interfaces.
+pub const TC_PROGRAMS: [(&str, Direction); 2] = [
+    ("kp_tc_ingress", Direction::Ingress),
+    ("kp_tc_egress", Direction::Egress),
+];
+
+/// A tc attachment's direction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Direction {
+    Ingress,
+    Egress,
+}
+
+impl Direction {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Direction::Ingress => "ingress",
+            Direction::Egress => "egress",
+        }
+    }
+}
+
+/// The pin name (under [`links_dir`]) of a tc link: `tc_<ifindex>_<direction>`; by index, as
+/// interface names may hold a dot, which bpffs refuses.
+pub fn tc_link(ifindex: u32, direction: Direction) -> String {
+    format!("tc_{ifindex}_{}", direction.as_str())
+}
+
 /// Frontends → slot set (`struct kp_svc_key` → `struct kp_svc_val`).
 pub const MAP_SVC: &str = "kp_svc";
 /// Slot set slots → backends.
@@ -36,8 +65,21 @@ pub const MAP_AFF: &str = "kp_aff";
 pub const MAP_STATS: &str = "kp_stats";
 /// NodePort numbers, for post_bind's bind protection.
 pub const MAP_NODEPORT: &str = "kp_nodeport";
+/// Flows from outside, both directions (tc programs' connection tracking); written by them.
+pub const MAP_FLOW: &str = "kp_flow";
+/// loadBalancerSourceRanges of frontends from outside (LPM trie).
+pub const MAP_SRC: &str = "kp_src";
 /// Every map, as pinned.
-pub const MAPS: [&str; 6] = [MAP_SVC, MAP_SLOT, MAP_REV, MAP_AFF, MAP_STATS, MAP_NODEPORT];
+pub const MAPS: [&str; 8] = [
+    MAP_SVC,
+    MAP_SLOT,
+    MAP_REV,
+    MAP_AFF,
+    MAP_STATS,
+    MAP_NODEPORT,
+    MAP_FLOW,
+    MAP_SRC,
+];
 
 /// Where the proxy pins by default: a bpffs mount, mounted by the proxy when absent.
 pub const PIN_ROOT: &str = "/sys/fs/bpf/kube-proxy-rs";
@@ -53,7 +95,8 @@ pub fn pin_dir(root: &Path) -> PathBuf {
     root.join(format!("v{VERSION}"))
 }
 
-/// `<root>/v1/links`: the pinned cgroup links, one per program, named after it.
+/// `<root>/v1/links`: the pinned cgroup links, one per program, named after it, and the tc
+/// links ([`tc_link`]).
 pub fn links_dir(root: &Path) -> PathBuf {
     pin_dir(root).join("links")
 }

@@ -7,6 +7,12 @@
 //! LoadBalancer IPs, reached by a process on this node or in its pods (the only traffic the
 //! socket programs see), use the Cluster list, as the other modes short-circuit such traffic.
 //!
+//! Traffic from outside the node (NodePorts on the node's addresses, externalIPs,
+//! LoadBalancer IPs) gets frontends of its own ([`Scope::External`], read by the tc
+//! programs), balanced over the list the external traffic policy selects: `Cluster` with
+//! source NAT to the node's address, `Local` over this node's endpoints with the client's
+//! address kept. Their loadBalancerSourceRanges go with the LoadBalancer IPs' frontends.
+//!
 //! Phase 1 leaves some of the model unprogrammed; [`Plan::not_programmed`] names it per
 //! service port, so `plan` and the docs say the same.
 
@@ -19,6 +25,8 @@ use crate::cluster::{
 use crate::cluster::{NodeContext, TrafficPolicy};
 use crate::config::NodePortAddresses;
 use crate::dataplane::node::node_ports::{self, NodePortMatch};
+use crate::dataplane::node::source_ranges;
+use ipnet::IpNet;
 
 /// The desired contents of the maps, as values.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -39,14 +47,40 @@ pub struct Plan {
     pub lost: Vec<(Frontend, ServicePortName)>,
     /// NodePort numbers and transports: bind() to them fails in the node's namespace.
     pub node_port_numbers: BTreeMap<(u16, Transport), ServicePortName>,
+    /// Slot sets whose new flows from outside leave with the node's address as source
+    /// (externalTrafficPolicy Cluster).
+    pub snat: BTreeSet<SetName>,
+    /// The sources allowed to reach each LoadBalancer IP frontend from outside that has
+    /// loadBalancerSourceRanges (disjoint networks); others are dropped.
+    pub source_ranges: BTreeMap<Frontend, Vec<IpNet>>,
 }
 
-/// A Service address, port and transport the programs translate.
+/// A Service address, port and transport the programs translate, and which programs do.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Frontend {
     pub ip: IpAddr,
     pub port: u16,
     pub transport: Transport,
+    pub scope: Scope,
+}
+
+/// Which traffic a frontend or slot set is for.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Scope {
+    /// Sockets of this node's processes and pods (cgroup programs).
+    #[default]
+    Socket,
+    /// Packets arriving from outside the node (tc programs).
+    External,
+}
+
+impl Scope {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scope::Socket => "socket",
+            Scope::External => "external",
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -70,6 +104,7 @@ pub struct SetName {
     pub port: ServicePortName,
     pub family: IpFamily,
     pub list: List,
+    pub scope: Scope,
 }
 
 /// Which of the model's endpoint lists a slot set holds.
@@ -93,11 +128,6 @@ impl List {
 /// Something of a service port phase 1 does not program.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Gap {
-    /// Traffic from outside the node to NodePorts, externalIPs and LoadBalancer IPs is not
-    /// handled (no tc program yet); only this node's processes and pods are balanced.
-    FromOutside,
-    /// loadBalancerSourceRanges are not enforced.
-    SourceRanges,
     /// SCTP is not balanced by the socket programs.
     Sctp,
 }
@@ -105,10 +135,6 @@ pub enum Gap {
 impl Gap {
     pub fn as_str(self) -> &'static str {
         match self {
-            Gap::FromOutside => {
-                "NodePort/externalIP/LoadBalancer traffic from outside the node not handled yet (no tc program)"
-            }
-            Gap::SourceRanges => "loadBalancerSourceRanges not enforced in ebpf mode yet",
             Gap::Sctp => "SCTP not balanced in ebpf mode",
         }
     }
@@ -152,7 +178,7 @@ pub fn node_ports(npa: &NodePortAddresses, node: &NodeContext) -> NodePorts {
 pub fn plan(snapshot: &Snapshot, node_ports: &NodePorts) -> Plan {
     let mut out = Plan::default();
     for state in snapshot.ports.values() {
-        plan_port(state, node_ports, &mut out);
+        plan_port(state, snapshot, node_ports, &mut out);
     }
     out
 }
@@ -166,15 +192,19 @@ pub fn plan_ports<'a>(
     let mut out = Plan::default();
     for name in ports {
         if let Some(state) = snapshot.ports.get(name) {
-            plan_port(state, node_ports, &mut out);
+            plan_port(state, snapshot, node_ports, &mut out);
         }
     }
     out
 }
 
-fn plan_port(state: &ServicePortState, node_ports: &NodePorts, out: &mut Plan) {
+fn plan_port(
+    state: &ServicePortState,
+    snapshot: &Snapshot,
+    node_ports: &NodePorts,
+    out: &mut Plan,
+) {
     let port = &state.port;
-    let mut gaps = Vec::new();
     let transport = match port.name.protocol {
         Protocol::Tcp => Transport::Tcp,
         Protocol::Udp => Transport::Udp,
@@ -188,12 +218,20 @@ fn plan_port(state: &ServicePortState, node_ports: &NodePorts, out: &mut Plan) {
             TrafficPolicy::Cluster => List::Cluster,
             TrafficPolicy::Local => List::Local,
         };
-        let mut add = |ip: IpAddr, frontend_port: u16, list: List| {
+        let external = match port.external_policy {
+            TrafficPolicy::Cluster => List::Cluster,
+            TrafficPolicy::Local => List::Local,
+        };
+        let mut add = |ip: IpAddr, frontend_port: u16, list: List, scope: Scope| {
             let set = SetName {
                 port: port.name.clone(),
                 family: view.family,
                 list,
+                scope,
             };
+            if scope == Scope::External && list == List::Cluster {
+                out.snat.insert(set.clone());
+            }
             out.sets
                 .entry(set.clone())
                 .or_insert_with(|| endpoints(view, list));
@@ -207,6 +245,7 @@ fn plan_port(state: &ServicePortState, node_ports: &NodePorts, out: &mut Plan) {
                 ip,
                 port: frontend_port,
                 transport,
+                scope,
             };
             // Two Services claiming one externalIP and port: the first in snapshot order
             // keeps it, as the model's order is stable.
@@ -220,30 +259,44 @@ fn plan_port(state: &ServicePortState, node_ports: &NodePorts, out: &mut Plan) {
                 std::collections::btree_map::Entry::Occupied(_) => {}
             }
         };
-        add(view.cluster_ip, port.port, internal);
+        add(view.cluster_ip, port.port, internal, Scope::Socket);
+        // From outside (tc): the list the external policy selects.
         for &ip in view.external_ips.iter().chain(&view.load_balancer_ips) {
-            add(ip, port.port, List::Cluster);
+            add(ip, port.port, List::Cluster, Scope::Socket);
+            add(ip, port.port, external, Scope::External);
         }
         // NodePorts reached from this node or its pods: the Cluster list, as the other modes
         // short-circuit traffic of local origin whatever the external policy.
         if let Some(np) = port.node_port {
             for &ip in node_ports.get(&view.family).into_iter().flatten() {
-                add(ip, np, List::Cluster);
+                add(ip, np, List::Cluster, Scope::Socket);
+                if !ip.is_loopback() {
+                    add(ip, np, external, Scope::External);
+                }
             }
             out.node_port_numbers
                 .insert((np, transport), port.name.clone());
         }
-        if view.externally_accessible(port) {
-            gaps.push(Gap::FromOutside);
-        }
         if !view.load_balancer_source_ranges.is_empty() {
-            gaps.push(Gap::SourceRanges);
+            let allowed = source_ranges::allowed_disjoint(view, &snapshot.node);
+            for &ip in &view.load_balancer_ips {
+                let f = Frontend {
+                    ip,
+                    port: port.port,
+                    transport,
+                    scope: Scope::External,
+                };
+                // Only where this port holds the frontend (not lost to an earlier claimant).
+                if out
+                    .frontends
+                    .get(&f)
+                    .is_some_and(|set| set.port == port.name)
+                {
+                    out.source_ranges.insert(f, allowed.clone());
+                }
+            }
         }
     }
-    gaps.sort();
-    gaps.dedup();
-    out.not_programmed
-        .extend(gaps.into_iter().map(|g| (port.name.clone(), g)));
 }
 
 fn endpoints(view: &FamilyView, list: List) -> Vec<SocketAddr> {

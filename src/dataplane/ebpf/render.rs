@@ -8,16 +8,16 @@
 use std::fmt::Write as _;
 
 use super::diff::{self, Maps};
-use super::layout::{SVC_F_AFFINITY, SVC_F_DROP};
+use super::layout::{SVC_F_AFFINITY, SVC_F_DROP, SVC_F_SNAT};
 use super::names;
-use super::plan::Plan;
+use super::plan::{Plan, Scope};
 
 pub fn render(plan: &Plan) -> String {
     let maps = diff::applied(Maps::default(), &diff::diff(&Maps::default(), plan));
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "# map {} (frontend -> slot set, count, generation)",
+        "# map {} ([external] frontend -> slot set, count, generation)",
         names::MAP_SVC
     );
     // In the plan's order (address, port, transport), not the map keys' byte order.
@@ -25,10 +25,19 @@ pub fn render(plan: &Plan) -> String {
         let v = maps.svc[&diff::svc_key(f)];
         let proto = f.transport.as_str();
         let addr = std::net::SocketAddr::new(f.ip, f.port);
-        let what = match (v.count, v.flags & SVC_F_DROP != 0) {
-            (0, true) => "  # no endpoint for this traffic: connect() times out at once",
-            (0, false) => "  # no endpoints: connect() refused",
+        let external = f.scope == Scope::External;
+        let what = match (v.count, v.flags & SVC_F_DROP != 0, external) {
+            (0, true, false) => "  # no endpoint for this traffic: connect() times out at once",
+            (0, false, false) => "  # no endpoints: connect() refused",
+            (0, true, true) => "  # no endpoint for this traffic: dropped",
+            (0, false, true) => "  # no endpoints: ICMP port unreachable",
             _ => "",
+        };
+        let scope = if external { "external " } else { "" };
+        let snat = if v.flags & SVC_F_SNAT != 0 {
+            " snat"
+        } else {
+            ""
         };
         let affinity = if v.flags & SVC_F_AFFINITY != 0 {
             format!(" affinity {}s", v.affinity_timeout)
@@ -37,7 +46,7 @@ pub fn render(plan: &Plan) -> String {
         };
         let _ = writeln!(
             out,
-            "{proto} {addr} -> set {} count {} generation {}{affinity}{what}",
+            "{scope}{proto} {addr} -> set {} count {} generation {}{affinity}{snat}{what}",
             v.svc_id, v.count, v.generation
         );
     }
@@ -65,11 +74,29 @@ pub fn render(plan: &Plan) -> String {
     for (id, set) in named {
         let _ = writeln!(
             out,
-            "set {id}: {} {} {}",
+            "set {id}: {} {} {} {}",
             set.port,
             set.family,
+            set.scope.as_str(),
             set.list.as_str()
         );
+    }
+    if !plan.source_ranges.is_empty() {
+        let _ = writeln!(
+            out,
+            "# map {} (external frontend <- allowed sources; others dropped)",
+            names::MAP_SRC
+        );
+        for (f, ranges) in &plan.source_ranges {
+            let list: Vec<String> = ranges.iter().map(ToString::to_string).collect();
+            let _ = writeln!(
+                out,
+                "{} {} <- {}",
+                f.transport.as_str(),
+                std::net::SocketAddr::new(f.ip, f.port),
+                list.join(", ")
+            );
+        }
     }
     if !plan.not_programmed.is_empty() {
         let _ = writeln!(out, "# not programmed by ebpf mode (phase 1)");
@@ -87,7 +114,7 @@ mod tests {
     use crate::testing::snapshots::{node, snapshot, svc};
 
     #[test]
-    fn prints_frontends_slots_and_gaps() {
+    fn prints_frontends_slots_source_ranges_and_gaps() {
         let snap = snapshot(
             node(),
             vec![
@@ -97,6 +124,11 @@ mod tests {
                     "node-a",
                 ),
                 svc("default/none", "10.96.0.9", 80),
+                svc("default/lb", "10.96.0.8", 443)
+                    .lb("198.51.100.7")
+                    .range("203.0.113.0/24")
+                    .external_local()
+                    .ep("10.244.2.5", 8443, "node-b"),
             ],
         );
         let primary = crate::config::NodePortAddresses {
@@ -105,17 +137,26 @@ mod tests {
         };
         let text = render(&plan(&snap, &node_ports(&primary, &snap.node)));
         let want = "\
-# map kp_svc (frontend -> slot set, count, generation)
-tcp 10.0.0.11:30080 -> set 2 count 1 generation 0
-tcp 10.96.0.9:80 -> set 1 count 0 generation 0  # no endpoints: connect() refused
-tcp 10.96.0.10:80 -> set 2 count 1 generation 0
+# map kp_svc ([external] frontend -> slot set, count, generation)
+tcp 10.0.0.11:30080 -> set 4 count 1 generation 0
+external tcp 10.0.0.11:30080 -> set 5 count 1 generation 0 snat
+tcp 10.96.0.8:443 -> set 1 count 1 generation 0
+tcp 10.96.0.9:80 -> set 3 count 0 generation 0  # no endpoints: connect() refused
+tcp 10.96.0.10:80 -> set 4 count 1 generation 0
+tcp 198.51.100.7:443 -> set 1 count 1 generation 0
+external tcp 198.51.100.7:443 -> set 2 count 0 generation 0  # no endpoint for this traffic: dropped
 # map kp_slot (set, generation, slot -> backend)
-set 2 generation 0 slot 0 -> 10.244.1.5:8080
+set 1 generation 0 slot 0 -> 10.244.2.5:8443
+set 4 generation 0 slot 0 -> 10.244.1.5:8080
+set 5 generation 0 slot 0 -> 10.244.1.5:8080
 # sets
-set 1: default/none IPv4 cluster
-set 2: default/web IPv4 cluster
-# not programmed by ebpf mode (phase 1)
-default/web: NodePort/externalIP/LoadBalancer traffic from outside the node not handled yet (no tc program)
+set 1: default/lb IPv4 socket cluster
+set 2: default/lb IPv4 external local
+set 3: default/none IPv4 socket cluster
+set 4: default/web IPv4 socket cluster
+set 5: default/web IPv4 external cluster
+# map kp_src (external frontend <- allowed sources; others dropped)
+tcp 198.51.100.7:443 <- 203.0.113.0/24
 ";
         assert_eq!(text, want);
     }

@@ -22,15 +22,16 @@ use super::diff::{self, Maps};
 use super::layout::{
     AffVal, IPPROTO_TCP, IPPROTO_UDP, SVC_F_AFFINITY, SVC_F_DROP, SlotKey, SvcKey, SvcVal,
 };
-use super::plan::{Frontend, Plan, Transport};
+use super::plan::{Frontend, Plan, Scope, Transport};
 use crate::cluster::Protocol;
 
-/// What this mode does with traffic that arrives from outside the node: the socket programs
-/// run only for sockets of this node's processes and pods. The one place to change when the
-/// tc programs balance such traffic.
-pub const OUTSIDE: &str = "traffic from outside the node is not balanced by this mode yet: the \
-     socket programs see only sockets of this node's processes and pods, so the packet reaches \
-     the node's stack untranslated";
+/// What `explain` says of traffic that arrives from outside the node: the tc programs balance
+/// it (their own `kp_svc` entries, scope external, source ranges in `kp_src`, flows in
+/// `kp_flow`), and this tracer walks only the socket programs' path so far. The one place to
+/// change when it walks theirs.
+pub const OUTSIDE: &str = "traffic from outside the node is balanced by the tc programs on the \
+     node's interfaces (DNAT, SNAT for Cluster policy, source ranges); explain does not trace \
+     their path yet";
 
 /// How many slots `kp_affine` searches for a remembered backend when the set's generation
 /// changed (`KP_AFFINITY_SCAN` in `bpf/kp_maps.h`; a test reads it from there).
@@ -228,6 +229,7 @@ pub fn trace(maps: &Maps, packet: &Packet, remembered: Option<&Remembered>) -> T
         ip: packet.to.ip(),
         port: packet.to.port(),
         transport,
+        scope: Scope::Socket,
     });
     let Some(val) = maps.svc.get(&key) else {
         return Trace {

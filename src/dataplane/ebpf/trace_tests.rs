@@ -41,6 +41,7 @@ fn key(to: &str, transport: Transport) -> SvcKey {
         ip: to.ip(),
         port: to.port(),
         transport,
+        scope: Scope::Socket,
     })
 }
 
@@ -54,6 +55,7 @@ fn cluster_ip_connect_draws_one_of_the_planned_backends_at_connect_time() {
         ip: "10.96.1.10".parse().unwrap(),
         port: 80,
         transport: Transport::Tcp,
+        scope: Scope::Socket,
     }];
     let mut want = p.sets[set].clone();
     want.sort();

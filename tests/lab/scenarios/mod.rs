@@ -54,22 +54,6 @@ fn must_pass(_: Proxy) -> Expect {
     Expect::Pass
 }
 
-/// Why the eBPF mode fails a scenario that sends traffic from outside the nodes.
-pub const EBPF_NEEDS_TC: &str =
-    "traffic from outside the node needs the tc programs (issue 20, not yet built)";
-
-/// Every proxy is held to the scenario, except the eBPF mode, whose socket programs see only
-/// the node's own processes and pods: traffic from the external client reaches a node as
-/// packets ([`EBPF_NEEDS_TC`]). Expected to fail, not n/a, so it shows once tc lands.
-fn from_outside(proxy: Proxy) -> Expect {
-    match proxy {
-        Proxy::Ours {
-            mode: super::Mode::Ebpf,
-        } => Expect::Fail(EBPF_NEEDS_TC),
-        _ => Expect::Pass,
-    }
-}
-
 macro_rules! scenario {
     ($id:expr, $title:expr, $f:path) => {
         scenario!($id, $title, $f, must_pass)
@@ -105,15 +89,15 @@ pub fn all() -> Vec<Scenario> {
             4,
             "NodePort from outside and from a pod",
             external::node_ports,
-            from_outside
+            must_pass
         ),
         scenario!(
             5,
             "LoadBalancer ingress IP, ipMode VIP and Proxy",
             external::load_balancer,
-            from_outside
+            must_pass
         ),
-        scenario!(6, "externalIPs", external::external_ips, from_outside),
+        scenario!(6, "externalIPs", external::external_ips, must_pass),
         scenario!(
             7,
             "ClientIP session affinity",
@@ -124,13 +108,13 @@ pub fn all() -> Vec<Scenario> {
             8,
             "externalTrafficPolicy Cluster",
             external::etp_cluster,
-            from_outside
+            must_pass
         ),
         scenario!(
             9,
             "externalTrafficPolicy Local + health check",
             external::etp_local,
-            from_outside
+            must_pass
         ),
         scenario!(10, "internalTrafficPolicy Local", policy::itp_local),
         scenario!(11, "no endpoints: rejected at once", basic::no_endpoints),
@@ -143,7 +127,7 @@ pub fn all() -> Vec<Scenario> {
             17,
             "loadBalancerSourceRanges",
             external::source_ranges,
-            from_outside
+            must_pass
         ),
         scenario!(
             18,
@@ -167,7 +151,7 @@ pub fn all() -> Vec<Scenario> {
             21,
             "IPv6 single-stack and dual-stack",
             dual_stack::ipv6_and_dual_stack,
-            from_outside
+            must_pass
         ),
         scenario!(
             22,
@@ -244,7 +228,7 @@ pub fn all() -> Vec<Scenario> {
             23,
             "nodePortAddresses",
             flags::node_port_addresses,
-            from_outside
+            must_pass
         ),
         scenario!(
             33,

@@ -99,6 +99,15 @@ fn service(i: u64, variant: u64) -> Option<crate::testing::snapshots::Svc> {
         s = s.internal_local();
     }
     if rng.below(3) == 0 {
+        s = s.lb(&format!("198.51.100.{}", rng.below(2)));
+        if rng.below(2) == 0 {
+            s = s.range(&format!("203.0.113.{}/32", rng.below(3)));
+        }
+    }
+    if rng.below(3) == 0 {
+        s = s.external_local();
+    }
+    if rng.below(3) == 0 {
         s = s.node_port(30000 + u16::try_from(i).unwrap());
     }
     for e in 0..rng.below(4) {
@@ -144,6 +153,10 @@ fn incremental_syncs_leave_the_maps_a_full_sync_would() {
         assert_eq!(
             incremental.backend.maps.node_ports, full.backend.maps.node_ports,
             "step {step}"
+        );
+        assert_eq!(
+            incremental.backend.maps.src, full.backend.maps.src,
+            "step {step}: source ranges"
         );
         assert_eq!(
             incremental.held.as_ref().unwrap().maps,

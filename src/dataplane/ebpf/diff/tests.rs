@@ -1,7 +1,9 @@
 use std::net::SocketAddr;
 
 use super::*;
+use crate::dataplane::ebpf::layout::{SCOPE_EXTERNAL, SCOPE_SOCKET};
 use crate::dataplane::ebpf::plan::plan;
+
 use crate::testing::snapshots::{node, snapshot, svc};
 
 fn web(endpoints: &[&str]) -> Plan {
@@ -56,10 +58,28 @@ fn a_new_service_writes_slots_before_frontends() {
             _ => "del",
         })
         .collect();
-    assert_eq!(kinds, ["slot", "slot", "svc", "svc"]);
+    assert_eq!(kinds, ["slot", "slot", "slot", "slot", "svc", "svc", "svc"]);
     let maps = applied(Maps::default(), &ops);
-    let ids: BTreeSet<u32> = maps.svc.values().map(|v| v.svc_id).collect();
-    assert_eq!(ids.len(), 1, "ClusterIP and externalIP share one slot set");
+    let socket: BTreeSet<u32> = maps
+        .svc
+        .iter()
+        .filter(|(k, _)| k.scope == SCOPE_SOCKET)
+        .map(|(_, v)| v.svc_id)
+        .collect();
+    assert_eq!(
+        socket.len(),
+        1,
+        "ClusterIP and externalIP share one slot set"
+    );
+    let outside: Vec<&SvcVal> = maps
+        .svc
+        .iter()
+        .filter(|(k, _)| k.scope == SCOPE_EXTERNAL)
+        .map(|(_, v)| v)
+        .collect();
+    assert_eq!(outside.len(), 1, "the externalIP from outside");
+    assert!(!socket.contains(&outside[0].svc_id), "a set of its own");
+    assert_eq!(outside[0].flags, SVC_F_SNAT, "Cluster policy: source NAT");
 }
 
 #[test]
@@ -88,8 +108,8 @@ fn a_backend_change_never_shows_a_mix_of_old_and_new() {
         }
     }
     assert_eq!(backends_seen(&maps), BTreeSet::from([new_set]));
-    // The old generation is gone: only the new slots remain.
-    assert_eq!(maps.slots.len(), 2);
+    // The old generation is gone: only the new slots remain (of both sets).
+    assert_eq!(maps.slots.len(), 4);
 }
 
 #[test]
@@ -109,7 +129,7 @@ fn endpoints_going_to_zero_keep_the_frontend_with_no_slots() {
         &diff(&Maps::default(), &web(&["10.244.1.5:8080"])),
     );
     let maps = applied(maps.clone(), &diff(&maps, &web(&[])));
-    assert_eq!(maps.svc.len(), 2);
+    assert_eq!(maps.svc.len(), 3);
     assert!(maps.svc.values().all(|v| v.count == 0));
     assert!(maps.slots.is_empty());
 }
@@ -134,13 +154,14 @@ fn new_sets_take_ids_no_entry_uses() {
     );
     let maps = applied(first.clone(), &diff(&first, &both));
     let ids: BTreeSet<u32> = maps.svc.values().map(|v| v.svc_id).collect();
-    assert_eq!(ids.len(), 2);
-    let web_id = first.svc.values().next().unwrap().svc_id;
+    assert_eq!(ids.len(), 3, "web's two sets (socket, external) and api's");
     let cip = svc_key(&Frontend {
         ip: "10.96.0.10".parse().unwrap(),
         port: 80,
         transport: Transport::Tcp,
+        scope: Scope::Socket,
     });
+    let web_id = first.svc[&cip].svc_id;
     assert_eq!(maps.svc[&cip].svc_id, web_id, "web keeps its id");
     consistent(&maps).unwrap();
 }
@@ -155,9 +176,55 @@ fn an_affinity_change_rewrites_the_frontend_not_the_slots() {
     let ops = diff(&maps, &sticky);
     assert!(ops.iter().all(|o| matches!(o, Op::PutSvc(..))), "{ops:?}");
     let maps = applied(maps, &ops);
-    assert!(maps.svc.values().all(
-        |v| v.flags == crate::dataplane::ebpf::layout::SVC_F_AFFINITY
-            && v.affinity_timeout == 600
-            && v.generation == 0
-    ));
+    let socket = maps.svc.iter().filter(|(k, _)| k.scope == SCOPE_SOCKET);
+    assert!(socket.map(|(_, v)| v).all(|v| v.flags
+        == crate::dataplane::ebpf::layout::SVC_F_AFFINITY
+        && v.affinity_timeout == 600
+        && v.generation == 0));
+}
+
+#[test]
+fn source_ranges_restrict_a_frontend_only_once_its_ranges_are_in_and_leave_with_it() {
+    let lb = |ranges: &[&str]| {
+        let mut s =
+            svc("default/lb", "10.96.0.10", 80)
+                .lb("198.51.100.7")
+                .ep("10.244.1.5", 8080, "node-a");
+        for r in ranges {
+            s = s.range(r);
+        }
+        plan(&snapshot(node(), vec![s]), &Default::default())
+    };
+    let ops = diff(&Maps::default(), &lb(&["203.0.113.0/24", "192.0.2.0/24"]));
+    let src: Vec<u8> = ops
+        .iter()
+        .filter_map(|o| match o {
+            Op::PutSrc(k) => Some(src_value(k)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(src, [1, 1, 0], "ranges first, then the marker");
+    let first_svc = ops.iter().position(|o| matches!(o, Op::PutSvc(..)));
+    assert!(ops.iter().rposition(|o| matches!(o, Op::PutSrc(_))) < first_svc);
+    let maps = applied(Maps::default(), &ops);
+    let ranges: BTreeSet<String> = maps
+        .src
+        .iter()
+        .filter_map(|k| k.source())
+        .map(|n| n.to_string())
+        .collect();
+    assert_eq!(
+        ranges,
+        BTreeSet::from(["192.0.2.0/24".to_string(), "203.0.113.0/24".to_string()])
+    );
+    assert!(
+        maps.src
+            .iter()
+            .all(|k| k.frontend().ip().to_string() == "198.51.100.7")
+    );
+
+    // Ranges gone: the marker and the ranges go, after the frontends are written.
+    let ops = diff(&maps, &lb(&[]));
+    assert!(ops.iter().all(|o| !matches!(o, Op::PutSrc(_))));
+    assert_eq!(applied(maps, &ops).src, BTreeSet::new());
 }

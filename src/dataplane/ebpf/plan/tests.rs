@@ -10,6 +10,14 @@ fn frontend(ip: &str, port: u16, transport: Transport) -> Frontend {
         ip: ip.parse().unwrap(),
         port,
         transport,
+        scope: Scope::Socket,
+    }
+}
+
+fn external(ip: &str, port: u16, transport: Transport) -> Frontend {
+    Frontend {
+        scope: Scope::External,
+        ..frontend(ip, port, transport)
     }
 }
 
@@ -65,9 +73,17 @@ fn external_ips_share_the_cluster_set_and_local_cluster_ip_gets_its_own() {
     assert_eq!(plan.sets[cip], [addr("10.244.1.5:8080")]);
     assert_eq!(eip, lb);
     assert_eq!(plan.sets[eip].len(), 2);
-    assert_eq!(plan.sets.len(), 2);
-    let gaps: Vec<Gap> = plan.not_programmed.iter().map(|(_, g)| *g).collect();
-    assert_eq!(gaps, [Gap::FromOutside]);
+    // From outside: a set of their own, the external policy's (Cluster: source NAT).
+    let outside = &plan.frontends[&external("192.0.2.10", 80, Transport::Tcp)];
+    assert_eq!(
+        outside,
+        &plan.frontends[&external("198.51.100.7", 80, Transport::Tcp)]
+    );
+    assert_eq!(outside.scope, Scope::External);
+    assert_eq!(plan.sets[outside].len(), 2);
+    assert!(plan.snat.contains(outside) && !plan.snat.contains(eip));
+    assert_eq!(plan.sets.len(), 3);
+    assert!(plan.not_programmed.is_empty());
 }
 
 #[test]
@@ -90,7 +106,7 @@ fn what_phase_one_cannot_do_is_named_per_port() {
         .iter()
         .map(|(p, g)| (&*p.service.name, *g))
         .collect();
-    assert_eq!(gaps, [("np", Gap::FromOutside), ("sig", Gap::Sctp)]);
+    assert_eq!(gaps, [("sig", Gap::Sctp)]);
     assert_eq!(plan.affinity.values().collect::<Vec<_>>(), [&60]);
     // The ClusterIP of the NodePort Service is still balanced; SCTP gets no frontend.
     assert_eq!(plan.frontends.len(), 1);
@@ -122,6 +138,19 @@ fn node_ports_are_translated_on_the_node_port_addresses_over_the_cluster_list() 
         let set = &plan.frontends[&frontend(&ip.to_string(), 30080, Transport::Tcp)];
         assert_eq!(set.list, List::Cluster, "local origin: every endpoint");
         assert_eq!(plan.sets[set].len(), 2);
+        // From outside: this node's endpoint only, the client's address kept; never on
+        // loopback (packets from outside do not arrive there).
+        let outside = plan
+            .frontends
+            .get(&external(&ip.to_string(), 30080, Transport::Tcp));
+        if ip.is_loopback() {
+            assert_eq!(outside, None);
+        } else {
+            let outside = outside.expect("a frontend from outside");
+            assert_eq!(outside.list, List::Local);
+            assert_eq!(plan.sets[outside], [addr("10.244.1.5:8080")]);
+            assert!(!plan.snat.contains(outside));
+        }
     }
     assert_eq!(
         plan.node_port_numbers.keys().collect::<Vec<_>>(),
@@ -177,4 +206,56 @@ fn udp_and_ipv6_frontends_are_kept_apart() {
             frontend("fd00:96::10", 80, Transport::Tcp)
         ]
     );
+}
+
+#[test]
+fn from_outside_local_without_local_endpoint_drops_and_source_ranges_guard_lb_ips_only() {
+    let snap = snapshot(
+        node(),
+        vec![
+            svc("default/lb", "10.96.0.10", 80)
+                .node_port(30080)
+                .lb("198.51.100.7")
+                .range("203.0.113.0/24")
+                .range("203.0.113.128/25")
+                .external_local()
+                .ep("10.244.2.5", 8080, "node-b"),
+        ],
+    );
+    let primary = NodePortAddresses {
+        primary: true,
+        ..NodePortAddresses::default()
+    };
+    let plan = plan(&snap, &node_ports(&primary, &snap.node));
+    let lb = external("198.51.100.7", 80, Transport::Tcp);
+    let set = &plan.frontends[&lb];
+    assert!(plan.sets[set].is_empty() && plan.drop.contains(set));
+    // Folded to the outer range; NodePorts are not guarded.
+    let ranges: Vec<(Frontend, Vec<String>)> = plan
+        .source_ranges
+        .iter()
+        .map(|(f, r)| (*f, r.iter().map(ToString::to_string).collect()))
+        .collect();
+    assert_eq!(ranges, [(lb, vec!["203.0.113.0/24".to_string()])]);
+}
+
+#[test]
+fn ipv6_node_ports_are_translated_from_outside_too() {
+    let snap = snapshot(
+        node(),
+        vec![svc("default/web6", "fd00:96::10", 80).node_port(30080).ep(
+            "fd00:244:2::5",
+            8080,
+            "node-b",
+        )],
+    );
+    let primary = NodePortAddresses {
+        primary: true,
+        ..NodePortAddresses::default()
+    };
+    let plan = plan(&snap, &node_ports(&primary, &snap.node));
+    let set = &plan.frontends[&external("fd00::11", 30080, Transport::Tcp)];
+    assert_eq!(plan.sets[set], [addr("[fd00:244:2::5]:8080")]);
+    assert!(plan.snat.contains(set));
+    assert!(plan.not_programmed.is_empty());
 }

@@ -1,0 +1,561 @@
+//! eBPF mode, traffic from outside the node (root): the tc programs on the node's interfaces
+//! balance NodePorts and LoadBalancer IPs for a client in another network namespace, with
+//! real TCP and UDP.
+//!
+//! Topology, three namespaces this test creates (removed on drop, also when it fails):
+//!
+//! ```text
+//!  client            node (tc programs on ext0 and pods0)            pods
+//!  eth0 ─────────── ext0 192.168.60.1/24      pods0 (no address) ──── eth0
+//!  192.168.60.2/24       lo 10.244.1.1/32, fd00:244::1/128             10.244.1.2 (a)
+//!  192.168.60.3/24 (outside the source range)                         10.244.1.3 (b)
+//! ```
+//!
+//! The pods' interface carries no node address, as a routed pod network's veths do (the
+//! gateway address lives on the node's `lo`): replies of source-NATed flows from the pods come
+//! back over an interface that is no way in for clients.
+//!
+//! The pods answer each connection or datagram with their name and the source address they
+//! saw, so the test tells source NAT (a node address) from the client's own address. Pins go
+//! to a private bpffs (unmounted on drop: links detach, maps go); the cgroup programs attach
+//! to an empty cgroup child of this test. Nothing leaves the three namespaces.
+#![allow(
+    clippy::disallowed_methods,
+    reason = "a kernel test: it runs `ip`, writes manifests and starts threads in namespaces"
+)]
+
+#[path = "support/ebpf_host.rs"]
+mod ebpf_host;
+#[path = "support/relay_pods.rs"]
+mod relay_pods;
+
+use std::io::{BufRead as _, BufReader, ErrorKind, Write as _};
+use std::net::{IpAddr, SocketAddr, TcpStream, UdpSocket};
+use std::path::Path;
+use std::time::Duration;
+
+use ebpf_host::{BpfFs, Cgroup};
+use kube_proxy_rs::cli::load_manifests;
+use kube_proxy_rs::cluster::{Changes, Features, Snapshot};
+use kube_proxy_rs::config::NodePortAddresses;
+use kube_proxy_rs::dataplane::Dataplane as _;
+use kube_proxy_rs::dataplane::ebpf::backend::{self, Kernel, Settings};
+use kube_proxy_rs::dataplane::ebpf::stats::Stats;
+use kube_proxy_rs::dataplane::ebpf::{EbpfDataplane, names, tc};
+use kube_proxy_rs::netlink::netns::run_in;
+use relay_pods::host::NetNs;
+
+/// How long a probe waits for an answer: a dropped packet shows as a timeout. Above the first
+/// SYN retransmission (1 s): an ICMP error that arrives while `connect()` still holds the
+/// socket is only a soft error, and the retransmission's answers the call.
+const WAIT: Duration = Duration::from_secs(3);
+
+/// Builds the three namespaces and their links.
+fn wire(node: &NetNs, client: &NetNs, pods: &NetNs) {
+    node.output(
+        "ip",
+        &[
+            "link",
+            "add",
+            "ext0",
+            "type",
+            "veth",
+            "peer",
+            "name",
+            "eth0",
+            "netns",
+            &client.name,
+        ],
+    );
+    node.output(
+        "ip",
+        &[
+            "link", "add", "pods0", "type", "veth", "peer", "name", "eth0", "netns", &pods.name,
+        ],
+    );
+    for (ns, dev, addrs) in [
+        (node, "ext0", &["192.168.60.1/24", "fd00:60::1/64"][..]),
+        (node, "lo", &["10.244.1.1/32", "fd00:244::1/128"][..]),
+        (node, "pods0", &["fe80::1/64"][..]),
+        (
+            client,
+            "eth0",
+            &["192.168.60.2/24", "192.168.60.3/24", "fd00:60::2/64"][..],
+        ),
+        (
+            pods,
+            "eth0",
+            &["10.244.1.2/24", "10.244.1.3/24", "fd00:244::2/128"][..],
+        ),
+    ] {
+        for a in addrs {
+            ns.output("ip", &["addr", "add", a, "dev", dev, "nodad"]);
+        }
+        ns.output("ip", &["link", "set", dev, "up"]);
+    }
+    client.output("ip", &["route", "add", "default", "via", "192.168.60.1"]);
+    client.output(
+        "ip",
+        &["-6", "route", "add", "default", "via", "fd00:60::1"],
+    );
+    // The node reaches the pods over pods0 from its `lo` addresses; the pods reach the node
+    // by its `lo` address (IPv4: answered on any interface) or pods0's link-local one.
+    for route in [
+        "10.244.1.0/24 dev pods0 src 10.244.1.1",
+        "fd00:244::/64 dev pods0 src fd00:244::1",
+    ] {
+        let args: Vec<&str> = ["route", "add"]
+            .into_iter()
+            .chain(route.split(' '))
+            .collect();
+        node.output("ip", &args);
+    }
+    pods.output("ip", &["route", "add", "default", "via", "10.244.1.1"]);
+    pods.output(
+        "ip",
+        &[
+            "-6", "route", "add", "default", "via", "fe80::1", "dev", "eth0",
+        ],
+    );
+    node.output("sysctl", &["-qw", "net.ipv4.ip_forward=1"]);
+    node.output("sysctl", &["-qw", "net.ipv6.conf.all.forwarding=1"]);
+}
+
+/// The cluster: node-a at 192.168.60.1. NodePorts (TCP unless named): 30080 Cluster over
+/// a and b; 30081 Local over a; 30082 Local with its endpoint on node-b; 30083 no endpoints;
+/// UDP 30053 Cluster over `dns`:5353 (a or b); UDP 30084 no endpoints. LoadBalancer 203.0.113.10:80 over
+/// a and b, sources 192.168.60.2/32 only. IPv6: NodePort 30086 Cluster over a6
+/// ([fd00:244::2]:8080) on node-a's fd00:60::1; 30087 without endpoints. NodePort 30088
+/// Cluster over a and b with ClientIP affinity.
+fn manifests(dns: &str) -> String {
+    let ep = |ip: &str, node: &str| {
+        format!(
+            "  - addresses: [\"{ip}\"]\n    conditions: {{ready: true}}\n    nodeName: {node}\n"
+        )
+    };
+    let service = |name: &str, n: u8, proto: &str, port: u16, node_port: u16, spec: &str| {
+        format!(
+            "---\napiVersion: v1\nkind: Service\nmetadata: {{name: {name}, namespace: default}}\n\
+             spec:\n  type: NodePort\n  clusterIP: \"10.96.0.{n}\"\n  clusterIPs: [\"10.96.0.{n}\"]\n{spec}  \
+             ports: [{{name: p, protocol: {proto}, port: {port}, targetPort: {port}, nodePort: {node_port}}}]\n"
+        )
+    };
+    let slice = |name: &str, proto: &str, port: u16, eps: &str| {
+        format!(
+            "---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata:\n  name: {name}-1\n  \
+             namespace: default\n  labels: {{kubernetes.io/service-name: {name}}}\n\
+             addressType: IPv4\nports: [{{name: p, protocol: {proto}, port: {port}}}]\n\
+             endpoints:\n{eps}"
+        )
+    };
+    let both = [ep("10.244.1.2", "node-a"), ep("10.244.1.3", "node-a")].concat();
+    let local = "  externalTrafficPolicy: Local\n";
+    [
+        "apiVersion: v1\nkind: Node\nmetadata: {name: node-a}\n\
+         status: {addresses: [{type: InternalIP, address: 192.168.60.1}, \
+         {type: InternalIP, address: \"fd00:60::1\"}]}\n"
+            .to_string(),
+        service("web6", 17, "TCP", 8080, 30086, "").replace("\"10.96.0.17\"", "\"fd00:96::17\""),
+        slice("web6", "TCP", 8080, &ep("fd00:244::2", "node-a")).replace("IPv4", "IPv6"),
+        service("empty6", 18, "TCP", 8080, 30087, "").replace("\"10.96.0.18\"", "\"fd00:96::18\""),
+        service("cluster", 10, "TCP", 8080, 30080, ""),
+        slice("cluster", "TCP", 8080, &both),
+        service("local", 11, "TCP", 8080, 30081, local),
+        slice("local", "TCP", 8080, &ep("10.244.1.2", "node-a")),
+        service("elsewhere", 12, "TCP", 8080, 30082, local),
+        slice("elsewhere", "TCP", 8080, &ep("10.244.1.2", "node-b")),
+        service("empty", 13, "TCP", 8080, 30083, ""),
+        service("dns", 14, "UDP", 5353, 30053, ""),
+        slice("dns", "UDP", 5353, &ep(dns, "node-a")),
+        service("empty-udp", 15, "UDP", 5353, 30084, ""),
+        service(
+            "lb",
+            16,
+            "TCP",
+            8080,
+            30085,
+            "  loadBalancerSourceRanges: [192.168.60.2/32]\n",
+        )
+        .replace("type: NodePort", "type: LoadBalancer")
+        .replace("port: 8080, targetPort", "port: 80, targetPort")
+            + "status: {loadBalancer: {ingress: [{ip: 203.0.113.10}]}}\n",
+        slice("lb", "TCP", 8080, &both),
+        service("sticky", 19, "TCP", 8080, 30088, "").replace(
+            "spec:\n",
+            "spec:\n  sessionAffinity: ClientIP\n  \
+                 sessionAffinityConfig: {clientIP: {timeoutSeconds: 60}}\n",
+        ),
+        slice("sticky", "TCP", 8080, &both),
+    ]
+    .concat()
+}
+
+/// The cluster with the UDP Service's endpoint at `dns`.
+fn snapshot(dir: &Path, dns: &str) -> Snapshot {
+    std::fs::write(dir.join("cluster.yaml"), manifests(dns)).expect("write manifests");
+    let loaded = load_manifests(dir, "node-a", Features::default()).expect("manifests load");
+    assert!(loaded.warnings.is_empty(), "{:?}", loaded.warnings);
+    loaded.snapshot
+}
+
+/// The pods' servers, on a runtime on a thread inside the pods' namespace; stopped (sockets
+/// closed) on drop.
+struct Pods {
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Pods {
+    fn start(ns: &NetNs) -> Pods {
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let (ready, is_ready) = std::sync::mpsc::channel();
+        let name = ns.name.clone();
+        let thread = std::thread::spawn(move || {
+            run_in(Some(&name), || {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()?;
+                runtime.block_on(async move {
+                    tcp_pod("10.244.1.2:8080", "a").await;
+                    tcp_pod("10.244.1.3:8080", "b").await;
+                    tcp_pod("[fd00:244::2]:8080", "a6").await;
+                    udp_pod("10.244.1.2:5353", "dns-a").await;
+                    udp_pod("10.244.1.3:5353", "dns-b").await;
+                    ready.send(()).expect("test waits");
+                    let _ = stopped.await;
+                });
+                Ok(())
+            })
+            .expect("pods");
+        });
+        is_ready.recv().expect("pods listening");
+        Pods {
+            stop: Some(stop),
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for Pods {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Greets each connection with "`name` from `peer address`", then echoes lines.
+async fn tcp_pod(at: &str, name: &'static str) {
+    use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _};
+    let listener = tokio::net::TcpListener::bind(at).await.expect("bind pod");
+    tokio::spawn(async move {
+        while let Ok((stream, peer)) = listener.accept().await {
+            tokio::spawn(async move {
+                let (read, mut write) = stream.into_split();
+                write
+                    .write_all(format!("{name} from {}\n", peer.ip()).as_bytes())
+                    .await?;
+                let mut lines = tokio::io::BufReader::new(read).lines();
+                while let Some(line) = lines.next_line().await? {
+                    write.write_all(format!("{line}\n").as_bytes()).await?;
+                }
+                Ok::<_, std::io::Error>(())
+            });
+        }
+    });
+}
+
+/// Answers each datagram with "`name` from `peer address`".
+async fn udp_pod(at: &str, name: &'static str) {
+    let socket = tokio::net::UdpSocket::bind(at).await.expect("bind udp pod");
+    tokio::spawn(async move {
+        let mut buf = [0u8; 512];
+        while let Ok((_, from)) = socket.recv_from(&mut buf).await {
+            let reply = format!("{name} from {}", from.ip());
+            let _ = socket.send_to(reply.as_bytes(), from).await;
+        }
+    });
+}
+
+fn addr(s: &str) -> SocketAddr {
+    s.parse().expect("socket address")
+}
+
+/// A TCP connection from the client namespace, from `from` when given.
+fn connect(from: Option<&str>, to: SocketAddr) -> std::io::Result<TcpStream> {
+    let domain = if to.is_ipv6() {
+        socket2::Domain::IPV6
+    } else {
+        socket2::Domain::IPV4
+    };
+    let socket = socket2::Socket::new(domain, socket2::Type::STREAM, None)?;
+    if let Some(from) = from {
+        socket.bind(&SocketAddr::new(from.parse::<IpAddr>().unwrap(), 0).into())?;
+    }
+    socket.connect_timeout(&to.into(), WAIT)?;
+    let stream = TcpStream::from(socket);
+    stream.set_read_timeout(Some(WAIT))?;
+    Ok(stream)
+}
+
+/// One TCP probe: the greeting, or what went wrong.
+fn tcp(from: Option<&str>, to: &str) -> String {
+    match connect(from, addr(to)) {
+        Ok(stream) => {
+            let mut line = String::new();
+            match BufReader::new(stream).read_line(&mut line) {
+                Ok(_) => line.trim().to_owned(),
+                Err(e) => format!("read error {e}"),
+            }
+        }
+        Err(e) => outcome(&e),
+    }
+}
+
+/// One UDP probe from a new socket: the answer, or what went wrong.
+fn udp(to: &str) -> String {
+    let s = UdpSocket::bind("0.0.0.0:0").expect("bind");
+    s.set_read_timeout(Some(WAIT)).unwrap();
+    s.connect(addr(to)).expect("connect");
+    s.send(b"ping").expect("send");
+    let mut buf = [0u8; 512];
+    match s.recv(&mut buf) {
+        Ok(n) => String::from_utf8_lossy(&buf[..n]).into_owned(),
+        Err(e) => outcome(&e),
+    }
+}
+
+fn outcome(e: &std::io::Error) -> String {
+    match e.kind() {
+        ErrorKind::ConnectionRefused => "refused".to_owned(),
+        ErrorKind::TimedOut | ErrorKind::WouldBlock => "timed out".to_owned(),
+        _ => format!("error {e}"),
+    }
+}
+
+/// Runs the probes of `f` in the client's namespace.
+fn from_client<T: Send>(client: &NetNs, f: impl FnOnce() -> T + Send) -> T {
+    run_in(Some(&client.name), || Ok(f())).expect("client namespace")
+}
+
+/// Loads and attaches (again) in the node's namespace, where the interfaces are.
+fn open_on_node(node: &NetNs, settings: &Settings) -> (Kernel, Vec<String>) {
+    run_in(Some(&node.name), || {
+        let mut kernel = Kernel::open(settings).expect("load and attach");
+        let ifaces = tc::node_interfaces().expect("interfaces");
+        let names: Vec<String> = ifaces.iter().map(|i| i.name.clone()).collect();
+        assert_eq!(
+            names,
+            ["ext0", "pods0"],
+            "the interfaces with node addresses"
+        );
+        let pins = kernel.attach_external(&ifaces).expect("attach tc");
+        assert_eq!(pins.len(), 4, "{pins:?}");
+        Ok((kernel, pins))
+    })
+    .expect("node namespace")
+}
+
+/// A full sync, in the node's namespace as the proxy runs (each sync also attaches the tc
+/// programs to interfaces that gained an address).
+fn sync_on_node(node: &NetNs, dp: &mut EbpfDataplane<Kernel>, snap: &Snapshot) {
+    run_in(Some(&node.name), || {
+        dp.sync(snap, &Changes::default(), true).expect("sync");
+        Ok(())
+    })
+    .expect("node namespace");
+}
+
+#[test]
+fn node_ports_and_load_balancer_ips_reach_pods_from_outside() {
+    let cgroup = Cgroup::new();
+    let fs = BpfFs::new();
+    let settings = fs.settings(&cgroup);
+    let node = NetNs::new("kprs-tc-node");
+    let client = NetNs::new("kprs-tc-client");
+    let pods_ns = NetNs::new("kprs-tc-pods");
+    wire(&node, &client, &pods_ns);
+    let _pods = Pods::start(&pods_ns);
+    let dir = tempfile::tempdir().expect("manifest dir");
+    let snap = snapshot(dir.path(), "10.244.1.2");
+
+    let (kernel, pins) = open_on_node(&node, &settings);
+    let stats = Stats::open(&settings.pin_root).expect("counters");
+    let mut dp = EbpfDataplane::new(kernel, NodePortAddresses::default());
+    sync_on_node(&node, &mut dp, &snap);
+
+    // externalTrafficPolicy Cluster: both pods, each seeing the node's address towards the
+    // pods (source NAT, as a masquerade rule picks it), replies reach the client.
+    let cluster: Vec<String> = from_client(&client, || {
+        (0..16).map(|_| tcp(None, "192.168.60.1:30080")).collect()
+    });
+    let mut seen = cluster.clone();
+    seen.sort();
+    seen.dedup();
+    assert_eq!(
+        seen,
+        ["a from 10.244.1.1", "b from 10.244.1.1"],
+        "{cluster:?}"
+    );
+
+    // ClientIP affinity: every connection of the client to one pod.
+    let mut sticky: Vec<String> = from_client(&client, || {
+        (0..12).map(|_| tcp(None, "192.168.60.1:30088")).collect()
+    });
+    sticky.dedup();
+    assert_eq!(sticky.len(), 1, "{sticky:?}");
+    assert!(sticky[0].ends_with(" from 10.244.1.1"), "{sticky:?}");
+
+    // Local: the local pod, seeing the client's own address.
+    let local: Vec<String> = from_client(&client, || {
+        (0..4).map(|_| tcp(None, "192.168.60.1:30081")).collect()
+    });
+    assert!(
+        local.iter().all(|l| l == "a from 192.168.60.2"),
+        "{local:?}"
+    );
+
+    // UDP, Cluster: a new flow per socket, each answered through the node.
+    let dns: Vec<String> = from_client(&client, || {
+        (0..3).map(|_| udp("192.168.60.1:30053")).collect()
+    });
+    assert!(dns.iter().all(|l| l == "dns-a from 10.244.1.1"), "{dns:?}");
+
+    // IPv6: the NodePort on the node's IPv6 address reaches the pod, which sees the node's
+    // address towards it; no endpoints is refused (ICMPv6 port unreachable).
+    let v6 = from_client(&client, || {
+        [
+            tcp(None, "[fd00:60::1]:30086"),
+            tcp(None, "[fd00:60::1]:30086"),
+            tcp(None, "[fd00:60::1]:30087"),
+        ]
+    });
+    assert_eq!(
+        v6,
+        ["a6 from fd00:244::1", "a6 from fd00:244::1", "refused"]
+    );
+
+    // A UDP flow whose backend is removed moves to the new one with its next datagram (as
+    // kube-proxy's conntrack flush makes it); the client keeps its socket and port.
+    let socket = from_client(&client, || {
+        let s = UdpSocket::bind("0.0.0.0:0").expect("bind");
+        s.set_read_timeout(Some(WAIT)).unwrap();
+        s.connect(addr("192.168.60.1:30053")).expect("connect");
+        s
+    });
+    let ask = |s: &UdpSocket| {
+        s.send(b"ping").expect("send");
+        let mut buf = [0u8; 512];
+        match s.recv(&mut buf) {
+            Ok(n) => String::from_utf8_lossy(&buf[..n]).into_owned(),
+            Err(e) => outcome(&e),
+        }
+    };
+    assert_eq!(ask(&socket), "dns-a from 10.244.1.1");
+    let moved = snapshot(dir.path(), "10.244.1.3");
+    sync_on_node(&node, &mut dp, &moved);
+    assert_eq!(ask(&socket), "dns-b from 10.244.1.1");
+    sync_on_node(&node, &mut dp, &snap);
+    drop(socket);
+
+    // Local with the only endpoint on another node: dropped. No endpoints at all: refused
+    // (ICMP port unreachable), TCP and UDP.
+    let refusals = from_client(&client, || {
+        [
+            tcp(None, "192.168.60.1:30082"),
+            tcp(None, "192.168.60.1:30083"),
+            udp("192.168.60.1:30084"),
+        ]
+    });
+    assert_eq!(refusals, ["timed out", "refused", "refused"]);
+
+    // The LoadBalancer IP: from the allowed source both pods (source NAT); from the other
+    // address of the same client, dropped.
+    let lb = from_client(&client, || {
+        let allowed: Vec<String> = (0..8)
+            .map(|_| tcp(Some("192.168.60.2"), "203.0.113.10:80"))
+            .collect();
+        (allowed, tcp(Some("192.168.60.3"), "203.0.113.10:80"))
+    });
+    assert!(
+        lb.0.iter().all(|l| l.ends_with(" from 10.244.1.1")),
+        "{:?}",
+        lb.0
+    );
+    assert_eq!(lb.1, "timed out");
+
+    // An established connection keeps its backend across a restart: the flow entries are
+    // pinned, and the programs are loaded and attached again over the old links.
+    let kept = run_in(Some(&client.name), || {
+        let s = connect(None, addr("192.168.60.1:30080"))?;
+        let mut line = String::new();
+        let mut reader = BufReader::new(s.try_clone()?);
+        reader.read_line(&mut line)?;
+        Ok((s.try_clone()?, reader, line))
+    })
+    .expect("a connection");
+    let (mut stream, mut reader, greeting) = kept;
+    drop(dp);
+    let (kernel, again) = open_on_node(&node, &settings);
+    assert_eq!(again, pins, "the same links, replaced");
+    let mut dp = EbpfDataplane::new(kernel, NodePortAddresses::default());
+    sync_on_node(&node, &mut dp, &snap);
+    stream.write_all(b"still there\n").expect("write");
+    let mut echo = String::new();
+    reader.read_line(&mut echo).expect("the same pod echoes");
+    assert_eq!(echo, "still there\n", "after {greeting:?}");
+    drop((stream, reader));
+
+    // An interface that gains an address later (a pod bridge made with the first pod) gets
+    // the tc programs at the next sync.
+    node.output(
+        "ip",
+        &[
+            "link", "add", "late0", "type", "veth", "peer", "name", "late1",
+        ],
+    );
+    node.output("ip", &["addr", "add", "10.99.0.1/24", "dev", "late0"]);
+    node.output("ip", &["link", "set", "late0", "up"]);
+    sync_on_node(&node, &mut dp, &snap);
+    let tc_pins = || {
+        std::fs::read_dir(names::links_dir(&settings.pin_root))
+            .expect("links")
+            .filter(|e| {
+                let name = e.as_ref().unwrap().file_name();
+                name.to_string_lossy().starts_with("tc_")
+            })
+            .count()
+    };
+    assert_eq!(tc_pins(), 6, "ext0, pods0 and late0, ingress and egress");
+
+    // The datapath counted new flows, refusals and drops.
+    let reading = stats.read();
+    let count = |r: &str| reading.reasons.iter().find(|(n, _)| *n == r).unwrap().1;
+    // Cluster, Local, UDP, the LoadBalancer IP, the connection kept across the restart.
+    let flows = [16, 12, 4, 3, 2, 8, 1].iter().sum::<u64>();
+    assert!(count("translated") >= flows, "{reading:?}");
+    assert!(count("refused") >= 3, "{reading:?}");
+    assert!(count("affine") >= 11, "{reading:?}");
+    assert!(count("dropped") >= 2, "{reading:?}");
+
+    // --cleanup's removal detaches the tc programs: the node itself answers the NodePort
+    // (nothing listens there: refused). bpffs releases an unlinked pin after an RCU grace
+    // period, so the detach is awaited.
+    drop(dp);
+    assert!(backend::remove(&settings.pin_root).unwrap() >= names::PROGRAMS.len() + 6);
+    let after = from_client(&client, || {
+        let mut last = String::new();
+        for _ in 0..50 {
+            last = tcp(None, "192.168.60.1:30080");
+            if last == "refused" {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        last
+    });
+    assert_eq!(after, "refused");
+}
