@@ -8,7 +8,8 @@
 //! first size instead, to time `iptables-restore` by hand. After the partial syncs it times what
 //! a live `explain` reads of the kernel for one packet to the middle Service: the chains its
 //! path needs (`iptables-nft -S`, one chain at a time) against the whole `iptables-nft-save`
-//! (`IPTABLES_APPLY_EXPLAIN=0` leaves both out). Each size runs in its own namespace
+//! (`IPTABLES_APPLY_EXPLAIN=0` leaves both out; `IPTABLES_APPLY_EXPLAIN_IN=NETNS` times only
+//! those reads in a namespace the first size's dump was restored into). Each size runs in its own namespace
 //! `ipa-bench-<pid>-<n>`, deleted afterwards (also when a sync fails). Results go to
 //! docs/benchmarks.md.
 
@@ -68,6 +69,11 @@ fn main() {
             std::fs::write(path, input.text).expect("write the input");
             return;
         }
+        if let Ok(name) = std::env::var("IPTABLES_APPLY_EXPLAIN_IN") {
+            // A namespace the caller restored the dump into: only explain's reads, timed.
+            explain_reads(&name, &snap, &cluster);
+            return;
+        }
         let ns = NetNs::new("ipa-bench");
         let mut dp = IptablesDataplane::new(
             ModeConfig::default(),
@@ -97,7 +103,7 @@ fn main() {
             );
         }
         if std::env::var("IPTABLES_APPLY_EXPLAIN").as_deref() != Ok("0") {
-            explain_reads(&ns, &cluster.moved(&snap, "10.200.0.3"), &cluster);
+            explain_reads(&ns.name, &cluster.moved(&snap, "10.200.0.3"), &cluster);
         }
         if services > 5000 && std::env::var("IPTABLES_APPLY_RESTART").is_err() {
             // At this size iptables-nft-save runs minutes and then crashes (1.8.9), and the
@@ -133,7 +139,7 @@ fn main() {
 
 /// Times what a live `explain` reads for one packet to the middle Service, both ways, and
 /// checks the two readings agree (no drift either way after a sync).
-fn explain_reads(ns: &NetNs, snap: &kube_proxy_rs::cluster::Snapshot, cluster: &Synthetic) {
+fn explain_reads(ns: &str, snap: &kube_proxy_rs::cluster::Snapshot, cluster: &Synthetic) {
     let want = kube_proxy_rs::dataplane::iptables::plan(snap, &ModeConfig::default(), IpFamily::V4);
     let state = &snap.ports[&cluster.moved_port()];
     let view = state.family(IpFamily::V4).expect("IPv4");
@@ -145,7 +151,7 @@ fn explain_reads(ns: &NetNs, snap: &kube_proxy_rs::cluster::Snapshot, cluster: &
     let services = cluster.services;
     for (how, packet) in [("chains of its path", Some(&packet)), ("whole save", None)] {
         let t = Instant::now();
-        let read = saved::read_iptables(Some(&ns.name), IpFamily::V4, &want, packet)
+        let read = saved::read_iptables(Some(ns), IpFamily::V4, &want, packet)
             .expect("explain reads the kernel");
         println!(
             "{services} x {}: explain's kernel read ({how}) {:.0} ms, drift {:?}",

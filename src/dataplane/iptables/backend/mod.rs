@@ -160,14 +160,12 @@ impl IptablesCommand {
     /// when only `detect` can tell. For `explain`, which reads nft's chains one by one.
     pub fn nft_for_sure(prefix: &[String]) -> Option<bool> {
         let launcher = Launcher::with_prefix(prefix.to_vec());
-        let save = |f: Flavour, table: Option<&str>| -> String {
+        let save = |f: Flavour| -> String {
             IpFamily::ALL
                 .map(|family| {
-                    let mut cmd = launcher.command(&f.tool(family, "-save"));
-                    if let Some(t) = table {
-                        cmd.args(["-t", t]);
-                    }
-                    cmd.stdin(Stdio::null())
+                    launcher
+                        .command(&f.tool(family, "-save"))
+                        .stdin(Stdio::null())
                         .stderr(Stdio::null())
                         .output()
                         .ok()
@@ -177,9 +175,21 @@ impl IptablesCommand {
                 })
                 .concat()
         };
-        let nft_mangle = save(Flavour::Nft, Some("mangle"));
-        let legacy = save(Flavour::Legacy, None);
-        flavour::nft_for_sure(&nft_mangle, &legacy).then_some(true)
+        // The kubelet keeps its markers in mangle; `-S` of one chain reads that chain only.
+        let nft_marker = IpFamily::ALL.iter().any(|&family| {
+            flavour::MARKERS.iter().any(|marker| {
+                launcher
+                    .command(&Flavour::Nft.tool(family, ""))
+                    .args(["-w", LOCK_WAIT_SECONDS, "-t", "mangle", "-S", marker])
+                    .stdin(Stdio::null())
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .status()
+                    .is_ok_and(|s| s.success())
+            })
+        });
+        let legacy = save(Flavour::Legacy);
+        flavour::nft_for_sure(nft_marker, &legacy).then_some(true)
     }
 
     /// `-S CHAIN` of one chain: its policy or declaration line, then its rules as `-A` lines;
