@@ -28,7 +28,7 @@ use kube_proxy_rs::config::{self, Config, Flags};
 use kube_proxy_rs::dataplane::Dataplane as _;
 use kube_proxy_rs::dataplane::ebpf::backend::Kernel;
 use kube_proxy_rs::dataplane::ebpf::layout::{Backend, IPPROTO_TCP, SlotKey, SvcKey, SvcVal};
-use kube_proxy_rs::dataplane::ebpf::{EbpfDataplane, names, trace};
+use kube_proxy_rs::dataplane::ebpf::{EbpfDataplane, names};
 use relay_pods::host::NetNs;
 
 /// node-a (192.168.50.1): `web` (10.96.0.10:80, NodePort 30080, two endpoints), `empty`
@@ -238,9 +238,17 @@ fn live_maps_explain_services_and_entries_removed_by_hand_show_as_drift() {
         outside.service_port.as_ref().map(|s| s.frontend),
         Some("NodePort")
     );
-    assert_eq!(outside.outcome.verdict, Verdict::Untouched);
+    // From outside the tc programs' entry: both endpoints, the source rewritten to the
+    // node's address (externalTrafficPolicy Cluster).
+    assert_eq!(outside.hooks, ["tc ingress"]);
+    assert_eq!(outside.outcome.verdict, Verdict::Forwarded);
+    assert_eq!(outside.outcome.masquerade, Some(true));
+    assert_eq!(outside.outcome.endpoints.len(), 2);
     assert!(
-        outside.reasons.iter().any(|r| r == trace::OUTSIDE),
+        outside
+            .reasons
+            .iter()
+            .any(|r| r.contains("kp_svc entry of scope external for TCP 192.168.50.1:30080")),
         "{:?}",
         outside.reasons
     );
@@ -306,6 +314,9 @@ fn live_maps_explain_services_and_entries_removed_by_hand_show_as_drift() {
     slots.remove(&slot).expect("remove the slot");
     svc.remove(&SvcKey::new("10.96.0.12".parse().unwrap(), 80, IPPROTO_TCP))
         .expect("remove empty's entry");
+    let node_port = SvcKey::new("192.168.50.1".parse().unwrap(), 30080, IPPROTO_TCP).external();
+    svc.remove(&node_port)
+        .expect("remove the NodePort's entry from outside");
 
     let web = ask(&cfg, &snap, "10.96.0.10:80", "node");
     assert_eq!(web.outcome.verdict, Verdict::Mixed);
@@ -336,6 +347,16 @@ fn live_maps_explain_services_and_entries_removed_by_hand_show_as_drift() {
     );
     let empty = ask(&cfg, &snap, "10.96.0.12:80", "pod");
     assert_eq!(empty.outcome.verdict, Verdict::Untouched);
+    let outside = ask(&cfg, &snap, "192.168.50.1:30080", "outside");
+    assert_eq!(outside.outcome.verdict, Verdict::Untouched);
+    assert!(
+        outside.drift.iter().any(|d| d.contains(
+            "kp_svc has no entry for TCP 192.168.50.1:30080 from outside (default/web:http): \
+             packets from outside to it go to the node's stack untranslated"
+        )),
+        "{:?}",
+        outside.drift
+    );
 
     let (s, text) = status_text(&cfg, &snap);
     println!("$ kube-proxy-rs status\n{text}");

@@ -35,9 +35,10 @@ use std::path::Path;
 use std::time::Duration;
 
 use ebpf_host::{BpfFs, Cgroup};
+use kube_proxy_rs::cli::explain::{Explanation, Request, Verdict, live, render};
 use kube_proxy_rs::cli::load_manifests;
 use kube_proxy_rs::cluster::{Changes, Features, Snapshot};
-use kube_proxy_rs::config::NodePortAddresses;
+use kube_proxy_rs::config::{self, Config, Flags, NodePortAddresses};
 use kube_proxy_rs::dataplane::Dataplane as _;
 use kube_proxy_rs::dataplane::ebpf::backend::{self, Kernel, Settings};
 use kube_proxy_rs::dataplane::ebpf::stats::Stats;
@@ -359,6 +360,38 @@ fn open_on_node(node: &NetNs, settings: &Settings) -> (Kernel, Vec<String>) {
     .expect("node namespace")
 }
 
+/// The configuration `explain` runs with beside this test's proxy.
+fn explain_config(pin_root: &Path) -> Config {
+    let flags = Flags {
+        proxy_mode: Some("ebpf".to_owned()),
+        hostname_override: Some("node-a".to_owned()),
+        bpf_pin_root: Some(pin_root.to_path_buf()),
+        ..Flags::default()
+    };
+    config::resolve(&flags, None).expect("flags resolve").config
+}
+
+/// `explain --to TO --from FROM` on this node, over the pinned maps (printed, as the docs
+/// quote it).
+fn explain(cfg: &Config, snap: &Snapshot, to: &str, from: &str) -> Explanation {
+    let request = Request::parse(to, Some(from), None).expect("a request");
+    let e = live::explain_on_node(cfg, snap, &request, false).expect("explained");
+    println!(
+        "$ kube-proxy-rs explain --to {to} --from {from}\n{}",
+        render::text(&e)
+    );
+    e
+}
+
+/// The endpoints an explanation reaches.
+fn reached(e: &Explanation) -> Vec<String> {
+    e.outcome
+        .endpoints
+        .iter()
+        .map(|s| s.endpoint.to_string())
+        .collect()
+}
+
 /// A full sync, in the node's namespace as the proxy runs (each sync also attaches the tc
 /// programs to interfaces that gained an address).
 fn sync_on_node(node: &NetNs, dp: &mut EbpfDataplane<Kernel>, snap: &Snapshot) {
@@ -408,6 +441,21 @@ fn node_ports_and_load_balancer_ips_reach_pods_from_outside() {
     sticky.dedup();
     assert_eq!(sticky.len(), 1, "{sticky:?}");
     assert!(sticky[0].ends_with(" from 10.244.1.1"), "{sticky:?}");
+    // explain, over the live maps, finds the client's kp_aff entry by its address and names
+    // the pod its connections reached.
+    let cfg = explain_config(&settings.pin_root);
+    let remembered = if sticky[0].starts_with("a ") {
+        "10.244.1.2:8080"
+    } else {
+        "10.244.1.3:8080"
+    };
+    let e = explain(&cfg, &snap, "192.168.60.1:30088", "192.168.60.2");
+    assert_eq!(e.hooks, ["tc ingress"]);
+    assert_eq!(reached(&e), [remembered]);
+    assert_eq!(e.affinity.as_ref().and_then(|a| a.entry), Some(true));
+    let e = explain(&cfg, &snap, "192.168.60.1:30088", "192.168.60.3");
+    assert_eq!(reached(&e).len(), 2, "another client has no entry");
+    assert_eq!(e.affinity.as_ref().and_then(|a| a.entry), Some(false));
 
     // Local: the local pod, seeing the client's own address.
     let local: Vec<String> = from_client(&client, || {
@@ -486,6 +534,44 @@ fn node_ports_and_load_balancer_ips_reach_pods_from_outside() {
         lb.0
     );
     assert_eq!(lb.1, "timed out");
+
+    // What explain says of the same packets, over the live maps: what they met.
+    let outcome = |to: &str, from: &str| {
+        let e = explain(&cfg, &snap, to, from);
+        assert!(e.drift.is_empty(), "{:?}", e.drift);
+        (e.outcome.verdict, e.outcome.masquerade, reached(&e))
+    };
+    let both = vec!["10.244.1.2:8080".to_string(), "10.244.1.3:8080".to_string()];
+    let client_ip = "192.168.60.2";
+    assert_eq!(
+        outcome("192.168.60.1:30080", client_ip),
+        (Verdict::Forwarded, Some(true), both.clone())
+    );
+    assert_eq!(
+        outcome("192.168.60.1:30081", client_ip),
+        (
+            Verdict::Forwarded,
+            Some(false),
+            vec!["10.244.1.2:8080".to_string()]
+        )
+    );
+    assert_eq!(outcome("192.168.60.1:30082", client_ip).0, Verdict::Dropped);
+    assert_eq!(
+        outcome("192.168.60.1:30083", client_ip).0,
+        Verdict::Rejected
+    );
+    assert_eq!(
+        outcome("[fd00:60::1]:30087", "fd00:60::2").0,
+        Verdict::Rejected
+    );
+    assert_eq!(
+        outcome("203.0.113.10:80", client_ip),
+        (Verdict::Forwarded, Some(true), both)
+    );
+    assert_eq!(
+        outcome("203.0.113.10:80", "192.168.60.3").0,
+        Verdict::Dropped
+    );
 
     // An established connection keeps its backend across a restart: the flow entries are
     // pinned, and the programs are loaded and attached again over the old links.

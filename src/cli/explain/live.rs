@@ -81,6 +81,8 @@ pub struct Read {
     relay: Option<RelayPorts>,
     /// eBPF mode: the pinned maps (empty when none are pinned).
     maps: Option<ebpf::diff::Maps>,
+    /// eBPF mode: the tc programs' `kp_aff` entry for the client from outside, if any.
+    remembered: Option<ebpf::trace::Remembered>,
     /// Missing, extra or different objects, one line each, or the repair script's first lines.
     pub drift: Vec<String>,
     /// IPVS mode: destinations at weight 0 the plan no longer has (graceful termination).
@@ -91,7 +93,10 @@ impl Read {
     /// The rules read, for the tracer.
     pub fn rules(&self) -> Rules<'_> {
         if let Some(maps) = &self.maps {
-            return Rules::Ebpf(maps);
+            return Rules::Ebpf {
+                maps,
+                remembered: self.remembered.as_ref(),
+            };
         }
         if let Some(chains) = &self.chains {
             return Rules::Iptables(chains);
@@ -137,6 +142,7 @@ pub fn read_family(
             chains: None,
             relay: None,
             maps: Some(read.unwrap_or_default()),
+            remembered: None,
             drift,
             draining: Vec::new(),
         });
@@ -164,12 +170,13 @@ pub fn read_family(
             chains: None,
             relay: Some(relay),
             maps: None,
+            remembered: None,
             drift,
             draining: Vec::new(),
         });
     }
     match planned.rules(family) {
-        Rules::Userspace { .. } | Rules::Ebpf(_) => unreachable!("read above"),
+        Rules::Userspace { .. } | Rules::Ebpf { .. } => unreachable!("read above"),
         Rules::Iptables(want) => {
             let read = saved::read_iptables(None, family, want, packet)?;
             Ok(Read {
@@ -178,6 +185,7 @@ pub fn read_family(
                 services: None,
                 relay: None,
                 maps: None,
+                remembered: None,
                 chains: Some(
                     read.rules
                         .unwrap_or_else(|| iptables::Ruleset::empty(family)),
@@ -196,6 +204,7 @@ pub fn read_family(
                 chains: None,
                 relay: None,
                 maps: None,
+                remembered: None,
                 drift,
                 draining: Vec::new(),
             })
@@ -212,6 +221,7 @@ pub fn read_family(
                 chains: None,
                 relay: None,
                 maps: None,
+                remembered: None,
                 drift,
                 draining: ipvs.draining,
             })
@@ -278,7 +288,7 @@ pub fn explain_on_node(
                 let why = affinity::reason(e.packet.source, remembered, a.timeout_seconds);
                 e.reasons.push(why);
             }
-            if let Some(maps) = &read.maps {
+            if let Some(maps) = read.maps.as_ref().filter(|_| e.packet.origin != "outside") {
                 match pinned::affinity(config, maps, request) {
                     Ok(lines) => e.reasons.extend(lines),
                     Err(why) => unread.push(format!("affinity entries not read: {why}")),
@@ -333,10 +343,35 @@ fn remember(
     read: &mut Read,
 ) -> Result<(Option<Vec<SocketAddr>>, Vec<SocketAddr>), String> {
     let family = IpFamily::of(&request.to.ip());
-    if read.maps.is_some() {
-        // eBPF mode keys its entries by network namespace, not address: they are listed
-        // beside the trace ([`pinned::affinity`]), not matched to the client.
-        return Ok((None, Vec::new()));
+    if let Some(maps) = &read.maps {
+        // The socket programs key their entries by network namespace, not address: they are
+        // listed beside the trace ([`pinned::affinity`]), not matched to the client. The tc
+        // programs key a client from outside by its address: its entry goes to the tracer.
+        let source = super::source::Source::resolve(snapshot, node, request, family)
+            .map_err(|e| e.to_string())?;
+        if source.origin != super::source::Origin::Outside {
+            return Ok((None, Vec::new()));
+        }
+        let pin_root = crate::cli::run::ebpf_pin_root(config);
+        let Some(entry) = pinned::client_entry(maps, &pin_root, request, source.address)? else {
+            return Ok((None, Vec::new()));
+        };
+        // Told as remembered only where the program would follow it (within the timeout,
+        // its backend still in the set).
+        let packet = ebpf::trace::Packet {
+            protocol: request.protocol,
+            to: request.to,
+            outside: Some(source.address),
+        };
+        let followed = match ebpf::trace::trace(maps, &packet, entry.as_ref()).fate {
+            ebpf::trace::Fate::Translated {
+                remembered: Some(b),
+                ..
+            } => vec![b],
+            _ => Vec::new(),
+        };
+        read.remembered = entry;
+        return Ok((Some(followed), Vec::new()));
     }
     if read.relay.is_some() {
         // The relay keeps its ClientIP affinity in its own memory, which no reader sees.

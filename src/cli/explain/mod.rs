@@ -32,6 +32,7 @@ pub mod scoped;
 mod socket_lb;
 pub mod sockets;
 mod source;
+mod tc_lb;
 
 use std::net::{IpAddr, SocketAddr};
 
@@ -43,7 +44,7 @@ use crate::dataplane::node::NodePolicy;
 use crate::dataplane::{ebpf, iptables, ipvs, nftables, userspace};
 use outcome::walk;
 use reasons::{masquerade_reasons, not_a_frontend, reasons, relay_reasons};
-use source::Source;
+use source::{Origin, Source};
 
 pub use planned::Planned;
 pub use request::{From, Request};
@@ -63,8 +64,13 @@ pub enum Rules<'a> {
         tables: &'a nftables::Ruleset,
         relay: &'a userspace::trace::RelayPorts,
     },
-    /// The eBPF mode's maps (both families share them), planned or read from the pins.
-    Ebpf(&'a ebpf::diff::Maps),
+    /// The eBPF mode's maps (both families share them), planned or read from the pins, and
+    /// the `kp_aff` entry the tc programs keep for the packet's client from outside, when one
+    /// was read (the socket programs' entries are a namespace's, listed beside the trace).
+    Ebpf {
+        maps: &'a ebpf::diff::Maps,
+        remembered: Option<&'a ebpf::trace::Remembered>,
+    },
 }
 
 impl Rules<'_> {
@@ -75,7 +81,7 @@ impl Rules<'_> {
             Rules::Iptables(_) => "iptables",
             Rules::Ipvs { .. } => "ipvs",
             Rules::Userspace { .. } => "userspace",
-            Rules::Ebpf(_) => ebpf::apply::MODE,
+            Rules::Ebpf { .. } => ebpf::apply::MODE,
         }
     }
 }
@@ -101,7 +107,8 @@ pub struct Explanation {
     pub service_port: Option<ServicePortMatch>,
     pub outcome: Outcome,
     /// eBPF mode: the cgroup programs that run for the call (`connect4`, `sendmsg4`, ...),
-    /// where the Service is translated once per socket; empty in the other modes.
+    /// where the Service is translated once per socket, or `tc ingress` for a packet from
+    /// outside the node; empty in the other modes.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub hooks: Vec<&'static str>,
     /// Why it ends that way, and why it is (not) masqueraded, in order.
@@ -232,10 +239,15 @@ pub fn explain(
         None => (None, None, None, not_a_frontend(snapshot, request, family)),
     };
     let mut hooks = Vec::new();
-    if let Rules::Ebpf(maps) = rules {
-        let t = socket_lb::trace(maps, request, &source);
+    if let Rules::Ebpf { maps, remembered } = rules {
+        let t = socket_lb::trace(maps, remembered, request, &source);
         hooks = t.hooks.iter().map(|h| h.as_str()).collect();
-        reasons.splice(0..0, socket_lb::reasons(&t, request, &found));
+        let mine = if source.origin == Origin::Outside {
+            tc_lb::reasons(&t, request, &source)
+        } else {
+            socket_lb::reasons(&t, request, &found)
+        };
+        reasons.splice(0..0, mine);
     } else if matches!(rules, Rules::Userspace { .. }) {
         reasons.extend(relay_reasons(&outcome));
     } else {

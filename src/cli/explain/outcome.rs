@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 
 use super::source::Source;
 use super::{Outcome, Request, Rules, Share, Verdict};
-use crate::dataplane::ebpf::trace::Fate;
+use crate::dataplane::ebpf::trace::{Fate, Hook};
 use crate::dataplane::{iptables, ipvs, nftables, userspace};
 
 /// Walks the packet through the rules with the mode's tracer.
@@ -22,15 +22,18 @@ pub(super) fn walk(rules: Rules<'_>, request: &Request, source: &Source) -> Outc
         },
     };
     match rules {
-        Rules::Ebpf(maps) => {
-            let t = super::socket_lb::trace(maps, request, source);
+        Rules::Ebpf { maps, remembered } => {
+            let t = super::socket_lb::trace(maps, remembered, request, source);
             let verdict = match &t.fate {
                 Fate::Translated { .. } if t.has_missing_slots() => Verdict::Mixed,
                 Fate::Translated { .. } => Verdict::Forwarded,
                 Fate::Refused => Verdict::Rejected,
-                Fate::TimedOut => Verdict::Dropped,
+                Fate::TimedOut | Fate::Dropped(_) => Verdict::Dropped,
                 Fate::Untouched | Fate::NotSeen(_) => Verdict::Untouched,
             };
+            // A socket is the backend's: no packet is rewritten. From outside the tc
+            // program rewrites the source to the node's when the entry says so.
+            let snat = t.hooks.contains(&Hook::TcIngress) && t.entry.is_some_and(|e| e.snat);
             Outcome {
                 verdict,
                 endpoints: t
@@ -38,8 +41,7 @@ pub(super) fn walk(rules: Rules<'_>, request: &Request, source: &Source) -> Outc
                     .into_iter()
                     .map(|(endpoint, share)| Share { endpoint, share })
                     .collect(),
-                // The socket itself is the backend's: no packet is rewritten, either way.
-                masquerade: Some(false),
+                masquerade: Some(snat),
             }
         }
         Rules::Nftables(r) => {

@@ -1,7 +1,9 @@
 //! What `explain` and `status` read of the eBPF mode's pinned maps: the maps themselves,
 //! through the reader the applier adopts them with, how they differ from the plan, and the
-//! ClientIP affinity entries the programs wrote.
+//! ClientIP affinity entries the programs wrote (a namespace's for the socket programs, a
+//! client address's for the tc programs).
 
+use std::net::IpAddr;
 use std::path::Path;
 
 use super::{Request, recent};
@@ -99,6 +101,45 @@ pub(super) fn affinity(
             super::socket_lb::remembered_line(backend, age, val.affinity_timeout)
         })
         .collect())
+}
+
+/// eBPF mode: the tc programs' `kp_aff` entry for `client` from outside at the destination's
+/// external frontend. `Ok(None)`: the frontend has no ClientIP affinity (or no entry of scope
+/// external); `Ok(Some(None))`: it has, and the client no entry.
+pub(super) fn client_entry(
+    maps: &ebpf::diff::Maps,
+    pin_root: &Path,
+    request: &Request,
+    client: IpAddr,
+) -> Result<Option<Option<ebpf::trace::Remembered>>, String> {
+    let Some(transport) = transport(request.protocol) else {
+        return Ok(None);
+    };
+    let key = ebpf::diff::svc_key(&ebpf::plan::Frontend {
+        ip: request.to.ip(),
+        port: request.to.port(),
+        transport,
+        scope: ebpf::plan::Scope::External,
+    });
+    let Some(val) = maps.svc.get(&key) else {
+        return Ok(None);
+    };
+    if val.flags & ebpf::layout::SVC_F_AFFINITY == 0 {
+        return Ok(None);
+    }
+    let cookie = ebpf::trace::client_key(client);
+    let entries = ebpf::backend::read_affinity(pin_root, val.svc_id)
+        .map_err(|e| crate::causes::one_line(&e))?;
+    let Some((_, entry)) = entries.into_iter().find(|(k, _)| k.netns_cookie == cookie) else {
+        return Ok(Some(None));
+    };
+    let now_ns = recent::read_monotonic_ns().ok_or_else(|| {
+        format!(
+            "the kernel's clock is not readable in {}",
+            recent::TIMER_LIST
+        )
+    })?;
+    Ok(Some(Some(ebpf::trace::Remembered { entry, now_ns })))
 }
 
 fn transport(p: crate::cluster::Protocol) -> Option<ebpf::plan::Transport> {

@@ -136,7 +136,10 @@ impl Planned {
                 tables: &tables[i],
                 relay: &relay[i],
             },
-            Planned::Ebpf { maps, .. } => Rules::Ebpf(maps),
+            Planned::Ebpf { maps, .. } => Rules::Ebpf {
+                maps,
+                remembered: None,
+            },
         }
     }
 }

@@ -6,6 +6,7 @@
 use std::fmt::Write as _;
 
 use super::{Explanation, Verdict};
+use crate::dataplane::ebpf::trace::Hook;
 
 /// Columns the text form stays within.
 pub const WIDTH: usize = 100;
@@ -58,7 +59,14 @@ pub fn text(e: &Explanation) -> String {
         ),
         None => line(&mut out, "service port: none"),
     }
-    if !e.hooks.is_empty() {
+    let tc = e.hooks == [Hook::TcIngress.as_str()];
+    if tc {
+        line(
+            &mut out,
+            "hook: tc ingress on the node's interfaces (a new flow's first packet picks the \
+             backend; its later packets and replies are rewritten from kp_flow)",
+        );
+    } else if !e.hooks.is_empty() {
         line(
             &mut out,
             &format!(
@@ -74,7 +82,7 @@ pub fn text(e: &Explanation) -> String {
         Verdict::Untouched => "not rewritten by our rules",
         Verdict::Rejected => "REJECTED (refused at once)",
         // Socket load balancing fails the call itself, at once.
-        Verdict::Dropped if !e.hooks.is_empty() => {
+        Verdict::Dropped if !e.hooks.is_empty() && !tc => {
             "DROPPED (the socket call fails at once with ETIMEDOUT, as after a dropped SYN)"
         }
         Verdict::Dropped => "DROPPED (the client times out)",

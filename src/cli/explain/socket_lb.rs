@@ -1,6 +1,7 @@
 //! The eBPF mode's part of an answer: the request walked through the maps by the mode's
 //! tracer, and why it ends so, in the words of socket load balancing (a backend given once,
-//! when the socket connects; errors a client sees at once).
+//! when the socket connects; errors a client sees at once). A packet from outside the node
+//! takes the tc programs' path instead, told by [`super::tc_lb`].
 
 use std::net::SocketAddr;
 
@@ -8,17 +9,24 @@ use super::source::{Origin, Source};
 use super::{Frontend, Request};
 use crate::cluster::ServicePortState;
 use crate::dataplane::ebpf::diff::Maps;
-use crate::dataplane::ebpf::trace::{self, Fate, Packet, Trace, Unseen};
+use crate::dataplane::ebpf::trace::{self, Fate, Packet, Remembered, Trace, Unseen};
 
-/// The tracer's walk of `request` from `source` over `maps` (a client's affinity entry is
-/// not known here: the live reading lists the Service's entries instead).
-pub(super) fn trace(maps: &Maps, request: &Request, source: &Source) -> Trace {
+/// The tracer's walk of `request` from `source` over `maps`. `remembered` is the tc programs'
+/// `kp_aff` entry for a client from outside, when the live reading found one; a socket's
+/// entry is a network namespace's, not known here (the live reading lists the Service's).
+pub(super) fn trace(
+    maps: &Maps,
+    remembered: Option<&Remembered>,
+    request: &Request,
+    source: &Source,
+) -> Trace {
+    let outside = source.origin == Origin::Outside;
     let packet = Packet {
         protocol: request.protocol,
         to: request.to,
-        from_outside: source.origin == Origin::Outside,
+        outside: outside.then_some(source.address),
     };
-    trace::trace(maps, &packet, None)
+    trace::trace(maps, &packet, remembered.filter(|_| outside))
 }
 
 /// Why the call ends as `t` says, first among the reasons.
@@ -44,7 +52,6 @@ pub(super) fn reasons(
     });
     let when: Vec<&str> = t.hooks.iter().map(|h| h.when()).collect();
     match &t.fate {
-        Fate::NotSeen(Unseen::Outside) => out.push(trace::OUTSIDE.to_string()),
         Fate::NotSeen(Unseen::Protocol) => out.push(format!(
             "the socket programs balance TCP and UDP only: {frontend} is not translated in this \
              mode"
@@ -57,6 +64,8 @@ pub(super) fn reasons(
             entry.unwrap_or_default(),
             when.join(" and ")
         )),
+        // The tc programs' fates: told by `tc_lb`.
+        Fate::Dropped(_) => {}
         Fate::TimedOut => out.push(format!(
             "{} and the drop flag: endpoints exist but none for this traffic, so {} fails at \
              once with ETIMEDOUT (where kube-proxy drops, a client times out)",

@@ -170,8 +170,10 @@ const SOURCE_REASONS: [&str; 4] = [
 ];
 
 /// What `c` must show in the mode of `e`: the table's, except that userspace mode relays
-/// (the node's address, one reason for every source), and that the eBPF mode rewrites nothing
-/// (one reason for every source) and does not balance traffic from outside the node yet.
+/// (the node's address, one reason for every source), and that the eBPF mode's socket
+/// programs rewrite nothing (one reason for every source). From outside the node the eBPF
+/// mode's tc programs answer as the table says, for the frontends they have: a ClusterIP
+/// reached from outside is not theirs, and goes on to the node's stack.
 fn in_mode(c: &Case, e: &Explanation) -> Case {
     let forwarded = c.verdict == Verdict::Forwarded;
     let about_source = SOURCE_REASONS.iter().any(|r| c.reason.contains(r));
@@ -185,13 +187,21 @@ fn in_mode(c: &Case, e: &Explanation) -> Case {
             },
             ..*c
         },
-        "ebpf" if e.packet.origin == "outside" => Case {
-            verdict: Verdict::Untouched,
-            endpoints: &[],
-            masquerade: None,
-            reason: crate::dataplane::ebpf::trace::OUTSIDE,
-            ..*c
-        },
+        "ebpf"
+            if e.packet.origin == "outside"
+                && e.service_port
+                    .as_ref()
+                    .is_some_and(|s| s.frontend == "ClusterIP") =>
+        {
+            Case {
+                verdict: Verdict::Untouched,
+                endpoints: &[],
+                masquerade: None,
+                reason: "no kp_svc entry of scope external",
+                ..*c
+            }
+        }
+        "ebpf" if e.packet.origin == "outside" => Case { ..*c },
         "ebpf" if forwarded => Case {
             masquerade: Some(false),
             reason: if about_source {
@@ -294,6 +304,48 @@ fn ebpf_mode_names_the_hook_and_says_when_the_backend_is_chosen() {
         e.reasons
             .iter()
             .any(|r| r.contains("fails at once with ECONNREFUSED")),
+        "{}",
+        text(&e)
+    );
+}
+
+#[test]
+fn ebpf_mode_traces_traffic_from_outside_through_the_tc_programs() {
+    let ebpf = modes().pop().unwrap();
+    let e = ask(&ebpf, "10.0.0.11:30080", Some("outside"));
+    assert_eq!(e.hooks, ["tc ingress"]);
+    let t = text(&e);
+    assert!(
+        t.contains("hook: tc ingress on the node's interfaces"),
+        "{t}"
+    );
+    assert!(
+        t.contains("outcome: forwarded to an endpoint, masqueraded"),
+        "{t}"
+    );
+    assert!(
+        e.reasons
+            .iter()
+            .any(|r| r.contains("kp_svc entry of scope external for TCP 10.0.0.11:30080")),
+        "{t}"
+    );
+    // Local policy: the client's address is kept, only this node's endpoint.
+    let e = ask(&ebpf, "10.0.0.11:30082", Some("outside"));
+    assert_eq!(e.outcome.masquerade, Some(false), "{}", text(&e));
+    assert_eq!(e.outcome.endpoints.len(), 1, "{}", text(&e));
+    // The LoadBalancer IP's source ranges, from kp_src, in and out.
+    let e = ask(&ebpf, "192.0.2.40:443", Some("198.51.100.9"));
+    assert!(
+        e.reasons.iter().any(|r| r
+            == "kp_src restricts TCP 192.0.2.40:443 to its loadBalancerSourceRanges \
+                (198.51.100.0/24), checked first: 198.51.100.9 is in one of them"),
+        "{}",
+        text(&e)
+    );
+    let e = ask(&ebpf, "192.0.2.40:443", Some("203.0.113.9"));
+    assert_eq!(e.outcome.verdict, Verdict::Dropped, "{}", text(&e));
+    assert!(
+        text(&e).contains("DROPPED (the client times out)"),
         "{}",
         text(&e)
     );

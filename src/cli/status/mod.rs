@@ -229,7 +229,7 @@ fn port_status(inputs: &Inputs<'_>, state: &ServicePortState) -> PortStatus {
     // Socket load balancing (ebpf mode) acts for this node's own sockets only: its external
     // frontends are traced from the node, where they are programmed.
     let external_from = || match inputs.planned[0] {
-        Rules::Ebpf(_) => From::Node,
+        Rules::Ebpf { .. } => From::Node,
         _ => From::Outside,
     };
     let mut frontends = Vec::new();

@@ -302,7 +302,16 @@ fn ebpf_status(
         snapshot: &snap,
         node: &node_policy(),
         planned: IpFamily::ALL.map(|f| planned.rules(f)),
-        kernel: Some([Rules::Ebpf(&kernel), Rules::Ebpf(&kernel)]),
+        kernel: Some([
+            Rules::Ebpf {
+                maps: &kernel,
+                remembered: None,
+            },
+            Rules::Ebpf {
+                maps: &kernel,
+                remembered: None,
+            },
+        ]),
         drift: trace::drift(&kernel, plan),
         runtime: &rt,
         service: None,

@@ -1,6 +1,6 @@
-//! Walks a connection's first socket call through the eBPF mode's map contents and says what
-//! the socket programs do with it: which hook runs, which `kp_svc` entry matches, and the
-//! backends a connect() can be given, or why it fails.
+//! Walks a connection's first socket call, or the first packet of a flow from outside the
+//! node, through the eBPF mode's map contents and says what the programs do with it: which
+//! hook runs, which `kp_svc` entry matches, and the backends it can be given, or why it fails.
 //!
 //! Pure: no I/O, never fails. It reads the maps in the kernel's own form ([`Maps`]): a plan
 //! written into empty maps ([`planned_maps`]) or the pinned maps as the applier adopts them,
@@ -12,47 +12,46 @@
 //!
 //! Socket load balancing acts once, when the socket connects (or, unconnected UDP, at each
 //! sendmsg()): the socket is then the backend's, every packet carries the backend's address,
-//! and there is no per-packet NAT and no conntrack entry to read. What the programs never see
-//! (a packet from outside the node) is said in one place, [`OUTSIDE`].
+//! and there is no per-packet NAT and no conntrack entry to read. A packet from outside the
+//! node meets the tc programs instead, walked by [`outside`] as `bpf/kp_tc.c` walks it.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 
 use super::diff::{self, Maps};
-use super::layout::{
-    AffVal, IPPROTO_TCP, IPPROTO_UDP, SVC_F_AFFINITY, SVC_F_DROP, SlotKey, SvcKey, SvcVal,
-};
+use super::layout::{AffVal, SVC_F_AFFINITY, SVC_F_DROP, SVC_F_SNAT, SlotKey, SvcVal};
 use super::plan::{Frontend, Plan, Scope, Transport};
 use crate::cluster::Protocol;
-
-/// What `explain` says of traffic that arrives from outside the node: the tc programs balance
-/// it (their own `kp_svc` entries, scope external, source ranges in `kp_src`, flows in
-/// `kp_flow`), and this tracer walks only the socket programs' path so far. The one place to
-/// change when it walks theirs.
-pub const OUTSIDE: &str = "traffic from outside the node is balanced by the tc programs on the \
-     node's interfaces (DNAT, SNAT for Cluster policy, source ranges); explain does not trace \
-     their path yet";
 
 /// How many slots `kp_affine` searches for a remembered backend when the set's generation
 /// changed (`KP_AFFINITY_SCAN` in `bpf/kp_maps.h`; a test reads it from there).
 const AFFINITY_SCAN: u16 = 64;
+
+mod drift;
+mod outside;
+pub use drift::drift;
+pub use outside::client_key;
 
 /// The first socket call of a connection.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Packet {
     pub protocol: Protocol,
     pub to: SocketAddr,
-    /// A socket of this node (a process or a pod, under the cgroup) or a packet from outside.
-    pub from_outside: bool,
+    /// The client's address when the packet comes from outside the node (the tc programs'
+    /// path: source ranges and affinity go by it); `None`: a socket of this node (a process
+    /// or a pod, under the cgroup).
+    pub outside: Option<IpAddr>,
 }
 
-/// A cgroup program that sees the call.
+/// A program that sees the call or the packet.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Hook {
     Connect4,
     Connect6,
     Sendmsg4,
     Sendmsg6,
+    /// `kp_tc_ingress`, on the node's Ethernet-like interfaces.
+    TcIngress,
 }
 
 impl Hook {
@@ -63,6 +62,7 @@ impl Hook {
             Hook::Connect6 => "connect6",
             Hook::Sendmsg4 => "sendmsg4",
             Hook::Sendmsg6 => "sendmsg6",
+            Hook::TcIngress => "tc ingress",
         }
     }
 
@@ -71,6 +71,7 @@ impl Hook {
         match self {
             Hook::Connect4 | Hook::Connect6 => "connect() (TCP, connected UDP)",
             Hook::Sendmsg4 | Hook::Sendmsg6 => "each sendmsg() of an unconnected UDP socket",
+            Hook::TcIngress => "each packet arriving on the node's interfaces",
         }
     }
 }
@@ -85,6 +86,8 @@ pub struct Entry {
     pub affinity: Option<u32>,
     /// No usable endpoint for this traffic, but endpoints elsewhere.
     pub drop: bool,
+    /// New flows from outside leave with the node's address as source (Cluster policy).
+    pub snat: bool,
 }
 
 impl Entry {
@@ -95,6 +98,7 @@ impl Entry {
             count: v.count,
             affinity: (v.flags & SVC_F_AFFINITY != 0).then_some(v.affinity_timeout),
             drop: v.flags & SVC_F_DROP != 0,
+            snat: v.flags & SVC_F_SNAT != 0,
         }
     }
 
@@ -118,16 +122,21 @@ impl Entry {
 /// What the programs do with the call.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Fate {
-    /// The programs never see it (from outside the node, or a protocol they do not balance).
+    /// The programs never see it (a protocol they do not balance).
     NotSeen(Unseen),
-    /// No `kp_svc` entry: the socket keeps the address it asked for.
+    /// No `kp_svc` entry: the socket keeps the address it asked for; a packet from outside
+    /// goes on to the node's own stack unchanged.
     Untouched,
-    /// No endpoints: connect()/sendmsg() fail at once with ECONNREFUSED.
+    /// No endpoints: connect()/sendmsg() fail at once with ECONNREFUSED; a packet from outside
+    /// is answered with an ICMP port unreachable (the client's connect() is refused).
     Refused,
     /// Endpoints exist, none for this traffic (a `Local` policy): ETIMEDOUT at once.
     TimedOut,
-    /// One slot of the set is drawn per connect() (per socket for unconnected UDP); each
-    /// entry is one slot, `None` where the slot is missing (that draw is not translated).
+    /// A packet from outside is dropped by the tc program.
+    Dropped(Dropped),
+    /// One slot of the set is drawn per connect() (per socket for unconnected UDP; per new
+    /// flow from outside); each entry is one slot, `None` where the slot is missing (that draw
+    /// is not translated).
     Translated {
         slots: Vec<Option<SocketAddr>>,
         /// The backend a live affinity entry gives this client, instead of a draw.
@@ -138,10 +147,17 @@ pub enum Fate {
 /// Why the programs do not see a call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Unseen {
-    /// From outside the node: see [`OUTSIDE`].
-    Outside,
     /// Neither TCP nor UDP.
     Protocol,
+}
+
+/// Why the tc program drops a packet from outside.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Dropped {
+    /// The frontend's `kp_src` entries hold no range with the client's address.
+    SourceRange,
+    /// The entry's drop flag: a `Local` policy without an endpoint on this node.
+    NoLocalEndpoint,
 }
 
 /// The walk of one call.
@@ -151,6 +167,9 @@ pub struct Trace {
     /// sendmsg4/6 when not); empty when none does.
     pub hooks: Vec<Hook>,
     pub entry: Option<Entry>,
+    /// The loadBalancerSourceRanges `kp_src` holds for the matched entry (`None`: it is not
+    /// restricted; socket calls never are).
+    pub source_ranges: Option<Vec<ipnet::IpNet>>,
     pub fate: Fate,
 }
 
@@ -207,16 +226,13 @@ pub fn trace(maps: &Maps, packet: &Packet, remembered: Option<&Remembered>) -> T
             return Trace {
                 hooks: Vec::new(),
                 entry: None,
+                source_ranges: None,
                 fate: Fate::NotSeen(Unseen::Protocol),
             };
         }
     };
-    if packet.from_outside {
-        return Trace {
-            hooks: Vec::new(),
-            entry: None,
-            fate: Fate::NotSeen(Unseen::Outside),
-        };
+    if let Some(client) = packet.outside {
+        return outside::trace(maps, transport, packet.to, client, remembered);
     }
     let v6 = matches!(packet.to.ip(), IpAddr::V6(_));
     let connect = if v6 { Hook::Connect6 } else { Hook::Connect4 };
@@ -235,6 +251,7 @@ pub fn trace(maps: &Maps, packet: &Packet, remembered: Option<&Remembered>) -> T
         return Trace {
             hooks,
             entry: None,
+            source_ranges: None,
             fate: Fate::Untouched,
         };
     };
@@ -254,6 +271,7 @@ pub fn trace(maps: &Maps, packet: &Packet, remembered: Option<&Remembered>) -> T
     Trace {
         hooks,
         entry: Some(entry),
+        source_ranges: None,
         fate,
     }
 }
@@ -265,6 +283,18 @@ fn affine(
     r: &Remembered,
     slot: &dyn Fn(u16) -> Option<SocketAddr>,
 ) -> Option<SocketAddr> {
+    let backend = fresh(entry, r)?;
+    let at = r.entry.slot;
+    if r.entry.generation == entry.generation && at < entry.count && slot(at) == Some(backend) {
+        return Some(backend);
+    }
+    (0..entry.count.min(AFFINITY_SCAN)).find_map(|i| (slot(i) == Some(backend)).then_some(backend))
+}
+
+/// The backend `r` names, when `entry` has ClientIP affinity and `r` is within its timeout
+/// (both programs' first test). The clock is read after the entry, so an entry a little newer
+/// than the reading counts as fresh.
+fn fresh(entry: &Entry, r: &Remembered) -> Option<SocketAddr> {
     let timeout = entry.affinity?;
     if r.now_ns.saturating_sub(r.entry.last_used_ns) > u64::from(timeout) * 1_000_000_000 {
         return None;
@@ -273,137 +303,14 @@ fn affine(
         addr: r.entry.addr,
         port: r.entry.port,
         pad: 0,
-    }
-    .socket_addr();
-    let at = r.entry.slot;
-    if r.entry.generation == entry.generation && at < entry.count && slot(at) == Some(backend) {
-        return Some(backend);
-    }
-    (0..entry.count.min(AFFINITY_SCAN)).find_map(|i| (slot(i) == Some(backend)).then_some(backend))
+    };
+    Some(backend.socket_addr())
 }
 
 /// The maps `plan` fills when written into empty maps: the planned side of a trace.
 pub fn planned_maps(plan: &Plan) -> Maps {
     let empty = Maps::default();
     diff::applied(empty.clone(), &diff::diff(&empty, plan))
-}
-
-/// One frontend as a program resolves it: flags and the backends of its slots in order
-/// (`None`: a slot missing), without the ids the maps happen to use.
-#[derive(Clone, Debug, PartialEq, Eq)]
-struct Resolved {
-    affinity: Option<u32>,
-    drop: bool,
-    slots: Vec<Option<SocketAddr>>,
-}
-
-fn resolve(maps: &Maps) -> BTreeMap<SvcKey, Resolved> {
-    maps.svc
-        .iter()
-        .map(|(k, v)| {
-            let e = Entry::of(v);
-            let r = Resolved {
-                affinity: e.affinity,
-                drop: e.drop,
-                slots: e.slots(maps),
-            };
-            (*k, r)
-        })
-        .collect()
-}
-
-/// How `kernel` differs from what `plan` fills, told per frontend as a program would meet
-/// it (missing, extra, other backends, a slot missing, other flags) and per NodePort; empty
-/// when a program would meet the plan everywhere. Slot set ids and generations are the
-/// kernel's business and are not compared.
-pub fn drift(kernel: &Maps, plan: &Plan) -> Vec<String> {
-    let planned = planned_maps(plan);
-    let owner: BTreeMap<SvcKey, String> = plan
-        .frontends
-        .iter()
-        .map(|(f, set)| (diff::svc_key(f), set.port.to_string()))
-        .collect();
-    let (have, want) = (resolve(kernel), resolve(&planned));
-    let name = |k: &SvcKey| {
-        let proto = proto_name(k.proto);
-        let at = SocketAddr::new(k.ip(), k.port());
-        match owner.get(k) {
-            Some(o) => format!("{proto} {at} ({o})"),
-            None => format!("{proto} {at}"),
-        }
-    };
-    let mut out = Vec::new();
-    for (k, w) in &want {
-        let Some(h) = have.get(k) else {
-            out.push(format!(
-                "kp_svc has no entry for {}: connect() to it is not balanced",
-                name(k)
-            ));
-            continue;
-        };
-        let backends =
-            |r: &Resolved| -> BTreeSet<SocketAddr> { r.slots.iter().flatten().copied().collect() };
-        let (hb, wb) = (backends(h), backends(w));
-        for b in wb.difference(&hb) {
-            out.push(format!("{}: backend {b} is not in the kernel", name(k)));
-        }
-        for b in hb.difference(&wb) {
-            out.push(format!("{}: backend {b} is not in the plan", name(k)));
-        }
-        let missing = h.slots.iter().filter(|s| s.is_none()).count();
-        // A missing slot's backend is named above when no other slot holds it.
-        if missing > 0 && wb.difference(&hb).next().is_none() {
-            out.push(format!(
-                "{}: {missing} of its {} slots are missing from kp_slot",
-                name(k),
-                h.slots.len()
-            ));
-        }
-        if h.affinity != w.affinity {
-            let t = |a: Option<u32>| a.map_or_else(|| "none".to_string(), |t| format!("{t} s"));
-            out.push(format!(
-                "{}: ClientIP affinity {} in the kernel, {} in the plan",
-                name(k),
-                t(h.affinity),
-                t(w.affinity)
-            ));
-        }
-        if h.drop != w.drop && h.slots.is_empty() && w.slots.is_empty() {
-            let verdict = |drop: bool| if drop { "ETIMEDOUT" } else { "ECONNREFUSED" };
-            out.push(format!(
-                "{}: the kernel answers {}, the plan {}",
-                name(k),
-                verdict(h.drop),
-                verdict(w.drop)
-            ));
-        }
-    }
-    for k in have.keys().filter(|k| !want.contains_key(k)) {
-        out.push(format!("kp_svc entry {} is not in the plan", name(k)));
-    }
-    for k in planned.node_ports.difference(&kernel.node_ports) {
-        out.push(format!(
-            "kp_nodeport has no entry for NodePort {}/{}: a bind() to it is not refused",
-            k.port,
-            proto_name(k.proto)
-        ));
-    }
-    for k in kernel.node_ports.difference(&planned.node_ports) {
-        out.push(format!(
-            "kp_nodeport entry {}/{} is not in the plan",
-            k.port,
-            proto_name(k.proto)
-        ));
-    }
-    out
-}
-
-fn proto_name(proto: u8) -> String {
-    match proto {
-        IPPROTO_TCP => "TCP".to_string(),
-        IPPROTO_UDP => "UDP".to_string(),
-        p => format!("protocol {p}"),
-    }
 }
 
 #[cfg(test)]

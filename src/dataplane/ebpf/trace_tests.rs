@@ -27,7 +27,7 @@ fn call(protocol: Protocol, to: &str) -> Packet {
     Packet {
         protocol,
         to: to.parse().unwrap(),
-        from_outside: false,
+        outside: None,
     }
 }
 
@@ -129,21 +129,12 @@ fn internal_local_policy_on_a_node_without_local_endpoint_times_out_in_the_examp
 }
 
 #[test]
-fn outside_traffic_and_sctp_are_not_seen_and_other_addresses_untouched() {
+fn sctp_is_not_seen_and_other_addresses_untouched() {
     let (_, p) = example("node-a");
     let maps = planned_maps(&p);
-    let outside = Packet {
-        from_outside: true,
-        ..call(Protocol::Tcp, "10.0.0.11:30080")
-    };
-    let t = trace(&maps, &outside, None);
-    assert_eq!(t.fate, Fate::NotSeen(Unseen::Outside));
-    assert!(t.hooks.is_empty());
-    // The same NodePort from a socket of the node is balanced.
-    let t = trace(&maps, &call(Protocol::Tcp, "10.0.0.11:30080"), None);
-    assert!(matches!(t.fate, Fate::Translated { .. }), "{t:?}");
     let t = trace(&maps, &call(Protocol::Sctp, "10.96.1.10:80"), None);
     assert_eq!(t.fate, Fate::NotSeen(Unseen::Protocol));
+    assert!(t.hooks.is_empty());
     let t = trace(&maps, &call(Protocol::Tcp, "10.96.1.10:81"), None);
     assert_eq!(t.fate, Fate::Untouched);
     assert!(t.entry.is_none());

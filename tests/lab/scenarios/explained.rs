@@ -9,8 +9,8 @@
 //! In every mode it traces what the kernel holds: iptables mode reads our chains back with
 //! `iptables-save` of the flavour the proxy chose, the eBPF mode its pinned maps. Where a mode
 //! differs by design, the row is read through it ([`expected`]): the relay (userspace) and
-//! socket load balancing (ebpf) have one reason for every source, and the eBPF mode does not
-//! balance packets from outside the node yet.
+//! socket load balancing (ebpf) have one reason for every source. Packets from outside the
+//! node meet the eBPF mode's tc programs, which answer as the table says.
 
 use std::collections::BTreeSet;
 use std::net::{IpAddr, Ipv4Addr};
@@ -562,14 +562,11 @@ const SOURCE_REASONS: [&str; 3] = ["the source is rewritten", "hairpin", "the cl
 /// rewritten.
 const SOCKET_REASON: &str = "no per-packet NAT";
 
-/// The eBPF mode's reason for a packet from outside the node.
-const OUTSIDE_REASON: &str = kube_proxy_rs::dataplane::ebpf::trace::OUTSIDE;
-
 /// The row as the lab's mode must answer it: the table's, except
 /// - where the proxy relays (userspace): the source is always the node's, for one reason;
 /// - socket load balancing (ebpf): nothing is ever rewritten (no masquerade, one reason for
-///   every source), and a packet from outside the node is not balanced yet (untouched, the
-///   Service port still named).
+///   every source); a packet from outside the node meets the tc programs, which rewrite the
+///   source under externalTrafficPolicy Cluster and keep it under Local, as the table says.
 fn expected(lab: &Lab, p: &Packet) -> Packet {
     let about_source = SOURCE_REASONS.iter().any(|r| p.reason.contains(r));
     let forwarded = p.verdict == "forwarded";
@@ -586,13 +583,7 @@ fn expected(lab: &Lab, p: &Packet) -> Packet {
     }
     if lab.proxy.mode() == crate::lab::Mode::Ebpf {
         if matches!(p.from, From::Client | From::OtherClient) {
-            return Packet {
-                verdict: "untouched",
-                endpoints: &[],
-                masquerade: false,
-                reason: OUTSIDE_REASON,
-                ..*p
-            };
+            return *p;
         }
         return Packet {
             masquerade: false,
