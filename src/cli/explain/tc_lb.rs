@@ -67,7 +67,7 @@ pub(super) fn reasons(t: &Trace, request: &Request, source: &Source) -> Vec<Stri
              externalTrafficPolicy Local, so the packet is dropped (the client times out)"
                 .to_string(),
         ),
-        Fate::Translated { slots, remembered } => {
+        Fate::Translated { slots, .. } => {
             out.push(match e.affinity {
                 Some(timeout) => format!(
                     "ClientIP affinity ({timeout} s) by client address: {client} is given the \
@@ -84,9 +84,7 @@ pub(super) fn reasons(t: &Trace, request: &Request, source: &Source) -> Vec<Stri
                      node's stack untranslated (the maps are inconsistent: see the drift)"
                 ));
             }
-            if let Some(b) = remembered {
-                out.push(format!("kp_aff remembers {b} for {client}"));
-            }
+            // A remembered backend is told by the live reading's affinity line, which found it.
             out.push(if e.snat {
                 "externalTrafficPolicy Cluster: the source is rewritten to the node's address \
                  (the one the kernel routes from towards the backend) so replies return through \
