@@ -353,25 +353,11 @@ fn remember(
             return Ok((None, Vec::new()));
         }
         let pin_root = crate::cli::run::ebpf_pin_root(config);
-        let Some(entry) = pinned::client_entry(maps, &pin_root, request, source.address)? else {
+        let Some(found) = pinned::client_entry(maps, &pin_root, request, &source)? else {
             return Ok((None, Vec::new()));
         };
-        // Told as remembered only where the program would follow it (within the timeout,
-        // its backend still in the set).
-        let packet = ebpf::trace::Packet {
-            protocol: request.protocol,
-            to: request.to,
-            outside: Some(source.address),
-        };
-        let followed = match ebpf::trace::trace(maps, &packet, entry.as_ref()).fate {
-            ebpf::trace::Fate::Translated {
-                remembered: Some(b),
-                ..
-            } => vec![b],
-            _ => Vec::new(),
-        };
-        read.remembered = entry;
-        return Ok((Some(followed), Vec::new()));
+        read.remembered = found.entry;
+        return Ok((Some(found.followed), Vec::new()));
     }
     if read.relay.is_some() {
         // The relay keeps its ClientIP affinity in its own memory, which no reader sees.

@@ -3,9 +3,10 @@
 //! ClientIP affinity entries the programs wrote (a namespace's for the socket programs, a
 //! client address's for the tc programs).
 
-use std::net::IpAddr;
+use std::net::SocketAddr;
 use std::path::Path;
 
+use super::source::Source;
 use super::{Request, recent};
 use crate::config::Config;
 use crate::dataplane::ebpf;
@@ -103,15 +104,23 @@ pub(super) fn affinity(
         .collect())
 }
 
-/// eBPF mode: the tc programs' `kp_aff` entry for `client` from outside at the destination's
-/// external frontend. `Ok(None)`: the frontend has no ClientIP affinity (or no entry of scope
-/// external); `Ok(Some(None))`: it has, and the client no entry.
+/// A client's `kp_aff` entry from outside, as the tracer takes it (`None`: the client has
+/// none), and the backend the program would follow it to (empty: none, or it would not).
+pub(super) struct ClientEntry {
+    pub(super) entry: Option<ebpf::trace::Remembered>,
+    pub(super) followed: Vec<SocketAddr>,
+}
+
+/// eBPF mode: the tc programs' `kp_aff` entry for `source` (from outside) at the
+/// destination's external frontend, and the backend it gives: told as remembered only where
+/// the program would follow it (within the timeout, its backend still in the set).
+/// `Ok(None)`: the frontend has no ClientIP affinity (or no entry of scope external).
 pub(super) fn client_entry(
     maps: &ebpf::diff::Maps,
     pin_root: &Path,
     request: &Request,
-    client: IpAddr,
-) -> Result<Option<Option<ebpf::trace::Remembered>>, String> {
+    source: &Source,
+) -> Result<Option<ClientEntry>, String> {
     let Some(transport) = transport(request.protocol) else {
         return Ok(None);
     };
@@ -127,11 +136,14 @@ pub(super) fn client_entry(
     if val.flags & ebpf::layout::SVC_F_AFFINITY == 0 {
         return Ok(None);
     }
-    let cookie = ebpf::trace::client_key(client);
+    let cookie = ebpf::trace::client_key(source.address);
     let entries = ebpf::backend::read_affinity(pin_root, val.svc_id)
         .map_err(|e| crate::causes::one_line(&e))?;
     let Some((_, entry)) = entries.into_iter().find(|(k, _)| k.netns_cookie == cookie) else {
-        return Ok(Some(None));
+        return Ok(Some(ClientEntry {
+            entry: None,
+            followed: Vec::new(),
+        }));
     };
     let now_ns = recent::read_monotonic_ns().ok_or_else(|| {
         format!(
@@ -139,7 +151,18 @@ pub(super) fn client_entry(
             recent::TIMER_LIST
         )
     })?;
-    Ok(Some(Some(ebpf::trace::Remembered { entry, now_ns })))
+    let remembered = ebpf::trace::Remembered { entry, now_ns };
+    let followed = match super::socket_lb::trace(maps, Some(&remembered), request, source).fate {
+        ebpf::trace::Fate::Translated {
+            remembered: Some(b),
+            ..
+        } => vec![b],
+        _ => Vec::new(),
+    };
+    Ok(Some(ClientEntry {
+        entry: Some(remembered),
+        followed,
+    }))
 }
 
 fn transport(p: crate::cluster::Protocol) -> Option<ebpf::plan::Transport> {

@@ -32,7 +32,7 @@ mod outside;
 pub use drift::drift;
 pub use outside::client_key;
 
-/// The first socket call of a connection.
+/// The first socket call of a connection, or the first packet of a flow from outside.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Packet {
     pub protocol: Protocol,
