@@ -13,7 +13,8 @@
 //! Socket load balancing acts once, when the socket connects (or, unconnected UDP, at each
 //! sendmsg()): the socket is then the backend's, every packet carries the backend's address,
 //! and there is no per-packet NAT and no conntrack entry to read. A packet from outside the
-//! node meets the tc programs instead, walked by [`outside`] as `bpf/kp_tc.c` walks it.
+//! node meets the tc programs instead, walked (module `outside`) as `bpf/kp_tc.c` walks it;
+//! how the maps differ from a plan is module `drift`'s.
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
@@ -23,8 +24,9 @@ use super::layout::{AffVal, SVC_F_AFFINITY, SVC_F_DROP, SVC_F_SNAT, SlotKey, Svc
 use super::plan::{Frontend, Plan, Scope, Transport};
 use crate::cluster::Protocol;
 
-/// How many slots `kp_affine` searches for a remembered backend when the set's generation
-/// changed (`KP_AFFINITY_SCAN` in `bpf/kp_maps.h`; a test reads it from there).
+/// How many slots `kp_affine` (socket programs) searches for a remembered backend when the
+/// set's generation changed, and `kp_pick` (tc programs) always (`KP_AFFINITY_SCAN` in
+/// `bpf/kp_maps.h`; a test reads it from there).
 const AFFINITY_SCAN: u16 = 64;
 
 mod drift;
