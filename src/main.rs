@@ -353,6 +353,15 @@ fn run(config: &Config, node_name: &str, features: Features) -> ExitCode {
             // Only a mode that programs rules has flows to clean up after.
             tokio::spawn(observe.clone().reconcile_conntrack(config.sync_period));
         }
+        if config.mode == config::ProxyMode::Ebpf {
+            // Its socket programs leave no conntrack entry; connected UDP sockets stand for them.
+            let pins = cli::run::ebpf_pin_root(config);
+            tokio::spawn(
+                observe
+                    .clone()
+                    .destroy_stale_udp_sockets(config.sync_period, pins),
+            );
+        }
         let debug = cli::debug::router(cli::debug::Handles {
             peek: proxy.peek(),
             config: std::sync::Arc::new(config.clone()),

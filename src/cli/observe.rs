@@ -208,6 +208,18 @@ impl Observe {
         conntrack::reconcile::run(self.frontends.subscribe(), period, self.metrics.clone()).await
     }
 
+    /// eBPF mode: destroys connected UDP sockets the programs sent to a backend that stopped
+    /// serving, after every sync that changed a frontend's endpoints and every `period`.
+    pub async fn destroy_stale_udp_sockets(self, period: Duration, pin_root: std::path::PathBuf) {
+        crate::dataplane::ebpf::udp_sockets::reconcile::run(
+            self.frontends.subscribe(),
+            period,
+            self.metrics.clone(),
+            pin_root,
+        )
+        .await
+    }
+
     /// Serves `/healthz` and `/livez`, rebinding until the address is free.
     pub async fn serve_health(self, address: SocketAddr) {
         loop {

@@ -28,7 +28,7 @@
 //!   keeping the old ones lets them resume on the same endpoint when it serves again.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 use super::flow::Flow;
@@ -135,6 +135,37 @@ impl Frontends {
                 against(backends, reply_from, flow)
             }
             _ => Judgement::NotOurs,
+        }
+    }
+
+    /// Decides a connection that was translated from `frontend` to `backend` without
+    /// conntrack (the eBPF mode's socket programs rewrite a connected socket's peer): the same
+    /// rules as [`Frontends::judge`] for a DNATed flow whose reply comes from `backend`.
+    pub fn judge_translated(
+        &self,
+        protocol: Protocol,
+        frontend: SocketAddr,
+        backend: SocketAddr,
+    ) -> Judgement {
+        if protocol == Protocol::Tcp {
+            return Judgement::NotOurs;
+        }
+        let to = (backend.ip(), backend.port());
+        let by_address = self
+            .addresses
+            .get(&(protocol, frontend.ip(), frontend.port()));
+        let family = IpFamily::of(&frontend.ip());
+        let Some(backends) =
+            by_address.or_else(|| self.node_ports.get(&(protocol, family, frontend.port())))
+        else {
+            return Judgement::NotOurs;
+        };
+        if backends.is_empty() {
+            Judgement::NoEndpoints
+        } else if backends.contains(&to) {
+            Judgement::Valid
+        } else {
+            Judgement::StaleEndpoint
         }
     }
 

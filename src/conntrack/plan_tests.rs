@@ -193,3 +193,35 @@ fn equal_models_give_equal_frontends_and_an_endpoint_change_does_not() {
     let after = Frontends::from_snapshot(&tracker.snapshot().0);
     assert_ne!(before, after);
 }
+
+#[test]
+fn a_translated_socket_is_judged_by_the_frontend_it_asked_for() {
+    use Judgement::*;
+    let sa = |s: &str| -> std::net::SocketAddr { s.parse().unwrap() };
+    let udp = Protocol::Udp;
+    #[rustfmt::skip]
+    let table: &[(&str, Protocol, &str, &str, Judgement)] = &[
+        ("ClusterIP, backend ready", udp, "10.96.0.10:53", "10.244.1.2:5353", Valid),
+        ("ClusterIP, backend terminating but serving", udp, "10.96.0.10:53", "10.244.1.3:5353", Valid),
+        ("ClusterIP, backend stopped serving", udp, "10.96.0.10:53", "10.244.1.4:5353", StaleEndpoint),
+        ("ClusterIP, backend deleted", udp, "10.96.0.10:53", "10.244.1.99:5353", StaleEndpoint),
+        ("ClusterIP, the old target port", udp, "10.96.0.10:53", "10.244.1.2:5354", StaleEndpoint),
+        ("externalIP, backend deleted", udp, "203.0.113.10:53", "10.244.1.99:5353", StaleEndpoint),
+        ("NodePort on 127.0.0.1 from the node, backend deleted", udp, "127.0.0.1:30053", "10.244.1.99:5353", StaleEndpoint),
+        ("NodePort on the node IP, backend ready", udp, "192.168.50.1:30053", "10.244.1.2:5353", Valid),
+        ("a ClusterIP port numbered like a NodePort, by its own endpoints", udp, "10.96.0.30:30053", "10.244.2.1:9000", Valid),
+        ("a frontend without endpoints keeps its sockets", udp, "10.96.0.20:53", "10.244.1.99:5353", NoEndpoints),
+        ("no such frontend", udp, "10.96.0.99:53", "10.244.1.99:5353", NotOurs),
+        ("TCP is never touched", Protocol::Tcp, "10.96.0.10:53", "10.244.1.99:5353", NotOurs),
+        ("SCTP, backend deleted", Protocol::Sctp, "10.96.0.10:53", "10.244.1.99:5353", StaleEndpoint),
+        ("an IPv6 NodePort frontend has no IPv6 endpoints here", udp, "[::1]:30053", "[fd00::99]:5353", NotOurs),
+    ];
+    let frontends = frontends();
+    for (what, protocol, frontend, backend, want) in table {
+        assert_eq!(
+            frontends.judge_translated(*protocol, sa(frontend), sa(backend)),
+            *want,
+            "{what}"
+        );
+    }
+}

@@ -350,6 +350,12 @@ pub const RS_EBPF_MAP_MAX_ENTRIES: Spec = spec(
     &["map"],
     "eBPF mode: the bound of each map the proxy writes; a sync needing more fails",
 );
+pub const RS_EBPF_UDP_SOCKETS_DESTROYED: Spec = spec(
+    "kubeproxy_rs_ebpf_udp_sockets_destroyed_total",
+    Counter,
+    FAMILY,
+    "eBPF mode: connected UDP sockets the programs had sent to a backend that stopped serving its Service, destroyed (their owners get ECONNABORTED and reconnect); the socket-level counterpart of the conntrack reconciler's deleted entries",
+);
 
 /// Every metric the registry holds, upstream's first, then ours.
 pub const ALL: &[Spec] = &[
@@ -392,6 +398,7 @@ pub const ALL: &[Spec] = &[
     RS_EBPF_DATAPATH,
     RS_EBPF_MAP_ENTRIES,
     RS_EBPF_MAP_MAX_ENTRIES,
+    RS_EBPF_UDP_SOCKETS_DESTROYED,
 ];
 
 /// Sync durations: 1 ms doubling to about 16 s (15 buckets), as upstream.

@@ -74,6 +74,7 @@ struct Inner {
     health_checks: Family<StateLabels, Gauge>,
     nftables_repairs: Counter,
     iptables_repairs: Counter,
+    ebpf_udp_destroyed: PerFamily,
     /// The per-Service traffic counters' source (see [`super::traffic`]).
     traffic: super::traffic::SharedSource,
     /// The userspace relay's listeners (see [`super::relay`]).
@@ -199,6 +200,11 @@ impl Metrics {
             health_checks: register(&mut r, &names::RS_HEALTH_CHECKS, Family::default()),
             nftables_repairs: register(&mut r, &names::RS_NFTABLES_REPAIRS, Counter::default()),
             iptables_repairs: register(&mut r, &names::RS_IPTABLES_REPAIRS, Counter::default()),
+            ebpf_udp_destroyed: register(
+                &mut r,
+                &names::RS_EBPF_UDP_SOCKETS_DESTROYED,
+                Family::default(),
+            ),
             traffic,
             relayed,
             ebpf,
@@ -235,7 +241,8 @@ impl Metrics {
                     &i.iptables_partial_restore_failures,
                 ]),
                 ProxyMode::Ipvs => counters.push(&i.iptables_restore_failures),
-                ProxyMode::Userspace | ProxyMode::Ebpf => {}
+                ProxyMode::Ebpf => counters.push(&i.ebpf_udp_destroyed),
+                ProxyMode::Userspace => {}
             }
             for c in counters {
                 drop(c.get_or_create(&labels));
@@ -460,6 +467,14 @@ impl Metrics {
             .conntrack_deleted
             .get_or_create(&labels)
             .inc_by(deleted);
+    }
+
+    /// eBPF mode: `destroyed` connected UDP sockets of `family` to a removed backend.
+    pub fn count_udp_sockets_destroyed(&self, family_: IpFamily, destroyed: u64) {
+        self.0
+            .ebpf_udp_destroyed
+            .get_or_create(&family(family_))
+            .inc_by(destroyed);
     }
 
     /// A proxy health endpoint answered `code`.

@@ -1,5 +1,5 @@
 //! Runs a socket's opening inside a named network namespace (`ip netns` names, bound at
-//! `/run/netns/NAME`) without moving the caller: `setns` changes only the calling thread, so a
+//! `/run/netns/NAME`), or one given by path (`/proc/PID/ns/net`), without moving the caller: `setns` changes only the calling thread, so a
 //! short-lived thread enters the namespace, opens the socket and ends. A socket stays bound to
 //! the namespace it was made in, whichever thread uses it later.
 //!
@@ -11,8 +11,8 @@ use std::os::fd::AsFd as _;
 /// Where `ip netns` binds the namespaces it names.
 const NETNS_DIR: &str = "/run/netns";
 
-/// Runs `open` in the named network namespace, or on the calling thread when `netns` is
-/// `None`.
+/// Runs `open` in the named network namespace (an absolute path is the namespace file itself,
+/// such as `/proc/PID/ns/net`), or on the calling thread when `netns` is `None`.
 pub fn run_in<T: Send>(
     netns: Option<&str>,
     open: impl FnOnce() -> std::io::Result<T> + Send,
@@ -20,7 +20,11 @@ pub fn run_in<T: Send>(
     let Some(name) = netns else {
         return open();
     };
-    let path = format!("{NETNS_DIR}/{name}");
+    let path = if name.starts_with('/') {
+        name.to_owned()
+    } else {
+        format!("{NETNS_DIR}/{name}")
+    };
     std::thread::scope(|s| {
         s.spawn(|| {
             let ns = std::fs::File::open(&path)?;

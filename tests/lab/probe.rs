@@ -30,7 +30,8 @@ pub struct Request {
     pub send: Option<String>,
     /// Pause between attempts.
     pub interval_ms: u64,
-    /// Every attempt over the same socket (one flow), not a fresh one. TCP: one connection to
+    /// Every attempt over the same socket (one flow), not a fresh one; UDP: a new socket
+    /// after an attempt that failed with an error (not a timeout). TCP: one connection to
     /// a session port (`echo::SESSION_PORT`): the first attempt reads the line the server
     /// sends at once, each later one sends a line and reads the answer; at the end the
     /// connection is reset, not closed (so no TIME_WAIT is left behind in the kernel).
@@ -70,6 +71,11 @@ pub fn run(request: &Request) {
                 Proto::Tcp => tokio::time::timeout(timeout, tcp(request)).await,
                 Proto::Udp => tokio::time::timeout(timeout, udp(request, &mut shared)).await,
             };
+            if matches!(result, Ok(Err(_))) {
+                // As a DNS client does: a socket that failed (an ICMP error, or destroyed
+                // because its backend went away) is replaced by a new one for the next attempt.
+                shared = None;
+            }
             let (reply, error) = match result {
                 Ok(Ok(text)) => (Some(text), None),
                 Ok(Err(e)) => (None, Some(classify(&e))),

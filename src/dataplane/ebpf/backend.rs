@@ -22,7 +22,9 @@ use aya::programs::{CgroupAttachMode, Program, ProgramError};
 use aya::{Ebpf, EbpfLoader};
 
 use super::diff::{Maps, Op};
-use super::layout::{AffKey, AffVal, Backend as Slot, NpKey, SlotKey, SrcKey, SvcKey, SvcVal};
+use super::layout::{
+    AffKey, AffVal, Backend as Slot, NpKey, RevKey, RevVal, SlotKey, SrcKey, SvcKey, SvcVal,
+};
 use super::{names, tc};
 
 /// The compiled programs, embedded by build.rs.
@@ -337,6 +339,13 @@ pub fn read_affinity(pin_root: &Path, svc_id: u32) -> Result<Vec<(AffKey, AffVal
     Ok(out)
 }
 
+/// `kp_rev` as pinned under `pin_root`: which Service address each translated socket asked
+/// for, by socket cookie and backend (filled by the programs; read by the UDP socket
+/// reconciler, [`super::udp_sockets`]).
+pub fn open_reverse(pin_root: &Path) -> Result<HashMap<MapData, RevKey, RevVal>, Error> {
+    open_pinned(&names::pin_dir(pin_root), names::MAP_REV)
+}
+
 /// The programs without a pinned link under `pin_root`: not attached to the cgroup (a pinned
 /// link keeps its program attached; `--cleanup` removes them all).
 pub fn unattached(pin_root: &Path) -> Vec<&'static str> {
@@ -438,8 +447,8 @@ fn attach(
 /// Refuses pinned maps whose key size, value size or bound differs from this build's.
 fn check_pinned_layouts(pin_dir: &Path) -> Result<(), Error> {
     use super::layout::{
-        AffKey, AffVal, FlowKey, FlowVal, KP_MAX_AFFINITY, KP_MAX_FLOWS, KP_MAX_NODEPORTS,
-        KP_MAX_REVERSE, KP_MAX_SERVICES, KP_MAX_SLOTS, KP_MAX_SOURCE_RANGES, RevKey, RevVal,
+        FlowKey, FlowVal, KP_MAX_AFFINITY, KP_MAX_FLOWS, KP_MAX_NODEPORTS, KP_MAX_REVERSE,
+        KP_MAX_SERVICES, KP_MAX_SLOTS, KP_MAX_SOURCE_RANGES,
     };
     use std::mem::size_of;
     let stats = u32::try_from(super::stats::REASONS.len()).unwrap_or(u32::MAX);

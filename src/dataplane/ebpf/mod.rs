@@ -43,7 +43,8 @@
 //! - [`tc`]: which interfaces get the tc programs, and attaching them;
 //! - [`apply`]: [`EbpfDataplane`], the `Dataplane` for `--proxy-mode ebpf`;
 //! - [`stats`]: the datapath counters and map fill levels the metrics read;
-//! - [`trace`]: pure, (maps, a socket call) → what the programs do with it; backs `explain`.
+//! - [`trace`]: pure, (maps, a socket call) → what the programs do with it; backs `explain`;
+//! - [`udp_sockets`]: connected UDP sockets to a removed backend, destroyed after syncs.
 //!
 //! ClientIP affinity is per network namespace for sockets (`kp_aff`, keyed by its cookie): the
 //! address is not known at connect() time, and a pod is a namespace of its own; per client
@@ -52,8 +53,7 @@
 //! # What is left (see `docs/operations.md`)
 //! IPv4 options and fragments and IPv6 extension headers from outside; flows from outside age out only by LRU eviction (no TCP state, no
 //! timeouts); UDP without endpoints from the node's processes gets ECONNREFUSED from
-//! connect()/sendmsg() instead of an ICMP error; connected UDP sockets to removed backends are
-//! not destroyed; SCTP. NodePort bind protection assumes the node's
+//! connect()/sendmsg() instead of an ICMP error; SCTP. NodePort bind protection assumes the node's
 //! namespace is the initial one (true for a DaemonSet with hostNetwork, not for the lab's
 //! namespace "nodes", where it guards nothing).
 
@@ -67,5 +67,6 @@ pub mod render;
 pub mod stats;
 pub mod tc;
 pub mod trace;
+pub mod udp_sockets;
 
 pub use apply::EbpfDataplane;

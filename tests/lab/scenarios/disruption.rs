@@ -24,16 +24,13 @@ pub fn udp_endpoint_replaced_expect(proxy: Proxy) -> Expect {
              API server): the stream moved about 7 s after the change in one full suite, and not \
              within 24 s right after the lab started in another run",
         ),
-        Proxy::Ours { mode: Mode::Ebpf } => Expect::Fail(
-            "a connected UDP socket keeps the backend its connect() was given: the eBPF mode \
-             does not yet destroy the sockets of a removed backend (sock_diag, issue 20)",
-        ),
         _ => Expect::Pass,
     }
 }
 
 /// Scenario 18: a client streaming UDP from one socket to a ClusterIP is moved to the new
-/// endpoint when its endpoint is replaced (the proxy clears the stale conntrack entry; the old
+/// endpoint when its endpoint is replaced (the proxy clears the stale conntrack entry, or in
+/// eBPF mode destroys the connected socket, after which the client opens a new one; the old
 /// pod still answers here, so a flow left alone would keep reaching it).
 pub async fn udp_endpoint_replaced(lab: &Lab) -> Result<(), String> {
     let svc = lab
