@@ -40,10 +40,11 @@ enum kp_stat {
 	KP_STAT_REVERSED = 3,   /* recvmsg()/getpeername() shown the Service address */
 	KP_STAT_BIND_REFUSED = 4, /* bind() of the node's network namespace to a NodePort */
 	KP_STAT_DROPPED = 5,    /* connect()/sendmsg() to a frontend whose policy drops */
-	KP_STAT_COUNT = 6,
+	KP_STAT_NAT_EXHAUSTED = 6, /* tc: a new flow dropped, no free source port for its SNAT */
+	KP_STAT_COUNT = 7,
 };
 /* src/dataplane/ebpf/stats.rs: REASONS has as many names, in this order. */
-_Static_assert(KP_STAT_COUNT == 6, "kp_stat count");
+_Static_assert(KP_STAT_COUNT == 7, "kp_stat count");
 
 /* kp_svc_val.flags */
 #define KP_SVC_F_NONE 0

@@ -640,7 +640,7 @@ static __attribute__((noinline)) int kp_new_flow(struct __sk_buff *skb, const st
 					  bpf_get_prandom_u32() % KP_NAT_PORT_SPAN);
 		}
 		if (i == KP_NAT_TRIES) {
-			kp_count(KP_STAT_DROPPED);
+			kp_count(KP_STAT_NAT_EXHAUSTED);
 			return TC_ACT_SHOT;
 		}
 	} else {

@@ -76,9 +76,25 @@ fn every_program_loads_attaches_and_survives_a_restart() {
     kernel.write(&Op::PutSvc(key, val)).expect("write an entry");
     drop(kernel);
 
+    // An upgrade that counts another reason finds a pinned kp_stats of another size (here:
+    // another map pinned under its name): the counters are renewed, not refused.
+    let pin_dir = names::pin_dir(&settings.pin_root);
+    std::fs::remove_file(pin_dir.join(names::MAP_STATS)).expect("unpin kp_stats");
+    let other =
+        aya::maps::MapData::from_pin(pin_dir.join(names::MAP_NODEPORT)).expect("kp_nodeport");
+    other
+        .pin(pin_dir.join(names::MAP_STATS))
+        .expect("pin it as kp_stats");
+    drop(other);
+
     // A second start: the pinned maps are adopted with their contents, the links replaced.
     let mut again = Kernel::open(&settings).expect("open again over the pins");
     assert_eq!(again.read().unwrap().svc.get(&key), Some(&val));
+    let stats = aya::maps::MapInfo::from_pin(pin_dir.join(names::MAP_STATS)).expect("kp_stats");
+    assert_eq!(
+        stats.max_entries() as usize,
+        kube_proxy_rs::dataplane::ebpf::stats::REASONS.len()
+    );
     kube_proxy_rs::netlink::netns::run_in(Some(&ns.name), || {
         again
             .attach_external(&ifaces)

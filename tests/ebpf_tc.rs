@@ -41,6 +41,7 @@ use kube_proxy_rs::cluster::{Changes, Features, Snapshot};
 use kube_proxy_rs::config::{self, Config, Flags, NodePortAddresses};
 use kube_proxy_rs::dataplane::Dataplane as _;
 use kube_proxy_rs::dataplane::ebpf::backend::{self, Kernel, Settings};
+use kube_proxy_rs::dataplane::ebpf::layout::{FlowKey, FlowVal, addr_words};
 use kube_proxy_rs::dataplane::ebpf::stats::Stats;
 use kube_proxy_rs::dataplane::ebpf::{EbpfDataplane, names, tc};
 use kube_proxy_rs::netlink::netns::run_in;
@@ -617,6 +618,41 @@ fn node_ports_and_load_balancer_ips_reach_pods_from_outside() {
     };
     assert_eq!(tc_pins(), 6, "ext0, pods0 and late0, ingress and egress");
 
+    // NAT port exhaustion, injected through the real map: every source port the SNAT of a new
+    // UDP flow to dns-a could take (the client's own, then random ones in 32768..61000) is
+    // held by a reply entry, so the new flow is dropped and counted as such.
+    let flows = names::pin_dir(&settings.pin_root).join(names::MAP_FLOW);
+    let flows = aya::maps::MapData::from_pin(flows).expect("pinned kp_flow");
+    let mut flows: aya::maps::HashMap<_, FlowKey, FlowVal> =
+        aya::maps::HashMap::try_from(aya::maps::Map::LruHashMap(flows)).expect("a hash map");
+    let held = |port: u16| FlowKey {
+        saddr: addr_words("10.244.1.2".parse().unwrap()),
+        daddr: addr_words("10.244.1.1".parse().unwrap()),
+        sport: 5353u16.to_be(),
+        dport: port.to_be(),
+        proto: 17,
+        pad: [0; 3],
+    };
+    for port in 32768..61000u16 {
+        flows
+            .insert(held(port), FlowVal::default(), 0)
+            .expect("hold a port");
+    }
+    let exhausted = from_client(&client, || {
+        let s = UdpSocket::bind("192.168.60.2:40000").expect("bind");
+        s.set_read_timeout(Some(WAIT)).unwrap();
+        s.send_to(b"ping", addr("192.168.60.1:30053"))
+            .expect("send");
+        let mut buf = [0u8; 512];
+        s.recv(&mut buf).map_err(|e| crate::outcome(&e))
+    });
+    assert_eq!(exhausted, Err("timed out".to_owned()));
+    for port in 32768..61000u16 {
+        flows.remove(&held(port)).expect("free the port");
+    }
+    let freed: Vec<String> = from_client(&client, || vec![udp("192.168.60.1:30053")]);
+    assert_eq!(freed, ["dns-a from 10.244.1.1"]);
+
     // The datapath counted new flows, refusals and drops.
     let reading = stats.read();
     let count = |r: &str| reading.reasons.iter().find(|(n, _)| *n == r).unwrap().1;
@@ -626,6 +662,7 @@ fn node_ports_and_load_balancer_ips_reach_pods_from_outside() {
     assert!(count("refused") >= 3, "{reading:?}");
     assert!(count("affine") >= 11, "{reading:?}");
     assert!(count("dropped") >= 2, "{reading:?}");
+    assert_eq!(count("nat-port-exhausted"), 1, "{reading:?}");
 
     // --cleanup's removal detaches the tc programs: the node itself answers the NodePort
     // (nothing listens there: refused). bpffs releases an unlinked pin after an RCU grace

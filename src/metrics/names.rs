@@ -336,7 +336,7 @@ pub const RS_EBPF_DATAPATH: Spec = spec(
     "kubeproxy_rs_ebpf_datapath_total",
     Counter,
     &["reason"],
-    "eBPF mode: socket calls the programs acted on, by reason: translated (connect or sendmsg to a Service given a backend), refused (a Service without endpoints), affine (of the translated, the backend ClientIP affinity remembered), reversed (recvmsg or getpeername shown the Service address); counted since the programs were first loaded",
+    "eBPF mode: socket calls and new flows from outside the programs acted on, by reason: translated (connect or sendmsg to a Service, or a new flow from outside, given a backend), refused (a Service without endpoints), affine (of the translated, the backend ClientIP affinity remembered), reversed (recvmsg or getpeername shown the Service address), bind-refused (a bind to a NodePort in the node's namespace), dropped (a policy that drops: Local without a local endpoint, a source outside loadBalancerSourceRanges, no route to the backend), nat-port-exhausted (a new flow from outside dropped: no free source port for its SNAT to the backend); counted since the programs were loaded with this set of reasons",
 );
 pub const RS_EBPF_MAP_ENTRIES: Spec = spec(
     "kubeproxy_rs_ebpf_map_entries",

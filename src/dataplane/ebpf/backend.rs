@@ -139,6 +139,7 @@ impl Kernel {
             path: links.clone(),
             source,
         })?;
+        renew_resized_counters(&pin_dir)?;
         check_pinned_layouts(&pin_dir)?;
         let mut ebpf = EbpfLoader::new()
             .default_map_pin_directory(&pin_dir)
@@ -444,14 +445,15 @@ fn attach(
     })
 }
 
-/// Refuses pinned maps whose key size, value size or bound differs from this build's.
+/// Refuses pinned maps whose key size, value size or bound differs from this build's. The
+/// counters (`kp_stats`) are not checked: they are no state, and [`renew_resized_counters`]
+/// replaces them when a build counts more reasons.
 fn check_pinned_layouts(pin_dir: &Path) -> Result<(), Error> {
     use super::layout::{
         FlowKey, FlowVal, KP_MAX_AFFINITY, KP_MAX_FLOWS, KP_MAX_NODEPORTS, KP_MAX_REVERSE,
         KP_MAX_SERVICES, KP_MAX_SLOTS, KP_MAX_SOURCE_RANGES,
     };
     use std::mem::size_of;
-    let stats = u32::try_from(super::stats::REASONS.len()).unwrap_or(u32::MAX);
     let want = [
         (
             names::MAP_SVC,
@@ -471,7 +473,6 @@ fn check_pinned_layouts(pin_dir: &Path) -> Result<(), Error> {
             size_of::<RevVal>(),
             KP_MAX_REVERSE,
         ),
-        (names::MAP_STATS, size_of::<u32>(), size_of::<u64>(), stats),
         (
             names::MAP_NODEPORT,
             size_of::<NpKey>(),
@@ -513,6 +514,28 @@ fn check_pinned_layouts(pin_dir: &Path) -> Result<(), Error> {
                 wanted,
             });
         }
+    }
+    Ok(())
+}
+
+/// Unpins a `kp_stats` of another size than this build's (an upgrade that counts a new reason):
+/// the programs loaded next pin a new one, and the counters start again from zero, which
+/// Prometheus reads as a counter reset. Every other map keeps its state across the upgrade.
+fn renew_resized_counters(pin_dir: &Path) -> Result<(), Error> {
+    let name = names::MAP_STATS;
+    let path = pin_dir.join(name);
+    if !path.exists() {
+        return Ok(());
+    }
+    let info = aya::maps::MapInfo::from_pin(&path).map_err(|source| Error::Map { name, source })?;
+    let wanted = u32::try_from(super::stats::REASONS.len()).unwrap_or(u32::MAX);
+    if info.max_entries() != wanted {
+        tracing::info!(
+            pinned = info.max_entries(),
+            wanted,
+            "the datapath counters are renewed"
+        );
+        remove_if_present(&path)?;
     }
     Ok(())
 }

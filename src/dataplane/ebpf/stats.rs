@@ -16,13 +16,14 @@ use super::backend::Error;
 use super::{layout, names};
 
 /// The reasons the programs count, in `enum kp_stat`'s order (`bpf/kp_maps.h`).
-pub const REASONS: [&str; 6] = [
+pub const REASONS: [&str; 7] = [
     "translated",
     "refused",
     "affine",
     "reversed",
     "bind-refused",
     "dropped",
+    "nat-port-exhausted",
 ];
 
 /// The maps whose fill level is reported, with their bounds (`KP_MAX_*` in the header).
