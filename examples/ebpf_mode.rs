@@ -2,7 +2,11 @@
 //! 10,000 and 30,000 Services of 10 endpoints (the first, cold sync; an idle one; one endpoint
 //! moved), and what a TCP connect() to a ClusterIP balanced by the socket programs costs
 //! against a direct connect() to the pod (the no-rules floor) and against one nftables DNAT
-//! rule (the NAT modes' path), with those Services in the maps.
+//! rule (the NAT modes' path), with those Services in the maps: the median connect() time,
+//! and connections per second from one client (connect, accept, close with a reset so no
+//! TIME_WAIT piles up, one after another for [`CPS_WINDOW`]). The DNAT rule is a lower bound
+//! of the nftables mode's cost per connection: that mode's lookups are verdict maps, and the
+//! cost that grows with connections (a conntrack entry and NAT per connection) is the same.
 //!
 //! Isolation as in `tests/ebpf_mode.rs`: the programs attach to a cgroup v2 child this harness
 //! creates and joins (so only its own sockets are balanced), pins go to a private bpffs
@@ -47,6 +51,8 @@ const BENCH_VIP: &str = "10.94.0.1:80";
 /// The address the nftables DNAT rule sends to the pod.
 const DNAT_VIP: &str = "10.95.0.1:80";
 const CONNECTS: usize = 4000;
+/// How long connections per second are counted for, per path.
+const CPS_WINDOW: Duration = Duration::from_secs(2);
 
 struct Cleanup {
     cgroup: PathBuf,
@@ -117,6 +123,11 @@ fn measure(cgroup: &Path, bpffs: &Path) {
     println!(
         "connect() p50 over {CONNECTS}: direct to the pod {floor:?}, nftables DNAT rule {dnat:?}"
     );
+    println!(
+        "connections per second: direct {:.0}, nftables DNAT rule {:.0}",
+        cps(POD),
+        cps(DNAT_VIP)
+    );
 
     for services in [1_000, 10_000, 30_000] {
         let shape = Synthetic {
@@ -143,6 +154,13 @@ fn measure(cgroup: &Path, bpffs: &Path) {
         println!(
             "{services} x 10: cold sync {cold:?}, idle sync {idle:?}, one endpoint moved {change:?}, \
              full resync (reads the maps) {full:?}; connect() p50 direct {direct:?}, via ClusterIP {via:?}"
+        );
+        // Connections per second, the three paths back to back (the host drifts).
+        let (direct, dnat, via) = (cps(POD), cps(DNAT_VIP), cps(BENCH_VIP));
+        println!(
+            "{services} x 10: connections per second direct {direct:.0}, nftables DNAT rule \
+             {dnat:.0}, via ClusterIP (socket programs) {via:.0} ({:.2}x the DNAT rule)",
+            via / dnat
         );
         drop(dp);
         backend::remove(&settings.pin_root).expect("remove pins");
@@ -171,6 +189,23 @@ fn connect_p50(to: &str) -> Duration {
         .collect();
     times.sort();
     times[times.len() / 2]
+}
+
+/// Connections per second to `to` from one client, one after another for [`CPS_WINDOW`]:
+/// connect, wait until the pod's accept loop took it (it closes first: the client reads
+/// the end), close with a reset.
+fn cps(to: &str) -> f64 {
+    let to: SocketAddr = to.parse().unwrap();
+    let start = Instant::now();
+    let mut made = 0u32;
+    while start.elapsed() < CPS_WINDOW {
+        let s = TcpStream::connect_timeout(&to, Duration::from_secs(2)).expect("connect");
+        let _ = std::io::Read::read(&mut &s, &mut [0u8; 1]);
+        let _ = socket2::SockRef::from(&s).set_linger(Some(Duration::ZERO));
+        drop(s);
+        made += 1;
+    }
+    f64::from(made) / start.elapsed().as_secs_f64()
 }
 
 /// `snap` plus the Service `bench` (BENCH_VIP → POD) on this node.

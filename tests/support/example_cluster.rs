@@ -14,6 +14,17 @@ use kube_proxy_rs::cli::load_manifests;
 use kube_proxy_rs::cluster::topology::Features;
 use kube_proxy_rs::cluster::{Changes, ServicePortName, Snapshot};
 
+/// Packets of the example cluster as node-a sees them, from each kind of client.
+pub const PACKETS: &[(&str, Option<&str>)] = &[
+    ("10.96.1.10:80", None),
+    ("10.96.1.10:80", Some("outside")),
+    ("10.96.1.10:81", None),
+    ("10.0.0.11:30080", Some("outside")),
+    ("10.0.0.11:30443", Some("node")),
+    ("10.96.2.10:80", None),
+    ("10.96.9.9:80", None),
+];
+
 /// The example, loaded the way `kube-proxy-rs plan` loads a manifest directory.
 pub fn example() -> Snapshot {
     load_manifests(Path::new("examples/cluster"), "node-a", Features::default())
