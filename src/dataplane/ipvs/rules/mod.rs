@@ -32,9 +32,10 @@ use super::mode_config::ModeConfig;
 use super::names::rules as r;
 use crate::cluster::{NodeContext, Protocol};
 use crate::dataplane::nftables::names::{self as n, Name};
+use crate::dataplane::nftables::plan::skeleton::BASE_CHAINS;
 use crate::dataplane::nftables::ruleset::{
-    ChainType, Comment, CtState, Data, DataKind, Element, Family, Field, Hook, Kind, Match, Rule,
-    Ruleset, Set, SetDecl, Statement, Tuple, Value, Verdict, priority,
+    Comment, CtState, Data, DataKind, Element, Family, Field, Kind, Match, Rule, Ruleset, Set,
+    SetDecl, Statement, Tuple, Value, Verdict,
 };
 use crate::dataplane::node::Local;
 
@@ -275,45 +276,22 @@ fn declare_sets(b: &mut Builder) {
     );
 }
 
+/// The nftables mode's base chains this mode hooks, in this order: IPVS does the DNAT, so
+/// the pre-DNAT prerouting filter and the plain output filter have nothing to do here.
+const HOOKED: [&str; 6] = [
+    n::NAT_PREROUTING,
+    n::NAT_OUTPUT,
+    n::NAT_POSTROUTING,
+    n::FILTER_INPUT,
+    n::FILTER_OUTPUT_PRE_DNAT,
+    n::FILTER_FORWARD,
+];
+
 fn base_chains(b: &mut Builder, cfg: &ModeConfig) {
-    let table = [
-        (
-            n::NAT_PREROUTING,
-            ChainType::Nat,
-            Hook::Prerouting,
-            priority::DSTNAT,
-        ),
-        (
-            n::NAT_OUTPUT,
-            ChainType::Nat,
-            Hook::Output,
-            priority::DSTNAT,
-        ),
-        (
-            n::NAT_POSTROUTING,
-            ChainType::Nat,
-            Hook::Postrouting,
-            priority::SRCNAT,
-        ),
-        (
-            n::FILTER_INPUT,
-            ChainType::Filter,
-            Hook::Input,
-            priority::FILTER,
-        ),
-        (
-            n::FILTER_OUTPUT_PRE_DNAT,
-            ChainType::Filter,
-            Hook::Output,
-            priority::DSTNAT - 10,
-        ),
-        (
-            n::FILTER_FORWARD,
-            ChainType::Filter,
-            Hook::Forward,
-            priority::FILTER,
-        ),
-    ];
+    let table: Vec<_> = HOOKED
+        .iter()
+        .filter_map(|name| BASE_CHAINS.iter().find(|c| c.0 == *name).copied())
+        .collect();
     b.rules.add_base_chains(&table);
     let new = || vec![Match::CtState(CtState::New)];
     b.push(n::NAT_PREROUTING, vec![], vmap(&FRONTEND, n::SERVICE_IPS));
