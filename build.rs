@@ -21,6 +21,7 @@ fn main() {
     println!("cargo:rerun-if-env-changed=CLANG");
     println!("cargo:rerun-if-env-changed=LLVM_STRIP");
     println!("cargo:rerun-if-changed={HEADER}");
+    println!("cargo:rerun-if-changed=bpf/kp_shared_maps.h");
 
     let clang = env::var("CLANG").unwrap_or_else(|_| "clang".to_string());
     let strip = env::var("LLVM_STRIP").unwrap_or_else(|_| "llvm-strip".to_string());

@@ -13,7 +13,7 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
 
-#include "kp_maps.h"
+#include "kp_shared_maps.h"
 
 #define KP_IPPROTO_TCP 6
 #define KP_IPPROTO_UDP 17
@@ -21,27 +21,6 @@
 #define KP_ECONNREFUSED 111
 /* The errno a frontend whose policy drops gets: a timeout, as a dropped SYN would give. */
 #define KP_ETIMEDOUT 110
-
-/* Frontends -> slot sets. No preallocation: a replaced entry is freed after an RCU grace
- * period, so a program that has just looked one up never reads a recycled element. */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, KP_MAX_SERVICES);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__type(key, struct kp_svc_key);
-	__type(value, struct kp_svc_val);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} kp_svc SEC(".maps");
-
-/* (svc_id, generation, slot) -> backend. */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, KP_MAX_SLOTS);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__type(key, struct kp_slot_key);
-	__type(value, struct kp_backend);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} kp_slot SEC(".maps");
 
 /* (socket cookie, backend) -> Service address, for recvmsg and getpeername. */
 struct {
@@ -61,32 +40,6 @@ struct {
 	__type(value, __u8);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } kp_nodeport SEC(".maps");
-
-/* (network namespace, slot set) -> the backend it was given, for ClientIP affinity. */
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, KP_MAX_AFFINITY);
-	__type(key, struct kp_aff_key);
-	__type(value, struct kp_aff_val);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} kp_aff SEC(".maps");
-
-/* Per-reason counters (enum kp_stat), summed over CPUs by the proxy at each scrape. */
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, KP_STAT_COUNT);
-	__type(key, __u32);
-	__type(value, __u64);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} kp_stats SEC(".maps");
-
-static __always_inline void kp_count(__u32 reason)
-{
-	__u64 *n = bpf_map_lookup_elem(&kp_stats, &reason);
-
-	if (n)
-		*n += 1;
-}
 
 enum kp_verdict {
 	KP_PASS,        /* not a Service frontend: leave the address alone */

@@ -29,44 +29,7 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
 
-#include "kp_maps.h"
-
-/* The maps shared with kp_sock.c: the definitions must be the same (pinned by name). */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, KP_MAX_SERVICES);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__type(key, struct kp_svc_key);
-	__type(value, struct kp_svc_val);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} kp_svc SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, KP_MAX_SLOTS);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__type(key, struct kp_slot_key);
-	__type(value, struct kp_backend);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} kp_slot SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, KP_STAT_COUNT);
-	__type(key, __u32);
-	__type(value, __u64);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} kp_stats SEC(".maps");
-
-/* ClientIP affinity, shared with kp_sock.c (same definition). Clients from outside are keyed
- * by a hash of their address with the top bit set, which no network namespace cookie has. */
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, KP_MAX_AFFINITY);
-	__type(key, struct kp_aff_key);
-	__type(value, struct kp_aff_val);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} kp_aff SEC(".maps");
+#include "kp_shared_maps.h"
 
 /* Flows from outside, both directions. */
 struct {
@@ -106,14 +69,6 @@ struct {
 #define KP_NAT_PORT_MIN 32768
 #define KP_NAT_PORT_SPAN 28232
 #define KP_NAT_TRIES 8
-
-static __always_inline void kp_count(__u32 reason)
-{
-	__u64 *n = bpf_map_lookup_elem(&kp_stats, &reason);
-
-	if (n)
-		*n += 1;
-}
 
 /* One TCP or UDP packet's addresses (IPv4 mapped) and ports, in network order. */
 struct kp_pkt {
