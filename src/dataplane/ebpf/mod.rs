@@ -27,8 +27,9 @@
 //!     egress:  kp_flow reply hit without source NAT ─▶ source back to the frontend
 //! ```
 //!
-//! The programs are C (`bpf/kp_sock.c`, `bpf/kp_tc.c`, maps in `bpf/kp_maps.h`, the definitions both objects use in `bpf/kp_shared_maps.h`), compiled by
-//! clang in build.rs and loaded by aya. Maps and links are pinned under
+//! The programs are C (`bpf/kp_sock.c`, `bpf/kp_tc.c`; map layouts in `bpf/kp_maps.h`, the
+//! definitions both objects use in `bpf/kp_shared_maps.h`), compiled by clang in build.rs and
+//! loaded by aya. Maps and links are pinned under
 //! `/sys/fs/bpf/kube-proxy-rs/v1/` ([`names`]); a restart reuses the maps (so `kp_flow` keeps
 //! established flows on their backends) and swaps the links.
 //!
