@@ -24,12 +24,14 @@ use ebpf_host::{
     BpfFs, Cgroup, HELPER, changes, client, in_ns, pinned_links, proxy, run_client, serve, until,
 };
 use kube_proxy_rs::cli::load_manifests;
-use kube_proxy_rs::cluster::{Features, Snapshot};
+use kube_proxy_rs::cluster::{Changes, Features, Snapshot};
 use kube_proxy_rs::config::NodePortAddresses;
 use kube_proxy_rs::dataplane::Dataplane as _;
 use kube_proxy_rs::dataplane::ebpf::backend::{self, Backend as _, Kernel};
 use kube_proxy_rs::dataplane::ebpf::diff::Op;
-use kube_proxy_rs::dataplane::ebpf::layout::{IPPROTO_TCP, RevKey, RevVal, SvcKey, SvcVal};
+use kube_proxy_rs::dataplane::ebpf::layout::{
+    Backend as Slot, IPPROTO_TCP, RevKey, RevVal, SlotKey, SvcKey, SvcVal,
+};
 use kube_proxy_rs::dataplane::ebpf::stats::{FILLED, Stats};
 use kube_proxy_rs::dataplane::ebpf::{EbpfDataplane, names, tc};
 use relay_pods::host::NetNs;
@@ -393,6 +395,83 @@ fn cluster_ips_in_the_maps_reach_pods_from_the_cgroup() {
         assert!(backend::remove(&pin_root).unwrap() > 0);
         let after = client(&name, Some(cg), "tcp 10.96.0.10:80 1").await;
         assert_eq!(after, ["tcp 10.96.0.10:80 -> unreachable"]);
+    });
+}
+
+/// Map pressure: a sync that needs more backend slots than `kp_slot` has room for fails with
+/// the map named, and the Service keeps the backends it had (the new slot set is written
+/// before the frontend switches to it, and the switch never happens); once room is made, the
+/// next sync finishes the change. The map is filled through its pin, as another writer (or
+/// a much larger cluster) would.
+#[test]
+fn a_sync_past_a_maps_bound_fails_and_the_old_backends_keep_serving() {
+    let cgroup = Cgroup::new();
+    let fs = BpfFs::new();
+    let settings = fs.settings(&cgroup);
+    let dir = tempfile::tempdir().expect("manifest dir");
+    let ns = NetNs::new("kprs-ebpf-full");
+    for a in ["10.244.1.2/32", "10.244.1.3/32"] {
+        ns.output("ip", &["addr", "add", a, "dev", "lo"]);
+    }
+    let kernel = Kernel::open(&settings).expect("load and attach");
+    let mut dp = EbpfDataplane::new(kernel, NodePortAddresses::default());
+    let one = snapshot(dir.path(), &manifests(&["10.244.1.2"]));
+    let two = snapshot(dir.path(), &manifests(&["10.244.1.2", "10.244.1.3"]));
+    dp.sync(&one, &Changes::default(), false)
+        .expect("first sync");
+
+    let slots = names::pin_dir(&settings.pin_root).join(names::MAP_SLOT);
+    let slots = aya::maps::MapData::from_pin(slots).expect("pinned kp_slot");
+    let mut slots: aya::maps::HashMap<_, SlotKey, Slot> =
+        aya::maps::HashMap::try_from(aya::maps::Map::HashMap(slots)).expect("a hash map");
+    let filler = |i: u32| SlotKey {
+        svc_id: 0x4000_0000 + (i >> 16),
+        slot: (i & 0xffff) as u16,
+        generation: 0,
+        pad: 0,
+    };
+    let backend = Slot::new("192.0.2.1:9".parse().unwrap());
+    let mut filled = 0u32;
+    while slots.insert(filler(filled), backend, 0).is_ok() {
+        filled += 1;
+    }
+    assert!(filled > 1_000_000, "the map took {filled} more entries");
+
+    let error = dp
+        .sync(&two, &changes(&one, &two), false)
+        .expect_err("no room for the new slot set");
+    let text = format!("{error:#}");
+    assert!(text.contains("kp_slot"), "{text}");
+
+    let name = ns.name.clone();
+    let cg = &cgroup;
+    in_ns(&ns, || async move {
+        pod("10.244.1.2:8080", "a").await;
+        pod("10.244.1.3:8080", "b").await;
+        let work = "tcp 10.96.0.10:80 8";
+        let kept = client(&name, Some(cg), work).await;
+        assert!(
+            kept.iter()
+                .all(|l| l == "tcp 10.96.0.10:80 -> a peer 10.96.0.10:80"),
+            "the old backend only: {kept:?}"
+        );
+
+        for i in 0..filled {
+            slots.remove(&filler(i)).expect("make room");
+        }
+        dp.sync(&two, &Changes::default(), false)
+            .expect("the retry finishes the change");
+        let both = client(&name, Some(cg), "tcp 10.96.0.10:80 24").await;
+        let mut seen: Vec<&str> = both.iter().map(String::as_str).collect();
+        seen.sort();
+        seen.dedup();
+        assert_eq!(
+            seen,
+            [
+                "tcp 10.96.0.10:80 -> a peer 10.96.0.10:80",
+                "tcp 10.96.0.10:80 -> b peer 10.96.0.10:80"
+            ]
+        );
     });
 }
 
