@@ -118,12 +118,23 @@ async fn explain_one(State(s): State<Shared>, Query(q): Params) -> Response {
     let Some(snapshot) = s.peek.snapshot().await else {
         return unavailable();
     };
+    // Read after the snapshot: a change it holds is either programmed by now or pending here.
+    let pending = s.sync.borrow().oldest_pending_since.map(|since| {
+        let ms = tokio::time::Instant::now()
+            .saturating_duration_since(since)
+            .as_millis();
+        format!(
+            "changes queued {ms} ms ago are not programmed yet; a difference between the kernel \
+             and this plan may be that sync's work, not drift"
+        )
+    });
     let config = s.config.clone();
     let answer = tokio::task::spawn_blocking(move || {
         // The running proxy programs this node's kernel: read it, whatever the objects' source.
         let e = explain::live::explain_on_node(&config, &snapshot, &request, false);
         drop(snapshot);
-        e.map(|e| {
+        e.map(|mut e| {
+            e.pending_sync = pending;
             if json {
                 explain::render::json(&e)
             } else {

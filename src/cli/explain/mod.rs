@@ -121,6 +121,11 @@ pub struct Explanation {
     /// Where the rules differ from what the proxy would program now (filled by the caller
     /// that read the kernel).
     pub drift: Vec<String>,
+    /// The running proxy (`/debug/explain`) had changes not yet programmed when it answered:
+    /// the plan is its newest model, the kernel the last sync's, so a difference may be the
+    /// pending sync's work rather than drift. Says since when.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pending_sync: Option<String>,
     /// Other tables' base chains on the packet's path, which see it too and are not traced
     /// (filled by the caller that read the kernel).
     pub other_chains: Vec<String>,
@@ -270,6 +275,7 @@ pub fn explain(
         affinity,
         model,
         drift: Vec::new(),
+        pending_sync: None,
         other_chains: Vec::new(),
     })
 }

@@ -147,6 +147,9 @@ pub fn text(e: &Explanation) -> String {
             );
         }
     }
+    if let Some(pending) = &e.pending_sync {
+        line(&mut out, &format!("sync pending: {}", clean(pending)));
+    }
     if !e.drift.is_empty() {
         line(&mut out, "kernel differs from the plan:");
         for d in &e.drift {

@@ -370,6 +370,25 @@ fn json_is_one_document_with_the_same_answer() {
 }
 
 #[test]
+fn a_pending_sync_is_told_only_when_there_is_one() {
+    let mut e = ask(&modes()[0], "10.96.0.10:80", None);
+    assert!(!text(&e).contains("sync pending"));
+    let v: serde_json::Value = serde_json::from_str(&json(&e)).unwrap();
+    assert!(v.get("pendingSync").is_none());
+    e.pending_sync = Some("changes queued 12 ms ago are not programmed yet".into());
+    assert!(
+        text(&e).contains("sync pending: changes queued 12 ms ago"),
+        "{}",
+        text(&e)
+    );
+    let v: serde_json::Value = serde_json::from_str(&json(&e)).unwrap();
+    assert_eq!(
+        v["pendingSync"],
+        "changes queued 12 ms ago are not programmed yet"
+    );
+}
+
+#[test]
 fn a_pod_source_needs_a_pod_network() {
     let mut n = node();
     n.pod_cidrs.clear();
