@@ -77,6 +77,27 @@ pub async fn run(
     run_with(frontends, period, metrics, pass_here).await
 }
 
+/// Waits for the next pass: until `frontends` changes or `period` has passed since the last
+/// one, and then only for frontends to judge against (none before the first successful sync
+/// publishes them; an empty set has nothing that could be stale, so its tables are not
+/// dumped). `None` once the publisher is gone. Shared with the eBPF mode's UDP socket
+/// reconciler, which follows the same schedule.
+pub async fn next_pass(
+    frontends: &mut watch::Receiver<Option<Arc<Frontends>>>,
+    period: Duration,
+) -> Option<Arc<Frontends>> {
+    loop {
+        tokio::select! {
+            changed = frontends.changed() => changed.ok()?,
+            () = tokio::time::sleep(period) => {}
+        }
+        match frontends.borrow_and_update().clone() {
+            Some(current) if !current.is_empty() => return Some(current),
+            _ => {}
+        }
+    }
+}
+
 /// [`run`] with the pass given, so the schedule is testable without a kernel.
 pub async fn run_with<P>(
     mut frontends: watch::Receiver<Option<Arc<Frontends>>>,
@@ -88,18 +109,7 @@ pub async fn run_with<P>(
 {
     // Whether the last pass of each family failed: the first failure warns, repeats do not.
     let mut failing = [false; 2];
-    loop {
-        tokio::select! {
-            changed = frontends.changed() => if changed.is_err() { return },
-            () = tokio::time::sleep(period) => {}
-        }
-        let Some(current) = frontends.borrow_and_update().clone() else {
-            continue;
-        };
-        if current.is_empty() {
-            // No UDP or SCTP frontend: nothing can be stale, so skip dumping the table.
-            continue;
-        }
+    while let Some(current) = next_pass(&mut frontends, period).await {
         for family in IpFamily::ALL {
             let started = tokio::time::Instant::now();
             let (f, p) = (current.clone(), pass.clone());
@@ -113,10 +123,10 @@ pub async fn run_with<P>(
                 }
                 Ok(Err(error)) if !failing[family.index()] => {
                     failing[family.index()] = true;
-                    tracing::warn!(%family, error = %chain(&error), "conntrack reconcile failed; retrying every sync period");
+                    tracing::warn!(%family, error = %crate::causes::one_line(&error), "conntrack reconcile failed; retrying every sync period");
                 }
                 Ok(Err(error)) => {
-                    tracing::debug!(%family, error = %chain(&error), "conntrack reconcile failed again");
+                    tracing::debug!(%family, error = %crate::causes::one_line(&error), "conntrack reconcile failed again");
                 }
                 Err(error) => tracing::error!(%family, %error, "conntrack reconcile task panicked"),
             }
@@ -140,17 +150,6 @@ fn report(family: IpFamily, pass: &Pass, duration: Duration) {
     if let Some(reason) = pass.undecodable.first() {
         tracing::warn!(%family, reason = %reason, "some conntrack entries could not be decoded; they were left alone");
     }
-}
-
-fn chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut cause = error.source();
-    while let Some(e) = cause {
-        text.push_str(": ");
-        text.push_str(&e.to_string());
-        cause = e.source();
-    }
-    text
 }
 
 #[cfg(test)]

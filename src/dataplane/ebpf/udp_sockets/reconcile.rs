@@ -19,6 +19,7 @@ use super::diag::{self, UdpSocket};
 use super::namespaces::network_namespaces;
 use crate::cluster::IpFamily;
 use crate::conntrack::Frontends;
+use crate::conntrack::reconcile::next_pass;
 use crate::dataplane::ebpf::backend;
 use crate::dataplane::ebpf::layout::{RevKey, addr_words, ip_of};
 use crate::metrics::Metrics;
@@ -181,17 +182,7 @@ pub async fn run(
     pin_root: PathBuf,
 ) {
     let mut failing = false;
-    loop {
-        tokio::select! {
-            changed = frontends.changed() => if changed.is_err() { return },
-            () = tokio::time::sleep(period) => {}
-        }
-        let Some(current) = frontends.borrow_and_update().clone() else {
-            continue;
-        };
-        if current.is_empty() {
-            continue;
-        }
+    while let Some(current) = next_pass(&mut frontends, period).await {
         let root = pin_root.clone();
         let result = tokio::task::spawn_blocking(move || pass(&current, &root)).await;
         match result {
