@@ -185,6 +185,37 @@ fn manifests(web: &[&str]) -> String {
     .concat()
 }
 
+/// What each test of a node needs: a cgroup for the programs, a private bpffs for the pins
+/// (both gone when dropped), a manifest directory, and a namespace whose `lo` carries the
+/// two pods' addresses.
+struct Node {
+    cgroup: Cgroup,
+    fs: BpfFs,
+    settings: backend::Settings,
+    dir: tempfile::TempDir,
+    ns: NetNs,
+}
+
+impl Node {
+    fn new(prefix: &str) -> Node {
+        let cgroup = Cgroup::new();
+        let fs = BpfFs::new();
+        let settings = fs.settings(&cgroup);
+        let dir = tempfile::tempdir().expect("manifest dir");
+        let ns = NetNs::new(prefix);
+        for a in ["10.244.1.2/32", "10.244.1.3/32"] {
+            ns.output("ip", &["addr", "add", a, "dev", "lo"]);
+        }
+        Node {
+            cgroup,
+            fs,
+            settings,
+            dir,
+            ns,
+        }
+    }
+}
+
 fn snapshot(dir: &Path, manifests: &str) -> Snapshot {
     std::fs::write(dir.join("cluster.yaml"), manifests).expect("write manifests");
     let loaded = load_manifests(dir, "node-a", Features::default()).expect("manifests load");
@@ -194,14 +225,13 @@ fn snapshot(dir: &Path, manifests: &str) -> Snapshot {
 
 #[test]
 fn cluster_ips_in_the_maps_reach_pods_from_the_cgroup() {
-    let cgroup = Cgroup::new();
-    let fs = BpfFs::new();
-    let settings = fs.settings(&cgroup);
-    let dir = tempfile::tempdir().expect("manifest dir");
-    let ns = NetNs::new("kprs-ebpf");
-    for a in ["10.244.1.2/32", "10.244.1.3/32"] {
-        ns.output("ip", &["addr", "add", a, "dev", "lo"]);
-    }
+    let Node {
+        cgroup,
+        fs: _pins,
+        settings,
+        dir,
+        ns,
+    } = Node::new("kprs-ebpf");
     ns.output(
         "ip",
         &["addr", "add", "fd00:244::2/128", "dev", "lo", "nodad"],
@@ -405,14 +435,13 @@ fn cluster_ips_in_the_maps_reach_pods_from_the_cgroup() {
 /// a much larger cluster) would.
 #[test]
 fn a_sync_past_a_maps_bound_fails_and_the_old_backends_keep_serving() {
-    let cgroup = Cgroup::new();
-    let fs = BpfFs::new();
-    let settings = fs.settings(&cgroup);
-    let dir = tempfile::tempdir().expect("manifest dir");
-    let ns = NetNs::new("kprs-ebpf-full");
-    for a in ["10.244.1.2/32", "10.244.1.3/32"] {
-        ns.output("ip", &["addr", "add", a, "dev", "lo"]);
-    }
+    let Node {
+        cgroup,
+        fs: _pins,
+        settings,
+        dir,
+        ns,
+    } = Node::new("kprs-ebpf-full");
     let kernel = Kernel::open(&settings).expect("load and attach");
     let mut dp = EbpfDataplane::new(kernel, NodePortAddresses::default());
     let one = snapshot(dir.path(), &manifests(&["10.244.1.2"]));
@@ -477,14 +506,13 @@ fn a_sync_past_a_maps_bound_fails_and_the_old_backends_keep_serving() {
 
 #[test]
 fn the_running_proxy_programs_the_maps_and_its_pins_outlive_it() {
-    let cgroup = Cgroup::new();
-    let fs = BpfFs::new();
-    let settings = fs.settings(&cgroup);
-    let dir = tempfile::tempdir().expect("manifest dir");
-    let ns = NetNs::new("kprs-ebpf");
-    for a in ["10.244.1.2/32", "10.244.1.3/32"] {
-        ns.output("ip", &["addr", "add", a, "dev", "lo"]);
-    }
+    let Node {
+        cgroup,
+        fs: _pins,
+        settings,
+        dir,
+        ns,
+    } = Node::new("kprs-ebpf");
     std::fs::write(dir.path().join("cluster.yaml"), manifests(&["10.244.1.2"])).unwrap();
     let mut running = proxy(&ns, dir.path(), &settings);
     let name = ns.name.clone();
