@@ -1,4 +1,5 @@
-//! `explain` at 10,000 Services × 10 endpoints, in every mode: what it costs once the objects
+//! `explain` at 10,000 Services × 10 endpoints, in every mode (nftables, iptables, ipvs,
+//! userspace, ebpf): what it costs once the objects
 //! are loaded (from manifests, or listed from the API server), the goal being an answer in
 //! under a second.
 //!
@@ -25,8 +26,9 @@ use criterion::{Criterion, criterion_group, criterion_main};
 use kube_proxy_rs::cli::explain::{Planned, Request, Rules, RulesFrom, explain, saved};
 use kube_proxy_rs::cli::status::{self, Inputs, Runtime};
 use kube_proxy_rs::cluster::{IpFamily, Snapshot};
+use kube_proxy_rs::config::{Config, NodePortAddresses};
 use kube_proxy_rs::dataplane::node::NodePolicy;
-use kube_proxy_rs::dataplane::{iptables, ipvs, nftables};
+use kube_proxy_rs::dataplane::{iptables, ipvs, nftables, userspace};
 
 /// How one mode plans the snapshot.
 type Planner = fn(&Snapshot) -> Planned;
@@ -40,7 +42,7 @@ fn bench(c: &mut Criterion) {
     let (mut g, cluster, cfg, _) = planner_bench::start(c, "explain", nftables::plan_all);
     let snap: &Snapshot = &cluster.before;
     let node: NodePolicy = cfg.node.clone();
-    let modes: [(&str, Planner); 3] = [
+    let modes: [(&str, Planner); 5] = [
         ("nftables", |s| {
             Planned::nftables(s, &nftables::ModeConfig::default())
         }),
@@ -48,9 +50,21 @@ fn bench(c: &mut Criterion) {
             Planned::iptables(s, &iptables::ModeConfig::default())
         }),
         ("ipvs", |s| Planned::ipvs(s, &ipvs::ModeConfig::default())),
+        ("userspace", |s| {
+            let config = Config::default();
+            let node = NodePolicy::new(&config).expect("the default node policy");
+            Planned::userspace(s, userspace::redirect::Settings::of(&config, &node))
+        }),
+        ("ebpf", |s| Planned::ebpf(s, &NodePortAddresses::default())),
     ];
-    let request = request();
     for (mode, planner) in modes {
+        // The eBPF mode balances a ClusterIP where a socket connects, not for packets from
+        // outside: its packet comes from a process of the node.
+        let request = if mode == "ebpf" {
+            Request::parse("10.96.20.1:80", Some("node"), None).expect("a valid request")
+        } else {
+            request()
+        };
         let planned = planner(snap);
         let e = explain(
             snap,

@@ -148,12 +148,15 @@ fn measure(cgroup: &Path, bpffs: &Path) {
         one.ports.insert(shape.moved_port());
         let change = timed(|| dp.sync(&moved, &one, false));
         let full = timed(|| dp.sync(&moved, &Changes::default(), true));
+        // What a live `explain` or `status` reads before it traces: every pinned map.
+        let read = timed(|| backend::read_pinned(&settings.pin_root).map(|m| m.map(|_| ())));
         // The floor again, right before: loopback connect times drift by microseconds.
         let direct = connect_p50(POD);
         let via = connect_p50(BENCH_VIP);
         println!(
             "{services} x 10: cold sync {cold:?}, idle sync {idle:?}, one endpoint moved {change:?}, \
-             full resync (reads the maps) {full:?}; connect() p50 direct {direct:?}, via ClusterIP {via:?}"
+             full resync (reads the maps) {full:?}, explain's read of the pins {read:?}; \
+             connect() p50 direct {direct:?}, via ClusterIP {via:?}"
         );
         // Connections per second, the three paths back to back (the host drifts).
         let (direct, dnat, via) = (cps(POD), cps(DNAT_VIP), cps(BENCH_VIP));
