@@ -3,7 +3,8 @@
 //! pod, connections per second through the relay against a direct connection and against one
 //! kernel DNAT rule (the NAT modes' path), connections per second to a ClusterIP programmed by
 //! the nftables mode against the same ClusterIP programmed by the userspace mode (its redirect
-//! rule, then the relay), both by the proxy's own dataplanes from one Service and its
+//! rule, then the relay) and by the eBPF mode (its socket programs, in a cgroup the harness
+//! joins for that run), all by the proxy's own dataplanes from one Service and its
 //! EndpointSlice, and the latency one request/response round trip gains through the relay
 //! (p50, p99). The relay runs on a runtime of its own, on one thread pinned to CPU 1, so
 //! "one core" is what it gets; the pods and the client have threads of their own on CPU 0.
@@ -189,11 +190,65 @@ fn by_mode_over_veths() {
     let direct = in_client(&client, || cps(addr(GREETER)));
     let nftables = cps_in_mode(ProxyMode::Nftables, &node, &client);
     let userspace = cps_in_mode(ProxyMode::Userspace, &node, &client);
+    // The eBPF mode balances sockets of its cgroup: this process joins one of its own, where
+    // the mode's programs attach (pinned on a private bpffs), for this run only.
+    let ebpf = {
+        let _cgroup = BenchCgroup::join();
+        cps_in_mode(ProxyMode::Ebpf, &node, &client)
+    };
     println!(
         "direct to the pod {direct:.0}/s, nftables mode {nftables:.0}/s, userspace mode \
-         {userspace:.0}/s ({:.0} % of nftables mode)",
-        100.0 * userspace / nftables
+         {userspace:.0}/s ({:.0} % of nftables mode), ebpf mode {ebpf:.0}/s ({:.0} % of \
+         nftables mode)",
+        100.0 * userspace / nftables,
+        100.0 * ebpf / nftables
     );
+}
+
+/// A cgroup v2 child this process joins and a private bpffs, for the eBPF mode's run: its
+/// programs attach to the child (only this process's sockets are balanced) and pin on the
+/// bpffs; dropped, the process is back in the root, the child and the mount are gone (and
+/// with the mount every pin, so every program is detached), also when the run panics.
+struct BenchCgroup {
+    root: std::path::PathBuf,
+    child: std::path::PathBuf,
+    pins: std::path::PathBuf,
+}
+
+impl BenchCgroup {
+    fn join() -> BenchCgroup {
+        let root = kube_proxy_rs::dataplane::ebpf::backend::default_cgroup();
+        let id = std::process::id();
+        let guard = BenchCgroup {
+            child: root.join(format!("kprs-relay-bench-{id}")),
+            root,
+            pins: std::env::temp_dir().join(format!("kprs-relay-bench-bpf-{id}")),
+        };
+        std::fs::create_dir(&guard.child).expect("create a cgroup");
+        std::fs::create_dir_all(&guard.pins).expect("a bpffs mount point");
+        let mounted = std::process::Command::new("mount")
+            .args(["-t", "bpf", "bpf"])
+            .arg(&guard.pins)
+            .status()
+            .expect("mount");
+        assert!(mounted.success(), "mount a bpffs");
+        std::fs::write(guard.child.join("cgroup.procs"), id.to_string()).expect("join it");
+        guard
+    }
+}
+
+impl Drop for BenchCgroup {
+    fn drop(&mut self) {
+        let _ = std::fs::write(
+            self.root.join("cgroup.procs"),
+            std::process::id().to_string(),
+        );
+        let _ = std::fs::remove_dir(&self.child);
+        let _ = std::process::Command::new("umount")
+            .arg(&self.pins)
+            .status();
+        let _ = std::fs::remove_dir(&self.pins);
+    }
 }
 
 /// Runs `work` on a runtime of its own inside the client's namespace.
@@ -319,9 +374,20 @@ fn cps_in_mode(mode: ProxyMode, node: &netns::NetNs, client: &netns::NetNs) -> f
     let loaded = kube_proxy_rs::cli::load_manifests(&dir, "bench", Default::default())
         .expect("the bench's manifests load");
     let _ = std::fs::remove_dir_all(&dir);
+    let id = std::process::id();
     let config = Config {
         mode,
         cluster_cidrs: vec!["10.244.0.0/16".parse().expect("a CIDR")],
+        // Only read in ebpf mode: the cgroup and bpffs of [`BenchCgroup`].
+        bpf_cgroup: Some(
+            kube_proxy_rs::dataplane::ebpf::backend::default_cgroup()
+                .join(format!("kprs-relay-bench-{id}")),
+        ),
+        bpf_pin_root: Some(
+            std::env::temp_dir()
+                .join(format!("kprs-relay-bench-bpf-{id}"))
+                .join("kube-proxy-rs"),
+        ),
         ..Config::default()
     };
     let (tx, rx) = std::sync::mpsc::channel();
@@ -352,8 +418,10 @@ fn cps_in_mode(mode: ProxyMode, node: &netns::NetNs, client: &netns::NetNs) -> f
         .join()
         .expect("the proxy thread ends")
         .expect("the proxy thread's namespace");
-    for family in ["ip", "ip6"] {
-        node.output("nft", &["delete", "table", family, "kube-proxy-rs"]);
+    if mode != ProxyMode::Ebpf {
+        for family in ["ip", "ip6"] {
+            node.output("nft", &["delete", "table", family, "kube-proxy-rs"]);
+        }
     }
     rate
 }
