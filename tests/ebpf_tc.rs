@@ -41,7 +41,7 @@ use kube_proxy_rs::cluster::{Changes, Features, Snapshot};
 use kube_proxy_rs::config::{self, Config, Flags, NodePortAddresses};
 use kube_proxy_rs::dataplane::Dataplane as _;
 use kube_proxy_rs::dataplane::ebpf::backend::{self, Kernel, Settings};
-use kube_proxy_rs::dataplane::ebpf::layout::{FlowKey, FlowVal, addr_words};
+use kube_proxy_rs::dataplane::ebpf::layout::{AffKey, AffVal, FlowKey, FlowVal, addr_words};
 use kube_proxy_rs::dataplane::ebpf::stats::Stats;
 use kube_proxy_rs::dataplane::ebpf::{EbpfDataplane, names, tc};
 use kube_proxy_rs::netlink::netns::run_in;
@@ -457,6 +457,47 @@ fn node_ports_and_load_balancer_ips_reach_pods_from_outside() {
     let e = explain(&cfg, &snap, "192.168.60.1:30088", "192.168.60.3");
     assert_eq!(reached(&e).len(), 2, "another client has no entry");
     assert_eq!(e.affinity.as_ref().and_then(|a| a.entry), Some(false));
+    // An entry the program would not follow is told as such, not as "no entry": its backend
+    // gone from the set, or past the timeout (the client's entry rewritten through its pin).
+    let aff = names::pin_dir(&settings.pin_root).join(names::MAP_AFF);
+    let aff = aya::maps::MapData::from_pin(aff).expect("pinned kp_aff");
+    let mut aff: aya::maps::HashMap<_, AffKey, AffVal> =
+        aya::maps::HashMap::try_from(aya::maps::Map::LruHashMap(aff)).expect("a hash map");
+    let cookie = kube_proxy_rs::dataplane::ebpf::trace::client_key("192.168.60.2".parse().unwrap());
+    let (key, kept) = aff
+        .iter()
+        .map(|e| e.expect("an entry"))
+        .find(|(k, _)| k.netns_cookie == cookie)
+        .expect("the client's entry");
+    let gone = AffVal {
+        addr: addr_words("10.244.1.9".parse().unwrap()),
+        ..kept
+    };
+    aff.insert(key, gone, 0).expect("rewrite the entry");
+    let e = explain(&cfg, &snap, "192.168.60.1:30088", "192.168.60.2");
+    assert_eq!(reached(&e).len(), 2, "drawn again");
+    assert!(
+        e.reasons
+            .iter()
+            .any(|r| r.contains("10.244.1.9:8080") && r.contains("no longer a backend")),
+        "{:?}",
+        e.reasons
+    );
+    let old = AffVal {
+        last_used_ns: 1,
+        ..kept
+    };
+    aff.insert(key, old, 0).expect("rewrite the entry");
+    let e = explain(&cfg, &snap, "192.168.60.1:30088", "192.168.60.2");
+    assert_eq!(reached(&e).len(), 2, "drawn again");
+    assert!(
+        e.reasons
+            .iter()
+            .any(|r| r.contains(remembered) && r.contains("past the 60 s timeout")),
+        "{:?}",
+        e.reasons
+    );
+    aff.insert(key, kept, 0).expect("put the entry back");
 
     // Local: the local pod, seeing the client's own address.
     let local: Vec<String> = from_client(&client, || {

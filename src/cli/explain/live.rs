@@ -294,9 +294,13 @@ pub fn explain_on_node(
                     Err(why) => unread.push(format!("affinity entries not read: {why}")),
                 }
             }
-            for destination in stale {
-                e.reasons
-                    .push(persistence::stale_reason(e.packet.source, destination));
+            for later in stale {
+                e.reasons.push(match later {
+                    Later::StaleTemplate(destination) => {
+                        persistence::stale_reason(e.packet.source, destination)
+                    }
+                    Later::Line(line) => line,
+                });
             }
             let key = ServiceKey::Address {
                 protocol: request.protocol.into(),
@@ -331,6 +335,14 @@ pub fn explain_on_node(
     }
 }
 
+/// A reason about the client's affinity state told after the trace's own.
+enum Later {
+    /// An IPVS persistence template naming a real server that is gone.
+    StaleTemplate(SocketAddr),
+    /// A line made when the entry was read (eBPF: an entry the program would not follow).
+    Line(String),
+}
+
 /// The client's affinity entries in the kernel, put into `read` for the tracer, in each
 /// mode's own form: nftables' affinity sets, iptables' `recent` lists, IPVS persistence
 /// templates. Returns the endpoints remembered for the client (`None`: the port has no
@@ -341,7 +353,7 @@ fn remember(
     node: &NodePolicy,
     request: &Request,
     read: &mut Read,
-) -> Result<(Option<Vec<SocketAddr>>, Vec<SocketAddr>), String> {
+) -> Result<(Option<Vec<SocketAddr>>, Vec<Later>), String> {
     let family = IpFamily::of(&request.to.ip());
     if let Some(maps) = &read.maps {
         // The socket programs key their entries by network namespace, not address: they are
@@ -357,6 +369,10 @@ fn remember(
             return Ok((None, Vec::new()));
         };
         read.remembered = found.entry;
+        if let Some(line) = found.ignored {
+            // There is an entry, but the program would not follow it: not "no entry".
+            return Ok((None, vec![Later::Line(line)]));
+        }
         return Ok((Some(found.followed), Vec::new()));
     }
     if read.relay.is_some() {
@@ -391,7 +407,8 @@ fn remember(
             address: request.to,
         };
         let r = persistence::apply(services, &key, client, &persistence::parse(&text));
-        return Ok((Some(r.destinations), r.stale));
+        let stale = r.stale.into_iter().map(Later::StaleTemplate).collect();
+        return Ok((Some(r.destinations), stale));
     }
     let Some(table) = read.table.as_mut() else {
         return Ok((None, Vec::new()));

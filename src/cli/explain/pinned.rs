@@ -109,6 +109,8 @@ pub(super) fn affinity(
 pub(super) struct ClientEntry {
     pub(super) entry: Option<ebpf::trace::Remembered>,
     pub(super) followed: Vec<SocketAddr>,
+    /// An entry the program would not follow, and why, as a reason line.
+    pub(super) ignored: Option<String>,
 }
 
 /// eBPF mode: the tc programs' `kp_aff` entry for `source` (from outside) at the
@@ -143,6 +145,7 @@ pub(super) fn client_entry(
         return Ok(Some(ClientEntry {
             entry: None,
             followed: Vec::new(),
+            ignored: None,
         }));
     };
     let now_ns = recent::read_monotonic_ns().ok_or_else(|| {
@@ -159,10 +162,37 @@ pub(super) fn client_entry(
         } => vec![b],
         _ => Vec::new(),
     };
+    let ignored = followed
+        .is_empty()
+        .then(|| ignored_line(source.address, &remembered, val.affinity_timeout));
     Ok(Some(ClientEntry {
         entry: Some(remembered),
         followed,
+        ignored,
     }))
+}
+
+/// Why the tc program would not follow `r`, the client's `kp_aff` entry (the trace found no
+/// backend from it): past the Service's timeout, or its backend is no longer in the set.
+fn ignored_line(client: std::net::IpAddr, r: &ebpf::trace::Remembered, timeout: u32) -> String {
+    let backend = ebpf::layout::Backend {
+        addr: r.entry.addr,
+        port: r.entry.port,
+        pad: 0,
+    }
+    .socket_addr();
+    let age = r.now_ns.saturating_sub(r.entry.last_used_ns) / 1_000_000_000;
+    if age > u64::from(timeout) {
+        format!(
+            "ClientIP affinity: kp_aff remembers {backend} for {client}, {age} s ago, past the \
+             {timeout} s timeout: its next connection draws a slot and replaces the entry"
+        )
+    } else {
+        format!(
+            "ClientIP affinity: kp_aff remembers {backend} for {client}, which is no longer a \
+             backend of this Service: its next connection draws a slot and replaces the entry"
+        )
+    }
 }
 
 fn transport(p: crate::cluster::Protocol) -> Option<ebpf::plan::Transport> {
