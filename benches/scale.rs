@@ -11,6 +11,7 @@
 //!     [--iptables-flavour nft|legacy] [--sync-period SECS] [--out target/scale]
 //! cargo bench --bench scale -- --uml [MIB] [--uml-limit SECS] --scale 10000x10 \
 //!     --proxies ours-ipvs,upstream-ipvs        # the same, inside a User-mode Linux guest
+//! cargo bench --bench scale -- --scale 10000x10 --proxies ours-ebpf,ours-nftables,upstream-nftables
 //! cargo bench --bench scale -- --charts-from run1/scale-results.json \
 //!     --charts-from run2/scale-results.json --out docs/images    # charts of several runs
 //! ```

@@ -38,6 +38,8 @@ const SERVICE_RANGE: &str = "10.96.0.0/12";
 pub struct Node {
     proxy: Option<ChildGuard>,
     bridge: Option<ChildGuard>,
+    /// The eBPF mode's cgroup and bpffs; after the proxy, which runs inside the cgroup.
+    ebpf: Option<EbpfNode>,
     _echo: ChildGuard,
     _pod: NetNs,
     pub ns: NetNs,
@@ -86,6 +88,7 @@ impl Node {
         Ok(Node {
             proxy: None,
             bridge: None,
+            ebpf: None,
             _echo: echo,
             _pod: pod,
             ns,
@@ -100,7 +103,16 @@ impl Node {
             Implementation::Upstream => ("kube-proxy", env.bin("kube-proxy")),
             Implementation::Ours => ("kube-proxy-rs", opts.ours_bin.clone()),
         };
-        let mut cmd = self.ns.command(program);
+        let mut cmd = if kind.mode == "ebpf" {
+            // `ip netns exec` mounts a /sys of its own, where the cgroup hierarchy the
+            // programs attach to is not: enter only the network namespace.
+            let mut cmd = Command::new("nsenter");
+            cmd.arg(format!("--net=/run/netns/{}", self.ns.name))
+                .arg(program);
+            cmd
+        } else {
+            self.ns.command(program)
+        };
         if kind.mode == "iptables"
             && opts.iptables_flavour == IptablesFlavour::Legacy
             && let Err(e) = self.use_iptables_legacy(&mut cmd)
@@ -130,6 +142,19 @@ impl Node {
                 "iptables-sync-period"
             };
             cmd.arg(format!("--{flag}={}s", period.as_secs()));
+        }
+        if kind.mode == "ebpf" {
+            match EbpfNode::join() {
+                Ok(e) => {
+                    cmd.arg(format!("--bpf-cgroup={}", e.cgroup.display()))
+                        .arg(format!(
+                            "--bpf-pin-root={}",
+                            e.pins.join("kube-proxy-rs").display()
+                        ));
+                    self.ebpf = Some(e);
+                }
+                Err(e) => eprintln!("scale: cannot set up the eBPF mode's cgroup: {e}"),
+            }
         }
         let child = ChildGuard::spawn(&format!("{name}-{}", self.ns.name), &mut cmd);
         let pid = child.pid();
@@ -207,6 +232,61 @@ impl Drop for Node {
                     .output();
             }
         }
+    }
+}
+
+/// The eBPF mode's place on the host: a cgroup v2 child the programs attach to, which this
+/// harness process joins (so every probe it starts from now on is balanced by them, as a pod
+/// of the node would be) and a private bpffs for the pins. Dropped after the proxy: the
+/// harness goes back to the root cgroup, the child is removed, and unmounting the bpffs drops
+/// every pin, which detaches every program the proxy left attached.
+struct EbpfNode {
+    root: std::path::PathBuf,
+    cgroup: std::path::PathBuf,
+    pins: std::path::PathBuf,
+}
+
+impl EbpfNode {
+    fn join() -> Result<EbpfNode, String> {
+        let root = kube_proxy_rs::dataplane::ebpf::backend::default_cgroup();
+        let id = std::process::id();
+        let node = EbpfNode {
+            cgroup: root.join(format!("kprs-scale-{id}")),
+            root,
+            pins: std::env::temp_dir().join(format!("kprs-scale-bpf-{id}")),
+        };
+        std::fs::create_dir_all(&node.cgroup).map_err(|e| format!("create the cgroup: {e}"))?;
+        std::fs::create_dir_all(&node.pins)
+            .map_err(|e| format!("create {}: {e}", node.pins.display()))?;
+        let mounted = Command::new("mount")
+            .args(["-t", "bpf", "bpf"])
+            .arg(&node.pins)
+            .status()
+            .map_err(|e| format!("mount: {e}"))?;
+        if !mounted.success() {
+            return Err(format!("mount a bpffs on {}", node.pins.display()));
+        }
+        std::fs::write(node.cgroup.join("cgroup.procs"), id.to_string())
+            .map_err(|e| format!("join the cgroup: {e}"))?;
+        Ok(node)
+    }
+}
+
+impl Drop for EbpfNode {
+    fn drop(&mut self) {
+        let _ = std::fs::write(
+            self.root.join("cgroup.procs"),
+            std::process::id().to_string(),
+        );
+        // The proxy was killed just before; the kernel may take a moment to empty the cgroup.
+        for _ in 0..50 {
+            if std::fs::remove_dir(&self.cgroup).is_ok() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = Command::new("umount").arg(&self.pins).status();
+        let _ = std::fs::remove_dir(&self.pins);
     }
 }
 

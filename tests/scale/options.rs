@@ -88,11 +88,14 @@ impl ProxyKind {
     pub const UPSTREAM_IPTABLES: ProxyKind = ProxyKind::new(Implementation::Upstream, "iptables");
     pub const OURS_IPVS: ProxyKind = ProxyKind::new(Implementation::Ours, "ipvs");
     pub const UPSTREAM_IPVS: ProxyKind = ProxyKind::new(Implementation::Upstream, "ipvs");
+    /// Ours only: upstream has no eBPF mode.
+    pub const OURS_EBPF: ProxyKind = ProxyKind::new(Implementation::Ours, "ebpf");
     /// Every proxy and mode the harness knows, in the order `--proxies` lists them.
-    pub const ALL: [ProxyKind; 6] = [
+    pub const ALL: [ProxyKind; 7] = [
         Self::OURS_NFTABLES,
         Self::OURS_IPTABLES,
         Self::OURS_IPVS,
+        Self::OURS_EBPF,
         Self::UPSTREAM_NFTABLES,
         Self::UPSTREAM_IPTABLES,
         Self::UPSTREAM_IPVS,
@@ -288,7 +291,8 @@ mod tests {
             ProxyKind::parse("upstream-ipvs"),
             Ok(ProxyKind::UPSTREAM_IPVS)
         );
-        let err = ProxyKind::parse("ours-ebpf").unwrap_err();
+        assert_eq!(ProxyKind::parse("ours-ebpf"), Ok(ProxyKind::OURS_EBPF));
+        let err = ProxyKind::parse("upstream-ebpf").unwrap_err();
         assert!(
             err.contains("ours-ipvs") && err.contains("upstream-ipvs"),
             "{err}"

@@ -3,8 +3,9 @@
 //! the model, and destroys the stale ones; the task runs a pass after every sync that changed
 //! a UDP or SCTP frontend and every sync period, like the conntrack reconciler.
 //!
-//! Blocking netlink work runs on a blocking thread. A namespace that cannot be entered (its
-//! process exited, no permission) is counted and skipped; only failing in the proxy's own
+//! Blocking netlink work runs on a blocking thread. A namespace that cannot be entered or
+//! walked (its process exited, no permission) is counted and skipped, and a family a
+//! namespace refuses to dump (IPv6 disabled) is skipped; only failing in the proxy's own
 //! namespace, or reading `kp_rev`, fails a pass.
 
 use std::net::SocketAddr;
@@ -143,34 +144,58 @@ pub fn pass(frontends: &Frontends, pin_root: &Path) -> Result<Pass, Error> {
     for path in network_namespaces() {
         done.namespaces += 1;
         let own = path == OWN;
-        let mut diag = match Diag::open((!own).then_some(path.as_str())) {
-            Ok(diag) => diag,
-            Err(error) if own => return Err(error.into()),
+        let walked = Diag::open((!own).then_some(path.as_str()))
+            .map_err(Error::from)
+            .and_then(|mut diag| {
+                one_namespace(&mut diag, &path, frontends, &frontend_of, &mut done)
+            });
+        match walked {
+            Ok(()) => {}
+            Err(error) if own => return Err(error),
             Err(error) => {
-                tracing::trace!(netns = %path, error = %error, "cannot enter; skipped");
+                // A process that exited, a namespace without IPv6: the others still count.
+                tracing::trace!(netns = %path, error = %error, "not walked; skipped");
                 done.unreachable += 1;
-                continue;
-            }
-        };
-        for family in IpFamily::ALL {
-            let sockets = diag.dump(family)?;
-            done.sockets += sockets.len();
-            let stale = super::stale(&sockets, frontends, frontend_of);
-            done.stale += stale.len();
-            for s in stale {
-                match diag.destroy(&s)? {
-                    None => {
-                        tracing::debug!(netns = %path, local = %s.local, backend = %s.peer,
-                            cookie = s.cookie, "destroyed a UDP socket to a removed backend");
-                        done.destroyed[s.family.index()] += 1;
-                    }
-                    Some(ENOENT) => done.gone += 1,
-                    Some(errno) => done.failed.push((s, errno)),
-                }
             }
         }
     }
     Ok(done)
+}
+
+/// Dumps, judges and destroys in the namespace `diag` was opened in. A family the namespace
+/// refuses to dump (IPv6 disabled) is skipped.
+fn one_namespace(
+    diag: &mut Diag,
+    path: &str,
+    frontends: &Frontends,
+    frontend_of: &dyn Fn(u64, SocketAddr) -> Option<SocketAddr>,
+    done: &mut Pass,
+) -> Result<(), Error> {
+    for family in IpFamily::ALL {
+        let sockets = match diag.dump(family) {
+            Ok(sockets) => sockets,
+            Err(Error::Dump { errno, .. }) => {
+                tracing::trace!(netns = %path, %family, errno, "no socket dump of this family");
+                continue;
+            }
+            Err(error) => return Err(error),
+        };
+        done.sockets += sockets.len();
+        let stale = super::stale(&sockets, frontends, frontend_of);
+        done.stale += stale.len();
+        for s in stale {
+            match diag.destroy(&s)? {
+                None => {
+                    tracing::debug!(netns = %path, local = %s.local, backend = %s.peer,
+                        cookie = s.cookie, "destroyed a UDP socket to a removed backend");
+                    done.destroyed[s.family.index()] += 1;
+                }
+                Some(ENOENT) => done.gone += 1,
+                Some(errno) => done.failed.push((s, errno)),
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Runs forever: a pass whenever `frontends` changes, and every `period` since the last one.
