@@ -353,7 +353,7 @@ pub const RS_EBPF_MAP_MAX_ENTRIES: Spec = spec(
 pub const RS_EBPF_UDP_SOCKETS_DESTROYED: Spec = spec(
     "kubeproxy_rs_ebpf_udp_sockets_destroyed_total",
     Counter,
-    FAMILY,
+    NONE,
     "eBPF mode: connected UDP sockets the programs had sent to a backend that stopped serving its Service, destroyed (their owners get ECONNABORTED and reconnect); the socket-level counterpart of the conntrack reconciler's deleted entries",
 );
 

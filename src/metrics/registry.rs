@@ -74,7 +74,7 @@ struct Inner {
     health_checks: Family<StateLabels, Gauge>,
     nftables_repairs: Counter,
     iptables_repairs: Counter,
-    ebpf_udp_destroyed: PerFamily,
+    ebpf_udp_destroyed: Counter,
     /// The per-Service traffic counters' source (see [`super::traffic`]).
     traffic: super::traffic::SharedSource,
     /// The userspace relay's listeners (see [`super::relay`]).
@@ -203,7 +203,7 @@ impl Metrics {
             ebpf_udp_destroyed: register(
                 &mut r,
                 &names::RS_EBPF_UDP_SOCKETS_DESTROYED,
-                Family::default(),
+                Counter::default(),
             ),
             traffic,
             relayed,
@@ -241,8 +241,7 @@ impl Metrics {
                     &i.iptables_partial_restore_failures,
                 ]),
                 ProxyMode::Ipvs => counters.push(&i.iptables_restore_failures),
-                ProxyMode::Ebpf => counters.push(&i.ebpf_udp_destroyed),
-                ProxyMode::Userspace => {}
+                ProxyMode::Userspace | ProxyMode::Ebpf => {}
             }
             for c in counters {
                 drop(c.get_or_create(&labels));
@@ -469,12 +468,9 @@ impl Metrics {
             .inc_by(deleted);
     }
 
-    /// eBPF mode: `destroyed` connected UDP sockets of `family` to a removed backend.
-    pub fn count_udp_sockets_destroyed(&self, family_: IpFamily, destroyed: u64) {
-        self.0
-            .ebpf_udp_destroyed
-            .get_or_create(&family(family_))
-            .inc_by(destroyed);
+    /// eBPF mode: `destroyed` connected UDP sockets to a removed backend.
+    pub fn count_udp_sockets_destroyed(&self, destroyed: u64) {
+        self.0.ebpf_udp_destroyed.inc_by(destroyed);
     }
 
     /// A proxy health endpoint answered `code`.

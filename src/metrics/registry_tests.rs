@@ -13,7 +13,6 @@ fn every_metric_has_its_type_line_once_primed_and_synced() {
     let m = Metrics::new();
     m.prime(ProxyMode::Iptables, &IpFamily::ALL);
     m.prime(ProxyMode::Nftables, &IpFamily::ALL);
-    m.prime(ProxyMode::Ebpf, &IpFamily::ALL);
     m.queued(IpFamily::V4, at(1));
     m.synced(IpFamily::V4, at(2));
     let text = m.encode();

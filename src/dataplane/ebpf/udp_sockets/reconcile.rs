@@ -213,9 +213,7 @@ pub async fn run(
         match result {
             Ok(Ok(done)) => {
                 failing = false;
-                for family in IpFamily::ALL {
-                    metrics.count_udp_sockets_destroyed(family, done.destroyed[family.index()]);
-                }
+                metrics.count_udp_sockets_destroyed(done.destroyed.iter().sum());
                 report(&done);
             }
             Ok(Err(error)) if !failing => {
