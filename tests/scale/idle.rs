@@ -26,6 +26,13 @@ const POLL: Duration = Duration::from_millis(250);
 /// Read again this long after the last sync was counted: the runner records the sync's
 /// duration and then its report, so a scrape in between would miss its messages.
 const SETTLE: Duration = Duration::from_millis(500);
+/// How long the phase rests after the last idle sync before it hands over to the endpoint
+/// change: past the default `minSyncPeriod` (1 s) since that sync, so the change is synced at
+/// once, as it would be at any moment of a quiet node. Without it the change landed half a
+/// second after a periodic sync and waited out `minSyncPeriod` (0.3-0.44 s at 1,000 × 10 on
+/// 2026-12-05, against 12-20 ms before this phase existed), timing the harness's own phase
+/// boundary instead of the proxy; upstream has no count, skips this phase and was never hit.
+const REST: Duration = Duration::from_millis(1500);
 
 /// What one reading holds for this phase.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -88,6 +95,7 @@ pub async fn messages_per_idle_sync(s: &mut Session<'_>) -> Figure {
     if let Ok(Some(c)) = s.metrics().await.map(|m| Counts::of(&m)) {
         after = c;
     }
+    tokio::time::sleep(REST.saturating_sub(SETTLE)).await;
     summarize(before, after, period, &mut s.notes)
 }
 
