@@ -26,6 +26,9 @@ use super::layout::{
     AffKey, AffVal, Backend as Slot, NpKey, RevKey, RevVal, SlotKey, SrcKey, SvcKey, SvcVal,
 };
 use super::{names, tc};
+use pinned_layouts::{check_pinned_layouts, renew_resized_counters};
+
+mod pinned_layouts;
 
 /// The compiled programs, embedded by build.rs.
 pub static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/kp_sock.o"));
@@ -445,102 +448,7 @@ fn attach(
     })
 }
 
-/// Refuses pinned maps whose key size, value size or bound differs from this build's. The
-/// counters (`kp_stats`) are not checked: they are no state, and [`renew_resized_counters`]
-/// replaces them when a build counts more reasons.
-fn check_pinned_layouts(pin_dir: &Path) -> Result<(), Error> {
-    use super::layout::{
-        FlowKey, FlowVal, KP_MAX_AFFINITY, KP_MAX_FLOWS, KP_MAX_NODEPORTS, KP_MAX_REVERSE,
-        KP_MAX_SERVICES, KP_MAX_SLOTS, KP_MAX_SOURCE_RANGES,
-    };
-    use std::mem::size_of;
-    let want = [
-        (
-            names::MAP_SVC,
-            size_of::<SvcKey>(),
-            size_of::<SvcVal>(),
-            KP_MAX_SERVICES,
-        ),
-        (
-            names::MAP_SLOT,
-            size_of::<SlotKey>(),
-            size_of::<Slot>(),
-            KP_MAX_SLOTS,
-        ),
-        (
-            names::MAP_REV,
-            size_of::<RevKey>(),
-            size_of::<RevVal>(),
-            KP_MAX_REVERSE,
-        ),
-        (
-            names::MAP_NODEPORT,
-            size_of::<NpKey>(),
-            size_of::<u8>(),
-            KP_MAX_NODEPORTS,
-        ),
-        (
-            names::MAP_AFF,
-            size_of::<AffKey>(),
-            size_of::<AffVal>(),
-            KP_MAX_AFFINITY,
-        ),
-        (
-            names::MAP_FLOW,
-            size_of::<FlowKey>(),
-            size_of::<FlowVal>(),
-            KP_MAX_FLOWS,
-        ),
-        (
-            names::MAP_SRC,
-            size_of::<SrcKey>(),
-            size_of::<u8>(),
-            KP_MAX_SOURCE_RANGES,
-        ),
-    ];
-    for (name, key, value, max_entries) in want {
-        let path = pin_dir.join(name);
-        if !path.exists() {
-            continue;
-        }
-        let info =
-            aya::maps::MapInfo::from_pin(&path).map_err(|source| Error::Map { name, source })?;
-        let pinned = (info.key_size(), info.value_size(), info.max_entries());
-        let wanted = (key as u32, value as u32, max_entries);
-        if pinned != wanted {
-            return Err(Error::Layout {
-                path,
-                pinned,
-                wanted,
-            });
-        }
-    }
-    Ok(())
-}
-
-/// Unpins a `kp_stats` of another size than this build's (an upgrade that counts a new reason):
-/// the programs loaded next pin a new one, and the counters start again from zero, which
-/// Prometheus reads as a counter reset. Every other map keeps its state across the upgrade.
-fn renew_resized_counters(pin_dir: &Path) -> Result<(), Error> {
-    let name = names::MAP_STATS;
-    let path = pin_dir.join(name);
-    if !path.exists() {
-        return Ok(());
-    }
-    let info = aya::maps::MapInfo::from_pin(&path).map_err(|source| Error::Map { name, source })?;
-    let wanted = u32::try_from(super::stats::REASONS.len()).unwrap_or(u32::MAX);
-    if info.max_entries() != wanted {
-        tracing::info!(
-            pinned = info.max_entries(),
-            wanted,
-            "the datapath counters are renewed"
-        );
-        remove_if_present(&path)?;
-    }
-    Ok(())
-}
-
-fn remove_if_present(path: &Path) -> Result<(), Error> {
+pub(super) fn remove_if_present(path: &Path) -> Result<(), Error> {
     match fs::remove_file(path) {
         Err(e) if e.kind() != io::ErrorKind::NotFound => Err(Error::Io {
             what: "cannot remove",
