@@ -32,6 +32,14 @@ pub(super) struct Contribution {
     pub seeds: BTreeMap<Name, String>,
 }
 
+impl Contribution {
+    /// Whether `set` is the backends map of one of its pick chains: its keys are not claimed
+    /// (see `claims`).
+    pub fn is_backends(&self, set: &Name) -> bool {
+        self.picks.values().any(|pick| pick.map == *set)
+    }
+}
+
 /// A pick chain and its backends map (declaration only: elements are claimed like any other).
 #[derive(Debug, Clone)]
 pub(super) struct Pick {

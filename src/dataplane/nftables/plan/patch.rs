@@ -11,7 +11,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use super::claims::Holder;
+use super::claims::{self, Holder};
 use super::contribution::{self, Contribution};
 use super::planner::FamilyBooks;
 use crate::cluster::{IpFamily, NodeContext, ServicePortState};
@@ -89,17 +89,24 @@ impl Patch<'_> {
     /// Takes `state`'s contribution `c` out of the plan.
     pub fn remove(&mut self, state: Option<&Arc<ServicePortState>>, c: &Contribution) {
         let Some(state) = state else { return };
-        let mut others: BTreeMap<usize, Contribution> = BTreeMap::new();
-        for (set, elements) in &c.elements {
+        let mut others = Others::default();
+        // Backends keys first, while this port's frontends are still claimed.
+        let (backends, claimed): (Vec<_>, Vec<_>) =
+            c.elements.iter().partition(|(set, _)| c.is_backends(set));
+        for (set, elements) in backends.into_iter().chain(claimed) {
+            let is_backends = c.is_backends(set);
             for key in elements.keys() {
                 self.touch_key(set, key);
-                let next = match self.books.claims.remove(set, key, state) {
+                let holder = if is_backends {
+                    self.backends_holder(set, key, state, &mut others)
+                } else {
+                    self.books.claims.remove(set, key, state)
+                };
+                let next = match holder {
                     Holder::Same => continue,
                     Holder::None => None,
                     Holder::Next(next) => {
-                        let theirs = others
-                            .entry(Arc::as_ptr(&next) as usize)
-                            .or_insert_with(|| self.contribution(&next));
+                        let theirs = others.of(&next, |s| self.contribution(s));
                         Some(theirs.elements[set][key].clone())
                     }
                 };
@@ -147,10 +154,20 @@ impl Patch<'_> {
                 self.rules.sets.insert(pick.map.clone(), pick.decl.clone());
             }
         }
-        for (set, elements) in &c.elements {
+        for (set, elements) in c.elements.iter().filter(|(s, _)| !c.is_backends(s)) {
             for (key, element) in elements {
                 self.touch_key(set, key);
                 if self.books.claims.add(set, *key, state) {
+                    self.set(set).elements_mut().insert(*key, element.clone());
+                }
+            }
+        }
+        // Backends keys last, once this port's frontends are claimed.
+        let mut others = Others::default();
+        for (set, elements) in c.elements.iter().filter(|(s, _)| c.is_backends(s)) {
+            for (key, element) in elements {
+                self.touch_key(set, key);
+                if self.holds_backends_key(set, key, state, &mut others) {
                     self.set(set).elements_mut().insert(*key, element.clone());
                 }
             }
@@ -166,6 +183,67 @@ impl Patch<'_> {
             self.touch_set(name);
             self.rules.sets.insert(name.clone(), set.clone());
         }
+    }
+
+    /// Who holds backends key `key` of `set` once `leaving` stops adding it: the first other
+    /// claimant of its frontend (in snapshot order) that adds the key too. `Same` when one
+    /// before `leaving` does: its data stays.
+    fn backends_holder(
+        &self,
+        set: &Name,
+        key: &Tuple,
+        leaving: &ServicePortState,
+        others: &mut Others,
+    ) -> Holder {
+        let (treatments, frontend) = claims::frontend_of(key);
+        let mut before = true;
+        for port in self.books.claims.claimants(&treatments, &frontend) {
+            if port.port.name == leaving.port.name {
+                before = false;
+                continue;
+            }
+            let theirs = others.of(port, |s| self.contribution(s));
+            if theirs
+                .elements
+                .get(set)
+                .is_some_and(|e| e.contains_key(key))
+            {
+                return if before {
+                    Holder::Same
+                } else {
+                    Holder::Next(port.clone())
+                };
+            }
+        }
+        Holder::None
+    }
+
+    /// Whether `joining`, which adds backends key `key` of `set`, comes first among the
+    /// claimants of its frontend that add it (its frontend's claim is already recorded).
+    fn holds_backends_key(
+        &self,
+        set: &Name,
+        key: &Tuple,
+        joining: &ServicePortState,
+        others: &mut Others,
+    ) -> bool {
+        let (treatments, frontend) = claims::frontend_of(key);
+        let claimants = self.books.claims.claimants(&treatments, &frontend);
+        debug_assert!(claimants.iter().any(|p| p.port.name == joining.port.name));
+        for port in claimants {
+            if port.port.name == joining.port.name {
+                return true;
+            }
+            let theirs = others.of(port, |s| self.contribution(s));
+            if theirs
+                .elements
+                .get(set)
+                .is_some_and(|e| e.contains_key(key))
+            {
+                return false;
+            }
+        }
+        true
     }
 
     fn contribution(&self, state: &ServicePortState) -> Contribution {
@@ -232,5 +310,22 @@ impl Patch<'_> {
         {
             self.touched.before.sets.insert(name.clone(), set.clone());
         }
+    }
+}
+
+/// Other ports' contributions, planned once per update of one port: a contested key asks for
+/// them, and most keys are contested by nobody.
+#[derive(Default)]
+struct Others(BTreeMap<usize, Contribution>);
+
+impl Others {
+    fn of(
+        &mut self,
+        port: &Arc<ServicePortState>,
+        plan: impl FnOnce(&ServicePortState) -> Contribution,
+    ) -> &Contribution {
+        self.0
+            .entry(Arc::as_ptr(port) as usize)
+            .or_insert_with(|| plan(port))
     }
 }

@@ -132,6 +132,9 @@ impl Planner {
             for state in snapshot.ports.values() {
                 let c = contribution::of(state, family, &self.cfg, &snapshot.node, &np);
                 for (set, elements) in &c.elements {
+                    if c.is_backends(set) {
+                        continue;
+                    }
                     for key in elements.keys() {
                         fb.claims.add(set, *key, state);
                     }
