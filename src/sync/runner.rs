@@ -4,7 +4,8 @@
 //! clock) and, at one seam, the wall clock for timestamps and programming latency; every
 //! decision about *when* is made by the pure [`Schedule`], every measurement by pure functions.
 //! One sync runs at a time, always from the latest snapshot, on a blocking thread (appliers
-//! shell out), while events keep being applied. It never retries inside a sync and never
+//! shell out) while events keep being applied, or, when the dataplane says a small partial
+//! sync is quick, on the runner's own thread without the two thread hand-offs. It never retries inside a sync and never
 //! flushes the dataplane: a relist only changes what differs.
 
 use std::panic::AssertUnwindSafe;
@@ -55,6 +56,14 @@ type Done = (
     [Instant; 2],
 );
 
+/// Where a sync runs: on the runner's thread (a small partial sync the dataplane says is quick,
+/// [`Dataplane::runs_inline`]: done when `start` returns), or on a blocking thread while events
+/// keep being applied.
+enum Work {
+    Done(Box<Done>),
+    Running(JoinHandle<Done>),
+}
+
 /// Where a sync's time went outside the dataplane, for the debug log: a one-endpoint sync is
 /// meant to take well under a millisecond, and on a busy single-CPU node the snapshot, the
 /// hand-off to the blocking thread and the way back can cost as much as the dataplane.
@@ -88,9 +97,8 @@ impl ListProgress {
     }
 }
 
-/// A sync running on a blocking thread.
+/// A sync started: what the runner needs to report it when it is done.
 struct InFlight {
-    handle: JoinHandle<Done>,
     reason: Reason,
     full: bool,
     started: Instant,
@@ -192,7 +200,7 @@ impl Runner {
     where
         S: Stream<Item = Event> + Unpin,
     {
-        let mut in_flight: Option<InFlight> = None;
+        let mut in_flight: Option<(InFlight, JoinHandle<Done>)> = None;
         let mut open = true;
         let mut wait_warn = Instant::now() + INITIAL_WAIT_WARN;
         let trigger = self.full_sync_trigger.clone();
@@ -203,7 +211,7 @@ impl Runner {
             };
             let joined = async {
                 match in_flight.as_mut() {
-                    Some(f) => (&mut f.handle).await,
+                    Some((_, handle)) => handle.await,
                     None => std::future::pending().await,
                 }
             };
@@ -219,7 +227,7 @@ impl Runner {
             tokio::select! {
                 biased;
                 joined = joined => {
-                    let flight = in_flight.take().expect("a sync was running");
+                    let (flight, _) = in_flight.take().expect("a sync was running");
                     match joined {
                         Ok(done) => self.finish(flight, done),
                         // Panics are caught on the sync thread, so only a runtime shutting
@@ -230,7 +238,10 @@ impl Runner {
                         }
                     }
                 }
-                reason = timer, if open => in_flight = Some(self.start(reason)),
+                reason = timer, if open => match self.start(reason) {
+                    (flight, Work::Done(done)) => self.finish(flight, *done),
+                    (flight, Work::Running(handle)) => in_flight = Some((flight, handle)),
+                },
                 () = async {
                     match &trigger {
                         Some(t) => t.notified().await,
@@ -375,7 +386,7 @@ impl Runner {
         }
     }
 
-    fn start(&mut self, reason: Reason) -> InFlight {
+    fn start(&mut self, reason: Reason) -> (InFlight, Work) {
         let started = Instant::now();
         let start = self.schedule.start(started, reason);
         let (snapshot, changes) = self.tracker.snapshot();
@@ -390,7 +401,8 @@ impl Runner {
         self.syncs += 1;
         let span = tracing::info_span!("sync", number = self.syncs, reason = reason.as_str(), full);
         let mut dataplane = self.dataplane.take().expect("one sync at a time");
-        let handle = tokio::task::spawn_blocking(move || {
+        let inline = !full && dataplane.runs_inline(&changes);
+        let run = move || {
             let _entered = span.enter();
             let began = Instant::now();
             let result = std::panic::catch_unwind(AssertUnwindSafe(|| {
@@ -414,16 +426,21 @@ impl Runner {
                 result,
                 [began, Instant::now()],
             )
-        });
-        InFlight {
-            handle,
+        };
+        let work = if inline {
+            Work::Done(Box::new(run()))
+        } else {
+            Work::Running(tokio::task::spawn_blocking(run))
+        };
+        let flight = InFlight {
             reason,
             full,
             started,
             snapshotted,
             started_at: (self.wall)(),
             counts,
-        }
+        };
+        (flight, work)
     }
 
     fn finish(

@@ -20,6 +20,7 @@ struct Seen {
     full: bool,
     changed: BTreeSet<String>,
     ports: usize,
+    thread: std::thread::ThreadId,
 }
 
 #[derive(Default)]
@@ -30,6 +31,8 @@ struct Script {
     panic: bool,
     /// When set, a sync waits for a message on it before returning (to hold it in flight).
     gate: Option<std::sync::mpsc::Receiver<()>>,
+    /// What `runs_inline` answers.
+    inline: bool,
 }
 
 /// Counts syncs and fails on demand; correctness of programming is not its business.
@@ -56,6 +59,7 @@ impl Dataplane for Fake {
             full,
             changed: changes.ports.iter().map(ToString::to_string).collect(),
             ports: snapshot.ports.len(),
+            thread: std::thread::current().id(),
         });
         if script.panic {
             script.panic = false;
@@ -74,6 +78,10 @@ impl Dataplane for Fake {
             families: Vec::new(),
             netlink_messages: 0,
         })
+    }
+
+    fn runs_inline(&self, _: &Changes) -> bool {
+        self.0.lock().unwrap().inline
     }
 }
 
@@ -234,6 +242,38 @@ async fn a_burst_of_a_thousand_updates_costs_one_sync() {
     let last = h.seen().pop().unwrap();
     assert!(!last.full);
     assert_eq!(last.changed, BTreeSet::from(["ns/web:http".to_string()]));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_quick_partial_sync_runs_on_the_runners_thread_and_a_full_one_never_does() {
+    let mut h = start(s(1), s(30));
+    h.script.lock().unwrap().inline = true;
+    let here = std::thread::current().id();
+    h.list_all();
+    h.until("the first sync", |s| s.syncs_ok == 1).await;
+    h.send(testing::applied_slice(web_slice(1)));
+    h.until("the change's sync", |s| s.syncs_ok == 2).await;
+    h.script.lock().unwrap().panic = true;
+    h.send(testing::applied_slice(web_slice(2)));
+    h.until("the panicking sync", |s| s.syncs_failed == 1).await;
+    let seen = h.seen();
+    assert!(seen[0].full);
+    assert_ne!(
+        seen[0].thread, here,
+        "a full sync runs on a blocking thread"
+    );
+    assert!(!seen[1].full);
+    assert_eq!(
+        seen[1].thread, here,
+        "a quick partial sync runs where the runner does"
+    );
+    assert_eq!(seen[2].thread, here);
+    // The failure makes the retry full, on a blocking thread again.
+    let st = h.until("the retry", |s| s.syncs_ok == 3).await;
+    assert_eq!(st.syncs_failed, 1);
+    let retry = h.seen().pop().unwrap();
+    assert!(retry.full);
+    assert_ne!(retry.thread, here);
 }
 
 #[tokio::test(start_paused = true)]

@@ -195,6 +195,11 @@ impl Drift {
         self.pending.swap(false, Ordering::SeqCst)
     }
 
+    /// Whether an outside change is pending, leaving it so.
+    pub fn is_pending(&self) -> bool {
+        self.pending.load(Ordering::SeqCst)
+    }
+
     /// Resolves when an outside change was noticed (at once if one came while nobody waited).
     pub async fn changed(&self) {
         self.notify.notified().await;

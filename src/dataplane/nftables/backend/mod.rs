@@ -109,6 +109,12 @@ pub trait Backend: Send {
     fn messages_sent(&self) -> u64 {
         0
     }
+
+    /// Whether it talks to the kernel itself (netlink) rather than through a program it
+    /// starts, so a small transaction returns within a millisecond or so.
+    fn in_process(&self) -> bool {
+        false
+    }
 }
 
 impl Backend for Box<dyn Backend> {
@@ -143,6 +149,10 @@ impl Backend for Box<dyn Backend> {
 
     fn messages_sent(&self) -> u64 {
         (**self).messages_sent()
+    }
+
+    fn in_process(&self) -> bool {
+        (**self).in_process()
     }
 }
 
@@ -252,6 +262,10 @@ impl Backend for NetlinkBackend {
 
     fn messages_sent(&self) -> u64 {
         self.netlink.messages_sent()
+    }
+
+    fn in_process(&self) -> bool {
+        true
     }
 }
 
