@@ -232,11 +232,11 @@ fn with_bench_service(snap: Snapshot) -> Snapshot {
             ready: true,
             serving: true,
             terminating: false,
-            node_name: Some("node-0".into()),
-            zone: None,
-            zone_hints: vec![],
-            node_hints: vec![],
             is_local: true,
+            placement: Arc::new(kube_proxy_rs::cluster::model::Placement {
+                node_name: Some("node-0".into()),
+                ..Default::default()
+            }),
         }],
         selection: Default::default(),
     };

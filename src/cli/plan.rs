@@ -227,7 +227,7 @@ pub(crate) fn family_report(
 fn exclusion(ep: &Endpoint, cluster: Option<String>, local: Option<String>) -> Exclusion {
     Exclusion {
         endpoint: ep.to_string(),
-        node: ep.node_name.as_deref().map(str::to_string),
+        node: ep.placement.node_name.as_deref().map(str::to_string),
         cluster,
         local,
     }

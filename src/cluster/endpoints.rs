@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use super::interner::Interner;
 use super::limits::{self, shown};
-use super::model::{Endpoint, IpFamily, Protocol, ServiceKey};
+use super::model::{Endpoint, IpFamily, Placement, Protocol, ServiceKey};
 use super::service::shown_name;
 use super::source::lean::EndpointSlice;
 use super::warning::Warning;
@@ -43,10 +43,7 @@ pub struct SliceEndpoint {
     pub ready: bool,
     pub serving: bool,
     pub terminating: bool,
-    pub node_name: Option<Arc<str>>,
-    pub zone: Option<Arc<str>>,
-    pub zone_hints: Vec<Arc<str>>,
-    pub node_hints: Vec<Arc<str>>,
+    pub placement: Arc<Placement>,
 }
 
 /// An EndpointSlice as the proxy understands it.
@@ -72,7 +69,7 @@ pub enum Converted {
 }
 
 /// Converts a slice, appending a warning for everything refused.
-/// Repeated strings (node names, zones, hints) are shared through `names`.
+/// Repeated strings (node names, zones, hints) and placements are shared through `names`.
 pub fn convert(
     slice: &EndpointSlice,
     names: &mut Interner,
@@ -235,15 +232,18 @@ pub fn convert(
         let ready = conditions.and_then(|c| c.ready).unwrap_or(true);
         let serving = conditions.and_then(|c| c.serving).unwrap_or(ready);
         let terminating = conditions.and_then(|c| c.terminating).unwrap_or(false);
+        let placement = names.placement(Placement {
+            node_name,
+            zone,
+            zone_hints,
+            node_hints,
+        });
         endpoints.push(SliceEndpoint {
             ip,
             ready,
             serving,
             terminating,
-            node_name,
-            zone,
-            zone_hints,
-            node_hints,
+            placement,
         });
     }
 
@@ -301,11 +301,8 @@ pub fn merge<'a>(
                 ready: ep.ready,
                 serving: ep.serving,
                 terminating: ep.terminating,
-                node_name: ep.node_name.clone(),
-                zone: ep.zone.clone(),
-                zone_hints: ep.zone_hints.clone(),
-                node_hints: ep.node_hints.clone(),
-                is_local: ep.node_name.as_deref() == Some(node_name),
+                is_local: ep.placement.node_name.as_deref() == Some(node_name),
+                placement: ep.placement.clone(),
             };
             merged.push(endpoint);
         }

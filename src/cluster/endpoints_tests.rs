@@ -188,9 +188,13 @@ fn ipv6_slices_and_hints_are_read() {
     let (p, _) = parsed(&s);
     assert_eq!(p.family, IpFamily::V6);
     let e = &p.endpoints[0];
-    assert_eq!(e.zone.as_deref(), Some("zone-a"));
-    assert_eq!(e.zone_hints.len(), 1, "an invalid hint is dropped");
-    assert_eq!(e.node_hints.len(), 1);
+    assert_eq!(e.placement.zone.as_deref(), Some("zone-a"));
+    assert_eq!(
+        e.placement.zone_hints.len(),
+        1,
+        "an invalid hint is dropped"
+    );
+    assert_eq!(e.placement.node_hints.len(), 1);
 }
 
 #[test]

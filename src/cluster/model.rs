@@ -200,14 +200,29 @@ pub struct Endpoint {
     pub ready: bool,
     pub serving: bool,
     pub terminating: bool,
+    /// Whether the endpoint runs on this node (its `nodeName` is this node's name).
+    pub is_local: bool,
+    /// Its node, zone and hints, shared with every endpoint placed alike.
+    #[serde(flatten)]
+    pub placement: Arc<Placement>,
+}
+
+/// Where an endpoint runs and which topology hints it carries: what endpoint selection reads
+/// besides its conditions.
+///
+/// Shared, not owned per endpoint: a cluster has a few hundred distinct placements (one per
+/// node, times its hints) for hundreds of thousands of endpoints, and the four fields take 80
+/// bytes, more than the rest of an endpoint. One `Arc` per distinct value (the tracker's
+/// [`Interner`](super::interner::Interner)) keeps an endpoint at 32 bytes, in the tracker's
+/// slices and in every snapshot alike.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize)]
+pub struct Placement {
     pub node_name: Option<Arc<str>>,
     pub zone: Option<Arc<str>>,
     /// `hints.forZones`; empty when the slice carries no zone hints.
     pub zone_hints: Vec<Arc<str>>,
     /// `hints.forNodes`; empty when the slice carries no node hints.
     pub node_hints: Vec<Arc<str>>,
-    /// Whether the endpoint runs on this node (its `nodeName` is this node's name).
-    pub is_local: bool,
 }
 
 impl Endpoint {

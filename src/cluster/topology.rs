@@ -168,14 +168,14 @@ fn topology_mode(endpoints: &[Endpoint], node: &NodeContext, features: Features)
     let mut all_zone_hints = true;
     let mut hint_for_zone = false;
     for ep in endpoints.iter().filter(|ep| ep.ready) {
-        if ep.node_hints.is_empty() {
+        if ep.placement.node_hints.is_empty() {
             all_node_hints = false;
-        } else if ep.node_hints.iter().any(|n| **n == *node.name) {
+        } else if ep.placement.node_hints.iter().any(|n| **n == *node.name) {
             hint_for_node = true;
         }
-        if ep.zone_hints.is_empty() {
+        if ep.placement.zone_hints.is_empty() {
             all_zone_hints = false;
-        } else if zone.is_some_and(|z| ep.zone_hints.iter().any(|h| **h == *z)) {
+        } else if zone.is_some_and(|z| ep.placement.zone_hints.iter().any(|h| **h == *z)) {
             hint_for_zone = true;
         }
     }
@@ -193,11 +193,11 @@ fn topology_mode(endpoints: &[Endpoint], node: &NodeContext, features: Features)
 fn fits_topology(ep: &Endpoint, mode: TopologyMode, node: &NodeContext) -> bool {
     match mode {
         TopologyMode::None => true,
-        TopologyMode::SameNode => ep.node_hints.iter().any(|n| **n == *node.name),
+        TopologyMode::SameNode => ep.placement.node_hints.iter().any(|n| **n == *node.name),
         TopologyMode::SameZone => node
             .zone
             .as_deref()
-            .is_some_and(|z| ep.zone_hints.iter().any(|h| **h == *z)),
+            .is_some_and(|z| ep.placement.zone_hints.iter().any(|h| **h == *z)),
     }
 }
 
@@ -210,7 +210,7 @@ pub fn why_excluded(
     node: &NodeContext,
 ) -> String {
     if local_list && !ep.is_local {
-        return match &ep.node_name {
+        return match &ep.placement.node_name {
             Some(n) => format!("on node {n}, not this node"),
             None => "no nodeName, so not on this node".to_string(),
         };
@@ -229,12 +229,12 @@ pub fn why_excluded(
         return match mode {
             TopologyMode::SameNode => format!(
                 "hinted for nodes [{}], not {}",
-                ep.node_hints.join(","),
+                ep.placement.node_hints.join(","),
                 node.name
             ),
             _ => format!(
                 "hinted for zones [{}], this node is in {}",
-                ep.zone_hints.join(","),
+                ep.placement.zone_hints.join(","),
                 node.zone.as_deref().unwrap_or("no zone")
             ),
         };

@@ -2,8 +2,8 @@ use std::sync::Arc;
 
 use super::*;
 use crate::cluster::model::{
-    Endpoint, NodeContext, Protocol, ServiceKey, ServicePort, ServicePortName, ServiceType,
-    TrafficPolicy,
+    Endpoint, NodeContext, Placement, Protocol, ServiceKey, ServicePort, ServicePortName,
+    ServiceType, TrafficPolicy,
 };
 
 const R: (bool, bool, bool) = (true, true, false); // ready
@@ -19,11 +19,13 @@ fn e(n: u8, node: &str, c: (bool, bool, bool), zones: &[&str], nodes: &[&str]) -
         ready: c.0,
         serving: c.1,
         terminating: c.2,
-        node_name: Some(node.into()),
-        zone: None,
-        zone_hints: zones.iter().map(|z| Arc::from(*z)).collect(),
-        node_hints: nodes.iter().map(|z| Arc::from(*z)).collect(),
         is_local: node == "here",
+        placement: Arc::new(Placement {
+            node_name: Some(node.into()),
+            zone: None,
+            zone_hints: zones.iter().map(|z| Arc::from(*z)).collect(),
+            node_hints: nodes.iter().map(|z| Arc::from(*z)).collect(),
+        }),
     }
 }
 

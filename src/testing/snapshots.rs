@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use super::synthetic;
 use crate::cluster::model::{
-    Endpoint, FamilyView, IpFamily, NodeAddress, NodeContext, Protocol, ServiceKey, ServicePort,
-    ServicePortName, ServiceType, Snapshot, TrafficPolicy,
+    Endpoint, FamilyView, IpFamily, NodeAddress, NodeContext, Placement, Protocol, ServiceKey,
+    ServicePort, ServicePortName, ServiceType, Snapshot, TrafficPolicy,
 };
 
 /// The node the tests run on: `node-a`, 10.0.0.11 / fd00::11, pods in 10.244.1.0/24.
@@ -133,11 +133,11 @@ impl Svc {
             ready,
             serving: ready || terminating,
             terminating,
-            node_name: Some(node.into()),
-            zone: None,
-            zone_hints: vec![],
-            node_hints: vec![],
             is_local: false,
+            placement: Arc::new(Placement {
+                node_name: Some(node.into()),
+                ..Placement::default()
+            }),
         });
         self
     }
@@ -153,7 +153,7 @@ pub fn snapshot(node: NodeContext, services: Vec<Svc>) -> Snapshot {
             .into_iter()
             .filter(|e| IpFamily::of(&e.ip) == family)
             .map(|mut e| {
-                e.is_local = e.node_name.as_deref() == Some(&*node.name);
+                e.is_local = e.placement.node_name.as_deref() == Some(&*node.name);
                 e
             })
             .collect();

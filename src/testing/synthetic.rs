@@ -15,11 +15,11 @@
 )]
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 use kube_proxy_rs::cluster::model::{
-    Endpoint, FamilyView, IpFamily, NodeAddress, NodeContext, Protocol, ServiceKey, ServicePort,
-    ServicePortName, ServicePortState, ServiceType, Snapshot, TrafficPolicy,
+    Endpoint, FamilyView, IpFamily, NodeAddress, NodeContext, Placement, Protocol, ServiceKey,
+    ServicePort, ServicePortName, ServicePortState, ServiceType, Snapshot, TrafficPolicy,
 };
 use kube_proxy_rs::cluster::topology::{self, Features};
 
@@ -61,6 +61,18 @@ pub fn state(port: ServicePort, mut view: FamilyView, node: &NodeContext) -> Arc
 
 /// Nodes the endpoints are spread over; this node (`node-0`) holds every 100th.
 const NODES: usize = 100;
+
+/// One shared placement per node, as the tracker's interner makes them.
+static PLACEMENTS: LazyLock<Vec<Arc<Placement>>> = LazyLock::new(|| {
+    (0..NODES)
+        .map(|n| {
+            Arc::new(Placement {
+                node_name: Some(format!("node-{n}").into()),
+                ..Placement::default()
+            })
+        })
+        .collect()
+});
 
 /// The cluster's shape.
 #[derive(Clone, Copy, Debug)]
@@ -125,11 +137,8 @@ impl Synthetic {
                     ready: true,
                     serving: true,
                     terminating: false,
-                    node_name: Some(format!("node-{}", n % NODES).into()),
-                    zone: None,
-                    zone_hints: vec![],
-                    node_hints: vec![],
                     is_local: n.is_multiple_of(NODES),
+                    placement: PLACEMENTS[n % NODES].clone(),
                 }
             })
             .collect();

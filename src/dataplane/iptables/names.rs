@@ -221,10 +221,7 @@ mod tests {
             ready: true,
             serving: true,
             terminating: false,
-            node_name: None,
-            zone: None,
-            zone_hints: vec![],
-            node_hints: vec![],
+            placement: Default::default(),
             is_local: false,
         };
         let a = endpoint_chain(&tcp, &ep("10.0.0.1"));

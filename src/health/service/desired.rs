@@ -99,10 +99,7 @@ mod tests {
             ready,
             serving: true,
             terminating: !ready,
-            node_name: None,
-            zone: None,
-            zone_hints: vec![],
-            node_hints: vec![],
+            placement: Default::default(),
             is_local: local,
         }
     }
