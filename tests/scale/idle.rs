@@ -32,7 +32,7 @@ const SETTLE: Duration = Duration::from_millis(500);
 /// second after a periodic sync and waited out `minSyncPeriod` (0.3-0.44 s at 1,000 × 10 on
 /// 2026-12-05, against 12-20 ms before this phase existed), timing the harness's own phase
 /// boundary instead of the proxy; upstream has no count, skips this phase and was never hit.
-const REST: Duration = Duration::from_millis(1500);
+pub const REST: Duration = Duration::from_millis(1500);
 
 /// What one reading holds for this phase.
 #[derive(Debug, Clone, Copy, PartialEq)]
