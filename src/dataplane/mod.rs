@@ -95,7 +95,8 @@ pub trait Dataplane: Send {
     /// a busy single-CPU node those two wake-ups cost as much as a one-endpoint sync (0.3 and
     /// 0.7 ms beside 1.2 ms of dataplane work in the User-mode Linux guest at 10,000 × 10).
     /// Never asked for a full sync. No by default: a mode that runs a tool (iptables-restore,
-    /// nft) must not hold the runner while it does.
+    /// nft) must not hold the runner while it does. The runner tells the runtime first, so
+    /// such a sync may still wait on another task (the monitor's pause before a large batch).
     fn runs_inline(&self, changes: &Changes) -> bool {
         let _ = changes;
         false

@@ -64,6 +64,17 @@ enum Work {
     Running(JoinHandle<Done>),
 }
 
+/// Runs `f` on the runner's thread. On the multi-threaded runtime the proxy runs on, the
+/// runtime is told first, so its other tasks move to another thread meanwhile: a sync may wait
+/// on one of them (the nftables monitor answers a pause before a large batch) even on a node
+/// with one CPU and so one worker. A current-thread runtime (tests) just runs it.
+fn on_this_thread<T>(f: impl FnOnce() -> T) -> T {
+    match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+        Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(f),
+        _ => f(),
+    }
+}
+
 /// Where a sync's time went outside the dataplane, for the debug log: a one-endpoint sync is
 /// meant to take well under a millisecond, and on a busy single-CPU node the snapshot, the
 /// hand-off to the blocking thread and the way back can cost as much as the dataplane.
@@ -428,7 +439,7 @@ impl Runner {
             )
         };
         let work = if inline {
-            Work::Done(Box::new(run()))
+            Work::Done(Box::new(on_this_thread(run)))
         } else {
             Work::Running(tokio::task::spawn_blocking(run))
         };

@@ -51,7 +51,9 @@ impl Dataplane for Fake {
     ) -> Result<SyncReport, SyncError> {
         let gate = self.0.lock().unwrap().gate.take();
         if let Some(gate) = &gate {
-            gate.recv().unwrap();
+            // Bounded, so a sync that can never be let through fails instead of hanging.
+            gate.recv_timeout(Duration::from_secs(10))
+                .expect("the gate opens");
         }
         let mut script = self.0.lock().unwrap();
         script.gate = gate;
@@ -274,6 +276,37 @@ async fn a_quick_partial_sync_runs_on_the_runners_thread_and_a_full_one_never_do
     let retry = h.seen().pop().unwrap();
     assert!(retry.full);
     assert_ne!(retry.thread, here);
+}
+
+/// On the proxy's runtime with a single worker (a one-CPU node), a sync on the runner's thread
+/// may still wait for another task: the runtime moves them off the blocked thread.
+#[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+async fn a_sync_on_the_runners_thread_can_wait_for_another_task_with_one_worker() {
+    let mut h = start(Duration::from_millis(10), s(30));
+    h.script.lock().unwrap().inline = true;
+    h.list_all();
+    h.until("the first sync", |s| s.syncs_ok == 1).await;
+    let (open, gate) = std::sync::mpsc::channel();
+    h.script.lock().unwrap().gate = Some(gate);
+    // Opens the gate only once the sync waits on it, from a task of the same runtime.
+    let script = h.script.clone();
+    tokio::spawn(async move {
+        while script.lock().unwrap().gate.is_some() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        open.send(()).unwrap();
+    });
+    h.send(testing::applied_slice(web_slice(1)));
+    let done = tokio::time::timeout(s(30), h.status.wait_for(|s| s.syncs_ok == 2))
+        .await
+        .is_ok();
+    assert!(done, "no second sync");
+    assert_eq!(
+        h.status.borrow().syncs_failed,
+        0,
+        "the sync never got its answer"
+    );
+    assert!(!h.seen().pop().unwrap().full);
 }
 
 #[tokio::test(start_paused = true)]
