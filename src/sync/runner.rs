@@ -5,8 +5,8 @@
 //! decision about *when* is made by the pure [`Schedule`], every measurement by pure functions.
 //! One sync runs at a time, always from the latest snapshot, on a blocking thread (appliers
 //! shell out) while events keep being applied, or, when the dataplane says a small partial
-//! sync is quick, on the runner's own thread without the two thread hand-offs. It never retries inside a sync and never
-//! flushes the dataplane: a relist only changes what differs.
+//! sync is quick, on the runner's own thread without the two thread hand-offs. It never
+//! retries inside a sync and never flushes the dataplane: a relist only changes what differs.
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
@@ -412,6 +412,7 @@ impl Runner {
         self.syncs += 1;
         let span = tracing::info_span!("sync", number = self.syncs, reason = reason.as_str(), full);
         let mut dataplane = self.dataplane.take().expect("one sync at a time");
+        let started_at = (self.wall)();
         let inline = !full && dataplane.runs_inline(&changes);
         let run = move || {
             let _entered = span.enter();
@@ -448,7 +449,7 @@ impl Runner {
             full,
             started,
             snapshotted,
-            started_at: (self.wall)(),
+            started_at,
             counts,
         };
         (flight, work)

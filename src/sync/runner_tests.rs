@@ -33,6 +33,9 @@ struct Script {
     gate: Option<std::sync::mpsc::Receiver<()>>,
     /// What `runs_inline` answers.
     inline: bool,
+    /// A wall clock to read during each sync, and what it read.
+    wall: Option<fn() -> Timestamp>,
+    walls: Vec<Timestamp>,
 }
 
 /// Counts syncs and fails on demand; correctness of programming is not its business.
@@ -57,6 +60,9 @@ impl Dataplane for Fake {
         }
         let mut script = self.0.lock().unwrap();
         script.gate = gate;
+        if let Some(wall) = script.wall {
+            script.walls.push(wall());
+        }
         script.seen.push(Seen {
             full,
             changed: changes.ports.iter().map(ToString::to_string).collect(),
@@ -104,13 +110,17 @@ fn fixed_wall() -> Timestamp {
 }
 
 fn start(min_sync: Duration, sync: Duration) -> Harness {
+    start_with_wall(min_sync, sync, fixed_wall)
+}
+
+fn start_with_wall(min_sync: Duration, sync: Duration, wall: fn() -> Timestamp) -> Harness {
     let script = Arc::new(Mutex::new(Script::default()));
     let mut runner = Runner::new(
         Tracker::new("node-a", Features::default()),
         Box::new(Fake(script.clone())),
         Periods::new(min_sync, sync),
     )
-    .with_wall_clock(fixed_wall);
+    .with_wall_clock(wall);
     let reports = Arc::new(Mutex::new(Vec::new()));
     let sink = reports.clone();
     runner.on_report(move |r, _| sink.lock().unwrap().push(r.clone()));
@@ -276,6 +286,39 @@ async fn a_quick_partial_sync_runs_on_the_runners_thread_and_a_full_one_never_do
     let retry = h.seen().pop().unwrap();
     assert!(retry.full);
     assert_ne!(retry.thread, here);
+}
+
+/// A wall clock one second later at each reading.
+fn ticking_wall() -> Timestamp {
+    static SECONDS: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(0);
+    let n = SECONDS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    Timestamp::from_second(1_800_000_000 + n).unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_sync_on_the_runners_thread_is_reported_from_before_it_ran_to_after() {
+    let mut h = start_with_wall(s(1), s(30), ticking_wall);
+    {
+        let mut script = h.script.lock().unwrap();
+        script.inline = true;
+        script.wall = Some(ticking_wall);
+    }
+    h.list_all();
+    h.until("the first sync", |s| s.syncs_ok == 1).await;
+    h.send(testing::applied_slice(web_slice(1)));
+    h.until("the change's sync", |s| s.syncs_ok == 2).await;
+    let during = h.script.lock().unwrap().walls.clone();
+    let reports = h.reports.lock().unwrap().clone();
+    assert_eq!((during.len(), reports.len()), (2, 2));
+    for (report, ran) in reports.iter().zip(&during) {
+        assert!(
+            report.started_at < *ran && *ran < report.ended_at,
+            "sync {}: {} .. {} around {ran}",
+            report.number,
+            report.started_at,
+            report.ended_at
+        );
+    }
 }
 
 /// On the proxy's runtime with a single worker (a one-CPU node), a sync on the runner's thread
