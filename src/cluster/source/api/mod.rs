@@ -14,6 +14,8 @@
 
 pub mod client;
 pub mod list;
+pub mod list_split;
+pub mod list_watch;
 pub mod rate_limit;
 pub mod reachability;
 pub mod translate;

@@ -1,16 +1,16 @@
 //! The three watches (Services, EndpointSlices, this Node) as one stream of source events.
 //!
-//! Each kind has its own kube-rs `watcher` with the watcher's default backoff (0.8 s doubling to
-//! 30 s, reset after two quiet minutes, as client-go's reflector), so an outage or a forbidden
-//! kind never stops the others. The stream never ends and never yields an error: failures are
-//! logged (once per change of state) and retried, and the model keeps its last state meanwhile.
+//! Each kind has its own stream with kube-rs's watcher backoff (0.8 s doubling to 30 s, reset
+//! after two quiet minutes, as client-go's reflector), so an outage or a forbidden kind never
+//! stops the others. The stream never ends and never yields an error: failures are logged
+//! (once per change of state) and retried, and the model keeps its last state meanwhile.
 //!
 //! How lists are read is [`Lists`]. Classic (the default): one list request per kind, served
-//! from the API server's watch cache in one response (see [`classic`]), then a watch. Streamed
-//! (watch-list: a watch with `sendInitialEvents`, the objects as events and a bookmark at the
-//! end, as client-go's reflector does by default since 1.35, `WatchListClient`): no list
-//! response is ever held whole, and each object is folded into the model as it arrives. An API
-//! server that refuses streamed lists (its `WatchList` gate off, as on 1.33 by default)
+//! from the API server's watch cache in one response and decoded object by object as it
+//! arrives, then a watch ([`list_watch`](super::list_watch)). Streamed (watch-list: a watch
+//! with `sendInitialEvents`, the objects as events and a bookmark at the end, as client-go's
+//! reflector does by default since 1.35, `WatchListClient`), through kube-rs's `watcher`. An
+//! API server that refuses streamed lists (its `WatchList` gate off, as on 1.33 by default)
 //! answers the first watch with 400 or 422; that kind then lists the classic way for the rest
 //! of the process.
 //!
@@ -29,6 +29,7 @@ use kube::runtime::{WatchStreamExt as _, watcher};
 use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
 
+use super::list_watch::{self, Selectors};
 use super::translate::{Note, Translate};
 use super::{node_selector, watch_selector};
 use crate::cluster::source::lean::{EndpointSlice, Service};
@@ -62,40 +63,34 @@ impl Lists {
 
 /// Services, EndpointSlices and the Node called `node_name`, as one stream.
 pub fn watch(client: Client, node_name: &str, lists: Lists) -> BoxStream<'static, Event> {
-    let labels = |labels: &str| watcher::Config::default().labels(labels);
+    let labels = |labels: &str| Selectors {
+        labels: Some(labels.to_owned()),
+        fields: None,
+    };
     stream::select_all([
-        kind(
-            Api::<Service>::all(client.clone()),
+        kind::<Service>(
+            client.clone(),
             labels(watch_selector::SERVICES),
             Kind::Service,
             lists,
         ),
-        kind(
-            Api::<EndpointSlice>::all(client.clone()),
+        kind::<EndpointSlice>(
+            client.clone(),
             labels(watch_selector::ENDPOINT_SLICES),
             Kind::EndpointSlice,
             lists,
         ),
-        kind(
-            Api::<Node>::all(client),
-            watcher::Config::default().fields(&node_selector(node_name)),
+        kind::<Node>(
+            client,
+            Selectors {
+                labels: None,
+                fields: Some(node_selector(node_name)),
+            },
             Kind::Node,
             lists,
         ),
     ])
     .boxed()
-}
-
-/// The classic list-then-watch configuration, for API servers without streamed lists: the
-/// list is served from the API server's watch cache (`any_semantic`, resourceVersion 0) in one
-/// response, as client-go's informers get it. With kube-rs's default pages of 500, the initial
-/// list of 44,000 Services and their slices took ~180 requests, which the client's QPS limit
-/// (5/s by default) stretched to over 30 s before the first sync.
-fn classic(config: watcher::Config) -> watcher::Config {
-    watcher::Config {
-        page_size: None,
-        ..config.any_semantic()
-    }
 }
 
 /// Whether the first watch's error says the API server does not stream lists (it validates
@@ -112,8 +107,8 @@ fn refuses_streamed_lists(error: &watcher::Error) -> bool {
 /// One kind's events: classic lists, or streamed ones until the API server refuses one (see
 /// the module doc).
 fn kind<K>(
-    api: Api<K>,
-    config: watcher::Config,
+    client: Client,
+    selectors: Selectors,
     kind: Kind,
     lists: Lists,
 ) -> BoxStream<'static, Event>
@@ -123,9 +118,15 @@ where
     Object: From<K>,
 {
     if lists == Lists::Classic {
-        return translated(watcher(api, classic(config)).default_backoff(), kind);
+        return translated(
+            list_watch::events::<K>(client, selectors).default_backoff(),
+            kind,
+        );
     }
-    let streamed = watcher(api.clone(), config.clone().streaming_lists())
+    let mut config = watcher::Config::default().streaming_lists();
+    config.label_selector = selectors.labels.clone();
+    config.field_selector = selectors.fields.clone();
+    let streamed = watcher(Api::<K>::all(client.clone()), config)
         .default_backoff()
         .take_while(move |item| {
             let refused = item.as_ref().err().is_some_and(refuses_streamed_lists);
@@ -139,7 +140,7 @@ where
             future::ready(!refused)
         });
     let classic = stream::once(future::lazy(move |_| {
-        watcher(api, classic(config)).default_backoff()
+        list_watch::events::<K>(client, selectors).default_backoff()
     }))
     .flatten();
     translated(streamed.chain(classic), kind)
