@@ -11,10 +11,17 @@
 
 use std::collections::BTreeMap;
 
-use crate::dataplane::nftables::ruleset::{Data, Element, Tuple};
+use crate::dataplane::nftables::ruleset::{Element, Tuple};
 
 /// Elements in the order added → the element map: sorted by key, the first added of equal keys
 /// kept.
+///
+/// Memory matters as much as time here: the largest set (a backends map, one element per
+/// endpoint) is most of a full plan, and this is where a cold start peaks. So the elements are
+/// put in order in their own vector (each moved once, along the permutation's cycles), the
+/// sort records are dropped first, and the map is built from that vector, which
+/// `BTreeMap::from_iter` takes over without a copy. Before this, the added vector, the sort
+/// records and the map's own collected copy were all alive at once.
 pub(super) fn sorted(mut elements: Vec<(Tuple, Element)>) -> BTreeMap<Tuple, Element> {
     let mut order: Vec<([u64; 4], u32)> = elements
         .iter()
@@ -28,23 +35,46 @@ pub(super) fn sorted(mut elements: Vec<(Tuple, Element)>) -> BTreeMap<Tuple, Ele
             .then_with(|| elements[a.1 as usize].0.cmp(&elements[b.1 as usize].0))
             .then(a.1.cmp(&b.1))
     });
-    order.dedup_by(|later, first| {
-        later.0 == first.0 && elements[later.1 as usize].0 == elements[first.1 as usize].0
-    });
-    order
-        .into_iter()
-        .map(|(_, i)| {
-            let (key, element) = &mut elements[i as usize];
-            let taken = std::mem::replace(
-                element,
-                Element {
-                    data: Data::None,
-                    comment: None,
-                },
-            );
-            (*key, taken)
-        })
-        .collect()
+    let len = elements.len();
+    // `from[k]`: the position the element that goes to position `k` is at now. The later of
+    // equal keys go to the end, to be cut off.
+    let mut from: Vec<u32> = Vec::with_capacity(len);
+    let mut dropped: Vec<u32> = Vec::new();
+    for (k, &(prefix, i)) in order.iter().enumerate() {
+        let same = k > 0 && {
+            let (p, j) = order[k - 1];
+            p == prefix && elements[j as usize].0 == elements[i as usize].0
+        };
+        if same {
+            dropped.push(i);
+        } else {
+            from.push(i);
+        }
+    }
+    drop(order);
+    let kept = from.len();
+    from.append(&mut dropped);
+    permute(&mut elements, &mut from);
+    drop(from);
+    elements.truncate(kept);
+    elements.into_iter().collect()
+}
+
+/// Puts `items[from[k]]` at position `k` for every `k`, in place: each cycle of the
+/// permutation is followed once (`from` is used up as the record of positions done).
+fn permute<T>(items: &mut [T], from: &mut [u32]) {
+    for start in 0..items.len() {
+        let mut k = start;
+        while from[k] as usize != k {
+            let src = from[k] as usize;
+            from[k] = k as u32;
+            if src == start {
+                break;
+            }
+            items.swap(k, src);
+            k = src;
+        }
+    }
 }
 
 /// The first 32 bytes of the key's encoding (which orders keys as they compare), as
@@ -65,6 +95,7 @@ mod tests {
 
     use super::*;
     use crate::cluster::Protocol;
+    use crate::dataplane::nftables::ruleset::Data;
     use crate::dataplane::nftables::ruleset::Value;
 
     fn value() -> impl Strategy<Value = Value> {
@@ -110,6 +141,18 @@ mod tests {
                 want.entry(k).or_insert(e);
             }
             prop_assert_eq!(sorted(elements), want);
+        }
+
+        #[test]
+        fn permute_puts_each_item_where_its_position_says(
+            perm in Just((0u32..30).collect::<Vec<u32>>()).prop_shuffle()
+        ) {
+            let items: Vec<u32> = (100..130).collect();
+            let mut permuted = items.clone();
+            let mut from = perm.clone();
+            permute(&mut permuted, &mut from);
+            let want: Vec<u32> = perm.iter().map(|&i| items[i as usize]).collect();
+            prop_assert_eq!(permuted, want);
         }
     }
 }
