@@ -19,12 +19,12 @@ mod relay_pods;
 use std::path::Path;
 
 use aya::maps::{HashMap, Map, MapData};
-use ebpf_host::{BpfFs, Cgroup, HELPER, client, proxy, serve};
-use kube_proxy_rs::cli::explain::{Verdict, live, render};
+use ebpf_host::{BpfFs, Cgroup, HELPER, client, explain, explain_config, proxy, serve};
+use kube_proxy_rs::cli::explain::{Verdict, live};
 use kube_proxy_rs::cli::load_manifests;
 use kube_proxy_rs::cli::status::{self, Runtime};
 use kube_proxy_rs::cluster::{Changes, Features, IpFamily, Snapshot};
-use kube_proxy_rs::config::{self, Config, Flags};
+use kube_proxy_rs::config::Config;
 use kube_proxy_rs::dataplane::Dataplane as _;
 use kube_proxy_rs::dataplane::ebpf::backend::Kernel;
 use kube_proxy_rs::dataplane::ebpf::layout::{Backend, IPPROTO_TCP, SlotKey, SvcKey, SvcVal};
@@ -110,32 +110,6 @@ fn snapshot(dir: &Path) -> Snapshot {
     loaded.snapshot
 }
 
-fn config(pin_root: &Path) -> Config {
-    let flags = Flags {
-        proxy_mode: Some("ebpf".to_owned()),
-        hostname_override: Some("node-a".to_owned()),
-        bpf_pin_root: Some(pin_root.to_path_buf()),
-        ..Flags::default()
-    };
-    config::resolve(&flags, None).expect("flags resolve").config
-}
-
-/// The live answer for `to` from `from`, as text (printed, for the docs) and value.
-fn ask(
-    cfg: &Config,
-    snap: &Snapshot,
-    to: &str,
-    from: &str,
-) -> kube_proxy_rs::cli::explain::Explanation {
-    let request = kube_proxy_rs::cli::explain::Request::parse(to, Some(from), None).unwrap();
-    let e = live::explain_on_node(cfg, snap, &request, false).expect("explained");
-    println!(
-        "$ kube-proxy-rs explain --to {to} --from {from}\n{}",
-        render::text(&e)
-    );
-    e
-}
-
 fn status_text(cfg: &Config, snap: &Snapshot) -> (status::Status, String) {
     let (planned, node) = live::plan_on_node(cfg, snap, false).expect("plans");
     let read =
@@ -167,10 +141,10 @@ fn live_maps_explain_services_and_entries_removed_by_hand_show_as_drift() {
     let settings = fs.settings(&cgroup);
     let dir = tempfile::tempdir().expect("manifest dir");
     let snap = snapshot(dir.path());
-    let cfg = config(&settings.pin_root);
+    let cfg = explain_config(&settings.pin_root);
 
     // Nothing pinned yet: the answer says so rather than failing.
-    let e = ask(&cfg, &snap, "10.96.0.10:80", "node");
+    let e = explain(&cfg, &snap, "10.96.0.10:80", "node");
     assert_eq!(e.outcome.verdict, Verdict::Untouched);
     assert!(
         e.drift[0].contains("no maps of ours are pinned"),
@@ -182,7 +156,7 @@ fn live_maps_explain_services_and_entries_removed_by_hand_show_as_drift() {
     let mut dp = EbpfDataplane::new(kernel, cfg.node_port_addresses.clone());
     dp.sync(&snap, &Changes::default(), true).expect("sync");
 
-    let web = ask(&cfg, &snap, "10.96.0.10:80", "node");
+    let web = explain(&cfg, &snap, "10.96.0.10:80", "node");
     assert_eq!(web.mode, "ebpf");
     assert_eq!(
         web.service_port.as_ref().map(|s| s.name.as_str()),
@@ -204,12 +178,12 @@ fn live_maps_explain_services_and_entries_removed_by_hand_show_as_drift() {
     );
     assert!(web.drift.is_empty(), "just synced: {:?}", web.drift);
 
-    let udp = ask(&cfg, &snap, "10.96.0.10:80/udp", "pod");
+    let udp = explain(&cfg, &snap, "10.96.0.10:80/udp", "pod");
     assert!(udp.service_port.is_none());
     assert_eq!(udp.hooks, ["connect4", "sendmsg4"]);
     assert_eq!(udp.outcome.verdict, Verdict::Untouched);
 
-    let empty = ask(&cfg, &snap, "10.96.0.12:80", "pod");
+    let empty = explain(&cfg, &snap, "10.96.0.12:80", "pod");
     assert_eq!(empty.outcome.verdict, Verdict::Rejected);
     assert!(
         empty.reasons.iter().any(|r| r.contains("ECONNREFUSED")),
@@ -217,7 +191,7 @@ fn live_maps_explain_services_and_entries_removed_by_hand_show_as_drift() {
         empty.reasons
     );
 
-    let local = ask(&cfg, &snap, "10.96.0.14:80", "pod");
+    let local = explain(&cfg, &snap, "10.96.0.14:80", "pod");
     assert_eq!(local.outcome.verdict, Verdict::Dropped);
     assert!(
         local.reasons.iter().any(|r| r.contains("ETIMEDOUT")),
@@ -233,7 +207,7 @@ fn live_maps_explain_services_and_entries_removed_by_hand_show_as_drift() {
         local.reasons
     );
 
-    let outside = ask(&cfg, &snap, "192.168.50.1:30080", "outside");
+    let outside = explain(&cfg, &snap, "192.168.50.1:30080", "outside");
     assert_eq!(
         outside.service_port.as_ref().map(|s| s.frontend),
         Some("NodePort")
@@ -252,10 +226,10 @@ fn live_maps_explain_services_and_entries_removed_by_hand_show_as_drift() {
         "{:?}",
         outside.reasons
     );
-    let inside = ask(&cfg, &snap, "192.168.50.1:30080", "node");
+    let inside = explain(&cfg, &snap, "192.168.50.1:30080", "node");
     assert_eq!(inside.outcome.verdict, Verdict::Forwarded);
 
-    let sticky = ask(&cfg, &snap, "10.96.0.13:80", "pod");
+    let sticky = explain(&cfg, &snap, "10.96.0.13:80", "pod");
     assert_eq!(
         sticky.affinity.as_ref().map(|a| a.timeout_seconds),
         Some(60)
@@ -279,7 +253,7 @@ fn live_maps_explain_services_and_entries_removed_by_hand_show_as_drift() {
         .unwrap();
     let said = runtime.block_on(client(&ns.name, Some(&cgroup), "tcp 10.96.0.13:80 1"));
     assert_eq!(said.len(), 1, "{said:?}");
-    let sticky = ask(&cfg, &snap, "10.96.0.13:80", "pod");
+    let sticky = explain(&cfg, &snap, "10.96.0.13:80", "pod");
     assert!(
         sticky.reasons.iter().any(|r| r
             .contains("kp_aff: a network namespace was given 10.244.1.5:8080")
@@ -318,7 +292,7 @@ fn live_maps_explain_services_and_entries_removed_by_hand_show_as_drift() {
     svc.remove(&node_port)
         .expect("remove the NodePort's entry from outside");
 
-    let web = ask(&cfg, &snap, "10.96.0.10:80", "node");
+    let web = explain(&cfg, &snap, "10.96.0.10:80", "node");
     assert_eq!(web.outcome.verdict, Verdict::Mixed);
     assert_eq!(web.outcome.endpoints.len(), 1);
     assert!(
@@ -345,9 +319,9 @@ fn live_maps_explain_services_and_entries_removed_by_hand_show_as_drift() {
         "{:?}",
         web.drift
     );
-    let empty = ask(&cfg, &snap, "10.96.0.12:80", "pod");
+    let empty = explain(&cfg, &snap, "10.96.0.12:80", "pod");
     assert_eq!(empty.outcome.verdict, Verdict::Untouched);
-    let outside = ask(&cfg, &snap, "192.168.50.1:30080", "outside");
+    let outside = explain(&cfg, &snap, "192.168.50.1:30080", "outside");
     assert_eq!(outside.outcome.verdict, Verdict::Untouched);
     assert!(
         outside.drift.iter().any(|d| d.contains(
@@ -373,7 +347,7 @@ fn live_maps_explain_services_and_entries_removed_by_hand_show_as_drift() {
 
     // A link unpinned: its program is detached, and the drift names it.
     std::fs::remove_file(names::links_dir(&settings.pin_root).join("kp_connect4")).unwrap();
-    let web = ask(&cfg, &snap, "10.96.0.10:80", "node");
+    let web = explain(&cfg, &snap, "10.96.0.10:80", "node");
     assert!(
         web.drift
             .iter()

@@ -35,7 +35,7 @@ use std::io::{BufRead as _, BufReader, Write as _};
 use std::net::UdpSocket;
 use std::time::Duration;
 
-use ebpf_host::{BpfFs, Cgroup};
+use ebpf_host::{BpfFs, Cgroup, explain, explain_config};
 use kube_proxy_rs::cli::explain::Verdict;
 use kube_proxy_rs::config::NodePortAddresses;
 use kube_proxy_rs::dataplane::ebpf::backend::{self};

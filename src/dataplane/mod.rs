@@ -94,7 +94,8 @@ pub trait Dataplane: Send {
     /// run it on its own thread rather than hand it to a blocking thread and take it back: on
     /// a busy single-CPU node those two wake-ups cost as much as a one-endpoint sync (0.3 and
     /// 0.7 ms beside 1.2 ms of dataplane work in the User-mode Linux guest at 10,000 × 10).
-    /// Never asked for a full sync. No by default: a mode that runs a tool (iptables-restore,
+    /// Asked only for a partial sync of at most [`INLINE_SYNC_MAX_PORTS`] changed ports, never
+    /// for a full one. No by default: a mode that runs a tool (iptables-restore,
     /// nft) must not hold the runner while it does. The runner tells the runtime first, so
     /// such a sync may still wait on another task (the monitor's pause before a large batch).
     fn runs_inline(&self, changes: &Changes) -> bool {
@@ -104,5 +105,6 @@ pub trait Dataplane: Send {
 }
 
 /// The most changed service ports a partial sync may have and still run on the runner's
-/// thread ([`Dataplane::runs_inline`]): a few endpoint changes, a few Services.
+/// thread ([`Dataplane::runs_inline`]): a few endpoint changes, a few Services. The runner
+/// applies the bound; a mode only says whether its state allows it.
 pub const INLINE_SYNC_MAX_PORTS: usize = 16;

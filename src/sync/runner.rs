@@ -413,7 +413,9 @@ impl Runner {
         let span = tracing::info_span!("sync", number = self.syncs, reason = reason.as_str(), full);
         let mut dataplane = self.dataplane.take().expect("one sync at a time");
         let started_at = (self.wall)();
-        let inline = !full && dataplane.runs_inline(&changes);
+        let inline = !full
+            && changes.ports.len() <= crate::dataplane::INLINE_SYNC_MAX_PORTS
+            && dataplane.runs_inline(&changes);
         let run = move || {
             let _entered = span.enter();
             let began = Instant::now();

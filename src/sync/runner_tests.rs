@@ -286,6 +286,27 @@ async fn a_quick_partial_sync_runs_on_the_runners_thread_and_a_full_one_never_do
     let retry = h.seen().pop().unwrap();
     assert!(retry.full);
     assert_ne!(retry.thread, here);
+    // A partial sync of more ports than the bound goes to a blocking thread, whatever the
+    // dataplane says.
+    let ports: Vec<(String, i32)> = (0..=crate::dataplane::INLINE_SYNC_MAX_PORTS)
+        .map(|n| (format!("p{n}"), 1000 + n as i32))
+        .collect();
+    let ports: Vec<(&str, i32, &str)> =
+        ports.iter().map(|(n, p)| (n.as_str(), *p, "TCP")).collect();
+    h.send(Event::Applied(Object::Service(Box::new(testing::service(
+        "ns",
+        "many",
+        "172.30.0.11",
+        &ports,
+    )))));
+    h.until("the many ports' sync", |s| s.syncs_ok == 4).await;
+    let many = h.seen().pop().unwrap();
+    assert!(!many.full);
+    assert_eq!(many.changed.len(), ports.len());
+    assert_ne!(
+        many.thread, here,
+        "a partial sync over the bound is not inline"
+    );
 }
 
 /// A wall clock one second later at each reading.

@@ -14,7 +14,9 @@ use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
+use kube_proxy_rs::cli::explain::{Explanation, Request, live, render};
 use kube_proxy_rs::cluster::{Changes, Snapshot};
+use kube_proxy_rs::config::{self, Config, Flags};
 use kube_proxy_rs::dataplane::ebpf::backend::{self, Settings};
 use kube_proxy_rs::dataplane::ebpf::names;
 
@@ -304,4 +306,28 @@ fn tcp_probe(to: SocketAddr) -> String {
         }
         Err(e) => format!("error {e}"),
     }
+}
+
+/// The resolved configuration of an eBPF-mode proxy on `node-a` pinning under `pin_root`, for
+/// `explain` on this node.
+pub fn explain_config(pin_root: &Path) -> Config {
+    let flags = Flags {
+        proxy_mode: Some("ebpf".to_owned()),
+        hostname_override: Some("node-a".to_owned()),
+        bpf_pin_root: Some(pin_root.to_path_buf()),
+        ..Flags::default()
+    };
+    config::resolve(&flags, None).expect("flags resolve").config
+}
+
+/// `explain --to TO --from FROM` on this node, over the pinned maps (printed, as the docs
+/// quote it).
+pub fn explain(cfg: &Config, snap: &Snapshot, to: &str, from: &str) -> Explanation {
+    let request = Request::parse(to, Some(from), None).expect("a request");
+    let e = live::explain_on_node(cfg, snap, &request, false).expect("explained");
+    println!(
+        "$ kube-proxy-rs explain --to {to} --from {from}\n{}",
+        render::text(&e)
+    );
+    e
 }

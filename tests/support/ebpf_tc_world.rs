@@ -7,10 +7,9 @@ use std::net::{IpAddr, SocketAddr, TcpStream, UdpSocket};
 use std::path::Path;
 use std::time::Duration;
 
-use kube_proxy_rs::cli::explain::{Explanation, Request, live, render};
+use kube_proxy_rs::cli::explain::Explanation;
 use kube_proxy_rs::cli::load_manifests;
 use kube_proxy_rs::cluster::{Changes, Features, Snapshot};
-use kube_proxy_rs::config::{self, Config, Flags};
 use kube_proxy_rs::dataplane::Dataplane as _;
 use kube_proxy_rs::dataplane::ebpf::backend::{Kernel, Settings};
 use kube_proxy_rs::dataplane::ebpf::{EbpfDataplane, tc};
@@ -330,29 +329,6 @@ pub fn open_on_node(node: &NetNs, settings: &Settings) -> (Kernel, Vec<String>) 
         Ok((kernel, pins))
     })
     .expect("node namespace")
-}
-
-/// The configuration `explain` runs with beside this test's proxy.
-pub fn explain_config(pin_root: &Path) -> Config {
-    let flags = Flags {
-        proxy_mode: Some("ebpf".to_owned()),
-        hostname_override: Some("node-a".to_owned()),
-        bpf_pin_root: Some(pin_root.to_path_buf()),
-        ..Flags::default()
-    };
-    config::resolve(&flags, None).expect("flags resolve").config
-}
-
-/// `explain --to TO --from FROM` on this node, over the pinned maps (printed, as the docs
-/// quote it).
-pub fn explain(cfg: &Config, snap: &Snapshot, to: &str, from: &str) -> Explanation {
-    let request = Request::parse(to, Some(from), None).expect("a request");
-    let e = live::explain_on_node(cfg, snap, &request, false).expect("explained");
-    println!(
-        "$ kube-proxy-rs explain --to {to} --from {from}\n{}",
-        render::text(&e)
-    );
-    e
 }
 
 /// The endpoints an explanation reaches.

@@ -439,12 +439,11 @@ impl<B: Backend, C: Clock, R: nftables::Backend> Dataplane for IpvsDataplane<B, 
         MODE
     }
 
-    /// A few changed ports once the kernel's state is known (no re-read): a handful of IPVS
+    /// Once the kernel's state is known (no re-read), a few ports' changes are a handful of IPVS
     /// requests and one small batch for the helper table, all over netlink.
     fn runs_inline(&self, changes: &Changes) -> bool {
-        changes.ports.len() <= crate::dataplane::INLINE_SYNC_MAX_PORTS
-            && self.programmed.is_some()
-            && self.rules.backend().in_process()
+        let _ = changes;
+        self.programmed.is_some() && self.rules.backend().in_process()
     }
 
     fn sync(
