@@ -11,6 +11,7 @@ pub mod node;
 pub mod port_state;
 pub mod scheduler_annotation;
 pub mod service;
+mod slice_set;
 pub mod source;
 pub mod topology;
 pub mod tracker;

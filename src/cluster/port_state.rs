@@ -5,25 +5,22 @@
 //! Pure: no I/O, never fails. The tracker calls it for each Service that changed since the last
 //! snapshot; the cost is proportional to that Service's ports and endpoints.
 
-use std::collections::BTreeMap;
 use std::net::IpAddr;
-use std::sync::Arc;
 
 use super::endpoints::{self, ParsedSlice};
 use super::model::{FamilyView, IpFamily, NodeContext, ServicePortState};
 use super::service::ParsedService;
+use super::slice_set::SliceSet;
 use super::topology::{self, Features};
 
 /// Builds the state of every port of one Service.
 pub(super) fn build(
     svc: &ParsedService,
-    slices: Option<&BTreeMap<Arc<str>, Arc<ParsedSlice>>>,
+    slices: Option<&SliceSet>,
     node: &NodeContext,
     features: Features,
 ) -> Vec<ServicePortState> {
-    let slices: Vec<&ParsedSlice> = slices
-        .map(|m| m.values().map(Arc::as_ref).collect())
-        .unwrap_or_default();
+    let slices: Vec<&ParsedSlice> = slices.map(|set| set.values().collect()).unwrap_or_default();
     svc.ports
         .iter()
         .map(|port| {

@@ -19,7 +19,7 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use super::endpoints::{self, ParsedSlice};
+use super::endpoints;
 use super::interner::Interner;
 use super::model::{
     IpFamily, NoLocalEndpoints, NodeContext, ServiceKey, ServicePortName, ServicePortState,
@@ -28,6 +28,7 @@ use super::model::{
 use super::node;
 use super::port_state;
 use super::service::{self, Ignored, ParsedService};
+use super::slice_set::SliceSet;
 use super::source::lean::{EndpointSlice, Service};
 use super::source::{Event, Kind, Object};
 use super::topology::Features;
@@ -87,7 +88,7 @@ pub struct Tracker {
     features: Features,
     node: Arc<NodeContext>,
     services: HashMap<ServiceKey, ServiceEntry>,
-    slices: HashMap<ServiceKey, BTreeMap<Arc<str>, Arc<ParsedSlice>>>,
+    slices: HashMap<ServiceKey, SliceSet>,
     slice_owner: HashMap<SliceId, ServiceKey>,
     ports: Arc<BTreeMap<ServicePortName, Arc<ServicePortState>>>,
     /// The port names each Service currently contributes to `ports`.
