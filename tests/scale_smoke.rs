@@ -94,6 +94,14 @@ async fn scale_harness_measures_both_proxies_at_1000_by_10() {
                 r.notes
             );
         }
+        // Both were restarted over their own rules and synced again.
+        let restart = &figures[scale::report::column("restart to first sync (metrics)")];
+        assert!(
+            matches!(restart, Figure::Secs(_) | Figure::AtMost(_)),
+            "{}: restart: {restart:?}; {:?}",
+            r.kind.label(),
+            r.notes
+        );
         // Ours counts its netlink messages per idle sync; upstream has no such count.
         let idle = &figures[scale::report::column("netlink messages per idle sync")];
         match r.kind.implementation {

@@ -132,7 +132,8 @@ pub async fn measure(
     let log = s.node.proxy_log();
     let mut latency = vec![Figure::Missing; 2];
     let mut idle_messages = Figure::Missing;
-    if figures[1] == Figure::Missing || matches!(figures[1], Figure::Over(_)) {
+    let worked = !(figures[1] == Figure::Missing || matches!(figures[1], Figure::Over(_)));
+    if !worked {
         // Without a working ClusterIP the later phases would only measure the limits.
         figures.extend(std::iter::repeat_n(Figure::Missing, 8));
         s.notes.push(
@@ -168,6 +169,11 @@ pub async fn measure(
     figures.push(usage.map_or(Figure::Missing, |u| {
         Figure::Mib(u.rss as f64 / 1024.0 / 1024.0)
     }));
+    figures.push(if worked {
+        restart(&mut s, env, kind).await
+    } else {
+        Figure::Missing
+    });
     s.notes.push(format!("log: {log}"));
     ProxyResult {
         kind,
@@ -254,6 +260,76 @@ async fn cold(s: &mut Session<'_>, cluster: &Cluster, started: SystemTime) -> Ve
         first_sync.unwrap_or(Figure::Missing),
         cpu,
     ]
+}
+
+/// Restart with the rules in place: the proxy killed (SIGKILL, so what it programmed stays, as
+/// after a crash or an upgrade that kills the old pod) and started again, timed from the new
+/// start to the end of its first sync by its metrics. For ours the note gives that sync's
+/// operations from its log (none when it adopts what is there). Last, after the process's
+/// costs were read, so they are the first process's.
+async fn restart(s: &mut Session<'_>, env: &TestEnv, kind: ProxyKind) -> Figure {
+    if kind.mode == "ebpf" {
+        s.notes
+            .push("restart: not measured in eBPF mode (its cgroup is set up once)".into());
+        return Figure::Missing;
+    }
+    let _ = std::process::Command::new("kill")
+        .args(["-KILL", &s.pid.to_string()])
+        .output();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while s.node.proxy_exited().is_none() {
+        if tokio::time::Instant::now() > deadline {
+            s.notes
+                .push("restart: the proxy did not exit on SIGKILL within 10 s".into());
+            return Figure::Missing;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let started = SystemTime::now();
+    s.pid = s.node.start_proxy(env, kind, s.opts);
+    let limit = s.opts.limits.cold;
+    let start = seconds_between(std::time::UNIX_EPOCH, started);
+    while seconds_between(started, SystemTime::now()) < limit.as_secs_f64() {
+        match s.metrics().await {
+            Ok(m) if m.histogram(SYNC_DURATION).count >= 1.0 => {
+                let at = m.max(LAST_SYNC).unwrap_or(0.0) - start;
+                let count = m.histogram(SYNC_DURATION).count;
+                if kind.implementation == Implementation::Ours {
+                    let line = first_sync_line(&s.node.proxy_log());
+                    s.notes
+                        .push(format!("restart: the first sync's log line: {line}"));
+                }
+                return if count > 1.0 {
+                    s.notes.push(format!(
+                        "restart: {count} syncs had completed at the first reading; shown: the last one's end"
+                    ));
+                    Figure::AtMost(at)
+                } else {
+                    Figure::Secs(at)
+                };
+            }
+            Ok(_) => {}
+            Err(e) if e.contains("exited") => {
+                s.notes.push(format!("restart: {e}"));
+                return Figure::Missing;
+            }
+            Err(_) => {}
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    s.notes
+        .push(format!("restart: no sync within {limit:?} of the restart"));
+    Figure::Over(limit.as_secs_f64())
+}
+
+/// The last `number=1` sync line of the proxy's log (the restarted process's first sync).
+fn first_sync_line(log: &str) -> String {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    text.lines()
+        .rev()
+        .find(|l| l.contains("number=1 ") && l.contains("sync"))
+        .map(|l| l.chars().take(400).collect())
+        .unwrap_or_else(|| "(none found)".into())
 }
 
 /// First-packet latency through the probe ClusterIP with the proxy idle: median and p99.

@@ -98,7 +98,10 @@ impl Node {
     /// Starts `kind` in the node namespace as node 0, reading the API server through a bridge.
     /// Returns the proxy's pid.
     pub fn start_proxy(&mut self, env: &TestEnv, kind: ProxyKind, opts: &Options) -> u32 {
-        self.bridge = Some(bridge_apiserver(env, &self.ns));
+        // Once per node: a restarted proxy reaches the API server through the same bridge.
+        if self.bridge.is_none() {
+            self.bridge = Some(bridge_apiserver(env, &self.ns));
+        }
         let (name, program) = match kind.implementation {
             Implementation::Upstream => ("kube-proxy", env.bin("kube-proxy")),
             Implementation::Ours => ("kube-proxy-rs", opts.ours_bin.clone()),

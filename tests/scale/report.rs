@@ -67,7 +67,7 @@ fn secs(v: f64) -> String {
 }
 
 /// The columns of a scale's table, in order, with their headers.
-pub const COLUMNS: [&str; 19] = [
+pub const COLUMNS: [&str; 20] = [
     "cold sync (metrics)",
     "cold sync (first connection)",
     "first sync (proxy)",
@@ -87,6 +87,7 @@ pub const COLUMNS: [&str; 19] = [
     "first packet p50, no rules (floor)",
     "netlink messages per idle sync",
     "RSS after churn",
+    "restart to first sync (metrics)",
 ];
 
 /// The column of [`COLUMNS`] named `name` (which must be one).

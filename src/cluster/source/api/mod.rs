@@ -1,15 +1,17 @@
-//! The API server as a source: kube-rs watchers for Services, EndpointSlices and this node's
-//! Node, turned into [`Event`](super::Event)s.
+//! The API server as a source: a list-then-watch each for Services, EndpointSlices and this
+//! node's Node, turned into [`Event`](super::Event)s.
 //!
-//! Guarantees: the stream starts with one `Listed` per kind once that kind's initial list is in,
-//! and emits another `Listed` after every relist (410 Gone, restart), which the tracker treats
-//! as the complete state of that kind; in between it emits `Applied` and `Deleted`. It never
+//! Guarantees: the stream starts with each kind's initial list, object by object
+//! (`ListStarted`, a `ListItem` per object as it is decoded, `ListEnded`), and lists again
+//! after every relist (410 Gone, restart); the tracker treats a list that ended as the complete
+//! state of that kind. In between it emits `Applied` and `Deleted`. It never
 //! ends and never yields an error: failures are retried with backoff and logged once per change
 //! of state, and [`Reachability`] tells `/healthz` whether the API server answers and since
 //! when. It filters only what upstream's informers filter, by label and field selector.
 //!
-//! Parts: [`client`] (configuration, rate limit), [`watch`] (the streams), [`translate`]
-//! (watcher events to source events, pure), [`list`] (one read for `plan`),
+//! Parts: [`client`] (configuration, rate limit), [`watch`] (the streams), [`list_watch`] (the
+//! classic list-then-watch, each list read item by item through [`list_split`], pure),
+//! [`translate`] (watcher events to source events, pure), [`list`] (one read for `plan`),
 //! [`rate_limit`] and [`reachability`] (the client's tower layers).
 
 pub mod client;

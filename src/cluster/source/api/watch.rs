@@ -14,11 +14,10 @@
 //! answers the first watch with 400 or 422; that kind then lists the classic way for the rest
 //! of the process.
 //!
-//! Why classic is the default, measured (docs/benchmarks.md, "Cold start"): streaming holds
-//! 200 MiB less at the end of the lists at 5,000 × 50, but the first sync's own allocations
-//! set the peak anyway (307 against 334 MiB), and at 44,000 × 1 the 88,000 events, one at a
-//! time from the API server, made the lists 2-3× slower (a working node in 6.2 s against
-//! 3.2 s).
+//! Why classic is the default, measured (docs/benchmarks.md, "Cold start"): at 44,000 × 1 the
+//! 88,000 events of streamed lists, one at a time from the API server, made the lists 2-3×
+//! slower than two whole responses (a working node in 6.2 s against 3.2 s), and since classic
+//! lists are decoded object by object too, streaming saves no memory.
 
 use std::fmt::Debug;
 
