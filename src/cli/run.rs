@@ -276,12 +276,10 @@ impl Proxy {
                 (manifests::watch(dir.clone())?.boxed(), None, None)
             }
             None => {
-                let (client, reachability) = api::client(&config.client).await?;
-                (
-                    api::watch(client.clone(), node_name, lists),
-                    Some(reachability),
-                    Some(client),
-                )
+                let (events, reachability, client) =
+                    api::watch_on_own_thread(config.client.clone(), node_name.to_owned(), lists)
+                        .await?;
+                (events, Some(reachability), Some(client))
             }
         };
         // The host's interface addresses join the cluster's objects (nodePortAddresses CIDRs).

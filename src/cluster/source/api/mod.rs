@@ -9,7 +9,8 @@
 //! of state, and [`Reachability`] tells `/healthz` whether the API server answers and since
 //! when. It filters only what upstream's informers filter, by label and field selector.
 //!
-//! Parts: [`client`] (configuration, rate limit), [`watch`] (the streams), [`list_watch`] (the
+//! Parts: [`client`] (configuration, rate limit), [`watch`] (the streams), [`thread`] (the
+//! same on a thread of its own, as the proxy runs them), [`list_watch`] (the
 //! classic list-then-watch, each list read item by item through [`list_split`], pure),
 //! [`translate`] (watcher events to source events, pure), [`list`] (one read for `plan`),
 //! [`rate_limit`] and [`reachability`] (the client's tower layers).
@@ -20,6 +21,7 @@ pub mod list_split;
 pub mod list_watch;
 pub mod rate_limit;
 pub mod reachability;
+pub mod thread;
 pub mod translate;
 pub mod watch;
 
@@ -28,6 +30,7 @@ use std::path::PathBuf;
 pub use client::client;
 pub use list::list;
 pub use reachability::{Health, Reachability};
+pub use thread::watch_on_own_thread;
 pub use watch::{Lists, watch};
 
 use super::Kind;
@@ -66,6 +69,8 @@ pub enum Error {
     },
     #[error("cannot build the API client")]
     Client(#[source] kube::Error),
+    #[error("cannot start the API source's thread: {0}")]
+    SourceThread(String),
     #[error("list {kind:?} from the API server")]
     List {
         kind: Kind,
