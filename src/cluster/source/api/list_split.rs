@@ -10,9 +10,10 @@
 //!
 //! Why written here: serde_json decodes complete values only (its `StreamDeserializer` reads
 //! values one after another, not the elements of an array inside an object), and the streaming
-//! JSON readers (struson, actson) tokenise every value, pull from a blocking `Read`, and would
-//! still need serde to build the object. Finding element boundaries needs only the grammar's
-//! brackets and strings: this scanner, over chunks, with `memchr` through the strings.
+//! JSON readers report every token (struson pulling from a blocking `Read`, actson fed chunk by
+//! chunk), after which serde would still have to build each object from tokens. Finding
+//! element boundaries needs only the grammar's brackets and strings: this scanner, over
+//! chunks, with `memchr` through the strings, then serde_json on each element's bytes.
 //!
 //! The scanner is strict where a mistake would cost objects: a body that is not one object,
 //! has no `items` array, or ends early is an error, never a short list (which the tracker would
