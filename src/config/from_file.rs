@@ -182,7 +182,10 @@ pub fn from_document(f: KubeProxyConfiguration) -> Result<Config, FieldError> {
     let cc = f.client_connection;
     c.client.kubeconfig = non_empty(cc.kubeconfig).map(Into::into);
     c.client.accept_content_types = cc.accept_content_types.unwrap_or_default();
-    c.client.content_type = non_empty(cc.content_type).unwrap_or(c.client.content_type);
+    c.client.content_type = field(
+        "clientConnection.contentType",
+        validate::content_type(cc.content_type.as_deref().unwrap_or("")),
+    )?;
     if let Some(q) = cc.qps.filter(|q| *q != 0.0) {
         c.client.qps = field("clientConnection.qps", validate::qps(q))?;
     }

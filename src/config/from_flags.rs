@@ -166,7 +166,7 @@ pub fn config(flags: &Flags, warnings: &mut Vec<Warning>) -> Result<Config, Erro
         .clone()
         .filter(|p| !p.as_os_str().is_empty());
     if let Some(t) = &flags.kube_api_content_type {
-        c.client.content_type = t.clone();
+        c.client.content_type = flag("kube-api-content-type", validate::content_type(t))?;
     }
     if let Some(q) = flags.kube_api_qps {
         c.client.qps = flag("kube-api-qps", validate::qps(q))?;

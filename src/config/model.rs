@@ -157,6 +157,13 @@ impl NodePortAddresses {
     }
 }
 
+impl ClientConnection {
+    /// Whether lists are asked for as protobuf (`contentType`'s default).
+    pub fn lists_as_protobuf(&self) -> bool {
+        self.content_type == super::defaults::CONTENT_TYPE
+    }
+}
+
 /// How to reach the API server (`clientConnection`, `--kubeconfig`, `--master`, `--kube-api-*`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ClientConnection {
@@ -166,7 +173,9 @@ pub struct ClientConnection {
     pub master: Option<String>,
     /// Accept header (`acceptContentTypes`); empty: the client's default.
     pub accept_content_types: String,
-    /// Request content type (`contentType`).
+    /// Request content type (`contentType`): `application/vnd.kubernetes.protobuf` (the
+    /// default: lists of Services and EndpointSlices are read as protobuf) or
+    /// `application/json`.
     pub content_type: String,
     /// Sustained requests per second (`qps`).
     pub qps: f32,

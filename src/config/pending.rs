@@ -45,11 +45,6 @@ const PENDING: &[Pending] = &[
     pending("clientConnection.acceptContentTypes", None, |c| {
         !c.client.accept_content_types.is_empty()
     }),
-    pending(
-        "clientConnection.contentType",
-        Some("kube-api-content-type"),
-        |c| c.client.content_type != defaults::CONTENT_TYPE,
-    ),
     pending("configSyncPeriod", Some("config-sync-period"), |c| {
         c.config_sync_period != defaults::CONFIG_SYNC_PERIOD
     }),

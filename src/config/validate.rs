@@ -68,6 +68,18 @@ pub fn detect_local_mode(text: &str) -> Result<Option<DetectLocalMode>> {
         })
 }
 
+/// `clientConnection.contentType` / `--kube-api-content-type`: the two encodings the API server
+/// speaks for the proxy's kinds; empty is the default (protobuf), as upstream defaults it.
+pub fn content_type(text: &str) -> Result<String> {
+    match text {
+        "" => Ok(super::defaults::CONTENT_TYPE.to_owned()),
+        "application/vnd.kubernetes.protobuf" | "application/json" => Ok(text.to_owned()),
+        other => Err(format!(
+            "must be application/vnd.kubernetes.protobuf or application/json, got {other:?}"
+        )),
+    }
+}
+
 /// `logging.format` / `--logging-format`.
 pub fn log_format(text: &str) -> Result<LogFormat> {
     match text {

@@ -86,7 +86,12 @@ impl Live {
         lists: api::Lists,
     ) -> Live {
         let node = unique_name("node");
-        let (client, reachability) = api::client(connection).await.expect("client");
+        // As the proxy runs it: on the source's own thread, lists encoded as the connection's
+        // content type says.
+        let (events, reachability, _client) =
+            api::watch_on_own_thread(connection.clone(), node.clone(), lists)
+                .await
+                .expect("client");
         let seen = Arc::new(Mutex::new(Seen::default()));
         let runner = Runner::new(
             Tracker::new(&node, Features::default()),
@@ -94,7 +99,7 @@ impl Live {
             periods,
         );
         let status = runner.status();
-        let task = tokio::spawn(runner.run(api::watch(client, &node, lists)));
+        let task = tokio::spawn(runner.run(events));
         Live {
             status,
             reachability,

@@ -27,7 +27,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 
 /// The labels the proxy reads; the others are dropped while decoding. A label or annotation
 /// the tracker starts reading must be added here (or to [`KEPT_ANNOTATIONS`]).
-const KEPT_LABELS: [&str; 3] = [
+pub(crate) const KEPT_LABELS: [&str; 3] = [
     crate::cluster::service::LABEL_SERVICE_PROXY_NAME,
     crate::cluster::endpoints::LABEL_SERVICE_NAME,
     crate::cluster::endpoints::LABEL_HEADLESS,
@@ -35,7 +35,7 @@ const KEPT_LABELS: [&str; 3] = [
 
 /// The annotations the proxy reads. Real objects carry others, `kubectl apply`'s copy of the
 /// whole object among them, often kilobytes.
-const KEPT_ANNOTATIONS: [&str; 4] = [
+pub(crate) const KEPT_ANNOTATIONS: [&str; 4] = [
     crate::cluster::endpoints::ANNOTATION_TRIGGER_TIME,
     crate::cluster::service::ANNOTATION_SOURCE_RANGES,
     crate::cluster::scheduler_annotation::ANNOTATION,

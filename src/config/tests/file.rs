@@ -204,6 +204,10 @@ fn file_errors_are_one_line_naming_the_field() {
             "logging.format: must be text or json, got \"xml\"",
         ),
         (
+            "clientConnection:\n  contentType: application/yaml\n",
+            "clientConnection.contentType: must be application/vnd.kubernetes.protobuf or application/json, got \"application/yaml\"",
+        ),
+        (
             "logging:\n  verbosity: 300\n",
             "logging.verbosity: must be between 0 and 255, got 300",
         ),

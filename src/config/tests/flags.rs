@@ -293,6 +293,10 @@ fn flag_errors_are_one_line_naming_the_flag() {
             "--logging-format: must be text or json, got \"xml\"",
         ),
         (
+            &["--kube-api-content-type=text/plain"],
+            "--kube-api-content-type: must be application/vnd.kubernetes.protobuf or application/json, got \"text/plain\"",
+        ),
+        (
             &["--nftables-encoder=libnftnl"],
             "--nftables-encoder: must be netlink or nft, got \"libnftnl\"",
         ),

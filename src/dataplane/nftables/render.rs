@@ -4,7 +4,7 @@
 //! names only on the hooks that version accepts them on (`dstnat` on prerouting, `srcnat` on
 //! postrouting, `filter` anywhere), numbers elsewhere.
 //!
-//! Nothing needs escaping here by construction: names are [`Name`]s (`[a-z0-9-]`), interface
+//! Nothing needs escaping here by construction: names are [`Name`](super::names::Name)s (`[a-z0-9-]`), interface
 //! names [`IfName`]s, comments [`Comment`]s (no quotes, no backslashes, no newlines), and every
 //! other value is a typed number or address. So no input can end a string or add a statement.
 //! The text encoder is selectable with `--nftables-encoder=nft` (the default is the netlink

@@ -3,7 +3,8 @@
 //!
 //! As upstream: a kubeconfig file when given, else what kube-rs infers (`$KUBECONFIG`,
 //! `~/.kube/config`, then the in-cluster service account); `--master` replaces the server URL
-//! of either. Only JSON is spoken (kube-rs has no protobuf).
+//! of either. Requests are JSON (kube-rs has no protobuf), except the lists of Services and
+//! EndpointSlices, asked for as protobuf by `list_watch` when `contentType` says so.
 
 use kube::client::ClientBuilder;
 use kube::config::{KubeConfigOptions, Kubeconfig};

@@ -9,7 +9,12 @@
 //! (`WatchStreamExt::default_backoff`) and [`translate`](super::translate) apply unchanged:
 //!
 //! - List (`resourceVersion=0`, served from the API server's watch cache in one response, as
-//!   client-go's informers ask): `Init`, an `InitApply` per object as it is decoded, `InitDone`.
+//!   client-go's informers ask; unpaged, since kube-rs's pages of 500 made ~180 requests at
+//!   44,000 × 1, stretched past 30 s by the client's 5 QPS limit): `Init`, an `InitApply` per
+//!   object as it is decoded, `InitDone`. Asked for as protobuf when the kind has a
+//!   [`ProtobufDecoder`] (Services and EndpointSlices, `contentType`'s default), split by
+//!   [`protobuf_split`](super::protobuf_split); JSON otherwise, or when the API server answers
+//!   in JSON (it may, for any kind), split by [`list_split`](super::list_split).
 //!   An item that does not decode is skipped with a warning naming it (the rest of the list
 //!   still counts); a body that breaks off or is not a list is an error and the list starts
 //!   over, so a short list never reads as deletions.
@@ -29,7 +34,14 @@ use kube::{Api, Client, Resource, ResourceExt as _};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 
-use super::list_split::Splitter;
+use super::protobuf_objects::{self, DecodeError};
+use super::{list_split, protobuf_split};
+
+/// The media type of Kubernetes protobuf.
+const PROTOBUF: &str = "application/vnd.kubernetes.protobuf";
+
+/// Reads one protobuf list item of a kind.
+pub type ProtobufDecoder<K> = fn(&[u8]) -> Result<K, DecodeError>;
 
 /// Which objects of a kind are listed and watched.
 #[derive(Clone, Debug, Default)]
@@ -39,19 +51,21 @@ pub struct Selectors {
 }
 
 /// One kind's list-then-watch as watcher events; errors are items (the stream never ends), to
-/// be spaced out by a backoff.
+/// be spaced out by a backoff. Lists are asked for as protobuf when `protobuf` says how to
+/// read its items.
 pub fn events<K>(
     client: Client,
     selectors: Selectors,
+    protobuf: Option<ProtobufDecoder<K>>,
 ) -> impl Stream<Item = Result<Event<K>, watcher::Error>> + Send + 'static
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
     K::DynamicType: Default,
 {
     let watcher = ListWatch {
-        api: Api::all(client.clone()),
         client,
         selectors,
+        protobuf,
         state: State::Empty,
     };
     stream::unfold(watcher, |mut watcher| async move {
@@ -62,8 +76,8 @@ where
 
 struct ListWatch<K> {
     client: Client,
-    api: Api<K>,
     selectors: Selectors,
+    protobuf: Option<ProtobufDecoder<K>>,
     state: State<K>,
 }
 
@@ -84,8 +98,48 @@ enum State<K> {
 /// its last chunk that are not yet handed on.
 struct Listing<K> {
     body: BoxStream<'static, kube::Result<hyper::body::Bytes>>,
-    splitter: Splitter,
+    items: Items<K>,
     decoded: VecDeque<K>,
+}
+
+/// How a list body is split into items, by the media type it came in.
+enum Items<K> {
+    Json(list_split::Splitter),
+    Protobuf(protobuf_split::Splitter, ProtobufDecoder<K>),
+}
+
+impl<K: DeserializeOwned> Items<K> {
+    /// Decodes the items that end in `chunk` into `decoded`.
+    fn feed(&mut self, chunk: &[u8], decoded: &mut VecDeque<K>) -> Result<(), watcher::Error> {
+        match self {
+            Items::Json(splitter) => splitter
+                .feed(chunk, |item| decoded.extend(decode::<K>(item)))
+                .map_err(|e| list_failed(e.to_string())),
+            Items::Protobuf(splitter, decoder) => splitter
+                .feed(chunk, |item| {
+                    decoded.extend(decode_protobuf::<K>(item, *decoder))
+                })
+                .map_err(|e| list_failed(e.to_string())),
+        }
+    }
+
+    /// The list's resourceVersion, at the end of a whole body.
+    fn finish(self) -> Result<String, watcher::Error> {
+        let version = match self {
+            Items::Json(splitter) => splitter
+                .finish()
+                .map_err(|e| list_failed(e.to_string()))?
+                .and_then(|m| serde_json::from_slice::<ListMeta>(&m).ok())
+                .and_then(|m| m.resource_version),
+            Items::Protobuf(splitter, _) => splitter
+                .finish()
+                .map_err(|e| list_failed(e.to_string()))?
+                .and_then(|m| protobuf_objects::list_resource_version(&m)),
+        };
+        version
+            .filter(|v| !v.is_empty())
+            .ok_or(watcher::Error::NoResourceVersion)
+    }
 }
 
 impl<K> ListWatch<K>
@@ -98,12 +152,22 @@ where
         loop {
             match std::mem::replace(&mut self.state, State::Empty) {
                 State::Empty => {
-                    let body = list::<K>(self.client.clone(), self.selectors.clone())
-                        .await
-                        .map_err(watcher::Error::InitialListFailed)?;
+                    let (body, as_protobuf) = list::<K>(
+                        self.client.clone(),
+                        self.selectors.clone(),
+                        self.protobuf.is_some(),
+                    )
+                    .await
+                    .map_err(watcher::Error::InitialListFailed)?;
+                    let items = match (self.protobuf, as_protobuf) {
+                        (Some(decoder), true) => {
+                            Items::Protobuf(protobuf_split::Splitter::default(), decoder)
+                        }
+                        _ => Items::Json(list_split::Splitter::default()),
+                    };
                     self.state = State::Listing(Listing {
                         body,
-                        splitter: Splitter::default(),
+                        items,
                         decoded: VecDeque::new(),
                     });
                     return Ok(Event::Init);
@@ -115,32 +179,21 @@ where
                     }
                     match listing.body.next().await {
                         Some(Ok(chunk)) => {
-                            let Listing {
-                                splitter, decoded, ..
-                            } = &mut listing;
-                            splitter
-                                .feed(&chunk, |item| decoded.extend(decode::<K>(item)))
-                                .map_err(|e| list_failed(e.to_string()))?;
+                            let Listing { items, decoded, .. } = &mut listing;
+                            items.feed(&chunk, decoded)?;
                             self.state = State::Listing(listing);
                         }
                         Some(Err(error)) => return Err(watcher::Error::InitialListFailed(error)),
                         None => {
-                            let metadata = listing
-                                .splitter
-                                .finish()
-                                .map_err(|e| list_failed(e.to_string()))?;
-                            let resource_version = metadata
-                                .and_then(|m| serde_json::from_slice::<ListMeta>(&m).ok())
-                                .and_then(|m| m.resource_version)
-                                .filter(|v| !v.is_empty())
-                                .ok_or(watcher::Error::NoResourceVersion)?;
+                            let resource_version = listing.items.finish()?;
                             self.state = State::Listed { resource_version };
                             return Ok(Event::InitDone);
                         }
                     }
                 }
                 State::Listed { resource_version } => {
-                    let (api, params) = (self.api.clone(), self.watch_params());
+                    let api = Api::<K>::all(self.client.clone());
+                    let params = self.watch_params();
                     match api.watch(&params, &resource_version).await {
                         Ok(stream) => {
                             self.state = State::Watching {
@@ -221,11 +274,13 @@ where
     }
 }
 
-/// Sends the list request; its body, chunk by chunk.
+/// Sends the list request, asking for protobuf (JSON as the API server's fallback) when
+/// `protobuf`; its body, chunk by chunk, and whether the body is protobuf.
 async fn list<K>(
     client: Client,
     selectors: Selectors,
-) -> kube::Result<BoxStream<'static, kube::Result<hyper::body::Bytes>>>
+    protobuf: bool,
+) -> kube::Result<(BoxStream<'static, kube::Result<hyper::body::Bytes>>, bool)>
 where
     K: Resource,
     K::DynamicType: Default,
@@ -241,8 +296,19 @@ where
         .list(&params)
         .map_err(kube::Error::BuildRequest)?;
     request.extensions_mut().insert("list");
+    if protobuf {
+        request.headers_mut().insert(
+            http::header::ACCEPT,
+            http::HeaderValue::from_static("application/vnd.kubernetes.protobuf, application/json"),
+        );
+    }
     let response = client.send(request.map(kube::client::Body::from)).await?;
     let status = response.status();
+    let is_protobuf = response
+        .headers()
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|t| t.to_str().ok())
+        .is_some_and(|t| t.starts_with(PROTOBUF));
     let body = response.into_body();
     if status.is_client_error() || status.is_server_error() {
         let bytes = body.collect().await?.to_bytes();
@@ -252,7 +318,7 @@ where
         });
         return Err(kube::Error::Api(status.boxed()));
     }
-    Ok(body.into_data_stream().boxed())
+    Ok((body.into_data_stream().boxed(), is_protobuf))
 }
 
 /// The part of a list's `metadata` read here.
@@ -262,7 +328,7 @@ struct ListMeta {
     resource_version: Option<String>,
 }
 
-/// One list item, or `None` with a warning naming it when it does not decode.
+/// One JSON list item, or `None` with a warning naming it when it does not decode.
 fn decode<K: DeserializeOwned>(item: &[u8]) -> Option<K> {
     match serde_json::from_slice(item) {
         Ok(object) => Some(object),
@@ -276,17 +342,29 @@ fn decode<K: DeserializeOwned>(item: &[u8]) -> Option<K> {
                         m.namespace.unwrap_or_default(),
                         m.name.unwrap_or_default()
                     )
-                })
-                .unwrap_or_else(|| "(no name)".to_owned());
-            tracing::warn!(
-                kind = std::any::type_name::<K>().rsplit("::").next().unwrap_or("object"),
-                object = %name.chars().take(256).collect::<String>(),
-                %error,
-                "skipping a listed object that does not decode"
-            );
+                });
+            skipped::<K>(name, &error);
             None
         }
     }
+}
+
+/// One protobuf list item, or `None` with a warning naming it when it does not decode.
+fn decode_protobuf<K>(item: &[u8], decoder: ProtobufDecoder<K>) -> Option<K> {
+    decoder(item)
+        .inspect_err(|error| skipped::<K>(protobuf_objects::name_of(item), error))
+        .ok()
+}
+
+/// Warns of a listed object skipped because it does not decode.
+fn skipped<K>(name: Option<String>, error: &dyn std::fmt::Display) {
+    let name = name.unwrap_or_else(|| "(no name)".to_owned());
+    tracing::warn!(
+        kind = std::any::type_name::<K>().rsplit("::").next().unwrap_or("object"),
+        object = %name.chars().take(256).collect::<String>(),
+        %error,
+        "skipping a listed object that does not decode"
+    );
 }
 
 /// An object's name, for a warning about an object that does not decode otherwise.

@@ -11,7 +11,8 @@
 //!
 //! Parts: [`client`] (configuration, rate limit), [`watch`] (the streams), [`thread`] (the
 //! same on a thread of its own, as the proxy runs them), [`list_watch`] (the
-//! classic list-then-watch, each list read item by item through [`list_split`], pure),
+//! classic list-then-watch, each list read item by item through [`list_split`] (JSON) or
+//! [`protobuf_split`] and [`protobuf_objects`] (protobuf), pure),
 //! [`translate`] (watcher events to source events, pure), [`list`] (one read for `plan`),
 //! [`rate_limit`] and [`reachability`] (the client's tower layers).
 
@@ -19,6 +20,8 @@ pub mod client;
 pub mod list;
 pub mod list_split;
 pub mod list_watch;
+pub mod protobuf_objects;
+pub mod protobuf_split;
 pub mod rate_limit;
 pub mod reachability;
 pub mod thread;
@@ -31,7 +34,7 @@ pub use client::client;
 pub use list::list;
 pub use reachability::{Health, Reachability};
 pub use thread::watch_on_own_thread;
-pub use watch::{Lists, watch};
+pub use watch::{Encoding, Lists, watch};
 
 use super::Kind;
 

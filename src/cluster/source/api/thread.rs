@@ -18,7 +18,7 @@ use futures::StreamExt as _;
 use futures::stream::{self, BoxStream};
 use kube::Client;
 
-use super::{Error, Lists, Reachability, client, watch};
+use super::{Encoding, Error, Lists, Reachability, client, watch};
 use crate::cluster::source::Event;
 use crate::config::ClientConnection;
 
@@ -55,13 +55,23 @@ pub async fn watch_on_own_thread(
                         return;
                     }
                 };
-                let mut events = watch(client.clone(), &node_name, lists).ready_chunks(BATCH);
+                let encoding = Encoding::of(&connection);
+                let mut events =
+                    watch(client.clone(), &node_name, lists, encoding).ready_chunks(BATCH);
                 if ready_tx.send(Ok((reachability, client))).is_err() {
                     return;
                 }
-                while let Some(batch) = events.next().await {
-                    if tx.send(batch).await.is_err() {
-                        return;
+                // Until the proxy drops the stream: the thread, its client and its watches
+                // end then, even while no event comes.
+                loop {
+                    tokio::select! {
+                        batch = events.next() => {
+                            let Some(batch) = batch else { return };
+                            if tx.send(batch).await.is_err() {
+                                return;
+                            }
+                        }
+                        () = tx.closed() => return,
                     }
                 }
             });

@@ -28,7 +28,8 @@ use kube::runtime::{WatchStreamExt as _, watcher};
 use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
 
-use super::list_watch::{self, Selectors};
+use super::list_watch::{self, ProtobufDecoder, Selectors};
+use super::protobuf_objects::FromProtobuf;
 use super::translate::{Note, Translate};
 use super::{node_selector, watch_selector};
 use crate::cluster::source::lean::{EndpointSlice, Service};
@@ -60,8 +61,37 @@ impl Lists {
     }
 }
 
+/// How the classic lists of Services and EndpointSlices are asked for
+/// (`clientConnection.contentType`). The Node's list (one object) and every watch are JSON.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Encoding {
+    /// Protobuf, JSON where the API server answers in JSON (upstream's default).
+    #[default]
+    Protobuf,
+    Json,
+}
+
+impl Encoding {
+    /// `application/json` is JSON; anything else (the default) protobuf.
+    pub fn of(connection: &crate::config::ClientConnection) -> Encoding {
+        match connection.lists_as_protobuf() {
+            true => Encoding::Protobuf,
+            false => Encoding::Json,
+        }
+    }
+
+    fn decoder<K: FromProtobuf>(self) -> Option<ProtobufDecoder<K>> {
+        (self == Encoding::Protobuf).then_some(K::from_protobuf as ProtobufDecoder<K>)
+    }
+}
+
 /// Services, EndpointSlices and the Node called `node_name`, as one stream.
-pub fn watch(client: Client, node_name: &str, lists: Lists) -> BoxStream<'static, Event> {
+pub fn watch(
+    client: Client,
+    node_name: &str,
+    lists: Lists,
+    encoding: Encoding,
+) -> BoxStream<'static, Event> {
     let labels = |labels: &str| Selectors {
         labels: Some(labels.to_owned()),
         fields: None,
@@ -72,12 +102,14 @@ pub fn watch(client: Client, node_name: &str, lists: Lists) -> BoxStream<'static
             labels(watch_selector::SERVICES),
             Kind::Service,
             lists,
+            encoding.decoder(),
         ),
         kind::<EndpointSlice>(
             client.clone(),
             labels(watch_selector::ENDPOINT_SLICES),
             Kind::EndpointSlice,
             lists,
+            encoding.decoder(),
         ),
         kind::<Node>(
             client,
@@ -87,6 +119,7 @@ pub fn watch(client: Client, node_name: &str, lists: Lists) -> BoxStream<'static
             },
             Kind::Node,
             lists,
+            None,
         ),
     ])
     .boxed()
@@ -110,6 +143,7 @@ fn kind<K>(
     selectors: Selectors,
     kind: Kind,
     lists: Lists,
+    protobuf: Option<ProtobufDecoder<K>>,
 ) -> BoxStream<'static, Event>
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
@@ -118,7 +152,7 @@ where
 {
     if lists == Lists::Classic {
         return translated(
-            list_watch::events::<K>(client, selectors).default_backoff(),
+            list_watch::events::<K>(client, selectors, protobuf).default_backoff(),
             kind,
         );
     }
@@ -139,7 +173,7 @@ where
             future::ready(!refused)
         });
     let classic = stream::once(future::lazy(move |_| {
-        list_watch::events::<K>(client, selectors).default_backoff()
+        list_watch::events::<K>(client, selectors, protobuf).default_backoff()
     }))
     .flatten();
     translated(streamed.chain(classic), kind)

@@ -108,7 +108,7 @@ impl Relay {
 
     /// Listens for TCP on `addr` (port 0: any free port) and starts relaying to `target`.
     /// Must be called within a tokio runtime; the accept loop is driven by the relay's one
-    /// listener task ([`driver`]), each connection gets a task of its own.
+    /// listener task (`driver`), each connection gets a task of its own.
     pub fn listen_tcp(&self, addr: SocketAddr, target: Target) -> io::Result<Listener> {
         let listener = tcp::bind(addr)?;
         let local = listener.local_addr()?;
