@@ -5,7 +5,8 @@
 //! The loops are futures in one `FuturesUnordered`, which polls only those whose socket woke
 //! them; each is wrapped in an `Abortable`, whose handle the [`Listener`](super::Listener)
 //! keeps, so closing a listener ends its loop (and drops its socket) on the driving task's next
-//! turn, just after the sync that closed it returns. Connections and UDP flows still get a
+//! turn, just after the sync that closed it returns; a TCP listener stops listening before
+//! that, when it is dropped (`Listener`'s `Drop`). Connections and UDP flows still get a
 //! task each: they carry bytes, and must not wait on each other.
 
 use futures::future::{AbortHandle, Abortable, BoxFuture};

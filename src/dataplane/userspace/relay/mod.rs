@@ -28,6 +28,7 @@ mod udp;
 
 use std::io;
 use std::net::SocketAddr;
+use std::os::fd::{AsFd as _, AsRawFd as _, OwnedFd};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -112,6 +113,7 @@ impl Relay {
     pub fn listen_tcp(&self, addr: SocketAddr, target: Target) -> io::Result<Listener> {
         let listener = tcp::bind(addr)?;
         let local = listener.local_addr()?;
+        let stop = listener.as_fd().try_clone_to_owned()?;
         let service = self.service(target);
         let task = self
             .driver()
@@ -120,6 +122,7 @@ impl Relay {
             service,
             task,
             local,
+            stop_listening: Some(stop),
         })
     }
 
@@ -138,6 +141,7 @@ impl Relay {
             service,
             task,
             local,
+            stop_listening: None,
         })
     }
 
@@ -166,6 +170,10 @@ pub struct Listener {
     service: Arc<Service>,
     task: AbortHandle,
     local: SocketAddr,
+    /// A TCP listener's socket (a second descriptor of it), to stop listening the moment the
+    /// listener is dropped: its loop, and the descriptor it owns, end only on the driving
+    /// task's next turn, and a connect in between would be accepted, then reset.
+    stop_listening: Option<OwnedFd>,
 }
 
 impl Listener {
@@ -204,6 +212,12 @@ impl Listener {
 
 impl Drop for Listener {
     fn drop(&mut self) {
+        if let Some(socket) = &self.stop_listening {
+            // On a listening socket, shutdown(2) of the receive side leaves the listen state
+            // (the kernel resets its queued connections); later connects are refused.
+            let _ =
+                nix::sys::socket::shutdown(socket.as_raw_fd(), nix::sys::socket::Shutdown::Read);
+        }
         self.task.abort();
         self.service.close_all();
     }
