@@ -370,6 +370,10 @@ async fn lists_read_as_protobuf_give_the_objects_their_json_gives() {
             "metadata": {"name": "away"},
             "spec": {"type": "ExternalName", "externalName": "example.invalid"}
         }),
+        json!({
+            "metadata": {"name": "both"},
+            "spec": {"ipFamilyPolicy": "RequireDualStack", "ports": [{"port": 80}]}
+        }),
     ];
     for service in services {
         ns.create_service(service).await;
@@ -427,10 +431,10 @@ async fn lists_read_as_protobuf_give_the_objects_their_json_gives() {
     let protobuf_slices: Vec<lean::EndpointSlice> = listed(&client, &ns.name, true).await;
     assert_eq!(
         PROTOBUF_ITEMS.load(std::sync::atomic::Ordering::Relaxed),
-        5 + 3,
+        6 + 3,
         "every item of both lists came as protobuf"
     );
-    assert_eq!((json_services.len(), json_slices.len()), (5, 3));
+    assert_eq!((json_services.len(), json_slices.len()), (6, 3));
     assert_eq!(protobuf_services, json_services);
     assert_eq!(protobuf_slices, json_slices);
     let edge = json_services
