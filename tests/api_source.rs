@@ -452,4 +452,36 @@ async fn lists_read_as_protobuf_give_the_objects_their_json_gives() {
             .is_some(),
         "the test's premise: the status is set"
     );
+    let both = json_services
+        .iter()
+        .find(|s| s.metadata.name.as_deref() == Some("both"))
+        .unwrap();
+    assert_eq!(
+        both.spec
+            .as_ref()
+            .unwrap()
+            .cluster_ips
+            .as_ref()
+            .map(Vec::len),
+        Some(2),
+        "the test's premise: a dual-stack Service"
+    );
+
+    // An error answered in protobuf reads as the API server's Status, not as bytes.
+    let bad = list_watch::Selectors {
+        labels: None,
+        fields: Some("spec.nothing=x".into()),
+    };
+    let decoder = Some(counted::<lean::Service> as list_watch::ProtobufDecoder<lean::Service>);
+    let mut refused = std::pin::pin!(list_watch::events(client.clone(), bad, decoder));
+    match futures::StreamExt::next(&mut refused).await {
+        Some(Err(kube::runtime::watcher::Error::InitialListFailed(kube::Error::Api(status)))) => {
+            assert_eq!(status.code, 400, "{status:?}");
+            assert!(
+                status.message.contains("spec.nothing") && status.reason == "BadRequest",
+                "{status:?}"
+            );
+        }
+        other => panic!("a refused list: {other:?}"),
+    }
 }

@@ -312,9 +312,16 @@ where
     let body = response.into_body();
     if status.is_client_error() || status.is_server_error() {
         let bytes = body.collect().await?.to_bytes();
-        let status = serde_json::from_slice::<Status>(&bytes).unwrap_or_else(|_| {
+        let code = status.as_u16();
+        // The API server answers an error in the media type asked for.
+        let decoded = match is_protobuf {
+            true => protobuf_objects::status(&bytes)
+                .map(|(message, reason)| Status::failure(&message, &reason).with_code(code)),
+            false => serde_json::from_slice::<Status>(&bytes).ok(),
+        };
+        let status = decoded.unwrap_or_else(|| {
             let text = String::from_utf8_lossy(&bytes);
-            Status::failure(text.trim(), "Failed to parse error data").with_code(status.as_u16())
+            Status::failure(text.trim(), "Failed to parse error data").with_code(code)
         });
         return Err(kube::Error::Api(status.boxed()));
     }

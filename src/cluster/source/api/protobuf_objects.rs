@@ -22,7 +22,7 @@ use k8s_pb::api::discovery::v1 as pb_discovery;
 use k8s_pb::apimachinery::pkg::apis::meta::v1 as pb_meta;
 use prost::Message as _;
 
-use super::protobuf_split::{FieldHeader, field_header};
+use super::protobuf_split::{FieldHeader, MAGIC, field_header};
 use crate::cluster::source::lean::{
     self, EndpointSlice, KEPT_ANNOTATIONS, KEPT_LABELS, Service, ServiceSpec, ServiceStatus,
 };
@@ -79,6 +79,20 @@ pub fn list_resource_version(list_meta: &[u8]) -> Option<String> {
         .ok()?
         .resource_version
         .filter(|v| !v.is_empty())
+}
+
+/// The message and reason of an error response's `Status`, from its protobuf body (the same
+/// envelope a list comes in).
+pub fn status(body: &[u8]) -> Option<(String, String)> {
+    let envelope = body.strip_prefix(&MAGIC[..])?;
+    let raw = k8s_pb::apimachinery::pkg::runtime::Unknown::decode(envelope)
+        .ok()?
+        .raw?;
+    let status = pb_meta::Status::decode(raw.as_slice()).ok()?;
+    Some((
+        status.message.unwrap_or_default(),
+        status.reason.unwrap_or_default(),
+    ))
 }
 
 fn service(s: pb_core::Service) -> Result<Service, DecodeError> {
@@ -314,6 +328,28 @@ mod tests {
             s.status.unwrap().load_balancer,
             Some(core::LoadBalancerStatus { ingress: None })
         );
+    }
+
+    #[test]
+    fn an_error_status_reads_from_its_envelope() {
+        let status = pb_meta::Status {
+            message: Some("services is forbidden".into()),
+            reason: Some("Forbidden".into()),
+            code: Some(403),
+            ..Default::default()
+        };
+        let mut body = MAGIC.to_vec();
+        k8s_pb::apimachinery::pkg::runtime::Unknown {
+            raw: Some(status.encode_to_vec()),
+            ..Default::default()
+        }
+        .encode(&mut body)
+        .unwrap();
+        assert_eq!(
+            super::status(&body),
+            Some(("services is forbidden".into(), "Forbidden".into()))
+        );
+        assert_eq!(super::status(br#"{"kind":"Status"}"#), None);
     }
 
     #[test]
