@@ -437,10 +437,13 @@ async fn lists_read_as_protobuf_give_the_objects_their_json_gives() {
     assert_eq!((json_services.len(), json_slices.len()), (6, 3));
     assert_eq!(protobuf_services, json_services);
     assert_eq!(protobuf_slices, json_slices);
-    let edge = json_services
-        .iter()
-        .find(|s| s.metadata.name.as_deref() == Some("edge"))
-        .unwrap();
+    let named = |name: &str| {
+        json_services
+            .iter()
+            .find(|s| s.metadata.name.as_deref() == Some(name))
+            .unwrap_or_else(|| panic!("service {name} listed"))
+    };
+    let edge = named("edge");
     assert!(
         edge.status
             .as_ref()
@@ -452,10 +455,7 @@ async fn lists_read_as_protobuf_give_the_objects_their_json_gives() {
             .is_some(),
         "the test's premise: the status is set"
     );
-    let both = json_services
-        .iter()
-        .find(|s| s.metadata.name.as_deref() == Some("both"))
-        .unwrap();
+    let both = named("both");
     assert_eq!(
         both.spec
             .as_ref()

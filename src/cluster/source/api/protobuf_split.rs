@@ -54,7 +54,7 @@ enum At {
     Magic,
     /// Between fields of the `runtime.Unknown` envelope.
     Envelope,
-    /// Between fields of the list message, `left` bytes of it still to come.
+    /// Between fields of the list message, `left` (> 0) bytes of it still to come.
     List { left: u64 },
     /// Inside a field not kept: `left` bytes of it to pass over, then `then`.
     Skip { left: u64, then: Level },
@@ -102,7 +102,7 @@ impl Splitter {
     pub fn finish(self) -> Result<Option<Vec<u8>>, SplitError> {
         let at = self.offset + self.held.len() as u64;
         let error = |what| Err(SplitError { at, what });
-        if !self.held.is_empty() || !matches!(self.at, At::Envelope | At::List { left: 0 }) {
+        if !self.held.is_empty() || self.at != At::Envelope {
             return error("the body ends inside a field");
         }
         if !self.saw_list {
@@ -142,21 +142,16 @@ impl Splitter {
                 Ok(Step::Ate(MAGIC.len()))
             }
             At::Envelope => {
-                let Some(FieldHeader {
-                    number: field,
-                    len: size,
-                    size: header,
-                }) = field_header(bytes)?
-                else {
+                let Some(h) = field_header(bytes)? else {
                     return Ok(Step::More);
                 };
-                match (field, size) {
+                match (h.number, h.len) {
                     (2, Some(len)) => {
                         if self.saw_list {
                             return Err("the envelope has two lists");
                         }
                         self.saw_list = true;
-                        self.at = At::List { left: len };
+                        self.at = in_list(len);
                     }
                     // A content encoding (field 3) would mean `raw` is compressed; the API
                     // server never sends one, and reading it as a list would be wrong.
@@ -164,53 +159,42 @@ impl Splitter {
                     (_, Some(len)) => self.at = skip(len, Level::Envelope),
                     (_, None) => {}
                 }
-                Ok(Step::Ate(header))
-            }
-            At::List { left: 0 } => {
-                self.at = At::Envelope;
-                Ok(Step::Ate(0))
+                Ok(Step::Ate(h.size))
             }
             At::List { left } => {
-                let Some(FieldHeader {
-                    number: field,
-                    len: size,
-                    size: header,
-                }) = field_header(bytes)?
-                else {
+                let Some(h) = field_header(bytes)? else {
                     return match bytes.len() as u64 >= left {
                         true => Err("a field runs past the end of the list"),
                         false => Ok(Step::More),
                     };
                 };
-                let after_header = left
-                    .checked_sub(header as u64)
+                // What is left of the list after this field, header and value.
+                let after = left
+                    .checked_sub(h.size as u64)
+                    .and_then(|l| l.checked_sub(h.len.unwrap_or(0)))
                     .ok_or("a field runs past the end of the list")?;
-                let len = size.unwrap_or(0);
-                let after = after_header
-                    .checked_sub(len)
-                    .ok_or("a field runs past the end of the list")?;
-                match (field, size) {
+                match (h.number, h.len) {
                     (1 | 2, Some(len)) => {
-                        let end = header + usize::try_from(len).map_err(|_| "a field too large")?;
-                        let Some(value) = bytes.get(header..end) else {
+                        let end = h.size + usize::try_from(len).map_err(|_| "a field too large")?;
+                        let Some(value) = bytes.get(h.size..end) else {
                             return Ok(Step::More);
                         };
-                        if field == 1 {
+                        if h.number == 1 {
                             self.metadata = Some(value.to_vec());
                         } else {
                             item(value);
                         }
-                        self.at = At::List { left: after };
+                        self.at = in_list(after);
                         Ok(Step::Ate(end))
                     }
                     (1 | 2, None) => Err("a list field that is not length-delimited"),
                     (_, Some(len)) => {
                         self.at = skip(len, Level::List { left: after });
-                        Ok(Step::Ate(header))
+                        Ok(Step::Ate(h.size))
                     }
                     (_, None) => {
-                        self.at = At::List { left: after };
-                        Ok(Step::Ate(header))
+                        self.at = in_list(after);
+                        Ok(Step::Ate(h.size))
                     }
                 }
             }
@@ -227,8 +211,16 @@ impl Splitter {
 fn skip(left: u64, then: Level) -> At {
     match (left, then) {
         (0, Level::Envelope) => At::Envelope,
-        (0, Level::List { left }) => At::List { left },
+        (0, Level::List { left }) => in_list(left),
         (left, then) => At::Skip { left, then },
+    }
+}
+
+/// Reading fields of the list with `left` bytes of it to come; the envelope's once it is read.
+fn in_list(left: u64) -> At {
+    match left {
+        0 => At::Envelope,
+        left => At::List { left },
     }
 }
 
