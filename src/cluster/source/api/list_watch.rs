@@ -1,5 +1,5 @@
 //! The classic list-then-watch of one kind, with the list decoded object by object as its body
-//! arrives ([`list_split`](super::list_split)).
+//! arrives ([`list_split`]).
 //!
 //! Why not kube-rs's `watcher` for this: its list path decodes each response whole (the body's
 //! bytes, a copy as text, and every object, all at once), which set the proxy's peak memory at
@@ -13,8 +13,8 @@
 //!   44,000 × 1, stretched past 30 s by the client's 5 QPS limit): `Init`, an `InitApply` per
 //!   object as it is decoded, `InitDone`. Asked for as protobuf when the kind has a
 //!   [`ProtobufDecoder`] (Services and EndpointSlices, `contentType`'s default), split by
-//!   [`protobuf_split`](super::protobuf_split); JSON otherwise, or when the API server answers
-//!   in JSON (it may, for any kind), split by [`list_split`](super::list_split).
+//!   [`protobuf_split`]; JSON otherwise, or when the API server answers
+//!   in JSON (it may, for any kind), split by [`list_split`].
 //!   An item that does not decode is skipped with a warning naming it (the rest of the list
 //!   still counts); a body that breaks off or is not a list is an error and the list starts
 //!   over, so a short list never reads as deletions.

@@ -9,11 +9,11 @@
 //! of state, and [`Reachability`] tells `/healthz` whether the API server answers and since
 //! when. It filters only what upstream's informers filter, by label and field selector.
 //!
-//! Parts: [`client`] (configuration, rate limit), [`watch`] (the streams), [`thread`] (the
+//! Parts: [`client`](mod@client) (configuration, rate limit), [`watch`](mod@watch) (the streams), [`thread`] (the
 //! same on a thread of its own, as the proxy runs them), [`list_watch`] (the
 //! classic list-then-watch, each list read item by item through [`list_split`] (JSON) or
 //! [`protobuf_split`] and [`protobuf_objects`] (protobuf), pure),
-//! [`translate`] (watcher events to source events, pure), [`list`] (one read for `plan`),
+//! [`translate`] (watcher events to source events, pure), [`list`](mod@list) (one read for `plan`),
 //! [`rate_limit`] and [`reachability`] (the client's tower layers).
 
 pub mod client;

@@ -1,5 +1,5 @@
 //! Services and EndpointSlices decoded from protobuf list items (k8s-pb's types, the kube-rs
-//! project's generated protobuf bindings) into the [`lean`](crate::cluster::source::lean)
+//! project's generated protobuf bindings) into the [`lean`]
 //! types the JSON path decodes, field for field as the API server's JSON reads.
 //!
 //! Protobuf and JSON say absence differently. Go fields that are not pointers are always

@@ -25,8 +25,8 @@ use crate::config::ClientConnection;
 /// Events handed to the proxy at once, at most: during a list, a few milliseconds of objects.
 pub const BATCH: usize = 256;
 
-/// [`watch`] for `node_name` over a client for `connection`, run on a thread of its own; the
-/// stream, the client's reachability and the client. Fails as [`client`] does.
+/// [`watch`](fn@watch) for `node_name` over a client for `connection`, run on a thread of its own; the
+/// stream, the client's reachability and the client. Fails as [`client`](fn@client) does.
 pub async fn watch_on_own_thread(
     connection: ClientConnection,
     node_name: String,

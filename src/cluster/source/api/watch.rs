@@ -8,7 +8,7 @@
 //! How lists are read is [`Lists`]. Classic (the default): one list request per kind, served
 //! from the API server's watch cache in one response and decoded object by object as it
 //! arrives (as protobuf for Services and EndpointSlices unless [`Encoding`] says JSON), then a
-//! watch ([`list_watch`](super::list_watch)). Streamed (watch-list: a watch
+//! watch ([`list_watch`]). Streamed (watch-list: a watch
 //! with `sendInitialEvents`, the objects as events and a bookmark at the end, as client-go's
 //! reflector does by default since 1.35, `WatchListClient`), through kube-rs's `watcher`. An
 //! API server that refuses streamed lists (its `WatchList` gate off, as on 1.33 by default)

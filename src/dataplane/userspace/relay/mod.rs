@@ -128,7 +128,7 @@ impl Relay {
 
     /// Listens for UDP on `addr` (port 0: any free port) and starts relaying to `target`.
     /// Must be called within a tokio runtime; the receive loop is driven by the relay's one
-    /// listener task ([`driver`]), each flow gets a task of its own.
+    /// listener task (`driver`), each flow gets a task of its own.
     pub fn listen_udp(&self, addr: SocketAddr, target: Target) -> io::Result<Listener> {
         let socket = udp::bind(addr)?;
         let local = socket.local_addr()?;
