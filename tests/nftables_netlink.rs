@@ -217,8 +217,39 @@ fn large_sets_read_by_key_read_as_a_dump_does() {
             .expect("read")
             .expect("our table exists")
     };
-    assert_eq!(expecting(&mut pair).ruleset, want[0], "as planned");
+    let found = expecting(&mut pair);
+    assert_eq!(found.ruleset, want[0], "as planned");
     assert_eq!(pair.encoder.read_by_key(), 1, "cluster-ips was read by key");
+    let ips = Name::fixed("cluster-ips");
+    assert!(
+        std::sync::Arc::ptr_eq(
+            &found.ruleset.sets[&ips].elements,
+            &want[0].sets[&ips].elements
+        ),
+        "a set read by key as planned shares the planned elements"
+    );
+
+    // The same keys, one element different (a comment the plan does not give it).
+    pair.netlink.output(
+        "nft",
+        &[
+            "delete element ip kube-proxy-rs cluster-ips { 10.96.1.10 }; \
+           add element ip kube-proxy-rs cluster-ips { 10.96.1.10 comment \"moved\" }",
+        ],
+    );
+    let found = expecting(&mut pair);
+    assert_eq!(pair.encoder.read_by_key(), 1, "same keys: read by key");
+    let dumped = pair.encoder.dump(Family::Ip).unwrap().unwrap();
+    assert_eq!(found, dumped, "an element with other data");
+    assert_ne!(found.ruleset, want[0]);
+    pair.netlink.output(
+        "nft",
+        &[
+            "delete element ip kube-proxy-rs cluster-ips { 10.96.1.10 }; \
+           add element ip kube-proxy-rs cluster-ips { 10.96.1.10 }",
+        ],
+    );
+    assert_eq!(expecting(&mut pair).ruleset, want[0], "as planned again");
 
     let (net, text) = (
         &pair.netlink,

@@ -9,6 +9,7 @@
 //! of dynamic sets are the kernel's (affinity clients) and are not read at all.
 
 use std::net::IpAddr;
+use std::sync::Arc;
 
 use super::expr::{self, Data as KernelData};
 use super::object::{self, concat_type, hook_of, kinds_len, range_net};
@@ -17,20 +18,29 @@ use super::uapi::{self, chain, datatype, elem, set, udata};
 use crate::dataplane::nftables::adopt::Parsed;
 use crate::dataplane::nftables::names::Name;
 use crate::dataplane::nftables::ruleset::{
-    BaseChain, ChainType, Comment, Data, DataKind, Element, Family, Kind, Ruleset, Set, SetDecl,
-    Tuple, Value,
+    BaseChain, ChainType, Comment, Data, DataKind, Element, Elements, Family, Kind, Ruleset, Set,
+    SetDecl, Tuple, Value,
 };
 use crate::netlink::attr::{self, be32, be64, find, find_be32, find_str};
 use crate::netlink::nfnetlink;
 
-/// Reads one family's table from its dump messages. `elements` gives, for a set name, the
-/// bodies of its `GETSETELEM` answers (only asked for sets [`wants_elements`] says).
-pub fn read(
+/// A set's elements as the reader found them.
+pub enum SetElements<'a> {
+    /// The bodies of its `GETSETELEM` answers, to parse.
+    Answers(&'a [Vec<u8>]),
+    /// Already read and compared (a large set read by key): shared with the plan when the
+    /// kernel holds exactly what it planned, so adopting an unchanged table copies no element.
+    Read(Arc<Elements>),
+}
+
+/// Reads one family's table from its dump messages. `elements` gives, for a set name, its
+/// elements (only asked for sets [`wants_elements`] says).
+pub fn read<'a>(
     family: Family,
     chains: &[Vec<u8>],
     rules: &[Vec<u8>],
     sets: &[Vec<u8>],
-    elements: &dyn Fn(&str) -> Vec<Vec<u8>>,
+    elements: &dyn Fn(&str) -> SetElements<'a>,
 ) -> Parsed {
     let mut p = Parsed {
         ruleset: Ruleset::empty(family),
@@ -170,7 +180,12 @@ fn unreadable_decl() -> SetDecl {
     }
 }
 
-fn read_set(p: &mut Parsed, family: Family, a: &[u8], elements: &dyn Fn(&str) -> Vec<Vec<u8>>) {
+fn read_set<'a>(
+    p: &mut Parsed,
+    family: Family,
+    a: &[u8],
+    elements: &dyn Fn(&str) -> SetElements<'a>,
+) {
     let raw = find_str(a, set::NAME).unwrap_or("?");
     let Some(name) = Name::parse(raw) else {
         p.foreign.push(format!("set {raw}"));
@@ -183,23 +198,38 @@ fn read_set(p: &mut Parsed, family: Family, a: &[u8], elements: &dyn Fn(&str) ->
     };
     let mut s = Set::new(decl);
     if s.decl.dynamic_timeout.is_none() {
-        for body in elements(raw) {
-            let list = find(nfnetlink::attributes(&body), elem::LIST_ELEMENTS).unwrap_or(&[]);
-            for (_, e) in attr::attrs(list).filter(|(k, _)| *k == uapi::LIST_ELEM) {
-                match element(family, &s.decl, e) {
-                    Some((key, element)) => {
-                        s.elements_mut().insert(key, element);
-                    }
-                    None => {
-                        p.unknown.push(format!("set {raw}: an element"));
-                        p.ruleset.sets.insert(name, Set::new(unreadable_decl()));
-                        return;
+        match elements(raw) {
+            SetElements::Read(read) => s.elements = read,
+            SetElements::Answers(bodies) => {
+                let mut read = Elements::new();
+                for body in bodies {
+                    for found in elements_in(family, &s.decl, body) {
+                        let Some((key, element)) = found else {
+                            p.unknown.push(format!("set {raw}: an element"));
+                            p.ruleset.sets.insert(name, Set::new(unreadable_decl()));
+                            return;
+                        };
+                        read.insert(key, element);
                     }
                 }
+                s.elements = Arc::new(read);
             }
         }
     }
     p.ruleset.sets.insert(name, s);
+}
+
+/// The elements in one `GETSETELEM` answer of a set declared `decl`; `None` for one we cannot
+/// read as our values.
+pub fn elements_in<'b>(
+    family: Family,
+    decl: &'b SetDecl,
+    body: &'b [u8],
+) -> impl Iterator<Item = Option<(Tuple, Element)>> + 'b {
+    let list = find(nfnetlink::attributes(body), elem::LIST_ELEMENTS).unwrap_or(&[]);
+    attr::attrs(list)
+        .filter(|(k, _)| *k == uapi::LIST_ELEM)
+        .map(move |(_, e)| element(family, decl, e))
 }
 
 /// The kinds of a (concatenated) datatype id.

@@ -37,12 +37,14 @@ pub mod object;
 pub mod rule;
 pub mod uapi;
 
+use std::sync::Arc;
+
 use netlink_packet_core::{NLM_F_ACK, NLM_F_DUMP, NLM_F_REQUEST};
 
 use crate::dataplane::nftables::adopt::Parsed;
 use crate::dataplane::nftables::diff::{Op, Transaction};
 use crate::dataplane::nftables::render;
-use crate::dataplane::nftables::ruleset::Family;
+use crate::dataplane::nftables::ruleset::{Element, Elements, Family, Ruleset, SetDecl, Tuple};
 use crate::netlink::batch::{Answer, Until};
 use crate::netlink::message::messages;
 use crate::netlink::socket::{self, Options, Protocol, Socket};
@@ -98,6 +100,9 @@ pub enum Error {
 pub struct Netlink {
     netns: Option<String>,
     socket: Option<Socket>,
+    /// A second socket, for reading a large set's keys on two CPUs at once (the kernel answers
+    /// element lookups without a lock, in the asking thread).
+    helper: Option<Socket>,
     known: batch::Known,
     /// Sets the last read took by key rather than by dump.
     read_by_key: usize,
@@ -112,6 +117,7 @@ impl Netlink {
         Netlink {
             netns: None,
             socket: None,
+            helper: None,
             known: batch::Known::default(),
             read_by_key: 0,
             sent_before: 0,
@@ -133,9 +139,23 @@ impl Netlink {
         Ok(self.socket.as_mut().expect("just opened"))
     }
 
-    /// Drops the socket after an error (the next call opens a fresh one), keeping its count.
+    /// The socket, and the helper socket when this machine has more than one CPU.
+    fn sockets(&mut self) -> Result<(&mut Socket, Option<&mut Socket>), Error> {
+        let parallel = std::thread::available_parallelism().is_ok_and(|n| n.get() > 1);
+        if parallel && self.helper.is_none() {
+            self.helper = Some(Socket::open(PROTOCOL, self.netns.as_deref(), OPTIONS)?);
+        }
+        self.socket()?;
+        let socket = self.socket.as_mut().expect("just opened");
+        Ok((socket, self.helper.as_mut()))
+    }
+
+    /// Drops the sockets after an error (the next call opens fresh ones), keeping their count.
     fn forget_socket(&mut self) {
-        if let Some(s) = self.socket.take() {
+        for s in [self.socket.take(), self.helper.take()]
+            .into_iter()
+            .flatten()
+        {
             self.sent_before += s.messages_sent();
         }
     }
@@ -143,7 +163,12 @@ impl Netlink {
     /// Netlink messages sent so far by every socket this encoder opened: batches (each
     /// message of one), their barriers, generation requests and dump requests.
     pub fn messages_sent(&self) -> u64 {
-        self.sent_before + self.socket.as_ref().map_or(0, Socket::messages_sent)
+        self.sent_before
+            + [&self.socket, &self.helper]
+                .into_iter()
+                .flatten()
+                .map(Socket::messages_sent)
+                .sum::<u64>()
     }
 
     /// How many sets the last read took by key rather than by dump (for tests and logs).
@@ -209,9 +234,6 @@ impl Netlink {
         self.dump_expecting(family, None)
     }
 
-    /// [`Netlink::dump`], knowing what the table should hold: large sets whose declaration is
-    /// as planned are read by asking for the planned keys and comparing the kernel's element
-    /// count, not by dumping them. Same result as a dump.
     /// The keys of dynamic set `set` of our `family` table (the clients an affinity set
     /// remembers), for `explain`; empty when there is no such set. Elements change while a
     /// dump runs (new clients, expiries), so an interrupted dump gives what it got.
@@ -247,10 +269,13 @@ impl Netlink {
             .collect())
     }
 
+    /// [`Netlink::dump`], knowing what the table should hold: large sets whose declaration is
+    /// as planned are read by asking for the planned keys and comparing the kernel's element
+    /// count, not by dumping them. Same result as a dump.
     pub fn dump_expecting(
         &mut self,
         family: Family,
-        want: Option<&crate::dataplane::nftables::ruleset::Ruleset>,
+        want: Option<&Ruleset>,
     ) -> Result<Option<Parsed>, Error> {
         let result = self.read(family, want);
         if let Err(Error::Socket(_)) = &result {
@@ -268,17 +293,13 @@ impl Netlink {
         result
     }
 
-    fn read(
-        &mut self,
-        family: Family,
-        want: Option<&crate::dataplane::nftables::ruleset::Ruleset>,
-    ) -> Result<Option<Parsed>, Error> {
+    fn read(&mut self, family: Family, want: Option<&Ruleset>) -> Result<Option<Parsed>, Error> {
         use uapi::{chain, msg, set};
         let nfproto = rule::Layout { family }.nfproto();
         let table = crate::dataplane::nftables::names::TABLE;
         self.read_by_key = 0;
         let mut by_key_sets = 0;
-        let s = self.socket()?;
+        let (s, mut helper) = self.sockets()?;
         let exists = request(s, msg::GETTABLE, nfproto, false, &|w| {
             w.str(uapi::table::NAME, table)
         })?;
@@ -311,13 +332,14 @@ impl Netlink {
                 "rule",
             )?;
             let mut elements = std::collections::BTreeMap::new();
+            let mut read = std::collections::BTreeMap::new();
             let mut interrupted = chains.1 || sets.1 || rules.1;
             for body in &sets.0 {
                 let Some(name) = dump::wants_elements(body) else {
                     continue;
                 };
-                if let Some(bodies) = by_key(s, family, body, want)? {
-                    elements.insert(name.to_owned(), bodies);
+                if let Some(found) = by_key(s, helper.as_deref_mut(), family, body, want)? {
+                    read.insert(name.to_owned(), found);
                     by_key_sets += 1;
                     continue;
                 }
@@ -335,7 +357,10 @@ impl Netlink {
                 by_key_sets = 0;
                 continue;
             }
-            let lookup = |name: &str| elements.get(name).cloned().unwrap_or_default();
+            let lookup = |name: &str| match read.get(name) {
+                Some(found) => dump::SetElements::Read(Arc::clone(found)),
+                None => dump::SetElements::Answers(elements.get(name).map_or(&[], |b| &b[..])),
+            };
             let parsed = dump::read(family, &chains.0, &rules.0, &sets.0, &lookup);
             self.read_by_key = by_key_sets;
             return Ok(Some(parsed));
@@ -354,15 +379,20 @@ impl Default for Netlink {
 }
 
 /// The elements of the set in the `GETSET` answer `body`, read by asking for the keys `want`
-/// plans for it; `None` when that cannot tell the whole content (small or differently
-/// declared set, a kernel without element counts, a planned key missing, or elements we did
-/// not plan), and the caller dumps the set instead.
+/// plans for it and compared as they arrive: the planned elements themselves (shared, not
+/// copied) when the kernel holds exactly those, a copy with the kernel's where some differ.
+/// `None` when this cannot tell the whole content (small or differently declared set, a
+/// kernel without element counts, a planned key missing, elements we did not plan, an element
+/// we cannot read), and the caller dumps the set instead. With a `helper` socket, half the
+/// keys are asked for on it from a second thread: the kernel's work per key (a lookup and an
+/// answer of its own) is most of a restart's read at scale, and it runs in the asking thread.
 fn by_key(
     s: &mut Socket,
+    helper: Option<&mut Socket>,
     family: Family,
     body: &[u8],
-    want: Option<&crate::dataplane::nftables::ruleset::Ruleset>,
-) -> Result<Option<Vec<Vec<u8>>>, Error> {
+    want: Option<&Ruleset>,
+) -> Result<Option<Arc<Elements>>, Error> {
     let Some((name, decl, Some(count))) = dump::set_summary(family, body) else {
         return Ok(None);
     };
@@ -381,31 +411,108 @@ fn by_key(
     if count as usize != planned.elements.len() {
         return Ok(None);
     }
-    let nfproto = rule::Layout { family }.nfproto();
     let keys: Vec<_> = planned.elements.keys().collect();
-    let mut bodies = Vec::with_capacity(keys.len());
-    for chunk in keys.chunks(KEYS_PER_REQUEST) {
-        let answer = request(s, uapi::msg::GETSETELEM, nfproto, false, &|w| {
-            w.str(
-                uapi::elem::LIST_TABLE,
-                crate::dataplane::nftables::names::TABLE,
-            );
-            w.str(uapi::elem::LIST_SET, name);
-            let list = w.nest(uapi::elem::LIST_ELEMENTS);
-            for key in chunk {
-                object::element(w, key, None);
-            }
-            w.nest_end(list);
-        })?;
-        if answer.errno.is_some() {
-            // A planned key is missing: the dump tells what is there instead.
-            return Ok(None);
+    let asked = Asked {
+        family,
+        name,
+        decl: &decl,
+        planned: &planned.elements,
+    };
+    let (first, second) = match helper {
+        None => (asked.read(s, &keys)?, Some(KeysRead::default())),
+        Some(h) => {
+            let (mine, theirs) = keys.split_at(keys.len() / 2);
+            std::thread::scope(|scope| {
+                let other = std::thread::Builder::new()
+                    .name("nft-read".into())
+                    .spawn_scoped(scope, || asked.read(h, theirs))
+                    .map_err(|source| socket::Error::Io {
+                        protocol: PROTOCOL,
+                        what: "start of a reading thread",
+                        source,
+                    })?;
+                let first = asked.read(s, mine);
+                let second = other
+                    .join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+                Ok::<_, socket::Error>((first?, second?))
+            })?
         }
-        bodies.extend(answer.bodies);
-    }
+    };
+    let (Some(first), Some(second)) = (first, second) else {
+        return Ok(None);
+    };
     // Every planned key is there and the kernel holds no more elements than that: nothing
     // unplanned is in the set.
-    Ok((bodies.len() == keys.len()).then_some(bodies))
+    if first.answers + second.answers != keys.len() {
+        return Ok(None);
+    }
+    if first.differing.is_empty() && second.differing.is_empty() {
+        return Ok(Some(Arc::clone(&planned.elements)));
+    }
+    let mut found = Elements::clone(&planned.elements);
+    found.extend(first.differing);
+    found.extend(second.differing);
+    Ok(Some(Arc::new(found)))
+}
+
+/// A by-key read of one set: what is asked for and compared with.
+struct Asked<'a> {
+    family: Family,
+    name: &'a str,
+    decl: &'a SetDecl,
+    planned: &'a Elements,
+}
+
+/// What one socket's share of a by-key read found.
+#[derive(Default)]
+struct KeysRead {
+    answers: usize,
+    /// The kernel's elements whose data or comment differ from the planned ones.
+    differing: Vec<(Tuple, Element)>,
+}
+
+impl Asked<'_> {
+    /// Asks for `keys` on `s`, comparing each answer with the plan; `None` when a key is missing
+    /// or an answer is not ours to read.
+    fn read(&self, s: &mut Socket, keys: &[&Tuple]) -> Result<Option<KeysRead>, socket::Error> {
+        let nfproto = rule::Layout {
+            family: self.family,
+        }
+        .nfproto();
+        let mut found = KeysRead::default();
+        let mut readable = true;
+        for chunk in keys.chunks(KEYS_PER_REQUEST) {
+            let asked = |w: &mut Writer| {
+                w.str(
+                    uapi::elem::LIST_TABLE,
+                    crate::dataplane::nftables::names::TABLE,
+                );
+                w.str(uapi::elem::LIST_SET, self.name);
+                let list = w.nest(uapi::elem::LIST_ELEMENTS);
+                for key in chunk {
+                    object::element(w, key, None);
+                }
+                w.nest_end(list);
+            };
+            let ended = request_each(s, uapi::msg::GETSETELEM, nfproto, false, &asked, &mut |b| {
+                found.answers += 1;
+                for element in dump::elements_in(self.family, self.decl, b) {
+                    match element.and_then(|(k, e)| Some((self.planned.get(&k)?, k, e))) {
+                        Some((p, _, e)) if *p == e => {}
+                        Some((_, k, e)) => found.differing.push((k, e)),
+                        None => readable = false,
+                    }
+                }
+            })?;
+            if ended.errno.is_some() || !readable {
+                // A planned key is missing, or the kernel's element is not ours to read: the
+                // dump tells what is there instead.
+                return Ok(None);
+            }
+        }
+        Ok(Some(found))
+    }
 }
 
 /// A dump's message bodies and whether it was interrupted, or its error.
@@ -433,6 +540,32 @@ fn request(
     dump: bool,
     attrs: &dyn Fn(&mut Writer),
 ) -> Result<Answered, socket::Error> {
+    let mut bodies = Vec::new();
+    let ended = request_each(s, kind, family, dump, attrs, &mut |b| {
+        bodies.push(b.to_vec())
+    })?;
+    Ok(Answered {
+        bodies,
+        errno: ended.errno,
+        interrupted: ended.interrupted,
+    })
+}
+
+/// How an answer ended.
+struct Ended {
+    errno: Option<i32>,
+    interrupted: bool,
+}
+
+/// [`request`], giving each message's body to `each` as it is received instead of keeping it.
+fn request_each(
+    s: &mut Socket,
+    kind: u16,
+    family: u8,
+    dump: bool,
+    attrs: &dyn Fn(&mut Writer),
+    each: &mut dyn FnMut(&[u8]),
+) -> Result<Ended, socket::Error> {
     let seq = s.take_seq();
     let mut w = Writer::default();
     let flags = NLM_F_REQUEST | if dump { NLM_F_DUMP } else { NLM_F_ACK };
@@ -442,16 +575,14 @@ fn request(
     w.end(m);
     s.send(&w.buf, "request")?;
     let mut answer = Dump::new(seq);
-    let mut bodies = Vec::new();
     while !answer.done() {
         for m in messages(s.recv("dump")?) {
             if answer.receive(&m) {
-                bodies.push(m.body.to_vec());
+                each(m.body);
             }
         }
     }
-    Ok(Answered {
-        bodies,
+    Ok(Ended {
         errno: answer.errno(),
         interrupted: answer.interrupted(),
     })
