@@ -215,6 +215,8 @@ pub fn diff(last: &Ruleset, want: &Ruleset) -> Transaction {
             // All of them (shared, not copied) into a set the kernel creates or holds empty.
             None => Added::All(set.elements.clone()),
             Some(o) if o.elements.is_empty() => Added::All(set.elements.clone()),
+            // The very elements planned (a large set read back by key, found as planned).
+            Some(o) if Arc::ptr_eq(&o.elements, &set.elements) => Added::Some(Vec::new()),
             Some(o) => {
                 let (deleted, added) = elements(&o.elements, &set.elements);
                 if !deleted.is_empty() {
