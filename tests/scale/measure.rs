@@ -1,7 +1,8 @@
-//! One proxy at one scale, in a fresh node: the probe's floor before the proxy starts, then start
-//! it, time its cold sync, let it settle, take the first-packet latency (`first_packet.rs`) and
-//! the netlink messages of its idle syncs (`idle.rs`), one endpoint change and the churn
-//! (`changes.rs`), and read what the process cost.
+//! One proxy at one scale, in a fresh node: the probe's floor before the proxy starts, then,
+//! once the machine is quiet (`quiet.rs`), start it, time its cold sync, let it settle, take
+//! the first-packet latency (`first_packet.rs`) and the netlink messages of its idle syncs
+//! (`idle.rs`), one endpoint change and the churn (`changes.rs`), and read what the process
+//! cost.
 //!
 //! Cold sync is taken two ways from the same start (the wall-clock time just before the proxy is
 //! spawned): from the proxy's own metrics (`kubeproxy_sync_proxy_rules_last_timestamp_seconds`
@@ -22,6 +23,7 @@ use super::objects::{Cluster, POD_A, PROBE_IP, SERVICE_PORT, TARGET_PORT};
 use super::options::{Implementation, Options, ProxyKind};
 use super::process;
 use super::profile::CpuProfile;
+use super::quiet;
 use super::report::{Figure, ProxyResult};
 use super::watch::{Outcome, Watcher, seconds_between};
 use crate::testenv::TestEnv;
@@ -91,6 +93,7 @@ pub async fn measure(
         opts.latency_samples,
     )
     .await;
+    notes.push(quiet::wait().await);
     let started = SystemTime::now();
     let pid = node.start_proxy(env, kind, opts);
     let profile = if opts.perf_cold && kind.implementation == Implementation::Ours {
@@ -285,6 +288,8 @@ async fn restart(s: &mut Session<'_>, env: &TestEnv, kind: ProxyKind) -> Figure 
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    let quiet = quiet::wait().await;
+    s.notes.push(format!("restart: {quiet}"));
     let started = SystemTime::now();
     s.pid = s.node.start_proxy(env, kind, s.opts);
     let limit = s.opts.limits.cold;

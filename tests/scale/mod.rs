@@ -10,6 +10,7 @@
 //!   ClusterIP watcher, metrics reader).
 //! - `metrics`, `process`: what the proxy reports, and what `/proc` says it cost.
 //! - `profile`: `perf record` of our proxy's cold start (`--perf-cold`).
+//! - `quiet`: each cold start waits for the machine's CPUs to be mostly idle.
 //! - `measure`, `changes`, `first_packet`, `idle`: the phases (cold sync, first-packet latency
 //!   and netlink messages per idle sync with the proxy idle, one endpoint change, churn).
 //! - `report`, `chart`, `axis`, `png`: markdown tables, the results as JSON, and SVG charts
@@ -50,6 +51,7 @@ pub mod options;
 pub mod png;
 pub mod process;
 pub mod profile;
+pub mod quiet;
 pub mod report;
 pub mod watch;
 
