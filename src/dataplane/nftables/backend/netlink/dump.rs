@@ -314,13 +314,8 @@ fn tlv(mut ud: &[u8], kind: u8) -> Option<&[u8]> {
 pub fn keys(family: Family, decl: &SetDecl, bodies: &[Vec<u8>]) -> Vec<Tuple> {
     bodies
         .iter()
-        .flat_map(|body| {
-            let list = find(nfnetlink::attributes(body), elem::LIST_ELEMENTS).unwrap_or(&[]);
-            attr::attrs(list)
-                .filter(|(k, _)| *k == uapi::LIST_ELEM)
-                .filter_map(|(_, e)| element(family, decl, e).map(|(key, _)| key))
-                .collect::<Vec<_>>()
-        })
+        .flat_map(|body| elements_in(family, decl, body))
+        .filter_map(|found| found.map(|(key, _)| key))
         .collect()
 }
 

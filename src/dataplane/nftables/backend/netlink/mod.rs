@@ -444,7 +444,7 @@ fn by_key(
     };
     // Every planned key is there and the kernel holds no more elements than that: nothing
     // unplanned is in the set.
-    if first.answers + second.answers != keys.len() {
+    if first.elements + second.elements != keys.len() {
         return Ok(None);
     }
     if first.differing.is_empty() && second.differing.is_empty() {
@@ -467,7 +467,8 @@ struct Asked<'a> {
 /// What one socket's share of a by-key read found.
 #[derive(Default)]
 struct KeysRead {
-    answers: usize,
+    /// Elements answered and read.
+    elements: usize,
     /// The kernel's elements whose data or comment differ from the planned ones.
     differing: Vec<(Tuple, Element)>,
 }
@@ -496,11 +497,13 @@ impl Asked<'_> {
                 w.nest_end(list);
             };
             let ended = request_each(s, uapi::msg::GETSETELEM, nfproto, false, &asked, &mut |b| {
-                found.answers += 1;
                 for element in dump::elements_in(self.family, self.decl, b) {
                     match element.and_then(|(k, e)| Some((self.planned.get(&k)?, k, e))) {
-                        Some((p, _, e)) if *p == e => {}
-                        Some((_, k, e)) => found.differing.push((k, e)),
+                        Some((p, _, e)) if *p == e => found.elements += 1,
+                        Some((_, k, e)) => {
+                            found.elements += 1;
+                            found.differing.push((k, e));
+                        }
                         None => readable = false,
                     }
                 }
