@@ -12,7 +12,7 @@ use std::time::Duration;
 use super::Lab;
 use super::helper::{ENTRY_TEST, Proto, RESULT_PREFIX, Reply, SPEC_VAR, Spec};
 use super::pods::Pod;
-use super::probe::{Attempt, Request};
+use super::probe::{Attempt, BatchAttempt, BatchItem, Request};
 use super::topology::OTHER_CLIENT_IP;
 use crate::testenv::NetNs;
 
@@ -78,6 +78,52 @@ impl Lab {
         if matches!(from, From::OtherClient) {
             request.bind = Some(IpAddr::V4(OTHER_CLIENT_IP));
         }
+        let (stdout, stderr) = self.run_helper(from, &Spec::Probe(request.clone())).await;
+        let attempts: Vec<Attempt> = stdout
+            .lines()
+            .filter_map(|l| l.strip_prefix(RESULT_PREFIX))
+            .map(|l| serde_json::from_str(l).expect("attempt JSON"))
+            .collect();
+        assert_eq!(
+            attempts.len(),
+            request.count as usize,
+            "probe from {from} to {} printed {} results:\n{stdout}\n{stderr}",
+            request.target,
+            attempts.len(),
+        );
+        attempts
+    }
+
+    /// Runs many probes from `from` in one process, `concurrency` at once (see
+    /// `probe::run_batch`): each item's attempts, by item. An item may have fewer attempts
+    /// than its count when it stopped early.
+    pub async fn probe_batch(
+        &self,
+        from: From<'_>,
+        mut items: Vec<BatchItem>,
+        concurrency: usize,
+    ) -> Vec<Vec<Attempt>> {
+        if matches!(from, From::OtherClient) {
+            for item in &mut items {
+                item.request.bind = Some(IpAddr::V4(OTHER_CLIENT_IP));
+            }
+        }
+        let mut by_item = vec![Vec::new(); items.len()];
+        let spec = Spec::ProbeBatch { items, concurrency };
+        let (stdout, stderr) = self.run_helper(from, &spec).await;
+        for line in stdout.lines().filter_map(|l| l.strip_prefix(RESULT_PREFIX)) {
+            let a: BatchAttempt = serde_json::from_str(line).expect("batch attempt JSON");
+            by_item[a.item].push(a.attempt);
+        }
+        if by_item.iter().any(Vec::is_empty) {
+            panic!("probe batch from {from}: an item printed no attempt:\n{stdout}\n{stderr}");
+        }
+        by_item
+    }
+
+    /// Runs the lab process `spec` in `from`'s namespace (and, in eBPF mode, its node's
+    /// cgroup) to its end; its stdout and stderr.
+    async fn run_helper(&self, from: From<'_>, spec: &Spec) -> (String, String) {
         let exe = std::env::current_exe().expect("test binary path");
         let mut cmd = self.netns(from).command(exe);
         cmd.args([
@@ -87,10 +133,7 @@ impl Lab {
             "--test-threads=1",
             "-q",
         ])
-        .env(
-            SPEC_VAR,
-            serde_json::to_string(&Spec::Probe(request.clone())).unwrap(),
-        );
+        .env(SPEC_VAR, serde_json::to_string(spec).unwrap());
         if let (Some(lb), Some(node)) = (&self.socket_lb, Self::node_of(from)) {
             cmd = lb.join(node, &cmd);
         }
@@ -100,21 +143,10 @@ impl Lab {
             .output()
             .await
             .expect("run probe");
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        let attempts: Vec<Attempt> = stdout
-            .lines()
-            .filter_map(|l| l.strip_prefix(RESULT_PREFIX))
-            .map(|l| serde_json::from_str(l).expect("attempt JSON"))
-            .collect();
-        assert_eq!(
-            attempts.len(),
-            request.count as usize,
-            "probe from {from} to {} printed {} results:\n{stdout}\n{}",
-            request.target,
-            attempts.len(),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        attempts
+        (
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
     }
 
     /// `count` connections (TCP) or exchanges (UDP) from `from` to `target`.

@@ -49,7 +49,7 @@ pub struct Cluster {
 }
 
 /// An IP family, as a slice's `addressType` or a Service's `ipFamilies` names it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Family {
     V4,
     V6,
@@ -226,6 +226,35 @@ impl Cluster {
             )
             .await
             .unwrap_or_else(|e| panic!("apply slice {name}: {e}"));
+        mirror(&self.manifests, "endpointslice", name, &obj);
+        obj
+    }
+
+    /// Creates or replaces slice `name` of `service` from `body` (`addressType`, `ports`,
+    /// `endpoints` as JSON, written as given: for conditions left out, hints, endpoints
+    /// without a nodeName).
+    pub async fn apply_slice_json(&self, name: &str, service: &str, body: Value) -> EndpointSlice {
+        let mut slice = body;
+        slice["apiVersion"] = json!("discovery.k8s.io/v1");
+        slice["kind"] = json!("EndpointSlice");
+        slice["metadata"] = json!({
+            "name": name,
+            "namespace": self.ns.name,
+            "labels": {
+                "kubernetes.io/service-name": service,
+                "endpointslice.kubernetes.io/managed-by": SLICE_OWNER,
+            },
+        });
+        let obj = self
+            .ns
+            .api::<EndpointSlice>()
+            .patch(
+                name,
+                &PatchParams::apply(MANAGER).force(),
+                &Patch::Apply(&slice),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("apply slice {name}: {e}\n{slice:#}"));
         mirror(&self.manifests, "endpointslice", name, &obj);
         obj
     }

@@ -38,6 +38,11 @@ pub enum Spec {
     },
     /// Open `count` connections (or datagram exchanges) to `target` and print one result each.
     Probe(probe::Request),
+    /// Run many probes, `concurrency` at once, and print one indexed result per attempt.
+    ProbeBatch {
+        items: Vec<probe::BatchItem>,
+        concurrency: usize,
+    },
 }
 
 /// Runs the lab process described by [`SPEC_VAR`], if it is set; returns at once otherwise.
@@ -54,11 +59,12 @@ pub fn run_if_requested() {
     match spec {
         Spec::Echo { pod, ports, ip6 } => echo::serve(&pod, &ports, ip6),
         Spec::Probe(request) => probe::run(&request),
+        Spec::ProbeBatch { items, concurrency } => probe::run_batch(&items, concurrency),
     }
 }
 
 /// Which transport a probe or an echo reply used.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Proto {
     Tcp,

@@ -75,6 +75,15 @@ pub struct Lab {
 impl Lab {
     /// Builds a default lab ([`NODES`] nodes, [`PODS_PER_NODE`] pods each) running `proxy`.
     pub async fn start(env: &'static TestEnv, proxy: Proxy) -> Lab {
+        let lab = Lab::start_idle(env, proxy).await;
+        lab.start_proxies();
+        lab
+    }
+
+    /// Builds a default lab for `proxy` (in eBPF mode with its cgroups and pin roots) without
+    /// starting any proxy yet: for a test that writes its objects first, so a proxy's first
+    /// sync holds them all ([`Lab::start_proxies`]).
+    pub async fn start_idle(env: &'static TestEnv, proxy: Proxy) -> Lab {
         require_root();
         static LABS: AtomicU32 = AtomicU32::new(0);
         let prefix = format!("kl{}", LABS.fetch_add(1, Ordering::Relaxed));
@@ -93,22 +102,7 @@ impl Lab {
         let cluster = Cluster::create(env, "lab", &topo.nodes, &manifests).await;
         let socket_lb =
             (proxy.mode() == Mode::Ebpf).then(|| socket_lb::SocketLb::create(&prefix, NODES));
-        let proxies = topo
-            .nodes
-            .iter()
-            .map(|node| {
-                let flags = node_flags(socket_lb.as_ref(), node.index, &[]);
-                let (process, bridge) = proxy.start(
-                    env,
-                    node,
-                    &cluster.node_names[node.index],
-                    &manifests,
-                    &flags,
-                );
-                Some(NodeProxy { process, bridge })
-            })
-            .collect::<Vec<_>>()
-            .into();
+        let proxies = topo.nodes.iter().map(|_| None).collect::<Vec<_>>().into();
         Lab {
             proxies,
             socket_lb,
@@ -118,6 +112,20 @@ impl Lab {
             proxy,
             env,
             settle: std::cell::Cell::new(Duration::from_secs(20)),
+        }
+    }
+
+    /// Starts [`Lab::proxy`] on every node (with the lab's flags).
+    pub fn start_proxies(&self) {
+        for index in 0..self.topo.nodes.len() {
+            self.start_proxy(index);
+        }
+    }
+
+    /// Stops the proxy of every node (SIGKILL by pid), leaving what it programmed in place.
+    pub fn stop_proxies(&self) {
+        for index in 0..self.topo.nodes.len() {
+            self.stop_proxy(index);
         }
     }
 

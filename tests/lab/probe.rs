@@ -55,46 +55,99 @@ pub fn run(request: &Request) {
         .enable_all()
         .build()
         .expect("probe runtime");
-    runtime.block_on(async {
-        let mut shared = None;
-        let mut session = None;
-        for i in 0..request.count {
-            if i > 0 && request.interval_ms > 0 {
-                tokio::time::sleep(Duration::from_millis(request.interval_ms)).await;
-            }
-            let started = tokio::time::Instant::now();
-            let timeout = Duration::from_millis(request.timeout_ms);
-            let result = match request.proto {
-                Proto::Tcp if request.same_socket => {
-                    tokio::time::timeout(timeout, tcp_session(request, &mut session)).await
-                }
-                Proto::Tcp => tokio::time::timeout(timeout, tcp(request)).await,
-                Proto::Udp => tokio::time::timeout(timeout, udp(request, &mut shared)).await,
-            };
-            if matches!(result, Ok(Err(_))) {
-                // As a DNS client does: a socket that failed (an ICMP error, or destroyed
-                // because its backend went away) is replaced by a new one for the next attempt.
-                shared = None;
-            }
-            let (reply, error) = match result {
-                Ok(Ok(text)) => (Some(text), None),
-                Ok(Err(e)) => (None, Some(classify(&e))),
-                Err(_) => (None, Some("timeout".to_owned())),
-            };
-            let attempt = Attempt {
-                reply,
-                error,
-                ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
-            };
-            println!(
-                "{RESULT_PREFIX}{}",
-                serde_json::to_string(&attempt).expect("attempt JSON")
-            );
+    runtime.block_on(attempts(request, u32::MAX, |attempt| {
+        println!(
+            "{RESULT_PREFIX}{}",
+            serde_json::to_string(&attempt).expect("attempt JSON")
+        );
+    }));
+}
+
+/// One request of a batch ([`run_batch`]), and after how many failed attempts to give up on
+/// it (a frontend that drops costs a whole timeout per attempt).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct BatchItem {
+    pub request: Request,
+    pub stop_after_failures: u32,
+}
+
+/// One attempt of a batch, with the index of its item.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct BatchAttempt {
+    pub item: usize,
+    pub attempt: Attempt,
+}
+
+/// Runs the items of a batch, at most `concurrency` at once (each item's attempts in turn),
+/// and prints one [`BatchAttempt`] per attempt; returns when all are done. One process for
+/// many frontends: a probe process costs more than the connections it makes.
+pub fn run_batch(items: &[BatchItem], concurrency: usize) {
+    use futures::StreamExt;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("probe runtime");
+    runtime.block_on(
+        futures::stream::iter(items.iter().enumerate()).for_each_concurrent(
+            concurrency.max(1),
+            |(item, b)| {
+                attempts(&b.request, b.stop_after_failures, move |attempt| {
+                    let line = BatchAttempt { item, attempt };
+                    println!(
+                        "{RESULT_PREFIX}{}",
+                        serde_json::to_string(&line).expect("attempt JSON")
+                    );
+                })
+            },
+        ),
+    );
+}
+
+/// Makes the request's attempts, giving each to `emit`; stops early once
+/// `stop_after_failures` attempts have failed.
+async fn attempts(request: &Request, stop_after_failures: u32, mut emit: impl FnMut(Attempt)) {
+    let mut shared = None;
+    let mut session = None;
+    let mut failures = 0;
+    for i in 0..request.count {
+        if i > 0 && request.interval_ms > 0 {
+            tokio::time::sleep(Duration::from_millis(request.interval_ms)).await;
         }
-        if let Some(stream) = session {
-            let _ = socket2::SockRef::from(stream.get_ref()).set_linger(Some(Duration::ZERO));
+        let started = tokio::time::Instant::now();
+        let timeout = Duration::from_millis(request.timeout_ms);
+        let result = match request.proto {
+            Proto::Tcp if request.same_socket => {
+                tokio::time::timeout(timeout, tcp_session(request, &mut session)).await
+            }
+            Proto::Tcp => tokio::time::timeout(timeout, tcp(request)).await,
+            Proto::Udp => tokio::time::timeout(timeout, udp(request, &mut shared)).await,
+        };
+        if matches!(result, Ok(Err(_))) {
+            // As a DNS client does: a socket that failed (an ICMP error, or destroyed
+            // because its backend went away) is replaced by a new one for the next attempt.
+            shared = None;
         }
-    });
+        let (reply, error) = match result {
+            Ok(Ok(text)) => (Some(text), None),
+            Ok(Err(e)) => (None, Some(classify(&e))),
+            Err(_) => (None, Some("timeout".to_owned())),
+        };
+        let failed = error.is_some();
+        emit(Attempt {
+            reply,
+            error,
+            ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+        });
+        if failed {
+            failures += 1;
+            if failures >= stop_after_failures {
+                break;
+            }
+        }
+    }
+    if let Some(stream) = session {
+        let _ = socket2::SockRef::from(stream.get_ref()).set_linger(Some(Duration::ZERO));
+    }
 }
 
 fn classify(e: &std::io::Error) -> String {

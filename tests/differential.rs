@@ -1,0 +1,159 @@
+//! The randomized differential test against upstream kube-proxy (`lab/differential/`): for each
+//! seed, a generated cluster of Services and EndpointSlices in the real API server from
+//! `testenv/`, run under upstream and ours one after the other on the same lab, every frontend
+//! probed from a pod, a node and outside, outcomes compared. Differences are either in the
+//! intended list (`lab/differential/intended.rs`) or fail the test, with the minimal cluster
+//! that shows each, as YAML.
+//!
+//! One test per mode of ours: nftables and iptables against upstream in the same mode,
+//! userspace and eBPF against upstream's nftables mode (ipvs runs in a User-mode Linux guest,
+//! `ipvs_matches_upstream_ipvs_in_uml`). Each runs a few fixed seeds; `DIFF_SEEDS=20` (seeds
+//! 1-20), `DIFF_SEEDS=5-9` or `DIFF_SEEDS=3,7` runs others, and `DIFF_MODES=nftables,ebpf` runs
+//! only those modes' tests (the others return at once, saying so). `DIFF_SHRINK_TRIALS`
+//! (default 30; 0 prints the unshrunk Service) and `DIFF_SHRINK_SERVICES` (default 2) bound
+//! the shrinking. Needs root and `testenv/build`; without root it fails with that reason.
+//! The pure parts (generator, shrinker, comparison, the intended list) are unit tests here
+//! that need neither.
+
+#![allow(
+    clippy::disallowed_methods,
+    reason = "a developer's seeds and modes come from the environment"
+)]
+
+#[path = "support/testenv.rs"]
+mod testenv;
+
+mod lab;
+
+#[path = "lab/differential/mod.rs"]
+mod differential;
+
+use std::time::Duration;
+
+use differential::{SeedReport, ShrinkBudget};
+use lab::Mode;
+
+/// The seeds `DIFF_SEEDS` names, or `default`.
+fn seeds(default: &[u64]) -> Vec<u64> {
+    let Ok(text) = std::env::var("DIFF_SEEDS") else {
+        return default.to_vec();
+    };
+    parse_seeds(&text).unwrap_or_else(|| panic!("DIFF_SEEDS={text}: want N, A-B or A,B,C"))
+}
+
+/// `20` → 1..=20; `5-9` → 5..=9; `3,7` → [3, 7].
+fn parse_seeds(text: &str) -> Option<Vec<u64>> {
+    let text = text.trim();
+    if text.contains(',') {
+        return text.split(',').map(|s| s.trim().parse().ok()).collect();
+    }
+    if let Some((a, b)) = text.split_once('-') {
+        let (a, b): (u64, u64) = (a.trim().parse().ok()?, b.trim().parse().ok()?);
+        return (a <= b).then(|| (a..=b).collect());
+    }
+    let n: u64 = text.parse().ok()?;
+    Some((1..=n).collect())
+}
+
+fn env_number(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default)
+}
+
+/// Whether `DIFF_MODES` (when set) lists `mode`.
+fn selected(mode: Mode) -> bool {
+    std::env::var("DIFF_MODES").map_or(true, |m| m.split(',').any(|s| s.trim() == mode.as_str()))
+}
+
+/// The time one seed may take: a bound on each trial (a lab, two proxies' first syncs, the
+/// probes, whose failures wait out their timeouts) times the trials the seed may run (the
+/// first, the confirming one, and the shrinking budget).
+fn seed_limit(budget: ShrinkBudget) -> Duration {
+    let sync = differential::trial::sync_wait();
+    let per_trial = Duration::from_secs(90) + 2 * sync;
+    let trials = 2 + budget.services * (budget.trials + 2);
+    per_trial * u32::try_from(trials).unwrap_or(u32::MAX)
+}
+
+/// Runs `seeds` for `mode`, prints the summary, and fails on any unexplained difference.
+async fn run_mode(mode: Mode, default_seeds: &[u64]) {
+    if !selected(mode) {
+        eprintln!("differential {}: not in DIFF_MODES", mode.as_str());
+        return;
+    }
+    let budget = ShrinkBudget {
+        services: env_number("DIFF_SHRINK_SERVICES", 2),
+        trials: env_number("DIFF_SHRINK_TRIALS", 30),
+    };
+    // One lab at a time: the modes' tests would otherwise build labs side by side on the
+    // same cores, and a starved proxy misses its sync time.
+    static ONE_MODE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    let _turn = ONE_MODE_AT_A_TIME.lock().await;
+    let env = testenv::TestEnv::shared();
+    let mut reports: Vec<SeedReport> = Vec::new();
+    for seed in seeds(default_seeds) {
+        let limit = seed_limit(budget);
+        let report = tokio::time::timeout(limit, differential::run_seed(env, mode, seed, budget))
+            .await
+            .unwrap_or_else(|_| panic!("seed {seed} took longer than {limit:?}"));
+        eprintln!(
+            "differential {} seed {seed}: {} in {:.1}s",
+            mode.as_str(),
+            if report.same() { "same" } else { "different" },
+            report.took.as_secs_f64()
+        );
+        reports.push(report);
+    }
+    let summary = differential::summary(mode, &reports);
+    eprintln!("{summary}");
+    let unexplained: usize = reports.iter().map(|r| r.unexplained().count()).sum();
+    assert!(
+        unexplained == 0,
+        "{unexplained} unexplained difference(s):\n{summary}\n{}",
+        reports
+            .iter()
+            .flat_map(|r| &r.minimal)
+            .map(|m| format!("--- minimal cluster for {}:\n{}", m.service, m.yaml))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+}
+
+#[tokio::test]
+async fn nftables_matches_upstream_nftables() {
+    run_mode(Mode::Nftables, &[1, 2, 3]).await;
+}
+
+#[tokio::test]
+async fn iptables_matches_upstream_iptables() {
+    run_mode(Mode::Iptables, &[1, 2]).await;
+}
+
+#[tokio::test]
+async fn userspace_matches_upstream_nftables() {
+    run_mode(Mode::Userspace, &[1]).await;
+}
+
+#[tokio::test]
+async fn ebpf_matches_upstream_nftables() {
+    run_mode(Mode::Ebpf, &[1]).await;
+}
+
+#[test]
+fn seeds_are_a_count_a_range_or_a_list() {
+    assert_eq!(parse_seeds("3"), Some(vec![1, 2, 3]));
+    assert_eq!(parse_seeds("5-7"), Some(vec![5, 6, 7]));
+    assert_eq!(parse_seeds("4, 9"), Some(vec![4, 9]));
+    assert_eq!(parse_seeds("9-5"), None);
+    assert_eq!(parse_seeds("x"), None);
+}
+
+/// Not a test: the entry point of the lab's pod echo servers and traffic probes, which re-run
+/// this binary inside a namespace (see `lab/helper.rs`). Without their environment variable it
+/// returns at once.
+#[test]
+fn lab_helper_process() {
+    lab::helper::run_if_requested();
+}

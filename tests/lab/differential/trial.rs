@@ -1,0 +1,391 @@
+//! One trial: a world applied to the API server of a fresh lab, then upstream kube-proxy and
+//! ours run on it one after the other (same objects, same addresses, same node worlds), each
+//! probed at every frontend.
+//!
+//! Order: the objects first, then upstream on every node, its first sync seen on a sentinel
+//! Service from every node, every frontend probed; upstream stopped and its rules and
+//! conntrack entries removed (`kube-proxy --cleanup`, then checked: nothing of it may be left
+//! for ours to be judged by); then ours the same way. Where ours differs, its frontend is
+//! probed again before the difference counts (a difference that goes away was noise). The lab
+//! is dropped at the end, with everything ours left in it.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Service;
+use serde_json::json;
+
+use super::compare;
+use super::frontends::{self, Allocated, Frontend, Key, Source};
+use super::model::World;
+use super::objects;
+use super::outcome::{Outcome, observe};
+use crate::lab::client::{From, addr};
+use crate::lab::probe::{BatchItem, Request};
+use crate::lab::scenarios::report::say;
+use crate::lab::topology::{ip, node_ip, node_ip6};
+use crate::lab::{Lab, Mode, Proto, Proxy};
+use crate::testenv::TestEnv;
+
+/// The upstream proxy ours is compared with in `mode`: the same mode where upstream has it,
+/// its nftables mode for the modes only ours has.
+pub fn reference(mode: Mode) -> Proxy {
+    let mode = match mode {
+        Mode::Userspace | Mode::Ebpf => Mode::Nftables,
+        m => m,
+    };
+    Proxy::Upstream { mode }
+}
+
+/// What one trial saw.
+pub struct Trial {
+    pub frontends: Vec<Frontend>,
+    pub upstream: BTreeMap<Key, Outcome>,
+    pub ours: BTreeMap<Key, Outcome>,
+    /// Frontends where ours first differed and agreed when probed again.
+    pub settled_on_recheck: Vec<Key>,
+    pub took: Duration,
+}
+
+/// How long to wait for a proxy's first sync (the sentinel answering on every node).
+pub fn sync_wait() -> Duration {
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "the UML guest's longer settle time"
+    )]
+    let secs = std::env::var(crate::lab::scenarios::SETTLE_VAR)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(30);
+    Duration::from_secs(secs)
+}
+
+/// Runs `world` under upstream and ours in `mode`; probes the frontends whose keys are in
+/// `only` (every frontend when `None`).
+pub async fn run(
+    env: &'static TestEnv,
+    mode: Mode,
+    world: &World,
+    only: Option<&BTreeSet<Key>>,
+) -> Trial {
+    let started = Instant::now();
+    let mut times = Times(Vec::new(), Some(started));
+    let mut lab = Lab::start_idle(env, Proxy::Ours { mode }).await;
+    route_client(&lab);
+    let allocated = apply(&lab, world).await;
+    let sentinel = sentinel(&lab).await;
+    times.lap("lab");
+    let frontends: Vec<Frontend> = frontends::enumerate(world, &allocated)
+        .into_iter()
+        .filter(|f| only.is_none_or(|o| o.contains(&f.key)))
+        .collect();
+
+    lab.proxy = reference(mode);
+    let upstream = run_proxy(&mut lab, sentinel, &frontends, &mut times).await;
+    lab.stop_proxies();
+    reset_nodes(&lab, env);
+    times.lap("cleanup");
+
+    lab.proxy = Proxy::Ours { mode };
+    let mut ours = run_proxy(&mut lab, sentinel, &frontends, &mut times).await;
+    let differing: Vec<Frontend> = compare::compare(mode, world, &frontends, &upstream, &ours)
+        .into_iter()
+        .filter_map(|d| frontends.iter().find(|f| f.key == d.key).cloned())
+        .collect();
+    let mut settled_on_recheck = Vec::new();
+    if !differing.is_empty() {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let again = probe_all(&lab, &differing).await;
+        for f in &differing {
+            let first = ours.get(&f.key).cloned().unwrap_or_default();
+            let second = again.get(&f.key).cloned().unwrap_or_default();
+            let up = compare::comparable(f, upstream.get(&f.key).unwrap_or(&Outcome::default()));
+            let settled = if compare::comparable(f, &second) == up {
+                settled_on_recheck.push(f.key.clone());
+                second
+            } else {
+                first.union(&second)
+            };
+            ours.insert(f.key.clone(), settled);
+        }
+    }
+    times.lap("re-check");
+    check_running(&mut lab);
+    lab.stop_proxies();
+    drop(lab);
+    times.lap("teardown");
+    say(&format!(
+        "trial of {} frontends: {}",
+        frontends.len(),
+        times.0.join(", ")
+    ));
+    Trial {
+        frontends,
+        upstream,
+        ours,
+        settled_on_recheck,
+        took: started.elapsed(),
+    }
+}
+
+/// Starts the lab's proxy on every node, waits for its first sync, probes every frontend.
+async fn run_proxy(
+    lab: &mut Lab,
+    sentinel: std::net::SocketAddr,
+    frontends: &[Frontend],
+    times: &mut Times,
+) -> BTreeMap<Key, Outcome> {
+    lab.start_proxies();
+    lab.set_settle(sync_wait());
+    for node in 0..lab.topo.nodes.len() {
+        let from = From::Pod(lab.pod(&Source::pod_name(node)));
+        let synced = lab
+            .eventually(
+                &format!("{} synced on node {}", lab.proxy.label(), node + 1),
+                || async { lab.all_reach(from, Proto::Tcp, sentinel, 1).await.map(drop) },
+            )
+            .await;
+        if let Err(e) = synced {
+            panic!("{e}\n{}", lab.proxy_log_tails(20).join("\n"));
+        }
+    }
+    times.lap(&format!("{} synced", lab.proxy.label()));
+    // Follow-up syncs (a proxy that synced before it had read its Node's labels, say).
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let outcomes = probe_all(lab, frontends).await;
+    times.lap("probes");
+    check_running(lab);
+    outcomes
+}
+
+/// How long each step of a trial took, for its log line; the time the last step ended.
+struct Times(Vec<String>, Option<Instant>);
+
+impl Times {
+    fn lap(&mut self, what: &str) {
+        let now = Instant::now();
+        let since = self.1.replace(now);
+        if let Some(t) = since {
+            self.0.push(format!(
+                "{what} {:.1}s",
+                now.duration_since(t).as_secs_f64()
+            ));
+        }
+    }
+}
+
+/// Panics with the logs of any proxy that exited.
+fn check_running(lab: &mut Lab) {
+    let exited = lab.exited_proxies();
+    assert!(exited.is_empty(), "proxies exited:\n{}", exited.join("\n"));
+}
+
+/// Routes the Service CIDRs and the IPv6 externalIP and ingress ranges from the external client
+/// through node 1 (the IPv4 external ranges already are), so outside traffic reaches every
+/// kind of frontend.
+fn route_client(lab: &Lab) {
+    let via4 = node_ip(0).to_string();
+    let via6 = node_ip6(0).to_string();
+    for (range, via) in [
+        ("10.96.0.0/12", &via4),
+        ("fd00:10:96::/108", &via6),
+        ("fd00:203::/64", &via6),
+        ("fd00:198::/64", &via6),
+    ] {
+        ip(&lab.topo.client, &["route", "add", range, "via", via]);
+    }
+}
+
+/// Applies every object of `world`; what the API server allocated, by Service name.
+async fn apply(lab: &Lab, world: &World) -> BTreeMap<String, Allocated> {
+    let mut allocated = BTreeMap::new();
+    for svc in &world.services {
+        let obj = lab.cluster.apply_service(objects::service(svc)).await;
+        if let Some(ingress) = objects::ingress(svc) {
+            lab.cluster.set_lb_ingress(&svc.name, ingress).await;
+        }
+        allocated.insert(svc.name.clone(), allocated_of(&obj));
+        for slice in &svc.slices {
+            let body = objects::slice(slice, &lab.cluster.node_names);
+            lab.cluster
+                .apply_slice_json(&slice.name, &svc.name, body)
+                .await;
+        }
+    }
+    allocated
+}
+
+fn allocated_of(svc: &Service) -> Allocated {
+    let spec = svc.spec.clone().unwrap_or_default();
+    Allocated {
+        cluster_ips: spec
+            .cluster_ips
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|ip| ip.parse::<IpAddr>().ok())
+            .collect(),
+        node_ports: spec
+            .ports
+            .unwrap_or_default()
+            .iter()
+            .map(|p| p.node_port.and_then(|n| u16::try_from(n).ok()))
+            .collect(),
+    }
+}
+
+/// A Service outside the world, with an endpoint on every node: when it answers from a pod on
+/// every node, each node's proxy has made its first sync (which holds every object, all
+/// written before the proxies started).
+async fn sentinel(lab: &Lab) -> std::net::SocketAddr {
+    let svc = lab
+        .cluster
+        .apply_service(json!({
+            "metadata": { "name": "sentinel" },
+            "spec": { "ports": [{ "port": 80, "targetPort": 8080, "protocol": "TCP" }] },
+        }))
+        .await;
+    lab.cluster
+        .apply_slice(
+            "sentinel-0",
+            "sentinel",
+            &[("", 8080, Proto::Tcp)],
+            &lab.endpoints(&["n1-a", "n2-a", "n3-a"]),
+        )
+        .await;
+    addr(crate::lab::scenarios::cluster_ip(&svc), 80)
+}
+
+/// Removes what upstream left on the nodes (`kube-proxy --cleanup`: its nftables, iptables
+/// and IPVS state) and every conntrack entry, then checks that no rule is left.
+fn reset_nodes(lab: &Lab, env: &TestEnv) {
+    for node in &lab.topo.nodes {
+        let ns = &node.ns;
+        let out = ns
+            .command(env.bin("kube-proxy"))
+            .args(["--cleanup", "--v=0"])
+            .output()
+            .expect("run kube-proxy --cleanup");
+        assert!(
+            out.status.success(),
+            "kube-proxy --cleanup in {}: {}",
+            ns.name,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let _ = ns.command("conntrack").arg("-F").output();
+        let left = ns.output("nft", &["list", "ruleset"]);
+        assert!(
+            left.trim().is_empty(),
+            "upstream's rules left in {} after --cleanup:\n{left}",
+            ns.name
+        );
+    }
+}
+
+/// Probes every frontend: one attempt each first; then, where that was served, enough
+/// attempts to see every candidate endpoint (ClientIP affinity: a dozen, to see that it
+/// sticks); where it failed, one more. A failing attempt is allowed long enough for a
+/// refusal that comes with a SYN retransmission.
+pub async fn probe_all(lab: &Lab, frontends: &[Frontend]) -> BTreeMap<Key, Outcome> {
+    let first = probe_round(lab, frontends, |_| (1, FAIL_TIMEOUT_MS, 1)).await;
+    let second = probe_round(lab, frontends, |f| {
+        if first.get(&f.key).is_some_and(Outcome::served) {
+            let n = if f.sticky {
+                12
+            } else {
+                (12 + 14 * f.candidates).min(150)
+            };
+            (u32::try_from(n).unwrap_or(150), SERVED_TIMEOUT_MS, 2)
+        } else {
+            (1, FAIL_TIMEOUT_MS, 1)
+        }
+    })
+    .await;
+    frontends
+        .iter()
+        .map(|f| {
+            let a = first.get(&f.key).cloned().unwrap_or_default();
+            let b = second.get(&f.key).cloned().unwrap_or_default();
+            (f.key.clone(), a.union(&b))
+        })
+        .collect()
+}
+
+/// Per attempt, where a failure is expected: a refusal by ICMP can take until the second SYN
+/// retransmission (3 s) when the kernel holds back its first error.
+const FAIL_TIMEOUT_MS: u64 = 3500;
+/// Per attempt, where the frontend served.
+const SERVED_TIMEOUT_MS: u64 = 1500;
+/// Probes in flight at once in one probe process.
+const CONCURRENCY: usize = 24;
+/// Items per probe process (its spec travels in an environment variable).
+const BATCH: usize = 120;
+
+/// One probe process per source (and batch), all sources at once; `plan` gives each
+/// frontend's attempts, per-attempt timeout and failures before it stops.
+async fn probe_round(
+    lab: &Lab,
+    frontends: &[Frontend],
+    plan: impl Fn(&Frontend) -> (u32, u64, u32),
+) -> BTreeMap<Key, Outcome> {
+    let mut by_source: BTreeMap<Source, Vec<&Frontend>> = BTreeMap::new();
+    for f in frontends {
+        by_source.entry(f.key.source).or_default().push(f);
+    }
+    let runs = by_source
+        .iter()
+        .flat_map(|(&source, fs)| fs.chunks(BATCH).map(move |chunk| (source, chunk.to_vec())));
+    let results = futures::future::join_all(runs.map(|(source, chunk)| {
+        let items: Vec<BatchItem> = chunk
+            .iter()
+            .map(|f| {
+                let (count, timeout_ms, stop) = plan(f);
+                BatchItem {
+                    request: Request {
+                        proto: f.key.proto,
+                        target: f.target,
+                        count,
+                        timeout_ms,
+                        bind: None,
+                        send: None,
+                        interval_ms: 0,
+                        same_socket: false,
+                    },
+                    stop_after_failures: stop,
+                }
+            })
+            .collect();
+        async move {
+            let from = from(lab, source);
+            let attempts = lab.probe_batch(from, items, CONCURRENCY).await;
+            chunk
+                .iter()
+                .zip(attempts)
+                .map(|(f, attempts)| {
+                    let obs = attempts
+                        .iter()
+                        .map(|a| {
+                            let r = a
+                                .reply
+                                .clone()
+                                .ok_or_else(|| a.error.clone().unwrap_or_default());
+                            observe(source, &r)
+                        })
+                        .collect();
+                    (f.key.clone(), Outcome(obs))
+                })
+                .collect::<Vec<_>>()
+        }
+    }))
+    .await;
+    results.into_iter().flatten().collect()
+}
+
+fn from(lab: &Lab, source: Source) -> From<'_> {
+    match source {
+        Source::Pod { node } => From::Pod(lab.pod(&Source::pod_name(node))),
+        Source::Node(i) => From::Node(i),
+        Source::Client => From::Client,
+        Source::OtherClient => From::OtherClient,
+    }
+}
