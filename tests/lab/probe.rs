@@ -55,7 +55,7 @@ pub fn run(request: &Request) {
         .enable_all()
         .build()
         .expect("probe runtime");
-    runtime.block_on(attempts(request, u32::MAX, |attempt| {
+    runtime.block_on(attempts(request, |attempt| {
         println!(
             "{RESULT_PREFIX}{}",
             serde_json::to_string(&attempt).expect("attempt JSON")
@@ -63,12 +63,15 @@ pub fn run(request: &Request) {
     }));
 }
 
-/// One request of a batch ([`run_batch`]), and after how many failed attempts to give up on
-/// it (a frontend that drops costs a whole timeout per attempt).
+/// One request of a batch ([`run_batch`]): its attempts run `parallel` at once, each on a
+/// fresh socket, and it gives up once `give_up_after` attempts failed while none succeeded (a
+/// frontend that drops costs a whole timeout per attempt; one that fails only sometimes is
+/// still tried `count` times).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct BatchItem {
     pub request: Request,
-    pub stop_after_failures: u32,
+    pub parallel: u32,
+    pub give_up_after: u32,
 }
 
 /// One attempt of a batch, with the index of its item.
@@ -78,9 +81,9 @@ pub struct BatchAttempt {
     pub attempt: Attempt,
 }
 
-/// Runs the items of a batch, at most `concurrency` at once (each item's attempts in turn),
-/// and prints one [`BatchAttempt`] per attempt; returns when all are done. One process for
-/// many frontends: a probe process costs more than the connections it makes.
+/// Runs the items of a batch, at most `concurrency` at once, and prints one [`BatchAttempt`]
+/// per attempt; returns when all are done. One process for many frontends: a probe process
+/// costs more than the connections it makes.
 pub fn run_batch(items: &[BatchItem], concurrency: usize) {
     use futures::StreamExt;
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -90,63 +93,92 @@ pub fn run_batch(items: &[BatchItem], concurrency: usize) {
     runtime.block_on(
         futures::stream::iter(items.iter().enumerate()).for_each_concurrent(
             concurrency.max(1),
-            |(item, b)| {
-                attempts(&b.request, b.stop_after_failures, move |attempt| {
+            |(item, b)| async move {
+                let print = |attempt: Attempt| {
                     let line = BatchAttempt { item, attempt };
                     println!(
                         "{RESULT_PREFIX}{}",
                         serde_json::to_string(&line).expect("attempt JSON")
                     );
-                })
+                };
+                parallel_attempts(b, print).await;
             },
         ),
     );
 }
 
-/// Makes the request's attempts, giving each to `emit`; stops early once
-/// `stop_after_failures` attempts have failed.
-async fn attempts(request: &Request, stop_after_failures: u32, mut emit: impl FnMut(Attempt)) {
+/// The attempts of one batch item, `parallel` at once, each on its own socket.
+async fn parallel_attempts(item: &BatchItem, mut emit: impl FnMut(Attempt)) {
+    use futures::StreamExt;
+    assert!(
+        !item.request.same_socket,
+        "a batch item's attempts are independent"
+    );
+    let (mut failed, mut served) = (0, 0);
+    let mut running = futures::stream::iter(0..item.request.count)
+        .map(|_| async {
+            let mut no_socket = None;
+            one_attempt(&item.request, &mut no_socket, &mut None).await
+        })
+        .buffer_unordered(item.parallel.max(1) as usize);
+    while let Some(attempt) = running.next().await {
+        if attempt.error.is_some() {
+            failed += 1;
+        } else {
+            served += 1;
+        }
+        emit(attempt);
+        if served == 0 && failed >= item.give_up_after {
+            break;
+        }
+    }
+}
+
+/// Makes the request's attempts in turn, giving each to `emit`.
+async fn attempts(request: &Request, mut emit: impl FnMut(Attempt)) {
     let mut shared = None;
     let mut session = None;
-    let mut failures = 0;
     for i in 0..request.count {
         if i > 0 && request.interval_ms > 0 {
             tokio::time::sleep(Duration::from_millis(request.interval_ms)).await;
         }
-        let started = tokio::time::Instant::now();
-        let timeout = Duration::from_millis(request.timeout_ms);
-        let result = match request.proto {
-            Proto::Tcp if request.same_socket => {
-                tokio::time::timeout(timeout, tcp_session(request, &mut session)).await
-            }
-            Proto::Tcp => tokio::time::timeout(timeout, tcp(request)).await,
-            Proto::Udp => tokio::time::timeout(timeout, udp(request, &mut shared)).await,
-        };
-        if matches!(result, Ok(Err(_))) {
-            // As a DNS client does: a socket that failed (an ICMP error, or destroyed
-            // because its backend went away) is replaced by a new one for the next attempt.
-            shared = None;
-        }
-        let (reply, error) = match result {
-            Ok(Ok(text)) => (Some(text), None),
-            Ok(Err(e)) => (None, Some(classify(&e))),
-            Err(_) => (None, Some("timeout".to_owned())),
-        };
-        let failed = error.is_some();
-        emit(Attempt {
-            reply,
-            error,
-            ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
-        });
-        if failed {
-            failures += 1;
-            if failures >= stop_after_failures {
-                break;
-            }
-        }
+        emit(one_attempt(request, &mut shared, &mut session).await);
     }
     if let Some(stream) = session {
         let _ = socket2::SockRef::from(stream.get_ref()).set_linger(Some(Duration::ZERO));
+    }
+}
+
+/// One attempt: a connection or a datagram exchange, over the shared socket or session when
+/// the request keeps one.
+async fn one_attempt(
+    request: &Request,
+    shared: &mut Option<UdpSocket>,
+    session: &mut Option<tokio::io::BufReader<tokio::net::TcpStream>>,
+) -> Attempt {
+    let started = tokio::time::Instant::now();
+    let timeout = Duration::from_millis(request.timeout_ms);
+    let result = match request.proto {
+        Proto::Tcp if request.same_socket => {
+            tokio::time::timeout(timeout, tcp_session(request, session)).await
+        }
+        Proto::Tcp => tokio::time::timeout(timeout, tcp(request)).await,
+        Proto::Udp => tokio::time::timeout(timeout, udp(request, shared)).await,
+    };
+    if matches!(result, Ok(Err(_))) {
+        // As a DNS client does: a socket that failed (an ICMP error, or destroyed
+        // because its backend went away) is replaced by a new one for the next attempt.
+        *shared = None;
+    }
+    let (reply, error) = match result {
+        Ok(Ok(text)) => (Some(text), None),
+        Ok(Err(e)) => (None, Some(classify(&e))),
+        Err(_) => (None, Some("timeout".to_owned())),
+    };
+    Attempt {
+        reply,
+        error,
+        ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
     }
 }
 

@@ -88,11 +88,6 @@ impl fmt::Display for Outcome {
 }
 
 impl Outcome {
-    /// Whether any attempt was served.
-    pub fn served(&self) -> bool {
-        self.0.iter().any(|o| matches!(o, Obs::Served { .. }))
-    }
-
     /// For an affinity frontend: when every served attempt reached one pod, that pod's name
     /// replaced by `(sticky)` (which pod a proxy sticks to is its random choice).
     pub fn sticky(self) -> Outcome {

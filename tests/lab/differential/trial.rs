@@ -183,8 +183,18 @@ fn check_running(lab: &mut Lab) {
 
 /// Routes the Service CIDRs and the IPv6 externalIP and ingress ranges from the external client
 /// through node 1 (the IPv4 external ranges already are), so outside traffic reaches every
-/// kind of frontend.
+/// kind of frontend; and lifts the nodes' overall ICMP limit (1000 a second, bursts of 50 by
+/// default), which the refusals of many probes at once would reach, turning UDP refusals
+/// into silence. The lab's namespaces go with the lab.
 fn route_client(lab: &Lab) {
+    for node in &lab.topo.nodes {
+        for setting in [
+            "net.ipv4.icmp_msgs_per_sec=1000000",
+            "net.ipv4.icmp_msgs_burst=100000",
+        ] {
+            node.ns.output("sysctl", &["-qw", setting]);
+        }
+    }
     let via4 = node_ip(0).to_string();
     let via6 = node_ip6(0).to_string();
     for (range, via) in [
@@ -282,51 +292,41 @@ fn reset_nodes(lab: &Lab, env: &TestEnv) {
     }
 }
 
-/// Probes every frontend: one attempt each first; then, where that was served, enough
-/// attempts to see every candidate endpoint (ClientIP affinity: a dozen, to see that it
-/// sticks); where it failed, one more. A failing attempt is allowed long enough for a
-/// refusal that comes with a SYN retransmission.
+/// Probes every frontend: enough attempts to see every candidate endpoint answer (ClientIP
+/// affinity: a dozen, to see that it sticks), several at once; a frontend that fails every
+/// attempt gives up after [`GIVE_UP_AFTER`]. Each attempt is allowed long enough for a
+/// refusal that comes with a SYN retransmission, so a frontend that fails only sometimes (a
+/// pod reaching itself, say) is still told apart from one that refuses.
 pub async fn probe_all(lab: &Lab, frontends: &[Frontend]) -> BTreeMap<Key, Outcome> {
-    let first = probe_round(lab, frontends, |_| (1, FAIL_TIMEOUT_MS, 1)).await;
-    let second = probe_round(lab, frontends, |f| {
-        if first.get(&f.key).is_some_and(Outcome::served) {
-            let n = if f.sticky {
-                12
-            } else {
-                (12 + 14 * f.candidates).min(150)
-            };
-            (u32::try_from(n).unwrap_or(150), SERVED_TIMEOUT_MS, 2)
+    probe_round(lab, frontends, |f| {
+        let n = if f.sticky {
+            12
         } else {
-            (1, FAIL_TIMEOUT_MS, 1)
-        }
+            (16 + 14 * f.candidates).min(150)
+        };
+        u32::try_from(n).unwrap_or(150)
     })
-    .await;
-    frontends
-        .iter()
-        .map(|f| {
-            let a = first.get(&f.key).cloned().unwrap_or_default();
-            let b = second.get(&f.key).cloned().unwrap_or_default();
-            (f.key.clone(), a.union(&b))
-        })
-        .collect()
+    .await
 }
 
-/// Per attempt, where a failure is expected: a refusal by ICMP can take until the second SYN
-/// retransmission (3 s) when the kernel holds back its first error.
-const FAIL_TIMEOUT_MS: u64 = 3500;
-/// Per attempt, where the frontend served.
-const SERVED_TIMEOUT_MS: u64 = 1500;
-/// Probes in flight at once in one probe process.
+/// Per attempt: a refusal by ICMP can take until the second SYN retransmission (3 s) when
+/// the kernel holds back its first error.
+const TIMEOUT_MS: u64 = 3500;
+/// Attempts of one frontend in flight at once.
+const PARALLEL: u32 = 8;
+/// Failed attempts, without any served one, after which a frontend is given up on.
+const GIVE_UP_AFTER: u32 = 8;
+/// Frontends in flight at once in one probe process.
 const CONCURRENCY: usize = 24;
 /// Items per probe process (its spec travels in an environment variable).
 const BATCH: usize = 120;
 
-/// One probe process per source (and batch), all sources at once; `plan` gives each
-/// frontend's attempts, per-attempt timeout and failures before it stops.
+/// One probe process per source (and batch), all sources at once; `count` gives each
+/// frontend's attempts.
 async fn probe_round(
     lab: &Lab,
     frontends: &[Frontend],
-    plan: impl Fn(&Frontend) -> (u32, u64, u32),
+    count: impl Fn(&Frontend) -> u32,
 ) -> BTreeMap<Key, Outcome> {
     let mut by_source: BTreeMap<Source, Vec<&Frontend>> = BTreeMap::new();
     for f in frontends {
@@ -338,21 +338,19 @@ async fn probe_round(
     let results = futures::future::join_all(runs.map(|(source, chunk)| {
         let items: Vec<BatchItem> = chunk
             .iter()
-            .map(|f| {
-                let (count, timeout_ms, stop) = plan(f);
-                BatchItem {
-                    request: Request {
-                        proto: f.key.proto,
-                        target: f.target,
-                        count,
-                        timeout_ms,
-                        bind: None,
-                        send: None,
-                        interval_ms: 0,
-                        same_socket: false,
-                    },
-                    stop_after_failures: stop,
-                }
+            .map(|f| BatchItem {
+                request: Request {
+                    proto: f.key.proto,
+                    target: f.target,
+                    count: count(f),
+                    timeout_ms: TIMEOUT_MS,
+                    bind: None,
+                    send: None,
+                    interval_ms: 0,
+                    same_socket: false,
+                },
+                parallel: PARALLEL,
+                give_up_after: GIVE_UP_AFTER,
             })
             .collect();
         async move {
