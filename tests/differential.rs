@@ -11,7 +11,8 @@
 //! 1-20), `DIFF_SEEDS=5-9` or `DIFF_SEEDS=3,7` runs others, and `DIFF_MODES=nftables,ebpf` runs
 //! only those modes' tests (the others return at once, saying so). `DIFF_SHRINK_TRIALS`
 //! (default 30; 0 prints the unshrunk Service) and `DIFF_SHRINK_SERVICES` (default 2) bound
-//! the shrinking. Needs root and `testenv/build`; without root it fails with that reason.
+//! the shrinking. `DIFF_PRINT=7` (or `7:s3`) prints seed 7's cluster (or its Service s3) as
+//! YAML. Needs root and `testenv/build`; without root it fails with that reason.
 //! The pure parts (generator, shrinker, comparison, the intended list) are unit tests here
 //! that need neither.
 
@@ -148,6 +149,22 @@ fn seeds_are_a_count_a_range_or_a_list() {
     assert_eq!(parse_seeds("4, 9"), Some(vec![4, 9]));
     assert_eq!(parse_seeds("9-5"), None);
     assert_eq!(parse_seeds("x"), None);
+}
+
+/// Not a test: with `DIFF_PRINT=SEED` (or `SEED:SERVICE`, e.g. `7:s3`), prints that seed's
+/// cluster (or one Service of it) as YAML, to read or apply by hand. Without it, nothing.
+#[test]
+fn print_world() {
+    let Ok(asked) = std::env::var("DIFF_PRINT") else {
+        return;
+    };
+    let (seed, service) = asked.split_once(':').unwrap_or((&asked, ""));
+    let seed: u64 = seed.parse().expect("DIFF_PRINT=SEED[:SERVICE]");
+    let mut world = differential::generate::generate(seed);
+    if !service.is_empty() {
+        world = differential::shrink::only(&world, &[service.to_owned()]);
+    }
+    println!("{}", differential::objects::yaml(&world));
 }
 
 /// Not a test: the entry point of the lab's pod echo servers and traffic probes, which re-run

@@ -232,18 +232,21 @@ impl Cluster {
 
     /// Creates or replaces slice `name` of `service` from `body` (`addressType`, `ports`,
     /// `endpoints` as JSON, written as given: for conditions left out, hints, endpoints
-    /// without a nodeName).
+    /// without a nodeName; and `metadata.labels` beside the lab's own).
     pub async fn apply_slice_json(&self, name: &str, service: &str, body: Value) -> EndpointSlice {
         let mut slice = body;
+        let mut labels = slice["metadata"]["labels"].clone();
+        if !labels.is_object() {
+            labels = json!({});
+        }
+        labels["kubernetes.io/service-name"] = json!(service);
+        labels["endpointslice.kubernetes.io/managed-by"] = json!(SLICE_OWNER);
         slice["apiVersion"] = json!("discovery.k8s.io/v1");
         slice["kind"] = json!("EndpointSlice");
         slice["metadata"] = json!({
             "name": name,
             "namespace": self.ns.name,
-            "labels": {
-                "kubernetes.io/service-name": service,
-                "endpointslice.kubernetes.io/managed-by": SLICE_OWNER,
-            },
+            "labels": labels,
         });
         let obj = self
             .ns

@@ -59,11 +59,7 @@ pub fn compare(
             let up = comparable(f, upstream.get(&f.key).unwrap_or(&none));
             let us = comparable(f, ours.get(&f.key).unwrap_or(&none));
             (up != us).then(|| {
-                let svc = world
-                    .services
-                    .iter()
-                    .find(|s| s.name == f.key.service)
-                    .expect("a frontend's Service is in its world");
+                let svc = world.services.iter().find(|s| s.name == f.key.service);
                 let intended =
                     intended::find(mode, svc, &f.key, &up, &us).map(|i: &Intended| i.name);
                 Difference {

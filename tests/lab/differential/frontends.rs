@@ -66,6 +66,12 @@ pub enum Via {
     LoadBalancer(IpAddr),
     /// The ClusterIP on a port the Service does not define.
     UndefinedPort,
+    /// The Service's `healthCheckNodePort` on node `node` (HTTP).
+    HealthCheck {
+        node: usize,
+    },
+    /// An address in the service CIDR no Service has ([`UNALLOCATED`]).
+    Unallocated,
 }
 
 /// A frontend's name, stable across trials.
@@ -93,6 +99,8 @@ impl fmt::Display for Key {
             Via::ExternalIp(ip) => format!("externalIP {ip}"),
             Via::LoadBalancer(ip) => format!("LoadBalancer IP {ip}"),
             Via::UndefinedPort => "ClusterIP, undefined port".to_owned(),
+            Via::HealthCheck { node } => format!("health check on node {}", node + 1),
+            Via::Unallocated => "unallocated service IP".to_owned(),
         };
         write!(
             f,
@@ -105,12 +113,13 @@ impl fmt::Display for Key {
 /// The port an [`Via::UndefinedPort`] frontend uses: no generated Service defines it.
 pub const UNDEFINED_PORT: u16 = 7;
 
-/// What the API server allocated for one Service: ClusterIPs by family, and the NodePort of
-/// each port (by index), read back from the applied objects.
+/// What the API server allocated for one Service: ClusterIPs by family, the NodePort of each
+/// port (by index) and the health check port, read back from the applied objects.
 #[derive(Debug, Clone, Default)]
 pub struct Allocated {
     pub cluster_ips: Vec<IpAddr>,
     pub node_ports: Vec<Option<u16>>,
+    pub health_check_port: Option<u16>,
 }
 
 /// One frontend to probe.
@@ -123,14 +132,46 @@ pub struct Frontend {
     pub candidates: usize,
     /// ClientIP affinity: every attempt from one source sticks to one endpoint.
     pub sticky: bool,
+    /// An HTTP health check: the probe sends a request and reads the status.
+    pub http: bool,
 }
 
-/// Every frontend of `world`, given what was allocated for each Service (by name).
+/// The name [`Via::Unallocated`] frontends have for a Service.
+pub const NO_SERVICE: &str = "(none)";
+
+/// Addresses in the service CIDRs (`10.96.0.0/12`, `fd00:10:96::/108`) that no Service gets:
+/// the last but one of each range (the API server allocates from the start at random; a
+/// world has a dozen Services).
+pub const UNALLOCATED: [&str; 2] = ["10.111.255.254", "fd00:10:96::f:fffe"];
+
+/// Every frontend of `world`, given what was allocated for each Service (by name), and the
+/// unallocated service addresses.
 pub fn enumerate(world: &World, allocated: &BTreeMap<String, Allocated>) -> Vec<Frontend> {
     let mut out = Vec::new();
     for svc in &world.services {
         let alloc = allocated.get(&svc.name).cloned().unwrap_or_default();
         service_frontends(svc, &alloc, &mut out);
+    }
+    for ip in UNALLOCATED {
+        let ip: IpAddr = ip.parse().expect("an address");
+        for proto in [Proto::Tcp, Proto::Udp] {
+            for source in [Source::Pod { node: 0 }, Source::Node(2), Source::Client] {
+                out.push(Frontend {
+                    key: Key {
+                        service: NO_SERVICE.to_owned(),
+                        port: format!("80/{}", proto.k8s()),
+                        proto,
+                        family: Family::of(ip),
+                        via: Via::Unallocated,
+                        source,
+                    },
+                    target: SocketAddr::new(ip, 80),
+                    candidates: 0,
+                    sticky: false,
+                    http: false,
+                });
+            }
+        }
     }
     out
 }
@@ -152,6 +193,7 @@ fn service_frontends(svc: &Svc, alloc: &Allocated, out: &mut Vec<Frontend>) {
                     target,
                     candidates: candidates(svc, &port.name, port.proto, family),
                     sticky,
+                    http: false,
                 });
             }
         };
@@ -252,6 +294,28 @@ fn service_frontends(svc: &Svc, alloc: &Allocated, out: &mut Vec<Frontend>) {
                     target: SocketAddr::new(ip, UNDEFINED_PORT),
                     candidates: 0,
                     sticky: false,
+                    http: false,
+                });
+            }
+        }
+    }
+    // The health check port on every node, in both families, from outside.
+    if let Some(hc) = alloc.health_check_port {
+        for node in 0..crate::lab::NODES {
+            for ip in [IpAddr::V4(node_ip(node)), IpAddr::V6(node_ip6(node))] {
+                out.push(Frontend {
+                    key: Key {
+                        service: svc.name.clone(),
+                        port: "healthCheckNodePort".to_owned(),
+                        proto: Proto::Tcp,
+                        family: Family::of(ip),
+                        via: Via::HealthCheck { node },
+                        source: Source::Client,
+                    },
+                    target: SocketAddr::new(ip, hc),
+                    candidates: 0,
+                    sticky: false,
+                    http: true,
                 });
             }
         }

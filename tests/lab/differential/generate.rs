@@ -69,6 +69,9 @@ impl Rng {
     }
 }
 
+/// The pods the probes start from (`frontends::Source::Pod`).
+const PROBING_PODS: [&str; 2] = ["n1-b", "n2-b"];
+
 /// Service port numbers the generator chooses from.
 const SERVICE_PORTS: [u16; 6] = [80, 53, 443, 8080, 5000, 9000];
 
@@ -307,7 +310,13 @@ fn slices(rng: &mut Rng, svc: &Svc) -> Vec<Slice> {
                     proto: Proto::Tcp,
                 });
             }
-            let mut pods = pod_names();
+            // Under ClientIP affinity each proxy sticks to an endpoint of its own random
+            // choice: none of them is a probing pod, whose reaching itself (hairpin) would
+            // make the outcome depend on that choice.
+            let mut pods: Vec<String> = pod_names()
+                .into_iter()
+                .filter(|p| svc.affinity.is_none() || !PROBING_PODS.contains(&p.as_str()))
+                .collect();
             let n = rng.weighted(&[(10, 0), (30, 1), (35, 2), (25, 3)]);
             let endpoints = (0..n)
                 .map(|_| {
@@ -315,8 +324,19 @@ fn slices(rng: &mut Rng, svc: &Svc) -> Vec<Slice> {
                     endpoint(rng, pod, hint_mode)
                 })
                 .collect();
+            // The EndpointSlice controller copies a Service's labels to its slices, and marks
+            // a headless Service's slices; sometimes a slice carries a label by itself.
+            let label = match (svc.kind, svc.label) {
+                (_, Some(l)) if rng.chance(70) => Some(l),
+                (Kind::Headless, _) if rng.chance(70) => Some(ProxyLabel::HeadlessLabel),
+                _ if rng.chance(3) => {
+                    Some(rng.pick(&[ProxyLabel::HeadlessLabel, ProxyLabel::OtherProxyName]))
+                }
+                _ => None,
+            };
             slices.push(Slice {
                 name: format!("{}-{}", svc.name, slices.len()),
+                label,
                 family,
                 ports,
                 endpoints,

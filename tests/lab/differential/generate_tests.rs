@@ -342,6 +342,7 @@ fn every_frontend_has_a_stable_unique_name() {
                     Allocated {
                         cluster_ips: ips,
                         node_ports,
+                        health_check_port: None,
                     },
                 )
             })

@@ -15,9 +15,9 @@ pub struct Intended {
     /// The modes of ours it applies to.
     pub modes: &'static [Mode],
     pub reason: &'static str,
-    /// Whether upstream's outcome `up` and ours `ours` at frontend `key` of `svc` differ
-    /// exactly in this way.
-    pub covers: fn(svc: &Svc, key: &Key, up: &Outcome, ours: &Outcome) -> bool,
+    /// Whether upstream's outcome `up` and ours `ours` at frontend `key` of `svc` (none for
+    /// an unallocated service address) differ exactly in this way.
+    pub covers: fn(svc: Option<&Svc>, key: &Key, up: &Outcome, ours: &Outcome) -> bool,
 }
 
 /// Every intended difference.
@@ -33,7 +33,7 @@ pub const INTENDED: &[Intended] = &[Intended {
 /// The intended difference that covers this one, if any.
 pub fn find(
     mode: Mode,
-    svc: &Svc,
+    svc: Option<&Svc>,
     key: &Key,
     up: &Outcome,
     ours: &Outcome,
@@ -119,20 +119,21 @@ mod tests {
 
     #[test]
     fn the_relay_covers_only_a_changed_source_address() {
-        let svc = generate(1).services[0].clone();
+        let world = generate(1);
+        let svc = Some(&world.services[0]);
         let up = Outcome([served("n2-a", Seen::Client), served("n3-a", Seen::Client)].into());
         let relayed =
             Outcome([served("n2-a", Seen::Node(0)), served("n3-a", Seen::Node(0))].into());
         let k = key();
-        assert!(find(Mode::Userspace, &svc, &k, &up, &relayed).is_some());
+        assert!(find(Mode::Userspace, svc, &k, &up, &relayed).is_some());
         // Not in another mode.
-        assert!(find(Mode::Nftables, &svc, &k, &up, &relayed).is_none());
+        assert!(find(Mode::Nftables, svc, &k, &up, &relayed).is_none());
         // Not when an endpoint is missing.
         let fewer = Outcome([served("n2-a", Seen::Node(0))].into());
-        assert!(find(Mode::Userspace, &svc, &k, &up, &fewer).is_none());
+        assert!(find(Mode::Userspace, svc, &k, &up, &fewer).is_none());
         // Not when a failure differs.
         let refused = Outcome([Obs::Refused].into());
         let dropped = Outcome([Obs::Dropped].into());
-        assert!(find(Mode::Userspace, &svc, &k, &refused, &dropped).is_none());
+        assert!(find(Mode::Userspace, svc, &k, &refused, &dropped).is_none());
     }
 }

@@ -113,13 +113,29 @@ pub enum Ingress {
     Hostname(String),
 }
 
-/// The labels a proxy's informers select Services by.
+/// The labels a proxy's informers select objects by (upstream: Services without
+/// `service-proxy-name`, EndpointSlices without `headless`), on a Service or a slice.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ProxyLabel {
     /// `service.kubernetes.io/service-proxy-name: other`: for another proxy.
     OtherProxyName,
-    /// `service.kubernetes.io/headless` (empty value).
+    /// `service.kubernetes.io/headless` (empty value), which the EndpointSlice controller
+    /// puts on a headless Service's slices.
     HeadlessLabel,
+}
+
+impl ProxyLabel {
+    /// The label as a JSON object.
+    pub fn json(self) -> serde_json::Value {
+        match self {
+            ProxyLabel::OtherProxyName => {
+                serde_json::json!({ "service.kubernetes.io/service-proxy-name": "other" })
+            }
+            ProxyLabel::HeadlessLabel => {
+                serde_json::json!({ "service.kubernetes.io/headless": "" })
+            }
+        }
+    }
 }
 
 /// One Service and its slices.
@@ -206,6 +222,7 @@ pub struct SlicePort {
 pub struct Slice {
     /// `<service>-<k>`
     pub name: String,
+    pub label: Option<ProxyLabel>,
     pub family: Family,
     pub ports: Vec<SlicePort>,
     pub endpoints: Vec<Ep>,

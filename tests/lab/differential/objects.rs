@@ -111,14 +111,8 @@ pub fn service(svc: &Svc) -> Value {
         spec.insert("trafficDistribution".into(), json!(d));
     }
     let mut metadata = json!({ "name": svc.name });
-    match svc.label {
-        Some(ProxyLabel::OtherProxyName) => {
-            metadata["labels"] = json!({ "service.kubernetes.io/service-proxy-name": "other" });
-        }
-        Some(ProxyLabel::HeadlessLabel) => {
-            metadata["labels"] = json!({ "service.kubernetes.io/headless": "" });
-        }
-        None => {}
+    if let Some(label) = svc.label {
+        metadata["labels"] = label.json();
     }
     json!({ "metadata": metadata, "spec": Value::Object(spec) })
 }
@@ -155,11 +149,15 @@ pub fn slice(slice: &Slice, node_names: &[String]) -> Value {
         .iter()
         .map(|e| endpoint(e, slice.family, node_names))
         .collect();
-    json!({
+    let mut v = json!({
         "addressType": slice.family.k8s(),
         "ports": ports,
         "endpoints": endpoints,
-    })
+    });
+    if let Some(label) = slice.label {
+        v["metadata"] = json!({ "labels": label.json() });
+    }
+    v
 }
 
 fn endpoint(e: &Ep, family: Family, node_names: &[String]) -> Value {
@@ -222,10 +220,9 @@ pub fn yaml(world: &World) -> String {
             let mut v = slice(sl, &node_names);
             v["apiVersion"] = json!("discovery.k8s.io/v1");
             v["kind"] = json!("EndpointSlice");
-            v["metadata"] = json!({
-                "name": sl.name,
-                "labels": { "kubernetes.io/service-name": svc.name },
-            });
+            let mut labels = sl.label.map_or_else(|| json!({}), ProxyLabel::json);
+            labels["kubernetes.io/service-name"] = json!(svc.name);
+            v["metadata"] = json!({ "name": sl.name, "labels": labels });
             docs.push(v);
         }
     }

@@ -56,6 +56,13 @@ pub enum Obs {
     Unreachable,
     /// The connection was reset after it was established.
     Reset,
+    /// A health check's answer: the HTTP status, and the body's `localEndpoints` and
+    /// `serviceProxyHealthy`.
+    Health {
+        status: u16,
+        local_endpoints: Option<u64>,
+        healthy: Option<bool>,
+    },
     /// Any other error, or a reply that is not an echo line.
     Other(String),
 }
@@ -68,6 +75,14 @@ impl fmt::Display for Obs {
             Obs::Dropped => write!(f, "dropped"),
             Obs::Unreachable => write!(f, "unreachable"),
             Obs::Reset => write!(f, "reset"),
+            Obs::Health {
+                status,
+                local_endpoints,
+                healthy,
+            } => write!(
+                f,
+                "HTTP {status} (localEndpoints {local_endpoints:?}, healthy {healthy:?})"
+            ),
             Obs::Other(s) => write!(f, "other: {s}"),
         }
     }
@@ -89,7 +104,8 @@ impl fmt::Display for Outcome {
 
 impl Outcome {
     /// For an affinity frontend: when every served attempt reached one pod, that pod's name
-    /// replaced by `(sticky)` (which pod a proxy sticks to is its random choice).
+    /// replaced by `(sticky)` and its port by 0 (which endpoint a proxy sticks to is its
+    /// random choice).
     pub fn sticky(self) -> Outcome {
         let pods: BTreeSet<&str> = self
             .0
@@ -106,9 +122,9 @@ impl Outcome {
             self.0
                 .into_iter()
                 .map(|o| match o {
-                    Obs::Served { port, seen, .. } => Obs::Served {
+                    Obs::Served { seen, .. } => Obs::Served {
                         pod: "(sticky)".to_owned(),
-                        port,
+                        port: 0,
                         seen,
                     },
                     other => other,
@@ -127,6 +143,7 @@ impl Outcome {
 /// What one attempt got, from a probe's reply or error kind.
 pub fn observe(source: Source, result: &Result<String, String>) -> Obs {
     match result {
+        Ok(text) if text.starts_with("HTTP/") => health(text),
         Ok(text) => match Reply::parse(text) {
             Some(r) => Obs::Served {
                 pod: r.pod,
@@ -142,6 +159,25 @@ pub fn observe(source: Source, result: &Result<String, String>) -> Obs {
             "reset" => Obs::Reset,
             other => Obs::Other(other.to_owned()),
         },
+    }
+}
+
+/// A health check's HTTP answer: its status and the JSON body's two fields (headers such as
+/// the date are left out: they differ every time).
+fn health(text: &str) -> Obs {
+    let status = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let body = text.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    let json: Option<serde_json::Value> = serde_json::from_str(body).ok();
+    Obs::Health {
+        status,
+        local_endpoints: json.as_ref().and_then(|j| j["localEndpoints"].as_u64()),
+        healthy: json
+            .as_ref()
+            .and_then(|j| j["serviceProxyHealthy"].as_bool()),
     }
 }
 
@@ -234,6 +270,19 @@ mod tests {
     }
 
     #[test]
+    fn a_health_check_is_its_status_and_counts() {
+        let text = "HTTP/1.1 200 OK\r\nDate: Sun, 06 Dec 2026 12:00:00 GMT\r\n\r\n{\n\"service\": \
+                    {\"namespace\": \"x\", \"name\": \"s1\"},\n\"localEndpoints\": 2,\n\
+                    \"serviceProxyHealthy\": true\n}";
+        let want = Obs::Health {
+            status: 200,
+            local_endpoints: Some(2),
+            healthy: Some(true),
+        };
+        assert_eq!(observe(Source::Client, &Ok(text.to_owned())), want);
+    }
+
+    #[test]
     fn errors_are_classified_by_kind() {
         let s = Source::Client;
         assert_eq!(observe(s, &Err("refused".into())), Obs::Refused);
@@ -253,7 +302,12 @@ mod tests {
             seen: Seen::Client,
         };
         let one = Outcome([served("n1-a")].into());
-        assert_eq!(one.sticky(), Outcome([served("(sticky)")].into()));
+        let sticky = Obs::Served {
+            pod: "(sticky)".into(),
+            port: 0,
+            seen: Seen::Client,
+        };
+        assert_eq!(one.sticky(), Outcome([sticky].into()));
         let two = Outcome([served("n1-a"), served("n2-a")].into());
         assert_eq!(two.clone().sticky(), two);
         let refused = Outcome([Obs::Refused].into());

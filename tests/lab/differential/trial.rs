@@ -241,6 +241,9 @@ fn allocated_of(svc: &Service) -> Allocated {
             .iter()
             .map(|p| p.node_port.and_then(|n| u16::try_from(n).ok()))
             .collect(),
+        health_check_port: spec
+            .health_check_node_port
+            .and_then(|n| u16::try_from(n).ok()),
     }
 }
 
@@ -299,7 +302,9 @@ fn reset_nodes(lab: &Lab, env: &TestEnv) {
 /// pod reaching itself, say) is still told apart from one that refuses.
 pub async fn probe_all(lab: &Lab, frontends: &[Frontend]) -> BTreeMap<Key, Outcome> {
     probe_round(lab, frontends, |f| {
-        let n = if f.sticky {
+        let n = if f.http {
+            2
+        } else if f.sticky {
             12
         } else {
             (16 + 14 * f.candidates).min(150)
@@ -345,11 +350,12 @@ async fn probe_round(
                     count: count(f),
                     timeout_ms: TIMEOUT_MS,
                     bind: None,
-                    send: None,
+                    send: f.http.then(|| "GET / HTTP/1.0\r\n\r\n".to_owned()),
                     interval_ms: 0,
                     same_socket: false,
                 },
-                parallel: PARALLEL,
+                // Affinity is recorded by the first connection: later ones wait for it.
+                parallel: if f.sticky { 1 } else { PARALLEL },
                 give_up_after: GIVE_UP_AFTER,
             })
             .collect();
