@@ -6,8 +6,9 @@
 //! that shows each, as YAML.
 //!
 //! One test per mode of ours: nftables and iptables against upstream in the same mode,
-//! userspace and eBPF against upstream's nftables mode (ipvs runs in a User-mode Linux guest,
-//! `ipvs_matches_upstream_ipvs_in_uml`). Each runs a few fixed seeds; `DIFF_SEEDS=20` (seeds
+//! userspace and eBPF against upstream's nftables mode, and ipvs against upstream's ipvs mode
+//! in a User-mode Linux guest (`ipvs_matches_upstream_ipvs_in_uml`: this host's kernel has no
+//! IPVS). Each runs a few fixed seeds; `DIFF_SEEDS=20` (seeds
 //! 1-20), `DIFF_SEEDS=5-9` or `DIFF_SEEDS=3,7` runs others, and `DIFF_MODES=nftables,ebpf` runs
 //! only those modes' tests (the others return at once, saying so). `DIFF_SHRINK_TRIALS`
 //! (default 30; 0 prints the unshrunk Service) and `DIFF_SHRINK_SERVICES` (default 2) bound
@@ -20,9 +21,16 @@
     clippy::disallowed_methods,
     reason = "a developer's seeds and modes come from the environment"
 )]
+#![allow(
+    clippy::duplicate_mod,
+    reason = "the lab's test support and the UML harness each include host.rs; this binary \
+              takes only constants and the helper entry from the UML harness's copy"
+)]
 
 #[path = "support/testenv.rs"]
 mod testenv;
+#[path = "support/uml.rs"]
+mod uml;
 
 mod lab;
 
@@ -31,8 +39,11 @@ mod differential;
 
 use std::time::Duration;
 
+use std::path::Path;
+
 use differential::{SeedReport, ShrinkBudget};
 use lab::Mode;
+use uml::host::helper_process::{HelperProcess, RESULT, results};
 
 /// The seeds `DIFF_SEEDS` names, or `default`.
 fn seeds(default: &[u64]) -> Vec<u64> {
@@ -54,6 +65,18 @@ fn parse_seeds(text: &str) -> Option<Vec<u64>> {
     }
     let n: u64 = text.parse().ok()?;
     Some((1..=n).collect())
+}
+
+/// `seeds` as `DIFF_SEEDS` takes them (a list, or a range for one seed).
+fn seeds_var(seeds: &[u64]) -> String {
+    match seeds {
+        [one] => format!("{one}-{one}"),
+        many => many
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(","),
+    }
 }
 
 fn env_number(name: &str, default: usize) -> usize {
@@ -78,16 +101,20 @@ fn seed_limit(budget: ShrinkBudget) -> Duration {
     per_trial * u32::try_from(trials).unwrap_or(u32::MAX)
 }
 
+fn shrink_budget() -> ShrinkBudget {
+    ShrinkBudget {
+        services: env_number("DIFF_SHRINK_SERVICES", 2),
+        trials: env_number("DIFF_SHRINK_TRIALS", 30),
+    }
+}
+
 /// Runs `seeds` for `mode`, prints the summary, and fails on any unexplained difference.
 async fn run_mode(mode: Mode, default_seeds: &[u64]) {
     if !selected(mode) {
         eprintln!("differential {}: not in DIFF_MODES", mode.as_str());
         return;
     }
-    let budget = ShrinkBudget {
-        services: env_number("DIFF_SHRINK_SERVICES", 2),
-        trials: env_number("DIFF_SHRINK_TRIALS", 30),
-    };
+    let budget = shrink_budget();
     // One lab at a time: the modes' tests would otherwise build labs side by side on the
     // same cores, and a starved proxy misses its sync time.
     static ONE_MODE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -142,6 +169,73 @@ async fn ebpf_matches_upstream_nftables() {
     run_mode(Mode::Ebpf, &[1]).await;
 }
 
+/// The UML guest for ipvs mode: the API server, three proxies and the probes on one CPU.
+const GUEST_MEMORY_MIB: u64 = 3072;
+/// How long a proxy's first sync may take in the guest: upstream's ipvs mode execs `ipset`
+/// once per entry and `iptables-restore` for each sync.
+const GUEST_SETTLE_SECS: u64 = 90;
+/// The guest's own start (its control plane) before the first seed.
+const GUEST_START: Duration = Duration::from_secs(10 * 60);
+
+static UML_HELPER: HelperProcess = HelperProcess::new("differential_uml_helper_process");
+
+/// ipvs mode against upstream's ipvs mode, both in one User-mode Linux guest (this host's
+/// kernel has no IPVS): the guest runs the API server from `testenv/` and this test's
+/// ipvs seeds (`DIFF_SEEDS` and the shrinking variables are passed on).
+#[test]
+fn ipvs_matches_upstream_ipvs_in_uml() {
+    if !selected(Mode::Ipvs) {
+        eprintln!("differential ipvs: not in DIFF_MODES");
+        return;
+    }
+    let Some(uml) = uml::Uml::find() else {
+        return;
+    };
+    let seeds = seeds(&[1]);
+    let budget = shrink_budget();
+    let command = format!(
+        "DIFF_SEEDS={} DIFF_SHRINK_TRIALS={} DIFF_SHRINK_SERVICES={} {}={GUEST_SETTLE_SECS} \
+         TESTENV_STATE=/run/te {}=/run/scratch {}",
+        seeds_var(&seeds),
+        budget.trials,
+        budget.services,
+        lab::scenarios::SETTLE_VAR,
+        uml::host::SCRATCH_VAR,
+        UML_HELPER.shell_line("ipvs")
+    );
+    let per_seed = seed_limit(budget);
+    let limit = GUEST_START + per_seed * u32::try_from(seeds.len()).unwrap_or(u32::MAX);
+    let run = uml.with_memory(GUEST_MEMORY_MIB).run(
+        &[],
+        Path::new(env!("CARGO_MANIFEST_DIR")),
+        &command,
+        limit,
+    );
+    println!("--- the ipvs guest ({:?}):\n{}", run.took, run.output);
+    let passed = results(&run.output).contains(&"differential ipvs ok");
+    assert!(
+        run.exit_code == Some(0) && passed,
+        "the ipvs differential failed in the UML guest (exit {:?}, after {:?}); its output is \
+         above",
+        run.exit_code,
+        run.took
+    );
+}
+
+/// Not a test: inside the guest, runs the ipvs seeds (see `ipvs_matches_upstream_ipvs_in_uml`).
+#[test]
+fn differential_uml_helper_process() {
+    UML_HELPER.when_requested(|role| {
+        assert_eq!(role, "ipvs", "unknown differential helper role");
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a tokio runtime")
+            .block_on(run_mode(Mode::Ipvs, &[1]));
+        println!("{RESULT}differential ipvs ok");
+    });
+}
+
 #[test]
 fn seeds_are_a_count_a_range_or_a_list() {
     assert_eq!(parse_seeds("3"), Some(vec![1, 2, 3]));
@@ -149,6 +243,9 @@ fn seeds_are_a_count_a_range_or_a_list() {
     assert_eq!(parse_seeds("4, 9"), Some(vec![4, 9]));
     assert_eq!(parse_seeds("9-5"), None);
     assert_eq!(parse_seeds("x"), None);
+    for seeds in [vec![4], vec![2, 9]] {
+        assert_eq!(parse_seeds(&seeds_var(&seeds)), Some(seeds));
+    }
 }
 
 /// Not a test: with `DIFF_PRINT=SEED` (or `SEED:SERVICE`, e.g. `7:s3`), prints that seed's

@@ -66,12 +66,14 @@ pub fn run(request: &Request) {
 /// One request of a batch ([`run_batch`]): its attempts run `parallel` at once, each on a
 /// fresh socket, and it gives up once `give_up_after` attempts failed while none succeeded (a
 /// frontend that drops costs a whole timeout per attempt; one that fails only sometimes is
-/// still tried `count` times).
+/// still tried `count` times, each attempt started after one was served allowed only
+/// `timeout_once_served_ms`).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct BatchItem {
     pub request: Request,
     pub parallel: u32,
     pub give_up_after: u32,
+    pub timeout_once_served_ms: u64,
 }
 
 /// One attempt of a batch, with the index of its item.
@@ -114,21 +116,25 @@ async fn parallel_attempts(item: &BatchItem, mut emit: impl FnMut(Attempt)) {
         !item.request.same_socket,
         "a batch item's attempts are independent"
     );
-    let (mut failed, mut served) = (0, 0);
+    let served = std::cell::Cell::new(0u32);
+    let mut failed = 0;
     let mut running = futures::stream::iter(0..item.request.count)
-        .map(|_| async {
-            let mut no_socket = None;
-            one_attempt(&item.request, &mut no_socket, &mut None).await
+        .map(|_| {
+            let mut request = item.request.clone();
+            if served.get() > 0 {
+                request.timeout_ms = request.timeout_ms.min(item.timeout_once_served_ms);
+            }
+            async move { one_attempt(&request, &mut None, &mut None).await }
         })
         .buffer_unordered(item.parallel.max(1) as usize);
     while let Some(attempt) = running.next().await {
         if attempt.error.is_some() {
             failed += 1;
         } else {
-            served += 1;
+            served.set(served.get() + 1);
         }
         emit(attempt);
-        if served == 0 && failed >= item.give_up_after {
+        if served.get() == 0 && failed >= item.give_up_after {
             break;
         }
     }

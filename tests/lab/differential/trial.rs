@@ -84,7 +84,7 @@ pub async fn run(
     lab.proxy = reference(mode);
     let upstream = run_proxy(&mut lab, sentinel, &frontends, &mut times).await;
     lab.stop_proxies();
-    reset_nodes(&lab, env);
+    reset_nodes(&lab, env, mode);
     times.lap("cleanup");
 
     lab.proxy = Proxy::Ours { mode };
@@ -150,9 +150,10 @@ async fn run_proxy(
             panic!("{e}\n{}", lab.proxy_log_tails(20).join("\n"));
         }
     }
+    // A second sync: one that started before the proxy had read its Node's labels or the
+    // ServiceCIDRs would otherwise stand until a periodic one.
+    second_sync(lab, sentinel).await;
     times.lap(&format!("{} synced", lab.proxy.label()));
-    // Follow-up syncs (a proxy that synced before it had read its Node's labels, say).
-    tokio::time::sleep(Duration::from_secs(2)).await;
     let outcomes = probe_all(lab, frontends).await;
     times.lap("probes");
     check_running(lab);
@@ -174,6 +175,51 @@ impl Times {
         }
     }
 }
+
+/// Gives the sentinel a fourth endpoint (`n1-b`) and waits until it answers from every node:
+/// each proxy has synced again. The sentinel's slice is put back afterwards, for the next
+/// proxy's run.
+async fn second_sync(lab: &Lab, sentinel: std::net::SocketAddr) {
+    let four = ["n1-a", "n2-a", "n3-a", "n1-b"];
+    lab.cluster
+        .apply_slice(
+            "sentinel-0",
+            "sentinel",
+            &SENTINEL_PORT,
+            &lab.endpoints(&four),
+        )
+        .await;
+    for node in 0..lab.topo.nodes.len() {
+        let from = From::Pod(lab.pod(&Source::pod_name(node)));
+        let what = format!("{} synced again on node {}", lab.proxy.label(), node + 1);
+        let synced = lab
+            .eventually(&what, || async {
+                let replies = lab.all_reach(from, Proto::Tcp, sentinel, 24).await?;
+                if replies.iter().any(|r| r.pod == "n1-b") {
+                    Ok(())
+                } else {
+                    Err("not yet n1-b".to_owned())
+                }
+            })
+            .await;
+        if let Err(e) = synced {
+            panic!("{e}\n{}", lab.proxy_log_tails(20).join("\n"));
+        }
+    }
+    lab.cluster
+        .apply_slice(
+            "sentinel-0",
+            "sentinel",
+            &SENTINEL_PORT,
+            &lab.endpoints(&SENTINEL_PODS),
+        )
+        .await;
+}
+
+/// The sentinel's endpoints before [`second_sync`]: one on every node.
+const SENTINEL_PODS: [&str; 3] = ["n1-a", "n2-a", "n3-a"];
+/// The sentinel's slice port.
+const SENTINEL_PORT: [(&str, u16, Proto); 1] = [("", 8080, Proto::Tcp)];
 
 /// Panics with the logs of any proxy that exited.
 fn check_running(lab: &mut Lab) {
@@ -262,16 +308,17 @@ async fn sentinel(lab: &Lab) -> std::net::SocketAddr {
         .apply_slice(
             "sentinel-0",
             "sentinel",
-            &[("", 8080, Proto::Tcp)],
-            &lab.endpoints(&["n1-a", "n2-a", "n3-a"]),
+            &SENTINEL_PORT,
+            &lab.endpoints(&SENTINEL_PODS),
         )
         .await;
     addr(crate::lab::scenarios::cluster_ip(&svc), 80)
 }
 
 /// Removes what upstream left on the nodes (`kube-proxy --cleanup`: its nftables, iptables
-/// and IPVS state) and every conntrack entry, then checks that no rule is left.
-fn reset_nodes(lab: &Lab, env: &TestEnv) {
+/// and IPVS state) and every conntrack entry, then checks that no rule (and in ipvs mode no
+/// virtual service, no `kube-ipvs0`) is left.
+fn reset_nodes(lab: &Lab, env: &TestEnv, mode: Mode) {
     for node in &lab.topo.nodes {
         let ns = &node.ns;
         let out = ns
@@ -292,6 +339,15 @@ fn reset_nodes(lab: &Lab, env: &TestEnv) {
             "upstream's rules left in {} after --cleanup:\n{left}",
             ns.name
         );
+        if mode == Mode::Ipvs {
+            let services = ns.output("ipvsadm", &["-Sn"]);
+            let dummy = ns.try_output("ip", &["link", "show", "kube-ipvs0"]);
+            assert!(
+                services.trim().is_empty() && dummy.is_err(),
+                "upstream's IPVS state left in {} after --cleanup:\n{services}\n{dummy:?}",
+                ns.name
+            );
+        }
     }
 }
 
@@ -317,8 +373,11 @@ pub async fn probe_all(lab: &Lab, frontends: &[Frontend]) -> BTreeMap<Key, Outco
 /// Per attempt: a refusal by ICMP can take until the second SYN retransmission (3 s) when
 /// the kernel holds back its first error.
 const TIMEOUT_MS: u64 = 3500;
+/// Per attempt once the frontend has served: what fails then (a pod reaching itself through
+/// another node, say) is dropped, not refused late.
+const TIMEOUT_ONCE_SERVED_MS: u64 = 1500;
 /// Attempts of one frontend in flight at once.
-const PARALLEL: u32 = 8;
+const PARALLEL: u32 = 16;
 /// Failed attempts, without any served one, after which a frontend is given up on.
 const GIVE_UP_AFTER: u32 = 8;
 /// Frontends in flight at once in one probe process.
@@ -354,9 +413,11 @@ async fn probe_round(
                     interval_ms: 0,
                     same_socket: false,
                 },
-                // Affinity is recorded by the first connection: later ones wait for it.
+                // Affinity is recorded by the first connection: later ones wait for it, and
+                // a sticky frontend that fails is given up on sooner.
                 parallel: if f.sticky { 1 } else { PARALLEL },
-                give_up_after: GIVE_UP_AFTER,
+                give_up_after: if f.sticky { 2 } else { GIVE_UP_AFTER },
+                timeout_once_served_ms: TIMEOUT_ONCE_SERVED_MS,
             })
             .collect();
         async move {
