@@ -250,7 +250,13 @@ impl Lab {
     /// Starts the proxy on node `index` with the lab's flags plus `extra_flags`.
     pub fn start_proxy_with(&self, index: usize, extra_flags: &[String]) {
         let node = &self.topo.nodes[index];
-        let flags = node_flags(self.socket_lb.as_ref(), index, extra_flags);
+        // The cgroup and pin root are for a proxy in eBPF mode (an eBPF lab can run upstream
+        // too, beside it: see `Lab::start_idle`).
+        let socket_lb = self
+            .socket_lb
+            .as_ref()
+            .filter(|_| self.proxy.mode() == Mode::Ebpf);
+        let flags = node_flags(socket_lb, index, extra_flags);
         let (process, bridge) = self.proxy.start(
             self.env,
             node,

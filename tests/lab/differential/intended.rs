@@ -4,10 +4,11 @@
 //! outcomes must differ in that way and no other. A difference no entry covers fails the
 //! differential test.
 
-use super::frontends::{Key, Source};
+use super::frontends::{Key, Source, Via};
 use super::model::Svc;
 use super::outcome::{Obs, Outcome, Seen};
 use crate::lab::Mode;
+use crate::lab::Proto;
 
 /// One intended difference.
 pub struct Intended {
@@ -21,14 +22,59 @@ pub struct Intended {
 }
 
 /// Every intended difference.
-pub const INTENDED: &[Intended] = &[Intended {
-    name: "userspace relays from the node",
-    modes: &[Mode::Userspace],
-    reason: "the userspace proxy relays each connection itself, so an endpoint sees the \
-             relaying node's address, never the client's, whatever the traffic policy; which \
-             endpoints serve is the same",
-    covers: |_, _, up, ours| all_seen_are_nodes(ours) && same_but_seen(up, ours),
-}];
+pub const INTENDED: &[Intended] = &[
+    Intended {
+        name: "userspace relays from the node",
+        modes: &[Mode::Userspace],
+        reason: "the userspace proxy relays each connection itself, so an endpoint sees the \
+                 relaying node's address, never the client's, whatever the traffic policy; which \
+                 endpoints serve is the same",
+        covers: |_, key, up, ours| all_seen_are_nodes(key.source, ours) && same_but_seen(up, ours),
+    },
+    Intended {
+        name: "NodePorts on every node address",
+        modes: &[Mode::Userspace, Mode::Ebpf],
+        reason: "nodePortAddresses defaults to all of the node's addresses in these modes, as in \
+                 upstream's iptables and ipvs modes; upstream's nftables mode, the reference \
+                 here, defaults to the node's primary addresses, so it refuses a NodePort on the \
+                 pod gateway (an address of the node that is not its InternalIP)",
+        covers: |_, key, up, ours| {
+            matches!(key.via, Via::NodePortGateway { .. })
+                && *up == Outcome([Obs::Refused].into())
+                && !ours.0.is_empty()
+                && ours.0.iter().all(|o| matches!(o, Obs::Served { .. }))
+        },
+    },
+    Intended {
+        name: "eBPF balances the node's and pods' sockets without NAT",
+        modes: &[Mode::Ebpf],
+        reason: "the socket programs write the endpoint into a connecting socket of the node or \
+                 a pod, so its packets carry the client's own address: nothing is masqueraded \
+                 (where upstream masquerades a pod reaching itself, or a NodePort, externalIP \
+                 or LoadBalancer IP under the Cluster policy); which endpoints serve is the same",
+        covers: |_, key, up, ours| {
+            inside(key.source) && all_seen_are_clients(ours) && same_but_seen(up, ours)
+        },
+    },
+    Intended {
+        name: "eBPF refuses the node's UDP to a Service without endpoints at once",
+        modes: &[Mode::Ebpf],
+        reason: "a Service port without endpoints fails connect() and sendmsg() with \
+                 ECONNREFUSED (a cgroup socket program cannot send an ICMP error); upstream's \
+                 reject drops the node's own datagram in the output path, which fails the send \
+                 with EPERM",
+        covers: |_, key, up, ours| {
+            matches!(key.source, Source::Node(_))
+                && key.proto == Proto::Udp
+                && *ours == Outcome([Obs::Refused].into())
+                && up.0.len() == 1
+                && up
+                    .0
+                    .iter()
+                    .all(|o| matches!(o, Obs::Other(e) if e.contains("os error 1")))
+        },
+    },
+];
 
 /// The intended difference that covers this one, if any.
 pub fn find(
@@ -64,17 +110,27 @@ fn same_but_seen(a: &Outcome, b: &Outcome) -> bool {
     without_seen(a) == without_seen(b)
 }
 
-/// Whether every served attempt of `o` reached its endpoint from a node's address (for a
-/// source that is a node, its own counts).
-fn all_seen_are_nodes(o: &Outcome) -> bool {
+/// Whether every served attempt of `o`, probed from `source`, reached its endpoint from a
+/// node's address (for a source that is a node, its own counts).
+fn all_seen_are_nodes(source: Source, o: &Outcome) -> bool {
     o.0.iter().all(|obs| match obs {
-        Obs::Served { seen, .. } => matches!(seen, Seen::Node(_) | Seen::Client),
+        Obs::Served { seen, .. } => {
+            matches!(seen, Seen::Node(_))
+                || (*seen == Seen::Client && matches!(source, Source::Node(_)))
+        }
+        _ => true,
+    })
+}
+
+/// Whether every served attempt of `o` reached its endpoint from the client's own address.
+fn all_seen_are_clients(o: &Outcome) -> bool {
+    o.0.iter().all(|obs| match obs {
+        Obs::Served { seen, .. } => *seen == Seen::Client,
         _ => true,
     })
 }
 
 /// Whether `source` is inside the cluster (a pod or a node).
-#[allow(dead_code, reason = "for entries that tell sources apart")]
 fn inside(source: Source) -> bool {
     matches!(source, Source::Pod { .. } | Source::Node(_))
 }
@@ -131,9 +187,81 @@ mod tests {
         // Not when an endpoint is missing.
         let fewer = Outcome([served("n2-a", Seen::Node(0))].into());
         assert!(find(Mode::Userspace, svc, &k, &up, &fewer).is_none());
+        // Not when a pod's own address reached the endpoint.
+        let kept = Outcome([served("n2-a", Seen::Client), served("n3-a", Seen::Client)].into());
+        let relayed_one =
+            Outcome([served("n2-a", Seen::Node(0)), served("n3-a", Seen::Node(1))].into());
+        assert!(find(Mode::Userspace, svc, &k, &relayed_one, &kept).is_none());
         // Not when a failure differs.
         let refused = Outcome([Obs::Refused].into());
         let dropped = Outcome([Obs::Dropped].into());
         assert!(find(Mode::Userspace, svc, &k, &refused, &dropped).is_none());
+    }
+
+    #[test]
+    fn ebpf_without_nat_covers_only_inside_sources_that_kept_their_address() {
+        let world = generate(1);
+        let svc = Some(&world.services[0]);
+        let up = Outcome([served("n1-b", Seen::Node(0)), served("n2-a", Seen::Client)].into());
+        let ours = Outcome([served("n1-b", Seen::Client), served("n2-a", Seen::Client)].into());
+        let k = key();
+        let name = |m| find(m, svc, &k, &up, &ours).map(|i| i.name);
+        assert_eq!(
+            name(Mode::Ebpf),
+            Some("eBPF balances the node's and pods' sockets without NAT")
+        );
+        assert_eq!(name(Mode::Nftables), None);
+        // Not from outside, where the tc programs rewrite the source as a masquerade would.
+        let outside = Key {
+            source: Source::Client,
+            ..key()
+        };
+        assert!(find(Mode::Ebpf, svc, &outside, &up, &ours).is_none());
+        // Not when ours masqueraded where upstream did not.
+        assert!(find(Mode::Ebpf, svc, &k, &ours, &up).is_none());
+    }
+
+    #[test]
+    fn node_ports_on_every_address_cover_only_the_pod_gateway_refused_upstream() {
+        let world = generate(1);
+        let svc = Some(&world.services[0]);
+        let gateway = Key {
+            via: Via::NodePortGateway { node: 0 },
+            ..key()
+        };
+        let refused = Outcome([Obs::Refused].into());
+        let ours = Outcome([served("n2-a", Seen::Client)].into());
+        assert!(find(Mode::Ebpf, svc, &gateway, &refused, &ours).is_some());
+        assert!(find(Mode::Userspace, svc, &gateway, &refused, &ours).is_some());
+        assert!(find(Mode::Nftables, svc, &gateway, &refused, &ours).is_none());
+        let on_node = Key {
+            via: Via::NodePort { node: 0 },
+            ..key()
+        };
+        assert!(find(Mode::Ebpf, svc, &on_node, &refused, &ours).is_none());
+        let dropped = Outcome([Obs::Dropped].into());
+        assert!(find(Mode::Ebpf, svc, &gateway, &dropped, &ours).is_none());
+    }
+
+    #[test]
+    fn ebpf_udp_refusal_covers_only_the_nodes_own_eperm() {
+        let world = generate(1);
+        let svc = Some(&world.services[0]);
+        let node_udp = Key {
+            source: Source::Node(2),
+            proto: Proto::Udp,
+            port: "u0/UDP".into(),
+            ..key()
+        };
+        let eperm = Outcome([Obs::Other("Operation not permitted (os error 1)".into())].into());
+        let refused = Outcome([Obs::Refused].into());
+        assert!(find(Mode::Ebpf, svc, &node_udp, &eperm, &refused).is_some());
+        let pod_udp = Key {
+            source: Source::Pod { node: 0 },
+            ..node_udp.clone()
+        };
+        assert!(find(Mode::Ebpf, svc, &pod_udp, &eperm, &refused).is_none());
+        let dropped = Outcome([Obs::Dropped].into());
+        assert!(find(Mode::Ebpf, svc, &node_udp, &eperm, &dropped).is_none());
     }
 }

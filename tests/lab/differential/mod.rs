@@ -143,9 +143,11 @@ pub async fn run_seed(
     for d in &report.differences {
         say(&format!("{label}: {d}"));
     }
+    // The unallocated service addresses (no Service) need no shrinking.
     let unexplained_services: BTreeSet<String> = report
         .unexplained()
         .map(|d| d.key.service.clone())
+        .filter(|s| s != frontends::NO_SERVICE)
         .collect();
     for service in unexplained_services.into_iter().take(budget.services) {
         let keys: BTreeSet<Key> = report

@@ -316,8 +316,10 @@ async fn sentinel(lab: &Lab) -> std::net::SocketAddr {
 }
 
 /// Removes what upstream left on the nodes (`kube-proxy --cleanup`: its nftables, iptables
-/// and IPVS state) and every conntrack entry, then checks that no rule (and in ipvs mode no
-/// virtual service, no `kube-ipvs0`) is left.
+/// and IPVS state; then the node's whole ruleset, which only proxies write to in the lab:
+/// the cleanup leaves `KUBE-FIREWALL`, which it counts as the kubelet's, and empty iptables
+/// tables) and every conntrack entry, then checks that no rule (and in ipvs mode no virtual
+/// service, no `kube-ipvs0`) is left.
 fn reset_nodes(lab: &Lab, env: &TestEnv, mode: Mode) {
     for node in &lab.topo.nodes {
         let ns = &node.ns;
@@ -332,6 +334,7 @@ fn reset_nodes(lab: &Lab, env: &TestEnv, mode: Mode) {
             ns.name,
             String::from_utf8_lossy(&out.stderr)
         );
+        ns.output("nft", &["flush", "ruleset"]);
         let _ = ns.command("conntrack").arg("-F").output();
         let left = ns.output("nft", &["list", "ruleset"]);
         assert!(
