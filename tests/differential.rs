@@ -11,7 +11,7 @@
 //! IPVS). Each runs a few fixed seeds; `DIFF_SEEDS=20` (seeds
 //! 1-20), `DIFF_SEEDS=5-9` or `DIFF_SEEDS=3,7` runs others, and `DIFF_MODES=nftables,ebpf` runs
 //! only those modes' tests (the others return at once, saying so). `DIFF_SHRINK_TRIALS`
-//! (default 30; 0 prints the unshrunk Service) and `DIFF_SHRINK_SERVICES` (default 2) bound
+//! (default 15; 0 prints the Service unshrunk) and `DIFF_SHRINK_SERVICES` (default 1) bound
 //! the shrinking. `DIFF_PRINT=7` (or `7:s3`) prints seed 7's cluster (or its Service s3) as
 //! YAML. Needs root and `testenv/build`; without root it fails with that reason.
 //! The pure parts (generator, shrinker, comparison, the intended list) are unit tests here
@@ -91,20 +91,10 @@ fn selected(mode: Mode) -> bool {
     std::env::var("DIFF_MODES").map_or(true, |m| m.split(',').any(|s| s.trim() == mode.as_str()))
 }
 
-/// The time one seed may take: a bound on each trial (a lab, two proxies' first syncs, the
-/// probes, whose failures wait out their timeouts) times the trials the seed may run (the
-/// first, the confirming one, and the shrinking budget).
-fn seed_limit(budget: ShrinkBudget) -> Duration {
-    let sync = differential::trial::sync_wait();
-    let per_trial = Duration::from_secs(90) + 2 * sync;
-    let trials = 2 + budget.services * (budget.trials + 2);
-    per_trial * u32::try_from(trials).unwrap_or(u32::MAX)
-}
-
 fn shrink_budget() -> ShrinkBudget {
     ShrinkBudget {
-        services: env_number("DIFF_SHRINK_SERVICES", 2),
-        trials: env_number("DIFF_SHRINK_TRIALS", 30),
+        services: env_number("DIFF_SHRINK_SERVICES", 1),
+        trials: env_number("DIFF_SHRINK_TRIALS", 15),
     }
 }
 
@@ -122,7 +112,7 @@ async fn run_mode(mode: Mode, default_seeds: &[u64]) {
     let env = testenv::TestEnv::shared();
     let mut reports: Vec<SeedReport> = Vec::new();
     for seed in seeds(default_seeds) {
-        let limit = seed_limit(budget);
+        let limit = differential::seed_limit(seed, budget);
         let report = tokio::time::timeout(limit, differential::run_seed(env, mode, seed, budget))
             .await
             .unwrap_or_else(|_| panic!("seed {seed} took longer than {limit:?}"));
@@ -203,8 +193,15 @@ fn ipvs_matches_upstream_ipvs_in_uml() {
         uml::host::SCRATCH_VAR,
         UML_HELPER.shell_line("ipvs")
     );
-    let per_seed = seed_limit(budget);
-    let limit = GUEST_START + per_seed * u32::try_from(seeds.len()).unwrap_or(u32::MAX);
+    // The guest's own seed limits are computed with its settle time: the same here.
+    let per_seed: Duration = seeds
+        .iter()
+        .map(|&s| {
+            let slow = GUEST_SETTLE_SECS as f64 / differential::trial::sync_wait().as_secs_f64();
+            differential::seed_limit(s, budget).mul_f64(slow)
+        })
+        .sum();
+    let limit = GUEST_START + per_seed;
     let run = uml.with_memory(GUEST_MEMORY_MIB).run(
         &[],
         Path::new(env!("CARGO_MANIFEST_DIR")),

@@ -339,3 +339,40 @@ fn candidates(svc: &Svc, name: &str, proto: Proto, family: Family) -> usize {
     }
     seen.len()
 }
+
+/// What the API server would allocate, in shape (one ClusterIP per family, a NodePort per port
+/// where the kind has them, a health check port for Local LoadBalancers), for counting a
+/// world's frontends before it is applied.
+pub fn nominal(world: &World) -> BTreeMap<String, Allocated> {
+    world
+        .services
+        .iter()
+        .map(|s| {
+            let cluster_ips = if s.kind.has_cluster_ip() {
+                s.families
+                    .list()
+                    .iter()
+                    .map(|f| match f {
+                        Family::V4 => IpAddr::from([10, 96, 0, 10]),
+                        Family::V6 => IpAddr::from([0xfd00, 0x10, 0x96, 0, 0, 0, 0, 0x10]),
+                    })
+                    .collect()
+            } else {
+                Vec::new()
+            };
+            let node_ports = s
+                .ports
+                .iter()
+                .map(|_| s.kind.has_node_ports().then_some(30080))
+                .collect();
+            let local_lb =
+                matches!(s.kind, super::model::Kind::LoadBalancer { .. }) && s.etp_applies();
+            let allocated = Allocated {
+                cluster_ips,
+                node_ports,
+                health_check_port: local_lb.then_some(30090),
+            };
+            (s.name.clone(), allocated)
+        })
+        .collect()
+}

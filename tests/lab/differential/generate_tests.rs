@@ -4,7 +4,7 @@
 
 use std::collections::BTreeSet;
 
-use super::frontends::{self, Allocated};
+use super::frontends;
 use super::generate::{Rng, generate};
 use super::model::{EpNode, Families, Ingress, IpMode, Kind, ProxyLabel, Target, World};
 use crate::lab::Proto;
@@ -316,37 +316,7 @@ fn a_duplicated_endpoint_has_one_winner() {
 fn every_frontend_has_a_stable_unique_name() {
     for seed in 1..=20 {
         let world = generate(seed);
-        let allocated = world
-            .services
-            .iter()
-            .map(|s| {
-                let ips = if s.kind.has_cluster_ip() {
-                    s.families
-                        .list()
-                        .iter()
-                        .map(|f| match f {
-                            Family::V4 => "10.96.0.10".parse().unwrap(),
-                            Family::V6 => "fd00:10:96::10".parse().unwrap(),
-                        })
-                        .collect()
-                } else {
-                    Vec::new()
-                };
-                let node_ports = s
-                    .ports
-                    .iter()
-                    .map(|_| s.kind.has_node_ports().then_some(30080))
-                    .collect();
-                (
-                    s.name.clone(),
-                    Allocated {
-                        cluster_ips: ips,
-                        node_ports,
-                        health_check_port: None,
-                    },
-                )
-            })
-            .collect();
+        let allocated = frontends::nominal(&world);
         let fs = frontends::enumerate(&world, &allocated);
         let keys: BTreeSet<_> = fs.iter().map(|f| &f.key).collect();
         assert_eq!(

@@ -82,6 +82,21 @@ pub struct ShrinkBudget {
     pub trials: usize,
 }
 
+/// The time seed `seed` may take: a bound on one trial (a lab, each proxy's two syncs, the
+/// probes of its frontends, failures waiting out their timeouts), scaled by how slow the lab
+/// is said to be (the sync wait: 30 s on a host, more in the UML guest), times the trials
+/// the seed may make (the first, the confirming one, and the shrinking budget).
+pub fn seed_limit(seed: u64, budget: ShrinkBudget) -> Duration {
+    let world = generate::generate(seed);
+    let frontends = frontends::enumerate(&world, &frontends::nominal(&world)).len();
+    let sync = trial::sync_wait();
+    let slow = sync.as_secs_f64() / 30.0;
+    let work = Duration::from_secs_f64(slow * (60.0 + 0.25 * frontends as f64));
+    let per_trial = work + 4 * sync;
+    let trials = 2 + budget.services * (budget.trials + 2);
+    per_trial * u32::try_from(trials).unwrap_or(u32::MAX)
+}
+
 /// Runs seed `seed` in `mode`: a trial, a confirming trial of the frontends that differed
 /// (unless every difference is intended), and shrinking for the unexplained ones.
 pub async fn run_seed(

@@ -3,9 +3,9 @@
 //! probed at every frontend.
 //!
 //! Order: the objects first, then upstream on every node, its first sync seen on a sentinel
-//! Service from every node, every frontend probed; upstream stopped and its rules and
-//! conntrack entries removed (`kube-proxy --cleanup`, then checked: nothing of it may be left
-//! for ours to be judged by); then ours the same way. Where ours differs, its frontend is
+//! Service from every node and a second one forced, every frontend probed; upstream stopped
+//! and everything it made removed (rules, IPVS state, conntrack entries; then checked: nothing
+//! of it may be left for ours to be judged by); then ours the same way. Where ours differs, its frontend is
 //! probed again before the difference counts (a difference that goes away was noise). The lab
 //! is dropped at the end, with everything ours left in it.
 
@@ -84,7 +84,7 @@ pub async fn run(
     lab.proxy = reference(mode);
     let upstream = run_proxy(&mut lab, sentinel, &frontends, &mut times).await;
     lab.stop_proxies();
-    reset_nodes(&lab, env, mode);
+    reset_nodes(&lab, mode);
     times.lap("cleanup");
 
     lab.proxy = Proxy::Ours { mode };
@@ -315,42 +315,36 @@ async fn sentinel(lab: &Lab) -> std::net::SocketAddr {
     addr(crate::lab::scenarios::cluster_ip(&svc), 80)
 }
 
-/// Removes what upstream left on the nodes (`kube-proxy --cleanup`: its nftables, iptables
-/// and IPVS state; then the node's whole ruleset, which only proxies write to in the lab:
-/// the cleanup leaves `KUBE-FIREWALL`, which it counts as the kubelet's, and empty iptables
-/// tables) and every conntrack entry, then checks that no rule (and in ipvs mode no virtual
-/// service, no `kube-ipvs0`) is left.
-fn reset_nodes(lab: &Lab, env: &TestEnv, mode: Mode) {
+/// Removes what upstream left on the nodes, then checks that nothing is left: no rule, and in
+/// ipvs mode no virtual service and no `kube-ipvs0`.
+///
+/// Everything upstream makes, by hand rather than with `kube-proxy --cleanup` (best effort: it
+/// fails on its own ipvs mode's iptables chains, "Device or resource busy", and leaves
+/// `KUBE-FIREWALL`, which it counts as the kubelet's): the node's whole ruleset is flushed
+/// (only proxies write rules in the lab's node namespaces), IPVS cleared, `kube-ipvs0` and the
+/// ipsets removed, and the conntrack table emptied.
+fn reset_nodes(lab: &Lab, mode: Mode) {
     for node in &lab.topo.nodes {
         let ns = &node.ns;
-        let out = ns
-            .command(env.bin("kube-proxy"))
-            .args(["--cleanup", "--v=0"])
-            .output()
-            .expect("run kube-proxy --cleanup");
-        assert!(
-            out.status.success(),
-            "kube-proxy --cleanup in {}: {}",
-            ns.name,
-            String::from_utf8_lossy(&out.stderr)
-        );
         ns.output("nft", &["flush", "ruleset"]);
+        if mode == Mode::Ipvs {
+            ns.output("ipvsadm", &["-C"]);
+            let _ = ns.try_output("ip", &["link", "del", "kube-ipvs0"]);
+            let _ = ns.try_output("ipset", &["destroy"]);
+        }
         let _ = ns.command("conntrack").arg("-F").output();
-        let left = ns.output("nft", &["list", "ruleset"]);
+        let mut left = ns.output("nft", &["list", "ruleset"]);
+        if mode == Mode::Ipvs {
+            left.push_str(&ns.output("ipvsadm", &["-Sn"]));
+            if ns.try_output("ip", &["link", "show", "kube-ipvs0"]).is_ok() {
+                left.push_str("kube-ipvs0\n");
+            }
+        }
         assert!(
             left.trim().is_empty(),
-            "upstream's rules left in {} after --cleanup:\n{left}",
+            "upstream's state left in {}:\n{left}",
             ns.name
         );
-        if mode == Mode::Ipvs {
-            let services = ns.output("ipvsadm", &["-Sn"]);
-            let dummy = ns.try_output("ip", &["link", "show", "kube-ipvs0"]);
-            assert!(
-                services.trim().is_empty() && dummy.is_err(),
-                "upstream's IPVS state left in {} after --cleanup:\n{services}\n{dummy:?}",
-                ns.name
-            );
-        }
     }
 }
 
