@@ -379,6 +379,24 @@ const PARALLEL: u32 = 16;
 const GIVE_UP_AFTER: u32 = 8;
 /// Frontends in flight at once in one probe process.
 const CONCURRENCY: usize = 24;
+/// How much slower than this host the lab runs: the sync wait over the host's 30 s (3 in the
+/// UML guest, where one CPU runs the API server, three proxies and the probes). Probes there
+/// wait that much longer per attempt and send that much less at once, or the guest's own
+/// load turns answers into timeouts.
+fn slowness() -> f64 {
+    (sync_wait().as_secs_f64() / 30.0).max(1.0)
+}
+
+/// `ms` times the lab's [`slowness`].
+fn slower(ms: u64) -> u64 {
+    (ms as f64 * slowness()) as u64
+}
+
+/// `n` divided by the lab's [`slowness`], at least 1.
+fn fewer(n: usize) -> usize {
+    ((n as f64 / slowness()).round() as usize).max(1)
+}
+
 /// Items per probe process (its spec travels in an environment variable).
 const BATCH: usize = 120;
 
@@ -404,7 +422,7 @@ async fn probe_round(
                     proto: f.key.proto,
                     target: f.target,
                     count: count(f),
-                    timeout_ms: TIMEOUT_MS,
+                    timeout_ms: slower(TIMEOUT_MS),
                     bind: None,
                     send: f.http.then(|| "GET / HTTP/1.0\r\n\r\n".to_owned()),
                     interval_ms: 0,
@@ -412,14 +430,18 @@ async fn probe_round(
                 },
                 // Affinity is recorded by the first connection: later ones wait for it, and
                 // a sticky frontend that fails is given up on sooner.
-                parallel: if f.sticky { 1 } else { PARALLEL },
+                parallel: if f.sticky {
+                    1
+                } else {
+                    fewer(PARALLEL as usize) as u32
+                },
                 give_up_after: if f.sticky { 2 } else { GIVE_UP_AFTER },
-                timeout_once_served_ms: TIMEOUT_ONCE_SERVED_MS,
+                timeout_once_served_ms: slower(TIMEOUT_ONCE_SERVED_MS),
             })
             .collect();
         async move {
             let from = from(lab, source);
-            let attempts = lab.probe_batch(from, items, CONCURRENCY).await;
+            let attempts = lab.probe_batch(from, items, fewer(CONCURRENCY)).await;
             chunk
                 .iter()
                 .zip(attempts)
