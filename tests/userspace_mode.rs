@@ -343,6 +343,32 @@ fn greeting_from(ns: &str, to: SocketAddr) -> std::io::Result<String> {
     })
 }
 
+/// The answer of a blocking UDP client in namespace `ns` that sends `hi` to `to`: the
+/// reply, or the error (a refusal arrives as ICMP port unreachable: `ConnectionRefused`).
+fn udp_from(ns: &str, to: SocketAddr) -> std::io::Result<String> {
+    kube_proxy_rs::netlink::netns::run_in(Some(ns), || {
+        let socket = std::net::UdpSocket::bind("0.0.0.0:0")?;
+        socket.connect(to)?;
+        socket.set_read_timeout(Some(STEP))?;
+        socket.send(b"hi")?;
+        let mut buf = [0u8; 64];
+        let n = socket.recv(&mut buf)?;
+        Ok(String::from_utf8_lossy(&buf[..n]).into_owned())
+    })
+}
+
+/// A TCP connect from the node to `to`: refused at once, as if nothing listened there.
+async fn refused_from_the_node(to: SocketAddr) {
+    let answer = timeout(STEP, TcpStream::connect(to))
+        .await
+        .unwrap_or_else(|_| panic!("{to}: an answer in time"));
+    assert_eq!(
+        answer.map(|_| ()).unwrap_err().kind(),
+        std::io::ErrorKind::ConnectionRefused,
+        "{to} from the node"
+    );
+}
+
 /// The node: its address 192.168.50.1 is on one end of a veth pair, whose other end is in a
 /// client namespace (192.168.50.2, routed through the node), so the client's packets pass
 /// prerouting and the node's own pass output; the ClusterIPs (on no interface) are routed to
@@ -386,6 +412,7 @@ fn redirect_rules_send_cluster_ip_and_node_port_traffic_to_the_listeners() {
         },
         || async {
             pod("10.244.1.2:8080", "a").await;
+            udp_pod("10.244.1.2:5353", "a").await;
             let range = PortRange::parse("30100-30120").unwrap();
             let bind = "0.0.0.0".parse().unwrap();
             let backend = kube_proxy_rs::dataplane::nftables::backend::for_encoder(
@@ -451,6 +478,12 @@ fn redirect_rules_send_cluster_ip_and_node_port_traffic_to_the_listeners() {
             let (cluster_ip, node_port, empty, local) = outside.await.unwrap();
             assert_eq!(cluster_ip.expect("ClusterIP from outside"), "a");
             assert_eq!(node_port.expect("NodePort from outside"), "a");
+            let name = client.name.clone();
+            let dns = tokio::task::spawn_blocking(move || udp_from(&name, addr("10.96.0.11:53")));
+            assert_eq!(
+                dns.await.unwrap().expect("UDP ClusterIP from outside"),
+                "a:hi"
+            );
             assert_eq!(
                 empty.unwrap_err().kind(),
                 std::io::ErrorKind::ConnectionRefused
@@ -460,6 +493,36 @@ fn redirect_rules_send_cluster_ip_and_node_port_traffic_to_the_listeners() {
                 std::io::ErrorKind::TimedOut,
                 "external Local without a local endpoint: dropped from outside"
             );
+
+            // A listener's own port, dialled without a Service address, is refused from
+            // outside and from the node (its address and loopback), TCP and UDP alike: only
+            // the redirect leads to a listener.
+            let listeners: Vec<(SocketAddr, bool)> = dp
+                .listening()
+                .map(|(k, at)| (at, k.port.protocol == kube_proxy_rs::cluster::Protocol::Udp))
+                .collect();
+            assert!(listeners.iter().any(|l| l.1) && listeners.iter().any(|l| !l.1));
+            for &(at, udp) in &listeners {
+                let node = SocketAddr::new("192.168.50.1".parse().unwrap(), at.port());
+                let name = client.name.clone();
+                let direct = tokio::task::spawn_blocking(move || {
+                    if udp {
+                        udp_from(&name, node)
+                    } else {
+                        greeting_from(&name, node)
+                    }
+                });
+                assert_eq!(
+                    direct.await.unwrap().map_err(|e| e.kind()),
+                    Err(std::io::ErrorKind::ConnectionRefused),
+                    "{node} (a listener's port) from outside"
+                );
+                if !udp {
+                    refused_from_the_node(node).await;
+                    refused_from_the_node(SocketAddr::new([127, 0, 0, 1].into(), at.port())).await;
+                }
+            }
+            assert_eq!(greeting(addr("10.96.0.10:80")).await.1, "a", "still served");
 
             // The endpoint goes: the ClusterIP is refused by the rules, not left to hang.
             let gone = snapshot(dir.path(), &with_node_port_and_empty(&[]));

@@ -537,3 +537,42 @@ async fn exchange(socket: &UdpSocket, to: SocketAddr, text: &str) -> (String, So
         .unwrap();
     (String::from_utf8_lossy(&buf[..n]).into_owned(), from)
 }
+
+/// An IPv6 listener on the unspecified address takes IPv6 only: an IPv4 client at its port
+/// finds nothing there (the IPv4 rules guard the IPv4 listeners' ports alone).
+#[test]
+fn ipv6_listeners_on_the_unspecified_address_take_no_ipv4() {
+    in_netns(
+        |_| {},
+        || async {
+            let a = pod("[::1]:0", "a").await;
+            let ua = udp_pod("[::1]:0", "a").await;
+            let relay = Relay::new(settings());
+            let tcp = relay
+                .listen_tcp(addr("[::]:0"), target(&relay, &[a], None))
+                .expect("relay listens");
+            let v6 = SocketAddr::new("::1".parse().unwrap(), tcp.local_addr().port());
+            let mut stream = BufReader::new(TcpStream::connect(v6).await.expect("IPv6 connects"));
+            assert_eq!(line(&mut stream).await.unwrap(), "a");
+            let v4 = SocketAddr::new([127, 0, 0, 1].into(), tcp.local_addr().port());
+            let refused = TcpStream::connect(v4).await.map(|_| ()).unwrap_err();
+            assert_eq!(refused.kind(), io::ErrorKind::ConnectionRefused);
+
+            let udp = relay
+                .listen_udp(addr("[::]:0"), target(&relay, &[ua], None))
+                .expect("relay listens");
+            let client = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+            client
+                .connect(SocketAddr::new(
+                    [127, 0, 0, 1].into(),
+                    udp.local_addr().port(),
+                ))
+                .unwrap();
+            client.set_read_timeout(Some(STEP)).unwrap();
+            client.send(b"hi").unwrap();
+            let mut buf = [0u8; 64];
+            let answer = client.recv(&mut buf).map(|_| ()).unwrap_err();
+            assert_eq!(answer.kind(), io::ErrorKind::ConnectionRefused);
+        },
+    );
+}

@@ -37,8 +37,15 @@
 //!   and `filter-output-pre-dnat`, over the `firewall-ips` and `firewall-allow` sets: the
 //!   nftables mode's names and shapes, as [`source_ranges`] allows).
 //!
+//! - Only redirected connections reach a listener: `filter-input` sends a new connection to
+//!   an open listener's port (`relay-ports`) to `relay-check`, which lets it on only when its
+//!   conntrack entry was destination-NATed and otherwise refuses it as if nothing listened
+//!   (from outside, from a pod, from the node, loopback included; held to `--bind-address`
+//!   when that is specific). No `route_localnet`: the listeners stay on routable addresses.
+//!
 //! No masquerade: the relay dials endpoints from the node's own address.
 
+mod skeleton;
 #[cfg(test)]
 mod tests;
 
@@ -50,10 +57,8 @@ use crate::cluster::TrafficPolicy;
 use crate::cluster::{FamilyView, IpFamily, NodeContext, Protocol, ServicePort, Snapshot};
 use crate::config::NodePortAddresses;
 use crate::dataplane::nftables::names::{self as n, Name};
-use crate::dataplane::nftables::plan::skeleton;
 use crate::dataplane::nftables::ruleset::{
-    Comment, CtState, Data, DataKind, Element, Family, Field, Kind, Match, Rule, Ruleset, Set,
-    SetDecl, Statement, Tuple, Value, Verdict,
+    Comment, Data, Element, Family, Field, Match, Ruleset, Tuple, Value, Verdict,
 };
 use crate::dataplane::node::{DetectLocal, Local, NodePortMatch, node_ports, source_ranges};
 
@@ -62,6 +67,11 @@ pub const SERVICE_LISTENERS: &str = "service-listeners";
 /// External frontend under `Local` without a local endpoint → its internal listener, for
 /// this node's pods and the node itself.
 pub const EXTERNAL_TO_INTERNAL: &str = "external-to-internal";
+
+/// Every open listener's protocol . port: what only redirected connections may reach.
+pub const RELAY_PORTS: &str = "relay-ports";
+/// Refuses a new connection to a listener's port that was not redirected there.
+pub const RELAY_CHECK: &str = "relay-check";
 
 /// The key of a frontend: destination . protocol . port.
 const FRONTEND: [Field; 3] = [Field::Daddr, Field::L4Proto, Field::Dport];
@@ -128,11 +138,22 @@ pub fn plan_family(
         }),
         Local::None => None,
     };
-    skeleton(&mut rules, from_local_pod);
+    let bind = Some(settings.bind).filter(|ip| IpFamily::of(ip) == family && !ip.is_unspecified());
+    skeleton::add(&mut rules, from_local_pod, bind);
     let target = Target {
-        bind: Some(settings.bind).filter(|ip| IpFamily::of(ip) == family && !ip.is_unspecified()),
+        bind,
         node: first_address(node, family),
     };
+    for (key, listener) in listening.iter().filter(|(k, _)| k.family == family) {
+        let port = Tuple::new(&[Value::Proto(key.port.protocol), Value::Port(listener.port)]);
+        element(
+            &mut rules,
+            RELAY_PORTS,
+            port,
+            Data::None,
+            &relay_comment(key),
+        );
+    }
     let node_port_addresses = node_port_addresses(&settings.node_ports, node, family);
     for state in snapshot.ports.values() {
         let port = &state.port;
@@ -319,6 +340,12 @@ fn first_address(node: &NodeContext, family: IpFamily) -> Option<IpAddr> {
         .or_else(|| local.first().copied())
 }
 
+/// The comment of a listener's port in `relay-ports`: the listener's name, which pairs a
+/// port read back from the kernel with its listener (see `trace`).
+pub fn relay_comment(key: &Key) -> Comment {
+    Comment::sanitised(&super::plan::name(key))
+}
+
 /// Adds an element; the first of two equal keys wins (ports are visited in name order, so the
 /// choice is deterministic).
 fn element(rules: &mut Ruleset, set: &'static str, key: Tuple, data: Data, comment: &Comment) {
@@ -332,105 +359,4 @@ fn element(rules: &mut Ruleset, set: &'static str, key: Tuple, data: Data, comme
             data,
             comment: Some(comment.clone()),
         });
-}
-
-fn push(rules: &mut Ruleset, chain: &'static str, matches: Vec<Match>, statements: Vec<Statement>) {
-    rules
-        .chains
-        .entry(Name::fixed(chain))
-        .or_default()
-        .rules
-        .push(Rule::new(matches, statements));
-}
-
-/// The chains and the (empty) maps every table has; `from_local_pod`: how this family's
-/// pods are recognised, if they are.
-fn skeleton(rules: &mut Ruleset, from_local_pod: Option<Match>) {
-    use Kind::{Addr, Port, Proto};
-    let decl = |data, comment: &str| SetDecl {
-        key: vec![Addr, Proto, Port],
-        data,
-        interval: false,
-        dynamic_timeout: None,
-        comment: Some(Comment::sanitised(comment)),
-    };
-    rules.sets.insert(
-        Name::fixed(SERVICE_LISTENERS),
-        Set::new(decl(
-            DataKind::Values(vec![Addr, Port]),
-            "frontend to relay listener",
-        )),
-    );
-    rules.sets.insert(
-        Name::fixed(EXTERNAL_TO_INTERNAL),
-        Set::new(decl(
-            DataKind::Values(vec![Addr, Port]),
-            "external frontend without local endpoint to the internal listener",
-        )),
-    );
-    rules.sets.insert(
-        Name::fixed(n::NO_ENDPOINT_SERVICES),
-        Set::new(decl(DataKind::Verdict, "frontends without endpoints")),
-    );
-    rules.sets.insert(
-        Name::fixed(n::FIREWALL_IPS),
-        Set::new(decl(DataKind::None, "frontends with source ranges")),
-    );
-    rules.sets.insert(
-        Name::fixed(n::FIREWALL_ALLOW),
-        Set::new(SetDecl {
-            key: vec![Addr, Proto, Port, Addr],
-            interval: true,
-            ..decl(DataKind::None, "allowed sources per frontend")
-        }),
-    );
-    // The nftables mode's base chains but its masquerading one: the relay dials from the node.
-    let chains: Vec<_> = skeleton::BASE_CHAINS
-        .into_iter()
-        .filter(|(name, ..)| *name != n::NAT_POSTROUTING)
-        .collect();
-    rules.add_base_chains(&chains);
-    let dnat = |map| {
-        vec![Statement::DnatMap {
-            key: FRONTEND.to_vec(),
-            map: Name::fixed(map),
-        }]
-    };
-    if let Some(m) = from_local_pod {
-        push(
-            rules,
-            n::NAT_PREROUTING,
-            vec![m],
-            dnat(EXTERNAL_TO_INTERNAL),
-        );
-    }
-    push(rules, n::NAT_PREROUTING, vec![], dnat(SERVICE_LISTENERS));
-    for chain in [n::FILTER_PREROUTING_PRE_DNAT, n::FILTER_OUTPUT_PRE_DNAT] {
-        push(
-            rules,
-            chain,
-            vec![Match::CtState(CtState::New)],
-            vec![Statement::Verdict(Verdict::Jump(Name::fixed(
-                n::FIREWALL_CHECK,
-            )))],
-        );
-    }
-    let (matches, statements) = skeleton::firewall_check_rule();
-    push(rules, n::FIREWALL_CHECK, matches, statements);
-    push(rules, n::NAT_OUTPUT, vec![], dnat(EXTERNAL_TO_INTERNAL));
-    push(rules, n::NAT_OUTPUT, vec![], dnat(SERVICE_LISTENERS));
-    for chain in [n::FILTER_INPUT, n::FILTER_FORWARD, n::FILTER_OUTPUT] {
-        push(
-            rules,
-            chain,
-            vec![Match::CtState(CtState::New)],
-            vec![Statement::VerdictMap {
-                key: FRONTEND.to_vec(),
-                map: Name::fixed(n::NO_ENDPOINT_SERVICES),
-            }],
-        );
-    }
-    for (matches, statements) in skeleton::reject_rules() {
-        push(rules, n::REJECT_CHAIN, matches, statements);
-    }
 }

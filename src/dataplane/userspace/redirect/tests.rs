@@ -295,13 +295,15 @@ fn prerouting_and_output_dnat_through_the_map_and_the_filters_refuse() {
         "ct state new ip daddr . meta l4proto . th dport vmap @no-endpoint-services",
         "reject with tcp reset",
         "ip saddr 10.244.0.0/16 dnat to ip daddr . meta l4proto . th dport map @external-to-internal",
+        "ct state new meta l4proto . th dport @relay-ports jump relay-check",
+        "ct status dnat return",
     ] {
         assert!(text.contains(expected), "{expected:?} in\n{text}");
     }
     for (chain, rules) in [
         (n::NAT_PREROUTING, 2),
         (n::NAT_OUTPUT, 2),
-        (n::FILTER_INPUT, 1),
+        (n::FILTER_INPUT, 2),
         (n::FILTER_FORWARD, 1),
         (n::FILTER_OUTPUT, 1),
     ] {
@@ -353,4 +355,129 @@ fn load_balancer_source_ranges_drop_other_sources_before_the_redirect() {
         ..from("192.168.201.100")
     };
     assert_eq!(trace(&v4, &cluster, &local).fate(), Some(Fate::Accept));
+}
+
+/// `src` → `dst`:`dport` over TCP arriving on `iface` (`lo` for the node's own traffic: the
+/// input hook sees it after it loops back).
+fn arriving(
+    iface: &str,
+    src: &str,
+    dst: &str,
+    dport: u16,
+) -> crate::dataplane::nftables::trace::Packet {
+    crate::dataplane::nftables::trace::Packet {
+        protocol: Protocol::Tcp,
+        src: ip(src),
+        dst: ip(dst),
+        dport,
+        origin: crate::dataplane::nftables::trace::Origin::Interface(iface.into()),
+    }
+}
+
+#[test]
+fn a_listeners_port_is_refused_unless_the_redirect_sent_the_connection_there() {
+    use crate::dataplane::nftables::trace::{Fate, trace};
+    let snap = snapshot(
+        node(),
+        vec![
+            svc("default/web", "10.96.0.10", 80)
+                .lb("198.51.100.9")
+                .range("192.168.200.0/24")
+                .ep("10.244.2.5", 8080, "node-b"),
+            svc("default/dns", "10.96.0.11", 53)
+                .proto(Protocol::Udp)
+                .ep("10.244.2.6", 53, "node-b"),
+            svc("default/web6", "fd00:96::10", 80).ep("fd00:244:2::5", 8080, "node-b"),
+        ],
+    );
+    let open = open_all(&snap);
+    let [v4, v6] = plan(&snap, &open, &settings());
+    let port = |proto, p| Tuple::new(&[Value::Proto(proto), Value::Port(p)]);
+    // Every open listener's port, the one without endpoints too, in its own family's table.
+    let ports: Vec<Tuple> = elements(&v4, RELAY_PORTS).into_keys().collect();
+    assert_eq!(
+        ports,
+        [
+            port(Protocol::Tcp, 30101),
+            port(Protocol::Tcp, 30102),
+            port(Protocol::Udp, 30100)
+        ]
+    );
+    let ports: Vec<Tuple> = elements(&v6, RELAY_PORTS).into_keys().collect();
+    assert_eq!(ports, [port(Protocol::Tcp, 30103)]);
+
+    let local: Vec<IpAddr> = snap.node.local_addresses().into_iter().collect();
+    let external = 30102;
+    for (what, packet) in [
+        (
+            "from outside",
+            arriving("eth0", "192.168.200.7", "10.0.0.11", external),
+        ),
+        (
+            "from outside, source ranges aside",
+            arriving("eth0", "192.168.201.7", "10.0.0.11", external),
+        ),
+        (
+            "from a pod",
+            arriving("cni0", "10.244.1.7", "10.0.0.11", 30101),
+        ),
+        (
+            "from the node",
+            arriving("lo", "10.0.0.11", "10.0.0.11", 30101),
+        ),
+        (
+            "from the node to loopback",
+            arriving("lo", "127.0.0.1", "127.0.0.1", 30101),
+        ),
+    ] {
+        let t = trace(&v4, &packet, &local);
+        assert_eq!(t.fate(), Some(Fate::Reject), "{what}: {t:?}");
+    }
+    let mut udp = arriving("eth0", "192.168.200.7", "10.0.0.11", 30100);
+    udp.protocol = Protocol::Udp;
+    assert_eq!(trace(&v4, &udp, &local).fate(), Some(Fate::Reject));
+    // A port no listener holds is none of ours.
+    let other = trace(
+        &v4,
+        &arriving("eth0", "192.168.200.7", "10.0.0.11", 22),
+        &local,
+    );
+    assert_eq!(other.fate(), Some(Fate::Accept));
+    // Through the frontends, the same listeners serve.
+    for packet in [
+        arriving("eth0", "192.168.200.7", "198.51.100.9", 80),
+        arriving("cni0", "10.244.1.7", "10.96.0.10", 80),
+    ] {
+        let t = trace(&v4, &packet, &local);
+        assert_eq!(t.fate(), Some(Fate::Accept), "{t:?}");
+        assert_eq!(t.endpoints().len(), 1, "{t:?}");
+    }
+}
+
+#[test]
+fn with_a_specific_bind_address_only_that_address_is_guarded() {
+    use crate::dataplane::nftables::trace::{Fate, trace};
+    let snap = snapshot(
+        node(),
+        vec![svc("default/web", "10.96.0.10", 80).ep("10.244.2.5", 8080, "node-b")],
+    );
+    let settings = Settings {
+        bind: ip("10.0.0.11"),
+        ..settings()
+    };
+    let [v4, _] = plan(&snap, &open_all(&snap), &settings);
+    let local: Vec<IpAddr> = snap.node.local_addresses().into_iter().collect();
+    let direct = trace(
+        &v4,
+        &arriving("eth0", "192.168.200.7", "10.0.0.11", 30100),
+        &local,
+    );
+    assert_eq!(direct.fate(), Some(Fate::Reject), "{direct:?}");
+    // Another program's socket on the same port elsewhere (a loopback NodePort) is left be.
+    let other = trace(
+        &v4,
+        &arriving("lo", "127.0.0.1", "127.0.0.1", 30100),
+        &local,
+    );
+    assert_eq!(other.fate(), Some(Fate::Accept), "{other:?}");
 }
