@@ -286,8 +286,9 @@ fn a_port_held_by_another_program_is_skipped_and_a_full_range_fails_the_sync() {
 }
 
 /// The manifests of [`manifests`] with `web` a NodePort Service (30080), one more TCP
-/// Service, `empty` (10.96.0.12:80), that has no endpoints, and `local`, a NodePort (30081)
-/// under `externalTrafficPolicy: Local` whose one endpoint is on no node.
+/// Service, `empty` (10.96.0.12:80), that has no endpoints, `local`, a NodePort (30081)
+/// under `externalTrafficPolicy: Local` whose one endpoint is on no node, and `quiet`, a UDP
+/// NodePort (30053) without endpoints.
 fn with_node_port_and_empty(web: &[&str]) -> String {
     let mut base = manifests(web, true);
     if web.is_empty() {
@@ -329,6 +330,15 @@ ports: [{name: http, protocol: TCP, port: 8080}]
 endpoints:
   - addresses: ["10.244.1.2"]
     conditions: {ready: true}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: quiet, namespace: default}
+spec:
+  type: NodePort
+  clusterIP: 10.96.0.14
+  clusterIPs: [10.96.0.14]
+  ports: [{name: dns, protocol: UDP, port: 53, targetPort: 5353, nodePort: 30053}]
 "#
 }
 
@@ -379,6 +389,15 @@ fn redirect_rules_send_cluster_ip_and_node_port_traffic_to_the_listeners() {
     let client = relay_pods::host::NetNs::new("kprs-client");
     in_netns(
         |ns| {
+            // The ClusterIPs are routed back out of the interface they came in on, for which
+            // the node would send the client ICMP redirects; those share the client's ICMP
+            // rate limit with the port unreachable errors the test expects.
+            for conf in ["all", "default"] {
+                ns.output(
+                    "sysctl",
+                    &["-qw", &format!("net.ipv4.conf.{conf}.send_redirects=0")],
+                );
+            }
             for args in [
                 &["addr", "add", "10.244.1.2/32", "dev", "lo"][..],
                 &[
@@ -459,6 +478,22 @@ fn redirect_rules_send_cluster_ip_and_node_port_traffic_to_the_listeners() {
                 started.elapsed() < Duration::from_secs(1),
                 "refused at once"
             );
+            // A port the Service does not define is refused at once, as one without endpoints.
+            refused_from_the_node(addr("10.96.0.10:81")).await;
+            // UDP to a NodePort without endpoints: the send goes out, and the port is found
+            // unreachable (ICMP), as a socket sees a closed port; not EPERM at the send.
+            let udp = UdpSocket::bind("0.0.0.0:0").await.unwrap();
+            udp.connect(addr("192.168.50.1:30053")).await.unwrap();
+            udp.send(b"hi").await.expect("the datagram is sent");
+            let mut buf = [0u8; 64];
+            let answer = timeout(STEP, udp.recv(&mut buf))
+                .await
+                .expect("an answer in time");
+            assert_eq!(
+                answer.map(|_| ()).unwrap_err().kind(),
+                std::io::ErrorKind::ConnectionRefused,
+                "UDP from the node to a NodePort without endpoints"
+            );
             let (_, line) = greeting(addr("192.168.50.1:30081")).await;
             assert_eq!(
                 line, "a",
@@ -473,9 +508,21 @@ fn redirect_rules_send_cluster_ip_and_node_port_traffic_to_the_listeners() {
                     greeting_from(&name, addr("192.168.50.1:30080")),
                     greeting_from(&name, addr("10.96.0.12:80")),
                     greeting_from(&name, addr("192.168.50.1:30081")),
+                    greeting_from(&name, addr("10.96.0.10:81")),
+                    udp_from(&name, addr("192.168.50.1:30053")),
                 )
             });
-            let (cluster_ip, node_port, empty, local) = outside.await.unwrap();
+            let (cluster_ip, node_port, empty, local, undefined, quiet) = outside.await.unwrap();
+            assert_eq!(
+                undefined.unwrap_err().kind(),
+                std::io::ErrorKind::ConnectionRefused,
+                "a ClusterIP port the Service does not define, from outside"
+            );
+            assert_eq!(
+                quiet.unwrap_err().kind(),
+                std::io::ErrorKind::ConnectionRefused,
+                "UDP to a NodePort without endpoints, from outside"
+            );
             assert_eq!(cluster_ip.expect("ClusterIP from outside"), "a");
             assert_eq!(node_port.expect("NodePort from outside"), "a");
             let name = client.name.clone();

@@ -24,9 +24,16 @@
 //!   whose listener has no endpoint to relay to (`no-endpoint-services`) are refused at once
 //!   (TCP reset, ICMP for UDP: the nftables mode's `reject-chain`) when the port has no
 //!   endpoint at all, or dropped when it has some but a `Local` policy selects none here, as
-//!   the other modes drop it (so a load balancer's health check moves traffic elsewhere). Such a frontend has no DNAT, so its
-//!   packets still carry the frontend address at those hooks. The relay could only reset an
-//!   accepted connection, which a client sees as a connection that opened and broke.
+//!   the other modes drop it (so a load balancer's health check moves traffic elsewhere).
+//!   Such a frontend has no DNAT, so its packets still carry the frontend address at those
+//!   hooks. The relay could only reset an accepted connection, which a client sees as a
+//!   connection that opened and broke. The node's own traffic to one of its addresses (a
+//!   NodePort) leaves `filter-output` at once (`fib daddr type local return`) and is refused
+//!   in `filter-input`, where it arrives: refused on its way out, a UDP send would fail with
+//!   EPERM instead of finding the port unreachable, as upstream's clients do.
+//! - A ClusterIP at a port its Service does not define (no DNAT, no `no-endpoint-services`
+//!   element) is refused at once by `cluster-ips-check` over `cluster-ips` from `filter-forward`
+//!   and `filter-output`, the nftables mode's chain and set, instead of being routed on.
 //! - The other modes' short-circuit: an external frontend under `Local` without a local
 //!   endpoint still serves this node's pods (as detect-local recognises them) and the node
 //!   itself, through the internal listener (`external-to-internal`, read before the main map
@@ -157,12 +164,23 @@ pub fn plan_family(
     let node_port_addresses = node_port_addresses(&settings.node_ports, node, family);
     for state in snapshot.ports.values() {
         let port = &state.port;
-        if port.name.protocol == Protocol::Sctp {
-            continue;
-        }
         let Some(view) = state.family(family) else {
             continue;
         };
+        // Without a comment: one ClusterIP serves every port of its Service.
+        rules
+            .sets
+            .get_mut(&Name::fixed(n::CLUSTER_IPS))
+            .expect("declared by skeleton")
+            .elements_mut()
+            .entry(Tuple::new(&[Value::Addr(view.cluster_ip)]))
+            .or_insert(Element {
+                data: Data::None,
+                comment: None,
+            });
+        if port.name.protocol == Protocol::Sctp {
+            continue;
+        }
         let comment = Comment::sanitised(&port.name.to_string());
         let external = Key {
             port: port.name.clone(),

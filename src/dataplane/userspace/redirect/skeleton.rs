@@ -54,6 +54,13 @@ pub(super) fn add(rules: &mut Ruleset, from_local_pod: Option<Match>, bind: Opti
         Set::new(decl(DataKind::Verdict, "frontends without endpoints")),
     );
     rules.sets.insert(
+        Name::fixed(n::CLUSTER_IPS),
+        Set::new(SetDecl {
+            key: vec![Addr],
+            ..decl(DataKind::None, "every ClusterIP")
+        }),
+    );
+    rules.sets.insert(
         Name::fixed(RELAY_PORTS),
         Set::new(SetDecl {
             key: vec![Proto, Port],
@@ -107,16 +114,41 @@ pub(super) fn add(rules: &mut Ruleset, from_local_pod: Option<Match>, bind: Opti
     push(rules, n::FIREWALL_CHECK, matches, statements);
     push(rules, n::NAT_OUTPUT, vec![], dnat(EXTERNAL_TO_INTERNAL));
     push(rules, n::NAT_OUTPUT, vec![], dnat(SERVICE_LISTENERS));
+    // The node's own traffic to one of its own addresses (a NodePort, a local externalIP) is
+    // refused where it arrives, in the input hook: refused in the output hook, a UDP send
+    // would fail with EPERM rather than find the port unreachable.
+    push(
+        rules,
+        n::FILTER_OUTPUT,
+        vec![Match::FibLocal { source: false }],
+        vec![Statement::Verdict(Verdict::Return)],
+    );
+    let new = || vec![Match::CtState(CtState::New)];
     for chain in [n::FILTER_INPUT, n::FILTER_FORWARD, n::FILTER_OUTPUT] {
         push(
             rules,
             chain,
-            vec![Match::CtState(CtState::New)],
+            new(),
             vec![Statement::VerdictMap {
                 key: FRONTEND.to_vec(),
                 map: Name::fixed(n::NO_ENDPOINT_SERVICES),
             }],
         );
+    }
+    // A ClusterIP that nothing above sent to a listener (a port the Service does not define)
+    // is refused at once, as the nftables mode refuses it, rather than routed on.
+    for chain in [n::FILTER_FORWARD, n::FILTER_OUTPUT] {
+        push(
+            rules,
+            chain,
+            new(),
+            vec![Statement::Verdict(Verdict::Jump(Name::fixed(
+                n::CLUSTER_IPS_CHECK,
+            )))],
+        );
+    }
+    for (matches, statements) in skeleton::cluster_ips_check_rules() {
+        push(rules, n::CLUSTER_IPS_CHECK, matches, statements);
     }
     relay_check(rules, bind);
     for (matches, statements) in skeleton::reject_rules() {

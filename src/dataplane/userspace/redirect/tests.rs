@@ -304,8 +304,8 @@ fn prerouting_and_output_dnat_through_the_map_and_the_filters_refuse() {
         (n::NAT_PREROUTING, 2),
         (n::NAT_OUTPUT, 2),
         (n::FILTER_INPUT, 2),
-        (n::FILTER_FORWARD, 1),
-        (n::FILTER_OUTPUT, 1),
+        (n::FILTER_FORWARD, 2),
+        (n::FILTER_OUTPUT, 3),
     ] {
         let c = v4.chains.get(&Name::fixed(chain)).expect("a base chain");
         assert!(c.base.is_some() && c.rules.len() == rules, "{chain}");
@@ -480,4 +480,114 @@ fn with_a_specific_bind_address_only_that_address_is_guarded() {
         &local,
     );
     assert_eq!(other.fate(), Some(Fate::Accept), "{other:?}");
+}
+
+#[test]
+fn a_cluster_ip_at_a_port_its_service_does_not_define_is_refused() {
+    use crate::dataplane::nftables::trace::{Fate, Origin, trace};
+    let snap = snapshot(
+        node(),
+        vec![
+            svc("default/web", "10.96.0.10", 80).ep("10.244.2.5", 8080, "node-b"),
+            svc("default/sig", "10.96.0.11", 3868)
+                .proto(Protocol::Sctp)
+                .ep("10.244.2.6", 3868, "node-b"),
+        ],
+    );
+    let [v4, _] = plan(&snap, &open_all(&snap), &settings());
+    let cluster_ips: Vec<Tuple> = elements(&v4, n::CLUSTER_IPS).into_keys().collect();
+    let addr = |a| Tuple::new(&[Value::Addr(ip(a))]);
+    assert_eq!(cluster_ips, [addr("10.96.0.10"), addr("10.96.0.11")]);
+    let local: Vec<IpAddr> = snap.node.local_addresses().into_iter().collect();
+    for origin in [Origin::Interface("cni0".into()), Origin::Host] {
+        for protocol in [Protocol::Tcp, Protocol::Udp] {
+            let packet = crate::dataplane::nftables::trace::Packet {
+                protocol,
+                origin: origin.clone(),
+                ..arriving("cni0", "10.244.1.7", "10.96.0.10", 81)
+            };
+            let t = trace(&v4, &packet, &local);
+            assert_eq!(t.fate(), Some(Fate::Reject), "{packet:?}: {t:?}");
+        }
+    }
+    // The defined port is served; an address that is no ClusterIP is routed on.
+    let served = trace(
+        &v4,
+        &arriving("cni0", "10.244.1.7", "10.96.0.10", 80),
+        &local,
+    );
+    assert_eq!(served.fate(), Some(Fate::Accept), "{served:?}");
+    let other = trace(
+        &v4,
+        &arriving("cni0", "10.244.1.7", "10.96.0.99", 81),
+        &local,
+    );
+    assert_eq!(
+        (other.fate(), other.endpoints().len()),
+        (Some(Fate::Accept), 0)
+    );
+}
+
+#[test]
+fn the_nodes_own_traffic_to_a_node_port_without_endpoints_is_refused_where_it_arrives() {
+    use crate::dataplane::nftables::ruleset::Hook;
+    use crate::dataplane::nftables::trace::{Fate, Flight, Origin, Packet, through_hook, trace};
+    let snap = snapshot(
+        node(),
+        vec![
+            svc("default/dns", "10.96.0.20", 53)
+                .proto(Protocol::Udp)
+                .node_port(30053),
+        ],
+    );
+    let [v4, _] = plan(&snap, &open_all(&snap), &settings());
+    let local: Vec<IpAddr> = snap.node.local_addresses().into_iter().collect();
+    let to_node_port = Packet {
+        protocol: Protocol::Udp,
+        src: ip("10.0.0.11"),
+        dst: ip("10.0.0.11"),
+        dport: 30053,
+        origin: Origin::Host,
+    };
+    assert_eq!(trace(&v4, &to_node_port, &local).fate(), Some(Fate::Reject));
+    // Not in the output hook, where the send itself would fail (EPERM): in the input hook.
+    let output = through_hook(
+        &v4,
+        &to_node_port,
+        &local,
+        Hook::Output,
+        Flight::start(&to_node_port),
+    );
+    assert!(
+        output.iter().all(|(_, fate)| *fate == Fate::Accept),
+        "{output:?}"
+    );
+    let input = through_hook(
+        &v4,
+        &to_node_port,
+        &local,
+        Hook::Input,
+        Flight::start(&to_node_port),
+    );
+    assert!(
+        input.iter().all(|(_, fate)| *fate == Fate::Reject),
+        "{input:?}"
+    );
+    // The ClusterIP, not a node address, is still refused on its way out.
+    let to_cluster_ip = Packet {
+        dst: ip("10.96.0.20"),
+        dport: 53,
+        ..to_node_port.clone()
+    };
+    let output = through_hook(
+        &v4,
+        &to_cluster_ip,
+        &local,
+        Hook::Output,
+        Flight::start(&to_cluster_ip),
+    );
+    assert!(
+        output.iter().all(|(_, fate)| *fate == Fate::Reject),
+        "{output:?}"
+    );
 }
