@@ -75,6 +75,10 @@ struct kp_svc_key {
 #define KP_SCOPE_SOCKET 0
 #define KP_SCOPE_EXTERNAL 1
 
+/* The port of a ClusterIP's entry that stands for every port its Service does not define
+ * (count 0: refused). The programs look it up when the port itself has no entry. */
+#define KP_UNDEFINED_PORT 0
+
 /*
  * What a frontend is balanced over: the slots (svc_id, generation, 0..count-1). count 0 means the
  * Service port has no endpoint for this traffic: connect() and sendmsg() fail with

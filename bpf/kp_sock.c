@@ -99,6 +99,7 @@ static __always_inline enum kp_verdict kp_pick(struct bpf_sock_addr *ctx,
 					       int sticky, struct kp_backend *be)
 {
 	struct kp_svc_val *found = bpf_map_lookup_elem(&kp_svc, key);
+	struct kp_svc_key undefined;
 	struct kp_svc_val svc;
 	struct kp_slot_key slot = {};
 	struct kp_aff_key ak = {};
@@ -109,6 +110,12 @@ static __always_inline enum kp_verdict kp_pick(struct bpf_sock_addr *ctx,
 	__u16 chosen;
 	__u32 pick;
 
+	if (!found) {
+		/* A ClusterIP at a port its Service does not define: its entry at port 0. */
+		undefined = *key;
+		undefined.port = KP_UNDEFINED_PORT;
+		found = bpf_map_lookup_elem(&kp_svc, &undefined);
+	}
 	if (!found)
 		return KP_PASS;
 	svc = *found;

@@ -696,6 +696,11 @@ int kp_tc_ingress(struct __sk_buff *skb)
 		key.proto = p.proto;
 		key.scope = KP_SCOPE_EXTERNAL;
 		found = bpf_map_lookup_elem(&kp_svc, &key);
+		if (!found) {
+			/* A ClusterIP at a port its Service does not define: its entry at port 0. */
+			key.port = KP_UNDEFINED_PORT;
+			found = bpf_map_lookup_elem(&kp_svc, &key);
+		}
 		if (!found)
 			return TC_ACT_OK;
 		svc = *found;

@@ -218,9 +218,13 @@ impl Held {
 
 /// [`diff`] over `current`, taking new ids only where `taken` says no entry uses them.
 fn diff_with(current: &Maps, plan: &Plan, taken: &dyn Fn(u32) -> bool) -> Vec<Op> {
-    let mut frontends_of: BTreeMap<&SetName, Vec<SvcKey>> = BTreeMap::new();
+    // Each set's frontends, and whether the frontend's new flows from outside get source NAT.
+    let mut frontends_of: BTreeMap<&SetName, Vec<(SvcKey, bool)>> = BTreeMap::new();
     for (f, set) in &plan.frontends {
-        frontends_of.entry(set).or_default().push(svc_key(f));
+        frontends_of
+            .entry(set)
+            .or_default()
+            .push((svc_key(f), plan.snat.contains(f)));
     }
     let mut claimed = BTreeSet::new();
     let mut next_free = 1u32;
@@ -236,7 +240,7 @@ fn diff_with(current: &Maps, plan: &Plan, taken: &dyn Fn(u32) -> bool) -> Vec<Op
         // The id (and generation) one of its frontends already uses, unless another set claimed it.
         let existing = keys
             .iter()
-            .filter_map(|k| current.svc.get(k))
+            .filter_map(|(k, _)| current.svc.get(k))
             .find(|v| !claimed.contains(&v.svc_id))
             .copied();
         let (mut flags, affinity_timeout) = match plan.affinity.get(*set) {
@@ -245,9 +249,6 @@ fn diff_with(current: &Maps, plan: &Plan, taken: &dyn Fn(u32) -> bool) -> Vec<Op
         };
         if plan.drop.contains(*set) {
             flags |= SVC_F_DROP;
-        }
-        if plan.snat.contains(*set) {
-            flags |= SVC_F_SNAT;
         }
         let val = match existing {
             Some(old) if slots_of(current, old) == backends => SvcVal {
@@ -282,11 +283,19 @@ fn diff_with(current: &Maps, plan: &Plan, taken: &dyn Fn(u32) -> bool) -> Vec<Op
             }
         };
         claimed.insert(val.svc_id);
-        for k in keys {
-            if current.svc.get(k) != Some(&val) {
-                put_svc.push(Op::PutSvc(*k, val));
+        for &(k, snat) in keys {
+            let val = if snat {
+                SvcVal {
+                    flags: val.flags | SVC_F_SNAT,
+                    ..val
+                }
+            } else {
+                val
+            };
+            if current.svc.get(&k) != Some(&val) {
+                put_svc.push(Op::PutSvc(k, val));
             }
-            wanted_svc.insert(*k, val);
+            wanted_svc.insert(k, val);
         }
     }
 
