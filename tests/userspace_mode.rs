@@ -20,7 +20,7 @@ use kube_proxy_rs::dataplane::monitor::Drift;
 use kube_proxy_rs::dataplane::node::DetectLocal;
 use kube_proxy_rs::dataplane::tool::Launcher;
 use kube_proxy_rs::dataplane::userspace::UserspaceDataplane;
-use kube_proxy_rs::dataplane::userspace::plan::Traffic;
+use kube_proxy_rs::dataplane::userspace::plan::List;
 use kube_proxy_rs::dataplane::userspace::ports::PortRange;
 use kube_proxy_rs::dataplane::userspace::redirect;
 use kube_proxy_rs::dataplane::userspace::relay::Settings;
@@ -98,10 +98,10 @@ fn snapshot(dir: &Path, manifests: &str) -> Snapshot {
     loaded.snapshot
 }
 
-/// Where the listener of `service`'s internal traffic listens.
+/// Where the listener of `service`'s cluster-wide endpoints listens.
 fn listener_of(dp: &UserspaceDataplane, service: &str) -> Option<SocketAddr> {
     dp.listening()
-        .find(|(k, _)| &*k.port.service.name == service && k.traffic == Traffic::Internal)
+        .find(|(k, _)| &*k.port.service.name == service && k.list == List::Cluster)
         .map(|(_, at)| at)
 }
 
@@ -171,8 +171,8 @@ fn syncs_open_update_and_close_listeners_that_relay_to_the_selected_endpoints() 
             let metrics = Metrics::new();
             metrics.set_relay_source(dp.listener_counters());
             let text = metrics.encode();
-            let web_series = r#"ip_family="IPv4",namespace="default",service="web",port="http",protocol="TCP",traffic="internal""#;
-            let dns_series = r#"ip_family="IPv4",namespace="default",service="dns",port="dns",protocol="UDP",traffic="internal""#;
+            let web_series = r#"ip_family="IPv4",namespace="default",service="web",port="http",protocol="TCP",listener="cluster""#;
+            let dns_series = r#"ip_family="IPv4",namespace="default",service="dns",port="dns",protocol="UDP",listener="cluster""#;
             for line in [
                 format!("kubeproxy_rs_userspace_connections{{{web_series}}} 2\n"),
                 format!("kubeproxy_rs_userspace_connections_total{{{web_series}}} 2\n"),
@@ -247,15 +247,17 @@ fn a_port_held_by_another_program_is_skipped_and_a_full_range_fails_the_sync() {
             assert_eq!(at, addr("127.0.0.1:30201"), "the port after the taken one");
             assert_eq!(greeting(at).await.1, "a");
 
+            // A NodePort under `externalTrafficPolicy: Local`: a listener over this node's
+            // endpoints beside the cluster-wide one.
             let nodeport = manifests(&["10.244.1.2"], true)
                 .replace(
                     "  clusterIP: 10.96.0.10\n",
-                    "  type: NodePort\n  clusterIP: 10.96.0.10\n",
+                    "  type: NodePort\n  externalTrafficPolicy: Local\n  clusterIP: 10.96.0.10\n",
                 )
                 .replace("targetPort: 8080}", "targetPort: 8080, nodePort: 30080}");
             let wants_two = snapshot(dir.path(), &nodeport);
             let error = dp.sync(&wants_two, &none, false).expect_err("no port left");
-            assert!(error.to_string().contains("external"), "{error}");
+            assert!(error.to_string().contains("local"), "{error}");
             assert_eq!(
                 listener_of(&dp, "web"),
                 Some(at),
@@ -275,20 +277,22 @@ fn a_port_held_by_another_program_is_skipped_and_a_full_range_fails_the_sync() {
                 retried = dp.sync(&wants_two, &none, false);
             }
             retried.expect("the retry finds the port");
-            let external: Vec<SocketAddr> = dp
+            let local: Vec<SocketAddr> = dp
                 .listening()
-                .filter(|(k, _)| k.traffic == Traffic::External)
+                .filter(|(k, _)| k.list == List::Local)
                 .map(|(_, at)| at)
                 .collect();
-            assert_eq!(external, [addr("127.0.0.1:30200")]);
+            assert_eq!(local, [addr("127.0.0.1:30200")]);
         },
     );
 }
 
 /// The manifests of [`manifests`] with `web` a NodePort Service (30080), one more TCP
 /// Service, `empty` (10.96.0.12:80), that has no endpoints, `local`, a NodePort (30081)
-/// under `externalTrafficPolicy: Local` whose one endpoint is on no node, and `quiet`, a UDP
-/// NodePort (30053) without endpoints.
+/// under `externalTrafficPolicy: Local` whose one endpoint is on no node, `quiet`, a UDP
+/// NodePort (30053) without endpoints, and `both`, a NodePort (30082, ClusterIP 10.96.0.15)
+/// under both traffic policies `Local` with endpoints on this node (10.244.1.2) and another
+/// (10.244.1.3).
 fn with_node_port_and_empty(web: &[&str]) -> String {
     let mut base = manifests(web, true);
     if web.is_empty() {
@@ -339,7 +343,43 @@ spec:
   clusterIP: 10.96.0.14
   clusterIPs: [10.96.0.14]
   ports: [{name: dns, protocol: UDP, port: 53, targetPort: 5353, nodePort: 30053}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: both, namespace: default}
+spec:
+  type: NodePort
+  externalTrafficPolicy: Local
+  internalTrafficPolicy: Local
+  clusterIP: 10.96.0.15
+  clusterIPs: [10.96.0.15]
+  ports: [{name: http, protocol: TCP, port: 80, targetPort: 8080, nodePort: 30082}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: both-1
+  namespace: default
+  labels: {kubernetes.io/service-name: both}
+addressType: IPv4
+ports: [{name: http, protocol: TCP, port: 8080}]
+endpoints:
+  - addresses: ["10.244.1.2"]
+    nodeName: node-a
+    conditions: {ready: true}
+  - addresses: ["10.244.1.3"]
+    nodeName: node-b
+    conditions: {ready: true}
 "#
+}
+
+/// The pods that answer `count` connections from the node to `to`, each named once.
+async fn answering(to: SocketAddr, count: usize) -> std::collections::BTreeSet<String> {
+    let mut pods = std::collections::BTreeSet::new();
+    for _ in 0..count {
+        pods.insert(greeting(to).await.1);
+    }
+    pods
 }
 
 /// The first line a blocking client in namespace `ns` reads from `to`, or its connect error.
@@ -400,6 +440,7 @@ fn redirect_rules_send_cluster_ip_and_node_port_traffic_to_the_listeners() {
             }
             for args in [
                 &["addr", "add", "10.244.1.2/32", "dev", "lo"][..],
+                &["addr", "add", "10.244.1.3/32", "dev", "lo"],
                 &[
                     "link",
                     "add",
@@ -431,6 +472,7 @@ fn redirect_rules_send_cluster_ip_and_node_port_traffic_to_the_listeners() {
         },
         || async {
             pod("10.244.1.2:8080", "a").await;
+            pod("10.244.1.3:8080", "b").await;
             udp_pod("10.244.1.2:5353", "a").await;
             let range = PortRange::parse("30100-30120").unwrap();
             let bind = "0.0.0.0".parse().unwrap();
@@ -500,6 +542,20 @@ fn redirect_rules_send_cluster_ip_and_node_port_traffic_to_the_listeners() {
                 "external Local without a local endpoint: the node goes to the cluster's"
             );
 
+            // Both policies Local: the ClusterIP keeps to this node's endpoint; the node's own
+            // traffic to the NodePort reaches every endpoint (the short-circuit holds although
+            // a local endpoint exists).
+            let both = |port| SocketAddr::new("192.168.50.1".parse().unwrap(), port);
+            assert_eq!(
+                answering(addr("10.96.0.15:80"), 4).await,
+                ["a".to_owned()].into()
+            );
+            assert_eq!(
+                answering(both(30082), 4).await,
+                ["a".to_owned(), "b".to_owned()].into(),
+                "external Local from the node: every endpoint"
+            );
+
             // From another namespace (prerouting).
             let name = client.name.clone();
             let outside = tokio::task::spawn_blocking(move || {
@@ -513,6 +569,20 @@ fn redirect_rules_send_cluster_ip_and_node_port_traffic_to_the_listeners() {
                 )
             });
             let (cluster_ip, node_port, empty, local, undefined, quiet) = outside.await.unwrap();
+            let name = client.name.clone();
+            let from_outside = tokio::task::spawn_blocking(move || {
+                (0..4)
+                    .map(|_| greeting_from(&name, both(30082)))
+                    .collect::<std::io::Result<std::collections::BTreeSet<String>>>()
+            });
+            assert_eq!(
+                from_outside
+                    .await
+                    .unwrap()
+                    .expect("external Local from outside"),
+                ["a".to_owned()].into(),
+                "external Local from outside: this node's endpoint only"
+            );
             assert_eq!(
                 undefined.unwrap_err().kind(),
                 std::io::ErrorKind::ConnectionRefused,

@@ -274,7 +274,7 @@ const RELAYED: &[&str] = &[
     "service",
     "port",
     "protocol",
-    "traffic",
+    "listener",
 ];
 const DIRECTED_RELAYED: &[&str] = &[
     "ip_family",
@@ -282,7 +282,7 @@ const DIRECTED_RELAYED: &[&str] = &[
     "service",
     "port",
     "protocol",
-    "traffic",
+    "listener",
     "direction",
 ];
 const REFUSED_RELAYED: &[&str] = &[
@@ -291,7 +291,7 @@ const REFUSED_RELAYED: &[&str] = &[
     "service",
     "port",
     "protocol",
-    "traffic",
+    "listener",
     "reason",
 ];
 

@@ -220,17 +220,6 @@ fn in_mode(c: &Case, e: &Explanation) -> Case {
             endpoints: &["10.244.1.9:8080"],
             ..*c
         },
-        // The userspace mode's short-circuit follows the external listener's endpoints
-        // (local ones) until its redirect sends the node's and its pods' traffic to a listener
-        // over the cluster's.
-        "userspace" if e.packet.origin != "outside" && c.service == Some("default/both-local") => {
-            Case {
-                endpoints: &["10.244.1.9:8080"],
-                masquerade: Some(true),
-                reason: "relayed by the proxy",
-                ..*c
-            }
-        }
         "userspace" if forwarded => Case {
             masquerade: Some(true),
             reason: if about_source {

@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 
 use super::plan::{Key, Listeners};
-use super::redirect::{self, EXTERNAL_TO_INTERNAL, Listening, RELAY_PORTS, SERVICE_LISTENERS};
+use super::redirect::{self, Listening, RELAY_PORTS, SERVICE_LISTENERS, SHORT_CIRCUIT};
 use crate::cluster::{IpFamily, Protocol, Snapshot};
 use crate::dataplane::nftables::Ruleset;
 use crate::dataplane::nftables::ruleset::{Data, Value};
@@ -71,7 +71,7 @@ impl RelayPorts {
             .collect();
         let planned = redirect::plan_family(snapshot, &stand_in, settings, family);
         let mut ports: BTreeMap<Key, u16> = BTreeMap::new();
-        for map in [SERVICE_LISTENERS, EXTERNAL_TO_INTERNAL] {
+        for map in [SERVICE_LISTENERS, SHORT_CIRCUIT] {
             let (Some(planned), Some(kernel)) = (elements(&planned, map), elements(table, map))
             else {
                 continue;
@@ -345,7 +345,7 @@ mod tests {
         let mut open = open(&listeners);
         let internal = open
             .keys()
-            .find(|k| k.traffic == plan::Traffic::Internal && &*k.port.service.name == "web")
+            .find(|k| k.list == plan::List::Cluster && &*k.port.service.name == "web")
             .cloned()
             .unwrap();
         let [full, _] = redirect::plan(&snap, &open, &settings());

@@ -12,7 +12,8 @@
 //! - `nat-prerouting` (from pods and outside) and `nat-output` (from the node), at `dstnat`:
 //!   `dnat to ip daddr . meta l4proto . th dport map @service-listeners`. The map takes each
 //!   frontend (ClusterIP, externalIP and LoadBalancer IP at the service port; NodePort on every
-//!   address `nodePortAddresses` selects) to its listener's address and port. A DNAT rather
+//!   address `nodePortAddresses` selects) to the address and port of the listener over the
+//!   endpoint list its policy selects (`plan`). A DNAT rather
 //!   than a `redirect`: the ruleset, its encoders and its parsers already carry DNAT maps, and
 //!   a listener bound to `--bind-address` 0.0.0.0 (or `::`) accepts on any local address.
 //!   The address is the bind address when it is a specific one; otherwise a NodePort keeps
@@ -34,11 +35,13 @@
 //! - A ClusterIP at a port its Service does not define (no DNAT, no `no-endpoint-services`
 //!   element) is refused at once by `cluster-ips-check` over `cluster-ips` from `filter-forward`
 //!   and `filter-output`, the nftables mode's chain and set, instead of being routed on.
-//! - The other modes' short-circuit: an external frontend under `Local` without a local
-//!   endpoint still serves this node's pods (as detect-local recognises them) and the node
-//!   itself, through the internal listener (`external-to-internal`, read before the main map
-//!   in both nat chains); only traffic from outside is dropped.
-//!
+//! - The other modes' short-circuit: traffic from this node's pods (as detect-local
+//!   recognises them) and from the node itself to an external frontend takes every endpoint
+//!   in the cluster, whatever the policies say and whether or not a local endpoint exists.
+//!   Under `externalTrafficPolicy: Cluster` that is the frontend's own listener; under `Local`
+//!   the `short-circuit-listeners` map, read before the main map in both nat chains, sends it
+//!   to the port's `Cluster` listener, so only traffic from outside meets the `Local` one
+//!   (and is dropped where there is no local endpoint).
 //! - `loadBalancerSourceRanges`: new connections to a LoadBalancer IP from a source outside its
 //!   ranges are dropped before the DNAT (`firewall-check` from `filter-prerouting-pre-dnat`
 //!   and `filter-output-pre-dnat`, over the `firewall-ips` and `firewall-allow` sets: the
@@ -59,8 +62,7 @@ mod tests;
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
-use super::plan::{Key, Traffic};
-use crate::cluster::TrafficPolicy;
+use super::plan::{Key, List};
 use crate::cluster::{FamilyView, IpFamily, NodeContext, Protocol, ServicePort, Snapshot};
 use crate::config::NodePortAddresses;
 use crate::dataplane::nftables::names::{self as n, Name};
@@ -71,9 +73,9 @@ use crate::dataplane::node::{DetectLocal, Local, NodePortMatch, node_ports, sour
 
 /// Frontend (address . protocol . port) → listener (address . port).
 pub const SERVICE_LISTENERS: &str = "service-listeners";
-/// External frontend under `Local` without a local endpoint → its internal listener, for
-/// this node's pods and the node itself.
-pub const EXTERNAL_TO_INTERNAL: &str = "external-to-internal";
+/// External frontend under `externalTrafficPolicy: Local` → the listener over every endpoint,
+/// for this node's pods and the node itself (read before [`SERVICE_LISTENERS`]).
+pub const SHORT_CIRCUIT: &str = "short-circuit-listeners";
 
 /// Every open listener's protocol . port: what only redirected connections may reach.
 pub const RELAY_PORTS: &str = "relay-ports";
@@ -182,69 +184,81 @@ pub fn plan_family(
             continue;
         }
         let comment = Comment::sanitised(&port.name.to_string());
-        let external = Key {
+        let key = |list| Key {
             port: port.name.clone(),
             family,
-            traffic: Traffic::External,
+            list,
         };
+        let external = key(List::of(port.external_policy));
         if !view.load_balancer_source_ranges.is_empty() && listening.contains_key(&external) {
             firewall(&mut rules, port, view, node, &comment);
         }
-        for traffic in [Traffic::Internal, Traffic::External] {
-            let key = Key {
-                port: port.name.clone(),
-                family,
-                traffic,
-            };
-            let Some(listener) = listening.get(&key) else {
+        // As the nftables mode: refused when the port has no endpoint at all; dropped when it
+        // has some but none for this traffic (a Local policy without a local one).
+        let refusal = Data::Verdict(if view.selection.has_any_endpoints {
+            Verdict::Drop
+        } else {
+            Verdict::Goto(Name::fixed(n::REJECT_CHAIN))
+        });
+        let internal = key(List::of(port.internal_policy));
+        let cluster = listening.get(&key(List::Cluster)).filter(|l| l.serving);
+        for (kind, to) in [
+            (Frontend::ClusterIp, &internal),
+            (Frontend::External, &external),
+        ] {
+            let Some(listener) = listening.get(to) else {
                 continue;
             };
-            // The internal listener, for external traffic from inside the node.
-            let short_circuit = (traffic == Traffic::External
-                && !listener.serving
-                && port.external_policy == TrafficPolicy::Local)
-                .then(|| {
-                    listening.get(&Key {
-                        traffic: Traffic::Internal,
-                        ..key.clone()
-                    })
-                })
-                .flatten()
-                .filter(|internal| internal.serving);
-            // As the nftables mode: refused when the port has no endpoint at all; dropped when
-            // it has some but none for this traffic (a Local policy without a local one).
-            let refusal = if view.selection.has_any_endpoints {
-                Verdict::Drop
-            } else {
-                Verdict::Goto(Name::fixed(n::REJECT_CHAIN))
-            };
-            for (address, at, node_port) in frontends(port, view, traffic, &node_port_addresses) {
+            // From this node and its pods an external frontend takes every endpoint (the
+            // other modes' short-circuit); only a `Local` policy makes that another listener.
+            let short_circuit =
+                cluster.filter(|_| kind == Frontend::External && to.list == List::Local);
+            for (address, at, node_port) in frontends(port, view, kind, &node_port_addresses) {
                 let frontend = Tuple::new(&[
                     Value::Addr(address),
                     Value::Proto(port.name.protocol),
                     Value::Port(at),
                 ]);
-                if !listener.serving {
-                    if let Some(internal) = short_circuit
-                        && let Some(to) = target.of(address, node_port)
-                    {
-                        let data = Data::Values(Tuple::new(&[
-                            Value::Addr(to),
-                            Value::Port(internal.port),
-                        ]));
-                        element(&mut rules, EXTERNAL_TO_INTERNAL, frontend, data, &comment);
+                let Some(target) = target.of(address, node_port) else {
+                    if !listener.serving {
+                        element(
+                            &mut rules,
+                            n::NO_ENDPOINT_SERVICES,
+                            frontend,
+                            refusal.clone(),
+                            &comment,
+                        );
                     }
+                    continue;
+                };
+                let to_listener = |l: &Listening| {
+                    Data::Values(Tuple::new(&[Value::Addr(target), Value::Port(l.port)]))
+                };
+                if let Some(cluster) = short_circuit {
+                    element(
+                        &mut rules,
+                        SHORT_CIRCUIT,
+                        frontend,
+                        to_listener(cluster),
+                        &comment,
+                    );
+                }
+                if listener.serving {
+                    element(
+                        &mut rules,
+                        SERVICE_LISTENERS,
+                        frontend,
+                        to_listener(listener),
+                        &comment,
+                    );
+                } else {
                     element(
                         &mut rules,
                         n::NO_ENDPOINT_SERVICES,
                         frontend,
-                        Data::Verdict(refusal.clone()),
+                        refusal.clone(),
                         &comment,
                     );
-                } else if let Some(to) = target.of(address, node_port) {
-                    let data =
-                        Data::Values(Tuple::new(&[Value::Addr(to), Value::Port(listener.port)]));
-                    element(&mut rules, SERVICE_LISTENERS, frontend, data, &comment);
                 }
             }
         }
@@ -295,17 +309,25 @@ impl Target {
     }
 }
 
-/// The frontends of `traffic` of one service port in one family: (address, port, whether
-/// it is a NodePort on a node address).
+/// Which frontends of a service port.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Frontend {
+    ClusterIp,
+    /// NodePorts, externalIPs and LoadBalancer IPs.
+    External,
+}
+
+/// The frontends of `kind` of one service port in one family: (address, port, whether it is a
+/// NodePort on a node address).
 fn frontends(
     port: &ServicePort,
     view: &FamilyView,
-    traffic: Traffic,
+    kind: Frontend,
     node_port_addresses: &[IpAddr],
 ) -> Vec<(IpAddr, u16, bool)> {
-    match traffic {
-        Traffic::Internal => vec![(view.cluster_ip, port.port, false)],
-        Traffic::External => {
+    match kind {
+        Frontend::ClusterIp => vec![(view.cluster_ip, port.port, false)],
+        Frontend::External => {
             let mut out: Vec<(IpAddr, u16, bool)> = view
                 .external_ips
                 .iter()
@@ -317,8 +339,6 @@ fn frontends(
             }
             out
         }
-        // Listened on directly, at the NodePort: no rule leads there.
-        Traffic::Loopback => Vec::new(),
     }
 }
 

@@ -6,7 +6,7 @@ use std::net::IpAddr;
 
 use ipnet::IpNet;
 
-use super::{EXTERNAL_TO_INTERNAL, FRONTEND, RELAY_CHECK, RELAY_PORTS, SERVICE_LISTENERS};
+use super::{FRONTEND, RELAY_CHECK, RELAY_PORTS, SERVICE_LISTENERS, SHORT_CIRCUIT};
 use crate::cluster::IpFamily;
 use crate::dataplane::nftables::names::{self as n, Name};
 use crate::dataplane::nftables::plan::skeleton;
@@ -43,10 +43,10 @@ pub(super) fn add(rules: &mut Ruleset, from_local_pod: Option<Match>, bind: Opti
         )),
     );
     rules.sets.insert(
-        Name::fixed(EXTERNAL_TO_INTERNAL),
+        Name::fixed(SHORT_CIRCUIT),
         Set::new(decl(
             DataKind::Values(vec![Addr, Port]),
-            "external frontend without local endpoint to the internal listener",
+            "external frontend to the cluster-wide listener, from inside the node",
         )),
     );
     rules.sets.insert(
@@ -92,12 +92,7 @@ pub(super) fn add(rules: &mut Ruleset, from_local_pod: Option<Match>, bind: Opti
         }]
     };
     if let Some(m) = from_local_pod {
-        push(
-            rules,
-            n::NAT_PREROUTING,
-            vec![m],
-            dnat(EXTERNAL_TO_INTERNAL),
-        );
+        push(rules, n::NAT_PREROUTING, vec![m], dnat(SHORT_CIRCUIT));
     }
     push(rules, n::NAT_PREROUTING, vec![], dnat(SERVICE_LISTENERS));
     for chain in [n::FILTER_PREROUTING_PRE_DNAT, n::FILTER_OUTPUT_PRE_DNAT] {
@@ -112,7 +107,7 @@ pub(super) fn add(rules: &mut Ruleset, from_local_pod: Option<Match>, bind: Opti
     }
     let (matches, statements) = skeleton::firewall_check_rule();
     push(rules, n::FIREWALL_CHECK, matches, statements);
-    push(rules, n::NAT_OUTPUT, vec![], dnat(EXTERNAL_TO_INTERNAL));
+    push(rules, n::NAT_OUTPUT, vec![], dnat(SHORT_CIRCUIT));
     push(rules, n::NAT_OUTPUT, vec![], dnat(SERVICE_LISTENERS));
     // The node's own traffic to one of its own addresses (a NodePort, a local externalIP) is
     // refused where it arrives, in the input hook: refused in the output hook, a UDP send

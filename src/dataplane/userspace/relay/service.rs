@@ -63,7 +63,7 @@ impl Presence {
 }
 
 /// A connection limit several listeners share: a Service's, over its ports, families and
-/// kinds of traffic, so one busy Service cannot take every connection the node allows.
+/// endpoint lists, so one busy Service cannot take every connection the node allows.
 #[derive(Clone, Debug)]
 pub struct Limit(Arc<Semaphore>);
 
