@@ -299,7 +299,7 @@ pub const RS_USERSPACE_CONNECTIONS: Spec = spec(
     "kubeproxy_rs_userspace_connections",
     Gauge,
     RELAYED,
-    "Userspace mode: connections (UDP: flows) a service port's listener relays now; traffic is internal (ClusterIP), external (NodePorts, externalIPs, LoadBalancer IPs) or loopback (NodePorts on 127.0.0.1 and ::1, --nodeport-localhost)",
+    "Userspace mode: connections (UDP: flows) a service port's listener relays now; listener is cluster (the cluster-wide endpoints), local (this node's) or loopback (NodePorts on 127.0.0.1 and ::1, --nodeport-localhost)",
 );
 pub const RS_USERSPACE_CONNECTIONS_TOTAL: Spec = spec(
     "kubeproxy_rs_userspace_connections_total",
