@@ -290,9 +290,10 @@ fn a_port_held_by_another_program_is_skipped_and_a_full_range_fails_the_sync() {
 /// The manifests of [`manifests`] with `web` a NodePort Service (30080), one more TCP
 /// Service, `empty` (10.96.0.12:80), that has no endpoints, `local`, a NodePort (30081)
 /// under `externalTrafficPolicy: Local` whose one endpoint is on no node, `quiet`, a UDP
-/// NodePort (30053) without endpoints, and `both`, a NodePort (30082, ClusterIP 10.96.0.15)
+/// NodePort (30053) without endpoints, `both`, a NodePort (30082, ClusterIP 10.96.0.15)
 /// under both traffic policies `Local` with endpoints on this node (10.244.1.2) and another
-/// (10.244.1.3).
+/// (10.244.1.3), and `sticky`, a NodePort (30083, ClusterIP 10.96.0.16) under
+/// `externalTrafficPolicy: Local` with ClientIP affinity and both endpoints on this node.
 fn with_node_port_and_empty(web: &[&str]) -> String {
     let mut base = manifests(web, true);
     if web.is_empty() {
@@ -370,6 +371,34 @@ endpoints:
   - addresses: ["10.244.1.3"]
     nodeName: node-b
     conditions: {ready: true}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: sticky, namespace: default}
+spec:
+  type: NodePort
+  externalTrafficPolicy: Local
+  sessionAffinity: ClientIP
+  sessionAffinityConfig: {clientIP: {timeoutSeconds: 60}}
+  clusterIP: 10.96.0.16
+  clusterIPs: [10.96.0.16]
+  ports: [{name: http, protocol: TCP, port: 80, targetPort: 8080, nodePort: 30083}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: sticky-1
+  namespace: default
+  labels: {kubernetes.io/service-name: sticky}
+addressType: IPv4
+ports: [{name: http, protocol: TCP, port: 8080}]
+endpoints:
+  - addresses: ["10.244.1.2"]
+    nodeName: node-a
+    conditions: {ready: true}
+  - addresses: ["10.244.1.3"]
+    nodeName: node-a
+    conditions: {ready: true}
 "#
 }
 
@@ -386,6 +415,20 @@ async fn answering(to: SocketAddr, count: usize) -> std::collections::BTreeSet<S
 fn greeting_from(ns: &str, to: SocketAddr) -> std::io::Result<String> {
     kube_proxy_rs::netlink::netns::run_in(Some(ns), || {
         let stream = std::net::TcpStream::connect_timeout(&to, STEP)?;
+        stream.set_read_timeout(Some(STEP))?;
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut std::io::BufReader::new(stream), &mut line)?;
+        Ok(line.trim_end().to_owned())
+    })
+}
+
+/// [`greeting_from`], from the client address `source`.
+fn greeting_from_source(ns: &str, source: &str, to: SocketAddr) -> std::io::Result<String> {
+    kube_proxy_rs::netlink::netns::run_in(Some(ns), || {
+        let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)?;
+        socket.bind(&addr(&format!("{source}:0")).into())?;
+        socket.connect_timeout(&to.into(), STEP)?;
+        let stream = std::net::TcpStream::from(socket);
         stream.set_read_timeout(Some(STEP))?;
         let mut line = String::new();
         std::io::BufRead::read_line(&mut std::io::BufReader::new(stream), &mut line)?;
@@ -464,6 +507,7 @@ fn redirect_rules_send_cluster_ip_and_node_port_traffic_to_the_listeners() {
             ns.output("sysctl", &["-qw", "net.ipv4.ip_forward=1"]);
             for args in [
                 &["addr", "add", "192.168.50.2/24", "dev", "veth-c"][..],
+                &["addr", "add", "192.168.50.3/24", "dev", "veth-c"],
                 &["link", "set", "veth-c", "up"],
                 &["route", "add", "default", "via", "192.168.50.1"],
             ] {
@@ -569,6 +613,25 @@ fn redirect_rules_send_cluster_ip_and_node_port_traffic_to_the_listeners() {
                 )
             });
             let (cluster_ip, node_port, empty, local, undefined, quiet) = outside.await.unwrap();
+
+            // One affinity per service port, whatever the frontend: a client the ClusterIP's
+            // listener sent to `a` goes to `a` through the NodePort too, whose listener (the
+            // local endpoints') would send it to `b` in turn.
+            let name = client.name.clone();
+            let sticky = tokio::task::spawn_blocking(move || {
+                let node_port = both(30083);
+                [
+                    greeting_from_source(&name, "192.168.50.3", node_port),
+                    greeting_from_source(&name, "192.168.50.2", addr("10.96.0.16:80")),
+                    greeting_from_source(&name, "192.168.50.2", node_port),
+                ]
+                .map(|r| r.expect("sticky answers"))
+            });
+            assert_eq!(
+                sticky.await.unwrap(),
+                ["a", "a", "a"],
+                "the second client stays on its pod through either frontend"
+            );
             let name = client.name.clone();
             let from_outside = tokio::task::spawn_blocking(move || {
                 (0..4)

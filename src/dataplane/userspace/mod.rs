@@ -13,7 +13,7 @@
 //! # Parts
 //! - [`relay`]: the relay core on tokio. A TCP or UDP listener per service port and family;
 //!   round-robin over the endpoints the model selected, ClientIP affinity with the Service's
-//!   timeout, dials bounded by a timeout and retried on the next endpoint with backoff,
+//!   timeout (one table per service port and family, shared by its listeners), dials bounded by a timeout and retried on the next endpoint with backoff,
 //!   relaying both ways with half-close, live endpoint changes (connections to endpoints that
 //!   left the slices close, the others stay, terminating ones too), UDP flows with an idle
 //!   timeout whose replies leave from the address the client sent to, connection limits per

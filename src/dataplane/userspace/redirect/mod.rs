@@ -55,6 +55,8 @@
 //!
 //! No masquerade: the relay dials endpoints from the node's own address.
 
+#[cfg(test)]
+mod filter_tests;
 mod skeleton;
 #[cfg(test)]
 mod tests;
