@@ -373,8 +373,11 @@ fn run(config: &Config, node_name: &str, features: Features) -> ExitCode {
                 .clone()
                 .serve_health_checks(config.node_port_addresses.clone()),
         );
+        // --bind-address-hard-fail: a server that cannot serve ends the proxy.
+        let (hard_fail, mut failed) = tokio::sync::mpsc::unbounded_channel();
+        let hard_fail = config.bind_address_hard_fail.then_some(hard_fail);
         if let Some(address) = config.healthz_bind_address {
-            tokio::spawn(observe.clone().serve_health(address));
+            tokio::spawn(observe.clone().serve_health(address, hard_fail.clone()));
         }
         if matches!(
             config.mode,
@@ -398,8 +401,10 @@ fn run(config: &Config, node_name: &str, features: Features) -> ExitCode {
             sync: proxy.status.clone(),
             health_checks: observe.health_checks(),
         });
-        tokio::spawn(observe.serve_metrics(config.metrics_bind_address, config.clone(), debug));
+        let metrics = config.metrics_bind_address;
+        tokio::spawn(observe.serve_metrics(metrics, config.clone(), debug, hard_fail));
         tokio::select! {
+            Some(failure) = failed.recv() => fail(format!("{failure} (--bind-address-hard-fail)")),
             () = proxy.run() => {
                 tracing::info!("the source ended; stopping");
                 ExitCode::SUCCESS

@@ -120,7 +120,8 @@ pub struct Flags {
     #[arg(long, value_name = "IP")]
     pub bind_address: Option<String>,
 
-    /// Upstream: exit when the health or metrics server cannot bind its port (default: false)
+    /// Exit when the health or metrics server cannot bind its port, instead of retrying every
+    /// 5s (default: false)
     #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true,
           default_missing_value = "true", value_parser = go_bool)]
     pub bind_address_hard_fail: Option<bool>,

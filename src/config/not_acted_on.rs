@@ -30,13 +30,6 @@ pub struct NotActedOn {
 /// Every setting accepted but not acted on. Remove an entry when its feature lands.
 pub const LIST: &[NotActedOn] = &[
     NotActedOn {
-        field: "bindAddressHardFail",
-        flag: Some("bind-address-hard-fail"),
-        scope: "",
-        why: "a health or metrics server that cannot bind its port logs an error and retries",
-        is_set: |c| c.bind_address_hard_fail,
-    },
-    NotActedOn {
         field: "enableProfiling",
         flag: Some("profiling"),
         scope: "",

@@ -1,7 +1,9 @@
-//! `--oom-score-adj` (root): the proxy writes its own `/proc/PID/oom_score_adj` at start, as
-//! upstream's does, and where the kernel refuses (no `CAP_SYS_RESOURCE` to lower it) it logs one
-//! warning naming the value and the error and keeps running. The binary follows a manifest
-//! directory in nftables mode inside a fresh network namespace, so nothing outside it changes.
+//! The proxy's start-up, as an operator's settings shape it (root): `--oom-score-adj` is written
+//! to its own `/proc/PID/oom_score_adj`, as upstream's is, and where the kernel refuses (no
+//! `CAP_SYS_RESOURCE` to lower it) one warning names the value and the error and the proxy keeps
+//! running; `--bind-address-hard-fail` ends it when its health port is taken, where it otherwise
+//! retries. The binary follows a manifest directory in nftables mode inside a fresh network
+//! namespace, so nothing outside it changes.
 
 #![allow(
     clippy::disallowed_methods,
@@ -105,4 +107,65 @@ fn the_proxy_sets_its_oom_score_adj_or_warns_and_keeps_running() {
     wait_for_line(&mut proxy, "serving /metrics");
     assert!(proxy.exited().is_none(), "{}", proxy.log_tail(20));
     assert_eq!(oom_score_adj(proxy.pid()), inherited);
+}
+
+#[test]
+fn a_taken_health_port_ends_the_proxy_only_with_bind_address_hard_fail() {
+    let ns = NetNs::new("hardfail");
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("node.yaml"), NODE).expect("write manifests");
+    let manifests = dir.path().display().to_string();
+    let mut holder = ChildGuard::spawn(
+        &format!("{}-holder", ns.name),
+        ns.command("python3").args([
+            "-c",
+            "import socket, time\n\
+             s = socket.socket()\n\
+             s.bind(('127.0.0.1', 10256))\n\
+             s.listen()\n\
+             print('bound', flush=True)\n\
+             time.sleep(600)\n",
+        ]),
+    );
+    wait_for_line(&mut holder, "bound");
+
+    let mut proxy = ChildGuard::spawn(
+        &format!("{}-retries", ns.name),
+        ns.command(env!("CARGO_BIN_EXE_kube-proxy-rs"))
+            .args(proxy_args(&manifests, "--bind-address-hard-fail=false")),
+    );
+    let line = wait_for_line(&mut proxy, "cannot serve /healthz on 127.0.0.1:10256");
+    assert!(
+        line.starts_with('E') && line.contains("trying again"),
+        "{line}"
+    );
+    wait_for_line(&mut proxy, "serving /metrics");
+    assert!(proxy.exited().is_none(), "{}", proxy.log_tail(20));
+    drop(proxy);
+
+    let mut proxy = ChildGuard::spawn(
+        &format!("{}-exits", ns.name),
+        ns.command(env!("CARGO_BIN_EXE_kube-proxy-rs"))
+            .args(proxy_args(&manifests, "--bind-address-hard-fail")),
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = proxy.exited() {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "still running:\n{}",
+            proxy.log_tail(20)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(status.code(), Some(1), "{}", proxy.log_tail(20));
+    let log = proxy.log_tail(5);
+    let last = log.lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with("error: cannot serve /healthz on 127.0.0.1:10256: ")
+            && last.ends_with("(--bind-address-hard-fail)"),
+        "{log}"
+    );
 }
