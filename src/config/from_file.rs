@@ -31,9 +31,14 @@ fn non_empty(value: Option<String>) -> Option<String> {
     value.filter(|s| !s.is_empty())
 }
 
-/// Parses, defaults and validates the file's text.
-pub fn config(text: &str) -> Result<Config, FieldError> {
-    from_document(file::parse(text)?)
+/// Parses, defaults and validates the file's text. `mode`, when given, stands in for the
+/// file's own `mode` (`--proxy-mode-override`), before the mode picks its section's settings.
+pub fn config(text: &str, mode: Option<&str>) -> Result<Config, FieldError> {
+    let mut document = file::parse(text)?;
+    if let Some(mode) = mode {
+        document.mode = Some(mode.to_owned());
+    }
+    from_document(document)
 }
 
 /// Defaults and validates a parsed document.
