@@ -5,12 +5,11 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use clap::Parser;
-use kube_proxy_rs::causes;
 use kube_proxy_rs::cli::{self, Cli, Command};
 use kube_proxy_rs::cluster::Features;
 use kube_proxy_rs::config::{self, Config, Flags, LogFormat};
-use kube_proxy_rs::conntrack;
 use kube_proxy_rs::dataplane::{self, iptables, ipvs, nftables, userspace};
+use kube_proxy_rs::{causes, conntrack};
 
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -326,6 +325,7 @@ fn run(config: &Config, node_name: &str, features: Features) -> ExitCode {
         return ExitCode::SUCCESS;
     }
     tracing::info!(node = node_name, mode = config.mode.as_str(), "starting");
+    dataplane::leftovers::spawn_warning(config.mode);
     let runtime = match runtime() {
         Ok(r) => r,
         Err(e) => return fail(e),
