@@ -306,6 +306,7 @@ fn run(config: &Config, node_name: &str, features: Features) -> ExitCode {
     }
     tracing::info!(node = node_name, mode = config.mode.as_str(), "starting");
     cli::host_setup::oom_score_adj(config);
+    dataplane::leftovers::spawn_warning(config.mode);
     let runtime = match runtime() {
         Ok(r) => r,
         Err(e) => return fail(e),

@@ -149,6 +149,12 @@ pub struct Flags {
     #[arg(long, value_name = "MODE")]
     pub proxy_mode: Option<String>,
 
+    /// Dataplane mode that replaces --config's `mode` (and --proxy-mode); empty changes
+    /// nothing. Lets a DaemonSet use an existing KubeProxyConfiguration as it is
+    /// (kube-proxy-rs only)
+    #[arg(long, value_name = "MODE")]
+    pub proxy_mode_override: Option<String>,
+
     /// Bit of the packet mark that flags packets for SNAT, 0 to 31, in iptables and ipvs mode
     /// (default: 14)
     #[arg(long, value_name = "BIT", allow_negative_numbers = true,
@@ -379,6 +385,7 @@ pub const HONOURED_WITH_CONFIG: &[&str] = &[
     "master",
     "nftables-encoder",
     "nodeport-localhost",
+    "proxy-mode-override",
     "udp-timeout",
     "userspace-max-connections",
     "userspace-max-connections-per-service",
@@ -411,7 +418,8 @@ impl Flags {
             healthz_bind_address => "healthz-bind-address",
             metrics_bind_address => "metrics-bind-address", profiling => "profiling",
             show_hidden_metrics_for_version => "show-hidden-metrics-for-version",
-            proxy_mode => "proxy-mode", iptables_masquerade_bit => "iptables-masquerade-bit",
+            proxy_mode => "proxy-mode", proxy_mode_override => "proxy-mode-override",
+            iptables_masquerade_bit => "iptables-masquerade-bit",
             masquerade_all => "masquerade-all",
             iptables_localhost_nodeports => "iptables-localhost-nodeports",
             iptables_sync_period => "iptables-sync-period",

@@ -32,9 +32,13 @@ fn non_empty(value: Option<String>) -> Option<String> {
 }
 
 /// Parses, defaults and validates the file's text; with the strict decoding's error when the
-/// file was read leniently (see [`file::parse`]).
-pub fn config(text: &str) -> Result<(Config, Option<FieldError>), FieldError> {
-    let decoded = file::parse(text)?;
+/// file was read leniently (see [`file::parse`]). `mode`, when given, stands in for the file's
+/// own `mode` (`--proxy-mode-override`), before the mode picks its section's settings.
+pub fn config(text: &str, mode: Option<&str>) -> Result<(Config, Option<FieldError>), FieldError> {
+    let mut decoded = file::parse(text)?;
+    if let Some(mode) = mode {
+        decoded.document.mode = Some(mode.to_owned());
+    }
     Ok((from_document(decoded.document)?, decoded.strict_error))
 }
 

@@ -10,6 +10,10 @@
 //!    honours: `-v` and `--logging-format` (logging flags win over the file),
 //!    `--hostname-override` (applied after the file), `--master`, and the one-shot flags.
 //!    Other given flags produce a warning instead of silently doing nothing.
+//! 3. Ours only: a non-empty `--proxy-mode-override` is the mode in either case, as if the file
+//!    (or `--proxy-mode`) had said it, so the mode picks its own section's settings. Upstream's
+//!    `--proxy-mode` keeps upstream's meaning (ignored beside `--config`), so a DaemonSet with
+//!    an operator's KubeProxyConfiguration changes its mode with this flag alone.
 //!
 //! Pure: reads no file, environment or clock. The caller reads `--config`'s file and passes its
 //! text; [`resolve`] returns the configuration and the warnings to log, and [`render`] returns
@@ -173,13 +177,24 @@ pub fn from_file(path: &Path, text: &str) -> Result<Config, Error> {
 /// file's path and text (`file` must be `Some` exactly when `flags.config` is).
 pub fn resolve(flags: &Flags, file: Option<(&Path, &str)>) -> Result<Resolved, Error> {
     let mut warnings = Vec::new();
+    let mode_override = flags
+        .proxy_mode_override
+        .as_deref()
+        .filter(|m| !m.trim().is_empty());
+    if let Some(mode) = mode_override {
+        validate::proxy_mode(mode).map_err(|message| Error::Flag {
+            flag: "proxy-mode-override",
+            message,
+        })?;
+    }
     let mut config = match file {
         Some((path, text)) => {
-            let (mut config, strict_error) = from_file::config(text).map_err(|e| Error::File {
-                path: path.to_owned(),
-                field: e.field,
-                message: e.message,
-            })?;
+            let (mut config, strict_error) =
+                from_file::config(text, mode_override).map_err(|e| Error::File {
+                    path: path.to_owned(),
+                    field: e.field,
+                    message: e.message,
+                })?;
             config.config_file = Some(path.to_owned());
             warnings.extend(strict_error.map(|e| Warning::LenientDecoding {
                 path: path.to_owned(),
@@ -198,7 +213,16 @@ pub fn resolve(flags: &Flags, file: Option<(&Path, &str)>) -> Result<Resolved, E
             );
             config
         }
-        None => from_flags::config(flags, &mut warnings)?,
+        None => match mode_override {
+            Some(mode) => {
+                let flags = Flags {
+                    proxy_mode: Some(mode.to_owned()),
+                    ..flags.clone()
+                };
+                from_flags::config(&flags, &mut warnings)?
+            }
+            None => from_flags::config(flags, &mut warnings)?,
+        },
     };
     apply_always(flags, &mut config)?;
     warnings.extend(not_acted_on::warnings(&config, file.is_some()));
