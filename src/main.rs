@@ -8,7 +8,7 @@ use clap::Parser;
 use kube_proxy_rs::causes;
 use kube_proxy_rs::cli::{self, Cli, Command};
 use kube_proxy_rs::cluster::Features;
-use kube_proxy_rs::config::{self, Config, Flags, LogFormat};
+use kube_proxy_rs::config::{self, Config, Flags};
 use kube_proxy_rs::conntrack;
 use kube_proxy_rs::dataplane::{self, iptables, ipvs, nftables, userspace};
 
@@ -157,7 +157,7 @@ fn main() -> ExitCode {
         Err(e) => return fail(e),
     };
     let config = resolved.config;
-    init_logging(&config);
+    cli::logging::init(&config);
     for w in &resolved.warnings {
         tracing::warn!("{w}");
     }
@@ -369,6 +369,9 @@ fn run(config: &Config, node_name: &str, features: Features) -> ExitCode {
             ));
         }
         let mut observe = cli::observe::Observe::new(config);
+        observe
+            .metrics
+            .set_rest_client_source(proxy.reachability.as_ref().map(|r| r.requests()));
         if let Some(relay) = mode.relay.clone() {
             observe.metrics.set_relay_source(relay);
         }
@@ -549,31 +552,6 @@ fn node_name(config: &Config) -> Result<String, String> {
 fn watch_list_client() -> Result<kube_proxy_rs::cluster::source::api::Lists, String> {
     let value = std::env::var("KUBE_FEATURE_WatchListClient").ok();
     kube_proxy_rs::cluster::source::api::Lists::from_env_value(value.as_deref())
-}
-
-/// Maps klog verbosity to levels: 0–3 info, 4–5 debug, 6 and up trace.
-fn init_logging(config: &Config) {
-    let level = match config.verbosity() {
-        0..=3 => tracing::Level::INFO,
-        4..=5 => tracing::Level::DEBUG,
-        _ => tracing::Level::TRACE,
-    };
-    // Colour only for a person at a terminal: a container runtime or `2> file` keeps the bytes
-    // for `kubectl logs` and log pipelines, where escape sequences are noise.
-    let colour = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let builder = tracing_subscriber::fmt()
-        .with_max_level(level)
-        .with_ansi(colour)
-        .with_writer(std::io::stderr);
-    match config.logging.format {
-        LogFormat::Json => builder.json().init(),
-        LogFormat::Text => builder
-            .event_format(cli::klog::Klog {
-                now: k8s_openapi::jiff::Timestamp::now,
-                pid: std::process::id(),
-            })
-            .init(),
-    }
 }
 
 #[cfg(test)]

@@ -8,6 +8,7 @@ pub mod debug;
 pub mod events;
 pub mod explain;
 pub mod klog;
+pub mod logging;
 pub mod observe;
 pub mod plan;
 pub mod run;

@@ -14,9 +14,11 @@
 //! classic list-then-watch, each list read item by item through [`list_split`] (JSON) or
 //! [`protobuf_split`] and [`protobuf_objects`] (protobuf), pure),
 //! [`translate`] (watcher events to source events, pure), [`list`](mod@list) (one read for `plan`),
-//! [`rate_limit`] and [`reachability`] (the client's tower layers).
+//! [`rate_limit`] and [`reachability`] (the client's tower layers), [`failure`] (the cause of a
+//! failed request, pure) and [`requests`] (requests counted by result).
 
 pub mod client;
+pub mod failure;
 pub mod list;
 pub mod list_split;
 pub mod list_watch;
@@ -24,6 +26,7 @@ pub mod protobuf_objects;
 pub mod protobuf_split;
 pub mod rate_limit;
 pub mod reachability;
+pub mod requests;
 pub mod thread;
 pub mod translate;
 pub mod watch;
@@ -33,6 +36,7 @@ use std::path::PathBuf;
 pub use client::client;
 pub use list::list;
 pub use reachability::{Health, Reachability};
+pub use requests::RequestCounts;
 pub use thread::watch_on_own_thread;
 pub use watch::{Encoding, Lists, watch};
 
