@@ -13,6 +13,9 @@ COPY Cargo.toml Cargo.lock build.rs ./
 COPY bpf bpf
 COPY src src
 COPY benches benches
+# The commit `--version=raw` and the start-up line report (the context has no .git):
+#   docker build --build-arg GIT_COMMIT=$(git rev-parse HEAD) ...
+ARG GIT_COMMIT=""
 RUN cargo build --release --locked --bin kube-proxy-rs
 
 FROM debian:bookworm-slim

@@ -135,14 +135,7 @@ fn main() -> ExitCode {
         }
     };
     if let Some(style) = flags.version_requested() {
-        let mut text = format!("kube-proxy-rs v{}\n", env!("CARGO_PKG_VERSION"));
-        if style == config::VersionStyle::Raw {
-            text.push_str(&format!(
-                "rust-version: {}\n",
-                env!("CARGO_PKG_RUST_VERSION")
-            ));
-        }
-        return emit(&text);
+        return emit(&cli::version::text(style, &cli::version::info()));
     }
     let file_text = match &flags.config {
         Some(path) => match std::fs::read_to_string(path) {
@@ -325,7 +318,7 @@ fn run(config: &Config, node_name: &str, features: Features) -> ExitCode {
         tracing::info!("--init-only: privileged host setup done; exiting");
         return ExitCode::SUCCESS;
     }
-    tracing::info!(node = node_name, mode = config.mode.as_str(), "starting");
+    cli::version::log_start(config, node_name);
     let runtime = match runtime() {
         Ok(r) => r,
         Err(e) => return fail(e),
@@ -369,6 +362,7 @@ fn run(config: &Config, node_name: &str, features: Features) -> ExitCode {
             ));
         }
         let mut observe = cli::observe::Observe::new(config);
+        let (health, relay) = (observe.health.clone(), mode.relay.clone());
         observe
             .metrics
             .set_rest_client_source(proxy.reachability.as_ref().map(|r| r.requests()));
@@ -422,16 +416,8 @@ fn run(config: &Config, node_name: &str, features: Features) -> ExitCode {
             health_checks: observe.health_checks(),
         });
         tokio::spawn(observe.serve_metrics(config.metrics_bind_address, config.clone(), debug));
-        tokio::select! {
-            () = proxy.run() => {
-                tracing::info!("the source ended; stopping");
-                ExitCode::SUCCESS
-            }
-            _ = tokio::signal::ctrl_c() => {
-                tracing::info!("stopping");
-                ExitCode::SUCCESS
-            }
-        }
+        cli::shutdown::run_until_stopped(proxy.run(), &health, relay.as_ref()).await;
+        ExitCode::SUCCESS
     })
 }
 
@@ -516,7 +502,7 @@ fn cleanup(bpf_pin_root: &std::path::Path) -> ExitCode {
 
 /// The blocking threads (each sync runs on one) are kept for an hour rather than tokio's 10 s:
 /// with the default, every periodic sync after a quiet `syncPeriod` (30 s) started a new
-/// thread first, 4-5 ms of its time in the User-mode Linux guest (`handoff_us` in the sync's
+/// thread first, 4-5 ms of its time in the User-mode Linux guest (`handoff` in the sync's
 /// debug line), where a kept thread takes 0.1 ms.
 const SYNC_THREAD_KEEP_ALIVE: std::time::Duration = std::time::Duration::from_secs(3600);
 

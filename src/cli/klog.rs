@@ -8,7 +8,8 @@
 //! Severity letter (`E`, `W`, `I`; debug and trace are klog's verbose info lines, `I`), month and
 //! day, wall time in UTC to the microsecond, the process id right-aligned in 7 columns, the
 //! source file and line, `] `, the message quoted, then each field as `key=value` with numbers
-//! and booleans bare and everything else quoted (klog's structured form, `klog.InfoS`). Quoting escapes `"`, `\` and control
+//! and booleans bare and everything else quoted (klog's structured form, `klog.InfoS`); a field
+//! named `error` is written `err`, as upstream's `klog.ErrorS` writes it. Quoting escapes `"`, `\` and control
 //! characters, so a field that came from an API object cannot forge a second line.
 
 use std::fmt::{self, Write as _};
@@ -67,7 +68,7 @@ impl Visit for Fields {
         if field.name() == "message" {
             self.message = value.to_owned();
         } else {
-            let _ = write!(self.pairs, " {}={}", field.name(), quoted(value));
+            let _ = write!(self.pairs, " {}={}", key(field), quoted(value));
         }
     }
 
@@ -83,10 +84,18 @@ impl Visit for Fields {
         {
             // Numbers and booleans bare, as klog prints them; strings recorded with `?` as
             // Debug quoted and escaped them.
-            let _ = write!(self.pairs, " {}={text}", field.name());
+            let _ = write!(self.pairs, " {}={text}", key(field));
         } else {
-            let _ = write!(self.pairs, " {}={}", field.name(), quoted(&text));
+            let _ = write!(self.pairs, " {}={}", key(field), quoted(&text));
         }
+    }
+}
+
+/// A field's key: `error` is written `err`, upstream's key for the error of a line.
+fn key(field: &Field) -> &'static str {
+    match field.name() {
+        "error" => "err",
+        other => other,
     }
 }
 
@@ -176,11 +185,12 @@ mod tests {
 
     #[test]
     fn lines_have_klogs_header_quoted_message_and_fields() {
-        let line = logged(|| tracing::warn!(mode = "nftables", ops = 12, "sync failed"));
+        let line =
+            logged(|| tracing::warn!(mode = "nftables", ops = 12, error = "EPERM", "sync failed"));
         let want_head = "W1202 04:36:03.547810   12375 klog.rs:";
         assert!(line.starts_with(want_head), "{line}");
         assert!(
-            line.ends_with("] \"sync failed\" mode=\"nftables\" ops=12\n"),
+            line.ends_with("] \"sync failed\" mode=\"nftables\" ops=12 err=\"EPERM\"\n"),
             "{line}"
         );
         assert_eq!(line.lines().count(), 1);

@@ -1,4 +1,5 @@
-//! The process's log subscriber: klog's text lines ([`super::klog`]) or JSON, at the level the
+//! The process's log subscriber: klog's text lines ([`super::klog`]) or upstream's JSON lines
+//! ([`super::json_log`]), at the level the
 //! verbosity asks for (0–3 info, 4–5 debug, 6 and up trace).
 //!
 //! kube-rs's HTTP layer logs an error line of its own for every failed request (`failed with
@@ -49,7 +50,15 @@ pub fn init(config: &Config) {
         .with_writer(std::io::stderr);
     let registry = tracing_subscriber::registry();
     match config.logging.format {
-        LogFormat::Json => registry.with(layer.json().with_filter(filter)).init(),
+        LogFormat::Json => registry
+            .with(
+                layer
+                    .event_format(super::json_log::JsonLog {
+                        now: k8s_openapi::jiff::Timestamp::now,
+                    })
+                    .with_filter(filter),
+            )
+            .init(),
         LogFormat::Text => registry
             .with(
                 layer
