@@ -131,7 +131,13 @@ fn main() -> ExitCode {
                 Ok(r) => r,
                 Err(e) => return fail(e),
             };
-            (args.flags, None, Some((request, args.output)))
+            let remote = cli::explain::remote::path(
+                &args.to,
+                args.from.as_deref(),
+                args.in_interface.as_deref(),
+                args.output,
+            );
+            (args.flags, None, Some((request, args.output, remote)))
         }
     };
     if let Some(style) = flags.version_requested() {
@@ -167,7 +173,17 @@ fn main() -> ExitCode {
     let features = Features {
         prefer_same_node: config.gate("PreferSameTrafficDistribution"),
     };
-    if let Some((request, format)) = explain {
+    if let Some((request, format, remote)) = explain {
+        // Without --manifests the running proxy answers first, as for `status`.
+        if config.manifests.is_none() {
+            match cli::explain::remote::ask(config.metrics_bind_address, &remote) {
+                Ok(Some(answer)) => return emit(&answer),
+                Ok(None) => {
+                    tracing::info!("no proxy answers on the metrics address; asking the API server")
+                }
+                Err(e) => return fail(e),
+            }
+        }
         let loaded = match load(&config, &node_name, features) {
             Ok(l) => l,
             Err(e) => return fail(e),
@@ -268,6 +284,7 @@ fn ask_status(config: &Config, service: Option<&str>, format: cli::OutputFormat)
             &path,
             std::time::Duration::from_secs(60),
         ))
+        .map_err(|e| e.to_string())
     });
     match answer {
         Ok((200, body)) => emit(&body),
