@@ -4,12 +4,10 @@
 use std::path::Path;
 use std::process::ExitCode;
 
-use clap::Parser;
 use kube_proxy_rs::causes;
-use kube_proxy_rs::cli::{self, Cli, Command};
+use kube_proxy_rs::cli::{self, Command};
 use kube_proxy_rs::cluster::Features;
-use kube_proxy_rs::config::{self, Config, Flags};
-use kube_proxy_rs::conntrack;
+use kube_proxy_rs::config::{self, Config};
 use kube_proxy_rs::dataplane::{self, iptables, ipvs, nftables, userspace};
 
 #[global_allocator]
@@ -84,35 +82,19 @@ fn purge_freed_memory_at_once() {
 fn main() -> ExitCode {
     without_huge_pages();
     purge_freed_memory_at_once();
-    let cli = match Cli::try_parse() {
+    let cli = match cli::parse::parse(std::env::args_os()) {
         Ok(cli) => cli,
-        Err(e) if !e.use_stderr() => {
-            // --help: print it and succeed.
+        Err(cli::parse::Stop::Help(e)) => {
             let _ = e.print();
             return ExitCode::SUCCESS;
         }
-        Err(e) => {
-            let text = e.to_string();
-            let first = text.lines().next().unwrap_or("invalid arguments");
-            return fail(format!(
-                "{} (see --help)",
-                first.trim_start_matches("error: ")
-            ));
-        }
+        Err(cli::parse::Stop::Invalid(line)) => return fail(line),
     };
     let mut status = None;
     let (flags, plan, explain) = match cli.command {
         None => (cli.flags, None, None),
-        Some(Command::Plan(args)) => {
-            if cli.flags != Flags::default() {
-                return fail("give flags after `plan`, not before it");
-            }
-            (args.flags, Some(args.output), None)
-        }
+        Some(Command::Plan(args)) => (args.flags, Some(args.output), None),
         Some(Command::Status(args)) => {
-            if cli.flags != Flags::default() {
-                return fail("give flags after `status`, not before it");
-            }
             if let Some(bad) = args.service.as_deref().and_then(cli::status::bad_service) {
                 return fail(format!("--{bad}"));
             }
@@ -120,9 +102,6 @@ fn main() -> ExitCode {
             (args.flags, None, None)
         }
         Some(Command::Explain(args)) => {
-            if cli.flags != Flags::default() {
-                return fail("give flags after `explain`, not before it");
-            }
             let request = match cli::explain::Request::parse(
                 &args.to,
                 args.from.as_deref(),
@@ -320,9 +299,9 @@ fn run(config: &Config, node_name: &str, features: Features) -> ExitCode {
     if config.cleanup {
         return cleanup(&cli::run::ebpf_pin_root(config));
     }
-    set_conntrack_sysctls(config);
+    cli::host_setup::conntrack_sysctls(config);
     if config.mode == config::ProxyMode::Iptables {
-        set_route_localnet(config);
+        cli::host_setup::route_localnet(config);
     }
     if config.init_only && config.mode == config::ProxyMode::Ipvs {
         // The proxy itself sets them too, but unprivileged its /proc/sys is read-only; values
@@ -336,6 +315,7 @@ fn run(config: &Config, node_name: &str, features: Features) -> ExitCode {
         return ExitCode::SUCCESS;
     }
     cli::version::log_start(config, node_name);
+    cli::host_setup::oom_score_adj(config);
     let runtime = match runtime() {
         Ok(r) => r,
         Err(e) => return fail(e),
@@ -407,8 +387,11 @@ fn run(config: &Config, node_name: &str, features: Features) -> ExitCode {
                 .clone()
                 .serve_health_checks(config.node_port_addresses.clone()),
         );
+        // --bind-address-hard-fail: a server that cannot serve ends the proxy.
+        let (hard_fail, mut failed) = tokio::sync::mpsc::unbounded_channel();
+        let hard_fail = config.bind_address_hard_fail.then_some(hard_fail);
         if let Some(address) = config.healthz_bind_address {
-            tokio::spawn(observe.clone().serve_health(address));
+            tokio::spawn(observe.clone().serve_health(address, hard_fail.clone()));
         }
         if matches!(
             config.mode,
@@ -432,58 +415,15 @@ fn run(config: &Config, node_name: &str, features: Features) -> ExitCode {
             sync: proxy.status.clone(),
             health_checks: observe.health_checks(),
         });
-        tokio::spawn(observe.serve_metrics(config.metrics_bind_address, config.clone(), debug));
-        cli::shutdown::run_until_stopped(proxy.run(), &health, relay.as_ref()).await;
-        ExitCode::SUCCESS
+        let metrics = config.metrics_bind_address;
+        tokio::spawn(observe.serve_metrics(metrics, config.clone(), debug, hard_fail));
+        tokio::select! {
+            Some(failure) = failed.recv() => fail(format!("{failure} (--bind-address-hard-fail)")),
+            () = cli::shutdown::run_until_stopped(proxy.run(), &health, relay.as_ref()) => {
+                ExitCode::SUCCESS
+            }
+        }
     })
-}
-
-/// Sets the conntrack sysctls from the configuration; each one the kernel refuses (read-only in
-/// a network namespace, no permission) is one warning, and start-up goes on.
-fn set_conntrack_sysctls(config: &Config) {
-    let applied = conntrack::sysctls::apply(&conntrack::sysctls::Host::real(), &config.conntrack);
-    for w in &applied.written {
-        tracing::info!(
-            sysctl = w.key.path(),
-            value = w.value,
-            "set conntrack sysctl"
-        );
-    }
-    for (w, error) in &applied.refused {
-        tracing::warn!(
-            sysctl = w.key.path(),
-            value = w.value,
-            %error,
-            "cannot set conntrack sysctl; going on with the kernel's value"
-        );
-    }
-}
-
-/// Localhost NodePorts (iptables mode, IPv4) need `route_localnet`, so packets to 127.0.0.1
-/// may be DNATed to a pod; upstream sets it at start-up too, next to the rule against
-/// CVE-2020-8558 the planner adds.
-fn set_route_localnet(config: &Config) {
-    let cfg = match iptables::ModeConfig::new(config) {
-        Ok(c) => c,
-        Err(_) => return, // reported when the dataplane is built
-    };
-    if !cfg.localhost_node_ports_active() {
-        return;
-    }
-    let path = "/proc/sys/net/ipv4/conf/all/route_localnet";
-    #[allow(
-        clippy::disallowed_methods,
-        reason = "start-up host setup, beside the conntrack sysctls"
-    )]
-    match std::fs::write(path, "1\n") {
-        Ok(()) => tracing::info!(
-            sysctl = path,
-            value = 1,
-            "set sysctl for localhost NodePorts"
-        ),
-        Err(error) => tracing::warn!(sysctl = path, %error,
-            "cannot set sysctl; localhost NodePorts will not reach pods"),
-    }
 }
 
 /// `--cleanup`: removes our nftables tables and upstream kube-proxy's leftovers, whatever the

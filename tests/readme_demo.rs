@@ -37,6 +37,18 @@ fn demo_commands() -> Vec<String> {
     commands
 }
 
+/// Whether this process may lower its oom_score_adj (`CAP_SYS_RESOURCE`, bit 24 of `CapEff`).
+fn has_cap_sys_resource() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("CapEff:"))
+                .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        })
+        .is_some_and(|caps| caps >> 24 & 1 == 1)
+}
+
 #[test]
 fn the_readme_demo_runs_clean_and_stops_on_sigterm() {
     let ns = NetNs::new("kprs-readme");
@@ -104,9 +116,12 @@ fn the_readme_demo_runs_clean_and_stops_on_sigterm() {
     };
     let log = text();
     assert!(status.success(), "{status}:\n{log}");
+    // Lowering oom_score_adj takes CAP_SYS_RESOURCE, which root in some sandboxes lacks; the
+    // warning then says so, and is this host's, not the demo's.
     let alarms: Vec<&str> = log
         .lines()
         .filter(|l| l.starts_with('W') || l.starts_with('E'))
+        .filter(|l| has_cap_sys_resource() || !l.contains("oom_score_adj"))
         .collect();
     assert!(
         alarms.is_empty(),

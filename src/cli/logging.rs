@@ -19,7 +19,7 @@ use crate::config::{Config, LogFormat};
 const KUBE_HTTP_TARGET: &str = "kube_client::client::builder";
 
 /// The level a klog verbosity shows.
-pub fn level(verbosity: u8) -> LevelFilter {
+pub fn level(verbosity: u32) -> LevelFilter {
     match verbosity {
         0..=3 => LevelFilter::INFO,
         4..=5 => LevelFilter::DEBUG,

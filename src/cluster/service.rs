@@ -193,12 +193,17 @@ pub fn convert(svc: &Service, names: &mut Interner, warnings: &mut Vec<Warning>)
         _ => None,
     };
 
-    let externally_typed = matches!(
-        service_type,
-        ServiceType::NodePort | ServiceType::LoadBalancer
-    );
+    // Upstream's rule for which Services the external policy applies to: NodePort and
+    // LoadBalancer Services, and ClusterIP Services with externalIPs.
+    let externally_accessible = match service_type {
+        ServiceType::NodePort | ServiceType::LoadBalancer => true,
+        ServiceType::ClusterIP => spec
+            .external_ips
+            .as_ref()
+            .is_some_and(|ips| !ips.is_empty()),
+    };
     let external_policy = match spec.external_traffic_policy.as_deref() {
-        Some("Local") if externally_typed => TrafficPolicy::Local,
+        Some("Local") if externally_accessible => TrafficPolicy::Local,
         _ => TrafficPolicy::Cluster,
     };
     let internal_policy = match spec.internal_traffic_policy.as_deref() {

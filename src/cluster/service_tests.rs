@@ -117,12 +117,19 @@ fn session_affinity_defaults_to_three_hours_and_refuses_absurd_timeouts() {
 }
 
 #[test]
-fn external_traffic_policy_local_applies_only_to_nodeport_and_loadbalancer() {
+fn external_traffic_policy_local_applies_to_externally_accessible_services() {
     let mut cluster_ip = web();
     spec(&mut cluster_ip).external_traffic_policy = Some("Local".into());
     assert_eq!(
         proxied(&cluster_ip).0.ports[0].external_policy,
-        TrafficPolicy::Cluster
+        TrafficPolicy::Cluster,
+        "a ClusterIP Service without externalIPs has no external traffic"
+    );
+    spec(&mut cluster_ip).external_ips = Some(vec!["192.0.2.50".into()]);
+    assert_eq!(
+        proxied(&cluster_ip).0.ports[0].external_policy,
+        TrafficPolicy::Local,
+        "a ClusterIP Service with externalIPs is externally accessible"
     );
     let mut np = node_port(web(), &[30080]);
     spec(&mut np).external_traffic_policy = Some("Local".into());
