@@ -6,8 +6,9 @@
 //! after every relist (410 Gone, restart); the tracker treats a list that ended as the complete
 //! state of that kind. In between it emits `Applied` and `Deleted`. It never
 //! ends and never yields an error: failures are retried with backoff and logged once per change
-//! of state, and [`Reachability`] tells `/healthz` whether the API server answers and since
-//! when. It filters only what upstream's informers filter, by label and field selector.
+//! of state with the request's URL and the cause, and [`Reachability`] tells whether the API
+//! server answers and since when, and counts every request by result. It filters only what
+//! upstream's informers filter, by label and field selector.
 //!
 //! Parts: [`client`](mod@client) (configuration, rate limit), [`watch`](mod@watch) (the streams), [`thread`] (the
 //! same on a thread of its own, as the proxy runs them), [`list_watch`] (the
