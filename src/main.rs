@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use kube_proxy_rs::causes;
 use kube_proxy_rs::cli::{self, Command};
 use kube_proxy_rs::cluster::Features;
-use kube_proxy_rs::config::{self, Config, LogFormat};
+use kube_proxy_rs::config::{self, Config};
 use kube_proxy_rs::dataplane::{self, iptables, ipvs, nftables, userspace};
 
 #[global_allocator]
@@ -110,18 +110,17 @@ fn main() -> ExitCode {
                 Ok(r) => r,
                 Err(e) => return fail(e),
             };
-            (args.flags, None, Some((request, args.output)))
+            let remote = cli::explain::remote::path(
+                &args.to,
+                args.from.as_deref(),
+                args.in_interface.as_deref(),
+                args.output,
+            );
+            (args.flags, None, Some((request, args.output, remote)))
         }
     };
     if let Some(style) = flags.version_requested() {
-        let mut text = format!("kube-proxy-rs v{}\n", env!("CARGO_PKG_VERSION"));
-        if style == config::VersionStyle::Raw {
-            text.push_str(&format!(
-                "rust-version: {}\n",
-                env!("CARGO_PKG_RUST_VERSION")
-            ));
-        }
-        return emit(&text);
+        return emit(&cli::version::text(style, &cli::version::info()));
     }
     let file_text = match &flags.config {
         Some(path) => match std::fs::read_to_string(path) {
@@ -136,7 +135,7 @@ fn main() -> ExitCode {
         Err(e) => return fail(e),
     };
     let config = resolved.config;
-    init_logging(&config);
+    cli::logging::init(&config);
     for w in &resolved.warnings {
         tracing::warn!("{w}");
     }
@@ -153,7 +152,17 @@ fn main() -> ExitCode {
     let features = Features {
         prefer_same_node: config.gate("PreferSameTrafficDistribution"),
     };
-    if let Some((request, format)) = explain {
+    if let Some((request, format, remote)) = explain {
+        // Without --manifests the running proxy answers first, as for `status`.
+        if config.manifests.is_none() {
+            match cli::explain::remote::ask(config.metrics_bind_address, &remote) {
+                Ok(Some(answer)) => return emit(&answer),
+                Ok(None) => {
+                    tracing::info!("no proxy answers on the metrics address; asking the API server")
+                }
+                Err(e) => return fail(e),
+            }
+        }
         let loaded = match load(&config, &node_name, features) {
             Ok(l) => l,
             Err(e) => return fail(e),
@@ -254,6 +263,7 @@ fn ask_status(config: &Config, service: Option<&str>, format: cli::OutputFormat)
             &path,
             std::time::Duration::from_secs(60),
         ))
+        .map_err(|e| e.to_string())
     });
     match answer {
         Ok((200, body)) => emit(&body),
@@ -304,7 +314,7 @@ fn run(config: &Config, node_name: &str, features: Features) -> ExitCode {
         tracing::info!("--init-only: privileged host setup done; exiting");
         return ExitCode::SUCCESS;
     }
-    tracing::info!(node = node_name, mode = config.mode.as_str(), "starting");
+    cli::version::log_start(config, node_name);
     cli::host_setup::oom_score_adj(config);
     dataplane::leftovers::spawn_warning(config.mode);
     let runtime = match runtime() {
@@ -350,6 +360,10 @@ fn run(config: &Config, node_name: &str, features: Features) -> ExitCode {
             ));
         }
         let mut observe = cli::observe::Observe::new(config);
+        let (health, relay) = (observe.health.clone(), mode.relay.clone());
+        observe
+            .metrics
+            .set_rest_client_source(proxy.reachability.as_ref().map(|r| r.requests()));
         if let Some(relay) = mode.relay.clone() {
             observe.metrics.set_relay_source(relay);
         }
@@ -406,12 +420,7 @@ fn run(config: &Config, node_name: &str, features: Features) -> ExitCode {
         tokio::spawn(observe.serve_metrics(metrics, config.clone(), debug, hard_fail));
         tokio::select! {
             Some(failure) = failed.recv() => fail(format!("{failure} (--bind-address-hard-fail)")),
-            () = proxy.run() => {
-                tracing::info!("the source ended; stopping");
-                ExitCode::SUCCESS
-            }
-            _ = tokio::signal::ctrl_c() => {
-                tracing::info!("stopping");
+            () = cli::shutdown::run_until_stopped(proxy.run(), &health, relay.as_ref()) => {
                 ExitCode::SUCCESS
             }
         }
@@ -451,7 +460,7 @@ fn cleanup(bpf_pin_root: &std::path::Path) -> ExitCode {
 
 /// The blocking threads (each sync runs on one) are kept for an hour rather than tokio's 10 s:
 /// with the default, every periodic sync after a quiet `syncPeriod` (30 s) started a new
-/// thread first, 4-5 ms of its time in the User-mode Linux guest (`handoff_us` in the sync's
+/// thread first, 4-5 ms of its time in the User-mode Linux guest (`handoff` in the sync's
 /// debug line), where a kept thread takes 0.1 ms.
 const SYNC_THREAD_KEEP_ALIVE: std::time::Duration = std::time::Duration::from_secs(3600);
 
@@ -487,31 +496,6 @@ fn node_name(config: &Config) -> Result<String, String> {
 fn watch_list_client() -> Result<kube_proxy_rs::cluster::source::api::Lists, String> {
     let value = std::env::var("KUBE_FEATURE_WatchListClient").ok();
     kube_proxy_rs::cluster::source::api::Lists::from_env_value(value.as_deref())
-}
-
-/// Maps klog verbosity to levels: 0–3 info, 4–5 debug, 6 and up trace.
-fn init_logging(config: &Config) {
-    let level = match config.verbosity() {
-        0..=3 => tracing::Level::INFO,
-        4..=5 => tracing::Level::DEBUG,
-        _ => tracing::Level::TRACE,
-    };
-    // Colour only for a person at a terminal: a container runtime or `2> file` keeps the bytes
-    // for `kubectl logs` and log pipelines, where escape sequences are noise.
-    let colour = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let builder = tracing_subscriber::fmt()
-        .with_max_level(level)
-        .with_ansi(colour)
-        .with_writer(std::io::stderr);
-    match config.logging.format {
-        LogFormat::Json => builder.json().init(),
-        LogFormat::Text => builder
-            .event_format(cli::klog::Klog {
-                now: k8s_openapi::jiff::Timestamp::now,
-                pid: std::process::id(),
-            })
-            .init(),
-    }
 }
 
 #[cfg(test)]

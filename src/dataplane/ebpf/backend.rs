@@ -260,7 +260,7 @@ impl Backend for Kernel {
             .collect();
         if !new.is_empty() {
             let names: Vec<&str> = new.iter().map(|i| i.name.as_str()).collect();
-            tracing::info!(interfaces = ?names, "eBPF tc programs attached");
+            tracing::info!(interfaces = %names.join(","), "eBPF tc programs attached");
             self.attach_external(&new)?;
         }
         Ok(())
