@@ -59,6 +59,11 @@ _Static_assert(KP_STAT_COUNT == 7, "kp_stat count");
 /* Scope external: the packets of a new flow leave with the node's address as their source
  * (externalTrafficPolicy Cluster), so the backend's replies come back through this node. */
 #define KP_SVC_F_SNAT 4
+/* Scope socket: the frontend's twin of scope external has loadBalancerSourceRanges. A socket
+ * translated through it remembers the frontend (kp_restrict), and the cgroup egress program
+ * drops its packets whose source is outside the ranges, as kube-proxy drops such traffic from
+ * the node and its pods. */
+#define KP_SVC_F_RESTRICTED 8
 
 /* A frontend: a Service address, port and protocol (IPPROTO_TCP, IPPROTO_UDP), and which
  * programs look it up (scope): the socket programs (KP_SCOPE_SOCKET, traffic of this node's

@@ -13,6 +13,7 @@ pub mod cluster;
 pub mod config;
 pub mod conntrack;
 pub mod dataplane;
+pub mod go_duration;
 pub mod health;
 pub mod metrics;
 pub mod netlink;

@@ -9,7 +9,7 @@
 //! - Fail closed on source ranges: when ranges were given but none of a family is valid, that
 //!   family's LoadBalancer IPs are dropped rather than opened to everyone.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
 use ipnet::IpNet;
@@ -244,6 +244,7 @@ pub fn convert(svc: &Service, names: &mut Interner, warnings: &mut Vec<Warning>)
         return Converted::Refused(Some(key));
     }
     let mut seen = BTreeSet::new();
+    let mut seen_numbers = BTreeMap::new();
     let mut ports = Vec::with_capacity(spec_ports.len());
     for (i, sp) in spec_ports.iter().enumerate() {
         let port_name = sp.name.as_deref().unwrap_or("");
@@ -281,13 +282,24 @@ pub fn convert(svc: &Service, names: &mut Interner, warnings: &mut Vec<Warning>)
                 }
             },
         };
-        if !seen.insert((port_name, protocol)) {
+        if seen.contains(&(port_name, protocol)) {
             warn(format!(
                 "spec.ports[{i}]: duplicate port {} {protocol}; skipped",
                 shown(port_name)
             ));
             continue;
         }
+        // The API server refuses two ports with one (port, protocol); a manifest is not checked
+        // by it, so the first such port wins here.
+        if let Some(first) = seen_numbers.get(&(port, protocol)) {
+            warn(format!(
+                "spec.ports[{i}] {}: port {port}/{protocol} duplicates spec.ports[{first}]; skipped",
+                shown(port_name)
+            ));
+            continue;
+        }
+        seen.insert((port_name, protocol));
+        seen_numbers.insert((port, protocol), i);
         ports.push(ServicePort {
             name: ServicePortName {
                 service: key.clone(),

@@ -359,3 +359,39 @@ fn the_ipvs_scheduler_annotation_goes_on_every_port_and_a_bad_one_only_warns() {
     assert!(!p.ports.is_empty(), "the Service is still proxied");
     assert!(p.ports.iter().all(|p| p.ipvs_scheduler.is_none()));
 }
+
+#[test]
+fn a_second_port_with_the_same_number_and_protocol_is_skipped_with_a_warning() {
+    let svc = service(
+        "default",
+        "web",
+        "10.96.0.10",
+        &[
+            ("http", 80, "TCP"),
+            ("web", 80, "TCP"),
+            ("dns", 80, "UDP"),
+            ("web", 81, "TCP"),
+        ],
+    );
+    let (p, w) = proxied(&svc);
+    let kept: Vec<String> = p
+        .ports
+        .iter()
+        .map(|p| format!("{} {} {}", p.name, p.name.protocol, p.port))
+        .collect();
+    // The same number on another protocol is a different port; the skipped port's name stays free.
+    assert_eq!(
+        kept,
+        [
+            "default/web:http TCP 80",
+            "default/web:dns UDP 80",
+            "default/web:web TCP 81"
+        ]
+    );
+    let messages: Vec<&str> = w.iter().map(|w| w.message.as_str()).collect();
+    assert_eq!(
+        messages,
+        ["spec.ports[1] \"web\": port 80/TCP duplicates spec.ports[0]; skipped"]
+    );
+    assert_eq!(w[0].object, "service default/web");
+}

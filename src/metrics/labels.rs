@@ -179,3 +179,11 @@ pub struct RefusedRelayLabels {
     pub relay: RelayLabels,
     pub reason: &'static str,
 }
+
+/// One series of client-go's `rest_client_requests_total`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct RestClientLabels {
+    pub code: String,
+    pub host: String,
+    pub method: String,
+}

@@ -268,6 +268,14 @@ pub const RS_IPVS_BYTES: Spec = spec(
     "Bytes through a kind of frontend of a service port, in (to the endpoints) or out, from the kernel's counters read at scrape time",
 );
 
+/// client-go's, which upstream kube-proxy exposes for its API client.
+pub const REST_CLIENT_REQUESTS: Spec = spec(
+    "rest_client_requests_total",
+    Counter,
+    &["code", "host", "method"],
+    "[ALPHA] Number of HTTP requests, partitioned by status code, method, and host.",
+);
+
 const RELAYED: &[&str] = &[
     "ip_family",
     "namespace",
@@ -380,6 +388,7 @@ pub const ALL: &[Spec] = &[
     LIVEZ_TOTAL,
     CONNTRACK_SYNC_DURATION,
     CONNTRACK_DELETED_ENTRIES,
+    REST_CLIENT_REQUESTS,
     RS_OBJECTS,
     RS_OPERATIONS,
     RS_NETLINK_MESSAGES,

@@ -25,6 +25,7 @@ mod pinned;
 mod planned;
 mod reasons;
 pub mod recent;
+pub mod remote;
 pub mod render;
 pub mod request;
 pub mod saved;

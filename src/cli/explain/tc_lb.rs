@@ -63,6 +63,11 @@ pub(super) fn reasons(
         ));
     }
     match &t.fate {
+        Fate::Refused if e.undefined_port => out.push(format!(
+            "the entry is {}'s at port 0 (any port its Service does not define): the program \
+             answers with an ICMP port unreachable, as kube-proxy rejects it",
+            request.to.ip()
+        )),
         Fate::Refused => out.push(
             "no backend: the program answers with an ICMP port unreachable, so the client's \
              connect() is refused (ECONNREFUSED) and a UDP sender sees an error"

@@ -19,8 +19,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::layout::{
-    Backend, IPPROTO_TCP, IPPROTO_UDP, NpKey, SVC_F_AFFINITY, SVC_F_DROP, SVC_F_SNAT, SlotKey,
-    SrcKey, SvcKey, SvcVal,
+    Backend, IPPROTO_TCP, IPPROTO_UDP, NpKey, SVC_F_AFFINITY, SVC_F_DROP, SVC_F_RESTRICTED,
+    SVC_F_SNAT, SlotKey, SrcKey, SvcKey, SvcVal,
 };
 use super::plan::{Frontend, Plan, Scope, SetName, Transport};
 
@@ -218,13 +218,23 @@ impl Held {
 
 /// [`diff`] over `current`, taking new ids only where `taken` says no entry uses them.
 fn diff_with(current: &Maps, plan: &Plan, taken: &dyn Fn(u32) -> bool) -> Vec<Op> {
-    // Each set's frontends, and whether the frontend's new flows from outside get source NAT.
-    let mut frontends_of: BTreeMap<&SetName, Vec<(SvcKey, bool)>> = BTreeMap::new();
+    // Each set's frontends, and the flags of the frontend's own: source NAT for its new flows
+    // from outside, source ranges for the sockets it translates (those of its twin from
+    // outside).
+    let mut frontends_of: BTreeMap<&SetName, Vec<(SvcKey, u8)>> = BTreeMap::new();
     for (f, set) in &plan.frontends {
-        frontends_of
-            .entry(set)
-            .or_default()
-            .push((svc_key(f), plan.snat.contains(f)));
+        let mut own = 0;
+        if plan.snat.contains(f) {
+            own |= SVC_F_SNAT;
+        }
+        let outside = Frontend {
+            scope: Scope::External,
+            ..*f
+        };
+        if f.scope == Scope::Socket && plan.source_ranges.contains_key(&outside) {
+            own |= SVC_F_RESTRICTED;
+        }
+        frontends_of.entry(set).or_default().push((svc_key(f), own));
     }
     let mut claimed = BTreeSet::new();
     let mut next_free = 1u32;
@@ -283,14 +293,10 @@ fn diff_with(current: &Maps, plan: &Plan, taken: &dyn Fn(u32) -> bool) -> Vec<Op
             }
         };
         claimed.insert(val.svc_id);
-        for &(k, snat) in keys {
-            let val = if snat {
-                SvcVal {
-                    flags: val.flags | SVC_F_SNAT,
-                    ..val
-                }
-            } else {
-                val
+        for &(k, own) in keys {
+            let val = SvcVal {
+                flags: val.flags | own,
+                ..val
             };
             if current.svc.get(&k) != Some(&val) {
                 put_svc.push(Op::PutSvc(k, val));

@@ -8,7 +8,7 @@
 use std::fmt::Write as _;
 
 use super::diff::{self, Maps};
-use super::layout::{SVC_F_AFFINITY, SVC_F_DROP, SVC_F_SNAT};
+use super::layout::{SVC_F_AFFINITY, SVC_F_DROP, SVC_F_RESTRICTED, SVC_F_SNAT};
 use super::names;
 use super::plan::{Plan, Scope, UNDEFINED_PORT};
 
@@ -50,6 +50,8 @@ pub fn render(plan: &Plan) -> String {
         let scope = if external { "external " } else { "" };
         let snat = if v.flags & SVC_F_SNAT != 0 {
             " snat"
+        } else if v.flags & SVC_F_RESTRICTED != 0 {
+            " source-ranges"
         } else {
             ""
         };
@@ -172,7 +174,7 @@ udp 10.96.0.10:* -> set 12 count 0 generation 0  # any port the Service does not
 external udp 10.96.0.10:* -> set 13 count 0 generation 0  # any port the Service does not define: ICMP port unreachable
 tcp 10.96.0.10:80 -> set 10 count 1 generation 0
 external tcp 10.96.0.10:80 -> set 11 count 1 generation 0 snat
-tcp 198.51.100.7:443 -> set 1 count 1 generation 0
+tcp 198.51.100.7:443 -> set 1 count 1 generation 0 source-ranges
 external tcp 198.51.100.7:443 -> set 3 count 0 generation 0  # no endpoint for this traffic: dropped
 # map kp_slot (set, generation, slot -> backend)
 set 1 generation 0 slot 0 -> 10.244.2.5:8443

@@ -91,6 +91,9 @@ pub struct Entry {
     pub drop: bool,
     /// New flows from outside leave with the node's address as source (Cluster policy).
     pub snat: bool,
+    /// The entry is the ClusterIP's at port 0: the destination's port is one its Service does
+    /// not define.
+    pub undefined_port: bool,
 }
 
 impl Entry {
@@ -102,6 +105,15 @@ impl Entry {
             affinity: (v.flags & SVC_F_AFFINITY != 0).then_some(v.affinity_timeout),
             drop: v.flags & SVC_F_DROP != 0,
             snat: v.flags & SVC_F_SNAT != 0,
+            undefined_port: false,
+        }
+    }
+
+    /// The entry found under `key`.
+    fn at(key: &SvcKey, v: &SvcVal) -> Entry {
+        Entry {
+            undefined_port: key.port() == UNDEFINED_PORT,
+            ..Entry::of(v)
         }
     }
 
@@ -244,7 +256,7 @@ pub fn trace(maps: &Maps, packet: &Packet, remembered: Option<&Remembered>) -> T
         Transport::Tcp => vec![connect],
         Transport::Udp => vec![connect, sendmsg],
     };
-    let Some((_, val)) = lookup(maps, packet.to, transport, Scope::Socket) else {
+    let Some((key, val)) = lookup(maps, packet.to, transport, Scope::Socket) else {
         return Trace {
             hooks,
             entry: None,
@@ -252,7 +264,7 @@ pub fn trace(maps: &Maps, packet: &Packet, remembered: Option<&Remembered>) -> T
             fate: Fate::Untouched,
         };
     };
-    let entry = Entry::of(val);
+    let entry = Entry::at(&key, val);
     let fate = if entry.count == 0 {
         if entry.drop {
             Fate::TimedOut

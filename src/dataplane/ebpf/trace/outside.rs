@@ -49,7 +49,7 @@ pub(super) fn trace(
             fate: Fate::Untouched,
         };
     };
-    let entry = Entry::of(val);
+    let entry = Entry::at(&key, val);
     let source_ranges = ranges(maps, &key);
     let fate = if !allowed(maps, &key, client) {
         Fate::Dropped(Dropped::SourceRange)

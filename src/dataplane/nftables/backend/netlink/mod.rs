@@ -264,6 +264,17 @@ impl Netlink {
             .collect())
     }
 
+    /// Every table of the `ip`, `ip6` and `inet` families, anyone's, as (family, name).
+    pub fn tables(&mut self) -> Result<Vec<(&'static str, String)>, Error> {
+        let s = self.socket()?;
+        let answer = request(s, uapi::msg::GETTABLE, uapi::NFPROTO_UNSPEC, true, &|_| {})?;
+        let (bodies, _interrupted) = dumped(answer, "table")?;
+        Ok(bodies
+            .iter()
+            .filter_map(|b| dump::table_summary(b))
+            .collect())
+    }
+
     /// [`Netlink::dump`], knowing what the table should hold: large sets whose declaration is
     /// as planned are read by asking for the planned keys and comparing the kernel's element
     /// count, not by dumping them. Same result as a dump.
