@@ -18,7 +18,8 @@ COPY benches benches
 # The commit `--version=raw` and the start-up line report (the context has no .git):
 #   docker build --build-arg GIT_COMMIT=$(git rev-parse HEAD) ...
 ARG GIT_COMMIT=""
-RUN cargo build --release --locked --bin kube-proxy-rs
+# Debug info stripped from the image's binary; symbols kept, so backtraces still name functions.
+RUN CARGO_PROFILE_RELEASE_STRIP=debuginfo cargo build --release --locked --bin kube-proxy-rs
 
 FROM debian:bookworm-slim
 RUN apt-get update \

@@ -3,7 +3,7 @@
 //!
 //! [`Metrics`] is a cheap-to-clone handle; recording is lock-free (atomics) except the first
 //! use of a label set. Times and durations are arguments: nothing here reads a clock. Pure code
-//! never records; the runner records what the pure code returned (see `design.md`).
+//! never records; the runner records what the pure code returned (see `docs/architecture.md`).
 //!
 //! Every metric is registered whatever the mode. A labelled metric appears in a scrape only once
 //! it has a series, so [`Metrics::prime`] creates the zero-valued series of the mode and the

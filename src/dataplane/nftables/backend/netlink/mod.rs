@@ -4,7 +4,7 @@
 //! `GET*` dumps, without `nft` in between.
 //!
 //! Why: `nft -f` spends seconds parsing a large ruleset and `nft list` tens of seconds
-//! printing one (`notes/nft-scale.md`, issue 12); the kernel itself needs a fraction of that.
+//! printing one (docs/benchmarks.md); the kernel itself needs a fraction of that.
 //!
 //! Why our own message types: no maintained Apache-compatible crate covers nf_tables without
 //! linking libnftnl (GPL), and the rust-netlink family has none for it. So the socket and the
