@@ -100,7 +100,7 @@ fn the_proxy_sets_its_oom_score_adj_or_warns_and_keeps_running() {
     let mut proxy = ChildGuard::spawn(&format!("{}-refused", ns.name), &mut cmd);
     let line = wait_for_line(&mut proxy, "cannot set oom_score_adj");
     assert!(
-        line.starts_with('W') && line.contains("value=-1000") && line.contains("error="),
+        line.starts_with('W') && line.contains("value=-1000") && line.contains(" err="),
         "one warning naming the value and the error: {line}"
     );
     // It goes on: still running once its servers answer.
