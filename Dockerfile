@@ -1,5 +1,7 @@
 # kube-proxy-rs image: the release binary on Debian with the tools each dataplane mode runs
-# (nft, iptables with both the nft and legacy back ends, ipset, conntrack). It runs as root; the
+# (nft, iptables with both the nft and legacy back ends, ipset, conntrack) and those the
+# operations guide has an operator run inside the pod (curl for the debug and health
+# endpoints, ipvsadm to read IPVS; tests/image_tools.rs checks the list). It runs as root; the
 # DaemonSet grants the capabilities (NET_ADMIN, NET_RAW; privileged only for the init step).
 #
 #   docker build -t kube-proxy-rs:v0.1.0 .
@@ -13,11 +15,15 @@ COPY Cargo.toml Cargo.lock build.rs ./
 COPY bpf bpf
 COPY src src
 COPY benches benches
-RUN cargo build --release --locked --bin kube-proxy-rs
+# The commit `--version=raw` and the start-up line report (the context has no .git):
+#   docker build --build-arg GIT_COMMIT=$(git rev-parse HEAD) ...
+ARG GIT_COMMIT=""
+# Debug info stripped from the image's binary; symbols kept, so backtraces still name functions.
+RUN CARGO_PROFILE_RELEASE_STRIP=debuginfo cargo build --release --locked --bin kube-proxy-rs
 
 FROM debian:bookworm-slim
 RUN apt-get update \
- && apt-get install -y --no-install-recommends nftables iptables ipset conntrack kmod \
+ && apt-get install -y --no-install-recommends nftables iptables ipset conntrack kmod ipvsadm curl \
  && rm -rf /var/lib/apt/lists/*
 COPY --from=build /src/target/release/kube-proxy-rs /usr/local/bin/kube-proxy-rs
 COPY LICENSE /usr/share/doc/kube-proxy-rs/LICENSE

@@ -5,6 +5,9 @@
 //! Needs `clang` (the `clang` package; `$CLANG` overrides the command), `llvm-strip` (`llvm`;
 //! `$LLVM_STRIP`), the UAPI headers (`linux-libc-dev`) and libbpf's `bpf_helpers.h`
 //! (`libbpf-dev`). A missing one fails the build with one line naming the package.
+//!
+//! Also records what `--version=raw` and the start-up line report ([`build_info`]): the git
+//! commit and tree state, the build date and the compiler.
 #![allow(clippy::disallowed_methods)] // a build script runs tools and reads its environment
 
 use std::env;
@@ -60,9 +63,97 @@ fn main() {
         run(Command::new(&strip).arg("-g").arg(&object));
     }
 
+    build_info(&root);
+
     let header = fs::read_to_string(root.join(HEADER)).expect("bpf/kp_maps.h is readable");
     fs::write(out.join("layout_tests.rs"), layout_tests(&header)).expect("OUT_DIR is writable");
     fs::write(out.join("bounds.rs"), bounds(&header)).expect("OUT_DIR is writable");
+}
+
+/// `KUBE_PROXY_RS_GIT_COMMIT`, `_GIT_TREE_STATE`, `_BUILD_DATE` and `_RUSTC` for the crate.
+///
+/// The commit is `$GIT_COMMIT` when set (an image build, whose context has no `.git`), else
+/// `git rev-parse HEAD`, else empty, as upstream leaves it when unknown. The tree state is
+/// `clean` or `dirty` as `git status` saw it when this script ran (it reruns when HEAD moves,
+/// not on every edit); the build date is `$SOURCE_DATE_EPOCH` when set, else the time this
+/// script ran, in UTC.
+fn build_info(root: &Path) {
+    println!("cargo:rerun-if-env-changed=GIT_COMMIT");
+    println!("cargo:rerun-if-env-changed=SOURCE_DATE_EPOCH");
+    let git = |args: &[&str]| {
+        Command::new("git")
+            .args(args)
+            .current_dir(root)
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+    };
+    // Rerun when HEAD or the branch it points at moves.
+    for path in [git(&["rev-parse", "--git-path", "HEAD"]), {
+        git(&["symbolic-ref", "-q", "HEAD"]).and_then(|r| git(&["rev-parse", "--git-path", &r]))
+    }]
+    .into_iter()
+    .flatten()
+    {
+        let path = root.join(path);
+        if path.exists() {
+            println!("cargo:rerun-if-changed={}", path.display());
+        }
+    }
+    let commit = env::var("GIT_COMMIT")
+        .ok()
+        .filter(|c| !c.is_empty())
+        .or_else(|| git(&["rev-parse", "HEAD"]))
+        .unwrap_or_default();
+    let tree_state = match git(&["status", "--porcelain", "--untracked-files=no"]) {
+        Some(changes) if changes.is_empty() => "clean",
+        Some(_) => "dirty",
+        None => "",
+    };
+    let epoch = env::var("SOURCE_DATE_EPOCH")
+        .ok()
+        .and_then(|s| s.parse::<u64>().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs())
+        });
+    let rustc = env::var("RUSTC").unwrap_or_else(|_| "rustc".to_string());
+    let compiler = Command::new(rustc)
+        .arg("--version")
+        .output()
+        .ok()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default();
+    println!("cargo:rustc-env=KUBE_PROXY_RS_GIT_COMMIT={commit}");
+    println!("cargo:rustc-env=KUBE_PROXY_RS_GIT_TREE_STATE={tree_state}");
+    println!(
+        "cargo:rustc-env=KUBE_PROXY_RS_BUILD_DATE={}",
+        rfc3339(epoch)
+    );
+    println!("cargo:rustc-env=KUBE_PROXY_RS_RUSTC={compiler}");
+}
+
+/// Seconds since the epoch as `YYYY-MM-DDTHH:MM:SSZ` (upstream's build date format), by the
+/// civil-from-days algorithm: a build script has no date library.
+fn rfc3339(epoch: u64) -> String {
+    let (days, rest) = (epoch / 86_400, epoch % 86_400);
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rest / 3600,
+        rest / 60 % 60,
+        rest % 60
+    )
 }
 
 /// The header's `#define KP_MAX_* N` as Rust constants, so the proxy checks pinned maps and

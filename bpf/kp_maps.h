@@ -59,6 +59,11 @@ _Static_assert(KP_STAT_COUNT == 7, "kp_stat count");
 /* Scope external: the packets of a new flow leave with the node's address as their source
  * (externalTrafficPolicy Cluster), so the backend's replies come back through this node. */
 #define KP_SVC_F_SNAT 4
+/* Scope socket: the frontend's twin of scope external has loadBalancerSourceRanges. A socket
+ * translated through it remembers the frontend (kp_restrict), and the cgroup egress program
+ * drops its packets whose source is outside the ranges, as kube-proxy drops such traffic from
+ * the node and its pods. */
+#define KP_SVC_F_RESTRICTED 8
 
 /* A frontend: a Service address, port and protocol (IPPROTO_TCP, IPPROTO_UDP), and which
  * programs look it up (scope): the socket programs (KP_SCOPE_SOCKET, traffic of this node's
@@ -74,6 +79,10 @@ struct kp_svc_key {
 
 #define KP_SCOPE_SOCKET 0
 #define KP_SCOPE_EXTERNAL 1
+
+/* The port of a ClusterIP's entry that stands for every port its Service does not define
+ * (count 0: refused). The programs look it up when the port itself has no entry. */
+#define KP_UNDEFINED_PORT 0
 
 /*
  * What a frontend is balanced over: the slots (svc_id, generation, 0..count-1). count 0 means the

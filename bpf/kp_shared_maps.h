@@ -50,6 +50,40 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } kp_stats SEC(".maps");
 
+/* loadBalancerSourceRanges (kp_maps.h, struct kp_src_key); written by the proxy. The tc
+ * programs check packets from outside; the socket programs mark a socket that connects to a
+ * restricted LoadBalancer IP, whose packets the cgroup egress program checks. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, KP_MAX_SOURCE_RANGES);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct kp_src_key);
+	__type(value, __u8);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} kp_src SEC(".maps");
+
+/* 1 when `src` (16 bytes, IPv4 mapped) may use the frontend `key` of scope external: it has
+ * no ranges, or one of them holds `src`. */
+static __always_inline int kp_source_in_ranges(const struct kp_svc_key *key, const __u32 src[4])
+{
+	struct kp_src_key k = {};
+	__u8 *v;
+
+	k.prefixlen = KP_SRC_FRONTEND_BITS + 128;
+	k.fe_addr[0] = key->addr[0];
+	k.fe_addr[1] = key->addr[1];
+	k.fe_addr[2] = key->addr[2];
+	k.fe_addr[3] = key->addr[3];
+	k.fe_port = key->port;
+	k.fe_proto = key->proto;
+	k.src[0] = src[0];
+	k.src[1] = src[1];
+	k.src[2] = src[2];
+	k.src[3] = src[3];
+	v = bpf_map_lookup_elem(&kp_src, &k);
+	return !v || *v;
+}
+
 static __always_inline void kp_count(__u32 reason)
 {
 	__u64 *n = bpf_map_lookup_elem(&kp_stats, &reason);

@@ -41,6 +41,17 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } kp_nodeport SEC(".maps");
 
+/* Sockets translated through a frontend with loadBalancerSourceRanges: the frontend's key of
+ * scope external, whose kp_src entries the egress program checks each packet's source
+ * against. */
+struct {
+	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct kp_svc_key);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} kp_restrict SEC(".maps");
+
 enum kp_verdict {
 	KP_PASS,        /* not a Service frontend: leave the address alone */
 	KP_TRANSLATED,  /* *be holds the backend to use */
@@ -96,9 +107,10 @@ static __always_inline int kp_affine(const struct kp_svc_val *svc, const struct 
  * one backend), at random otherwise. */
 static __always_inline enum kp_verdict kp_pick(struct bpf_sock_addr *ctx,
 					       const struct kp_svc_key *key, __u64 cookie,
-					       int sticky, struct kp_backend *be)
+					       int sticky, struct kp_backend *be, __u8 *flags)
 {
 	struct kp_svc_val *found = bpf_map_lookup_elem(&kp_svc, key);
+	struct kp_svc_key undefined;
 	struct kp_svc_val svc;
 	struct kp_slot_key slot = {};
 	struct kp_aff_key ak = {};
@@ -109,9 +121,16 @@ static __always_inline enum kp_verdict kp_pick(struct bpf_sock_addr *ctx,
 	__u16 chosen;
 	__u32 pick;
 
+	if (!found) {
+		/* A ClusterIP at a port its Service does not define: its entry at port 0. */
+		undefined = *key;
+		undefined.port = KP_UNDEFINED_PORT;
+		found = bpf_map_lookup_elem(&kp_svc, &undefined);
+	}
 	if (!found)
 		return KP_PASS;
 	svc = *found;
+	*flags = svc.flags;
 	if (svc.count == 0)
 		return (svc.flags & KP_SVC_F_DROP) ? KP_DROP : KP_REFUSE;
 	if (svc.flags & KP_SVC_F_AFFINITY) {
@@ -198,6 +217,8 @@ static __always_inline int kp_forward(struct bpf_sock_addr *ctx, int v6, int sti
 {
 	struct kp_svc_key key = {};
 	struct kp_backend be;
+	struct kp_svc_key *mark;
+	__u8 flags = 0;
 	__u64 cookie;
 	__u32 proto = ctx->protocol;
 
@@ -209,7 +230,7 @@ static __always_inline int kp_forward(struct bpf_sock_addr *ctx, int v6, int sti
 		kp_key4(&key, ctx);
 	key.proto = proto;
 	cookie = bpf_get_socket_cookie(ctx);
-	switch (kp_pick(ctx, &key, cookie, sticky, &be)) {
+	switch (kp_pick(ctx, &key, cookie, sticky, &be, &flags)) {
 	case KP_PASS:
 		return 1;
 	case KP_REFUSE:
@@ -234,6 +255,17 @@ static __always_inline int kp_forward(struct bpf_sock_addr *ctx, int v6, int sti
 	}
 	ctx->user_port = be.port;
 	kp_remember(cookie, &be, &key);
+	/* A restricted frontend: the socket's packets are checked on their way out. */
+	if (flags & KP_SVC_F_RESTRICTED) {
+		mark = bpf_sk_storage_get(&kp_restrict, ctx->sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+		if (mark) {
+			*mark = key;
+			mark->scope = KP_SCOPE_EXTERNAL;
+		}
+	} else if (sticky) {
+		/* An unconnected UDP socket sending elsewhere now: no longer checked. */
+		bpf_sk_storage_delete(&kp_restrict, ctx->sk);
+	}
 	return 1;
 }
 
@@ -387,6 +419,44 @@ SEC("cgroup/post_bind6")
 int kp_post_bind6(struct bpf_sock *ctx)
 {
 	return kp_bind_check(ctx);
+}
+
+#define KP_ETH_P_IP 0x0800
+#define KP_ETH_P_IPV6 0x86DD
+
+/* Each packet a process or pod of the node sends on a socket translated through a restricted
+ * LoadBalancer IP (kp_restrict): dropped when its source is outside the frontend's
+ * loadBalancerSourceRanges, as kube-proxy drops it before the DNAT. The source is only known
+ * here, once the kernel has routed the socket. Other packets pass at the cost of one lookup. */
+SEC("cgroup_skb/egress")
+int kp_restrict_egress(struct __sk_buff *skb)
+{
+	struct kp_svc_key *mark;
+	struct bpf_sock *sk = skb->sk;
+	__u32 src[4] = {};
+
+	if (!sk)
+		return 1;
+	sk = bpf_sk_fullsock(sk);
+	if (!sk)
+		return 1;
+	mark = bpf_sk_storage_get(&kp_restrict, sk, 0, 0);
+	if (!mark)
+		return 1;
+	if (skb->protocol == bpf_htons(KP_ETH_P_IP)) {
+		src[2] = bpf_htonl(0xffff);
+		if (bpf_skb_load_bytes(skb, 12, &src[3], 4))
+			return 1;
+	} else if (skb->protocol == bpf_htons(KP_ETH_P_IPV6)) {
+		if (bpf_skb_load_bytes(skb, 8, src, 16))
+			return 1;
+	} else {
+		return 1;
+	}
+	if (kp_source_in_ranges(mark, src))
+		return 1;
+	kp_count(KP_STAT_DROPPED);
+	return 0;
 }
 
 /* The kernel gives GPL-compatible programs all helpers; the file is BSD-2-Clause or GPL-2.0. */

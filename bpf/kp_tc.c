@@ -40,16 +40,6 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } kp_flow SEC(".maps");
 
-/* loadBalancerSourceRanges; written by the proxy. */
-struct {
-	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
-	__uint(max_entries, KP_MAX_SOURCE_RANGES);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__type(key, struct kp_src_key);
-	__type(value, __u8);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} kp_src SEC(".maps");
-
 #define KP_IPPROTO_TCP 6
 #define KP_IPPROTO_UDP 17
 #define KP_IPPROTO_ICMP 1
@@ -444,19 +434,7 @@ static __always_inline int kp_reject(struct __sk_buff *skb, const struct kp_pkt 
 static __attribute__((noinline)) int kp_source_allowed(const struct kp_svc_key *key,
 						       const struct kp_pkt *p)
 {
-	struct kp_src_key k = {};
-	__u8 *v;
-
-	k.prefixlen = KP_SRC_FRONTEND_BITS + 128;
-	k.fe_addr[0] = key->addr[0];
-	k.fe_addr[1] = key->addr[1];
-	k.fe_addr[2] = key->addr[2];
-	k.fe_addr[3] = key->addr[3];
-	k.fe_port = key->port;
-	k.fe_proto = key->proto;
-	__builtin_memcpy(k.src, p->saddr, 16);
-	v = bpf_map_lookup_elem(&kp_src, &k);
-	return !v || *v;
+	return kp_source_in_ranges(key, p->saddr);
 }
 
 /* The node address the kernel would use as source towards `backend` (what a masquerade rule
@@ -696,6 +674,11 @@ int kp_tc_ingress(struct __sk_buff *skb)
 		key.proto = p.proto;
 		key.scope = KP_SCOPE_EXTERNAL;
 		found = bpf_map_lookup_elem(&kp_svc, &key);
+		if (!found) {
+			/* A ClusterIP at a port its Service does not define: its entry at port 0. */
+			key.port = KP_UNDEFINED_PORT;
+			found = bpf_map_lookup_elem(&kp_svc, &key);
+		}
 		if (!found)
 			return TC_ACT_OK;
 		svc = *found;

@@ -1,6 +1,6 @@
 //! kube-proxy-rs: a Kubernetes Service proxy, a drop-in replacement for upstream kube-proxy.
 //!
-//! Data takes one path (see `design.md`): a [`cluster::source`] turns API objects into events, the
+//! Data takes one path (see `docs/architecture.md`): a [`cluster::source`] turns API objects into events, the
 //! [`cluster::Tracker`] folds them into an immutable [`cluster::Snapshot`], a planner per dataplane
 //! mode turns that into the desired kernel state, and an applier makes the kernel match. Everything
 //! before the applier is pure.
@@ -13,6 +13,7 @@ pub mod cluster;
 pub mod config;
 pub mod conntrack;
 pub mod dataplane;
+pub mod go_duration;
 pub mod health;
 pub mod metrics;
 pub mod netlink;

@@ -4,12 +4,10 @@
 use std::path::Path;
 use std::process::ExitCode;
 
-use clap::Parser;
 use kube_proxy_rs::causes;
-use kube_proxy_rs::cli::{self, Cli, Command};
+use kube_proxy_rs::cli::{self, Command};
 use kube_proxy_rs::cluster::Features;
-use kube_proxy_rs::config::{self, Config, Flags, LogFormat};
-use kube_proxy_rs::conntrack;
+use kube_proxy_rs::config::{self, Config};
 use kube_proxy_rs::dataplane::{self, iptables, ipvs, nftables, userspace};
 
 #[global_allocator]
@@ -84,35 +82,19 @@ fn purge_freed_memory_at_once() {
 fn main() -> ExitCode {
     without_huge_pages();
     purge_freed_memory_at_once();
-    let cli = match Cli::try_parse() {
+    let cli = match cli::parse::parse(std::env::args_os()) {
         Ok(cli) => cli,
-        Err(e) if !e.use_stderr() => {
-            // --help: print it and succeed.
+        Err(cli::parse::Stop::Help(e)) => {
             let _ = e.print();
             return ExitCode::SUCCESS;
         }
-        Err(e) => {
-            let text = e.to_string();
-            let first = text.lines().next().unwrap_or("invalid arguments");
-            return fail(format!(
-                "{} (see --help)",
-                first.trim_start_matches("error: ")
-            ));
-        }
+        Err(cli::parse::Stop::Invalid(line)) => return fail(line),
     };
     let mut status = None;
     let (flags, plan, explain) = match cli.command {
         None => (cli.flags, None, None),
-        Some(Command::Plan(args)) => {
-            if cli.flags != Flags::default() {
-                return fail("give flags after `plan`, not before it");
-            }
-            (args.flags, Some(args.output), None)
-        }
+        Some(Command::Plan(args)) => (args.flags, Some(args.output), None),
         Some(Command::Status(args)) => {
-            if cli.flags != Flags::default() {
-                return fail("give flags after `status`, not before it");
-            }
             if let Some(bad) = args.service.as_deref().and_then(cli::status::bad_service) {
                 return fail(format!("--{bad}"));
             }
@@ -120,9 +102,6 @@ fn main() -> ExitCode {
             (args.flags, None, None)
         }
         Some(Command::Explain(args)) => {
-            if cli.flags != Flags::default() {
-                return fail("give flags after `explain`, not before it");
-            }
             let request = match cli::explain::Request::parse(
                 &args.to,
                 args.from.as_deref(),
@@ -131,18 +110,17 @@ fn main() -> ExitCode {
                 Ok(r) => r,
                 Err(e) => return fail(e),
             };
-            (args.flags, None, Some((request, args.output)))
+            let remote = cli::explain::remote::path(
+                &args.to,
+                args.from.as_deref(),
+                args.in_interface.as_deref(),
+                args.output,
+            );
+            (args.flags, None, Some((request, args.output, remote)))
         }
     };
     if let Some(style) = flags.version_requested() {
-        let mut text = format!("kube-proxy-rs v{}\n", env!("CARGO_PKG_VERSION"));
-        if style == config::VersionStyle::Raw {
-            text.push_str(&format!(
-                "rust-version: {}\n",
-                env!("CARGO_PKG_RUST_VERSION")
-            ));
-        }
-        return emit(&text);
+        return emit(&cli::version::text(style, &cli::version::info()));
     }
     let file_text = match &flags.config {
         Some(path) => match std::fs::read_to_string(path) {
@@ -157,7 +135,7 @@ fn main() -> ExitCode {
         Err(e) => return fail(e),
     };
     let config = resolved.config;
-    init_logging(&config);
+    cli::logging::init(&config);
     for w in &resolved.warnings {
         tracing::warn!("{w}");
     }
@@ -174,7 +152,17 @@ fn main() -> ExitCode {
     let features = Features {
         prefer_same_node: config.gate("PreferSameTrafficDistribution"),
     };
-    if let Some((request, format)) = explain {
+    if let Some((request, format, remote)) = explain {
+        // Without --manifests the running proxy answers first, as for `status`.
+        if config.manifests.is_none() {
+            match cli::explain::remote::ask(config.metrics_bind_address, &remote) {
+                Ok(Some(answer)) => return emit(&answer),
+                Ok(None) => {
+                    tracing::info!("no proxy answers on the metrics address; asking the API server")
+                }
+                Err(e) => return fail(e),
+            }
+        }
         let loaded = match load(&config, &node_name, features) {
             Ok(l) => l,
             Err(e) => return fail(e),
@@ -275,6 +263,7 @@ fn ask_status(config: &Config, service: Option<&str>, format: cli::OutputFormat)
             &path,
             std::time::Duration::from_secs(60),
         ))
+        .map_err(|e| e.to_string())
     });
     match answer {
         Ok((200, body)) => emit(&body),
@@ -310,9 +299,9 @@ fn run(config: &Config, node_name: &str, features: Features) -> ExitCode {
     if config.cleanup {
         return cleanup(&cli::run::ebpf_pin_root(config));
     }
-    set_conntrack_sysctls(config);
+    cli::host_setup::conntrack_sysctls(config);
     if config.mode == config::ProxyMode::Iptables {
-        set_route_localnet(config);
+        cli::host_setup::route_localnet(config);
     }
     if config.init_only && config.mode == config::ProxyMode::Ipvs {
         // The proxy itself sets them too, but unprivileged its /proc/sys is read-only; values
@@ -325,7 +314,9 @@ fn run(config: &Config, node_name: &str, features: Features) -> ExitCode {
         tracing::info!("--init-only: privileged host setup done; exiting");
         return ExitCode::SUCCESS;
     }
-    tracing::info!(node = node_name, mode = config.mode.as_str(), "starting");
+    cli::version::log_start(config, node_name);
+    cli::host_setup::oom_score_adj(config);
+    dataplane::leftovers::spawn_warning(config.mode);
     let runtime = match runtime() {
         Ok(r) => r,
         Err(e) => return fail(e),
@@ -369,6 +360,10 @@ fn run(config: &Config, node_name: &str, features: Features) -> ExitCode {
             ));
         }
         let mut observe = cli::observe::Observe::new(config);
+        let (health, relay) = (observe.health.clone(), mode.relay.clone());
+        observe
+            .metrics
+            .set_rest_client_source(proxy.reachability.as_ref().map(|r| r.requests()));
         if let Some(relay) = mode.relay.clone() {
             observe.metrics.set_relay_source(relay);
         }
@@ -393,8 +388,11 @@ fn run(config: &Config, node_name: &str, features: Features) -> ExitCode {
                 .clone()
                 .serve_health_checks(config.node_port_addresses.clone()),
         );
+        // --bind-address-hard-fail: a server that cannot serve ends the proxy.
+        let (hard_fail, mut failed) = tokio::sync::mpsc::unbounded_channel();
+        let hard_fail = config.bind_address_hard_fail.then_some(hard_fail);
         if let Some(address) = config.healthz_bind_address {
-            tokio::spawn(observe.clone().serve_health(address));
+            tokio::spawn(observe.clone().serve_health(address, hard_fail.clone()));
         }
         if matches!(
             config.mode,
@@ -418,66 +416,15 @@ fn run(config: &Config, node_name: &str, features: Features) -> ExitCode {
             sync: proxy.status.clone(),
             health_checks: observe.health_checks(),
         });
-        tokio::spawn(observe.serve_metrics(config.metrics_bind_address, config.clone(), debug));
+        let metrics = config.metrics_bind_address;
+        tokio::spawn(observe.serve_metrics(metrics, config.clone(), debug, hard_fail));
         tokio::select! {
-            () = proxy.run() => {
-                tracing::info!("the source ended; stopping");
-                ExitCode::SUCCESS
-            }
-            _ = tokio::signal::ctrl_c() => {
-                tracing::info!("stopping");
+            Some(failure) = failed.recv() => fail(format!("{failure} (--bind-address-hard-fail)")),
+            () = cli::shutdown::run_until_stopped(proxy.run(), &health, relay.as_ref()) => {
                 ExitCode::SUCCESS
             }
         }
     })
-}
-
-/// Sets the conntrack sysctls from the configuration; each one the kernel refuses (read-only in
-/// a network namespace, no permission) is one warning, and start-up goes on.
-fn set_conntrack_sysctls(config: &Config) {
-    let applied = conntrack::sysctls::apply(&conntrack::sysctls::Host::real(), &config.conntrack);
-    for w in &applied.written {
-        tracing::info!(
-            sysctl = w.key.path(),
-            value = w.value,
-            "set conntrack sysctl"
-        );
-    }
-    for (w, error) in &applied.refused {
-        tracing::warn!(
-            sysctl = w.key.path(),
-            value = w.value,
-            %error,
-            "cannot set conntrack sysctl; going on with the kernel's value"
-        );
-    }
-}
-
-/// Localhost NodePorts (iptables mode, IPv4) need `route_localnet`, so packets to 127.0.0.1
-/// may be DNATed to a pod; upstream sets it at start-up too, next to the rule against
-/// CVE-2020-8558 the planner adds.
-fn set_route_localnet(config: &Config) {
-    let cfg = match iptables::ModeConfig::new(config) {
-        Ok(c) => c,
-        Err(_) => return, // reported when the dataplane is built
-    };
-    if !cfg.localhost_node_ports_active() {
-        return;
-    }
-    let path = "/proc/sys/net/ipv4/conf/all/route_localnet";
-    #[allow(
-        clippy::disallowed_methods,
-        reason = "start-up host setup, beside the conntrack sysctls"
-    )]
-    match std::fs::write(path, "1\n") {
-        Ok(()) => tracing::info!(
-            sysctl = path,
-            value = 1,
-            "set sysctl for localhost NodePorts"
-        ),
-        Err(error) => tracing::warn!(sysctl = path, %error,
-            "cannot set sysctl; localhost NodePorts will not reach pods"),
-    }
 }
 
 /// `--cleanup`: removes our nftables tables and upstream kube-proxy's leftovers, whatever the
@@ -513,7 +460,7 @@ fn cleanup(bpf_pin_root: &std::path::Path) -> ExitCode {
 
 /// The blocking threads (each sync runs on one) are kept for an hour rather than tokio's 10 s:
 /// with the default, every periodic sync after a quiet `syncPeriod` (30 s) started a new
-/// thread first, 4-5 ms of its time in the User-mode Linux guest (`handoff_us` in the sync's
+/// thread first, 4-5 ms of its time in the User-mode Linux guest (`handoff` in the sync's
 /// debug line), where a kept thread takes 0.1 ms.
 const SYNC_THREAD_KEEP_ALIVE: std::time::Duration = std::time::Duration::from_secs(3600);
 
@@ -549,31 +496,6 @@ fn node_name(config: &Config) -> Result<String, String> {
 fn watch_list_client() -> Result<kube_proxy_rs::cluster::source::api::Lists, String> {
     let value = std::env::var("KUBE_FEATURE_WatchListClient").ok();
     kube_proxy_rs::cluster::source::api::Lists::from_env_value(value.as_deref())
-}
-
-/// Maps klog verbosity to levels: 0–3 info, 4–5 debug, 6 and up trace.
-fn init_logging(config: &Config) {
-    let level = match config.verbosity() {
-        0..=3 => tracing::Level::INFO,
-        4..=5 => tracing::Level::DEBUG,
-        _ => tracing::Level::TRACE,
-    };
-    // Colour only for a person at a terminal: a container runtime or `2> file` keeps the bytes
-    // for `kubectl logs` and log pipelines, where escape sequences are noise.
-    let colour = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let builder = tracing_subscriber::fmt()
-        .with_max_level(level)
-        .with_ansi(colour)
-        .with_writer(std::io::stderr);
-    match config.logging.format {
-        LogFormat::Json => builder.json().init(),
-        LogFormat::Text => builder
-            .event_format(cli::klog::Klog {
-                now: k8s_openapi::jiff::Timestamp::now,
-                pid: std::process::id(),
-            })
-            .init(),
-    }
 }
 
 #[cfg(test)]

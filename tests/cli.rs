@@ -34,7 +34,12 @@ fn a_bad_config_file_prints_one_line_naming_the_field_and_exits_1() {
             "iptables:\n  masqueradeBit: 40\n",
             "iptables.masqueradeBit",
         ),
-        ("unknown.yaml", "bogus: 1\n", "bogus"),
+        (
+            // Read leniently past the unknown field, then refused for the wrong type.
+            "unknown.yaml",
+            "bogus: 1\nmode: [nftables]\n",
+            "mode",
+        ),
         ("type.yaml", "mode: [nftables]\n", "mode"),
         ("mode.yaml", "mode: xdp\n", "mode"),
         (
@@ -45,7 +50,8 @@ fn a_bad_config_file_prints_one_line_naming_the_field_and_exits_1() {
     ];
     for (name, body, field) in cases {
         let path = config_file(dir.path(), name, &format!("{head}{body}"));
-        let out = run(&["--config", &path]);
+        // Were a case accepted, the configuration would be written, not the proxy started.
+        let out = run(&["--config", &path, "--write-config-to=/dev/null"]);
         let err = stderr(&out);
         assert_eq!(out.status.code(), Some(1), "{name}: {err}");
         assert_eq!(err.lines().count(), 1, "{name}: exactly one line: {err}");
@@ -349,5 +355,208 @@ fn explain_names_the_service_the_endpoints_and_why_in_every_mode() {
         assert_eq!(v["mode"], mode);
         assert_eq!(v["servicePort"]["frontend"], "NodePort");
         assert_eq!(v["outcome"]["verdict"], "forwarded");
+    }
+}
+
+#[test]
+fn upstream_flags_that_are_not_acted_on_start_with_a_warning_instead_of_exit_1() {
+    let dir = tempfile::tempdir().unwrap();
+    let out_file = dir.path().join("out.yaml").display().to_string();
+    let out = run(&[
+        "--vmodule=proxier=4",
+        "--log-flush-frequency=5s",
+        "--log_text_split_stream",
+        "--profiling",
+        &format!("--write-config-to={out_file}"),
+    ]);
+    let log = stderr(&out);
+    assert!(out.status.success(), "{log}");
+    assert!(
+        log.contains("--vmodule is accepted but not acted on: -v applies to every source file"),
+        "{log}"
+    );
+    assert!(
+        log.contains(
+            "--profiling is accepted but not acted on: kube-proxy-rs serves no /debug/pprof"
+        ),
+        "{log}"
+    );
+    assert!(
+        !log.contains("--log-flush-frequency"),
+        "5s is the default: nothing to say\n{log}"
+    );
+    let written = std::fs::read_to_string(&out_file).unwrap();
+    assert!(written.contains("filePattern: proxier"), "{written}");
+}
+
+#[test]
+fn a_config_with_an_unknown_field_is_read_leniently_with_one_warning() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config_file(
+        dir.path(),
+        "newer.yaml",
+        "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\n\
+         mode: nftables\nnftables:\n  someFutureField: true\n",
+    );
+    let written = dir.path().join("out.yaml").display().to_string();
+    let out = run(&["--config", &cfg, "--write-config-to", &written]);
+    let log = stderr(&out);
+    assert!(out.status.success(), "{log}");
+    let warnings: Vec<&str> = log.lines().filter(|l| l.starts_with('W')).collect();
+    assert_eq!(warnings.len(), 1, "{log}");
+    assert!(
+        warnings[0].contains("strict decoding failed (nftables.someFutureField: unknown field"),
+        "{log}"
+    );
+    assert!(
+        std::fs::read_to_string(&written)
+            .unwrap()
+            .contains("mode: nftables")
+    );
+}
+
+#[test]
+fn a_misspelled_flag_or_a_bad_number_says_what_to_give() {
+    for (args, want) in [
+        (
+            &["--proxy-mod=ipvs"][..],
+            "error: unknown flag --proxy-mod; did you mean --proxy-mode?",
+        ),
+        (
+            &["--kube-api-qps=fast"],
+            "error: --kube-api-qps: must be a number such as 5 or 0.5, got \"fast\"",
+        ),
+        (
+            &["--conntrack-min", "lots"],
+            "error: --conntrack-min: must be a whole number such as 10 or -999, got \"lots\"",
+        ),
+    ] {
+        let out = run(args);
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        assert_eq!(stderr(&out).trim_end(), want, "{args:?}");
+    }
+}
+
+#[test]
+fn subcommands_refuse_the_proxys_one_shot_flags() {
+    let dir = tempfile::tempdir().unwrap();
+    let written = dir.path().join("out.yaml").display().to_string();
+    for flag in [
+        "--cleanup".to_owned(),
+        format!("--write-config-to={written}"),
+    ] {
+        let out = run(&[
+            "plan",
+            "--manifests",
+            "examples/cluster",
+            "--hostname-override=node-a",
+            &flag,
+        ]);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(1), "{flag}: {err}");
+        assert!(
+            err.contains("`plan` does not take --") && out.stdout.is_empty(),
+            "{flag}: {err}"
+        );
+    }
+    assert!(!Path::new(&written).exists());
+}
+
+#[test]
+fn help_says_what_is_not_acted_on_and_names_every_mode() {
+    let out = run(&["--help"]);
+    let help = String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    for want in [
+        "[Not acted on: kube-proxy-rs serves no /debug/pprof]",
+        "[Not acted on: the watches have no periodic resync]",
+        "iptables, ipvs, nftables, userspace or ebpf",
+    ] {
+        assert!(help.contains(want), "{want}: {help}");
+    }
+    let out = run(&["explain", "--help"]);
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(!help.contains("(nftables mode)"), "{help}");
+}
+
+/// Upstream kube-proxy 1.37's flags: `(name, hidden from its --help)`.
+fn upstream_flags() -> Vec<(&'static str, bool)> {
+    include_str!("fixtures/upstream-kube-proxy-flags.txt")
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .map(|l| match l.split_once(' ') {
+            Some((name, "hidden")) => (name, true),
+            _ => (l.trim(), false),
+        })
+        .collect()
+}
+
+/// An operator's command line for upstream must not crash-loop ours: every flag upstream
+/// accepts, we accept.
+#[test]
+fn every_flag_upstream_accepts_is_accepted() {
+    let command = kube_proxy_rs::cli::parse::command();
+    let ours: std::collections::BTreeSet<&str> = command
+        .get_arguments()
+        .filter_map(|a| a.get_long())
+        .chain(["help"])
+        .collect();
+    let missing: Vec<&str> = upstream_flags()
+        .into_iter()
+        .map(|(name, _)| name)
+        .filter(|name| !ours.contains(name))
+        .collect();
+    assert!(missing.is_empty(), "upstream flags we refuse: {missing:?}");
+}
+
+/// Set where testenv is always built (`.ci/run`): the upstream binary must be there.
+const REQUIRE_TESTENV: &str = "KPRS_REQUIRE_TESTENV";
+
+/// The list above is upstream's own: its binary's `--help` names exactly the visible ones, and
+/// it takes the hidden ones.
+#[test]
+fn the_upstream_flag_list_is_what_upstreams_binary_takes() {
+    let binary = Path::new(env!("CARGO_MANIFEST_DIR")).join("testenv/bin/kube-proxy");
+    if !binary.exists() {
+        assert!(
+            std::env::var_os(REQUIRE_TESTENV).is_none(),
+            "{} is missing ({REQUIRE_TESTENV} is set): run testenv/build",
+            binary.display()
+        );
+        eprintln!(
+            "SKIPPED: {} is missing; testenv/build builds it",
+            binary.display()
+        );
+        return;
+    }
+    let out = Command::new(&binary).arg("--help").output().unwrap();
+    let help = String::from_utf8_lossy(&out.stdout);
+    let listed: Vec<&str> = help
+        .lines()
+        .map(str::trim_start)
+        .filter_map(|l| {
+            let l = l
+                .split_once(", ")
+                .filter(|(s, _)| s.len() == 2)
+                .map_or(l, |(_, r)| r);
+            l.strip_prefix("--")
+        })
+        .map(|l| l.split_whitespace().next().unwrap_or_default())
+        .collect();
+    let flags = upstream_flags();
+    let visible: Vec<&str> = flags.iter().filter(|f| !f.1).map(|f| f.0).collect();
+    assert_eq!(listed, visible, "upstream's --help");
+    for (name, _) in flags.iter().filter(|f| f.1) {
+        let out = Command::new(&binary)
+            .args([&format!("--{name}=1"), "--version"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "upstream takes --{name}: {}",
+            stderr(&out)
+        );
     }
 }

@@ -230,6 +230,46 @@ fn the_running_proxy_answers_what_it_knows_and_refuses_bad_questions() {
         "{err}"
     );
 
+    // `explain` without --manifests or a kubeconfig asks the running proxy, as `status` does.
+    let out = ns
+        .command(env!("CARGO_BIN_EXE_kube-proxy-rs"))
+        .args([
+            "explain",
+            "--to=10.96.1.10:80",
+            "--hostname-override=node-a",
+            "--metrics-bind-address=0.0.0.0:10249",
+        ])
+        .output()
+        .expect("run explain");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        text,
+        get(&ns, "/debug/explain?to=10.96.1.10:80").1,
+        "the proxy's own answer"
+    );
+    assert!(
+        text.contains("(nftables mode, rules read from the kernel)"),
+        "{text}"
+    );
+
+    // `/debug/` names what it serves.
+    let (code, index) = get(&ns, "/debug/");
+    assert_eq!(code, 200, "{index}");
+    for path in [
+        "/debug/services",
+        "/debug/explain?to=",
+        "/debug/status",
+        "/metrics",
+    ] {
+        assert!(index.contains(path), "{path} in\n{index}");
+    }
+    assert_eq!(get(&ns, "/debug").1, index);
+
     for (path, starts) in [
         ("/debug/status?service=web%0Aforged", "service: "),
         ("/debug/status?output=yaml", "output: "),

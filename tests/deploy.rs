@@ -2,6 +2,12 @@
 //! Kustomize base and overlays is accepted (server-side apply, dry run), the ServiceAccount can do
 //! exactly what the proxy needs (SubjectAccessReview), and the ConfigMaps' configuration, like
 //! kubeadm's, is accepted by `kube-proxy-rs --config`.
+//!
+//! What an operator migrating a kubeadm cluster relies on, read from the rendered manifests and
+//! the binary's effective configuration (`deploy/migration.rs`): an overlay
+//! changes the mode only, so kubeadm's `config.conf` is used as it is; the proxy resolves names
+//! through the node's resolver; the opt-in component and upstream's patch never put both
+//! proxies on one node; the probes ask paths only kube-proxy-rs answers.
 
 #![allow(
     clippy::disallowed_methods,
@@ -52,6 +58,9 @@ fn kubectl(env: &TestEnv, args: &[&str], stdin: Option<&str>) -> String {
 fn render(env: &TestEnv, dir: &str) -> String {
     kubectl(env, &["kustomize", dir], None)
 }
+
+#[path = "deploy/migration.rs"]
+mod migration;
 
 #[test]
 fn every_manifest_is_accepted_by_the_api_server() {

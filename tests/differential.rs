@@ -140,21 +140,25 @@ async fn run_mode(mode: Mode, default_seeds: &[u64]) {
 }
 
 #[tokio::test]
+#[ignore = "a lab run per seed and mode, beside upstream; run with: cargo test --test differential -- --ignored (docs/testing.md)"]
 async fn nftables_matches_upstream_nftables() {
     run_mode(Mode::Nftables, &[1, 2, 3]).await;
 }
 
 #[tokio::test]
+#[ignore = "a lab run per seed and mode, beside upstream; run with: cargo test --test differential -- --ignored (docs/testing.md)"]
 async fn iptables_matches_upstream_iptables() {
     run_mode(Mode::Iptables, &[1, 2]).await;
 }
 
 #[tokio::test]
+#[ignore = "a lab run per seed and mode, beside upstream; run with: cargo test --test differential -- --ignored (docs/testing.md)"]
 async fn userspace_matches_upstream_nftables() {
     run_mode(Mode::Userspace, &[1]).await;
 }
 
 #[tokio::test]
+#[ignore = "a lab run per seed and mode, beside upstream; run with: cargo test --test differential -- --ignored (docs/testing.md)"]
 async fn ebpf_matches_upstream_nftables() {
     run_mode(Mode::Ebpf, &[1]).await;
 }
@@ -173,6 +177,7 @@ static UML_HELPER: HelperProcess = HelperProcess::new("differential_uml_helper_p
 /// kernel has no IPVS): the guest runs the API server from `testenv/` and this test's
 /// ipvs seeds (`DIFF_SEEDS` and the shrinking variables are passed on).
 #[test]
+#[ignore = "a lab run per seed and mode, beside upstream; run with: cargo test --test differential -- --ignored (docs/testing.md)"]
 fn ipvs_matches_upstream_ipvs_in_uml() {
     if !selected(Mode::Ipvs) {
         eprintln!("differential ipvs: not in DIFF_MODES");

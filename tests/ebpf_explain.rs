@@ -178,10 +178,18 @@ fn live_maps_explain_services_and_entries_removed_by_hand_show_as_drift() {
     );
     assert!(web.drift.is_empty(), "just synced: {:?}", web.drift);
 
+    // UDP at a port only TCP is defined on: refused, as kube-proxy rejects it.
     let udp = explain(&cfg, &snap, "10.96.0.10:80/udp", "pod");
     assert!(udp.service_port.is_none());
     assert_eq!(udp.hooks, ["connect4", "sendmsg4"]);
-    assert_eq!(udp.outcome.verdict, Verdict::Untouched);
+    assert_eq!(udp.outcome.verdict, Verdict::Rejected);
+    assert!(
+        udp.reasons
+            .iter()
+            .any(|r| r.contains("at port 0 (any port its Service does not define)")),
+        "{:?}",
+        udp.reasons
+    );
 
     let empty = explain(&cfg, &snap, "10.96.0.12:80", "pod");
     assert_eq!(empty.outcome.verdict, Verdict::Rejected);
@@ -319,8 +327,10 @@ fn live_maps_explain_services_and_entries_removed_by_hand_show_as_drift() {
         "{:?}",
         web.drift
     );
+    // Its own entry gone, the ClusterIP's entry for undefined ports answers, as the programs
+    // look it up next: still refused.
     let empty = explain(&cfg, &snap, "10.96.0.12:80", "pod");
-    assert_eq!(empty.outcome.verdict, Verdict::Untouched);
+    assert_eq!(empty.outcome.verdict, Verdict::Rejected);
     let outside = explain(&cfg, &snap, "192.168.50.1:30080", "outside");
     assert_eq!(outside.outcome.verdict, Verdict::Untouched);
     assert!(
@@ -342,8 +352,14 @@ fn live_maps_explain_services_and_entries_removed_by_hand_show_as_drift() {
         ),
         (Some(1), 2)
     );
-    assert_eq!(row("default/empty:http").drifted(), 1);
-    assert!(!s.drift.is_empty());
+    // Its entry gone, the ClusterIP's entry for undefined ports refuses it as planned: no
+    // frontend answers otherwise, while the maps' drift still names the entry.
+    assert_eq!(row("default/empty:http").drifted(), 0);
+    assert!(
+        s.drift.iter().any(|d| d.contains("TCP 10.96.0.12:80")),
+        "{:?}",
+        s.drift
+    );
 
     // A link unpinned: its program is detached, and the drift names it.
     std::fs::remove_file(names::links_dir(&settings.pin_root).join("kp_connect4")).unwrap();

@@ -293,10 +293,14 @@ fn cluster_ips_in_the_maps_reach_pods_from_the_cgroup() {
             Some(cg),
             "refused 10.96.0.12:80 1;udp-connected 10.96.0.11:53 1;\
              udp-unconnected 10.96.0.11:53 1;tcp [fd00:96::10]:80 1;\
-             tcp [::ffff:10.96.0.10]:80 1",
+             tcp [::ffff:10.96.0.10]:80 1;refused 10.96.0.10:81 1;\
+             refused [fd00:96::10]:81 1",
         )
         .await;
         assert_eq!(rest[0], "refused 10.96.0.12:80 -> refused at once");
+        // A port the Service does not define: refused at once, as kube-proxy rejects it.
+        assert_eq!(rest[5], "refused 10.96.0.10:81 -> refused at once");
+        assert_eq!(rest[6], "refused [fd00:96::10]:81 -> refused at once");
         // internalTrafficPolicy Local, the only endpoint on another node: dropped, as
         // kube-proxy does; the client sees a timeout (at once), not a refusal.
         let local = client(&name, Some(cg), "tcp 10.96.0.14:80 1").await;
@@ -406,7 +410,8 @@ fn cluster_ips_in_the_maps_reach_pods_from_the_cgroup() {
         let reading = stats.read();
         let count = |r: &str| reading.reasons.iter().find(|(n, _)| *n == r).unwrap().1;
         assert!(count("translated") >= 24 + 12 + 16 + 16, "{reading:?}");
-        assert_eq!(count("refused"), 1, "{reading:?}");
+        // The Service without endpoints, and two ports a Service does not define.
+        assert_eq!(count("refused"), 3, "{reading:?}");
         assert_eq!(count("dropped"), 1, "{reading:?}");
         assert!(count("affine") >= 15, "{reading:?}");
         assert!(count("reversed") >= 2, "{reading:?}");

@@ -157,6 +157,23 @@ fn node_ports_and_load_balancer_ips_reach_pods_from_outside() {
     });
     assert!(dns.iter().all(|l| l == "dns-a from 10.244.1.1"), "{dns:?}");
 
+    // A ClusterIP reached from outside (the Service range routed to the node, as a router
+    // does on bare metal): the internal policy's endpoints, the source rewritten to the
+    // node's address; a port the Service does not define is refused at once.
+    let cluster_ip: Vec<String> = from_client(&client, || {
+        (0..16).map(|_| tcp(None, "10.96.0.10:8080")).collect()
+    });
+    let mut seen = cluster_ip.clone();
+    seen.sort();
+    seen.dedup();
+    assert_eq!(
+        seen,
+        ["a from 10.244.1.1", "b from 10.244.1.1"],
+        "{cluster_ip:?}"
+    );
+    let undefined = from_client(&client, || tcp(None, "10.96.0.10:9999"));
+    assert_eq!(undefined, "refused");
+
     // IPv6: the NodePort on the node's IPv6 address reaches the pod, which sees the node's
     // address towards it; no endpoints is refused (ICMPv6 port unreachable).
     let v6 = from_client(&client, || {

@@ -104,6 +104,46 @@ async fn a_draining_node_fails_healthz_but_not_livez() {
     assert_eq!(http::must_get(addr, "/livez").await.code, 200);
 }
 
+#[tokio::test]
+async fn the_paths_only_kube_proxy_rs_serves_answer_as_healthz_and_livez() {
+    // The DaemonSet's probes ask these, which upstream kube-proxy answers 404.
+    let health = SharedHealth::new(ProxyHealth::timeout_for(SYNC_PERIOD));
+    let metrics = Metrics::new();
+    let addr = start_health_server(&health, &metrics).await;
+    let mut node = NodeContext::named("node-a");
+    node.known = true;
+    node.to_be_deleted = true;
+    health.sync_node(&node);
+    for (ours, upstreams) in [
+        (server::OURS_HEALTHZ_PATH, server::HEALTHZ_PATH),
+        (server::OURS_LIVEZ_PATH, server::LIVEZ_PATH),
+    ] {
+        let (a, b) = (
+            http::must_get(addr, ours).await,
+            http::must_get(addr, upstreams).await,
+        );
+        assert_eq!(a.code, b.code, "{ours}");
+        assert_eq!(a.json()["nodeEligible"], b.json()["nodeEligible"], "{ours}");
+    }
+    assert_eq!(
+        http::must_get(addr, server::OURS_HEALTHZ_PATH).await.code,
+        503
+    );
+    assert_eq!(
+        http::must_get(addr, server::OURS_LIVEZ_PATH).await.code,
+        200
+    );
+    let scrape = metrics.encode();
+    assert!(
+        scrape.contains("kubeproxy_proxy_healthz_total{code=\"503\"} 3\n"),
+        "{scrape}"
+    );
+    assert!(
+        scrape.contains("kubeproxy_proxy_livez_total{code=\"200\"} 3\n"),
+        "{scrape}"
+    );
+}
+
 /// A LoadBalancer Service with `externalTrafficPolicy: Local` whose one endpoint is on `node`,
 /// ready or only serving while terminating.
 fn cluster(hc_port: u16, node: &str, ready: bool) -> String {

@@ -101,6 +101,22 @@ fn the_uml_harness_reports_the_command_s_status_and_kills_a_guest_at_its_limit()
         "killed late: {:?}",
         run.took
     );
+    // A limit on silence: a guest that prints a line a second outlives it, then is killed
+    // once it has printed nothing for that long.
+    let ticks = "for i in 1 2 3 4 5 6 7 8 9 10; do echo tick; sleep 1; done; sleep 600";
+    let run = uml.run(&[], cwd, ticks, uml::Limit::Silent(Duration::from_secs(5)));
+    assert_eq!(run.exit_code, None, "{}", run.output);
+    assert_eq!(run.output.matches("tick").count(), 10, "{}", run.output);
+    assert!(
+        run.output.contains("printed no line for 5s"),
+        "{}",
+        run.output
+    );
+    assert!(
+        run.took > Duration::from_secs(14) && run.took < Duration::from_secs(45),
+        "killed at {:?}, not 5 s after the last tick",
+        run.took
+    );
     let scratch = Path::new(env!("CARGO_TARGET_TMPDIR")).join("uml");
     let ours = format!("kprs-{}-", std::process::id());
     let left: Vec<_> = std::fs::read_dir(&scratch)

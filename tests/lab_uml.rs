@@ -2,7 +2,9 @@
 //! kernel 6.1): what this host's kernel cannot run (IPVS), and a second kernel version for the
 //! modes that also run on the host (issue 19).
 //!
-//! - ours and upstream kube-proxy in ipvs mode, side by side, each in a guest of its own;
+//! - ours in ipvs mode, and upstream kube-proxy in ipvs mode, each in a guest of its own;
+//!   upstream's run only documents upstream's behaviour (its verdicts do not gate), so it is
+//!   `#[ignore]`d: `cargo test --test lab_uml -- --ignored` runs it (docs/testing.md);
 //! - ours in nftables and iptables mode on 6.1, beside the host-kernel runs in
 //!   `lab_scenarios.rs`.
 //!
@@ -10,7 +12,9 @@
 //! (`lab_uml_helper_process`), which starts the real API server from `testenv/` inside the
 //! guest (state on the guest's tmpfs, `TESTENV_STATE=/run/te`), builds the whole lab there and
 //! runs the suite, with the same expectations as on the host. The guest's output, with the
-//! verdict table, is printed; the test fails unless the suite passed. Everything the lab
+//! verdict table, is printed; the test fails unless the suite passed. The guest is killed only
+//! once it has printed no line for [`SILENCE_LIMIT`] (the suite prints one per scenario), so a
+//! busy machine makes a suite slower, never cut short. Everything the lab
 //! creates lives and dies with the guest; its scratch files are on the guest's tmpfs.
 //! `LAB_SCENARIOS=1,4` is passed on into the guest.
 
@@ -45,8 +49,11 @@ const GUEST_MEMORY_MIB: u64 = 3072;
 /// proxies and the probes, and a proxy that execs tools for each sync (upstream's ipvs mode
 /// runs `ipset` and `iptables-restore`) syncs several times slower there than on the host.
 const GUEST_SETTLE_SECS: u64 = 60;
-/// One whole suite in a guest, start-up included (about 10 minutes when the machine is idle).
-const SUITE_LIMIT: Duration = Duration::from_secs(35 * 60);
+/// The guest is killed once it has printed no line for this long. The suite prints a line per
+/// scenario, and cuts a scenario off at its own limit (three times the host's with
+/// `LAB_SETTLE_SECS` set, as here: `lab::scenarios`), which this is well above; so only a
+/// guest that hangs stays silent this long, and the suite's length follows its work.
+const SILENCE_LIMIT: Duration = Duration::from_secs(10 * 60);
 
 #[test]
 fn ipvs_ours_lab_scenarios_in_uml() {
@@ -54,6 +61,8 @@ fn ipvs_ours_lab_scenarios_in_uml() {
 }
 
 #[test]
+#[ignore = "documents upstream's ipvs mode only (its verdicts do not gate) and takes long; \
+            run with: cargo test --test lab_uml -- --ignored"]
 fn ipvs_upstream_lab_scenarios_in_uml() {
     suite_in_guest(Proxy::Upstream { mode: Mode::Ipvs });
 }
@@ -98,7 +107,7 @@ fn suite_in_guest(proxy: Proxy) {
         &[],
         Path::new(env!("CARGO_MANIFEST_DIR")),
         &command,
-        SUITE_LIMIT,
+        uml::Limit::Silent(SILENCE_LIMIT),
     );
     println!("--- the {role} guest ({:?}):\n{}", run.took, run.output);
     let passed = results(&run.output).contains(&"suite ok");

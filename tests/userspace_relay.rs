@@ -15,7 +15,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use kube_proxy_rs::dataplane::userspace::relay::{
-    CounterValues, DialPolicy, Listener, Relay, Settings, Target,
+    Affinity, CounterValues, DialPolicy, Listener, Relay, Settings, Target,
 };
 use relay_pods::{addr, in_netns, pod, udp_pod};
 use tokio::io::{AsyncBufReadExt as _, AsyncReadExt as _, AsyncWriteExt as _, BufReader};
@@ -35,7 +35,7 @@ fn settings() -> Settings {
     }
 }
 
-fn target(relay: &Relay, endpoints: &[SocketAddr], affinity: Option<Duration>) -> Target {
+fn target(relay: &Relay, endpoints: &[SocketAddr], affinity: Option<Affinity>) -> Target {
     Target {
         name: "test/web:http IPv4".into(),
         endpoints: endpoints.to_vec(),
@@ -44,7 +44,7 @@ fn target(relay: &Relay, endpoints: &[SocketAddr], affinity: Option<Duration>) -
     }
 }
 
-fn tcp_listener(relay: &Relay, endpoints: &[SocketAddr], affinity: Option<Duration>) -> Listener {
+fn tcp_listener(relay: &Relay, endpoints: &[SocketAddr], affinity: Option<Affinity>) -> Listener {
     relay
         .listen_tcp(addr("127.0.0.1:0"), target(relay, endpoints, affinity))
         .expect("relay listens")
@@ -63,7 +63,19 @@ struct Client {
 }
 
 async fn connect(listener: &Listener) -> Client {
-    let stream = timeout(STEP, TcpStream::connect(listener.local_addr()))
+    greeted(TcpStream::connect(listener.local_addr())).await
+}
+
+/// [`connect`] from the client address `source` (a 127.0.0.0/8 address).
+async fn connect_from(listener: &Listener, source: &str) -> Client {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind(addr(&format!("{source}:0"))).unwrap();
+    greeted(socket.connect(listener.local_addr())).await
+}
+
+/// The connection `connecting` makes, with the pod's greeting read.
+async fn greeted(connecting: impl Future<Output = io::Result<TcpStream>>) -> Client {
+    let stream = timeout(STEP, connecting)
         .await
         .expect("connect in time")
         .expect("the relay accepts");
@@ -352,13 +364,38 @@ fn affinity_keeps_a_client_on_one_endpoint() {
             let a = pod("127.0.0.2:8080", "a").await;
             let b = pod("127.0.0.3:8080", "b").await;
             let relay = Relay::new(settings());
-            let affinity = Some(Duration::from_secs(60));
+            let affinity = Some(Affinity::new(Duration::from_secs(60)));
             let listener = tcp_listener(&relay, &[a, b], affinity);
             let mut seen = Vec::new();
             for _ in 0..4 {
                 seen.push(connect(&listener).await.pod);
             }
             assert_eq!(seen, ["a", "a", "a", "a"]);
+        },
+    );
+}
+
+/// Two listeners of one service port (its cluster-wide and its local endpoints, say) share
+/// one affinity table: a client that one listener sent to a pod is sent there by the other
+/// too, where that listener's round-robin would have chosen another pod.
+#[test]
+fn listeners_sharing_an_affinity_table_keep_a_client_on_one_endpoint() {
+    in_netns(
+        |_| {},
+        || async {
+            let a = pod("127.0.0.2:8080", "a").await;
+            let b = pod("127.0.0.3:8080", "b").await;
+            let relay = Relay::new(settings());
+            let shared = Affinity::new(Duration::from_secs(60));
+            let first = tcp_listener(&relay, &[a, b], Some(shared.clone()));
+            let second = tcp_listener(&relay, &[a, b], Some(shared));
+            assert_eq!(connect_from(&second, "127.0.0.9").await.pod, "a");
+            assert_eq!(connect_from(&first, "127.0.0.5").await.pod, "a");
+            assert_eq!(
+                connect_from(&second, "127.0.0.5").await.pod,
+                "a",
+                "not b, the second listener's turn: the client's pod is a"
+            );
         },
     );
 }
@@ -536,4 +573,43 @@ async fn exchange(socket: &UdpSocket, to: SocketAddr, text: &str) -> (String, So
         .expect("a reply in time")
         .unwrap();
     (String::from_utf8_lossy(&buf[..n]).into_owned(), from)
+}
+
+/// An IPv6 listener on the unspecified address takes IPv6 only: an IPv4 client at its port
+/// finds nothing there (the IPv4 rules guard the IPv4 listeners' ports alone).
+#[test]
+fn ipv6_listeners_on_the_unspecified_address_take_no_ipv4() {
+    in_netns(
+        |_| {},
+        || async {
+            let a = pod("[::1]:0", "a").await;
+            let ua = udp_pod("[::1]:0", "a").await;
+            let relay = Relay::new(settings());
+            let tcp = relay
+                .listen_tcp(addr("[::]:0"), target(&relay, &[a], None))
+                .expect("relay listens");
+            let v6 = SocketAddr::new("::1".parse().unwrap(), tcp.local_addr().port());
+            let mut stream = BufReader::new(TcpStream::connect(v6).await.expect("IPv6 connects"));
+            assert_eq!(line(&mut stream).await.unwrap(), "a");
+            let v4 = SocketAddr::new([127, 0, 0, 1].into(), tcp.local_addr().port());
+            let refused = TcpStream::connect(v4).await.map(|_| ()).unwrap_err();
+            assert_eq!(refused.kind(), io::ErrorKind::ConnectionRefused);
+
+            let udp = relay
+                .listen_udp(addr("[::]:0"), target(&relay, &[ua], None))
+                .expect("relay listens");
+            let client = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+            client
+                .connect(SocketAddr::new(
+                    [127, 0, 0, 1].into(),
+                    udp.local_addr().port(),
+                ))
+                .unwrap();
+            client.set_read_timeout(Some(STEP)).unwrap();
+            client.send(b"hi").unwrap();
+            let mut buf = [0u8; 64];
+            let answer = client.recv(&mut buf).map(|_| ()).unwrap_err();
+            assert_eq!(answer.kind(), io::ErrorKind::ConnectionRefused);
+        },
+    );
 }

@@ -33,7 +33,7 @@ pub enum Command {
     Plan(PlanArgs),
     /// Explain where the first packet of a connection goes on this node and why: the Service
     /// port, the endpoints and how one is chosen, masquerading, or why it is refused or
-    /// dropped. Reads our rules from this node's kernel (nftables mode), or traces the rules
+    /// dropped. Reads our rules from this node's kernel (in every mode), or traces the rules
     /// planned from `--manifests DIR --hostname-override NODE`.
     Explain(ExplainArgs),
     /// Ask the running proxy on this node for every service port: frontends, endpoints

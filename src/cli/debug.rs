@@ -6,7 +6,8 @@
 //!   [&output=json]`: `explain` of one packet, over what this node's kernel holds;
 //! - `GET /debug/status[?service=NS/NAME[:PORT]][&output=json]`: `status`, every service port
 //!   with its frontends, endpoints programmed and in the model, policies, health check and
-//!   drift, and the runner's last sync.
+//!   drift, and the runner's last sync;
+//! - `GET /debug/`: an index of the above.
 //!
 //! The model comes from the runner ([`Peek`]), never from the tracker directly; the work runs
 //! on a blocking thread. Bad parameters get 400 and one line naming the parameter; every value
@@ -33,6 +34,22 @@ use crate::sync::{Peek, Status};
 pub const SERVICES_PATH: &str = "/debug/services";
 pub const EXPLAIN_PATH: &str = "/debug/explain";
 pub const STATUS_PATH: &str = "/debug/status";
+pub const INDEX_PATH: &str = "/debug/";
+
+/// What `/debug/` answers: every endpoint this server has, with its parameters.
+pub const INDEX: &str = "\
+kube-proxy-rs debug endpoints (read-only; add output=json for JSON):
+/debug/services[?service=NS/NAME]
+    every service port of the proxy's model: frontends, the endpoints chosen per policy, why
+    others were left out (what `kube-proxy-rs plan` prints)
+/debug/explain?to=ADDR:PORT[/tcp|udp|sctp][&from=pod|node|outside|ADDR][&in_interface=IF]
+    where the first packet of one connection goes on this node, and why, over the rules in the
+    kernel (what `kube-proxy-rs explain` prints)
+/debug/status[?service=NS/NAME[:PORT]]
+    every service port with its frontends, endpoints programmed and in the model, policies,
+    health check and drift, and the last sync (what `kube-proxy-rs status` prints)
+Beside them: /metrics, /healthz, /configz, /proxyMode.
+";
 
 /// Query strings longer than this are refused before they are parsed.
 const MAX_QUERY: usize = 1024;
@@ -57,10 +74,16 @@ pub fn router(handles: Handles) -> Router {
         .route(SERVICES_PATH, get(services))
         .route(EXPLAIN_PATH, get(explain_one))
         .route(STATUS_PATH, get(status_all))
+        .route(INDEX_PATH, get(index))
+        .route("/debug", get(index))
         .with_state(handles)
 }
 
 type Params = Query<HashMap<String, String>>;
+
+async fn index() -> Response {
+    typed(false, INDEX.to_owned())
+}
 
 async fn services(State(s): State<Shared>, Query(q): Params) -> Response {
     if let Some(bad) = too_long(&q) {

@@ -7,8 +7,9 @@
 //!
 //! Severity letter (`E`, `W`, `I`; debug and trace are klog's verbose info lines, `I`), month and
 //! day, wall time in UTC to the microsecond, the process id right-aligned in 7 columns, the
-//! source file and line, `] `, the message quoted, then each field as `key=value` with strings
-//! quoted (klog's structured form, `klog.InfoS`). Quoting escapes `"`, `\` and control
+//! source file and line, `] `, the message quoted, then each field as `key=value` with numbers
+//! and booleans bare and everything else quoted (klog's structured form, `klog.InfoS`); a field
+//! named `error` is written `err`, as upstream's `klog.ErrorS` writes it. Quoting escapes `"`, `\` and control
 //! characters, so a field that came from an API object cannot forge a second line.
 
 use std::fmt::{self, Write as _};
@@ -67,7 +68,7 @@ impl Visit for Fields {
         if field.name() == "message" {
             self.message = value.to_owned();
         } else {
-            let _ = write!(self.pairs, " {}={}", field.name(), quoted(value));
+            let _ = write!(self.pairs, " {}={}", key(field), quoted(value));
         }
     }
 
@@ -75,15 +76,33 @@ impl Visit for Fields {
         let text = format!("{value:?}");
         if field.name() == "message" {
             self.message = text;
-        } else if text.bytes().all(|b| b.is_ascii_graphic())
-            || (text.starts_with('"') && text.ends_with('"') && !text.chars().any(char::is_control))
+        } else if is_number(&text)
+            || (text.len() >= 2
+                && text.starts_with('"')
+                && text.ends_with('"')
+                && !text.chars().any(char::is_control))
         {
-            // Numbers, words, and strings recorded with `?` (Debug quotes and escapes them).
-            let _ = write!(self.pairs, " {}={text}", field.name());
+            // Numbers and booleans bare, as klog prints them; strings recorded with `?` as
+            // Debug quoted and escaped them.
+            let _ = write!(self.pairs, " {}={text}", key(field));
         } else {
-            let _ = write!(self.pairs, " {}={}", field.name(), quoted(&text));
+            let _ = write!(self.pairs, " {}={}", key(field), quoted(&text));
         }
     }
+}
+
+/// A field's key: `error` is written `err`, upstream's key for the error of a line.
+fn key(field: &Field) -> &'static str {
+    match field.name() {
+        "error" => "err",
+        other => other,
+    }
+}
+
+/// Whether `text` is a number or a boolean, which klog prints without quotes; everything else
+/// it prints as a quoted string (a `Stringer`'s text too).
+fn is_number(text: &str) -> bool {
+    matches!(text, "true" | "false") || text.parse::<f64>().is_ok_and(f64::is_finite)
 }
 
 /// One line, without its newline.
@@ -166,14 +185,37 @@ mod tests {
 
     #[test]
     fn lines_have_klogs_header_quoted_message_and_fields() {
-        let line = logged(|| tracing::warn!(mode = "nftables", ops = 12, "sync failed"));
+        let line =
+            logged(|| tracing::warn!(mode = "nftables", ops = 12, error = "EPERM", "sync failed"));
         let want_head = "W1202 04:36:03.547810   12375 klog.rs:";
         assert!(line.starts_with(want_head), "{line}");
         assert!(
-            line.ends_with("] \"sync failed\" mode=\"nftables\" ops=12\n"),
+            line.ends_with("] \"sync failed\" mode=\"nftables\" ops=12 err=\"EPERM\"\n"),
             "{line}"
         );
         assert_eq!(line.lines().count(), 1);
+    }
+
+    #[test]
+    fn values_are_quoted_as_klog_quotes_them() {
+        let url = "https://10.0.0.1:6443/api";
+        let line = logged(|| {
+            tracing::info!(
+                %url,
+                family = %crate::cluster::IpFamily::V4,
+                n = 3,
+                ratio = 0.5,
+                full = true,
+                debug = ?"x",
+                "m"
+            )
+        });
+        assert!(
+            line.ends_with(
+                "] \"m\" url=\"https://10.0.0.1:6443/api\" family=\"IPv4\" n=3 ratio=0.5 full=true debug=\"x\"\n"
+            ),
+            "{line}"
+        );
     }
 
     #[test]

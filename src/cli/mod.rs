@@ -7,11 +7,17 @@ mod args;
 pub mod debug;
 pub mod events;
 pub mod explain;
+pub mod host_setup;
+pub mod json_log;
 pub mod klog;
+pub mod logging;
 pub mod observe;
+pub mod parse;
 pub mod plan;
 pub mod run;
+pub mod shutdown;
 pub mod status;
+pub mod version;
 
 pub use args::{Cli, Command, ExplainArgs, PlanArgs, StatusArgs};
 

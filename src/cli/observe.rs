@@ -220,10 +220,11 @@ impl Observe {
         .await
     }
 
-    /// Serves `/healthz` and `/livez`, rebinding until the address is free.
-    pub async fn serve_health(self, address: SocketAddr) {
+    /// Serves `/healthz` and `/livez`, rebinding until the address is free; with
+    /// `--bind-address-hard-fail` ([`HardFail`]) it reports the first failure and ends instead.
+    pub async fn serve_health(self, address: SocketAddr, hard_fail: HardFail) {
         loop {
-            match TcpListener::bind(address).await {
+            let failure = match TcpListener::bind(address).await {
                 Ok(listener) => {
                     tracing::info!(%address, "serving /healthz and /livez");
                     let served = crate::health::server::serve(
@@ -231,37 +232,71 @@ impl Observe {
                         self.health.clone(),
                         self.metrics.clone(),
                     );
-                    if let Err(error) = served.await {
-                        tracing::error!(%address, %error, "health server stopped");
+                    match served.await {
+                        Err(error) => format!("health server on {address} stopped: {error}"),
+                        Ok(()) => format!("health server on {address} stopped"),
                     }
                 }
-                Err(error) => tracing::error!(%address, %error, "cannot serve /healthz; retrying"),
+                Err(error) => format!("cannot serve /healthz on {address}: {error}"),
+            };
+            if report(&hard_fail, failure) {
+                return;
             }
             tokio::time::sleep(REBIND_DELAY).await;
         }
     }
 
     /// Serves `/metrics`, `/configz` and `/proxyMode`, and the routes of `extra` (the debug
-    /// endpoints), rebinding until the address is free.
-    pub async fn serve_metrics(self, address: SocketAddr, config: Config, extra: axum::Router) {
+    /// endpoints), rebinding until the address is free; with `--bind-address-hard-fail` it
+    /// reports the first failure and ends instead.
+    pub async fn serve_metrics(
+        self,
+        address: SocketAddr,
+        config: Config,
+        extra: axum::Router,
+        hard_fail: HardFail,
+    ) {
         loop {
-            match TcpListener::bind(address).await {
+            let failure = match TcpListener::bind(address).await {
                 Ok(listener) => {
                     tracing::info!(%address, "serving /metrics");
-                    if let Err(error) = crate::metrics::server::serve(
+                    let served = crate::metrics::server::serve(
                         listener,
                         self.metrics.clone(),
                         &config,
                         extra.clone(),
-                    )
-                    .await
-                    {
-                        tracing::error!(%address, %error, "metrics server stopped");
+                    );
+                    match served.await {
+                        Err(error) => format!("metrics server on {address} stopped: {error}"),
+                        Ok(()) => format!("metrics server on {address} stopped"),
                     }
                 }
-                Err(error) => tracing::error!(%address, %error, "cannot serve /metrics; retrying"),
+                Err(error) => format!("cannot serve /metrics on {address}: {error}"),
+            };
+            if report(&hard_fail, failure) {
+                return;
             }
             tokio::time::sleep(REBIND_DELAY).await;
+        }
+    }
+}
+
+/// Where the health and metrics servers report a failure to serve with
+/// `--bind-address-hard-fail`, for the proxy to exit on, as upstream's does; `None`: they log it
+/// and try again after [`REBIND_DELAY`].
+pub type HardFail = Option<tokio::sync::mpsc::UnboundedSender<String>>;
+
+/// Reports `failure` to the hard-fail channel (true), or logs that the server tries again.
+fn report(hard_fail: &HardFail, failure: String) -> bool {
+    match hard_fail {
+        Some(channel) => {
+            // The receiver outlives the servers; were it gone, the proxy is stopping anyway.
+            let _ = channel.send(failure);
+            true
+        }
+        None => {
+            tracing::error!("{failure}; trying again in {}s", REBIND_DELAY.as_secs());
+            false
         }
     }
 }

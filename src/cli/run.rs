@@ -103,7 +103,11 @@ fn mode_dataplane(config: &Config) -> Result<Mode, ModeError> {
         ProxyMode::Nftables => {
             let drift = Drift::new();
             let backend = nftables::backend::for_encoder(config.nftables_encoder, None);
-            tracing::info!(encoder = ?config.nftables_encoder, "nftables encoder");
+            let encoder = match config.nftables_encoder {
+                crate::config::NftablesEncoder::Netlink => "netlink",
+                crate::config::NftablesEncoder::Nft => "nft",
+            };
+            tracing::info!(encoder, "nftables encoder");
             let dataplane =
                 NftablesDataplane::new(ModeConfig::new(config)?, backend, drift.clone());
             return Ok(Mode {
@@ -173,7 +177,7 @@ fn mode_dataplane(config: &Config) -> Result<Mode, ModeError> {
             let stats = ebpf::stats::Stats::open(&settings.pin_root)?;
             let names: Vec<&str> = interfaces.iter().map(|i| i.name.as_str()).collect();
             tracing::info!(cgroup = %settings.cgroup.display(),
-                pins = %settings.pin_root.display(), interfaces = ?names,
+                pins = %settings.pin_root.display(), interfaces = %names.join(","),
                 "eBPF programs attached");
             return Ok(Mode {
                 dataplane: Box::new(

@@ -257,7 +257,9 @@ pub struct FamilyView {
 }
 
 impl FamilyView {
-    /// Endpoints for traffic that follows the `Cluster` policy, or `None` if no traffic does.
+    /// Endpoints for traffic that follows the `Cluster` policy, and for traffic from this node
+    /// and its pods to an external frontend whatever the policies (the short-circuit), or
+    /// `None` if no traffic does.
     pub fn cluster_endpoints(&self) -> Option<impl Iterator<Item = &Endpoint>> {
         self.selection
             .cluster

@@ -9,7 +9,7 @@
 //! - Fail closed on source ranges: when ranges were given but none of a family is valid, that
 //!   family's LoadBalancer IPs are dropped rather than opened to everyone.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
 use ipnet::IpNet;
@@ -193,12 +193,17 @@ pub fn convert(svc: &Service, names: &mut Interner, warnings: &mut Vec<Warning>)
         _ => None,
     };
 
-    let externally_typed = matches!(
-        service_type,
-        ServiceType::NodePort | ServiceType::LoadBalancer
-    );
+    // Upstream's rule for which Services the external policy applies to: NodePort and
+    // LoadBalancer Services, and ClusterIP Services with externalIPs.
+    let externally_accessible = match service_type {
+        ServiceType::NodePort | ServiceType::LoadBalancer => true,
+        ServiceType::ClusterIP => spec
+            .external_ips
+            .as_ref()
+            .is_some_and(|ips| !ips.is_empty()),
+    };
     let external_policy = match spec.external_traffic_policy.as_deref() {
-        Some("Local") if externally_typed => TrafficPolicy::Local,
+        Some("Local") if externally_accessible => TrafficPolicy::Local,
         _ => TrafficPolicy::Cluster,
     };
     let internal_policy = match spec.internal_traffic_policy.as_deref() {
@@ -239,6 +244,7 @@ pub fn convert(svc: &Service, names: &mut Interner, warnings: &mut Vec<Warning>)
         return Converted::Refused(Some(key));
     }
     let mut seen = BTreeSet::new();
+    let mut seen_numbers = BTreeMap::new();
     let mut ports = Vec::with_capacity(spec_ports.len());
     for (i, sp) in spec_ports.iter().enumerate() {
         let port_name = sp.name.as_deref().unwrap_or("");
@@ -276,13 +282,24 @@ pub fn convert(svc: &Service, names: &mut Interner, warnings: &mut Vec<Warning>)
                 }
             },
         };
-        if !seen.insert((port_name, protocol)) {
+        if seen.contains(&(port_name, protocol)) {
             warn(format!(
                 "spec.ports[{i}]: duplicate port {} {protocol}; skipped",
                 shown(port_name)
             ));
             continue;
         }
+        // The API server refuses two ports with one (port, protocol); a manifest is not checked
+        // by it, so the first such port wins here.
+        if let Some(first) = seen_numbers.get(&(port, protocol)) {
+            warn(format!(
+                "spec.ports[{i}] {}: port {port}/{protocol} duplicates spec.ports[{first}]; skipped",
+                shown(port_name)
+            ));
+            continue;
+        }
+        seen.insert((port_name, protocol));
+        seen_numbers.insert((port, protocol), i);
         ports.push(ServicePort {
             name: ServicePortName {
                 service: key.clone(),

@@ -117,12 +117,19 @@ fn session_affinity_defaults_to_three_hours_and_refuses_absurd_timeouts() {
 }
 
 #[test]
-fn external_traffic_policy_local_applies_only_to_nodeport_and_loadbalancer() {
+fn external_traffic_policy_local_applies_to_externally_accessible_services() {
     let mut cluster_ip = web();
     spec(&mut cluster_ip).external_traffic_policy = Some("Local".into());
     assert_eq!(
         proxied(&cluster_ip).0.ports[0].external_policy,
-        TrafficPolicy::Cluster
+        TrafficPolicy::Cluster,
+        "a ClusterIP Service without externalIPs has no external traffic"
+    );
+    spec(&mut cluster_ip).external_ips = Some(vec!["192.0.2.50".into()]);
+    assert_eq!(
+        proxied(&cluster_ip).0.ports[0].external_policy,
+        TrafficPolicy::Local,
+        "a ClusterIP Service with externalIPs is externally accessible"
     );
     let mut np = node_port(web(), &[30080]);
     spec(&mut np).external_traffic_policy = Some("Local".into());
@@ -351,4 +358,40 @@ fn the_ipvs_scheduler_annotation_goes_on_every_port_and_a_bad_one_only_warns() {
     );
     assert!(!p.ports.is_empty(), "the Service is still proxied");
     assert!(p.ports.iter().all(|p| p.ipvs_scheduler.is_none()));
+}
+
+#[test]
+fn a_second_port_with_the_same_number_and_protocol_is_skipped_with_a_warning() {
+    let svc = service(
+        "default",
+        "web",
+        "10.96.0.10",
+        &[
+            ("http", 80, "TCP"),
+            ("web", 80, "TCP"),
+            ("dns", 80, "UDP"),
+            ("web", 81, "TCP"),
+        ],
+    );
+    let (p, w) = proxied(&svc);
+    let kept: Vec<String> = p
+        .ports
+        .iter()
+        .map(|p| format!("{} {} {}", p.name, p.name.protocol, p.port))
+        .collect();
+    // The same number on another protocol is a different port; the skipped port's name stays free.
+    assert_eq!(
+        kept,
+        [
+            "default/web:http TCP 80",
+            "default/web:dns UDP 80",
+            "default/web:web TCP 81"
+        ]
+    );
+    let messages: Vec<&str> = w.iter().map(|w| w.message.as_str()).collect();
+    assert_eq!(
+        messages,
+        ["spec.ports[1] \"web\": port 80/TCP duplicates spec.ports[0]; skipped"]
+    );
+    assert_eq!(w[0].object, "service default/web");
 }

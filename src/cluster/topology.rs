@@ -50,7 +50,9 @@ pub enum TopologyMode {
 /// The endpoints each kind of traffic may use, as indices into the family view's sorted endpoints.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct Selection {
-    /// For traffic under the `Cluster` policy; `None` when no traffic of this port uses it.
+    /// For traffic under the `Cluster` policy, and for traffic from this node and its pods to
+    /// an external frontend (see [`uses_cluster_policy`]); `None` when no traffic of this port
+    /// uses it.
     pub cluster: Option<Vec<u32>>,
     /// For traffic under the `Local` policy; `None` when no traffic of this port uses it.
     pub local: Option<Vec<u32>>,
@@ -98,11 +100,14 @@ impl Iterator for MergeSorted<'_> {
     }
 }
 
-/// Whether some traffic of this port follows the `Cluster` policy. ClusterIP traffic follows the
-/// internal policy; NodePort, externalIP and LoadBalancer traffic the external one.
+/// Whether some traffic of this port uses the cluster-wide endpoints. ClusterIP traffic follows
+/// the internal policy; NodePort, externalIP and LoadBalancer traffic from outside the node the
+/// external one. Traffic from this node and its pods to those external frontends uses the
+/// cluster-wide endpoints whatever either policy says (upstream's short-circuit: as if it had
+/// left for an outside load balancer and come back through any node), so an externally
+/// accessible port always has the cluster list.
 pub fn uses_cluster_policy(port: &ServicePort, externally_accessible: bool) -> bool {
-    port.internal_policy == TrafficPolicy::Cluster
-        || (externally_accessible && port.external_policy == TrafficPolicy::Cluster)
+    port.internal_policy == TrafficPolicy::Cluster || externally_accessible
 }
 
 /// Whether some traffic of this port follows the `Local` policy.

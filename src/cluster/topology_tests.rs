@@ -219,11 +219,11 @@ fn selection_follows_policies_fallbacks_and_topology() {
             internal: L,
             external: L,
             externally_accessible: true,
-            cluster: None,
+            cluster: Some(vec![1, 2]),
             local: Some(vec![2]),
             has_any: true,
             ..case(
-                "both policies local need no cluster list",
+                "both policies local keep the cluster list for the node's and its pods' short-circuit",
                 vec![e(1, "a", R, &[], &[]), e(2, "here", R, &[], &[])],
             )
         },

@@ -2,8 +2,9 @@
 //!
 //! Serde's derived decoders report a wrong type without saying where, so the file schema is read
 //! field by field through [`Object`], which knows the dotted path of every value
-//! (`iptables.masqueradeBit`), refuses keys nobody asked for (upstream decodes strictly), and
-//! turns every problem into one [`FieldError`]. Pure: no I/O.
+//! (`iptables.masqueradeBit`), refuses keys nobody asked for when strict (upstream decodes
+//! strictly first) or skips them when lenient (its fallback), and turns every problem into one
+//! [`FieldError`]. Pure: no I/O.
 
 use std::time::Duration;
 
@@ -19,6 +20,9 @@ pub struct FieldError {
     pub field: String,
     /// What is wrong and what is accepted.
     pub message: String,
+    /// Whether only strict decoding fails on it (an unknown or duplicate field): upstream then
+    /// reads the document again leniently.
+    pub strict: bool,
 }
 
 impl FieldError {
@@ -27,19 +31,38 @@ impl FieldError {
         FieldError {
             field: field.into(),
             message: message.into(),
+            strict: false,
+        }
+    }
+
+    /// A problem only strict decoding has with `field`.
+    pub fn strict(field: impl Into<String>, message: impl Into<String>) -> Self {
+        FieldError {
+            strict: true,
+            ..FieldError::new(field, message)
         }
     }
 }
 
-/// A mapping being read; every key must be asked for before [`Object::finish`].
+/// A mapping being read; when strict, every key must be asked for before [`Object::finish`].
 pub struct Object {
     path: String,
     map: Map<String, Value>,
     asked: Vec<&'static str>,
+    lenient: bool,
 }
 
 impl Object {
-    /// Reads `value` as the mapping at `path` (empty path: the document); null is empty.
+    /// Reads `value` as the document, strictly or leniently (unknown keys skipped, in nested
+    /// mappings too); null is empty.
+    pub fn document(value: Value, lenient: bool) -> Result<Self, FieldError> {
+        let mut root = Object::new(String::new(), value)?;
+        root.lenient = lenient;
+        Ok(root)
+    }
+
+    /// Reads `value` as the mapping at `path` (empty path: the document), strictly; null is
+    /// empty.
     pub fn new(path: String, value: Value) -> Result<Self, FieldError> {
         let map = match value {
             Value::Object(map) => map,
@@ -60,6 +83,7 @@ impl Object {
             path,
             map,
             asked: Vec::new(),
+            lenient: false,
         })
     }
 
@@ -91,7 +115,9 @@ impl Object {
     /// Reads `key` as a nested mapping; absent and null give an empty one.
     pub fn object(&mut self, key: &'static str) -> Result<Object, FieldError> {
         let value = self.raw(key).unwrap_or(Value::Null);
-        Object::new(self.path(key), value)
+        let mut inner = Object::new(self.path(key), value)?;
+        inner.lenient = self.lenient;
+        Ok(inner)
     }
 
     /// Reads `key` as a Go duration string (`30s`, `1h0m0s`).
@@ -116,14 +142,14 @@ impl Object {
         self.map
     }
 
-    /// Fails on the first key nobody asked for, listing the accepted ones.
+    /// When strict, fails on the first key nobody asked for, listing the accepted ones.
     pub fn finish(self) -> Result<(), FieldError> {
-        let Some(key) = self.map.keys().next() else {
+        let Some(key) = self.map.keys().next().filter(|_| !self.lenient) else {
             return Ok(());
         };
         let mut accepted = self.asked.clone();
         accepted.sort_unstable();
-        Err(FieldError::new(
+        Err(FieldError::strict(
             self.path(key),
             format!("unknown field; accepted here: {}", accepted.join(", ")),
         ))
@@ -157,7 +183,27 @@ mod tests {
         let err = a.finish().unwrap_err();
         assert_eq!(err.field, "a.c");
         assert_eq!(err.message, "unknown field; accepted here: b");
+        assert!(err.strict, "only strict decoding refuses an unknown field");
+        assert!(!a_wrong_type_is_strict_too());
         assert!(root.finish().is_ok());
+    }
+
+    fn a_wrong_type_is_strict_too() -> bool {
+        let mut root = Object::document(json!({"b": "x"}), true).unwrap();
+        root.get::<i64>("b").unwrap_err().strict
+    }
+
+    #[test]
+    fn lenient_reading_skips_unknown_keys_at_every_depth() {
+        let mut root =
+            Object::document(json!({"a": {"b": 1, "new": 2}, "newer": 3}), true).unwrap();
+        let mut a = root.object("a").unwrap();
+        assert_eq!(a.get::<i64>("b"), Ok(Some(1)));
+        assert!(a.finish().is_ok());
+        assert!(root.finish().is_ok());
+        let mut root = Object::document(json!({"a": {"new": 2}}), false).unwrap();
+        let a = root.object("a").unwrap();
+        assert_eq!(a.finish().unwrap_err().field, "a.new");
     }
 
     #[test]

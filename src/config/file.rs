@@ -6,8 +6,11 @@
 //! are zero. The same types serialize for `--write-config-to`, with keys in upstream's
 //! (alphabetical) order. Pure: [`parse`] takes the file's text, not its path.
 //!
-//! Unknown fields are errors. Upstream decodes strictly first too, but on a strict-decoding
-//! failure it retries leniently and only logs; we refuse, so a typo never goes unnoticed.
+//! Decoding follows upstream's: strictly first, where an unknown or duplicate field is an
+//! error; when only that fails, the document is read again leniently (unknown fields ignored,
+//! the last of duplicate keys kept) and the strict error is returned beside it for the caller to
+//! log, so a file written for a newer release does not stop the proxy. Any other error (syntax,
+//! a wrong type) fails either way.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -168,16 +171,62 @@ pub struct WinKernel {
     pub source_vip: Option<String>,
 }
 
-/// Parses the file's text (YAML 1.2 or JSON) strictly: unknown fields, duplicate keys, wrong
-/// types and a wrong `apiVersion`/`kind` are errors naming the field.
-pub fn parse(text: &str) -> Result<KubeProxyConfiguration, FieldError> {
-    let value: Value = serde_saphyr::from_str(text).map_err(|e| {
+/// A decoded document, and why strict decoding refused it when it was read leniently.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decoded {
+    /// The document.
+    pub document: KubeProxyConfiguration,
+    /// The strict decoding's error, when the document was read leniently.
+    pub strict_error: Option<FieldError>,
+}
+
+/// Parses the file's text (YAML 1.2 or JSON) as upstream does: strictly, then leniently when
+/// only strict decoding fails. Wrong types and a wrong `apiVersion`/`kind` are errors naming
+/// the field.
+pub fn parse(text: &str) -> Result<Decoded, FieldError> {
+    match read(text, false) {
+        Ok(document) => Ok(Decoded {
+            document,
+            strict_error: None,
+        }),
+        Err(strict) if strict.strict => read(text, true).map(|document| Decoded {
+            document,
+            strict_error: Some(strict),
+        }),
+        Err(other) => Err(other),
+    }
+}
+
+/// The document as YAML values; strict refuses duplicate keys, lenient keeps the last one.
+fn value(text: &str, lenient: bool) -> Result<Value, FieldError> {
+    let with = |duplicate_keys| {
+        let mut options = serde_saphyr::Options::default();
+        options.duplicate_keys = duplicate_keys;
+        serde_saphyr::from_str_with_options::<Value>(text, options)
+    };
+    let last_wins = serde_saphyr::DuplicateKeyPolicy::LastWins;
+    let first = with(if lenient {
+        last_wins
+    } else {
+        serde_saphyr::DuplicateKeyPolicy::Error
+    });
+    first.map_err(|e| {
         // Keep the parser's message and position on one line; drop its hint about options.
         let message = e.without_snippet().to_string();
         let message = message.replace(", set DuplicateKeyPolicy in Options if acceptable", "");
-        FieldError::new("", message.lines().collect::<Vec<_>>().join(" "))
-    })?;
-    let mut root = Object::new(String::new(), value)?;
+        let message = message.lines().collect::<Vec<_>>().join(" ");
+        // Only a duplicate key makes the strict reading fail where the lenient one does not.
+        if !lenient && with(last_wins).is_ok() {
+            FieldError::strict("", message)
+        } else {
+            FieldError::new("", message)
+        }
+    })
+}
+
+/// Reads the document strictly (unknown keys are errors) or leniently (they are skipped).
+fn read(text: &str, lenient: bool) -> Result<KubeProxyConfiguration, FieldError> {
+    let mut root = Object::document(value(text, lenient)?, lenient)?;
     check_type(&mut root, "apiVersion", API_VERSION)?;
     check_type(&mut root, "kind", KIND)?;
     let cfg = KubeProxyConfiguration {

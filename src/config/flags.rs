@@ -12,12 +12,31 @@ use std::time::Duration;
 
 use clap::Args;
 
-use super::duration;
 use super::validate::go_bool;
+use super::{duration, go_values};
 
 /// Parses a Go duration for clap (`30s`, `1m`, `2h22m`).
 fn go_duration(text: &str) -> Result<Duration, duration::ParseError> {
     duration::parse(text)
+}
+
+/// Parses a whole number as pflag does, for clap.
+fn go_int(text: &str) -> Result<i64, String> {
+    go_values::int(text)
+}
+
+/// Parses a number as pflag does, for clap.
+fn go_float(text: &str) -> Result<f64, String> {
+    go_values::float(text)
+}
+
+/// Parses `-v`'s level for clap: 0 to 2^31 - 1, as component-base's.
+fn verbosity(text: &str) -> Result<u32, String> {
+    go_values::int(text)
+        .ok()
+        .and_then(|v| u32::try_from(v).ok())
+        .filter(|v| i32::try_from(*v).is_ok())
+        .ok_or_else(|| format!("must be a whole number from 0 to 2147483647, got {text:?}"))
 }
 
 /// Upstream kube-proxy's flags (and `--manifests`). `None`: not given on the command line.
@@ -84,11 +103,12 @@ pub struct Flags {
     pub kube_api_content_type: Option<String>,
 
     /// Sustained requests per second to the API server (default: 5)
-    #[arg(long, value_name = "QPS", allow_negative_numbers = true)]
+    #[arg(long, value_name = "QPS", allow_negative_numbers = true, value_parser = go_float)]
     pub kube_api_qps: Option<f64>,
 
     /// Requests allowed in a burst to the API server (default: 10)
-    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    #[arg(long, value_name = "N", allow_negative_numbers = true,
+          value_parser = go_int)]
     pub kube_api_burst: Option<i64>,
 
     /// Node name to use instead of the hostname; applies even with --config
@@ -100,7 +120,8 @@ pub struct Flags {
     #[arg(long, value_name = "IP")]
     pub bind_address: Option<String>,
 
-    /// Exit when a server cannot bind its port (default: false)
+    /// Exit when the health or metrics server cannot bind its port, instead of retrying every
+    /// 5s (default: false)
     #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true,
           default_missing_value = "true", value_parser = go_bool)]
     pub bind_address_hard_fail: Option<bool>,
@@ -114,22 +135,30 @@ pub struct Flags {
     #[arg(long, value_name = "IP:PORT")]
     pub metrics_bind_address: Option<String>,
 
-    /// Serve profiling data on /debug/pprof (default: false)
+    /// Upstream: serve profiling data on /debug/pprof (default: false)
     #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true,
           default_missing_value = "true", value_parser = go_bool)]
     pub profiling: Option<bool>,
 
-    /// Also expose metrics hidden since this previous minor version, e.g. 1.36 (default: none)
+    /// Upstream: also expose metrics hidden since this previous minor version, e.g. 1.36
+    /// (default: none)
     #[arg(long, value_name = "VERSION")]
     pub show_hidden_metrics_for_version: Option<String>,
 
-    /// Dataplane: iptables, ipvs, nftables or userspace (default: iptables)
+    /// Dataplane: iptables, ipvs, nftables, userspace or ebpf (default: iptables)
     #[arg(long, value_name = "MODE")]
     pub proxy_mode: Option<String>,
 
+    /// Dataplane mode that replaces --config's `mode` (and --proxy-mode); empty changes
+    /// nothing. Lets a DaemonSet use an existing KubeProxyConfiguration as it is
+    /// (kube-proxy-rs only)
+    #[arg(long, value_name = "MODE")]
+    pub proxy_mode_override: Option<String>,
+
     /// Bit of the packet mark that flags packets for SNAT, 0 to 31, in iptables and ipvs mode
     /// (default: 14)
-    #[arg(long, value_name = "BIT", allow_negative_numbers = true)]
+    #[arg(long, value_name = "BIT", allow_negative_numbers = true,
+          value_parser = go_int)]
     pub iptables_masquerade_bit: Option<i64>,
 
     /// SNAT all traffic sent to Service cluster IPs (default: false)
@@ -223,12 +252,14 @@ pub struct Flags {
 
     /// Userspace mode: connections and UDP flows relayed at once over every listener; more
     /// are refused (default: 100000; kube-proxy-rs only)
-    #[arg(long, value_name = "COUNT", allow_negative_numbers = true)]
+    #[arg(long, value_name = "COUNT", allow_negative_numbers = true,
+          value_parser = go_int)]
     pub userspace_max_connections: Option<i64>,
 
     /// Userspace mode: connections and UDP flows one Service's listeners relay at once; more
     /// are refused (default: 10000; kube-proxy-rs only)
-    #[arg(long, value_name = "COUNT", allow_negative_numbers = true)]
+    #[arg(long, value_name = "COUNT", allow_negative_numbers = true,
+          value_parser = go_int)]
     pub userspace_max_connections_per_service: Option<i64>,
 
     /// Comma-separated CIDRs and keywords (primary, localhost, all) of node addresses that
@@ -237,16 +268,19 @@ pub struct Flags {
     pub nodeport_addresses: Option<Vec<String>>,
 
     /// OOM score adjustment of this process, -1000 to 1000 (default: -999)
-    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    #[arg(long, value_name = "N", allow_negative_numbers = true,
+          value_parser = go_int)]
     pub oom_score_adj: Option<i64>,
 
     /// Conntrack entries per CPU; 0 leaves the limit and ignores --conntrack-min
     /// (default: 32768)
-    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    #[arg(long, value_name = "N", allow_negative_numbers = true,
+          value_parser = go_int)]
     pub conntrack_max_per_core: Option<i64>,
 
     /// Lower bound of the conntrack table size (default: 131072)
-    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    #[arg(long, value_name = "N", allow_negative_numbers = true,
+          value_parser = go_int)]
     pub conntrack_min: Option<i64>,
 
     /// Idle timeout of established TCP connections; 0 leaves the kernel's (default: 24h0m0s)
@@ -270,7 +304,8 @@ pub struct Flags {
     #[arg(long, value_name = "DURATION", value_parser = go_duration)]
     pub conntrack_udp_timeout_stream: Option<Duration>,
 
-    /// How often watched objects are re-listed; more than 0 (default: 15m0s)
+    /// Upstream: how often the watches re-deliver every object they hold; more than 0
+    /// (default: 15m0s)
     #[arg(long, value_name = "DURATION", value_parser = go_duration)]
     pub config_sync_period: Option<Duration>,
 
@@ -279,16 +314,60 @@ pub struct Flags {
     pub feature_gates: Option<Vec<String>>,
 
     /// Log verbosity; applies even with --config (default: 0)
-    #[arg(short = 'v', long = "v", value_name = "LEVEL")]
-    pub verbosity: Option<u8>,
+    #[arg(short = 'v', long = "v", value_name = "LEVEL", value_parser = verbosity)]
+    pub verbosity: Option<u32>,
 
     /// Log format: text or json; applies even with --config (default: text)
     #[arg(long, value_name = "FORMAT")]
     pub logging_format: Option<String>,
+
+    /// Upstream: per-file log verbosity, comma-separated PATTERN=N (text format only); applies
+    /// even with --config (default: none)
+    #[arg(long, value_name = "PATTERN=N,...", value_delimiter = ',',
+          action = clap::ArgAction::Append)]
+    pub vmodule: Option<Vec<String>>,
+
+    /// Upstream: longest time between log flushes; more than 0; applies even with --config
+    /// (default: 5s)
+    #[arg(long, value_name = "DURATION", value_parser = go_duration)]
+    pub log_flush_frequency: Option<Duration>,
+
+    /// Upstream, alpha: in text format, errors to stderr and the rest to stdout (default: false)
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true,
+          default_missing_value = "true", value_parser = go_bool)]
+    pub log_text_split_stream: Option<bool>,
+
+    /// Upstream, alpha: in text format with split streams, bytes of info messages to buffer,
+    /// e.g. 512, 2Ki or 5Mi (default: 0)
+    #[arg(long, value_name = "QUANTITY", value_parser = go_values::quantity)]
+    pub log_text_info_buffer_size: Option<String>,
+
+    /// Upstream, alpha: in JSON format, errors to stderr and the rest to stdout (default: false)
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true,
+          default_missing_value = "true", value_parser = go_bool)]
+    pub log_json_split_stream: Option<bool>,
+
+    /// Upstream, alpha: in JSON format with split streams, bytes of info messages to buffer,
+    /// e.g. 512, 2Ki or 5Mi (default: 0)
+    #[arg(long, value_name = "QUANTITY", value_parser = go_values::quantity)]
+    pub log_json_info_buffer_size: Option<String>,
+
+    /// Deprecated upstream: the health server's port when --healthz-bind-address has none; 0
+    /// disables the server (default: 10256)
+    #[arg(long, value_name = "PORT", allow_negative_numbers = true, value_parser = go_int,
+          hide = true)]
+    pub healthz_port: Option<i64>,
+
+    /// Deprecated upstream: the metrics server's port when --metrics-bind-address has none
+    /// (default: 10249)
+    #[arg(long, value_name = "PORT", allow_negative_numbers = true, value_parser = go_int,
+          hide = true)]
+    pub metrics_port: Option<i64>,
 }
 
 /// Flags upstream honours even when `--config` is given: the one-shot modes, our own flags,
-/// `--master`, `--hostname-override` and the logging flags.
+/// `--master`, `--hostname-override` and the logging flags (which win over the file's
+/// `logging`).
 pub const HONOURED_WITH_CONFIG: &[&str] = &[
     "bpf-cgroup",
     "bpf-pin-root",
@@ -296,16 +375,23 @@ pub const HONOURED_WITH_CONFIG: &[&str] = &[
     "config",
     "hostname-override",
     "init-only",
+    "log-flush-frequency",
+    "log-json-info-buffer-size",
+    "log-json-split-stream",
+    "log-text-info-buffer-size",
+    "log-text-split-stream",
     "logging-format",
     "manifests",
     "master",
     "nftables-encoder",
     "nodeport-localhost",
+    "proxy-mode-override",
     "udp-timeout",
     "userspace-max-connections",
     "userspace-max-connections-per-service",
     "v",
     "version",
+    "vmodule",
     "write-config-to",
 ];
 
@@ -332,7 +418,8 @@ impl Flags {
             healthz_bind_address => "healthz-bind-address",
             metrics_bind_address => "metrics-bind-address", profiling => "profiling",
             show_hidden_metrics_for_version => "show-hidden-metrics-for-version",
-            proxy_mode => "proxy-mode", iptables_masquerade_bit => "iptables-masquerade-bit",
+            proxy_mode => "proxy-mode", proxy_mode_override => "proxy-mode-override",
+            iptables_masquerade_bit => "iptables-masquerade-bit",
             masquerade_all => "masquerade-all",
             iptables_localhost_nodeports => "iptables-localhost-nodeports",
             iptables_sync_period => "iptables-sync-period",
@@ -352,7 +439,13 @@ impl Flags {
             conntrack_udp_timeout => "conntrack-udp-timeout",
             conntrack_udp_timeout_stream => "conntrack-udp-timeout-stream",
             config_sync_period => "config-sync-period", feature_gates => "feature-gates",
-            verbosity => "v", logging_format => "logging-format",
+            verbosity => "v", logging_format => "logging-format", vmodule => "vmodule",
+            log_flush_frequency => "log-flush-frequency",
+            log_text_split_stream => "log-text-split-stream",
+            log_text_info_buffer_size => "log-text-info-buffer-size",
+            log_json_split_stream => "log-json-split-stream",
+            log_json_info_buffer_size => "log-json-info-buffer-size",
+            healthz_port => "healthz-port", metrics_port => "metrics-port",
             proxy_port_range => "proxy-port-range", udp_timeout => "udp-timeout",
             nodeport_localhost => "nodeport-localhost",
             userspace_max_connections => "userspace-max-connections",

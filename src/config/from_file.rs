@@ -31,9 +31,15 @@ fn non_empty(value: Option<String>) -> Option<String> {
     value.filter(|s| !s.is_empty())
 }
 
-/// Parses, defaults and validates the file's text.
-pub fn config(text: &str) -> Result<Config, FieldError> {
-    from_document(file::parse(text)?)
+/// Parses, defaults and validates the file's text; with the strict decoding's error when the
+/// file was read leniently (see [`file::parse`]). `mode`, when given, stands in for the file's
+/// own `mode` (`--proxy-mode-override`), before the mode picks its section's settings.
+pub fn config(text: &str, mode: Option<&str>) -> Result<(Config, Option<FieldError>), FieldError> {
+    let mut decoded = file::parse(text)?;
+    if let Some(mode) = mode {
+        decoded.document.mode = Some(mode.to_owned());
+    }
+    Ok((from_document(decoded.document)?, decoded.strict_error))
 }
 
 /// Defaults and validates a parsed document.
@@ -228,7 +234,10 @@ pub fn from_document(f: KubeProxyConfiguration) -> Result<Config, FieldError> {
         None => LogFormat::Text,
     };
     if let Some(v) = log.verbosity {
-        c.logging.verbosity = field("logging.verbosity", validate::in_range(v, 0, 255))? as u8;
+        c.logging.verbosity = field(
+            "logging.verbosity",
+            validate::in_range(v, 0, i32::MAX.into()),
+        )? as u32;
     }
     c.logging.flush_frequency = or_default(log.flush_frequency, defaults::LOG_FLUSH_FREQUENCY);
     c.logging.vmodule = log.vmodule.unwrap_or_default();

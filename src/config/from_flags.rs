@@ -4,7 +4,9 @@
 //! As upstream does, the mode picks which sync-period flags count (`--ipvs-*` in ipvs mode,
 //! `--iptables-*` otherwise, nftables included), `--iptables-masquerade-bit` does not reach
 //! nftables mode, and `--cluster-cidr` is split on commas. A flag that therefore has no effect
-//! produces a warning. Errors name the flag. Pure: no I/O.
+//! produces a warning. Upstream's deprecated `--healthz-port` and `--metrics-port` give the
+//! port of a server address given without one, and `--healthz-port=0` turns the health server
+//! off. Errors name the flag. Pure: no I/O.
 
 use std::time::Duration;
 
@@ -183,21 +185,32 @@ pub fn config(flags: &Flags, warnings: &mut Vec<Warning>) -> Result<Config, Erro
         c.bind_address = flag("bind-address", validate::ip(text))?;
     }
     // Upstream's flag defaults come from bindAddress 0.0.0.0, whatever --bind-address says.
+    let healthz_port = deprecated_port(flags, "healthz-port", flags.healthz_port, warnings);
+    let metrics_port = deprecated_port(flags, "metrics-port", flags.metrics_port, warnings);
     if let Some(text) = &flags.healthz_bind_address {
         c.healthz_bind_address = if text.trim().is_empty() {
             None
         } else {
+            let port = port_for("healthz-port", text, healthz_port, HEALTHZ_PORT)?;
             Some(flag(
                 "healthz-bind-address",
-                validate::host_port(text, HEALTHZ_PORT),
+                validate::host_port(text, port),
             )?)
         };
     }
+    if healthz_port == Some(0) {
+        c.healthz_bind_address = None;
+    }
     if let Some(text) = &flags.metrics_bind_address {
-        c.metrics_bind_address = flag(
-            "metrics-bind-address",
-            validate::host_port(text, METRICS_PORT),
-        )?;
+        let port = port_for("metrics-port", text, metrics_port, METRICS_PORT)?;
+        c.metrics_bind_address = flag("metrics-bind-address", validate::host_port(text, port))?;
+    }
+    if metrics_port == Some(0) {
+        return Err(Error::Flag {
+            flag: "metrics-port",
+            message: "0 would leave the metrics server without an address; give 1 to 65535"
+                .to_owned(),
+        });
     }
     c.bind_address_hard_fail = flags.bind_address_hard_fail.unwrap_or(false);
     c.enable_profiling = flags.profiling.unwrap_or(false);
@@ -218,4 +231,41 @@ pub fn config(flags: &Flags, warnings: &mut Vec<Warning>) -> Result<Config, Erro
             })?;
     }
     Ok(c)
+}
+
+/// One of upstream's deprecated `--healthz-port` / `--metrics-port`, with a warning; as upstream,
+/// they count only without `--config` and `--write-config-to`.
+fn deprecated_port(
+    flags: &Flags,
+    name: &'static str,
+    value: Option<i64>,
+    warnings: &mut Vec<Warning>,
+) -> Option<i64> {
+    let value = value?;
+    warnings.push(Warning::Deprecated {
+        flag: name,
+        instead: if name == "healthz-port" {
+            "--healthz-bind-address"
+        } else {
+            "--metrics-bind-address"
+        },
+    });
+    flags.write_config_to.is_none().then_some(value)
+}
+
+/// The port a server address given without one gets: the deprecated port flag's, when given
+/// (checked only then, as upstream uses it only then), else the default.
+fn port_for(
+    name: &'static str,
+    address: &str,
+    port: Option<i64>,
+    default: u16,
+) -> Result<u16, Error> {
+    let bare_ip = address.trim().parse::<std::net::IpAddr>().is_ok();
+    match port {
+        Some(p) if bare_ip && p != 0 => {
+            flag(name, validate::in_range(p, 1, 65535)).map(|p| p as u16)
+        }
+        _ => Ok(default),
+    }
 }

@@ -10,6 +10,10 @@
 //!    honours: `-v` and `--logging-format` (logging flags win over the file),
 //!    `--hostname-override` (applied after the file), `--master`, and the one-shot flags.
 //!    Other given flags produce a warning instead of silently doing nothing.
+//! 3. Ours only: a non-empty `--proxy-mode-override` is the mode in either case, as if the file
+//!    (or `--proxy-mode`) had said it, so the mode picks its own section's settings. Upstream's
+//!    `--proxy-mode` keeps upstream's meaning (ignored beside `--config`), so a DaemonSet with
+//!    an operator's KubeProxyConfiguration changes its mode with this flag alone.
 //!
 //! Pure: reads no file, environment or clock. The caller reads `--config`'s file and passes its
 //! text; [`resolve`] returns the configuration and the warnings to log, and [`render`] returns
@@ -23,8 +27,9 @@ mod file;
 mod flags;
 mod from_file;
 mod from_flags;
+mod go_values;
 mod model;
-mod pending;
+pub mod not_acted_on;
 mod render;
 mod validate;
 
@@ -45,9 +50,10 @@ pub use render::render;
 /// or the field path and saying what is accepted.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Error {
-    /// The configuration file is not valid YAML/JSON, or a field in it is unknown, has the wrong
-    /// type or a value outside what is accepted. `field` is a dotted path such as
-    /// `iptables.masqueradeBit`, empty when the document as a whole is at fault.
+    /// The configuration file is not valid YAML/JSON, or a field in it has the wrong type or a
+    /// value outside what is accepted (an unknown or duplicate field is only a
+    /// [`Warning::LenientDecoding`]). `field` is a dotted path such as `iptables.masqueradeBit`,
+    /// empty when the document as a whole is at fault.
     #[error("config file {}: {}", path.display(), join(field, message))]
     File {
         /// The file, as given to `--config`.
@@ -79,10 +85,32 @@ fn join(field: &str, message: &str) -> String {
 /// each one at warn level.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Warning {
-    /// A setting is accepted for compatibility but kube-proxy-rs does not act on it yet.
+    /// A setting is accepted for compatibility but kube-proxy-rs does not act on it (an entry
+    /// of [`not_acted_on::LIST`]).
     NotActedOn {
         /// `--flag` or the field path.
         setting: String,
+        /// Where it is not acted on; empty: anywhere.
+        scope: &'static str,
+        /// Why.
+        why: &'static str,
+    },
+    /// The file did not decode strictly (an unknown or duplicate field), so it was read
+    /// leniently, as upstream does: unknown fields ignored, the last of duplicate keys kept.
+    LenientDecoding {
+        /// The file, as given to `--config`.
+        path: PathBuf,
+        /// Dotted path of the field the strict reading stopped at, or empty.
+        field: String,
+        /// The strict reading's error.
+        message: String,
+    },
+    /// A flag upstream deprecated was given; it is still acted on.
+    Deprecated {
+        /// Flag name without dashes.
+        flag: &'static str,
+        /// What to use instead.
+        instead: &'static str,
     },
     /// A flag was given but has no effect.
     FlagIgnored {
@@ -96,8 +124,30 @@ pub enum Warning {
 impl fmt::Display for Warning {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Warning::NotActedOn { setting } => {
-                write!(f, "{setting} is accepted but not acted on yet")
+            Warning::NotActedOn {
+                setting,
+                scope,
+                why,
+            } => {
+                write!(f, "{setting} is accepted but not acted on")?;
+                if !scope.is_empty() {
+                    write!(f, " ({scope})")?;
+                }
+                write!(f, ": {why}")
+            }
+            Warning::LenientDecoding {
+                path,
+                field,
+                message,
+            } => write!(
+                f,
+                "config file {}: strict decoding failed ({}); read leniently: unknown fields \
+                 ignored, the last of duplicate keys kept",
+                path.display(),
+                join(field, message)
+            ),
+            Warning::Deprecated { flag, instead } => {
+                write!(f, "--{flag} is deprecated; use {instead}")
             }
             Warning::FlagIgnored { flag, reason } => write!(f, "--{flag} is ignored: {reason}"),
         }
@@ -127,14 +177,30 @@ pub fn from_file(path: &Path, text: &str) -> Result<Config, Error> {
 /// file's path and text (`file` must be `Some` exactly when `flags.config` is).
 pub fn resolve(flags: &Flags, file: Option<(&Path, &str)>) -> Result<Resolved, Error> {
     let mut warnings = Vec::new();
+    let mode_override = flags
+        .proxy_mode_override
+        .as_deref()
+        .filter(|m| !m.trim().is_empty());
+    if let Some(mode) = mode_override {
+        validate::proxy_mode(mode).map_err(|message| Error::Flag {
+            flag: "proxy-mode-override",
+            message,
+        })?;
+    }
     let mut config = match file {
         Some((path, text)) => {
-            let mut config = from_file::config(text).map_err(|e| Error::File {
+            let (mut config, strict_error) =
+                from_file::config(text, mode_override).map_err(|e| Error::File {
+                    path: path.to_owned(),
+                    field: e.field,
+                    message: e.message,
+                })?;
+            config.config_file = Some(path.to_owned());
+            warnings.extend(strict_error.map(|e| Warning::LenientDecoding {
                 path: path.to_owned(),
                 field: e.field,
                 message: e.message,
-            })?;
-            config.config_file = Some(path.to_owned());
+            }));
             warnings.extend(
                 flags
                     .changed()
@@ -147,10 +213,19 @@ pub fn resolve(flags: &Flags, file: Option<(&Path, &str)>) -> Result<Resolved, E
             );
             config
         }
-        None => from_flags::config(flags, &mut warnings)?,
+        None => match mode_override {
+            Some(mode) => {
+                let flags = Flags {
+                    proxy_mode: Some(mode.to_owned()),
+                    ..flags.clone()
+                };
+                from_flags::config(&flags, &mut warnings)?
+            }
+            None => from_flags::config(flags, &mut warnings)?,
+        },
     };
     apply_always(flags, &mut config)?;
-    warnings.extend(pending::warnings(&config, file.is_some()));
+    warnings.extend(not_acted_on::warnings(&config, file.is_some()));
     Ok(Resolved { config, warnings })
 }
 
@@ -202,14 +277,67 @@ fn apply_always(flags: &Flags, c: &mut Config) -> Result<(), Error> {
             message: "must not be blank".to_owned(),
         })?);
     }
+    apply_logging(flags, &mut c.logging)
+}
+
+/// The logging flags, which win over the file's `logging` as upstream's do; `--vmodule` adds
+/// to the file's list, as upstream's does.
+fn apply_logging(flags: &Flags, log: &mut model::Logging) -> Result<(), Error> {
+    let flag_error = |flag: &'static str| move |message| Error::Flag { flag, message };
     if let Some(v) = flags.verbosity {
-        c.logging.verbosity = v;
+        log.verbosity = v;
     }
     if let Some(format) = &flags.logging_format {
-        c.logging.format = validate::log_format(format).map_err(|message| Error::Flag {
-            flag: "logging-format",
-            message,
-        })?;
+        log.format = validate::log_format(format).map_err(flag_error("logging-format"))?;
+    }
+    if let Some(entries) = &flags.vmodule {
+        let items = go_values::vmodule(&entries.join(",")).map_err(flag_error("vmodule"))?;
+        let mut list = match std::mem::take(&mut log.vmodule) {
+            serde_json::Value::Array(list) => list,
+            _ => Vec::new(),
+        };
+        list.extend(
+            items.into_iter().map(
+                |i| serde_json::json!({"filePattern": i.file_pattern, "verbosity": i.verbosity}),
+            ),
+        );
+        log.vmodule = serde_json::Value::Array(list);
+    }
+    if let Some(d) = flags.log_flush_frequency {
+        log.flush_frequency = validate::positive(d).map_err(flag_error("log-flush-frequency"))?;
+    }
+    let options = [
+        (
+            "text",
+            "splitStream",
+            flags.log_text_split_stream.map(Into::into),
+        ),
+        (
+            "text",
+            "infoBufferSize",
+            flags.log_text_info_buffer_size.clone().map(Into::into),
+        ),
+        (
+            "json",
+            "splitStream",
+            flags.log_json_split_stream.map(Into::into),
+        ),
+        (
+            "json",
+            "infoBufferSize",
+            flags.log_json_info_buffer_size.clone().map(Into::into),
+        ),
+    ];
+    for (format, key, value) in options {
+        if let Some(value) = value {
+            if !log.options.is_object() {
+                log.options = serde_json::json!({});
+            }
+            if !log.options[format].is_object() {
+                log.options[format] = serde_json::json!({});
+            }
+            log.options[format][key] = value;
+        }
     }
     Ok(())
 }

@@ -250,7 +250,7 @@ pub struct Logging {
     /// Output format (`format`).
     pub format: LogFormat,
     /// klog-style verbosity (`verbosity`, `-v`).
-    pub verbosity: u8,
+    pub verbosity: u32,
     /// How often buffered logs are flushed (`flushFrequency`).
     pub flush_frequency: Duration,
     /// Per-file verbosity (`vmodule`), kept as written.
@@ -350,7 +350,7 @@ impl Config {
     }
 
     /// klog-style verbosity (`-v`).
-    pub fn verbosity(&self) -> u8 {
+    pub fn verbosity(&self) -> u32 {
         self.logging.verbosity
     }
 }

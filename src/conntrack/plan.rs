@@ -4,7 +4,7 @@
 //! Pure: no I/O, never fails. [`Frontends::from_snapshot`] indexes the UDP and SCTP frontends of
 //! a snapshot with the endpoints a flow to them may still be using; [`Frontends::judge`] decides
 //! one flow. The rules, in our words (upstream behaviour: kube-proxy's conntrack cleanup after a
-//! sync, see `notes/upstream-kube-proxy.md` §1.6, with the differences marked):
+//! sync, as upstream documents it, with the differences marked):
 //!
 //! - Only UDP and SCTP flows are ever judged; TCP and everything else is left alone. TCP has
 //!   connection state of its own: a stale TCP flow is reset by the endpoint or times out.

@@ -141,7 +141,7 @@ fn report(family: IpFamily, pass: &Pass, duration: Duration) {
         stale = pass.stale,
         deleted = pass.deleted,
         gone = pass.gone,
-        ?duration,
+        elapsed = %crate::go_duration::GoDuration(duration),
         "conntrack reconciled"
     );
     for (flow, errno) in &pass.failed {

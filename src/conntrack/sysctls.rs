@@ -2,7 +2,7 @@
 //! write, decided purely from the configuration, the CPU count and the kernel's current values,
 //! apart from the reads and writes themselves.
 //!
-//! Rules (upstream's documented behaviour, `notes/upstream-kube-proxy.md` §1.6, in our words):
+//! Rules (upstream's documented behaviour, in our words):
 //! - `maxPerCore > 0`: `nf_conntrack_max = max(maxPerCore × CPUs, min)`, and the module's
 //!   `hashsize` is raised to a quarter of that when it is smaller (never lowered). `0` leaves
 //!   both alone.

@@ -33,6 +33,7 @@
 //! - [`comment`]: how object names become comments in rule text;
 //! - [`tool`]: starting rule tools (`nft`, `iptables-restore`) for text backends;
 //! - [`cleanup`]: `--cleanup` over every mode;
+//! - [`leftovers`]: at start-up, one warning naming another proxy's rules left on the node;
 //! - [`monitor`]: noticing another program changing our rules in nf_tables (nftables mode, and
 //!   iptables mode on the nft back end), so the next sync repairs them at once;
 //! - [`crate::netlink`]: sockets, framing, batches and dumps for every netlink protocol (nf_tables,
@@ -43,6 +44,7 @@ pub mod comment;
 pub mod ebpf;
 pub mod iptables;
 pub mod ipvs;
+pub mod leftovers;
 pub mod monitor;
 pub mod nftables;
 pub mod node;

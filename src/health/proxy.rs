@@ -17,6 +17,8 @@
 //! - `/healthz` also needs the Node to be eligible: not being deleted, without the cluster
 //!   autoscaler's `ToBeDeletedByClusterAutoscaler` taint, and not gone once it was seen. Before
 //!   the Node has been seen it counts as eligible, so a starting proxy is not drained.
+//! - Ours: a proxy told to stop (SIGTERM, SIGINT) is unhealthy from then on, and says it is
+//!   stopping, so load balancers drain the node while its connections finish.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
@@ -53,6 +55,8 @@ pub struct ProxyHealth {
     timeout: Duration,
     families: BTreeMap<IpFamily, Family>,
     node: NodeState,
+    /// Told to stop ([`ProxyHealth::stop`]).
+    stopping: bool,
 }
 
 /// One family's answer, for the `status` map of the JSON body.
@@ -72,6 +76,8 @@ pub struct Status {
     pub last_updated: Option<SystemTime>,
     /// Families that have synced successfully at least once, or were declared ready.
     pub families: BTreeMap<IpFamily, FamilyStatus>,
+    /// The proxy was told to stop: unhealthy whatever the families say.
+    pub stopping: bool,
 }
 
 impl ProxyHealth {
@@ -82,6 +88,7 @@ impl ProxyHealth {
             timeout,
             families: BTreeMap::new(),
             node: NodeState::Unknown,
+            stopping: false,
         }
     }
 
@@ -125,6 +132,11 @@ impl ProxyHealth {
         };
     }
 
+    /// The proxy is stopping: every answer from now on is unhealthy and says so.
+    pub fn stop(&mut self) {
+        self.stopping = true;
+    }
+
     /// Whether the Node may receive traffic: `/healthz` answers 503 when it may not.
     pub fn node_eligible(&self) -> bool {
         self.node != NodeState::Draining
@@ -133,9 +145,10 @@ impl ProxyHealth {
     /// The health at `now`. A queued change pending for exactly the timeout is already late.
     pub fn status(&self, now: SystemTime) -> Status {
         let mut status = Status {
-            healthy: true,
+            healthy: !self.stopping,
             last_updated: None,
             families: BTreeMap::new(),
+            stopping: self.stopping,
         };
         for (family, f) in &self.families {
             // A family that never synced and is not ready is starting up: healthy, not reported.
@@ -278,5 +291,19 @@ mod tests {
         assert!(!h.node_eligible(), "a node that is gone once seen");
         // Node eligibility never affects the proxy's own health.
         assert!(h.healthy(at(0)));
+    }
+
+    #[test]
+    fn a_stopping_proxy_is_unhealthy_and_says_so() {
+        let mut h = health();
+        h.updated(IpFamily::V4, at(0));
+        assert!(h.healthy(at(1)));
+        h.stop();
+        let status = h.status(at(1));
+        assert!(!status.healthy && status.stopping);
+        assert!(
+            status.families[&IpFamily::V4].healthy,
+            "the rules are not stale"
+        );
     }
 }

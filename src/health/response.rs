@@ -65,6 +65,9 @@ struct ProxyBody {
     /// Keyed `IPv4` / `IPv6`; absent until a family has synced.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     status: BTreeMap<IpFamily, FamilyBody>,
+    /// Ours, only while the proxy stops (upstream's body has no such key).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    stopping: bool,
 }
 
 #[derive(Serialize)]
@@ -101,6 +104,7 @@ pub fn proxy(status: &Status, node_eligible: Option<bool>, now: SystemTime) -> A
                 (*family, body)
             })
             .collect(),
+        stopping: status.stopping,
     };
     Answer {
         code: code(healthy),
@@ -182,6 +186,7 @@ mod tests {
             healthy: true,
             last_updated: Some(at(1_700_000_000, 0)),
             families,
+            stopping: false,
         };
         let a = proxy(&status, None, at(1_700_000_010, 0));
         assert_eq!(a.code, StatusCode::OK);
@@ -197,12 +202,29 @@ mod tests {
             healthy: true,
             last_updated: None,
             families: BTreeMap::new(),
+            stopping: false,
         };
         let a = proxy(&status, Some(false), at(1_700_000_000, 0));
         assert_eq!(a.code, StatusCode::SERVICE_UNAVAILABLE);
         assert_eq!(
             a.body,
             r#"{"lastUpdated":"0001-01-01T00:00:00Z","currentTime":"2023-11-14T22:13:20Z","nodeEligible":false,"healthy":true}"#
+        );
+    }
+
+    #[test]
+    fn a_stopping_proxy_answers_503_and_says_it_is_stopping() {
+        let status = Status {
+            healthy: false,
+            last_updated: None,
+            families: BTreeMap::new(),
+            stopping: true,
+        };
+        let a = proxy(&status, Some(true), at(1_700_000_000, 0));
+        assert_eq!(a.code, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(
+            a.body,
+            r#"{"lastUpdated":"0001-01-01T00:00:00Z","currentTime":"2023-11-14T22:13:20Z","nodeEligible":true,"healthy":false,"stopping":true}"#
         );
     }
 

@@ -5,6 +5,12 @@
 //! this Node should receive traffic (kubelet probes use the former, cloud load balancers the
 //! latter). Both count their answers in `kubeproxy_proxy_{healthz,livez}_total{code}`. The
 //! caller binds the listener, so it can log or report a bind failure as it sees fit.
+//!
+//! The same two answers are also served under `/kube-proxy-rs/` ([`OURS_HEALTHZ_PATH`],
+//! [`OURS_LIVEZ_PATH`]), paths upstream kube-proxy's health server answers with 404: a kubelet
+//! probe that asks there can only be answered by this proxy, never by another proxy holding
+//! the port on the same node (upstream kube-proxy during a node-by-node migration, while this
+//! one keeps retrying its bind).
 
 use std::time::SystemTime;
 
@@ -21,6 +27,10 @@ use crate::metrics::{Metrics, Probe};
 pub const HEALTHZ_PATH: &str = "/healthz";
 /// Whether the proxy keeps its rules current; the Node's state does not count.
 pub const LIVEZ_PATH: &str = "/livez";
+/// [`HEALTHZ_PATH`] under a prefix only kube-proxy-rs serves (the DaemonSet's readiness probe).
+pub const OURS_HEALTHZ_PATH: &str = "/kube-proxy-rs/healthz";
+/// [`LIVEZ_PATH`] under a prefix only kube-proxy-rs serves (the DaemonSet's liveness probe).
+pub const OURS_LIVEZ_PATH: &str = "/kube-proxy-rs/livez";
 
 #[derive(Clone)]
 struct Shared {
@@ -33,6 +43,8 @@ pub fn router(health: SharedHealth, metrics: Metrics) -> Router {
     Router::new()
         .route(HEALTHZ_PATH, any(healthz))
         .route(LIVEZ_PATH, any(livez))
+        .route(OURS_HEALTHZ_PATH, any(healthz))
+        .route(OURS_LIVEZ_PATH, any(livez))
         .with_state(Shared { health, metrics })
 }
 

@@ -50,6 +50,11 @@ impl SharedHealth {
         self.lock().status(now)
     }
 
+    /// See [`ProxyHealth::stop`].
+    pub fn stop(&self) {
+        self.lock().stop();
+    }
+
     /// See [`ProxyHealth::node_eligible`].
     pub fn node_eligible(&self) -> bool {
         self.lock().node_eligible()

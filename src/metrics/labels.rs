@@ -150,8 +150,9 @@ impl TrafficLabels {
     }
 }
 
-/// One listener of the userspace relay: its service port, family and kind of traffic
-/// (`kubeproxy_rs_userspace_*`).
+/// One listener of the userspace relay: its service port, family and endpoint list
+/// (`listener`: `cluster`, `local`, or `loopback` for a NodePort on 127.0.0.1 or ::1;
+/// `kubeproxy_rs_userspace_*`).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
 pub struct RelayLabels {
     pub ip_family: IpFamily,
@@ -159,7 +160,7 @@ pub struct RelayLabels {
     pub service: String,
     pub port: String,
     pub protocol: String,
-    pub traffic: &'static str,
+    pub listener: &'static str,
 }
 
 /// [`RelayLabels`] and a direction (`kubeproxy_rs_userspace_bytes_total`).
@@ -177,4 +178,12 @@ pub struct RefusedRelayLabels {
     #[prometheus(flatten)]
     pub relay: RelayLabels,
     pub reason: &'static str,
+}
+
+/// One series of client-go's `rest_client_requests_total`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct RestClientLabels {
+    pub code: String,
+    pub host: String,
+    pub method: String,
 }

@@ -7,6 +7,7 @@
 //! - [`registry`]: [`Metrics`], the handle everything records through.
 //! - [`process`]: `process_*` from `/proc`.
 //! - [`traffic`]: the dataplane's per-Service traffic counters, read at scrape time.
+//! - [`rest_client`]: the API client's requests by result (client-go's metric).
 //! - [`configz`]: the `/configz` body.
 //! - [`server`]: `/metrics`, `/configz`, `/proxyMode`, `/healthz`.
 
@@ -17,6 +18,7 @@ pub mod names;
 pub mod process;
 pub mod registry;
 pub mod relay;
+pub mod rest_client;
 pub mod server;
 pub mod traffic;
 

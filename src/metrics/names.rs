@@ -268,13 +268,21 @@ pub const RS_IPVS_BYTES: Spec = spec(
     "Bytes through a kind of frontend of a service port, in (to the endpoints) or out, from the kernel's counters read at scrape time",
 );
 
+/// client-go's, which upstream kube-proxy exposes for its API client.
+pub const REST_CLIENT_REQUESTS: Spec = spec(
+    "rest_client_requests_total",
+    Counter,
+    &["code", "host", "method"],
+    "[ALPHA] Number of HTTP requests, partitioned by status code, method, and host.",
+);
+
 const RELAYED: &[&str] = &[
     "ip_family",
     "namespace",
     "service",
     "port",
     "protocol",
-    "traffic",
+    "listener",
 ];
 const DIRECTED_RELAYED: &[&str] = &[
     "ip_family",
@@ -282,7 +290,7 @@ const DIRECTED_RELAYED: &[&str] = &[
     "service",
     "port",
     "protocol",
-    "traffic",
+    "listener",
     "direction",
 ];
 const REFUSED_RELAYED: &[&str] = &[
@@ -291,7 +299,7 @@ const REFUSED_RELAYED: &[&str] = &[
     "service",
     "port",
     "protocol",
-    "traffic",
+    "listener",
     "reason",
 ];
 
@@ -299,7 +307,7 @@ pub const RS_USERSPACE_CONNECTIONS: Spec = spec(
     "kubeproxy_rs_userspace_connections",
     Gauge,
     RELAYED,
-    "Userspace mode: connections (UDP: flows) a service port's listener relays now; traffic is internal (ClusterIP), external (NodePorts, externalIPs, LoadBalancer IPs) or loopback (NodePorts on 127.0.0.1 and ::1, --nodeport-localhost)",
+    "Userspace mode: connections (UDP: flows) a service port's listener relays now; listener is cluster (the cluster-wide endpoints), local (this node's) or loopback (NodePorts on 127.0.0.1 and ::1, --nodeport-localhost)",
 );
 pub const RS_USERSPACE_CONNECTIONS_TOTAL: Spec = spec(
     "kubeproxy_rs_userspace_connections_total",
@@ -380,6 +388,7 @@ pub const ALL: &[Spec] = &[
     LIVEZ_TOTAL,
     CONNTRACK_SYNC_DURATION,
     CONNTRACK_DELETED_ENTRIES,
+    REST_CLIENT_REQUESTS,
     RS_OBJECTS,
     RS_OPERATIONS,
     RS_NETLINK_MESSAGES,

@@ -111,11 +111,13 @@ fn read() -> Sample {
     }
 }
 
-/// This process's memory now and at its peak (`VmRSS`, `VmHWM`), in MiB, for log lines that
-/// say where start-up's memory goes; zero where `/proc` cannot be read.
+/// This process's memory now and at its peak (`VmRSS`, `VmHWM`), in MiB to a tenth, for log
+/// lines that say where start-up's memory goes; zero where `/proc` cannot be read.
 pub fn resident_mib() -> Memory {
     let status = fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let mib = |key| parse_status_kib(&status, key).map_or(0.0, |kib| kib / 1024.0);
+    let mib = |key| {
+        parse_status_kib(&status, key).map_or(0.0, |kib| (kib / 1024.0 * 10.0).round() / 10.0)
+    };
     Memory {
         now: mib("VmRSS:"),
         peak: mib("VmHWM:"),

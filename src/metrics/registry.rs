@@ -3,7 +3,7 @@
 //!
 //! [`Metrics`] is a cheap-to-clone handle; recording is lock-free (atomics) except the first
 //! use of a label set. Times and durations are arguments: nothing here reads a clock. Pure code
-//! never records; the runner records what the pure code returned (see `design.md`).
+//! never records; the runner records what the pure code returned (see `docs/architecture.md`).
 //!
 //! Every metric is registered whatever the mode. A labelled metric appears in a scrape only once
 //! it has a series, so [`Metrics::prime`] creates the zero-valued series of the mode and the
@@ -81,6 +81,8 @@ struct Inner {
     relayed: super::relay::SharedSource,
     /// The eBPF mode's counters (see [`super::ebpf`]).
     ebpf: super::ebpf::SharedSource,
+    /// The API client's request counts (see [`super::rest_client`]).
+    rest_client: super::rest_client::SharedSource,
 }
 
 /// The proxy's metrics. Clone it into every task that records.
@@ -131,6 +133,10 @@ impl Metrics {
         r.register_collector(Box::new(super::relay::Relayed(relayed.clone())));
         let ebpf = super::ebpf::SharedSource::default();
         r.register_collector(Box::new(super::ebpf::Datapath(ebpf.clone())));
+        let rest_client = super::rest_client::SharedSource::default();
+        r.register_collector(Box::new(super::rest_client::RestClient(
+            rest_client.clone(),
+        )));
         let sync = || Histograms::new_with_constructor(sync_histogram as fn() -> Histogram);
         let inner = Inner {
             sync_duration: register(&mut r, &names::SYNC_DURATION, sync()),
@@ -208,6 +214,7 @@ impl Metrics {
             traffic,
             relayed,
             ebpf,
+            rest_client,
             // Last: every field above borrowed the registry to register itself.
             registry: r,
         };
@@ -299,6 +306,19 @@ impl Metrics {
             .ebpf
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(source);
+    }
+
+    /// Where each scrape reads the API client's request counts; `None` (no client, as with
+    /// `--manifests`) leaves the metric without samples.
+    pub fn set_rest_client_source(
+        &self,
+        source: Option<crate::cluster::source::api::RequestCounts>,
+    ) {
+        *self
+            .0
+            .rest_client
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = source;
     }
 
     /// The scrape body, in Prometheus text format 0.0.4 ([`CONTENT_TYPE`]).

@@ -149,3 +149,21 @@ fn per_service_traffic_is_read_at_scrape_time_with_its_labels() {
         assert!(text.contains(&line), "missing {line:?} in\n{text}");
     }
 }
+
+#[test]
+fn api_requests_show_as_client_gos_rest_client_requests_total() {
+    let m = Metrics::new();
+    let counts = crate::cluster::source::api::RequestCounts::new("10.0.0.1:6443");
+    counts.record(&http::Method::GET, Some(http::StatusCode::OK));
+    counts.record(&http::Method::GET, Some(http::StatusCode::OK));
+    counts.record(&http::Method::GET, None);
+    m.set_rest_client_source(Some(counts));
+    let text = m.encode();
+    for line in [
+        "# TYPE rest_client_requests_total counter\n",
+        "rest_client_requests_total{code=\"200\",host=\"10.0.0.1:6443\",method=\"GET\"} 2\n",
+        "rest_client_requests_total{code=\"<error>\",host=\"10.0.0.1:6443\",method=\"GET\"} 1\n",
+    ] {
+        assert!(text.contains(line), "missing {line:?} in\n{text}");
+    }
+}

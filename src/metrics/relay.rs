@@ -34,7 +34,7 @@ fn labels(key: &Key) -> RelayLabels {
         service: key.port.service.name.to_string(),
         port: key.port.port.to_string(),
         protocol: key.port.protocol.as_str().to_owned(),
-        traffic: key.traffic.as_str(),
+        listener: key.list.as_str(),
     }
 }
 

@@ -10,6 +10,7 @@
 mod carry;
 pub mod latency;
 pub mod peek;
+pub mod port_changes;
 pub mod report;
 pub mod runner;
 pub mod schedule;

@@ -26,6 +26,7 @@ use super::status::Status;
 use crate::cluster::source::{Event, Kind};
 use crate::cluster::{ChangeCounts, Changes, Snapshot, Tracker};
 use crate::dataplane::{Dataplane, SyncError, SyncReport};
+use crate::go_duration::GoDuration;
 
 /// How long the initial lists may take before the runner says it is still waiting, and how often
 /// it repeats that. Upstream waits for its informers without a bound and logs; so do we: without
@@ -280,10 +281,10 @@ impl Runner {
                     let missing: Vec<String> = Kind::ALL
                         .iter()
                         .filter(|k| !self.status.listed_kinds.contains(k))
-                        .map(|k| format!("{k:?}"))
+                        .map(|k| k.as_str().to_owned())
                         .collect();
                     tracing::warn!(
-                        waited_s = Instant::now().duration_since(self.status.started).as_secs(),
+                        waited = %GoDuration(Instant::now().duration_since(self.status.started)),
                         missing = %missing.join(","),
                         "still waiting for the initial lists; nothing is programmed until they are in"
                     );
@@ -370,16 +371,15 @@ impl Runner {
             // Where start-up goes, per kind (relists too): from the list's first event to its
             // end (request, transfer, decoding and the tracker), and the tracker's share.
             let memory = crate::metrics::process::resident_mib();
+            let since = |from: Option<Instant>, to: Instant| {
+                GoDuration(from.map_or(Duration::ZERO, |f| to.duration_since(f)))
+            };
             tracing::info!(
-                kind = ?kind,
+                kind = kind.as_str(),
                 objects = list.items,
-                began_ms = list
-                    .began
-                    .map_or(0, |b| b.duration_since(self.status.started).as_millis() as u64),
-                list_ms = list
-                    .began
-                    .map_or(0.0, |b| now.duration_since(b).as_secs_f64() * 1000.0),
-                tracker_ms = tracker.as_secs_f64() * 1000.0,
+                began = %since(Some(self.status.started), list.began.unwrap_or(self.status.started)),
+                list = %since(list.began, now),
+                tracker = %GoDuration(tracker),
                 rss_mib = memory.now,
                 peak_rss_mib = memory.peak,
                 "list applied"
@@ -390,7 +390,7 @@ impl Runner {
             self.status.last_queued_at = Some((self.wall)());
         } else if self.tracker.synced() {
             tracing::info!(
-                waited_ms = now.duration_since(self.status.started).as_millis() as u64,
+                waited = %GoDuration(now.duration_since(self.status.started)),
                 "initial lists in; syncing"
             );
             self.schedule.ready(now);
@@ -400,7 +400,11 @@ impl Runner {
     fn start(&mut self, reason: Reason) -> (InFlight, Work) {
         let started = Instant::now();
         let start = self.schedule.start(started, reason);
+        let before = tracing::enabled!(tracing::Level::DEBUG).then(|| self.tracker.peek());
         let (snapshot, changes) = self.tracker.snapshot();
+        if let Some(before) = before {
+            super::port_changes::log(&before, &snapshot, &changes.ports);
+        }
         let snapshotted = Instant::now();
         let changes = match self.carried.take() {
             Some(older) => carry::merge(older, changes),
@@ -518,7 +522,7 @@ impl Runner {
     /// follow log at debug, and the first success after them at info, so a broken dataplane
     /// does not flood the log (the metrics count every failure).
     fn log(&self, report: &Report, phases: &Phases) {
-        let duration_ms = report.duration.as_secs_f64() * 1000.0;
+        let elapsed = GoDuration(report.duration);
         // `status` still describes the syncs before this one.
         let was_failing = self.status.failing_since.is_some();
         match &report.outcome {
@@ -526,9 +530,9 @@ impl Runner {
                 number = report.number,
                 reason = report.reason.as_str(),
                 full = report.full,
-                duration_ms,
+                %elapsed,
                 failures = self.schedule.failures(),
-                retry_in_s = self.schedule.periods().backoff(self.schedule.failures()).as_secs_f64(),
+                retry_in = %GoDuration(self.schedule.periods().backoff(self.schedule.failures())),
                 %error,
                 "sync failed; the previous rules stay in place"
             ),
@@ -548,9 +552,9 @@ impl Runner {
                 number = report.number,
                 rss_mib = crate::metrics::process::resident_mib().now,
                 reason = report.reason.as_str(),
-                duration_ms,
-                snapshot_ms = phases.snapshot.as_secs_f64() * 1000.0,
-                dataplane_ms = phases.dataplane.as_secs_f64() * 1000.0,
+                %elapsed,
+                snapshot = %GoDuration(phases.snapshot),
+                dataplane = %GoDuration(phases.dataplane),
                 changed_ports = report.changed_ports,
                 operations = done.families.iter().map(|f| f.operations).sum::<usize>(),
                 netlink_messages = done.netlink_messages,
@@ -559,11 +563,11 @@ impl Runner {
             Ok(done) => tracing::debug!(
                 number = report.number,
                 reason = report.reason.as_str(),
-                duration_ms,
-                snapshot_us = phases.snapshot.as_micros() as u64,
-                handoff_us = phases.handoff.as_micros() as u64,
-                dataplane_us = phases.dataplane.as_micros() as u64,
-                back_us = phases.back.as_micros() as u64,
+                %elapsed,
+                snapshot = %GoDuration(phases.snapshot),
+                handoff = %GoDuration(phases.handoff),
+                dataplane = %GoDuration(phases.dataplane),
+                back = %GoDuration(phases.back),
                 changed_ports = report.changed_ports,
                 operations = done.families.iter().map(|f| f.operations).sum::<usize>(),
                 netlink_messages = done.netlink_messages,

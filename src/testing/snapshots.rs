@@ -76,6 +76,11 @@ pub fn svc(ns_name: &str, cluster_ip: &str, port: u16) -> Svc {
 }
 
 impl Svc {
+    /// The port's name (a second port of one Service is a second `svc` with another name).
+    pub fn named(mut self, port_name: &str) -> Svc {
+        self.port.name.port = port_name.into();
+        self
+    }
     pub fn proto(mut self, p: Protocol) -> Svc {
         self.port.name.protocol = p;
         self

@@ -1,7 +1,7 @@
 //! A qemu guest running Debian's kernel, for tests of what this host's kernel lacks (SCTP,
 //! IPVS, the dummy device): the host kernel is monolithic and built without them.
 //!
-//! The recipe is the one in the team's kernel notes (`notes/kernel-and-namespaces.md`, "run host
+//! The recipe ("run host
 //! binaries in the guest over virtio-9p"): software emulation (KVM here only runs PVM guests),
 //! the host's root mounted read-only in the guest with a tmpfs overlay, so test binaries built on
 //! the host run there unchanged, and the guest kernel's modules from a second share. The guest

@@ -10,7 +10,9 @@
 //! these inputs is cached, and builds it, about five minutes, when not).
 //!
 //! [`Uml::run`] writes an init script to a scratch directory, boots the kernel on it and
-//! returns what the guest printed and the command's exit status. The init script mounts
+//! returns what the guest printed and the command's exit status. Its [`Limit`] is a total time
+//! for short runs, or for long ones a time without a line of output, so work that reports its
+//! progress is never cut short by a slow machine. The init script mounts
 //! `/proc`, `/sys` and a tmpfs on `/run` (and on `/tmp` when the checkout is not under it),
 //! copies the kernel's `modules.builtin` into a module tree on that tmpfs (the host may have no
 //! `/lib/modules`, and nothing is written on the host) and points the kernel's module loader at
@@ -51,7 +53,7 @@ use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// Builds (or finds, cached) the kernel and prints its path.
@@ -62,6 +64,23 @@ const MEMORY_MIB: u64 = 512;
 const EXIT_MARKER: &str = "UML-EXIT=";
 /// Set (to anything) where the tests must run, not skip, without a kernel: `.ci/run`.
 pub const REQUIRE_VAR: &str = "KPRS_REQUIRE_UML";
+
+/// When [`Uml::run`] kills the guest.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Limit {
+    /// After this long, whatever the guest is doing: a short, fixed amount of work.
+    Total(Duration),
+    /// Once the guest has printed no line for this long: long work that reports its progress
+    /// (a suite printing a line per scenario), so a busy machine slows it without killing it,
+    /// while a guest that hangs is still killed.
+    Silent(Duration),
+}
+
+impl From<Duration> for Limit {
+    fn from(total: Duration) -> Limit {
+        Limit::Total(total)
+    }
+}
 
 /// Boots the guest once and re-runs the test binary in it as `helper` in `role`, which runs
 /// `cases` in order and prints `<case> ok` after each; fails unless the guest exited 0 and every
@@ -190,8 +209,16 @@ impl Uml {
     }
 
     /// Boots the kernel, loads `modules`, runs `command` (a shell line) as the guest's root
-    /// in `cwd`, and returns what the guest printed. The guest is killed after `limit`.
-    pub fn run(&self, modules: &[&str], cwd: &Path, command: &str, limit: Duration) -> UmlRun {
+    /// in `cwd`, and returns what the guest printed. The guest is killed at `limit`: a
+    /// [`Duration`] is a [`Limit::Total`].
+    pub fn run(
+        &self,
+        modules: &[&str],
+        cwd: &Path,
+        command: &str,
+        limit: impl Into<Limit>,
+    ) -> UmlRun {
+        let limit = limit.into();
         require_shm_room(self.memory_mib);
         let scratch = Scratch::new();
         let init = scratch.dir.join("init.sh");
@@ -219,12 +246,25 @@ impl Uml {
                 .spawn()
                 .unwrap_or_else(|e| panic!("start {}: {e}", self.kernel.display())),
         );
-        let out = collect(guest.0.stdout.take().expect("piped stdout"), self.live);
-        let err = collect(guest.0.stderr.take().expect("piped stderr"), self.live);
+        let heard = Heard::new(started);
+        let out = collect(
+            guest.0.stdout.take().expect("piped stdout"),
+            self.live,
+            &heard,
+        );
+        let err = collect(
+            guest.0.stderr.take().expect("piped stderr"),
+            self.live,
+            &heard,
+        );
         let mut timed_out = false;
         let mut stopped = false;
         while guest.0.try_wait().ok().flatten().is_none() {
-            if started.elapsed() > limit {
+            let over = match limit {
+                Limit::Total(total) => started.elapsed() > total,
+                Limit::Silent(quiet) => heard.silent_for() > quiet,
+            };
+            if over {
                 timed_out = true;
                 break;
             }
@@ -239,8 +279,13 @@ impl Uml {
         drop(guest);
         let mut output = String::from_utf8_lossy(&out.join().unwrap_or_default()).into_owned();
         output.push_str(&String::from_utf8_lossy(&err.join().unwrap_or_default()));
-        if timed_out {
-            output.push_str(&format!("\n(UML killed after {limit:?})"));
+        match limit {
+            _ if !timed_out => {}
+            Limit::Total(total) => output.push_str(&format!("\n(UML killed after {total:?})")),
+            Limit::Silent(quiet) => output.push_str(&format!(
+                "\n(UML killed after {:?}: it printed no line for {quiet:?})",
+                started.elapsed()
+            )),
         }
         if stopped {
             output.push_str("\n(UML killed: the run was interrupted)");
@@ -302,20 +347,52 @@ poweroff -f
     }
 }
 
-/// Reads `from` to its end on a thread of its own; with `live`, also copies each line to stderr
-/// as it arrives.
-fn collect(from: impl Read + Send + 'static, live: bool) -> std::thread::JoinHandle<Vec<u8>> {
+/// When the guest last printed anything, on either pipe.
+#[derive(Clone)]
+struct Heard {
+    started: Instant,
+    /// Milliseconds after `started`.
+    last_ms: Arc<AtomicU64>,
+}
+
+impl Heard {
+    fn new(started: Instant) -> Heard {
+        Heard {
+            started,
+            last_ms: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    fn now(&self) {
+        let ms = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.last_ms.fetch_max(ms, Ordering::Relaxed);
+    }
+
+    fn silent_for(&self) -> Duration {
+        self.started
+            .elapsed()
+            .saturating_sub(Duration::from_millis(self.last_ms.load(Ordering::Relaxed)))
+    }
+}
+
+/// Reads `from` to its end on a thread of its own, noting in `heard` when it last read
+/// something; with `live`, also copies each line to stderr as it arrives.
+fn collect(
+    from: impl Read + Send + 'static,
+    live: bool,
+    heard: &Heard,
+) -> std::thread::JoinHandle<Vec<u8>> {
+    let heard = heard.clone();
     std::thread::spawn(move || {
         let mut all = Vec::new();
         let mut reader = std::io::BufReader::new(from);
-        if !live {
-            let _ = reader.read_to_end(&mut all);
-            return all;
-        }
         let mut line = Vec::new();
         while reader.read_until(b'\n', &mut line).is_ok_and(|n| n > 0) {
-            let text = String::from_utf8_lossy(&line);
-            eprintln!("{}", text.trim_end_matches(['\r', '\n']));
+            heard.now();
+            if live {
+                let text = String::from_utf8_lossy(&line);
+                eprintln!("{}", text.trim_end_matches(['\r', '\n']));
+            }
             all.extend_from_slice(&line);
             line.clear();
         }

@@ -25,6 +25,7 @@ mod pinned;
 mod planned;
 mod reasons;
 pub mod recent;
+pub mod remote;
 pub mod render;
 pub mod request;
 pub mod saved;
@@ -248,7 +249,10 @@ pub fn explain(
         let t = socket_lb::trace(maps, remembered, request, &source);
         hooks = t.hooks.iter().map(|h| h.as_str()).collect();
         let mine = if source.origin == Origin::Outside {
-            tc_lb::reasons(&t, request, &source)
+            let cluster_ip = found
+                .as_ref()
+                .is_some_and(|(_, f)| *f == Frontend::ClusterIp);
+            tc_lb::reasons(&t, request, &source, cluster_ip)
         } else {
             socket_lb::reasons(&t, request, &found)
         };

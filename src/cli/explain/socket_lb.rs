@@ -59,6 +59,12 @@ pub(super) fn reasons(
         Fate::Untouched => out.push(format!(
             "no kp_svc entry for {frontend}: the socket keeps the address it asked for"
         )),
+        Fate::Refused if t.entry.is_some_and(|e| e.undefined_port) => out.push(format!(
+            "kp_svc entry for {} at port 0 (any port its Service does not define): {} fails at \
+             once with ECONNREFUSED, as kube-proxy rejects it",
+            request.to.ip(),
+            when.join(" and ")
+        )),
         Fate::Refused => out.push(format!(
             "{}: no backend, so {} fails at once with ECONNREFUSED",
             entry.unwrap_or_default(),

@@ -98,7 +98,7 @@ mod tests {
                 protocol,
             },
             family: IpFamily::V4,
-            traffic: plan::Traffic::Internal,
+            list: plan::List::Cluster,
         };
         let ports = BTreeMap::from([(key(Protocol::Tcp), 0xA01F), (key(Protocol::Udp), 0xA01F)]);
         let lines = missing(

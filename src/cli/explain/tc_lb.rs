@@ -9,8 +9,14 @@ use super::Request;
 use super::source::Source;
 use crate::dataplane::ebpf::trace::{Dropped, Fate, Trace};
 
-/// Why the packet from `source` ends as `t` says, first among the reasons.
-pub(super) fn reasons(t: &Trace, request: &Request, source: &Source) -> Vec<String> {
+/// Why the packet from `source` ends as `t` says, first among the reasons. `cluster_ip`: the
+/// destination is a ClusterIP (reached from outside: the Service range routed to this node).
+pub(super) fn reasons(
+    t: &Trace,
+    request: &Request,
+    source: &Source,
+    cluster_ip: bool,
+) -> Vec<String> {
     let frontend = format!(
         "{} {}",
         request.protocol.as_str().to_uppercase(),
@@ -57,6 +63,11 @@ pub(super) fn reasons(t: &Trace, request: &Request, source: &Source) -> Vec<Stri
         ));
     }
     match &t.fate {
+        Fate::Refused if e.undefined_port => out.push(format!(
+            "the entry is {}'s at port 0 (any port its Service does not define): the program \
+             answers with an ICMP port unreachable, as kube-proxy rejects it",
+            request.to.ip()
+        )),
         Fate::Refused => out.push(
             "no backend: the program answers with an ICMP port unreachable, so the client's \
              connect() is refused (ECONNREFUSED) and a UDP sender sees an error"
@@ -85,7 +96,13 @@ pub(super) fn reasons(t: &Trace, request: &Request, source: &Source) -> Vec<Stri
                 ));
             }
             // A remembered backend is told by the live reading's affinity line, which found it.
-            out.push(if e.snat {
+            out.push(if cluster_ip {
+                "a ClusterIP reached from outside, by a client that is not a pod of this node: \
+                 the source is rewritten to the node's address (the one the kernel routes from \
+                 towards the backend) so replies return through this node, where kp_flow turns \
+                 them back"
+                    .to_string()
+            } else if e.snat {
                 "externalTrafficPolicy Cluster: the source is rewritten to the node's address \
                  (the one the kernel routes from towards the backend) so replies return through \
                  this node, where kp_flow turns them back"

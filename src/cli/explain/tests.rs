@@ -34,6 +34,12 @@ fn services() -> Vec<Svc> {
         svc("default/sticky", "10.96.0.60", 80)
             .affinity(600)
             .ep("10.244.2.8", 8080, "node-b"),
+        svc("default/both-local", "10.96.0.70", 80)
+            .external("192.0.2.70")
+            .internal_local()
+            .external_local()
+            .ep("10.244.1.9", 8080, "node-a")
+            .ep("10.244.2.9", 8080, "node-b"),
     ]
 }
 
@@ -51,6 +57,36 @@ struct Case {
 }
 
 const CASES: &[Case] = &[
+    // Both policies Local: this node's pods and the node itself reaching an external frontend
+    // are short-circuited to every endpoint; from outside, this node's endpoint only, the
+    // client's address kept.
+    Case {
+        to: "192.0.2.70:80",
+        from: Some("10.244.1.7"),
+        service: Some("default/both-local"),
+        verdict: Verdict::Forwarded,
+        endpoints: &["10.244.1.9:8080", "10.244.2.9:8080"],
+        masquerade: Some(false),
+        reason: "",
+    },
+    Case {
+        to: "192.0.2.70:80",
+        from: Some("node"),
+        service: Some("default/both-local"),
+        verdict: Verdict::Forwarded,
+        endpoints: &["10.244.1.9:8080", "10.244.2.9:8080"],
+        masquerade: Some(true),
+        reason: "",
+    },
+    Case {
+        to: "192.0.2.70:80",
+        from: Some("203.0.113.9"),
+        service: Some("default/both-local"),
+        verdict: Verdict::Forwarded,
+        endpoints: &["10.244.1.9:8080"],
+        masquerade: Some(false),
+        reason: "the client's address is kept",
+    },
     Case {
         to: "10.96.0.10:80",
         from: None,
@@ -172,12 +208,18 @@ const SOURCE_REASONS: [&str; 4] = [
 /// What `c` must show in the mode of `e`: the table's, except that userspace mode relays
 /// (the node's address, one reason for every source), and that the eBPF mode's socket
 /// programs rewrite nothing (one reason for every source). From outside the node the eBPF
-/// mode's tc programs answer as the table says, for the frontends they have: a ClusterIP
-/// reached from outside is not theirs, and goes on to the node's stack.
+/// mode's tc programs answer as the table says.
 fn in_mode(c: &Case, e: &Explanation) -> Case {
     let forwarded = c.verdict == Verdict::Forwarded;
     let about_source = SOURCE_REASONS.iter().any(|r| c.reason.contains(r));
     match e.mode {
+        // As upstream's IPVS mode: a virtual service has one list of destinations for every
+        // source, so the node and its pods reach an external frontend under externalTrafficPolicy
+        // Local on this node's endpoints only (docs/operations.md).
+        "ipvs" if e.packet.origin != "outside" && c.service == Some("default/both-local") => Case {
+            endpoints: &["10.244.1.9:8080"],
+            ..*c
+        },
         "userspace" if forwarded => Case {
             masquerade: Some(true),
             reason: if about_source {
@@ -187,20 +229,6 @@ fn in_mode(c: &Case, e: &Explanation) -> Case {
             },
             ..*c
         },
-        "ebpf"
-            if e.packet.origin == "outside"
-                && e.service_port
-                    .as_ref()
-                    .is_some_and(|s| s.frontend == "ClusterIP") =>
-        {
-            Case {
-                verdict: Verdict::Untouched,
-                endpoints: &[],
-                masquerade: None,
-                reason: "no kp_svc entry of scope external",
-                ..*c
-            }
-        }
         "ebpf" if e.packet.origin == "outside" => Case { ..*c },
         "ebpf" if forwarded => Case {
             masquerade: Some(false),

@@ -25,27 +25,46 @@ pub fn target(metrics: SocketAddr) -> SocketAddr {
     SocketAddr::new(ip, metrics.port())
 }
 
+/// Why the proxy gave no answer.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum AskError {
+    /// Nothing listens at the address: no proxy runs there.
+    #[error(
+        "cannot reach the proxy's metrics address {address} (is it running there? \
+         --metrics-bind-address or --config tell where): {reason}"
+    )]
+    NotListening { address: SocketAddr, reason: String },
+    /// Something listens but the exchange failed or took too long.
+    #[error("{0}")]
+    Failed(String),
+}
+
 /// GETs `path` (with its query) from `address`; the status code and the body.
 pub async fn get(
     address: SocketAddr,
     path: &str,
     timeout: Duration,
-) -> Result<(u16, String), String> {
+) -> Result<(u16, String), AskError> {
     tokio::time::timeout(timeout, get_now(address, path))
         .await
-        .map_err(|_| format!("no answer from the proxy at {address} within {timeout:?}"))?
+        .map_err(|_| {
+            AskError::Failed(format!(
+                "no answer from the proxy at {address} within {}",
+                crate::go_duration::GoDuration(timeout)
+            ))
+        })?
 }
 
-async fn get_now(address: SocketAddr, path: &str) -> Result<(u16, String), String> {
-    let unreachable = |e: &dyn std::fmt::Display| {
-        format!(
-            "cannot reach the proxy's metrics address {address} (is it running there? \
-             --metrics-bind-address or --config tell where): {e}"
-        )
+async fn get_now(address: SocketAddr, path: &str) -> Result<(u16, String), AskError> {
+    let unreachable = |e: &dyn std::fmt::Display| AskError::NotListening {
+        address,
+        reason: e.to_string(),
     };
     let stream = TcpStream::connect(address)
         .await
         .map_err(|e| unreachable(&e))?;
+    // Connected: a failure from here on is no sign that nothing runs there.
+    let unreachable = |e: &dyn std::fmt::Display| AskError::Failed(unreachable(e).to_string());
     let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
         .map_err(|e| unreachable(&e))?;
@@ -53,7 +72,7 @@ async fn get_now(address: SocketAddr, path: &str) -> Result<(u16, String), Strin
     let request = http::Request::get(path)
         .header(http::header::HOST, address.to_string())
         .body(Empty::<Bytes>::new())
-        .map_err(|e| format!("the request {path:?}: {e}"))?;
+        .map_err(|e| AskError::Failed(format!("the request {path:?}: {e}")))?;
     let response = sender
         .send_request(request)
         .await
@@ -62,7 +81,7 @@ async fn get_now(address: SocketAddr, path: &str) -> Result<(u16, String), Strin
     let body = http_body_util::Limited::new(response.into_body(), MAX_BODY)
         .collect()
         .await
-        .map_err(|e| format!("reading the proxy's answer: {e}"))?
+        .map_err(|e| AskError::Failed(format!("reading the proxy's answer: {e}")))?
         .to_bytes();
     driver.abort();
     Ok((code, String::from_utf8_lossy(&body).into_owned()))
@@ -89,6 +108,8 @@ mod tests {
         let e = get(address, "/debug/status", Duration::from_secs(5))
             .await
             .unwrap_err();
+        assert!(matches!(e, AskError::NotListening { .. }), "{e:?}");
+        let e = e.to_string();
         assert!(
             e.starts_with("cannot reach the proxy's metrics address"),
             "{e}"

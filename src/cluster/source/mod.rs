@@ -34,6 +34,15 @@ pub enum Kind {
 impl Kind {
     /// All kinds, in the order a source lists them.
     pub const ALL: [Kind; 3] = [Kind::Service, Kind::EndpointSlice, Kind::Node];
+
+    /// The API's name of the kind, as logs name it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Service => "Service",
+            Kind::EndpointSlice => "EndpointSlice",
+            Kind::Node => "Node",
+        }
+    }
 }
 
 impl From<Service> for Object {

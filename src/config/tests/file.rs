@@ -62,7 +62,7 @@ fn a_json_nftables_config_uses_the_nftables_section() {
 }
 
 #[test]
-fn pending_file_fields_warn_by_path() {
+fn fields_not_acted_on_warn_by_path_with_the_reason() {
     let r = file_body(
         "portRange: 30000-32767\nipvs:\n  strictARP: true\nwinkernel:\n  networkName: l2bridge\n",
     )
@@ -73,11 +73,70 @@ fn pending_file_fields_warn_by_path() {
             .map(ToString::to_string)
             .collect::<Vec<_>>(),
         [
-            "ipvs.strictARP is accepted but not acted on yet",
-            "winkernel.networkName is accepted but not acted on yet",
-            "portRange is accepted but not acted on yet",
+            "winkernel.networkName is accepted but not acted on: Windows only",
+            "portRange is accepted but not acted on (outside userspace mode): only userspace \
+             mode opens listeners",
         ]
     );
+}
+
+/// As upstream's loadConfig: a strict decoding error (an unknown or duplicate field) is logged
+/// and the file read leniently, so a file written for a newer release still starts the proxy.
+#[test]
+fn unknown_and_duplicate_fields_are_read_leniently_with_a_warning() {
+    let r = file_body(
+        "masqueradeAll: true\nmode: ipvs\niptables:\n  masqueradeALL: true\n  masqueradeBit: 12\n\
+         newerSection: {anything: [1, 2]}\n",
+    )
+    .unwrap();
+    assert_eq!(r.config.mode, ProxyMode::Ipvs);
+    assert_eq!(r.config.masquerade_bit, 12);
+    assert!(!r.config.masquerade_all, "an unknown field sets nothing");
+    let warnings: Vec<String> = r.warnings.iter().map(ToString::to_string).collect();
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(
+        warnings[0].starts_with(
+            "config file /etc/kp.yaml: strict decoding failed (iptables.masqueradeALL: unknown \
+             field; accepted here: localhostNodePorts, masqueradeAll,"
+        ),
+        "{}",
+        warnings[0]
+    );
+    assert!(
+        warnings[0]
+            .ends_with("read leniently: unknown fields ignored, the last of duplicate keys kept"),
+        "{}",
+        warnings[0]
+    );
+
+    let r = file_body("mode: ipvs\nmode: nftables\n").unwrap();
+    assert_eq!(
+        r.config.mode,
+        ProxyMode::Nftables,
+        "the last duplicate wins"
+    );
+    assert!(
+        r.warnings[0]
+            .to_string()
+            .contains("strict decoding failed (duplicate mapping key: mode at line 4, column 1)"),
+        "{:?}",
+        r.warnings
+    );
+
+    let json = r#"{"apiVersion": "kubeproxy.config.k8s.io/v1alpha1",
+        "kind": "KubeProxyConfiguration", "mode": "nftables", "nftables": {"future": 1}}"#;
+    let r = from_file(&[], json).unwrap();
+    assert_eq!(r.config.mode, ProxyMode::Nftables);
+    assert!(
+        r.warnings[0]
+            .to_string()
+            .contains("nftables.future: unknown field"),
+        "{:?}",
+        r.warnings
+    );
+
+    let strict = file_body("mode: nftables\n").unwrap();
+    assert!(strict.warnings.is_empty(), "{:?}", strict.warnings);
 }
 
 #[test]
@@ -208,8 +267,8 @@ fn file_errors_are_one_line_naming_the_field() {
             "clientConnection.contentType: must be application/vnd.kubernetes.protobuf or application/json, got \"application/yaml\"",
         ),
         (
-            "logging:\n  verbosity: 300\n",
-            "logging.verbosity: must be between 0 and 255, got 300",
+            "logging:\n  verbosity: -1\n",
+            "logging.verbosity: must be between 0 and 2147483647, got -1",
         ),
         (
             "portRange: 10-5\n",
@@ -220,12 +279,13 @@ fn file_errors_are_one_line_naming_the_field() {
             "showHiddenMetricsForVersion: must be empty or major.minor (e.g. 1.36), got \"latest\"",
         ),
         (
-            "masqueradeAll: true\n",
-            "masqueradeAll: unknown field; accepted here: apiVersion, bindAddress,",
+            // Lenient decoding does not hide a wrong type after an unknown field.
+            "iptables:\n  masqueradeALL: true\nmode: [nftables]\n",
+            "mode: invalid type: sequence, expected a string",
         ),
         (
-            "iptables:\n  masqueradeALL: true\n",
-            "iptables.masqueradeALL: unknown field; accepted here: localhostNodePorts, masqueradeAll, masqueradeBit, minSyncPeriod, syncPeriod",
+            "mode: ipvs\nmode: nftables\niptables: {masqueradeBit: 40}\n",
+            "iptables.masqueradeBit: must be between 0 and 31, got 40",
         ),
         (
             "iptables:\n  masqueradeBit: fourteen\n",
@@ -244,8 +304,8 @@ fn file_errors_are_one_line_naming_the_field() {
             "iptables: value must be a mapping, got boolean `true`",
         ),
         (
-            "mode: ipvs\nmode: nftables\n",
-            "duplicate mapping key: mode at line 4, column 1",
+            "mode: ipvs\n  bad: indentation\n",
+            "mapping values are not allowed",
         ),
     ];
     for (body, want) in cases {

@@ -193,8 +193,96 @@ fn flags_fill_the_config() {
             .iter()
             .map(ToString::to_string)
             .collect::<Vec<_>>(),
-        ["--ipvs-scheduler is accepted but not acted on yet"]
+        Vec::<String>::new(),
+        "the ipvs flags are acted on"
     );
+}
+
+#[test]
+fn upstreams_logging_flags_are_accepted_and_win_over_the_file() {
+    let file = format!(
+        "{HEADER}logging:\n  flushFrequency: 2s\n  vmodule:\n  - {{filePattern: server, verbosity: 2}}\n"
+    );
+    let r = from_file(
+        &[
+            "--vmodule=proxier=4",
+            "--log-flush-frequency=10s",
+            "--log-text-split-stream",
+            "--log-json-info-buffer-size=2Ki",
+        ],
+        &file,
+    )
+    .unwrap();
+    let log = &r.config.logging;
+    assert_eq!(
+        log.vmodule,
+        serde_json::json!([
+            {"filePattern": "server", "verbosity": 2},
+            {"filePattern": "proxier", "verbosity": 4},
+        ]),
+        "--vmodule adds to the file's list, as upstream's does"
+    );
+    assert_eq!(log.flush_frequency, secs(10));
+    assert_eq!(
+        log.options,
+        serde_json::json!({"text": {"splitStream": true}, "json": {"infoBufferSize": "2Ki"}})
+    );
+    let warnings: Vec<String> = r.warnings.iter().map(ToString::to_string).collect();
+    assert!(
+        warnings.iter().all(|w| !w.contains("is ignored")),
+        "logging flags are honoured beside --config: {warnings:?}"
+    );
+    assert_eq!(
+        warnings,
+        [
+            "logging.flushFrequency is accepted but not acted on: every log line is written at \
+             once, unbuffered",
+            "logging.vmodule is accepted but not acted on: -v applies to every source file",
+            "logging.options.text.splitStream is accepted but not acted on: every log line goes \
+             to stderr",
+            "logging.options.json.infoBufferSize is accepted but not acted on: every log line is \
+             written at once, unbuffered",
+        ]
+    );
+    let r = from_flags(&["--vmodule=proxier=4"]).unwrap();
+    assert_eq!(
+        r.warnings[0].to_string(),
+        "--vmodule is accepted but not acted on: -v applies to every source file"
+    );
+}
+
+#[test]
+fn the_deprecated_port_flags_act_as_upstreams() {
+    let deprecated = "--healthz-port is deprecated; use --healthz-bind-address";
+    let r = from_flags(&["--healthz-port=0"]).unwrap();
+    assert_eq!(
+        r.config.healthz_bind_address, None,
+        "0 turns the server off"
+    );
+    assert_eq!(r.warnings[0].to_string(), deprecated);
+    let r = from_flags(&[
+        "--healthz-bind-address=127.0.0.1",
+        "--healthz-port=9000",
+        "--metrics-bind-address=0.0.0.0",
+        "--metrics-port=9001",
+    ])
+    .unwrap();
+    assert_eq!(r.config.healthz_bind_address, Some(addr("127.0.0.1:9000")));
+    assert_eq!(r.config.metrics_bind_address, addr("0.0.0.0:9001"));
+    let r = from_flags(&["--metrics-port=9001", "--healthz-port=9000"]).unwrap();
+    assert_eq!(
+        r.config.metrics_bind_address,
+        addr("127.0.0.1:10249"),
+        "an address with a port keeps it"
+    );
+    assert_eq!(r.config.healthz_bind_address, Some(addr("0.0.0.0:10256")));
+    let r = from_flags(&["--healthz-port=0", "--write-config-to=/tmp/kp.yaml"]).unwrap();
+    assert_eq!(
+        r.config.healthz_bind_address,
+        Some(addr("0.0.0.0:10256")),
+        "upstream ignores them when writing the configuration"
+    );
+    assert_eq!(r.warnings[0].to_string(), deprecated);
 }
 
 #[test]
@@ -313,6 +401,22 @@ fn flag_errors_are_one_line_naming_the_flag() {
             "--userspace-max-connections-per-service: must be 0 or more, got -3",
         ),
         (&["--proxy-port-range=9-3"], "--proxy-port-range: "),
+        (
+            &["--vmodule=proxier"],
+            "--vmodule: must be pattern=N entries separated by commas, got \"proxier\"",
+        ),
+        (
+            &["--log-flush-frequency=0s"],
+            "--log-flush-frequency: must be greater than 0s",
+        ),
+        (
+            &["--metrics-port=0"],
+            "--metrics-port: 0 would leave the metrics server without an address; give 1 to 65535",
+        ),
+        (
+            &["--healthz-bind-address=127.0.0.1", "--healthz-port=70000"],
+            "--healthz-port: must be between 1 and 65535, got 70000",
+        ),
     ];
     for (args, want) in cases {
         let err = from_flags(args).expect_err(want).to_string();

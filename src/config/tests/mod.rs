@@ -104,3 +104,47 @@ fn the_file_replaces_flags_except_the_ones_upstream_honours() {
         (2, LogFormat::Json)
     );
 }
+
+#[test]
+fn the_mode_override_replaces_the_file_s_mode_and_picks_that_mode_s_section() {
+    // kubeadm writes `mode: ""` and every section; the override alone makes it nftables mode,
+    // with the nftables section's periods, and keeps the rest of the file.
+    let text = format!(
+        "{HEADER}mode: \"\"\nclusterCIDR: 10.244.0.0/16\niptables:\n  syncPeriod: 1m\nnftables:\n  syncPeriod: 45s\n"
+    );
+    let r = from_file(
+        &["--config=/etc/kp.yaml", "--proxy-mode-override=nftables"],
+        &text,
+    )
+    .unwrap();
+    let c = &r.config;
+    assert_eq!((c.mode, c.mode_explicit), (ProxyMode::Nftables, true));
+    assert_eq!(c.sync_period, secs(45));
+    assert_eq!(
+        c.cluster_cidrs
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>(),
+        ["10.244.0.0/16"]
+    );
+    assert!(r.warnings.is_empty(), "{:?}", r.warnings);
+
+    // Empty (a DaemonSet whose ConfigMap names no mode): the file's mode stands.
+    let r = from_file(
+        &["--config=/etc/kp.yaml", "--proxy-mode-override="],
+        &format!("{HEADER}mode: ipvs\n"),
+    )
+    .unwrap();
+    assert_eq!(r.config.mode, ProxyMode::Ipvs);
+
+    // Without a file it wins over --proxy-mode too.
+    let r = from_flags(&["--proxy-mode=iptables", "--proxy-mode-override=ipvs"]).unwrap();
+    assert_eq!(r.config.mode, ProxyMode::Ipvs);
+
+    assert_eq!(
+        from_flags(&["--proxy-mode-override=xdp"])
+            .unwrap_err()
+            .to_string(),
+        "--proxy-mode-override: must be iptables, ipvs, nftables, userspace, ebpf or empty (iptables), got \"xdp\""
+    );
+}

@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use aya::maps::lpm_trie::{Key as LpmKey, LpmTrie};
 use aya::maps::{HashMap, MapData, MapError};
 use aya::programs::links::{FdLink, PinnedLink};
-use aya::programs::{CgroupAttachMode, Program, ProgramError};
+use aya::programs::{CgroupAttachMode, CgroupSkbAttachType, Program, ProgramError};
 use aya::{Ebpf, EbpfLoader};
 
 use super::diff::{Maps, Op};
@@ -260,7 +260,7 @@ impl Backend for Kernel {
             .collect();
         if !new.is_empty() {
             let names: Vec<&str> = new.iter().map(|i| i.name.as_str()).collect();
-            tracing::info!(interfaces = ?names, "eBPF tc programs attached");
+            tracing::info!(interfaces = %names.join(","), "eBPF tc programs attached");
             self.attach_external(&new)?;
         }
         Ok(())
@@ -417,6 +417,13 @@ fn attach(
         Program::CgroupSock(p) => {
             p.load().map_err(err)?;
             let id = p.attach(cgroup, mode).map_err(err)?;
+            p.take_link(id).map_err(err)?.try_into().map_err(link_err)?
+        }
+        Program::CgroupSkb(p) => {
+            p.load().map_err(err)?;
+            let id = p
+                .attach(cgroup, CgroupSkbAttachType::Egress, mode)
+                .map_err(err)?;
             p.take_link(id).map_err(err)?.try_into().map_err(link_err)?
         }
         _ => return Err(Error::Missing(name)),

@@ -19,8 +19,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::layout::{
-    Backend, IPPROTO_TCP, IPPROTO_UDP, NpKey, SVC_F_AFFINITY, SVC_F_DROP, SVC_F_SNAT, SlotKey,
-    SrcKey, SvcKey, SvcVal,
+    Backend, IPPROTO_TCP, IPPROTO_UDP, NpKey, SVC_F_AFFINITY, SVC_F_DROP, SVC_F_RESTRICTED,
+    SVC_F_SNAT, SlotKey, SrcKey, SvcKey, SvcVal,
 };
 use super::plan::{Frontend, Plan, Scope, SetName, Transport};
 
@@ -218,9 +218,23 @@ impl Held {
 
 /// [`diff`] over `current`, taking new ids only where `taken` says no entry uses them.
 fn diff_with(current: &Maps, plan: &Plan, taken: &dyn Fn(u32) -> bool) -> Vec<Op> {
-    let mut frontends_of: BTreeMap<&SetName, Vec<SvcKey>> = BTreeMap::new();
+    // Each set's frontends, and the flags of the frontend's own: source NAT for its new flows
+    // from outside, source ranges for the sockets it translates (those of its twin from
+    // outside).
+    let mut frontends_of: BTreeMap<&SetName, Vec<(SvcKey, u8)>> = BTreeMap::new();
     for (f, set) in &plan.frontends {
-        frontends_of.entry(set).or_default().push(svc_key(f));
+        let mut own = 0;
+        if plan.snat.contains(f) {
+            own |= SVC_F_SNAT;
+        }
+        let outside = Frontend {
+            scope: Scope::External,
+            ..*f
+        };
+        if f.scope == Scope::Socket && plan.source_ranges.contains_key(&outside) {
+            own |= SVC_F_RESTRICTED;
+        }
+        frontends_of.entry(set).or_default().push((svc_key(f), own));
     }
     let mut claimed = BTreeSet::new();
     let mut next_free = 1u32;
@@ -236,7 +250,7 @@ fn diff_with(current: &Maps, plan: &Plan, taken: &dyn Fn(u32) -> bool) -> Vec<Op
         // The id (and generation) one of its frontends already uses, unless another set claimed it.
         let existing = keys
             .iter()
-            .filter_map(|k| current.svc.get(k))
+            .filter_map(|(k, _)| current.svc.get(k))
             .find(|v| !claimed.contains(&v.svc_id))
             .copied();
         let (mut flags, affinity_timeout) = match plan.affinity.get(*set) {
@@ -245,9 +259,6 @@ fn diff_with(current: &Maps, plan: &Plan, taken: &dyn Fn(u32) -> bool) -> Vec<Op
         };
         if plan.drop.contains(*set) {
             flags |= SVC_F_DROP;
-        }
-        if plan.snat.contains(*set) {
-            flags |= SVC_F_SNAT;
         }
         let val = match existing {
             Some(old) if slots_of(current, old) == backends => SvcVal {
@@ -282,11 +293,15 @@ fn diff_with(current: &Maps, plan: &Plan, taken: &dyn Fn(u32) -> bool) -> Vec<Op
             }
         };
         claimed.insert(val.svc_id);
-        for k in keys {
-            if current.svc.get(k) != Some(&val) {
-                put_svc.push(Op::PutSvc(*k, val));
+        for &(k, own) in keys {
+            let val = SvcVal {
+                flags: val.flags | own,
+                ..val
+            };
+            if current.svc.get(&k) != Some(&val) {
+                put_svc.push(Op::PutSvc(k, val));
             }
-            wanted_svc.insert(*k, val);
+            wanted_svc.insert(k, val);
         }
     }
 

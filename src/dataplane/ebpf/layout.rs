@@ -53,6 +53,9 @@ pub const SVC_F_AFFINITY: u8 = 1;
 pub const SVC_F_DROP: u8 = 2;
 /// `KP_SVC_F_SNAT`: scope external, the node's address becomes a new flow's source.
 pub const SVC_F_SNAT: u8 = 4;
+/// `KP_SVC_F_RESTRICTED`: scope socket, its twin of scope external has source ranges; the
+/// sockets it translates have their packets' sources checked on the way out.
+pub const SVC_F_RESTRICTED: u8 = 8;
 
 /// `struct kp_slot_key`: one slot of one generation of a slot set.
 #[repr(C)]

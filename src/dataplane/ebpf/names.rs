@@ -10,7 +10,7 @@ use super::layout::VERSION;
 
 /// The programs, in the order they are attached; each is a cgroup sock_addr or sock program
 /// whose attach type its ELF section names (`cgroup/connect4`, ..., `cgroup/sock_release`).
-pub const PROGRAMS: [&str; 11] = [
+pub const PROGRAMS: [&str; 12] = [
     "kp_connect4",
     "kp_connect6",
     "kp_sendmsg4",
@@ -22,6 +22,7 @@ pub const PROGRAMS: [&str; 11] = [
     "kp_sock_release",
     "kp_post_bind4",
     "kp_post_bind6",
+    "kp_restrict_egress",
 ];
 
 /// The tc programs (`bpf/kp_tc.c`, ELF section `classifier`) and where each attaches on the
@@ -69,8 +70,11 @@ pub const MAP_NODEPORT: &str = "kp_nodeport";
 pub const MAP_FLOW: &str = "kp_flow";
 /// loadBalancerSourceRanges of frontends from outside (LPM trie).
 pub const MAP_SRC: &str = "kp_src";
+/// Sockets translated through a frontend with loadBalancerSourceRanges → that frontend
+/// (socket-local storage; the cgroup egress program checks their packets' sources).
+pub const MAP_RESTRICT: &str = "kp_restrict";
 /// Every map, as pinned.
-pub const MAPS: [&str; 8] = [
+pub const MAPS: [&str; 9] = [
     MAP_SVC,
     MAP_SLOT,
     MAP_REV,
@@ -79,6 +83,7 @@ pub const MAPS: [&str; 8] = [
     MAP_NODEPORT,
     MAP_FLOW,
     MAP_SRC,
+    MAP_RESTRICT,
 ];
 
 /// Where the proxy pins by default: a bpffs mount, mounted by the proxy when absent.

@@ -12,6 +12,9 @@
 //! programs), balanced over the list the external traffic policy selects: `Cluster` with
 //! source NAT to the node's address, `Local` over this node's endpoints with the client's
 //! address kept. Their loadBalancerSourceRanges go with the LoadBalancer IPs' frontends.
+//! A ClusterIP reached from outside (the Service range routed to the node) uses the internal
+//! policy's list with source NAT. A ClusterIP at a port its Service does not define is
+//! refused, from this node and from outside ([`UNDEFINED_PORT`]).
 //!
 //! Phase 1 leaves some of the model unprogrammed; [`Plan::not_programmed`] names it per
 //! service port, so `plan` and the docs say the same.
@@ -47,13 +50,16 @@ pub struct Plan {
     pub lost: Vec<(Frontend, ServicePortName)>,
     /// NodePort numbers and transports: bind() to them fails in the node's namespace.
     pub node_port_numbers: BTreeMap<(u16, Transport), ServicePortName>,
-    /// Slot sets whose new flows from outside leave with the node's address as source
-    /// (externalTrafficPolicy Cluster).
-    pub snat: BTreeSet<SetName>,
+    /// Frontends whose new flows from outside leave with the node's address as source
+    /// (externalTrafficPolicy Cluster, and ClusterIPs).
+    pub snat: BTreeSet<Frontend>,
     /// The sources allowed to reach each LoadBalancer IP frontend from outside that has
     /// loadBalancerSourceRanges (disjoint networks); others are dropped.
     pub source_ranges: BTreeMap<Frontend, Vec<IpNet>>,
 }
+
+/// The port of a ClusterIP's frontend that stands for every port its Service does not define.
+pub const UNDEFINED_PORT: u16 = 0;
 
 /// A Service address, port and transport the programs translate, and which programs do.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -114,6 +120,8 @@ pub enum List {
     Cluster,
     /// Endpoints on this node, for `Local` policy traffic.
     Local,
+    /// No endpoints: a ClusterIP at a port its Service does not define (refused).
+    Undefined,
 }
 
 impl List {
@@ -121,6 +129,7 @@ impl List {
         match self {
             List::Cluster => "cluster",
             List::Local => "local",
+            List::Undefined => "undefined-port",
         }
     }
 }
@@ -205,6 +214,9 @@ fn plan_port(
     out: &mut Plan,
 ) {
     let port = &state.port;
+    for view in &state.families {
+        undefined_ports(state, view, out);
+    }
     let transport = match port.name.protocol {
         Protocol::Tcp => Transport::Tcp,
         Protocol::Udp => Transport::Udp,
@@ -222,16 +234,14 @@ fn plan_port(
             TrafficPolicy::Cluster => List::Cluster,
             TrafficPolicy::Local => List::Local,
         };
-        let mut add = |ip: IpAddr, frontend_port: u16, list: List, scope: Scope| {
+        // `snat`: new flows from outside to this frontend leave with the node's address.
+        let mut add = |ip: IpAddr, frontend_port: u16, list: List, scope: Scope, snat: bool| {
             let set = SetName {
                 port: port.name.clone(),
                 family: view.family,
                 list,
                 scope,
             };
-            if scope == Scope::External && list == List::Cluster {
-                out.snat.insert(set.clone());
-            }
             out.sets
                 .entry(set.clone())
                 .or_insert_with(|| endpoints(view, list));
@@ -249,29 +259,29 @@ fn plan_port(
             };
             // Two Services claiming one externalIP and port: the first in snapshot order
             // keeps it, as the model's order is stable.
-            match out.frontends.entry(frontend) {
-                std::collections::btree_map::Entry::Vacant(v) => {
-                    v.insert(set);
-                }
-                std::collections::btree_map::Entry::Occupied(o) if o.get().port != port.name => {
-                    out.lost.push((frontend, port.name.clone()));
-                }
-                std::collections::btree_map::Entry::Occupied(_) => {}
+            claim(out, frontend, set, &port.name);
+            if snat {
+                out.snat.insert(frontend);
             }
         };
-        add(view.cluster_ip, port.port, internal, Scope::Socket);
+        add(view.cluster_ip, port.port, internal, Scope::Socket, false);
+        // The ClusterIP reached from outside (a router sending the Service range to this
+        // node): the internal policy's list, the source rewritten to the node's address so
+        // that replies come back through this node.
+        add(view.cluster_ip, port.port, internal, Scope::External, true);
         // From outside (tc): the list the external policy selects.
+        let snat = port.external_policy == TrafficPolicy::Cluster;
         for &ip in view.external_ips.iter().chain(&view.load_balancer_ips) {
-            add(ip, port.port, List::Cluster, Scope::Socket);
-            add(ip, port.port, external, Scope::External);
+            add(ip, port.port, List::Cluster, Scope::Socket, false);
+            add(ip, port.port, external, Scope::External, snat);
         }
         // NodePorts reached from this node or its pods: the Cluster list, as the other modes
         // short-circuit traffic of local origin whatever the external policy.
         if let Some(np) = port.node_port {
             for &ip in node_ports.get(&view.family).into_iter().flatten() {
-                add(ip, np, List::Cluster, Scope::Socket);
+                add(ip, np, List::Cluster, Scope::Socket, false);
                 if !ip.is_loopback() {
-                    add(ip, np, external, Scope::External);
+                    add(ip, np, external, Scope::External, snat);
                 }
             }
             out.node_port_numbers
@@ -299,10 +309,52 @@ fn plan_port(
     }
 }
 
+/// Records that `port` wants `frontend` balanced over `set`. Two Services claiming one
+/// externalIP and port (or ports of one Service claiming their ClusterIP's undefined ports):
+/// the first in snapshot order keeps it, as the model's order is stable, and the others are
+/// noted so an incremental sync revisits them.
+fn claim(out: &mut Plan, frontend: Frontend, set: SetName, port: &ServicePortName) {
+    match out.frontends.entry(frontend) {
+        std::collections::btree_map::Entry::Vacant(v) => {
+            v.insert(set);
+        }
+        std::collections::btree_map::Entry::Occupied(o) if o.get().port != *port => {
+            out.lost.push((frontend, port.clone()));
+        }
+        std::collections::btree_map::Entry::Occupied(_) => {}
+    }
+}
+
+/// The ClusterIP of `view` at every port its Service does not define, for TCP and UDP, from
+/// this node and from outside: refused at once (ECONNREFUSED, ICMP port unreachable), as
+/// kube-proxy rejects ClusterIP traffic no service port matches. The programs look these
+/// frontends up under port 0 when the port itself has no entry.
+fn undefined_ports(state: &ServicePortState, view: &FamilyView, out: &mut Plan) {
+    for scope in [Scope::Socket, Scope::External] {
+        let set = SetName {
+            port: state.port.name.clone(),
+            family: view.family,
+            list: List::Undefined,
+            scope,
+        };
+        out.sets.entry(set.clone()).or_default();
+        for transport in [Transport::Tcp, Transport::Udp] {
+            let frontend = Frontend {
+                ip: view.cluster_ip,
+                port: UNDEFINED_PORT,
+                transport,
+                scope,
+            };
+            claim(out, frontend, set.clone(), &state.port.name);
+        }
+    }
+}
+
 fn endpoints(view: &FamilyView, list: List) -> Vec<SocketAddr> {
     let chosen: Option<Vec<&Endpoint>> = match list {
         List::Cluster => view.cluster_endpoints().map(Iterator::collect),
         List::Local => view.local_endpoints().map(Iterator::collect),
+        List::Undefined => None,
     };
     chosen
         .unwrap_or_default()

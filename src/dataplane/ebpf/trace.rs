@@ -5,7 +5,8 @@
 //! Pure: no I/O, never fails. It reads the maps in the kernel's own form ([`Maps`]): a plan
 //! written into empty maps ([`planned_maps`]) or the pinned maps as the applier adopts them,
 //! so the planned and the live answer come from one walk, and it follows `bpf/kp_sock.c` step
-//! by step: no `kp_svc` entry leaves the address alone; a count of 0 refuses (ECONNREFUSED)
+//! by step: no `kp_svc` entry (at the port, nor at port 0, which stands for a ClusterIP's
+//! undefined ports) leaves the address alone; a count of 0 refuses (ECONNREFUSED)
 //! or, with the drop flag, times out (ETIMEDOUT); otherwise one slot of the entry's
 //! generation is drawn, and a slot that is missing leaves that draw untranslated, as the
 //! program does. Draws are enumerated, not made: each slot is one path of equal share.
@@ -20,8 +21,8 @@ use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 
 use super::diff::{self, Maps};
-use super::layout::{AffVal, SVC_F_AFFINITY, SVC_F_DROP, SVC_F_SNAT, SlotKey, SvcVal};
-use super::plan::{Frontend, Plan, Scope, Transport};
+use super::layout::{AffVal, SVC_F_AFFINITY, SVC_F_DROP, SVC_F_SNAT, SlotKey, SvcKey, SvcVal};
+use super::plan::{Frontend, Plan, Scope, Transport, UNDEFINED_PORT};
 use crate::cluster::Protocol;
 
 /// How many slots `kp_affine` (socket programs) searches for a remembered backend when the
@@ -90,6 +91,9 @@ pub struct Entry {
     pub drop: bool,
     /// New flows from outside leave with the node's address as source (Cluster policy).
     pub snat: bool,
+    /// The entry is the ClusterIP's at port 0: the destination's port is one its Service does
+    /// not define.
+    pub undefined_port: bool,
 }
 
 impl Entry {
@@ -101,6 +105,15 @@ impl Entry {
             affinity: (v.flags & SVC_F_AFFINITY != 0).then_some(v.affinity_timeout),
             drop: v.flags & SVC_F_DROP != 0,
             snat: v.flags & SVC_F_SNAT != 0,
+            undefined_port: false,
+        }
+    }
+
+    /// The entry found under `key`.
+    fn at(key: &SvcKey, v: &SvcVal) -> Entry {
+        Entry {
+            undefined_port: key.port() == UNDEFINED_PORT,
+            ..Entry::of(v)
         }
     }
 
@@ -243,13 +256,7 @@ pub fn trace(maps: &Maps, packet: &Packet, remembered: Option<&Remembered>) -> T
         Transport::Tcp => vec![connect],
         Transport::Udp => vec![connect, sendmsg],
     };
-    let key = diff::svc_key(&Frontend {
-        ip: packet.to.ip(),
-        port: packet.to.port(),
-        transport,
-        scope: Scope::Socket,
-    });
-    let Some(val) = maps.svc.get(&key) else {
+    let Some((key, val)) = lookup(maps, packet.to, transport, Scope::Socket) else {
         return Trace {
             hooks,
             entry: None,
@@ -257,7 +264,7 @@ pub fn trace(maps: &Maps, packet: &Packet, remembered: Option<&Remembered>) -> T
             fate: Fate::Untouched,
         };
     };
-    let entry = Entry::of(val);
+    let entry = Entry::at(&key, val);
     let fate = if entry.count == 0 {
         if entry.drop {
             Fate::TimedOut
@@ -276,6 +283,25 @@ pub fn trace(maps: &Maps, packet: &Packet, remembered: Option<&Remembered>) -> T
         source_ranges: None,
         fate,
     }
+}
+
+/// The `kp_svc` entry of `to` in `scope`, as the programs find it: the address and port, else
+/// the address at [`UNDEFINED_PORT`] (a ClusterIP at a port its Service does not define).
+fn lookup(
+    maps: &Maps,
+    to: SocketAddr,
+    transport: Transport,
+    scope: Scope,
+) -> Option<(SvcKey, &SvcVal)> {
+    [to.port(), UNDEFINED_PORT].into_iter().find_map(|port| {
+        let key = diff::svc_key(&Frontend {
+            ip: to.ip(),
+            port,
+            transport,
+            scope,
+        });
+        maps.svc.get(&key).map(|v| (key, v))
+    })
 }
 
 /// The backend `r` gives under `entry`, as `kp_affine` decides: not past the timeout, at its

@@ -87,9 +87,10 @@ fn udp_meets_connect_and_sendmsg_and_ipv6_the_6_hooks() {
     let t = trace(&maps, &call(Protocol::Tcp, "[fd00:96::10]:80"), None);
     assert_eq!(t.hooks, [Hook::Connect6]);
     assert_eq!(t.backends(), [(addrs(&["[fd00:244:1::5]:8080"])[0], 1.0)]);
-    // The same address over TCP is no frontend of the DNS port.
+    // The same address over TCP is no frontend of the DNS port: a port the Service does not
+    // define, refused.
     let t = trace(&maps, &call(Protocol::Tcp, "10.96.0.10:53"), None);
-    assert_eq!(t.fate, Fate::Untouched);
+    assert_eq!(t.fate, Fate::Refused);
 }
 
 #[test]
@@ -129,13 +130,15 @@ fn internal_local_policy_on_a_node_without_local_endpoint_times_out_in_the_examp
 }
 
 #[test]
-fn sctp_is_not_seen_and_other_addresses_untouched() {
+fn sctp_is_not_seen_undefined_ports_refused_and_other_addresses_untouched() {
     let (_, p) = example("node-a");
     let maps = planned_maps(&p);
     let t = trace(&maps, &call(Protocol::Sctp, "10.96.1.10:80"), None);
     assert_eq!(t.fate, Fate::NotSeen(Unseen::Protocol));
     assert!(t.hooks.is_empty());
     let t = trace(&maps, &call(Protocol::Tcp, "10.96.1.10:81"), None);
+    assert_eq!(t.fate, Fate::Refused, "a port the Service does not define");
+    let t = trace(&maps, &call(Protocol::Tcp, "192.0.2.200:80"), None);
     assert_eq!(t.fate, Fate::Untouched);
     assert!(t.entry.is_none());
 }
@@ -293,4 +296,15 @@ fn the_affinity_scan_bound_is_the_headers() {
         .expect("the header defines KP_AFFINITY_SCAN");
     let n: u16 = line.split_whitespace().nth(2).unwrap().parse().unwrap();
     assert_eq!(n, AFFINITY_SCAN);
+}
+
+#[test]
+fn the_undefined_port_is_the_headers() {
+    let header = include_str!("../../../bpf/kp_maps.h");
+    let line = header
+        .lines()
+        .find(|l| l.starts_with("#define KP_UNDEFINED_PORT "))
+        .expect("the header defines KP_UNDEFINED_PORT");
+    let n: u16 = line.split_whitespace().nth(2).unwrap().parse().unwrap();
+    assert_eq!(n, crate::dataplane::ebpf::plan::UNDEFINED_PORT);
 }

@@ -13,7 +13,7 @@ use crate::dataplane::cleanup::Report;
 use crate::dataplane::tool::{self, Launcher};
 
 /// The iptables flavours whose state is cleaned: `<tool>-save` and `<tool>-restore`.
-const IPTABLES: [&str; 4] = [
+pub const IPTABLES: [&str; 4] = [
     "iptables-nft",
     "ip6tables-nft",
     "iptables-legacy",
@@ -103,6 +103,24 @@ pub fn iptables_script(save: &str) -> (String, usize) {
     (script, total)
 }
 
+/// From `iptables-save` output, the chains [`iptables_script`] removes, as `table/CHAIN`, in the
+/// order printed.
+pub fn kube_proxy_chains(save: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut table: Option<&str> = None;
+    for line in save.lines() {
+        if let Some(name) = line.strip_prefix('*') {
+            table = IPTABLES_TABLES.contains(&name).then_some(name);
+        } else if let (Some(t), Some(decl)) = (table, line.strip_prefix(':')) {
+            let chain = decl.split_whitespace().next().unwrap_or("");
+            if ours(chain) {
+                found.push(format!("{t}/{chain}"));
+            }
+        }
+    }
+    found
+}
+
 fn ours(chain: &str) -> bool {
     chain.starts_with("KUBE-") && !KUBELET_CHAINS.contains(&chain)
 }
@@ -153,6 +171,22 @@ COMMIT
              -F KUBE-MARK-MASQ\n-F KUBE-POSTROUTING\n-F KUBE-SERVICES\n-F KUBE-SVC-ABC\n\
              -X KUBE-MARK-MASQ\n-X KUBE-POSTROUTING\n-X KUBE-SERVICES\n-X KUBE-SVC-ABC\nCOMMIT\n"
         );
+    }
+
+    #[test]
+    fn the_chains_listed_are_the_ones_the_script_removes() {
+        let chains = kube_proxy_chains(SAVED);
+        assert_eq!(
+            chains,
+            [
+                "mangle/KUBE-PROXY-CANARY",
+                "nat/KUBE-MARK-MASQ",
+                "nat/KUBE-POSTROUTING",
+                "nat/KUBE-SERVICES",
+                "nat/KUBE-SVC-ABC"
+            ]
+        );
+        assert_eq!(chains.len(), iptables_script(SAVED).1);
     }
 
     #[test]

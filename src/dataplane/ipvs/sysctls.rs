@@ -1,4 +1,4 @@
-//! The sysctls the IPVS mode needs, as upstream sets them at start-up (`notes/ipvs.md` §1.1):
+//! The sysctls the IPVS mode needs, as upstream sets them at start-up:
 //! what to write, decided purely from the configuration and the kernel's version and current
 //! values; the reads and writes are the shell's.
 //!

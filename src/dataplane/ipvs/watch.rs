@@ -119,7 +119,7 @@ fn run(owners: Owners, drift: &Drift) {
                     client.insert(c)
                 }
                 Err(error) => {
-                    tracing::warn!(%error, retry_in = ?reopen_delay, "IPVS watch: cannot open an IPVS socket");
+                    tracing::warn!(%error, retry_in = %crate::go_duration::GoDuration(reopen_delay), "IPVS watch: cannot open an IPVS socket");
                     std::thread::sleep(reopen_delay);
                     reopen_delay = (reopen_delay * 2).min(REOPEN_MAX);
                     continue;

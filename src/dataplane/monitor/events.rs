@@ -22,6 +22,14 @@ pub enum Watch {
 }
 
 impl Watch {
+    /// What is watched, as a log line names it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Watch::NftablesTable => "nftables table",
+            Watch::IptablesNft => "iptables-nft chains",
+        }
+    }
+
     /// Whether object notification `msg` (its nfgenmsg and attributes in `body`) is about ours.
     fn concerns(self, msg: u16, body: &[u8]) -> bool {
         let family = nfnetlink::family(body);

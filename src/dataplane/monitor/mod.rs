@@ -311,7 +311,7 @@ pub async fn run(netns: Option<String>, drift: Arc<Drift>, watch: Watch) {
                             for pid in events.datagram(&bytes) {
                                 if !own.contains(pid) {
                                     tracing::warn!(
-                                        watched = ?watch,
+                                        watched = watch.as_str(),
                                         pid,
                                         "another program changed our rules; repairing"
                                     );

@@ -33,7 +33,7 @@
 //!
 //! # Why this layout
 //! `nft` slows down with the number of chains far more than with elements
-//! (`notes/nft-scale.md`): a chain per Service takes minutes at 10,000 Services. So there is no
+//! (docs/benchmarks.md): a chain per Service takes minutes at 10,000 Services. So there is no
 //! chain per Service or per endpoint. Each frontend (ClusterIP, externalIP, LoadBalancer IP as
 //! `addr . proto . port`; NodePort as `proto . port`) is an element of:
 //! - `service-ips` / `service-nodeports`: its *treatment* chain, one of five shared chains that
@@ -78,7 +78,7 @@
 //! - Start-up and full resyncs: diff against the kernel's table read back (netlink `GET*`
 //!   dumps read by [`backend::netlink::dump`]; with the text encoder `nft -j list table` and
 //!   [`adopt::parse`]), so a restart changes only what differs (zero operations when nothing
-//!   did). Listing through nft is slow at scale (`notes/nft-scale.md`); the netlink reader
+//!   did). Listing through nft is slow at scale (docs/benchmarks.md); the netlink reader
 //!   avoids it. Never
 //!   `flush table`: it empties chains but keeps stale sets, and a non-atomic flush-then-fill
 //!   drops traffic in between.

@@ -171,6 +171,9 @@ pub fn trace(rules: &Ruleset, packet: &Packet, local: &[IpAddr]) -> Trace {
             continue;
         }
         let next = match packet.origin {
+            // Looped back to the node itself: it arrives in the input hook (NAT was decided in
+            // the output hook; the nat chains of prerouting see it no more).
+            Origin::Host if walker.is_local(&state.dst) => vec![Hook::Postrouting, Hook::Input],
             Origin::Host => vec![Hook::Postrouting],
             Origin::Interface(_) if walker.is_local(&state.dst) => vec![Hook::Input],
             Origin::Interface(_) => vec![Hook::Forward, Hook::Postrouting],

@@ -15,12 +15,13 @@
 //! change our table) adopts the kernel's table and repairs it; any other sync sends the diff
 //! from the tables last applied.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
+use std::time::Duration;
 
-use crate::cluster::{Changes, IpFamily, ServiceKey, Snapshot};
+use crate::cluster::{Changes, IpFamily, ServiceKey, ServicePortName, Snapshot};
 use crate::dataplane::monitor::Drift;
 use crate::dataplane::nftables::{self, Ruleset, apply::Applier};
 use crate::dataplane::{Dataplane, FamilyReport, SyncError, SyncReport};
@@ -29,7 +30,7 @@ use super::listener_counters::ListenerCounters;
 use super::plan::{self, Key, Listeners, Spec, Transport};
 use super::ports::PortRange;
 use super::redirect::{self, Listening};
-use super::relay::{CounterValues, Limit, Listener, Relay, Settings, Target};
+use super::relay::{Affinity, CounterValues, Limit, Listener, Relay, Settings, Target};
 
 /// The mode's name as `--proxy-mode` spells it.
 pub const MODE: &str = "userspace";
@@ -48,6 +49,10 @@ pub struct UserspaceDataplane {
     taken: BTreeMap<Transport, BTreeSet<u16>>,
     /// Each Service's connection limit, shared by its listeners; kept while it has one.
     limits: BTreeMap<ServiceKey, Limit>,
+    /// Each service port's ClientIP affinity table in each family, shared by its listeners
+    /// (upstream keeps one per service port, whatever frontend a client comes through); kept
+    /// while the port has affinity.
+    affinities: BTreeMap<(ServicePortName, IpFamily), Affinity>,
     /// The open listeners' counters, as the metrics read them.
     counters: ListenerCounters,
     /// The redirect rules, when this dataplane programs them (see [`Self::with_redirect`]).
@@ -127,6 +132,7 @@ impl UserspaceDataplane {
             open: BTreeMap::new(),
             taken: BTreeMap::new(),
             limits: BTreeMap::new(),
+            affinities: BTreeMap::new(),
             counters: ListenerCounters::default(),
             rules: None,
             plan: plan::plan,
@@ -208,15 +214,17 @@ impl UserspaceDataplane {
                 operations[key.family.index()] += 1;
             }
         }
+        self.share_affinities(&want);
         let mut failed = None;
         for (key, spec) in want {
             match self.open.get_mut(&key) {
                 Some(open) if open.spec == spec => {}
                 Some(open) => {
+                    let affinity = spec.affinity.and(self.affinities.get(&affinity_key(&key)));
                     open.listener.update_keeping(
                         spec.endpoints.clone(),
                         &spec.listed,
-                        spec.affinity,
+                        affinity.cloned(),
                     );
                     open.spec = spec;
                     operations[key.family.index()] += 1;
@@ -237,6 +245,31 @@ impl UserspaceDataplane {
         let serving: BTreeSet<&ServiceKey> = self.open.keys().map(|k| &k.port.service).collect();
         self.limits.retain(|service, _| serving.contains(service));
         (operations, failed)
+    }
+
+    /// Keeps one affinity table per service port and family with affinity in `want`: its
+    /// timeout the spec's, without the clients of endpoints none of the port's listeners has
+    /// any more; new for a port that just got affinity, gone with a port that lost it.
+    fn share_affinities(&mut self, want: &Listeners) {
+        let mut wanted: BTreeMap<(ServicePortName, IpFamily), (Duration, HashSet<SocketAddr>)> =
+            BTreeMap::new();
+        for (key, spec) in want {
+            if let Some(timeout) = spec.affinity {
+                let (t, present) = wanted.entry(affinity_key(key)).or_default();
+                *t = timeout;
+                present.extend(&spec.endpoints);
+            }
+        }
+        self.affinities.retain(|k, _| wanted.contains_key(k));
+        for (k, (timeout, present)) in wanted {
+            let affinity = self
+                .affinities
+                .entry(k)
+                .or_insert_with(|| Affinity::new(timeout));
+            let mut table = affinity.lock();
+            table.set_timeout(timeout);
+            table.keep_only(&present);
+        }
     }
 
     /// Opens a listener for `key` on the first port of the range that binds.
@@ -266,7 +299,10 @@ impl UserspaceDataplane {
             let target = Target {
                 name: plan::name(key).into(),
                 endpoints: spec.endpoints.clone(),
-                affinity: spec.affinity,
+                affinity: spec
+                    .affinity
+                    .and(self.affinities.get(&affinity_key(key)))
+                    .cloned(),
                 limit: limit.clone(),
             };
             let at = SocketAddr::new(address, port);
@@ -286,6 +322,11 @@ impl UserspaceDataplane {
         taken.insert(listener.local_addr().port());
         Ok(listener)
     }
+}
+
+/// Which affinity table a listener shares: its service port's in its family.
+fn affinity_key(key: &Key) -> (ServicePortName, IpFamily) {
+    (key.port.clone(), key.family)
 }
 
 impl Dataplane for UserspaceDataplane {
@@ -363,5 +404,80 @@ impl Dataplane for UserspaceDataplane {
             families,
             netlink_messages,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::snapshots::{node, snapshot, svc};
+
+    fn dataplane() -> UserspaceDataplane {
+        UserspaceDataplane::new(
+            Settings::default(),
+            PortRange::Any,
+            Ipv4Addr::UNSPECIFIED.into(),
+        )
+    }
+
+    fn client(last: u8) -> IpAddr {
+        IpAddr::from([192, 168, 0, last])
+    }
+
+    /// One table per service port and family, whatever its listeners: the port under
+    /// `externalTrafficPolicy: Local` has two, sharing it; a port without affinity has none.
+    /// A sync keeps a table and its clients, forgets the clients of endpoints that left, and
+    /// drops the table with the port's affinity.
+    #[test]
+    fn one_affinity_table_per_service_port_and_family_kept_from_sync_to_sync() {
+        let sticky = |eps: &[&str]| {
+            let mut s = svc("default/web", "10.96.0.10", 80)
+                .node_port(30080)
+                .external_local()
+                .affinity(600);
+            for ep in eps {
+                s = s.ep(ep, 8080, "node-a");
+            }
+            snapshot(
+                node(),
+                vec![
+                    s,
+                    svc("default/other", "10.96.0.11", 80).ep("10.244.1.9", 8080, "node-a"),
+                ],
+            )
+        };
+        let mut dp = dataplane();
+        let want = plan::plan(&sticky(&["10.244.1.5", "10.244.1.6"]));
+        assert_eq!(
+            want.len(),
+            3,
+            "web's cluster and local listeners, other's one"
+        );
+        dp.share_affinities(&want);
+        assert_eq!(dp.affinities.len(), 1);
+        let (key, table) = dp.affinities.iter().next().unwrap();
+        assert_eq!((&*key.0.service.name, key.1), ("web", IpFamily::V4));
+        let table = table.clone();
+        let now = tokio::time::Instant::now();
+        let (a, b): (SocketAddr, SocketAddr) = (
+            "10.244.1.5:8080".parse().unwrap(),
+            "10.244.1.6:8080".parse().unwrap(),
+        );
+        table.lock().remember(client(1), a, now);
+        table.lock().remember(client(2), b, now);
+
+        dp.share_affinities(&plan::plan(&sticky(&["10.244.1.6"])));
+        let kept = &dp.affinities.values().next().unwrap();
+        assert!(kept.same(&table), "the same table");
+        assert_eq!(kept.lock().sticky(client(2), |_| true, now), Some(b));
+        assert_eq!(
+            kept.lock().sticky(client(1), |_| true, now),
+            None,
+            "its endpoint left"
+        );
+
+        let without = snapshot(node(), vec![svc("default/web", "10.96.0.10", 80)]);
+        dp.share_affinities(&plan::plan(&without));
+        assert!(dp.affinities.is_empty());
     }
 }

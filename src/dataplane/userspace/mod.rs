@@ -3,7 +3,7 @@
 //! refuses or does not answer. Upstream removed its userspace proxier in 1.26; this is ours.
 //!
 //! ```text
-//!   Snapshot ──plan──▶ Listeners (one per service port, family, internal/external traffic)
+//!   Snapshot ──plan──▶ Listeners (one per service port, family and endpoint list)
 //!                          │ apply: open / update in place / close, ports from portRange
 //!                          ▼
 //!   Service address ──▶ redirect (DNAT map) ──▶ relay::Listener ──▶ endpoints
@@ -13,24 +13,26 @@
 //! # Parts
 //! - [`relay`]: the relay core on tokio. A TCP or UDP listener per service port and family;
 //!   round-robin over the endpoints the model selected, ClientIP affinity with the Service's
-//!   timeout, dials bounded by a timeout and retried on the next endpoint with backoff,
+//!   timeout (one table per service port and family, shared by its listeners), dials bounded by a timeout and retried on the next endpoint with backoff,
 //!   relaying both ways with half-close, live endpoint changes (connections to endpoints that
 //!   left the slices close, the others stay, terminating ones too), UDP flows with an idle
 //!   timeout whose replies leave from the address the client sent to, connection limits per
 //!   Service (shared by its listeners) and overall, and counters per listener.
-//! - [`plan`]: the listeners a snapshot asks for. ClusterIP traffic and external traffic
-//!   (NodePort, externalIPs, LoadBalancer IPs) get separate listeners, since their traffic
-//!   policies may select different endpoints; loopback NodePorts get their own
-//!   (`--nodeport-localhost`).
+//! - [`plan`]: the listeners a snapshot asks for: one over the cluster-wide endpoints and one
+//!   over this node's, as the port's frontends need them (the ClusterIP follows the internal
+//!   policy; external frontends the external one from outside, and the cluster-wide list from
+//!   the node and its pods); loopback NodePorts get their own (`--nodeport-localhost`).
 //! - [`ports`]: `portRange` (upstream's field for this mode) or kernel-chosen ports.
 //! - [`render`]: the listeners as `plan` prints them, saying that the client's address is
 //!   not preserved in this mode.
 //! - [`redirect`]: the rules that send ClusterIPs, externalIPs, LoadBalancer IPs and
 //!   NodePorts (from pods and outside at prerouting, from the node at output) to the
 //!   listeners, in our nftables table through the nftables mode's applier; a port without
-//!   endpoints is refused by a rule (TCP reset, ICMP), one whose `Local` policy selects none
-//!   here is dropped (from this node's pods and the node, external traffic goes to the
-//!   internal listener: the other modes' short-circuit); `loadBalancerSourceRanges`.
+//!   endpoints, or a ClusterIP port the Service does not define, is refused by a rule (TCP
+//!   reset, ICMP), one whose `Local` policy selects none here is dropped; external frontends
+//!   from this node's pods and the node go to the cluster-wide listener (the other modes'
+//!   short-circuit); `loadBalancerSourceRanges`; a listener's own port is refused to any
+//!   connection the rules did not send there.
 //! - [`apply`]: [`UserspaceDataplane`], the `Dataplane` for `--proxy-mode userspace`:
 //!   reconciles the listeners at each sync (they bind `--bind-address`), then the redirect
 //!   rules to the ports they hold, both families in one transaction.

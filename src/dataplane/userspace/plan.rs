@@ -1,17 +1,21 @@
-//! The listeners userspace mode wants: one per service port, family and kind of traffic, with
-//! the endpoints the model selected for that traffic.
+//! The listeners userspace mode wants: one per service port, family and endpoint list, with
+//! the endpoints the model selected for that list.
 //!
-//! Pure: (Snapshot) → [`Listeners`], no I/O, never fails. Two kinds of traffic, because they
-//! may use different endpoints: ClusterIP traffic follows the Service's internal traffic
-//! policy; NodePort, externalIP and LoadBalancer traffic its external one (the Service API's
-//! `internalTrafficPolicy` and `externalTrafficPolicy`). An external listener exists only for
-//! a port with an external frontend in that family. The client's address does not reach the
-//! endpoint in this mode (the relay dials from the node), so external `Local` keeps its
-//! endpoint choice but not its source-preserving purpose.
+//! Pure: (Snapshot) → [`Listeners`], no I/O, never fails. A listener relays to one of the
+//! model's endpoint lists, the cluster-wide one or this node's, and every frontend whose
+//! traffic takes that list leads to it (the redirect rules decide which, per frontend and
+//! source): the ClusterIP follows `internalTrafficPolicy`; NodePorts, externalIPs and
+//! LoadBalancer IPs follow `externalTrafficPolicy` for traffic from outside, and take the
+//! cluster-wide list for traffic from this node and its pods whatever either policy says (as
+//! upstream's short-circuit does, even where a local endpoint exists). So a port has a
+//! `Cluster` listener when its internal policy is `Cluster` or it is externally accessible,
+//! and a `Local` listener when either policy in force is `Local`. The client's address does
+//! not reach the endpoint in this mode (the relay dials from the node), so external `Local`
+//! keeps its endpoint choice but not its source-preserving purpose.
 //!
 //! SCTP ports get no listener: the relay carries TCP and UDP.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -21,33 +25,51 @@ use crate::cluster::{Endpoint, FamilyView, IpFamily, Protocol, ServicePortName, 
 /// Every wanted listener, in snapshot order.
 pub type Listeners = BTreeMap<Key, Spec>;
 
-/// Which traffic of which service port one listener carries.
+/// Which endpoints of which service port one listener relays to.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Key {
     pub port: ServicePortName,
     pub family: IpFamily,
-    pub traffic: Traffic,
+    pub list: List,
 }
 
-/// The frontends whose traffic a listener carries.
+/// The endpoint list a listener relays to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Traffic {
-    /// The ClusterIP: the internal traffic policy applies.
-    Internal,
-    /// NodePorts, externalIPs and LoadBalancer IPs: the external traffic policy applies.
-    External,
-    /// A NodePort on the loopback address (`--nodeport-localhost`): traffic from the node
-    /// itself, which every mode sends to the cluster endpoints whatever the external policy
-    /// (the short-circuit for traffic from inside the node).
+pub enum List {
+    /// The cluster-wide endpoints: for the ClusterIP under internal `Cluster`, the external
+    /// frontends from outside under external `Cluster`, and the external frontends from this
+    /// node and its pods whatever the policies.
+    Cluster,
+    /// This node's endpoints: for the ClusterIP under internal `Local`, the external
+    /// frontends from outside under external `Local`.
+    Local,
+    /// A NodePort on the loopback address (`--nodeport-localhost`), listened on at the
+    /// NodePort itself: the node's own traffic, so the cluster-wide endpoints.
     Loopback,
 }
 
-impl Traffic {
+impl List {
+    /// The list a traffic policy selects.
+    pub fn of(policy: TrafficPolicy) -> List {
+        match policy {
+            TrafficPolicy::Cluster => List::Cluster,
+            TrafficPolicy::Local => List::Local,
+        }
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
-            Traffic::Internal => "internal",
-            Traffic::External => "external",
-            Traffic::Loopback => "loopback",
+            List::Cluster => "cluster",
+            List::Local => "local",
+            List::Loopback => "loopback",
+        }
+    }
+
+    /// The policy whose endpoints the list holds.
+    fn policy(self) -> TrafficPolicy {
+        match self {
+            List::Cluster | List::Loopback => TrafficPolicy::Cluster,
+            List::Local => TrafficPolicy::Local,
         }
     }
 }
@@ -86,24 +108,24 @@ pub fn plan(snapshot: &Snapshot) -> Listeners {
         };
         let affinity = affinity(port.affinity_timeout_seconds);
         for view in &state.families {
-            let mut add = |traffic, policy| {
+            let mut lists = BTreeSet::from([List::of(port.internal_policy)]);
+            if view.externally_accessible(port) {
+                lists.extend([List::Cluster, List::of(port.external_policy)]);
+            }
+            for list in lists {
                 let key = Key {
                     port: port.name.clone(),
                     family: view.family,
-                    traffic,
+                    list,
                 };
                 let spec = Spec {
                     transport,
-                    endpoints: selected(view, policy),
+                    endpoints: selected(view, list.policy()),
                     listed: listed(view),
                     affinity,
                     port: None,
                 };
                 out.insert(key, spec);
-            };
-            add(Traffic::Internal, port.internal_policy);
-            if view.externally_accessible(port) {
-                add(Traffic::External, port.external_policy);
             }
         }
     }
@@ -126,7 +148,7 @@ pub fn loopback_node_ports(snapshot: &Snapshot) -> Listeners {
             let key = Key {
                 port: port.name.clone(),
                 family: view.family,
-                traffic: Traffic::Loopback,
+                list: List::Loopback,
             };
             let spec = Spec {
                 transport,
@@ -174,9 +196,9 @@ fn selected(view: &FamilyView, policy: TrafficPolicy) -> Vec<SocketAddr> {
         .collect()
 }
 
-/// How logs name a listener: `default/web:http IPv4 internal`.
+/// How logs name a listener: `default/web:http IPv4 cluster`.
 pub fn name(key: &Key) -> String {
-    format!("{} {} {}", key.port, key.family, key.traffic.as_str())
+    format!("{} {} {}", key.port, key.family, key.list.as_str())
 }
 
 #[cfg(test)]
@@ -188,8 +210,8 @@ mod tests {
         s.parse().unwrap()
     }
 
-    fn only(listeners: &Listeners, traffic: Traffic) -> &Spec {
-        let mut of_kind = listeners.iter().filter(|(k, _)| k.traffic == traffic);
+    fn only(listeners: &Listeners, list: List) -> &Spec {
+        let mut of_kind = listeners.iter().filter(|(k, _)| k.list == list);
         let (_, spec) = of_kind.next().expect("a listener of that kind");
         assert!(of_kind.next().is_none(), "one listener of that kind");
         spec
@@ -208,7 +230,7 @@ mod tests {
         );
         let listeners = plan(&snap);
         assert_eq!(listeners.len(), 1);
-        let spec = only(&listeners, Traffic::Internal);
+        let spec = only(&listeners, List::Cluster);
         assert_eq!(spec.transport, Transport::Tcp);
         assert_eq!(
             spec.endpoints,
@@ -218,7 +240,7 @@ mod tests {
     }
 
     #[test]
-    fn node_port_with_local_policy_gets_an_external_listener_of_local_endpoints() {
+    fn node_port_with_local_policy_gets_a_listener_of_local_endpoints_beside_the_clusters() {
         let snap = snapshot(
             node(),
             vec![
@@ -232,10 +254,66 @@ mod tests {
         );
         let listeners = plan(&snap);
         assert_eq!(listeners.len(), 2);
-        assert_eq!(only(&listeners, Traffic::Internal).endpoints.len(), 2);
-        let external = only(&listeners, Traffic::External);
-        assert_eq!(external.endpoints, [addr("10.244.1.5:8080")]);
-        assert_eq!(external.affinity, Some(Duration::from_secs(600)));
+        assert_eq!(only(&listeners, List::Cluster).endpoints.len(), 2);
+        let local = only(&listeners, List::Local);
+        assert_eq!(local.endpoints, [addr("10.244.1.5:8080")]);
+        assert_eq!(local.affinity, Some(Duration::from_secs(600)));
+    }
+
+    #[test]
+    fn a_cluster_policy_port_has_one_listener_for_every_frontend() {
+        let snap = snapshot(
+            node(),
+            vec![
+                svc("default/web", "10.96.0.10", 80)
+                    .node_port(30080)
+                    .external("203.0.113.7")
+                    .ep("10.244.2.5", 8080, "node-b"),
+            ],
+        );
+        let lists: Vec<List> = plan(&snap).keys().map(|k| k.list).collect();
+        assert_eq!(lists, [List::Cluster]);
+    }
+
+    /// Both policies `Local`: the ClusterIP and the external frontends from outside take this
+    /// node's endpoints, and the external frontends from this node and its pods every
+    /// endpoint, through a listener of their own.
+    #[test]
+    fn both_policies_local_and_externally_accessible_keep_a_listener_over_every_endpoint() {
+        let snap = snapshot(
+            node(),
+            vec![
+                svc("default/web", "10.96.0.10", 80)
+                    .external("192.0.2.70")
+                    .internal_local()
+                    .external_local()
+                    .ep("10.244.2.9", 8080, "node-b")
+                    .ep("10.244.1.9", 8080, "node-a"),
+                svc("default/inside", "10.96.0.11", 80).internal_local().ep(
+                    "10.244.2.8",
+                    8080,
+                    "node-b",
+                ),
+            ],
+        );
+        let listeners = plan(&snap);
+        let of = |service: &str, list| {
+            listeners
+                .iter()
+                .find(|(k, _)| &*k.port.service.name == service && k.list == list)
+                .map(|(_, spec)| spec.endpoints.clone())
+        };
+        assert_eq!(
+            of("web", List::Cluster),
+            Some(vec![addr("10.244.1.9:8080"), addr("10.244.2.9:8080")])
+        );
+        assert_eq!(of("web", List::Local), Some(vec![addr("10.244.1.9:8080")]));
+        assert_eq!(
+            of("inside", List::Cluster),
+            None,
+            "no frontend takes that list"
+        );
+        assert_eq!(of("inside", List::Local), Some(vec![]));
     }
 
     #[test]
@@ -248,7 +326,7 @@ mod tests {
                 "node-b",
             )],
         );
-        assert!(only(&plan(&snap), Traffic::Internal).endpoints.is_empty());
+        assert!(only(&plan(&snap), List::Local).endpoints.is_empty());
     }
 
     #[test]
@@ -286,7 +364,7 @@ mod tests {
         );
         let listeners = loopback_node_ports(&snap);
         assert_eq!(listeners.len(), 1, "only the port with a NodePort");
-        let spec = only(&listeners, Traffic::Loopback);
+        let spec = only(&listeners, List::Loopback);
         assert_eq!(spec.port, Some(30080));
         assert_eq!(
             spec.endpoints,

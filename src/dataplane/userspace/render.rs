@@ -55,9 +55,8 @@ mod tests {
         assert_eq!(
             render(&plan(&snap)),
             "# userspace: the client's address is not preserved; endpoints see this node's address\n\
-             default/dns IPv4 internal UDP -> (no endpoints: datagrams are dropped)\n\
-             default/web IPv4 internal TCP -> 10.244.2.5:8080 (ClientIP affinity 600s)\n\
-             default/web IPv4 external TCP -> 10.244.2.5:8080 (ClientIP affinity 600s)\n"
+             default/dns IPv4 cluster UDP -> (no endpoints: datagrams are dropped)\n\
+             default/web IPv4 cluster TCP -> 10.244.2.5:8080 (ClientIP affinity 600s)\n"
         );
     }
 }

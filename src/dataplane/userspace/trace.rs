@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 
 use super::plan::{Key, Listeners};
-use super::redirect::{self, EXTERNAL_TO_INTERNAL, Listening, SERVICE_LISTENERS};
+use super::redirect::{self, Listening, RELAY_PORTS, SERVICE_LISTENERS, SHORT_CIRCUIT};
 use crate::cluster::{IpFamily, Protocol, Snapshot};
 use crate::dataplane::nftables::Ruleset;
 use crate::dataplane::nftables::ruleset::{Data, Value};
@@ -71,7 +71,7 @@ impl RelayPorts {
             .collect();
         let planned = redirect::plan_family(snapshot, &stand_in, settings, family);
         let mut ports: BTreeMap<Key, u16> = BTreeMap::new();
-        for map in [SERVICE_LISTENERS, EXTERNAL_TO_INTERNAL] {
+        for map in [SERVICE_LISTENERS, SHORT_CIRCUIT] {
             let (Some(planned), Some(kernel)) = (elements(&planned, map), elements(table, map))
             else {
                 continue;
@@ -86,6 +86,27 @@ impl RelayPorts {
                 };
                 if let Some(port) = kernel.get(frontend).and_then(|e| target_port(&e.data)) {
                     ports.entry((*key).clone()).or_insert(port);
+                }
+            }
+        }
+        // A listener without endpoints has no frontend sent to it: its port is the element of
+        // `relay-ports` that bears its name.
+        if let Some(kernel) = elements(table, RELAY_PORTS) {
+            let unpaired: Vec<&Key> = stand_in
+                .keys()
+                .filter(|k| !ports.contains_key(*k))
+                .collect();
+            for key in unpaired {
+                let comment = redirect::relay_comment(key);
+                let found = kernel.iter().find_map(|(port, element)| {
+                    let values = port.values();
+                    let named = element.comment.as_ref() == Some(&comment);
+                    (named && frontend_protocol(values.as_slice()) == Some(protocol(key)))
+                        .then(|| target_port(&Data::Values(*port)))
+                        .flatten()
+                });
+                if let Some(port) = found {
+                    ports.insert(key.clone(), port);
                 }
             }
         }
@@ -145,7 +166,7 @@ fn elements<'a>(
         .map(|(_, s)| &*s.elements)
 }
 
-/// The port of a DNAT map's `address . port` data.
+/// The port of a DNAT map's `address . port` data (or of a listener's `protocol . port`).
 fn target_port(data: &Data) -> Option<u16> {
     match data {
         Data::Values(t) => t.values().as_slice().iter().find_map(|v| match v {
@@ -156,7 +177,8 @@ fn target_port(data: &Data) -> Option<u16> {
     }
 }
 
-/// The protocol of a frontend key (`address . protocol . port`).
+/// The protocol of a frontend key (`address . protocol . port`) or a listener's port
+/// (`protocol . port`).
 fn frontend_protocol(values: &[Value]) -> Option<Protocol> {
     values.iter().find_map(|v| match v {
         Value::Proto(p) => Some(*p),
@@ -302,15 +324,11 @@ mod tests {
         let open = open(&listeners);
         let [kernel, _] = redirect::plan(&snap, &open, &settings());
         let read = RelayPorts::read(&kernel, &snap, &listeners, &settings(), IpFamily::V4);
-        // A listener without endpoints has no redirect (its frontends are refused), so its
-        // port cannot be read, and is not needed.
-        let serving: BTreeMap<Key, Listening> = open
-            .iter()
-            .filter(|(_, l)| l.serving)
-            .map(|(k, l)| (k.clone(), *l))
-            .collect();
-        assert_eq!(read.relay, RelayPorts::planned(&listeners, &serving));
-        let ports: BTreeMap<Key, u16> = serving.iter().map(|(k, l)| (k.clone(), l.port)).collect();
+        // A listener without endpoints has no redirect (its frontends are refused): its port
+        // is read from `relay-ports` by its name.
+        assert!(open.values().any(|l| !l.serving));
+        assert_eq!(read.relay, RelayPorts::planned(&listeners, &open));
+        let ports: BTreeMap<Key, u16> = open.iter().map(|(k, l)| (k.clone(), l.port)).collect();
         assert_eq!(read.ports, ports);
         assert!(
             crate::dataplane::nftables::diff(&kernel, &read.want)
@@ -327,7 +345,7 @@ mod tests {
         let mut open = open(&listeners);
         let internal = open
             .keys()
-            .find(|k| k.traffic == plan::Traffic::Internal && &*k.port.service.name == "web")
+            .find(|k| k.list == plan::List::Cluster && &*k.port.service.name == "web")
             .cloned()
             .unwrap();
         let [full, _] = redirect::plan(&snap, &open, &settings());

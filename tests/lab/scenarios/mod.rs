@@ -200,6 +200,12 @@ pub fn all() -> Vec<Scenario> {
             relay::long_lived_survives_sync
         ),
         scenario!(
+            37,
+            "a relay listener's own port is refused; only frontends reach it",
+            relay::relay_ports_only_through_frontends,
+            relay::relay_only
+        ),
+        scenario!(
             34,
             "IPv6 and dual-stack from the node's pods and the node",
             dual_stack::ipv6_from_inside,

@@ -1,7 +1,8 @@
 //! Scenarios of a proxy that carries the connection itself (userspace mode, issue 21), and one
 //! every mode must pass: an endpoint that refuses is skipped and the client still connects;
 //! an endpoint that does not answer within the dial timeout is skipped; a long-lived
-//! connection survives a sync that does not touch its endpoint.
+//! connection survives a sync that does not touch its endpoint; a relay listener's own port is
+//! reached only through a Service's frontends.
 //!
 //! The broken endpoints are pods' addresses at ports of their own (in a slice of their own,
 //! the same service port), so the pods stay usable for every other scenario: nothing listens
@@ -16,6 +17,7 @@ use super::report::Expect;
 use super::{cluster_ip, reaches_exactly, service};
 use crate::lab::client::{From, addr, replies, request};
 use crate::lab::echo::SESSION_PORT;
+use crate::lab::topology::CLIENT_IP;
 use crate::lab::{Lab, Mode, Proto, Proxy};
 use crate::testenv::NetNs;
 
@@ -195,4 +197,112 @@ pub async fn long_lived_survives_sync(lab: &Lab) -> Result<(), String> {
         Some(r) => Err(format!("the session moved to {}", r.pod)),
         None => Ok(()),
     }
+}
+
+/// The LoadBalancer ingress IP of scenario 37.
+const S37_VIP: [u8; 4] = [198, 51, 100, 38];
+
+/// Scenario 37: a relay listener is reached only through the frontends the redirect rules send
+/// to it. A ClusterIP-only Service and a LoadBalancer whose source ranges admit the client's
+/// primary address only (both with endpoint n2-a) are served on their frontends; then every
+/// listener of theirs on node 1, dialled at node 1's address and the listener's port, is
+/// refused from outside (the admitted address and the excluded one), from a pod on node 1 and
+/// one on node 3, and from node 1 itself (its address and loopback); the frontends still serve.
+pub async fn relay_ports_only_through_frontends(lab: &Lab) -> Result<(), String> {
+    let p = [("p", 8080, Proto::Tcp)];
+    let internal = lab
+        .cluster
+        .apply_service(service("s37", 80, 8080, json!({})))
+        .await;
+    lab.cluster
+        .apply_slice("s37-x", "s37", &p, &lab.endpoints(&["n2-a"]))
+        .await;
+    let ranged = json!({
+        "type": "LoadBalancer",
+        "loadBalancerSourceRanges": [format!("{CLIENT_IP}/32")],
+    });
+    lab.cluster
+        .apply_service(service("s37-lb", 80, 8080, ranged))
+        .await;
+    lab.cluster
+        .apply_slice("s37-lb-x", "s37-lb", &p, &lab.endpoints(&["n2-a"]))
+        .await;
+    let vip_ip = std::net::Ipv4Addr::from(S37_VIP).to_string();
+    lab.cluster
+        .set_lb_ingress("s37-lb", json!([{ "ip": vip_ip, "ipMode": "VIP" }]))
+        .await;
+    let cluster_vip = addr(cluster_ip(&internal), 80);
+    let lb_vip = addr(S37_VIP, 80);
+    let frontends_serve = || async {
+        reaches_exactly(lab, From::Pod(lab.pod("n1-b")), cluster_vip, 2, &["n2-a"]).await?;
+        reaches_exactly(lab, From::Node(0), cluster_vip, 2, &["n2-a"]).await?;
+        reaches_exactly(lab, From::Client, lb_vip, 2, &["n2-a"]).await?;
+        lab.all_fail(From::OtherClient, Proto::Tcp, lb_vip, 2, &[])
+            .await
+    };
+    frontends_serve().await?;
+
+    let ports = lab
+        .eventually("node 1's listeners of s37 and s37-lb", || async {
+            let ports = relay_ports(lab, 0, "/s37")?;
+            if ports.len() < 2 {
+                return Err(format!(
+                    "listener ports {ports:?}: fewer than the two Services"
+                ));
+            }
+            Ok(ports)
+        })
+        .await?;
+    let node1 = lab.topo.nodes[0].ip;
+    for port in ports {
+        let direct = addr(node1, port);
+        for from in [
+            From::Client,
+            From::OtherClient,
+            From::Pod(lab.pod("n1-b")),
+            From::Pod(lab.pod("n3-a")),
+            From::Node(0),
+        ] {
+            lab.all_fail(from, Proto::Tcp, direct, 2, &["refused"])
+                .await?;
+        }
+        let loopback = addr([127, 0, 0, 1], port);
+        lab.all_fail(From::Node(0), Proto::Tcp, loopback, 2, &["refused"])
+            .await?;
+    }
+    frontends_serve().await
+}
+
+/// The ports of node `index`'s relay listeners whose names contain `name` (the comments of
+/// our table's `relay-ports` set: `<namespace>/<service>:<port> <family> <endpoints>`).
+fn relay_ports(lab: &Lab, index: usize, name: &str) -> Result<Vec<u16>, String> {
+    let ns = &lab.topo.nodes[index].ns;
+    let text = ns
+        .try_output(
+            "nft",
+            &["-j", "list", "set", "ip", "kube-proxy-rs", "relay-ports"],
+        )
+        .map_err(|e| format!("nft on node {}: {e}", index + 1))?;
+    let json: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| format!("nft's JSON: {e}: {text}"))?;
+    let elements = json["nftables"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|o| o["set"]["elem"].as_array())
+        .flatten();
+    let mut ports = Vec::new();
+    for element in elements {
+        let comment = element["elem"]["comment"].as_str().unwrap_or("");
+        let concat = &element["elem"]["val"]["concat"];
+        let port = concat
+            .as_array()
+            .and_then(|c| c.last())
+            .and_then(serde_json::Value::as_u64)
+            .and_then(|p| u16::try_from(p).ok());
+        if let (true, Some(port)) = (comment.contains(name), port) {
+            ports.push(port);
+        }
+    }
+    Ok(ports)
 }

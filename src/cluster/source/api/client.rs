@@ -24,7 +24,7 @@ pub async fn client(connection: &ClientConnection) -> Result<(Client, Reachabili
         burst = connection.burst,
         "source: API server"
     );
-    let reachability = Reachability::default();
+    let reachability = Reachability::new(&config.cluster_url);
     let client = ClientBuilder::try_from(config)
         .map_err(Error::Client)?
         .with_layer(&reachability.layer())

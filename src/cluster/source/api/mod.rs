@@ -6,17 +6,20 @@
 //! after every relist (410 Gone, restart); the tracker treats a list that ended as the complete
 //! state of that kind. In between it emits `Applied` and `Deleted`. It never
 //! ends and never yields an error: failures are retried with backoff and logged once per change
-//! of state, and [`Reachability`] tells `/healthz` whether the API server answers and since
-//! when. It filters only what upstream's informers filter, by label and field selector.
+//! of state with the request's URL and the cause, and [`Reachability`] tells whether the API
+//! server answers and since when, and counts every request by result. It filters only what
+//! upstream's informers filter, by label and field selector.
 //!
 //! Parts: [`client`](mod@client) (configuration, rate limit), [`watch`](mod@watch) (the streams), [`thread`] (the
 //! same on a thread of its own, as the proxy runs them), [`list_watch`] (the
 //! classic list-then-watch, each list read item by item through [`list_split`] (JSON) or
 //! [`protobuf_split`] and [`protobuf_objects`] (protobuf), pure),
 //! [`translate`] (watcher events to source events, pure), [`list`](mod@list) (one read for `plan`),
-//! [`rate_limit`] and [`reachability`] (the client's tower layers).
+//! [`rate_limit`] and [`reachability`] (the client's tower layers), [`failure`] (the cause of a
+//! failed request, pure) and [`requests`] (requests counted by result).
 
 pub mod client;
+pub mod failure;
 pub mod list;
 pub mod list_split;
 pub mod list_watch;
@@ -24,6 +27,7 @@ pub mod protobuf_objects;
 pub mod protobuf_split;
 pub mod rate_limit;
 pub mod reachability;
+pub mod requests;
 pub mod thread;
 pub mod translate;
 pub mod watch;
@@ -33,6 +37,7 @@ use std::path::PathBuf;
 pub use client::client;
 pub use list::list;
 pub use reachability::{Health, Reachability};
+pub use requests::RequestCounts;
 pub use thread::watch_on_own_thread;
 pub use watch::{Encoding, Lists, watch};
 

@@ -15,8 +15,15 @@ use crate::cluster::source::{Event, Kind, Object};
 #[derive(Debug)]
 pub struct Translate {
     kind: Kind,
-    /// The watch has failed since its last good event; a failure is logged once.
-    failing: bool,
+    /// Whether the watch has failed since its last good event, and whether that was logged.
+    failing: Failing,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Failing {
+    No,
+    Quietly,
+    Warned,
 }
 
 /// What to log about a watch error.
@@ -24,16 +31,19 @@ pub struct Translate {
 pub enum Note {
     /// The watch fell behind the API server's history (410 Gone): it relists.
     Expired,
-    /// The first failure after good events (later ones are repeats and only debug-logged).
+    /// The first failure after good events that only this watch can tell (an error status
+    /// other than 401 and 403, a body that does not decode).
     Failing,
-    Repeat,
+    /// A repeat, or a failure the client's reachability line already tells with its URL and
+    /// cause (no response, 401, 403): debug only.
+    Quiet,
 }
 
 impl Translate {
     pub fn new(kind: Kind) -> Translate {
         Translate {
             kind,
-            failing: false,
+            failing: Failing::No,
         }
     }
 
@@ -42,9 +52,9 @@ impl Translate {
     }
 
     /// One watcher event; returns its source event and whether this watch just recovered from
-    /// a failure.
+    /// a failure it logged.
     pub fn event(&mut self, event: watcher::Event<Object>) -> (Event, bool) {
-        let recovered = std::mem::take(&mut self.failing);
+        let recovered = std::mem::replace(&mut self.failing, Failing::No) == Failing::Warned;
         let out = match event {
             watcher::Event::Init => Event::ListStarted(self.kind),
             watcher::Event::InitApply(object) => Event::ListItem(object),
@@ -63,12 +73,54 @@ impl Translate {
         {
             return Note::Expired;
         }
-        if std::mem::replace(&mut self.failing, true) {
-            Note::Repeat
-        } else {
-            Note::Failing
+        match self.failing {
+            Failing::Warned => Note::Quiet,
+            _ if told_by_the_client(error) => {
+                self.failing = Failing::Quietly;
+                Note::Quiet
+            }
+            _ => {
+                self.failing = Failing::Warned;
+                Note::Failing
+            }
         }
     }
+}
+
+/// Whether the client's reachability layer saw this failure: no response at all, or a 401 or
+/// 403.
+fn told_by_the_client(error: &watcher::Error) -> bool {
+    match error {
+        watcher::Error::InitialListFailed(e)
+        | watcher::Error::WatchStartFailed(e)
+        | watcher::Error::WatchFailed(e) => match e {
+            kube::Error::HyperError(_) | kube::Error::Service(_) => true,
+            kube::Error::Api(status) => matches!(status.code, 401 | 403),
+            _ => false,
+        },
+        watcher::Error::WatchError(_) | watcher::Error::NoResourceVersion => false,
+    }
+}
+
+/// A watch error in one line, the API server's status as `code reason: message` rather than
+/// its debug form.
+pub fn error_text(error: &watcher::Error) -> String {
+    let status = match error {
+        watcher::Error::InitialListFailed(kube::Error::Api(s))
+        | watcher::Error::WatchStartFailed(kube::Error::Api(s))
+        | watcher::Error::WatchFailed(kube::Error::Api(s))
+        | watcher::Error::WatchError(s) => s,
+        other => return crate::causes::one_line(other),
+    };
+    let what = match error {
+        watcher::Error::InitialListFailed(_) => "list",
+        watcher::Error::WatchStartFailed(_) => "watch",
+        _ => "watch stream",
+    };
+    format!(
+        "{what}: the API server answered {} {}: {}",
+        status.code, status.reason, status.message
+    )
 }
 
 #[cfg(test)]
@@ -140,10 +192,43 @@ mod tests {
         let mut t = Translate::new(Kind::Service);
         let failure = || watcher::Error::NoResourceVersion;
         assert_eq!(t.error(&failure()), Note::Failing);
-        assert_eq!(t.error(&failure()), Note::Repeat);
+        assert_eq!(t.error(&failure()), Note::Quiet);
         let (_, recovered) = t.event(watcher::Event::Init);
         assert!(recovered);
         assert_eq!(t.error(&failure()), Note::Failing);
         assert_eq!(t.error(&gone()), Note::Expired);
+    }
+
+    fn api(code: u16, reason: &str, message: &str) -> watcher::Error {
+        let status = Status::failure(message, reason).with_code(code);
+        watcher::Error::InitialListFailed(kube::Error::Api(Box::new(status)))
+    }
+
+    #[test]
+    fn failures_the_clients_line_tells_are_quiet_and_so_is_their_recovery() {
+        let mut t = Translate::new(Kind::Service);
+        let refused = || {
+            let io = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+            watcher::Error::InitialListFailed(kube::Error::Service(Box::new(io)))
+        };
+        assert_eq!(t.error(&refused()), Note::Quiet);
+        assert_eq!(t.error(&api(403, "Forbidden", "no")), Note::Quiet);
+        let (_, recovered) = t.event(watcher::Event::Init);
+        assert!(!recovered, "nothing was warned, so nothing recovers");
+        // A failure only the watch can tell is warned, even after quiet ones.
+        assert_eq!(t.error(&refused()), Note::Quiet);
+        assert_eq!(t.error(&api(500, "InternalError", "etcd")), Note::Failing);
+        assert_eq!(t.error(&refused()), Note::Quiet);
+        assert!(t.event(watcher::Event::Init).1);
+    }
+
+    #[test]
+    fn an_error_status_reads_as_code_reason_and_message() {
+        let e = api(500, "InternalError", "etcdserver: request timed out");
+        assert_eq!(
+            error_text(&e),
+            "list: the API server answered 500 InternalError: etcdserver: request timed out"
+        );
+        assert!(!error_text(&e).contains("Status {"));
     }
 }

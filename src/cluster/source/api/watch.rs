@@ -31,7 +31,7 @@ use serde::de::DeserializeOwned;
 
 use super::list_watch::{self, ProtobufDecoder, Selectors};
 use super::protobuf_objects::FromProtobuf;
-use super::translate::{Note, Translate};
+use super::translate::{Note, Translate, error_text};
 use super::{node_selector, watch_selector};
 use crate::cluster::source::lean::{EndpointSlice, Service};
 use crate::cluster::source::{Event, Kind, Object};
@@ -166,8 +166,8 @@ where
             let refused = item.as_ref().err().is_some_and(refuses_streamed_lists);
             if let (true, Err(error)) = (refused, item) {
                 tracing::info!(
-                    kind = ?kind,
-                    %error,
+                    kind = kind.as_str(),
+                    err = %error_text(error),
                     "the API server does not stream lists; listing and watching instead"
                 );
             }
@@ -192,28 +192,27 @@ where
     let mut translate = Translate::new(kind);
     events
         .filter_map(move |item| {
+            let kind = translate.kind().as_str();
             let out = match item {
                 Ok(event) => {
                     let (out, recovered) = translate.event(map(event));
                     if recovered {
-                        tracing::info!(kind = ?translate.kind(), "watch delivering again");
+                        tracing::info!(kind, "watch delivering again");
                     }
                     Some(out)
                 }
                 Err(error) => {
+                    let err = error_text(&error);
                     match translate.error(&error) {
-                        Note::Expired => tracing::info!(
-                            kind = ?translate.kind(),
-                            "watch expired (410 Gone); relisting"
-                        ),
+                        Note::Expired => {
+                            tracing::info!(kind, "watch expired (410 Gone); relisting")
+                        }
                         Note::Failing => tracing::warn!(
-                            kind = ?translate.kind(),
-                            %error,
+                            kind,
+                            %err,
                             "watch failed; retrying with backoff, keeping the last state"
                         ),
-                        Note::Repeat => {
-                            tracing::debug!(kind = ?translate.kind(), %error, "watch still failing")
-                        }
+                        Note::Quiet => tracing::debug!(kind, %err, "watch failing"),
                     }
                     None
                 }

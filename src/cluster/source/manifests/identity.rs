@@ -81,7 +81,8 @@ pub(super) fn label(object: &Object) -> String {
     match object.kind() {
         Kind::Node => format!("Node {name}"),
         kind => format!(
-            "{kind:?} {}/{name}",
+            "{} {}/{name}",
+            kind.as_str(),
             meta.namespace.as_deref().unwrap_or(DEFAULT_NAMESPACE)
         ),
     }

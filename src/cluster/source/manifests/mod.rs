@@ -34,6 +34,7 @@
 mod dir;
 mod identity;
 mod parse;
+mod reload;
 mod split;
 mod warning;
 mod watch;

@@ -10,7 +10,7 @@
 //!
 //! It must never emit a partial state: each re-read's lists are complete or absent.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::{BTreeSet, HashSet, VecDeque};
 use std::path::PathBuf;
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -23,6 +23,7 @@ use tokio::sync::mpsc;
 
 use super::Error;
 use super::dir::{Loaded, is_editor_scratch, load_dir, log_skipped, log_warning};
+use super::reload::Reload;
 use crate::cluster::source::Event;
 
 /// Quiet time after the last change before the directory is re-read: long enough to cover an
@@ -63,15 +64,21 @@ pub fn watch(dir: PathBuf) -> Result<Watch, Error> {
     let (tx, changes) = mpsc::unbounded_channel();
     let watched = dir.clone();
     let handler = move |result: notify::Result<notify::Event>| {
-        let rewatch = match result {
+        let change = match result {
             Ok(event) if !is_change(&event) => return,
             // The directory itself was removed or moved: its watch is gone with it.
-            Ok(event) => event.paths.iter().any(|p| p == &watched),
+            Ok(event) => Change {
+                rewatch: event.paths.iter().any(|p| p == &watched),
+                paths: event.paths.into_iter().filter(|p| p != &watched).collect(),
+            },
             // The event queue overflowed, or similar: re-read, and re-arm to be safe.
-            Err(_) => true,
+            Err(_) => Change {
+                rewatch: true,
+                paths: Vec::new(),
+            },
         };
         // Fails only once the stream is gone, when nobody cares any more.
-        let _ = tx.send(rewatch);
+        let _ = tx.send(change);
     };
     let watch_error = |source| Error::Watch {
         path: dir.clone(),
@@ -91,6 +98,8 @@ pub fn watch(dir: PathBuf) -> Result<Watch, Error> {
         logged: HashSet::new(),
         failing: false,
         rewatch: false,
+        touched: BTreeSet::new(),
+        objects: None,
     };
     state.accept(loaded);
     let stream = futures::stream::unfold(state, |mut state| async move {
@@ -118,17 +127,27 @@ fn is_change(event: &notify::Event) -> bool {
     event.paths.is_empty() || !event.paths.iter().all(scratch)
 }
 
+/// One notification: the paths it named, and whether the watch must be re-armed.
+struct Change {
+    rewatch: bool,
+    paths: Vec<PathBuf>,
+}
+
 struct State {
     dir: PathBuf,
     watcher: RecommendedWatcher,
-    /// One message per notification; `true` asks to re-arm the watch before re-reading.
-    changes: mpsc::UnboundedReceiver<bool>,
+    /// One message per notification.
+    changes: mpsc::UnboundedReceiver<Change>,
     pending: VecDeque<Event>,
     /// Warnings and skips of the last successful read, already logged.
     logged: HashSet<String>,
     /// The last read failed: retry on a timer, and re-arm the watch first.
     failing: bool,
     rewatch: bool,
+    /// Paths the notifications since the last read named.
+    touched: BTreeSet<PathBuf>,
+    /// The objects of the last read, to say what a re-read changed; `None` before the first.
+    objects: Option<Vec<crate::cluster::source::Object>>,
 }
 
 impl State {
@@ -140,10 +159,11 @@ impl State {
             if self.failing {
                 // A change or the retry timer, whichever comes first.
                 if let Ok(change) = tokio::time::timeout(RETRY, self.changes.recv()).await {
-                    self.rewatch |= change?;
+                    self.note(change?);
                 }
             } else {
-                self.rewatch |= self.changes.recv().await?;
+                let change = self.changes.recv().await?;
+                self.note(change);
             }
             self.settle().await?;
             self.reread().await;
@@ -156,10 +176,15 @@ impl State {
         loop {
             let quiet = (tokio::time::Instant::now() + DEBOUNCE).min(deadline);
             match tokio::time::timeout_at(quiet, self.changes.recv()).await {
-                Ok(change) => self.rewatch |= change?,
+                Ok(change) => self.note(change?),
                 Err(_elapsed) => return Some(()),
             }
         }
+    }
+
+    fn note(&mut self, change: Change) {
+        self.rewatch |= change.rewatch;
+        self.touched.extend(change.paths);
     }
 
     async fn reread(&mut self) {
@@ -214,6 +239,11 @@ impl State {
         }
         self.logged = logged;
         tracing::debug!(dir = %self.dir.display(), objects = loaded.objects.len(), "manifest directory read");
+        let touched = std::mem::take(&mut self.touched);
+        if let Some(before) = &self.objects {
+            Reload::of(&touched, before, &loaded.objects).log(&self.dir);
+        }
+        self.objects = Some(loaded.objects.clone());
         self.pending.extend(loaded.into_events());
     }
 }

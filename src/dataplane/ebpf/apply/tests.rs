@@ -175,7 +175,9 @@ fn an_idle_sync_reads_nothing_and_writes_nothing() {
     let report = dp.sync(&snap, &Changes::default(), false).unwrap();
     assert_eq!((dp.backend.reads, dp.backend.writes), (reads, writes));
     assert_eq!(report.families[0].operations, 0);
-    assert_eq!(report.families[0].objects, 2);
+    // The ClusterIP from this node and from outside (a slot each), and its undefined ports
+    // (TCP and UDP, both scopes).
+    assert_eq!(report.families[0].objects, 8);
 }
 
 #[test]
@@ -192,11 +194,17 @@ fn a_failed_write_is_finished_by_the_next_sync_after_a_fresh_read() {
     let report = dp.sync(&snap, &Changes::default(), false).unwrap();
     assert!(report.full, "re-read after the failure");
     let maps = &dp.backend.maps;
-    assert_eq!(maps.svc.len(), 1);
-    assert_eq!(maps.svc.values().next().unwrap().count, 2);
+    assert_eq!(maps.svc.len(), 6);
+    let balanced: Vec<u16> = maps
+        .svc
+        .values()
+        .map(|v| v.count)
+        .filter(|&c| c > 0)
+        .collect();
+    assert_eq!(balanced, [2, 2], "from this node and from outside");
     assert_eq!(
         maps.slots.len(),
-        2,
+        4,
         "the half-written set left no slot behind"
     );
     assert_eq!(diff::diff(maps, &plan::plan(&snap, &dp.node_ports)), []);

@@ -2,7 +2,8 @@
 //! maps as `kp_tc_ingress` in `bpf/kp_tc.c` walks it.
 //!
 //! Pure: no I/O, never fails. The steps, in the program's order: the `kp_svc` entry of scope
-//! external for the destination (none: the packet goes on to the node's stack unchanged);
+//! external for the destination, else for its address at port 0 (a ClusterIP's undefined
+//! ports; none: the packet goes on to the node's stack unchanged);
 //! the source check against `kp_src` (a longest-prefix match over the frontend and the
 //! client's address: no entry, or a range entry, lets it in; the frontend's marker alone
 //! drops it), made before the count, so a restricted frontend drops outsiders even when it
@@ -17,7 +18,7 @@ use std::net::{IpAddr, SocketAddr};
 use super::{Dropped, Entry, Fate, Hook, Maps, Remembered, Trace};
 use crate::dataplane::ebpf::diff;
 use crate::dataplane::ebpf::layout::{SRC_FRONTEND_BITS, SvcKey, addr_words};
-use crate::dataplane::ebpf::plan::{Frontend, Scope, Transport};
+use crate::dataplane::ebpf::plan::{Scope, Transport};
 
 /// The `kp_aff` key the tc programs give a client from outside (`kp_client_key` in
 /// `bpf/kp_tc.c`): a hash of its address as the maps hold it, with the top bit set so it never
@@ -39,14 +40,8 @@ pub(super) fn trace(
     client: IpAddr,
     remembered: Option<&Remembered>,
 ) -> Trace {
-    let key = diff::svc_key(&Frontend {
-        ip: to.ip(),
-        port: to.port(),
-        transport,
-        scope: Scope::External,
-    });
     let hooks = vec![Hook::TcIngress];
-    let Some(val) = maps.svc.get(&key) else {
+    let Some((key, val)) = super::lookup(maps, to, transport, Scope::External) else {
         return Trace {
             hooks,
             entry: None,
@@ -54,7 +49,7 @@ pub(super) fn trace(
             fate: Fate::Untouched,
         };
     };
-    let entry = Entry::of(val);
+    let entry = Entry::at(&key, val);
     let source_ranges = ranges(maps, &key);
     let fate = if !allowed(maps, &key, client) {
         Fate::Dropped(Dropped::SourceRange)

@@ -243,6 +243,13 @@ fn report(done: &Pass) {
             "destroyed connected UDP sockets to removed backends"
         );
     } else {
-        tracing::debug!(?done, "UDP socket reconcile");
+        tracing::debug!(
+            namespaces = done.namespaces,
+            unreachable = done.unreachable,
+            sockets = done.sockets,
+            stale = done.stale,
+            gone = done.gone,
+            "UDP socket reconcile"
+        );
     }
 }

@@ -24,8 +24,8 @@ use ipnet::IpNet;
 
 use super::Builder;
 use super::endpoints;
-use crate::cluster::Protocol;
 use crate::cluster::model::{Endpoint, FamilyView, ServicePort, TrafficPolicy};
+use crate::cluster::{Protocol, topology};
 use crate::dataplane::iptables::names::{self as n, ChainName, PortChain};
 use crate::dataplane::iptables::ruleset::{Comment, Match, Rule, Table, Target};
 use crate::dataplane::node::{Local, source_ranges};
@@ -52,9 +52,8 @@ pub(super) fn add(b: &mut Builder, port: &ServicePort, view: &FamilyView) {
     let svc = n::port_chain(PortChain::Cluster, &port.name);
     let svl = n::port_chain(PortChain::Local, &port.name);
     let accessible = view.externally_accessible(port);
-    let uses_cluster = port.internal_policy == TrafficPolicy::Cluster || accessible;
-    let uses_local = port.internal_policy == TrafficPolicy::Local
-        || (accessible && port.external_policy == TrafficPolicy::Local);
+    let uses_cluster = topology::uses_cluster_policy(port, accessible);
+    let uses_local = topology::uses_local_policy(port, accessible);
     let (internal_chain, internal_eps) = match port.internal_policy {
         TrafficPolicy::Cluster => (&svc, &cluster),
         TrafficPolicy::Local => (&svl, &local),

@@ -174,12 +174,15 @@ impl<B: Backend> Applier<B> {
         let family = want.family;
         let parsed = match self.backend.dump_expecting(family, want) {
             Ok(None) => {
-                tracing::info!(family = ?family, "no table of ours yet; creating it");
+                tracing::info!(
+                    family = family.ip_family().as_str(),
+                    "no table of ours yet; creating it"
+                );
                 return Ok((diff(&Ruleset::empty(family), want), last.is_some(), false));
             }
             Ok(Some(parsed)) => parsed,
             Err(backend::Error::Unreadable(error)) => {
-                tracing::warn!(family = ?family, error = %error,
+                tracing::warn!(family = family.ip_family().as_str(), error = %error,
                     "cannot read our table back; rebuilding it in one transaction");
                 return Ok((rebuild(want), last.is_some(), true));
             }
@@ -191,12 +194,12 @@ impl<B: Backend> Applier<B> {
             foreign,
         } = parsed;
         if !foreign.is_empty() {
-            tracing::warn!(family = ?family, objects = %foreign.join(", "),
+            tracing::warn!(family = family.ip_family().as_str(), objects = %foreign.join(", "),
                 "our table holds objects we never make; rebuilding it in one transaction");
             return Ok((rebuild(want), last.is_some(), true));
         }
         if !unknown.is_empty() {
-            tracing::info!(family = ?family, unknown = %unknown.join("; "),
+            tracing::info!(family = family.ip_family().as_str(), unknown = %unknown.join("; "),
                 "parts of our table could not be read; replacing them");
         }
         let differs = last.is_some_and(|l| *l != ruleset);

@@ -375,20 +375,9 @@ fn filters(b: &mut Builder) {
         m,
         vec![vmap(&NODEPORT_KEY, n::NO_ENDPOINT_NODEPORTS)],
     );
-    // TCP is refused with a reset, everything else with ICMP port unreachable: the kernel
-    // rate-limits ICMP errors per host, so a burst of connects would hang on the lost ones.
-    let tcp = || Match::L4Proto(Protocol::Tcp);
-    let to_cluster_ip = || set_match(&[Field::Daddr], n::CLUSTER_IPS);
-    b.push(
-        n::CLUSTER_IPS_CHECK,
-        vec![to_cluster_ip(), tcp()],
-        vec![Statement::Verdict(Verdict::RejectTcpReset)],
-    );
-    b.push(
-        n::CLUSTER_IPS_CHECK,
-        vec![to_cluster_ip()],
-        vec![Statement::Verdict(Verdict::Reject)],
-    );
+    for (matches, statements) in cluster_ips_check_rules() {
+        b.push(n::CLUSTER_IPS_CHECK, matches, statements);
+    }
     for (matches, statements) in reject_rules() {
         b.push(n::REJECT_CHAIN, matches, statements);
     }
@@ -408,6 +397,24 @@ pub(crate) fn firewall_check_rule() -> (Vec<Match>, Vec<Statement>) {
         ],
         vec![Statement::Verdict(Verdict::Drop)],
     )
+}
+
+/// `cluster-ips-check`'s rules: a ClusterIP at a port no Service defines (nothing DNATed it)
+/// is refused. TCP with a reset, everything else with ICMP port unreachable: the kernel
+/// rate-limits ICMP errors per host, so a burst of connects would hang on the lost ones. The
+/// userspace mode's redirect table refuses alike.
+pub(crate) fn cluster_ips_check_rules() -> [(Vec<Match>, Vec<Statement>); 2] {
+    let to_cluster_ip = || set_match(&[Field::Daddr], n::CLUSTER_IPS);
+    [
+        (
+            vec![to_cluster_ip(), Match::L4Proto(Protocol::Tcp)],
+            vec![Statement::Verdict(Verdict::RejectTcpReset)],
+        ),
+        (
+            vec![to_cluster_ip()],
+            vec![Statement::Verdict(Verdict::Reject)],
+        ),
+    ]
 }
 
 /// `reject-chain`'s rules: TCP is refused with a reset, everything else with ICMP port

@@ -12,7 +12,8 @@
 //! - `nat-prerouting` (from pods and outside) and `nat-output` (from the node), at `dstnat`:
 //!   `dnat to ip daddr . meta l4proto . th dport map @service-listeners`. The map takes each
 //!   frontend (ClusterIP, externalIP and LoadBalancer IP at the service port; NodePort on every
-//!   address `nodePortAddresses` selects) to its listener's address and port. A DNAT rather
+//!   address `nodePortAddresses` selects) to the address and port of the listener over the
+//!   endpoint list its policy selects (`plan`). A DNAT rather
 //!   than a `redirect`: the ruleset, its encoders and its parsers already carry DNAT maps, and
 //!   a listener bound to `--bind-address` 0.0.0.0 (or `::`) accepts on any local address.
 //!   The address is the bind address when it is a specific one; otherwise a NodePort keeps
@@ -24,44 +25,64 @@
 //!   whose listener has no endpoint to relay to (`no-endpoint-services`) are refused at once
 //!   (TCP reset, ICMP for UDP: the nftables mode's `reject-chain`) when the port has no
 //!   endpoint at all, or dropped when it has some but a `Local` policy selects none here, as
-//!   the other modes drop it (so a load balancer's health check moves traffic elsewhere). Such a frontend has no DNAT, so its
-//!   packets still carry the frontend address at those hooks. The relay could only reset an
-//!   accepted connection, which a client sees as a connection that opened and broke.
-//! - The other modes' short-circuit: an external frontend under `Local` without a local
-//!   endpoint still serves this node's pods (as detect-local recognises them) and the node
-//!   itself, through the internal listener (`external-to-internal`, read before the main map
-//!   in both nat chains); only traffic from outside is dropped.
-//!
+//!   the other modes drop it (so a load balancer's health check moves traffic elsewhere).
+//!   Such a frontend has no DNAT, so its packets still carry the frontend address at those
+//!   hooks. The relay could only reset an accepted connection, which a client sees as a
+//!   connection that opened and broke. The node's own traffic to one of its addresses (a
+//!   NodePort) leaves `filter-output` at once (`fib daddr type local return`) and is refused
+//!   in `filter-input`, where it arrives: refused on its way out, a UDP send would fail with
+//!   EPERM instead of finding the port unreachable, as upstream's clients do.
+//! - A ClusterIP at a port its Service does not define (no DNAT, no `no-endpoint-services`
+//!   element) is refused at once by `cluster-ips-check` over `cluster-ips` from `filter-forward`
+//!   and `filter-output`, the nftables mode's chain and set, instead of being routed on.
+//! - The other modes' short-circuit: traffic from this node's pods (as detect-local
+//!   recognises them) and from the node itself to an external frontend takes every endpoint
+//!   in the cluster, whatever the policies say and whether or not a local endpoint exists.
+//!   Under `externalTrafficPolicy: Cluster` that is the frontend's own listener; under `Local`
+//!   the `short-circuit-listeners` map, read before the main map in both nat chains, sends it
+//!   to the port's `Cluster` listener, so only traffic from outside meets the `Local` one
+//!   (and is dropped where there is no local endpoint).
 //! - `loadBalancerSourceRanges`: new connections to a LoadBalancer IP from a source outside its
 //!   ranges are dropped before the DNAT (`firewall-check` from `filter-prerouting-pre-dnat`
 //!   and `filter-output-pre-dnat`, over the `firewall-ips` and `firewall-allow` sets: the
 //!   nftables mode's names and shapes, as [`source_ranges`] allows).
 //!
+//! - Only redirected connections reach a listener: `filter-input` sends a new connection to
+//!   an open listener's port (`relay-ports`) to `relay-check`, which lets it on only when its
+//!   conntrack entry was destination-NATed and otherwise refuses it as if nothing listened
+//!   (from outside, from a pod, from the node, loopback included; held to `--bind-address`
+//!   when that is specific). No `route_localnet`: the listeners stay on routable addresses.
+//!
 //! No masquerade: the relay dials endpoints from the node's own address.
 
+#[cfg(test)]
+mod filter_tests;
+mod skeleton;
 #[cfg(test)]
 mod tests;
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
-use super::plan::{Key, Traffic};
-use crate::cluster::TrafficPolicy;
+use super::plan::{Key, List};
 use crate::cluster::{FamilyView, IpFamily, NodeContext, Protocol, ServicePort, Snapshot};
 use crate::config::NodePortAddresses;
 use crate::dataplane::nftables::names::{self as n, Name};
-use crate::dataplane::nftables::plan::skeleton;
 use crate::dataplane::nftables::ruleset::{
-    Comment, CtState, Data, DataKind, Element, Family, Field, Kind, Match, Rule, Ruleset, Set,
-    SetDecl, Statement, Tuple, Value, Verdict,
+    Comment, Data, Element, Family, Field, Match, Ruleset, Tuple, Value, Verdict,
 };
 use crate::dataplane::node::{DetectLocal, Local, NodePortMatch, node_ports, source_ranges};
 
 /// Frontend (address . protocol . port) → listener (address . port).
 pub const SERVICE_LISTENERS: &str = "service-listeners";
-/// External frontend under `Local` without a local endpoint → its internal listener, for
-/// this node's pods and the node itself.
-pub const EXTERNAL_TO_INTERNAL: &str = "external-to-internal";
+/// External frontend under `externalTrafficPolicy: Local` → the listener over every endpoint,
+/// for this node's pods and the node itself (read before [`SERVICE_LISTENERS`]).
+pub const SHORT_CIRCUIT: &str = "short-circuit-listeners";
+
+/// Every open listener's protocol . port: what only redirected connections may reach.
+pub const RELAY_PORTS: &str = "relay-ports";
+/// Refuses a new connection to a listener's port that was not redirected there.
+pub const RELAY_CHECK: &str = "relay-check";
 
 /// The key of a frontend: destination . protocol . port.
 const FRONTEND: [Field; 3] = [Field::Daddr, Field::L4Proto, Field::Dport];
@@ -128,84 +149,118 @@ pub fn plan_family(
         }),
         Local::None => None,
     };
-    skeleton(&mut rules, from_local_pod);
+    let bind = Some(settings.bind).filter(|ip| IpFamily::of(ip) == family && !ip.is_unspecified());
+    skeleton::add(&mut rules, from_local_pod, bind);
     let target = Target {
-        bind: Some(settings.bind).filter(|ip| IpFamily::of(ip) == family && !ip.is_unspecified()),
+        bind,
         node: first_address(node, family),
     };
+    for (key, listener) in listening.iter().filter(|(k, _)| k.family == family) {
+        let port = Tuple::new(&[Value::Proto(key.port.protocol), Value::Port(listener.port)]);
+        element(
+            &mut rules,
+            RELAY_PORTS,
+            port,
+            Data::None,
+            &relay_comment(key),
+        );
+    }
     let node_port_addresses = node_port_addresses(&settings.node_ports, node, family);
     for state in snapshot.ports.values() {
         let port = &state.port;
-        if port.name.protocol == Protocol::Sctp {
-            continue;
-        }
         let Some(view) = state.family(family) else {
             continue;
         };
+        // Without a comment: one ClusterIP serves every port of its Service.
+        rules
+            .sets
+            .get_mut(&Name::fixed(n::CLUSTER_IPS))
+            .expect("declared by skeleton")
+            .elements_mut()
+            .entry(Tuple::new(&[Value::Addr(view.cluster_ip)]))
+            .or_insert(Element {
+                data: Data::None,
+                comment: None,
+            });
+        if port.name.protocol == Protocol::Sctp {
+            continue;
+        }
         let comment = Comment::sanitised(&port.name.to_string());
-        let external = Key {
+        let key = |list| Key {
             port: port.name.clone(),
             family,
-            traffic: Traffic::External,
+            list,
         };
+        let external = key(List::of(port.external_policy));
         if !view.load_balancer_source_ranges.is_empty() && listening.contains_key(&external) {
             firewall(&mut rules, port, view, node, &comment);
         }
-        for traffic in [Traffic::Internal, Traffic::External] {
-            let key = Key {
-                port: port.name.clone(),
-                family,
-                traffic,
-            };
-            let Some(listener) = listening.get(&key) else {
+        // As the nftables mode: refused when the port has no endpoint at all; dropped when it
+        // has some but none for this traffic (a Local policy without a local one).
+        let refusal = Data::Verdict(if view.selection.has_any_endpoints {
+            Verdict::Drop
+        } else {
+            Verdict::Goto(Name::fixed(n::REJECT_CHAIN))
+        });
+        let internal = key(List::of(port.internal_policy));
+        let cluster = listening.get(&key(List::Cluster)).filter(|l| l.serving);
+        for (kind, to) in [
+            (Frontend::ClusterIp, &internal),
+            (Frontend::External, &external),
+        ] {
+            let Some(listener) = listening.get(to) else {
                 continue;
             };
-            // The internal listener, for external traffic from inside the node.
-            let short_circuit = (traffic == Traffic::External
-                && !listener.serving
-                && port.external_policy == TrafficPolicy::Local)
-                .then(|| {
-                    listening.get(&Key {
-                        traffic: Traffic::Internal,
-                        ..key.clone()
-                    })
-                })
-                .flatten()
-                .filter(|internal| internal.serving);
-            // As the nftables mode: refused when the port has no endpoint at all; dropped when
-            // it has some but none for this traffic (a Local policy without a local one).
-            let refusal = if view.selection.has_any_endpoints {
-                Verdict::Drop
-            } else {
-                Verdict::Goto(Name::fixed(n::REJECT_CHAIN))
-            };
-            for (address, at, node_port) in frontends(port, view, traffic, &node_port_addresses) {
+            // From this node and its pods an external frontend takes every endpoint (the
+            // other modes' short-circuit); only a `Local` policy makes that another listener.
+            let short_circuit =
+                cluster.filter(|_| kind == Frontend::External && to.list == List::Local);
+            for (address, at, node_port) in frontends(port, view, kind, &node_port_addresses) {
                 let frontend = Tuple::new(&[
                     Value::Addr(address),
                     Value::Proto(port.name.protocol),
                     Value::Port(at),
                 ]);
-                if !listener.serving {
-                    if let Some(internal) = short_circuit
-                        && let Some(to) = target.of(address, node_port)
-                    {
-                        let data = Data::Values(Tuple::new(&[
-                            Value::Addr(to),
-                            Value::Port(internal.port),
-                        ]));
-                        element(&mut rules, EXTERNAL_TO_INTERNAL, frontend, data, &comment);
+                let Some(target) = target.of(address, node_port) else {
+                    if !listener.serving {
+                        element(
+                            &mut rules,
+                            n::NO_ENDPOINT_SERVICES,
+                            frontend,
+                            refusal.clone(),
+                            &comment,
+                        );
                     }
+                    continue;
+                };
+                let to_listener = |l: &Listening| {
+                    Data::Values(Tuple::new(&[Value::Addr(target), Value::Port(l.port)]))
+                };
+                if let Some(cluster) = short_circuit {
+                    element(
+                        &mut rules,
+                        SHORT_CIRCUIT,
+                        frontend,
+                        to_listener(cluster),
+                        &comment,
+                    );
+                }
+                if listener.serving {
+                    element(
+                        &mut rules,
+                        SERVICE_LISTENERS,
+                        frontend,
+                        to_listener(listener),
+                        &comment,
+                    );
+                } else {
                     element(
                         &mut rules,
                         n::NO_ENDPOINT_SERVICES,
                         frontend,
-                        Data::Verdict(refusal.clone()),
+                        refusal.clone(),
                         &comment,
                     );
-                } else if let Some(to) = target.of(address, node_port) {
-                    let data =
-                        Data::Values(Tuple::new(&[Value::Addr(to), Value::Port(listener.port)]));
-                    element(&mut rules, SERVICE_LISTENERS, frontend, data, &comment);
                 }
             }
         }
@@ -256,17 +311,25 @@ impl Target {
     }
 }
 
-/// The frontends of `traffic` of one service port in one family: (address, port, whether
-/// it is a NodePort on a node address).
+/// Which frontends of a service port.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Frontend {
+    ClusterIp,
+    /// NodePorts, externalIPs and LoadBalancer IPs.
+    External,
+}
+
+/// The frontends of `kind` of one service port in one family: (address, port, whether it is a
+/// NodePort on a node address).
 fn frontends(
     port: &ServicePort,
     view: &FamilyView,
-    traffic: Traffic,
+    kind: Frontend,
     node_port_addresses: &[IpAddr],
 ) -> Vec<(IpAddr, u16, bool)> {
-    match traffic {
-        Traffic::Internal => vec![(view.cluster_ip, port.port, false)],
-        Traffic::External => {
+    match kind {
+        Frontend::ClusterIp => vec![(view.cluster_ip, port.port, false)],
+        Frontend::External => {
             let mut out: Vec<(IpAddr, u16, bool)> = view
                 .external_ips
                 .iter()
@@ -278,8 +341,6 @@ fn frontends(
             }
             out
         }
-        // Listened on directly, at the NodePort: no rule leads there.
-        Traffic::Loopback => Vec::new(),
     }
 }
 
@@ -319,6 +380,12 @@ fn first_address(node: &NodeContext, family: IpFamily) -> Option<IpAddr> {
         .or_else(|| local.first().copied())
 }
 
+/// The comment of a listener's port in `relay-ports`: the listener's name, which pairs a
+/// port read back from the kernel with its listener (see `trace`).
+pub fn relay_comment(key: &Key) -> Comment {
+    Comment::sanitised(&super::plan::name(key))
+}
+
 /// Adds an element; the first of two equal keys wins (ports are visited in name order, so the
 /// choice is deterministic).
 fn element(rules: &mut Ruleset, set: &'static str, key: Tuple, data: Data, comment: &Comment) {
@@ -332,105 +399,4 @@ fn element(rules: &mut Ruleset, set: &'static str, key: Tuple, data: Data, comme
             data,
             comment: Some(comment.clone()),
         });
-}
-
-fn push(rules: &mut Ruleset, chain: &'static str, matches: Vec<Match>, statements: Vec<Statement>) {
-    rules
-        .chains
-        .entry(Name::fixed(chain))
-        .or_default()
-        .rules
-        .push(Rule::new(matches, statements));
-}
-
-/// The chains and the (empty) maps every table has; `from_local_pod`: how this family's
-/// pods are recognised, if they are.
-fn skeleton(rules: &mut Ruleset, from_local_pod: Option<Match>) {
-    use Kind::{Addr, Port, Proto};
-    let decl = |data, comment: &str| SetDecl {
-        key: vec![Addr, Proto, Port],
-        data,
-        interval: false,
-        dynamic_timeout: None,
-        comment: Some(Comment::sanitised(comment)),
-    };
-    rules.sets.insert(
-        Name::fixed(SERVICE_LISTENERS),
-        Set::new(decl(
-            DataKind::Values(vec![Addr, Port]),
-            "frontend to relay listener",
-        )),
-    );
-    rules.sets.insert(
-        Name::fixed(EXTERNAL_TO_INTERNAL),
-        Set::new(decl(
-            DataKind::Values(vec![Addr, Port]),
-            "external frontend without local endpoint to the internal listener",
-        )),
-    );
-    rules.sets.insert(
-        Name::fixed(n::NO_ENDPOINT_SERVICES),
-        Set::new(decl(DataKind::Verdict, "frontends without endpoints")),
-    );
-    rules.sets.insert(
-        Name::fixed(n::FIREWALL_IPS),
-        Set::new(decl(DataKind::None, "frontends with source ranges")),
-    );
-    rules.sets.insert(
-        Name::fixed(n::FIREWALL_ALLOW),
-        Set::new(SetDecl {
-            key: vec![Addr, Proto, Port, Addr],
-            interval: true,
-            ..decl(DataKind::None, "allowed sources per frontend")
-        }),
-    );
-    // The nftables mode's base chains but its masquerading one: the relay dials from the node.
-    let chains: Vec<_> = skeleton::BASE_CHAINS
-        .into_iter()
-        .filter(|(name, ..)| *name != n::NAT_POSTROUTING)
-        .collect();
-    rules.add_base_chains(&chains);
-    let dnat = |map| {
-        vec![Statement::DnatMap {
-            key: FRONTEND.to_vec(),
-            map: Name::fixed(map),
-        }]
-    };
-    if let Some(m) = from_local_pod {
-        push(
-            rules,
-            n::NAT_PREROUTING,
-            vec![m],
-            dnat(EXTERNAL_TO_INTERNAL),
-        );
-    }
-    push(rules, n::NAT_PREROUTING, vec![], dnat(SERVICE_LISTENERS));
-    for chain in [n::FILTER_PREROUTING_PRE_DNAT, n::FILTER_OUTPUT_PRE_DNAT] {
-        push(
-            rules,
-            chain,
-            vec![Match::CtState(CtState::New)],
-            vec![Statement::Verdict(Verdict::Jump(Name::fixed(
-                n::FIREWALL_CHECK,
-            )))],
-        );
-    }
-    let (matches, statements) = skeleton::firewall_check_rule();
-    push(rules, n::FIREWALL_CHECK, matches, statements);
-    push(rules, n::NAT_OUTPUT, vec![], dnat(EXTERNAL_TO_INTERNAL));
-    push(rules, n::NAT_OUTPUT, vec![], dnat(SERVICE_LISTENERS));
-    for chain in [n::FILTER_INPUT, n::FILTER_FORWARD, n::FILTER_OUTPUT] {
-        push(
-            rules,
-            chain,
-            vec![Match::CtState(CtState::New)],
-            vec![Statement::VerdictMap {
-                key: FRONTEND.to_vec(),
-                map: Name::fixed(n::NO_ENDPOINT_SERVICES),
-            }],
-        );
-    }
-    for (matches, statements) in skeleton::reject_rules() {
-        push(rules, n::REJECT_CHAIN, matches, statements);
-    }
 }

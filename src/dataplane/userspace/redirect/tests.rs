@@ -5,7 +5,7 @@ use crate::testing::snapshots::{ip, node, snapshot, svc};
 use std::collections::BTreeMap;
 
 /// Every listener `snap` asks for, open on ports from 30100 in plan order.
-fn open_all(snap: &Snapshot) -> BTreeMap<Key, Listening> {
+pub(super) fn open_all(snap: &Snapshot) -> BTreeMap<Key, Listening> {
     plan::plan(snap)
         .into_iter()
         .zip(30100..)
@@ -16,7 +16,7 @@ fn open_all(snap: &Snapshot) -> BTreeMap<Key, Listening> {
         .collect()
 }
 
-fn settings() -> Settings {
+pub(super) fn settings() -> Settings {
     Settings {
         bind: "0.0.0.0".parse().unwrap(),
         node_ports: NodePortAddresses {
@@ -27,7 +27,7 @@ fn settings() -> Settings {
     }
 }
 
-fn frontend(addr: &str, proto: Protocol, port: u16) -> Tuple {
+pub(super) fn frontend(addr: &str, proto: Protocol, port: u16) -> Tuple {
     Tuple::new(&[
         Value::Addr(ip(addr)),
         Value::Proto(proto),
@@ -35,7 +35,7 @@ fn frontend(addr: &str, proto: Protocol, port: u16) -> Tuple {
     ])
 }
 
-fn elements(rules: &Ruleset, set: &str) -> BTreeMap<Tuple, Data> {
+pub(super) fn elements(rules: &Ruleset, set: &str) -> BTreeMap<Tuple, Data> {
     rules
         .sets
         .iter()
@@ -81,7 +81,7 @@ fn cluster_ip_goes_to_the_internal_listener_on_the_nodes_address() {
 }
 
 #[test]
-fn node_ports_external_and_load_balancer_ips_go_to_the_external_listener() {
+fn every_frontend_of_a_cluster_policy_port_goes_to_its_one_listener() {
     let mut node = node();
     node.host_addresses = Some(vec![ip("10.0.0.11"), ip("192.168.5.1"), ip("127.0.0.1")].into());
     let snap = snapshot(
@@ -95,12 +95,8 @@ fn node_ports_external_and_load_balancer_ips_go_to_the_external_listener() {
         ],
     );
     let open = open_all(&snap);
-    let external = open
-        .iter()
-        .find(|(k, _)| k.traffic == Traffic::External)
-        .map(|(_, l)| l.port)
-        .unwrap();
-    assert_eq!(external, 30101, "the internal listener is first");
+    assert_eq!(open.len(), 1, "both policies Cluster: one listener");
+    let external = 30100;
     let [v4, _] = plan(&snap, &open, &settings());
     let listeners = elements(&v4, SERVICE_LISTENERS);
     let expected = BTreeMap::from([
@@ -172,7 +168,7 @@ fn a_specific_bind_address_is_where_every_frontend_goes() {
     };
     let [v4, _] = plan(&snap, &open_all(&snap), &settings);
     let targets: Vec<Data> = elements(&v4, SERVICE_LISTENERS).into_values().collect();
-    assert_eq!(targets, [to("10.0.0.99", 30101), to("10.0.0.99", 30100)]);
+    assert_eq!(targets, [to("10.0.0.99", 30100), to("10.0.0.99", 30100)]);
 }
 
 #[test]
@@ -200,17 +196,17 @@ fn a_port_without_endpoints_is_refused_and_external_local_traffic_dropped() {
         ])
     );
     // The ClusterIP of `local` still has a remote endpoint, which the node and its pods
-    // reach through the NodePort too (the short-circuit).
+    // reach through the NodePort too (the short-circuit, to the cluster-wide listener).
     let open = open_all(&snap);
     let internal = open
         .iter()
-        .find(|(k, _)| &*k.port.service.name == "local" && k.traffic == Traffic::Internal)
+        .find(|(k, _)| &*k.port.service.name == "local" && k.list == List::Cluster)
         .map(|(_, l)| l.port)
         .unwrap();
     let listeners: Vec<Tuple> = elements(&v4, SERVICE_LISTENERS).into_keys().collect();
     assert_eq!(listeners, [frontend("10.96.0.30", Protocol::Tcp, 80)]);
     assert_eq!(
-        elements(&v4, EXTERNAL_TO_INTERNAL),
+        elements(&v4, SHORT_CIRCUIT),
         BTreeMap::from([(
             frontend("10.0.0.11", Protocol::Tcp, 30090),
             to("10.0.0.11", internal)
@@ -230,7 +226,7 @@ fn no_short_circuit_without_a_cluster_endpoint_or_under_the_cluster_policy() {
         ],
     );
     let [v4, _] = plan(&snap, &open_all(&snap), &settings());
-    assert!(elements(&v4, EXTERNAL_TO_INTERNAL).is_empty());
+    assert!(elements(&v4, SHORT_CIRCUIT).is_empty());
     assert_eq!(elements(&v4, n::NO_ENDPOINT_SERVICES).len(), 4);
 }
 
@@ -294,16 +290,18 @@ fn prerouting_and_output_dnat_through_the_map_and_the_filters_refuse() {
         "dnat to ip daddr . meta l4proto . th dport map @service-listeners",
         "ct state new ip daddr . meta l4proto . th dport vmap @no-endpoint-services",
         "reject with tcp reset",
-        "ip saddr 10.244.0.0/16 dnat to ip daddr . meta l4proto . th dport map @external-to-internal",
+        "ip saddr 10.244.0.0/16 dnat to ip daddr . meta l4proto . th dport map @short-circuit-listeners",
+        "ct state new meta l4proto . th dport @relay-ports jump relay-check",
+        "ct status dnat return",
     ] {
         assert!(text.contains(expected), "{expected:?} in\n{text}");
     }
     for (chain, rules) in [
         (n::NAT_PREROUTING, 2),
         (n::NAT_OUTPUT, 2),
-        (n::FILTER_INPUT, 1),
-        (n::FILTER_FORWARD, 1),
-        (n::FILTER_OUTPUT, 1),
+        (n::FILTER_INPUT, 2),
+        (n::FILTER_FORWARD, 2),
+        (n::FILTER_OUTPUT, 3),
     ] {
         let c = v4.chains.get(&Name::fixed(chain)).expect("a base chain");
         assert!(c.base.is_some() && c.rules.len() == rules, "{chain}");
@@ -317,40 +315,87 @@ fn prerouting_and_output_dnat_through_the_map_and_the_filters_refuse() {
     assert_eq!(v4.chains[&Name::fixed(n::NAT_PREROUTING)].rules.len(), 1);
 }
 
+/// `externalTrafficPolicy: Local` with a local endpoint: from outside, the NodePort and the
+/// externalIP reach that endpoint only; from this node's pods and the node itself, every
+/// endpoint in the cluster, through the `Cluster` listener (upstream's short-circuit holds
+/// whether or not a local endpoint exists). With `internalTrafficPolicy: Local` too, the
+/// ClusterIP keeps to the local endpoint from everywhere.
 #[test]
-fn load_balancer_source_ranges_drop_other_sources_before_the_redirect() {
-    use crate::dataplane::nftables::trace::{Fate, Origin, Packet, trace};
+fn external_frontends_from_inside_the_node_reach_every_endpoint_under_a_local_policy() {
+    use crate::dataplane::nftables::trace::{Origin, Packet, trace};
     let snap = snapshot(
         node(),
         vec![
             svc("default/web", "10.96.0.10", 80)
-                .lb("198.51.100.9")
-                .range("192.168.200.0/24")
-                .ep("10.244.2.5", 8080, "node-b"),
+                .node_port(30080)
+                .external("203.0.113.7")
+                .internal_local()
+                .external_local()
+                .ep("10.244.1.9", 8080, "node-a")
+                .ep("10.244.2.9", 8080, "node-b"),
         ],
     );
-    let [v4, _] = plan(&snap, &open_all(&snap), &settings());
-    let local: Vec<IpAddr> = snap.node.local_addresses().into_iter().collect();
-    let from = |src: &str| Packet {
+    let open = open_all(&snap);
+    let port_of = |list| {
+        open.iter()
+            .find(|(k, _)| k.list == list)
+            .map(|(_, l)| l.port)
+            .unwrap()
+    };
+    let (cluster, local) = (port_of(List::Cluster), port_of(List::Local));
+    let [v4, _] = plan(&snap, &open, &settings());
+    let node_port = frontend("10.0.0.11", Protocol::Tcp, 30080);
+    let external_ip = frontend("203.0.113.7", Protocol::Tcp, 80);
+    assert_eq!(
+        elements(&v4, SHORT_CIRCUIT),
+        BTreeMap::from([
+            (node_port, to("10.0.0.11", cluster)),
+            (external_ip, to("10.0.0.11", cluster)),
+        ])
+    );
+    assert_eq!(
+        elements(&v4, SERVICE_LISTENERS),
+        BTreeMap::from([
+            (
+                frontend("10.96.0.10", Protocol::Tcp, 80),
+                to("10.0.0.11", local)
+            ),
+            (node_port, to("10.0.0.11", local)),
+            (external_ip, to("10.0.0.11", local)),
+        ])
+    );
+    let local_addresses: Vec<IpAddr> = snap.node.local_addresses().into_iter().collect();
+    let listener = |packet: &Packet| {
+        let t = trace(&v4, packet, &local_addresses);
+        let ports: Vec<u16> = t.endpoints().into_iter().map(|(_, p)| p).collect();
+        ports
+    };
+    let from = |origin: Origin, src: &str, dst: &str, dport| Packet {
         protocol: Protocol::Tcp,
         src: ip(src),
-        dst: ip("198.51.100.9"),
-        dport: 80,
-        origin: Origin::Interface("eth0".into()),
+        dst: ip(dst),
+        dport,
+        origin,
     };
-    let allowed = trace(&v4, &from("192.168.200.100"), &local);
-    assert_eq!(allowed.fate(), Some(Fate::Accept), "{allowed:?}");
-    assert_eq!(
-        allowed.endpoints().len(),
-        1,
-        "sent to the external listener"
-    );
-    let other = trace(&v4, &from("192.168.201.100"), &local);
-    assert_eq!(other.fate(), Some(Fate::Drop), "{other:?}");
-    // The ClusterIP has no ranges.
-    let cluster = Packet {
-        dst: ip("10.96.0.10"),
-        ..from("192.168.201.100")
-    };
-    assert_eq!(trace(&v4, &cluster, &local).fate(), Some(Fate::Accept));
+    let pod = || Origin::Interface("cni0".into());
+    let outside = || Origin::Interface("eth0".into());
+    for (dst, dport) in [("10.0.0.11", 30080), ("203.0.113.7", 80)] {
+        assert_eq!(listener(&from(pod(), "10.244.1.7", dst, dport)), [cluster]);
+        assert_eq!(
+            listener(&from(Origin::Host, "10.0.0.11", dst, dport)),
+            [cluster]
+        );
+        assert_eq!(
+            listener(&from(outside(), "192.168.9.9", dst, dport)),
+            [local]
+        );
+    }
+    for origin in [pod(), Origin::Host, outside()] {
+        let src = if origin == Origin::Host {
+            "10.0.0.11"
+        } else {
+            "10.244.1.7"
+        };
+        assert_eq!(listener(&from(origin, src, "10.96.0.10", 80)), [local]);
+    }
 }

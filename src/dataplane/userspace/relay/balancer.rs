@@ -1,27 +1,23 @@
 //! Which endpoint a new connection or UDP flow goes to: round-robin over the endpoints the
-//! model selected for the traffic, with ClientIP session affinity.
+//! model selected for the listener, after the client's ClientIP affinity.
 //!
 //! Pure: no I/O and no clock (the caller passes "now"), never fails. The relay keeps one
-//! [`Balancer`] per listener behind a lock and asks it once per dial attempt.
-//!
-//! Affinity follows the Service API's documented meaning of `sessionAffinity: ClientIP`: a
-//! client's connections go to the endpoint its previous one went to, as long as it comes back
-//! within `timeoutSeconds` of that previous connection. An endpoint that fails a dial loses
-//! the client, so a retry is free to go elsewhere.
+//! [`Balancer`] per listener behind a lock and asks it once per dial attempt; the affinity
+//! [`Table`] is the service port's, shared with its other listeners (see `affinity`), and
+//! lent to each pick.
 
-use std::collections::{HashMap, HashSet};
 use std::net::{IpAddr, SocketAddr};
-use std::time::Duration;
 
 use tokio::time::Instant;
 
-/// Round-robin state and the affinity table of one listener.
-#[derive(Debug)]
+use super::affinity::Table;
+
+/// Round-robin state of one listener.
+#[derive(Debug, Default)]
 pub struct Balancer {
     endpoints: Vec<SocketAddr>,
     /// Index of the endpoint the next round-robin pick starts from.
     next: usize,
-    affinity: Option<Affinity>,
 }
 
 /// What [`Balancer::pick`] chose.
@@ -33,33 +29,10 @@ pub struct Pick {
     pub revisit: bool,
 }
 
-#[derive(Debug)]
-struct Affinity {
-    timeout: Duration,
-    clients: HashMap<IpAddr, Sticky>,
-    /// The table is swept of expired entries when it grows past this size, so a stream of
-    /// one-off clients costs memory in proportion to the clients seen within a timeout.
-    sweep_at: usize,
-}
-
-#[derive(Clone, Copy, Debug)]
-struct Sticky {
-    endpoint: SocketAddr,
-    last_used: Instant,
-}
-
-/// Smallest table size that triggers a sweep; below it a sweep would cost more than it frees.
-const MIN_SWEEP: usize = 64;
-
 impl Balancer {
-    /// `affinity`: the Service's ClientIP timeout, `None` without affinity.
-    pub fn new(endpoints: Vec<SocketAddr>, affinity: Option<Duration>) -> Balancer {
-        let mut balancer = Balancer {
-            endpoints: Vec::new(),
-            next: 0,
-            affinity: None,
-        };
-        balancer.set(endpoints, affinity);
+    pub fn new(endpoints: Vec<SocketAddr>) -> Balancer {
+        let mut balancer = Balancer::default();
+        balancer.set(endpoints);
         balancer
     }
 
@@ -67,44 +40,38 @@ impl Balancer {
         &self.endpoints
     }
 
-    /// Takes a new endpoint list and affinity setting. Round-robin continues from where it
-    /// was (so a sync does not send the next burst to the first endpoint); clients stuck to
-    /// an endpoint that is gone lose their affinity, the others keep it. Turning affinity off
-    /// or changing its timeout keeps what is still valid under the new setting.
-    pub fn set(&mut self, endpoints: Vec<SocketAddr>, affinity: Option<Duration>) {
+    /// Takes a new endpoint list. Round-robin continues from where it was (so a sync does not
+    /// send the next burst to the first endpoint).
+    pub fn set(&mut self, endpoints: Vec<SocketAddr>) {
         self.endpoints = endpoints;
         if self.next >= self.endpoints.len() {
             self.next = 0;
         }
-        self.affinity = match (self.affinity.take(), affinity) {
-            (_, None) => None,
-            (Some(mut kept), Some(timeout)) => {
-                kept.timeout = timeout;
-                let present: HashSet<&SocketAddr> = self.endpoints.iter().collect();
-                kept.clients.retain(|_, s| present.contains(&s.endpoint));
-                Some(kept)
-            }
-            (None, Some(timeout)) => Some(Affinity {
-                timeout,
-                clients: HashMap::new(),
-                sweep_at: MIN_SWEEP,
-            }),
-        };
     }
 
     /// The endpoint for the next dial from `client`, or `None` when there are no endpoints.
+    /// With `affinity`, a client stuck to one of this listener's endpoints goes there, and
+    /// any other choice is remembered at once, so concurrent connections of one client agree.
     /// `tried` holds the endpoints this connection already failed to reach: they are skipped
-    /// while any other remains, then revisited in round-robin order. The choice is
-    /// remembered for affinity at once, so concurrent connections of one client agree.
-    pub fn pick(&mut self, client: IpAddr, tried: &[SocketAddr], now: Instant) -> Option<Pick> {
+    /// while any other remains, then revisited in round-robin order.
+    pub fn pick(
+        &mut self,
+        client: IpAddr,
+        tried: &[SocketAddr],
+        now: Instant,
+        mut affinity: Option<&mut Table>,
+    ) -> Option<Pick> {
         if self.endpoints.is_empty() {
             return None;
         }
-        if let Some(sticky) = self.sticky(client, tried, now) {
-            return Some(Pick {
-                endpoint: sticky,
-                revisit: false,
-            });
+        if let Some(table) = affinity.as_deref_mut() {
+            let usable = |e: &SocketAddr| self.endpoints.contains(e) && !tried.contains(e);
+            if let Some(endpoint) = table.sticky(client, usable, now) {
+                return Some(Pick {
+                    endpoint,
+                    revisit: false,
+                });
+            }
         }
         let count = self.endpoints.len();
         let untried = (0..count)
@@ -116,62 +83,17 @@ impl Balancer {
         };
         self.next = (index + 1) % count;
         let endpoint = self.endpoints[index];
-        if let Some(affinity) = &mut self.affinity {
-            affinity.remember(client, endpoint, now);
+        if let Some(table) = affinity {
+            table.remember(client, endpoint, now);
         }
         Some(Pick { endpoint, revisit })
-    }
-
-    /// A dial from `client` to `endpoint` failed: the client is no longer stuck to it.
-    pub fn failed(&mut self, client: IpAddr, endpoint: SocketAddr) {
-        if let Some(affinity) = &mut self.affinity
-            && affinity
-                .clients
-                .get(&client)
-                .is_some_and(|s| s.endpoint == endpoint)
-        {
-            affinity.clients.remove(&client);
-        }
-    }
-
-    /// The endpoint `client` is stuck to, refreshed, if its affinity is still valid and the
-    /// endpoint has not already failed for this connection. The endpoint is present: [`set`]
-    /// drops the clients of the endpoints it removes.
-    ///
-    /// [`set`]: Balancer::set
-    fn sticky(&mut self, client: IpAddr, tried: &[SocketAddr], now: Instant) -> Option<SocketAddr> {
-        let affinity = self.affinity.as_mut()?;
-        let sticky = affinity.clients.get_mut(&client)?;
-        let fresh = now.saturating_duration_since(sticky.last_used) <= affinity.timeout;
-        if fresh && !tried.contains(&sticky.endpoint) {
-            sticky.last_used = now;
-            Some(sticky.endpoint)
-        } else {
-            None
-        }
-    }
-}
-
-impl Affinity {
-    fn remember(&mut self, client: IpAddr, endpoint: SocketAddr, now: Instant) {
-        self.clients.insert(
-            client,
-            Sticky {
-                endpoint,
-                last_used: now,
-            },
-        );
-        if self.clients.len() >= self.sweep_at {
-            let timeout = self.timeout;
-            self.clients
-                .retain(|_, s| now.saturating_duration_since(s.last_used) <= timeout);
-            self.sweep_at = (self.clients.len() * 2).max(MIN_SWEEP);
-        }
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     fn ep(last: u8) -> SocketAddr {
@@ -184,14 +106,18 @@ mod tests {
 
     fn picks(b: &mut Balancer, from: IpAddr, n: usize, now: Instant) -> Vec<SocketAddr> {
         (0..n)
-            .map(|_| b.pick(from, &[], now).expect("endpoints").endpoint)
+            .map(|_| b.pick(from, &[], now, None).expect("endpoints").endpoint)
             .collect()
+    }
+
+    fn table() -> Table {
+        Table::new(Duration::from_secs(10))
     }
 
     #[test]
     fn round_robin_visits_every_endpoint_in_turn() {
         let now = Instant::now();
-        let mut b = Balancer::new(vec![ep(1), ep(2), ep(3)], None);
+        let mut b = Balancer::new(vec![ep(1), ep(2), ep(3)]);
         assert_eq!(
             picks(&mut b, client(1), 4, now),
             [ep(1), ep(2), ep(3), ep(1)]
@@ -200,15 +126,18 @@ mod tests {
 
     #[test]
     fn no_endpoints_gives_no_pick() {
-        let mut b = Balancer::new(vec![], Some(Duration::from_secs(10)));
-        assert_eq!(b.pick(client(1), &[], Instant::now()), None);
+        let mut b = Balancer::new(vec![]);
+        assert_eq!(
+            b.pick(client(1), &[], Instant::now(), Some(&mut table())),
+            None
+        );
     }
 
     #[test]
     fn tried_endpoints_are_skipped_until_all_failed() {
         let now = Instant::now();
-        let mut b = Balancer::new(vec![ep(1), ep(2), ep(3)], None);
-        let first = b.pick(client(1), &[ep(2)], now).unwrap();
+        let mut b = Balancer::new(vec![ep(1), ep(2), ep(3)]);
+        let first = b.pick(client(1), &[ep(2)], now, None).unwrap();
         assert_eq!(
             first,
             Pick {
@@ -216,7 +145,7 @@ mod tests {
                 revisit: false
             }
         );
-        let second = b.pick(client(1), &[ep(1)], now).unwrap();
+        let second = b.pick(client(1), &[ep(1)], now, None).unwrap();
         assert_eq!(
             second,
             Pick {
@@ -224,62 +153,142 @@ mod tests {
                 revisit: false
             }
         );
-        let all = b.pick(client(1), &[ep(1), ep(2), ep(3)], now).unwrap();
+        let all = b
+            .pick(client(1), &[ep(1), ep(2), ep(3)], now, None)
+            .unwrap();
         assert!(all.revisit);
         assert_eq!(all.endpoint, ep(3));
     }
 
     #[test]
-    fn affinity_keeps_a_client_on_its_endpoint_within_the_timeout() {
+    fn affinity_keeps_a_client_on_its_endpoint_and_others_go_round_robin() {
         let t0 = Instant::now();
-        let mut b = Balancer::new(vec![ep(1), ep(2)], Some(Duration::from_secs(10)));
-        let first = b.pick(client(1), &[], t0).unwrap().endpoint;
-        let other = b.pick(client(2), &[], t0).unwrap().endpoint;
+        let mut t = table();
+        let mut b = Balancer::new(vec![ep(1), ep(2)]);
+        let first = b.pick(client(1), &[], t0, Some(&mut t)).unwrap().endpoint;
+        let other = b.pick(client(2), &[], t0, Some(&mut t)).unwrap().endpoint;
         assert_ne!(first, other, "another client still goes round-robin");
         for s in [5, 14, 23] {
             let at = t0 + Duration::from_secs(s);
-            assert_eq!(b.pick(client(1), &[], at).unwrap().endpoint, first);
+            assert_eq!(
+                b.pick(client(1), &[], at, Some(&mut t)).unwrap().endpoint,
+                first
+            );
         }
     }
 
     #[test]
-    fn affinity_expires_after_the_timeout_since_last_use() {
-        let t0 = Instant::now();
-        let mut b = Balancer::new(vec![ep(1), ep(2)], Some(Duration::from_secs(10)));
-        assert_eq!(b.pick(client(1), &[], t0).unwrap().endpoint, ep(1));
-        let later = t0 + Duration::from_secs(11);
-        assert_eq!(b.pick(client(1), &[], later).unwrap().endpoint, ep(2));
-    }
-
-    #[test]
-    fn a_failed_dial_releases_the_client_from_its_endpoint() {
+    fn a_stuck_client_that_failed_its_endpoint_goes_elsewhere() {
         let now = Instant::now();
-        let mut b = Balancer::new(vec![ep(1), ep(2)], Some(Duration::from_secs(10)));
-        assert_eq!(b.pick(client(1), &[], now).unwrap().endpoint, ep(1));
-        b.failed(client(1), ep(1));
-        let retry = b.pick(client(1), &[ep(1)], now).unwrap().endpoint;
+        let mut t = table();
+        let mut b = Balancer::new(vec![ep(1), ep(2)]);
+        assert_eq!(
+            b.pick(client(1), &[], now, Some(&mut t)).unwrap().endpoint,
+            ep(1)
+        );
+        let retry = b
+            .pick(client(1), &[ep(1)], now, Some(&mut t))
+            .unwrap()
+            .endpoint;
         assert_eq!(retry, ep(2));
-        assert_eq!(b.pick(client(1), &[], now).unwrap().endpoint, ep(2));
+        assert_eq!(
+            b.pick(client(1), &[], now, Some(&mut t)).unwrap().endpoint,
+            ep(2)
+        );
+    }
+
+    /// Two listeners of one service port share its table: a client sent to an endpoint by
+    /// one is sent there by the other, whose round-robin would have chosen another, as long
+    /// as the other has that endpoint.
+    #[test]
+    fn listeners_sharing_a_table_send_a_client_to_one_endpoint() {
+        let now = Instant::now();
+        let mut t = table();
+        let mut cluster = Balancer::new(vec![ep(1), ep(2), ep(3)]);
+        let mut local = Balancer::new(vec![ep(1), ep(2)]);
+        assert_eq!(
+            local
+                .pick(client(9), &[], now, Some(&mut t))
+                .unwrap()
+                .endpoint,
+            ep(1)
+        );
+        assert_eq!(
+            cluster
+                .pick(client(1), &[], now, Some(&mut t))
+                .unwrap()
+                .endpoint,
+            ep(1)
+        );
+        assert_eq!(
+            local
+                .pick(client(1), &[], now, Some(&mut t))
+                .unwrap()
+                .endpoint,
+            ep(1),
+            "not ep 2, local's turn"
+        );
+        // Stuck to an endpoint the other listener does not have: it picks, and remembers.
+        assert_eq!(
+            cluster
+                .pick(client(2), &[], now, Some(&mut t))
+                .unwrap()
+                .endpoint,
+            ep(2)
+        );
+        assert_eq!(
+            cluster
+                .pick(client(3), &[], now, Some(&mut t))
+                .unwrap()
+                .endpoint,
+            ep(3)
+        );
+        assert_eq!(
+            local
+                .pick(client(3), &[], now, Some(&mut t))
+                .unwrap()
+                .endpoint,
+            ep(2)
+        );
+        assert_eq!(
+            cluster
+                .pick(client(3), &[], now, Some(&mut t))
+                .unwrap()
+                .endpoint,
+            ep(2)
+        );
     }
 
     #[test]
-    fn removed_endpoint_loses_its_clients_and_kept_one_keeps_them() {
+    fn a_removed_endpoint_is_never_picked_for_its_stuck_clients() {
         let now = Instant::now();
-        let timeout = Some(Duration::from_secs(10));
-        let mut b = Balancer::new(vec![ep(1), ep(2)], timeout);
-        assert_eq!(b.pick(client(1), &[], now).unwrap().endpoint, ep(1));
-        assert_eq!(b.pick(client(2), &[], now).unwrap().endpoint, ep(2));
-        b.set(vec![ep(2), ep(3)], timeout);
-        assert_eq!(b.pick(client(2), &[], now).unwrap().endpoint, ep(2));
-        assert_ne!(b.pick(client(1), &[], now).unwrap().endpoint, ep(1));
+        let mut t = table();
+        let mut b = Balancer::new(vec![ep(1), ep(2)]);
+        assert_eq!(
+            b.pick(client(1), &[], now, Some(&mut t)).unwrap().endpoint,
+            ep(1)
+        );
+        assert_eq!(
+            b.pick(client(2), &[], now, Some(&mut t)).unwrap().endpoint,
+            ep(2)
+        );
+        b.set(vec![ep(2), ep(3)]);
+        assert_eq!(
+            b.pick(client(2), &[], now, Some(&mut t)).unwrap().endpoint,
+            ep(2)
+        );
+        assert_ne!(
+            b.pick(client(1), &[], now, Some(&mut t)).unwrap().endpoint,
+            ep(1)
+        );
     }
 
     #[test]
-    fn turning_affinity_off_sends_clients_round_robin() {
+    fn without_affinity_clients_go_round_robin() {
         let now = Instant::now();
-        let mut b = Balancer::new(vec![ep(1), ep(2)], Some(Duration::from_secs(10)));
-        b.pick(client(1), &[], now);
-        b.set(vec![ep(1), ep(2)], None);
+        let mut t = table();
+        let mut b = Balancer::new(vec![ep(1), ep(2)]);
+        b.pick(client(1), &[], now, Some(&mut t));
         assert_eq!(picks(&mut b, client(1), 2, now), [ep(2), ep(1)]);
     }
 
@@ -294,9 +303,9 @@ mod tests {
             rounds in 1usize..4,
         ) {
             let now = Instant::now();
-            let mut b = Balancer::new((1..=before as u8).map(ep).collect(), None);
+            let mut b = Balancer::new((1..=before as u8).map(ep).collect());
             picks(&mut b, client(1), warmup, now);
-            b.set((1..=after as u8).map(ep).collect(), None);
+            b.set((1..=after as u8).map(ep).collect());
             let got = picks(&mut b, client(1), after * rounds, now);
             for e in b.endpoints() {
                 let share = got.iter().filter(|g| *g == e).count();
@@ -320,28 +329,13 @@ mod tests {
                 .filter(|(i, _)| tried_mask & (1 << i) != 0)
                 .map(|(_, e)| *e)
                 .collect();
-            let timeout = affinity.then(|| Duration::from_secs(10));
-            let mut b = Balancer::new(endpoints.clone(), timeout);
-            b.pick(client(1), &[], now);
-            let pick = b.pick(client(1), &tried, now).unwrap();
+            let mut t = table();
+            let mut b = Balancer::new(endpoints.clone());
+            b.pick(client(1), &[], now, affinity.then_some(&mut t));
+            let pick = b.pick(client(1), &tried, now, affinity.then_some(&mut t)).unwrap();
             let all_tried = tried.len() == endpoints.len();
             proptest::prop_assert_eq!(pick.revisit, all_tried);
             proptest::prop_assert!(all_tried || !tried.contains(&pick.endpoint));
         }
-    }
-
-    #[test]
-    fn expired_clients_are_swept_as_the_table_grows() {
-        let t0 = Instant::now();
-        let mut b = Balancer::new(vec![ep(1)], Some(Duration::from_secs(1)));
-        for i in 0..200u8 {
-            let at = t0 + Duration::from_secs(u64::from(i) * 2);
-            b.pick(client(i), &[], at);
-        }
-        let table = b.affinity.as_ref().unwrap().clients.len();
-        assert!(
-            table <= MIN_SWEEP,
-            "{table} entries kept for one live client"
-        );
     }
 }

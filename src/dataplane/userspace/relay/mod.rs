@@ -3,7 +3,8 @@
 //! ```text
 //!   client ──▶ Listener (one per service port and family, TCP or UDP)
 //!                │ admit: the Service's and the relay-wide connection limits
-//!                │ pick:  round-robin over the model's endpoints, ClientIP affinity  (balancer)
+//!                │ pick:  round-robin over the model's endpoints, after ClientIP affinity
+//!                │        (balancer; affinity: one table per service port and family)
 //!                │ dial:  timeout per attempt, next endpoint on failure, backoff     (dial_policy)
 //!                ▼
 //!              relay both ways, half-close, buffers only while data flows          (pump; udp)
@@ -16,6 +17,7 @@
 //! [`Listener::counters`] reads what it relayed, and dropping it closes the listener and
 //! every connection it relays.
 
+pub mod affinity;
 pub mod balancer;
 pub mod counters;
 pub mod dial_policy;
@@ -35,6 +37,7 @@ use std::time::Duration;
 use futures::future::AbortHandle;
 use tokio::sync::Semaphore;
 
+pub use affinity::Affinity;
 pub use counters::CounterValues;
 pub use dial_policy::DialPolicy;
 pub use service::Limit;
@@ -70,8 +73,8 @@ impl Default for Settings {
     }
 }
 
-/// What a listener serves: a name for its logs, its endpoints and its affinity, and the
-/// limit it shares with its Service's other listeners.
+/// What a listener serves: a name for its logs, its endpoints, and the affinity table and the
+/// limit it shares with its service port's and Service's other listeners.
 #[derive(Clone, Debug)]
 pub struct Target {
     /// The service port and family, as logs should name it (`default/web:http IPv4`).
@@ -79,8 +82,9 @@ pub struct Target {
     /// The endpoints the model selected for this listener's traffic, in the order round-robin
     /// visits them.
     pub endpoints: Vec<SocketAddr>,
-    /// The Service's ClientIP affinity timeout; `None` without affinity.
-    pub affinity: Option<Duration>,
+    /// The service port's ClientIP affinity table (in this family), shared with the port's
+    /// other listeners; `None` without affinity.
+    pub affinity: Option<Affinity>,
     pub limit: Limit,
 }
 
@@ -182,9 +186,9 @@ impl Listener {
         self.local
     }
 
-    /// Applies a new endpoint list and affinity: new connections use them at once,
+    /// Applies a new endpoint list and affinity table: new connections use them at once,
     /// connections to endpoints still listed go on, those to removed endpoints are closed.
-    pub fn update(&self, endpoints: Vec<SocketAddr>, affinity: Option<Duration>) {
+    pub fn update(&self, endpoints: Vec<SocketAddr>, affinity: Option<Affinity>) {
         self.service.update(endpoints, &[], affinity);
     }
 
@@ -195,7 +199,7 @@ impl Listener {
         &self,
         endpoints: Vec<SocketAddr>,
         listed: &[SocketAddr],
-        affinity: Option<Duration>,
+        affinity: Option<Affinity>,
     ) {
         self.service.update(endpoints, listed, affinity);
     }

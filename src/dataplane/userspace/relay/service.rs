@@ -1,17 +1,19 @@
-//! The state one listener's connections share: the balancer, which endpoints are still
-//! present (so connections to a removed one close), the connection limits and the counters.
+//! The state one listener's connections share: the balancer, the affinity table (its service
+//! port's), which endpoints are still present (so connections to a removed one close), the
+//! connection limits and the counters.
 //!
-//! The only lock is a short one around the balancer and the endpoint table, held for a pick
-//! or an update and never across an await.
+//! The locks are short ones, around the balancer and the endpoint table, and inside it around
+//! the affinity table (never the other way round), held for a pick or an update and never
+//! across an await.
 
 use std::collections::{HashMap, HashSet};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tokio::time::Instant;
 
+use super::affinity::Affinity;
 use super::balancer::{Balancer, Pick};
 use super::counters::{Counters, Event};
 use super::dial_policy::DialPolicy;
@@ -31,6 +33,8 @@ pub struct Service {
 #[derive(Debug)]
 struct Table {
     balancer: Balancer,
+    /// The service port's ClientIP affinity table; `None` without affinity.
+    affinity: Option<Affinity>,
     /// One sender per present endpoint that has had a connection since the last update:
     /// made at its first pick, so an idle listener holds none (a watch channel is a few
     /// hundred bytes; a listener may have hundreds of endpoints). Connections hold a
@@ -63,7 +67,7 @@ impl Presence {
 }
 
 /// A connection limit several listeners share: a Service's, over its ports, families and
-/// kinds of traffic, so one busy Service cannot take every connection the node allows.
+/// endpoint lists, so one busy Service cannot take every connection the node allows.
 #[derive(Clone, Debug)]
 pub struct Limit(Arc<Semaphore>);
 
@@ -91,12 +95,13 @@ impl Drop for Admission {
 }
 
 impl Service {
-    /// `limit`: the Service's, shared with its other listeners; `global`: the relay-wide
-    /// limit every listener draws from.
+    /// `affinity`: the service port's table, shared with its other listeners; `limit`: the
+    /// Service's, shared with its other listeners; `global`: the relay-wide limit every
+    /// listener draws from.
     pub fn new(
         name: Arc<str>,
         endpoints: Vec<SocketAddr>,
-        affinity: Option<Duration>,
+        affinity: Option<Affinity>,
         dial: DialPolicy,
         limit: Limit,
         global: Arc<Semaphore>,
@@ -106,7 +111,8 @@ impl Service {
             counters: Arc::default(),
             dial,
             table: Mutex::new(Table {
-                balancer: Balancer::new(Vec::new(), None),
+                balancer: Balancer::default(),
+                affinity: None,
                 watched: HashMap::new(),
             }),
             permits: limit.0,
@@ -116,13 +122,14 @@ impl Service {
         service
     }
 
-    /// Takes a new endpoint list: new connections use it at once; connections to endpoints
-    /// still present, or in `listed`, are kept, those to removed endpoints are told to close.
+    /// Takes a new endpoint list and affinity table: new connections use them at once;
+    /// connections to endpoints still present, or in `listed`, are kept, those to removed
+    /// endpoints are told to close.
     pub fn update(
         &self,
         endpoints: Vec<SocketAddr>,
         listed: &[SocketAddr],
-        affinity: Option<Duration>,
+        affinity: Option<Affinity>,
     ) {
         let mut table = self.lock();
         let wanted: HashSet<&SocketAddr> = endpoints.iter().chain(listed).collect();
@@ -130,7 +137,8 @@ impl Service {
         table
             .watched
             .retain(|e, sender| wanted.contains(e) && sender.receiver_count() > 0);
-        table.balancer.set(endpoints, affinity);
+        table.balancer.set(endpoints);
+        table.affinity = affinity;
     }
 
     /// Tells every connection to close, and leaves nothing to pick: the listener is going
@@ -138,7 +146,8 @@ impl Service {
     pub fn close_all(&self) {
         let mut table = self.lock();
         table.watched.clear();
-        table.balancer.set(Vec::new(), None);
+        table.balancer.set(Vec::new());
+        table.affinity = None;
     }
 
     /// Admits one more connection, or counts it as over the limit and returns `None`.
@@ -165,7 +174,12 @@ impl Service {
     /// The endpoint for the next dial from `client` (see [`Balancer::pick`]).
     pub fn pick(&self, client: IpAddr, tried: &[SocketAddr], now: Instant) -> Option<Chosen> {
         let mut table = self.lock();
-        let pick = table.balancer.pick(client, tried, now)?;
+        let Table {
+            balancer, affinity, ..
+        } = &mut *table;
+        let mut sticky = affinity.as_ref().map(Affinity::lock);
+        let pick = balancer.pick(client, tried, now, sticky.as_deref_mut())?;
+        drop(sticky);
         let sender = table
             .watched
             .entry(pick.endpoint)
@@ -177,7 +191,9 @@ impl Service {
     /// A dial from `client` to `endpoint` failed.
     pub fn failed(&self, client: IpAddr, endpoint: SocketAddr) {
         self.counters.add(Event::DialFailure, 1);
-        self.lock().balancer.failed(client, endpoint);
+        if let Some(affinity) = &self.lock().affinity {
+            affinity.lock().release(client, endpoint);
+        }
     }
 
     /// The lock, also after a panic elsewhere: the table is consistent between statements.

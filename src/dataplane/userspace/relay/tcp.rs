@@ -26,11 +26,17 @@ const BACKLOG: u32 = 1024;
 /// while the condition lasts.
 const ACCEPT_PAUSE: Duration = Duration::from_millis(50);
 
-/// Binds and listens on `addr`; must be called within a tokio runtime.
+/// Binds and listens on `addr`; must be called within a tokio runtime. An IPv6 listener
+/// accepts IPv6 only: the IPv4 rules, which guard the IPv4 listeners' ports alone, must see
+/// every IPv4 connection to a listener.
 pub fn bind(addr: SocketAddr) -> io::Result<TcpListener> {
     let socket = match addr {
         SocketAddr::V4(_) => TcpSocket::new_v4()?,
-        SocketAddr::V6(_) => TcpSocket::new_v6()?,
+        SocketAddr::V6(_) => {
+            let socket = TcpSocket::new_v6()?;
+            nix::sys::socket::setsockopt(&socket, nix::sys::socket::sockopt::Ipv6V6Only, &true)?;
+            socket
+        }
     };
     socket.set_reuseaddr(true)?;
     socket.bind(addr)?;

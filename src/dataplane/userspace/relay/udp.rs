@@ -11,6 +11,7 @@
 use std::collections::HashMap;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::os::fd::AsRawFd as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -26,9 +27,25 @@ use super::service::{Admission, Presence, Service};
 /// Room for the largest UDP payload.
 const DATAGRAM: usize = 65_536;
 
-/// Binds `addr`; must be called within a tokio runtime.
+/// Binds `addr`; must be called within a tokio runtime. An IPv6 listener takes IPv6 only, as
+/// a TCP one does (`tcp::bind`).
 pub fn bind(addr: SocketAddr) -> io::Result<UdpSocket> {
-    let socket = std::net::UdpSocket::bind(addr)?;
+    use nix::sys::socket::{self as so, sockopt};
+    let family = match addr {
+        SocketAddr::V4(_) => so::AddressFamily::Inet,
+        SocketAddr::V6(_) => so::AddressFamily::Inet6,
+    };
+    let fd = so::socket(
+        family,
+        so::SockType::Datagram,
+        so::SockFlag::SOCK_CLOEXEC,
+        None,
+    )?;
+    if addr.is_ipv6() {
+        so::setsockopt(&fd, sockopt::Ipv6V6Only, &true)?;
+    }
+    so::bind(fd.as_raw_fd(), &so::SockaddrStorage::from(addr))?;
+    let socket = std::net::UdpSocket::from(fd);
     reply_source::enable(&socket, addr)?;
     socket.set_nonblocking(true)?;
     UdpSocket::from_std(socket)

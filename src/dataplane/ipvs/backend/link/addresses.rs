@@ -3,7 +3,7 @@
 //!
 //! Pure: values in, values out, no I/O, never fails.
 //!
-//! The rule (`notes/ipvs.md` §1.2, following upstream's IPVS proxier): every ClusterIP is
+//! The rule (following upstream's IPVS proxier): every ClusterIP is
 //! bound; an externalIP or a LoadBalancer ingress IP is bound unless the address already
 //! exists on another interface of the node, where it is local already and belongs to
 //! whoever put it there. Everything bound and no longer wanted is unbound.

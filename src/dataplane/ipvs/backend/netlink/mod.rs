@@ -13,7 +13,7 @@
 //!   network namespace, framing, the dump state machine, [`crate::netlink::genetlink`] for
 //!   the family), which maps the kernel's refusals to errors naming the request.
 //!
-//! Why our own and not a crate (`notes/ipvs.md` §3, `notes/rust-crates.md` §4):
+//! Why our own and not a crate:
 //! - `netlink-packet-ipvs` 0.0.1 (MIT) is one release from 2024 on `netlink-packet-core` 0.7,
 //!   two majors behind ours, barely documented, and has no destination counters;
 //! - `nlrs` (MIT) brings its own second netlink stack, and its snapshot we read had TCP/UDP

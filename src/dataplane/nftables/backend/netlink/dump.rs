@@ -109,6 +109,19 @@ pub struct BaseChainSummary {
     pub drops: bool,
 }
 
+/// The table in this `GETTABLE` answer as nft names it, (`ip`, `kube-proxy`); `None` for a
+/// family other than `ip`, `ip6` and `inet`.
+pub fn table_summary(body: &[u8]) -> Option<(&'static str, String)> {
+    let family = match *body.first()? {
+        uapi::NFPROTO_INET => "inet",
+        uapi::NFPROTO_IPV4 => "ip",
+        uapi::NFPROTO_IPV6 => "ip6",
+        _ => return None,
+    };
+    let name = find_str(nfnetlink::attributes(body), uapi::table::NAME)?;
+    Some((family, name.to_owned()))
+}
+
 /// The base chain in this `GETCHAIN` answer; `None` for a regular chain or another family.
 pub fn base_chain_summary(body: &[u8]) -> Option<BaseChainSummary> {
     let family = match *body.first()? {

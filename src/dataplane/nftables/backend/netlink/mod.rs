@@ -4,7 +4,7 @@
 //! `GET*` dumps, without `nft` in between.
 //!
 //! Why: `nft -f` spends seconds parsing a large ruleset and `nft list` tens of seconds
-//! printing one (`notes/nft-scale.md`, issue 12); the kernel itself needs a fraction of that.
+//! printing one (docs/benchmarks.md); the kernel itself needs a fraction of that.
 //!
 //! Why our own message types: no maintained Apache-compatible crate covers nf_tables without
 //! linking libnftnl (GPL), and the rust-netlink family has none for it. So the socket and the
@@ -261,6 +261,17 @@ impl Netlink {
         Ok(bodies
             .iter()
             .filter_map(|b| dump::base_chain_summary(b))
+            .collect())
+    }
+
+    /// Every table of the `ip`, `ip6` and `inet` families, anyone's, as (family, name).
+    pub fn tables(&mut self) -> Result<Vec<(&'static str, String)>, Error> {
+        let s = self.socket()?;
+        let answer = request(s, uapi::msg::GETTABLE, uapi::NFPROTO_UNSPEC, true, &|_| {})?;
+        let (bodies, _interrupted) = dumped(answer, "table")?;
+        Ok(bodies
+            .iter()
+            .filter_map(|b| dump::table_summary(b))
             .collect())
     }
 
