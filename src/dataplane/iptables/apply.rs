@@ -130,7 +130,7 @@ impl<B: Backend> IptablesDataplane<B> {
         let saved = match self.backend.save(want.family) {
             Ok(text) => adopt::parse(&text),
             Err(error) => {
-                // iptables-nft-save 1.8.9 crashes (SIGSEGV, after minutes) on 110,000 chains.
+                // iptables-nft-save 1.8.9 crashes (SIGSEGV) on a node of 110,000 chains.
                 tracing::warn!(family = %want.family, %error,
                     "cannot read the rules back; reading our jumps chain by chain, and deleting only stale chains this process made");
                 self.read_jumps(want, known).map_err(io_error)?

@@ -15,10 +15,9 @@
 //! answers the first watch with 400 or 422; that kind then lists the classic way for the rest
 //! of the process.
 //!
-//! Why classic is the default, measured (docs/benchmarks.md, "Cold start"): at 44,000 × 1 the
-//! 88,000 events of streamed lists, one at a time from the API server, made the lists 2-3×
-//! slower than two whole responses (a working node in 6.2 s against 3.2 s), and since classic
-//! lists are decoded object by object too, streaming saves no memory.
+//! Why classic is the default (docs/benchmarks.md, "Cold start"): streamed lists send one event
+//! per object, one at a time from the API server, which is slower than two whole responses at
+//! scale; and since classic lists are decoded object by object too, streaming saves no memory.
 
 use std::fmt::Debug;
 
