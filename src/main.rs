@@ -19,8 +19,8 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// a 2 MiB region is backed, and zeroed, whole. The proxy's memory is many small objects made
 /// and freed by several threads, so large parts of those pages stay unused but resident, and
 /// zeroing them lies on the cold start's path. Without huge pages the resident and peak
-/// memory are lower and the cold start no slower (docs/benchmarks.md, "Protobuf lists, huge
-/// pages off"). Best effort: a kernel without the call keeps its default.
+/// memory are lower and the cold start no slower (docs/benchmarks-history.md, "Protobuf
+/// lists, huge pages off"). Best effort: a kernel without the call keeps its default.
 fn without_huge_pages() {
     if let Err(error) = nix::sys::prctl::set_thp_disable(true) {
         eprintln!("kube-proxy-rs: cannot turn transparent huge pages off ({error}); going on");

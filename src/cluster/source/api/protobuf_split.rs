@@ -3,8 +3,8 @@
 //!
 //! Why protobuf for lists: the API server encodes a large list of Services or EndpointSlices as
 //! protobuf in far fewer bytes and less time than as JSON (measured with curl against the test
-//! API server: docs/benchmarks.md, "Protobuf lists"). Upstream's clients
-//! speak protobuf for the same reason (`clientConnection.contentType`'s default).
+//! API server: docs/benchmarks-history.md, "Protobuf lists"). Upstream's clients speak protobuf
+//! for the same reason (`clientConnection.contentType`'s default).
 //!
 //! The body is the API server's envelope: the four bytes `k8s\0`, then a `runtime.Unknown`
 //! message (field 1 its type, field 2 `raw`: the list message, fields 3 and 4 its encoding and

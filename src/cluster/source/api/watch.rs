@@ -15,9 +15,10 @@
 //! answers the first watch with 400 or 422; that kind then lists the classic way for the rest
 //! of the process.
 //!
-//! Why classic is the default (docs/benchmarks.md, "Cold start"): streamed lists send one event
-//! per object, one at a time from the API server, which is slower than two whole responses at
-//! scale; and since classic lists are decoded object by object too, streaming saves no memory.
+//! Why classic is the default (docs/benchmarks-history.md, "Cold start"): streamed lists send
+//! one event per object, one at a time from the API server, which is slower than two whole
+//! responses at scale; and since classic lists are decoded object by object too, streaming
+//! saves no memory.
 
 use std::fmt::Debug;
 
