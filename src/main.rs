@@ -1,5 +1,7 @@
-//! The kube-proxy-rs binary: flags → Config → values, then the chosen command. No decisions
-//! here beyond dispatch; everything it calls is tested on its own.
+//! The kube-proxy-rs binary: flags → Config → values, then the chosen command. Besides
+//! dispatch it renders each mode's plan and makes per-mode start-up choices
+//! (docs/architecture.md, "Where mode knowledge lives outside each mode's folder"); everything
+//! it calls is tested on its own.
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -7,6 +9,7 @@ use std::process::ExitCode;
 use kube_proxy_rs::causes;
 use kube_proxy_rs::cli::{self, Command};
 use kube_proxy_rs::cluster::Features;
+use kube_proxy_rs::cluster::source::api;
 use kube_proxy_rs::config::{self, Config};
 use kube_proxy_rs::dataplane::{self, iptables, ipvs, nftables, userspace};
 
@@ -490,9 +493,9 @@ fn node_name(config: &Config) -> Result<String, String> {
 /// How the API watches read their lists: client-go's environment switch
 /// `KUBE_FEATURE_WatchListClient`, which upstream's kube-proxy honours too.
 #[allow(clippy::disallowed_methods)] // the one environment read: client-go's switch
-fn watch_list_client() -> Result<kube_proxy_rs::cluster::source::api::Lists, String> {
+fn watch_list_client() -> Result<api::Lists, api::NotABoolean> {
     let value = std::env::var("KUBE_FEATURE_WatchListClient").ok();
-    kube_proxy_rs::cluster::source::api::Lists::from_env_value(value.as_deref())
+    api::Lists::from_env_value(value.as_deref())
 }
 
 #[cfg(test)]
