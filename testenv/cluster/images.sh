@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Makes the images the real cluster runs, as docker-archive tarballs in images/, named as the
 # e2e framework names them (k8s.io/kubernetes test/utils/image) so the kubelets find them
-# imported and never pull: pause, agnhost, busybox, glibc-dns-testing and CoreDNS. Each is a
-# rootfs of busybox-static applets plus the Debian binaries its users call, with their
-# libraries. Called by ./build.
+# imported and never pull: pause, agnhost, busybox, glibc-dns-testing, regression-issue-74839
+# and CoreDNS. Each is a rootfs of busybox-static applets plus the Debian binaries its users
+# call, with their libraries. Called by ./build.
 set -euo pipefail
 cd "$(dirname "$0")"
 here=$PWD
@@ -38,6 +38,12 @@ image "$work/dns" "images/glibc-dns-testing.tar" -cmd '["bash"]' -t registry.k8s
 # busybox: busybox's applets, with GNU wget (Debian's busybox-static wget crashes).
 rootfs "$work/busybox" /usr/bin/wget
 image "$work/busybox" "images/busybox.tar" -cmd '["sh"]' -t registry.k8s.io/e2e-test-images/busybox:1.37.0-2
+
+# regression-issue-74839: the Conntrack spec's server that sends an out-of-window packet.
+rootfs "$work/regression"
+cp bin/regression-issue-74839 "$work/regression/regression-issue-74839"
+image "$work/regression" "images/regression-issue-74839.tar" -entrypoint '["/regression-issue-74839"]' \
+	-t registry.k8s.io/e2e-test-images/regression-issue-74839:1.5
 
 # CoreDNS, the cluster's DNS.
 mkdir -p "$work/coredns/etc/coredns"; cp bin/coredns "$work/coredns/coredns"

@@ -110,13 +110,18 @@ upstream_daemonset() {
 	fi
 }
 
-# ours_daemonset MODE [opt-in]: deploy/overlays/MODE as the operator applies it, with the
-# cluster's kubeadm config.conf and kubeconfig.conf in place of the base's, and the image
-# built here; with opt-in, the node-opt-in component.
+# ours_daemonset MODE [opt-in] [FILES]: deploy/overlays/MODE as the operator applies it, with
+# kubeadm's config.conf and kubeconfig.conf (from the directory FILES, else as kubeadm writes
+# them for this cluster) in place of the base's, and the image built here; with opt-in, the
+# node-opt-in component.
 ours_daemonset() {
 	local mode=$1 dir=$STATE/deploy/ours
 	rm -rf "$dir"
-	kubeadm_config_files "$dir/files" ""
+	if [[ -n ${3:-} ]]; then
+		mkdir -p "$dir/files" && cp "$3/config.conf" "$3/kubeconfig.conf" "$dir/files/"
+	else
+		kubeadm_config_files "$dir/files" ""
+	fi
 	{
 		echo "apiVersion: kustomize.config.k8s.io/v1beta1"
 		echo "kind: Kustomization"
@@ -128,13 +133,38 @@ ours_daemonset() {
 		echo "- {name: kube-proxy-rs, newName: ${OURS_IMAGE%:*}, newTag: ${OURS_IMAGE##*:}}"
 		echo "patches:"
 		echo "- {target: {kind: DaemonSet, name: kube-proxy-rs}, patch: '[{\"op\": \"add\", \"path\": \"/spec/template/spec/containers/0/imagePullPolicy\", \"value\": \"Never\"}, {\"op\": \"add\", \"path\": \"/spec/template/spec/initContainers/0/imagePullPolicy\", \"value\": \"Never\"}]'}"
+		[[ $mode == ebpf ]] && echo "- {path: ebpf-one-kernel.yaml}"
 	} >"$dir/kustomization.yaml"
+	# Every node of this cluster shares one kernel, and a cgroup v1 host has cgroup v2 at
+	# /sys/fs/cgroup/unified: each node's proxy attaches to that node's own cgroup (the
+	# kubelet's cgroupRoot, where its pods are) and pins its maps apart.
+	cat >"$dir/ebpf-one-kernel.yaml" <<P
+apiVersion: apps/v1
+kind: DaemonSet
+metadata: {name: kube-proxy-rs, namespace: kube-system}
+spec:
+  template:
+    spec:
+      containers:
+        - name: kube-proxy-rs
+          args:
+            - --bpf-cgroup=/run/kube-proxy-rs/cgroupv2/\$(NODE_NAME)
+            - --bpf-pin-root=/sys/fs/bpf/kube-proxy-rs-\$(NODE_NAME)
+      volumes:
+        - name: cgroupv2
+          hostPath: {path: $(cgroup2_root), type: Directory}
+P
 	# kustomize reads files below its root only: the repository's deploy/ is copied in.
 	cp -r "$REPO/deploy" "$dir/deploy"
 	ln -s "deploy/overlays/$mode" "$dir/overlay"
 	ln -s deploy/components/node-opt-in "$dir/opt-in"
 	kc kustomize "$dir" >"$dir/rendered.yaml"
-	kc apply -f "$dir/rendered.yaml" >/dev/null
+	kc apply --server-side -f "$dir/rendered.yaml" >/dev/null
+}
+
+# Where the host's cgroup v2 hierarchy is mounted.
+cgroup2_root() {
+	if [[ -f /sys/fs/cgroup/cgroup.controllers ]]; then echo /sys/fs/cgroup; else echo /sys/fs/cgroup/unified; fi
 }
 
 # proxy_start ours|upstream MODE [daemonset|process] [opt-in]
@@ -145,9 +175,11 @@ proxy_start() {
 		local bin
 		[[ $who == ours ]] && bin=$(ours_binary) || bin=$TBIN/kube-proxy
 		for n in $(nodes); do
+			local extra=()
+			[[ $mode == ebpf ]] && extra=(--bpf-cgroup="$(cgroup2_root)/$n" --bpf-pin-root="/sys/fs/bpf/kube-proxy-rs-$n")
 			spawn "proxy-$n" "$n" "$bin" --kubeconfig="$PKI/admin.kubeconfig" \
 				--hostname-override="$n" --proxy-mode="$mode" --cluster-cidr="$CLUSTER_CIDR" \
-				--conntrack-max-per-core=0 --v=2
+				--conntrack-max-per-core=0 --v=2 "${extra[@]}"
 		done
 		return
 	fi
@@ -169,7 +201,9 @@ proxy_stop() {
 	fi
 	[[ $who == ours ]] && bin=$(ours_binary) || bin=$TBIN/kube-proxy
 	for n in $(nodes); do
-		inns "$n" "$bin" --cleanup --proxy-mode="$mode" >>"$STATE/logs/proxy-cleanup-$n.log" 2>&1 || true
+		local extra=()
+		[[ $who == ours && $mode == ebpf ]] && extra=(--bpf-cgroup="$(cgroup2_root)/$n" --bpf-pin-root="/sys/fs/bpf/kube-proxy-rs-$n")
+		inns "$n" "$bin" --cleanup --proxy-mode="$mode" "${extra[@]}" >>"$STATE/logs/proxy-cleanup-$n.log" 2>&1 || true
 	done
 	rm -f "$STATE/proxy"
 }
