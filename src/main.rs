@@ -316,7 +316,6 @@ fn run(config: &Config, node_name: &str, features: Features) -> ExitCode {
     }
     cli::version::log_start(config, node_name);
     cli::host_setup::oom_score_adj(config);
-    dataplane::leftovers::spawn_warning(config.mode);
     let runtime = match runtime() {
         Ok(r) => r,
         Err(e) => return fail(e),
@@ -382,6 +381,10 @@ fn run(config: &Config, node_name: &str, features: Features) -> ExitCode {
             tokio::spawn(dataplane::monitor::run(None, drift, watch));
         }
         proxy.on_report(observe.observer());
+        tokio::spawn(dataplane::leftovers::remove_after_first_sync(
+            config.mode,
+            proxy.status.clone(),
+        ));
         tokio::spawn(observe.clone().follow_status(proxy.status.clone()));
         tokio::spawn(
             observe

@@ -1,6 +1,7 @@
 //! Another proxy's rules left on a node, against the real kernel in a fresh network namespace
 //! (root): what upstream kube-proxy's modes leave is found and named, what this proxy's mode
-//! uses or kubelet owns is not, and the running proxy says so in one warning at start-up.
+//! uses or kubelet owns is not, and the running proxy removes it after its first sync, saying
+//! so in one line, while kubelet's chain and its own rules stay.
 
 #![allow(
     clippy::disallowed_methods,
@@ -77,9 +78,11 @@ fn what_upstream_left_is_found_and_what_ours_uses_is_not() {
 }
 
 #[test]
-fn the_proxy_names_upstream_s_leftovers_in_one_warning_at_start_up() {
+fn the_proxy_removes_upstream_s_leftovers_after_its_first_sync() {
     let ns = NetNs::new("leftrun");
-    for line in UPSTREAM_LEFT {
+    // Without the IPVS link: this kernel has no dummy device, and the removal deletes only a
+    // dummy `kube-ipvs0` (the IPVS suites in the User-mode Linux guest have one).
+    for line in UPSTREAM_LEFT.iter().filter(|l| !l.contains("kube-ipvs0")) {
         sh(&ns, line);
     }
     let mut proxy = ChildGuard::spawn(
@@ -91,24 +94,38 @@ fn the_proxy_names_upstream_s_leftovers_in_one_warning_at_start_up() {
         ]),
     );
     let mut log = String::new();
-    for _ in 0..200 {
+    for _ in 0..300 {
         log = std::fs::read_to_string(&proxy.log).unwrap_or_default();
-        if log.contains("another proxy's rules are left") || proxy.exited().is_some() {
+        if log.contains("removed what another proxy left") || proxy.exited().is_some() {
             break;
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-    let warnings: Vec<&str> = log
+    let lines: Vec<&str> = log
         .lines()
-        .filter(|l| l.contains("another proxy's rules are left"))
+        .filter(|l| l.contains("removed what another proxy left"))
         .collect();
-    assert_eq!(warnings.len(), 1, "{log}");
+    assert_eq!(lines.len(), 1, "{log}");
     for named in [
         "nftables table ip kube-proxy",
         "iptables-nft chains nat/KUBE-SERVICES",
-        "link kube-ipvs0",
-        "kube-proxy-rs --cleanup",
+        "iptables-legacy chains filter/KUBE-FORWARD",
     ] {
-        assert!(warnings[0].contains(named), "{named}: {}", warnings[0]);
+        assert!(lines[0].contains(named), "{named}: {}", lines[0]);
     }
+    assert!(!lines[0].contains("--cleanup"), "{}", lines[0]);
+    let tools = Launcher::in_netns(&ns.name);
+    assert!(
+        leftovers::find(ProxyMode::Nftables, &leftovers::read(&tools)).is_empty(),
+        "left after the removal: {:?}",
+        names(&leftovers::find(
+            ProxyMode::Nftables,
+            &leftovers::read(&tools)
+        ))
+    );
+    // This proxy's table, and kubelet's chain, stay.
+    let tables = ns.output("nft", &["list", "tables"]);
+    assert!(tables.contains("table ip kube-proxy-rs"), "{tables}");
+    let filter = ns.output("iptables-nft-save", &["-t", "filter"]);
+    assert!(filter.contains(":KUBE-FIREWALL"), "{filter}");
 }

@@ -59,7 +59,9 @@ fn built() -> bool {
         "KPRS_REQUIRE_REAL_CLUSTER=1 but the real cluster is not built: run testenv/build and \
          testenv/cluster/build"
     );
-    eprintln!("skipped: testenv/cluster/build has not run (KPRS_REQUIRE_REAL_CLUSTER=1 makes this fail)");
+    eprintln!(
+        "skipped: testenv/cluster/build has not run (KPRS_REQUIRE_REAL_CLUSTER=1 makes this fail)"
+    );
     false
 }
 

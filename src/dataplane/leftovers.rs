@@ -1,24 +1,31 @@
-//! At start-up: another proxy's rules left on the node, named in one warning.
+//! After this proxy's first successful sync: the rules another proxy left on the node, removed.
 //!
 //! A node moved from upstream kube-proxy (or from another mode of ours) keeps what the old
 //! proxy programmed: upstream's nftables table `kube-proxy`, its `KUBE-*` iptables chains, IPVS
-//! mode's `kube-ipvs0`. Those rules still see Service traffic, and may answer it before ours
-//! with endpoints nobody keeps current. This proxy does not remove them at start-up (the other
-//! proxy may still be running on the node while it hands over); it says what is left and how
-//! to remove it, once.
+//! mode's `kube-ipvs0` and virtual servers, our own table from a mode that used it. Those rules
+//! still see Service traffic and may answer it first, with endpoints nobody keeps current.
+//! Upstream removes the other modes' rules at every start, before its first sync; this proxy
+//! removes them once its own rules are in place (its first successful sync), so the node is
+//! never without Service rules in between, and says what it removed in one line. Only what
+//! this proxy's mode does not use goes: `KUBE-*` chains are its own in iptables mode,
+//! `kube-ipvs0` in IPVS mode, and our `kube-proxy-rs` table in the nftables, IPVS and
+//! userspace modes. (Two proxies must not run on one node: the other would put its rules back
+//! at its next sync. The node opt-in of `deploy/components/node-opt-in` keeps them apart.)
 //!
-//! What counts as left depends on this proxy's mode: `KUBE-*` chains are this proxy's own in
-//! iptables mode, `kube-ipvs0` in IPVS mode, and our `kube-proxy-rs` table in the nftables,
-//! IPVS and userspace modes. [`find`] decides over what [`read`] saw, and is pure;
-//! [`spawn_warning`] reads the kernel and logs.
+//! [`find`] decides over what [`read`] saw, and is pure; [`remove`] and
+//! [`remove_after_first_sync`] act on the kernel.
 
 use std::fmt;
 
+use tokio::sync::watch;
+
+use super::cleanup::Report;
 use super::ipvs::backend::link;
 use super::nftables::backend::netlink::Netlink;
 use super::tool::{self, Launcher};
 use super::{iptables, ipvs, nftables};
 use crate::config::ProxyMode;
+use crate::sync::Status;
 
 /// Upstream kube-proxy's nftables table (both `ip` and `ip6`).
 const UPSTREAM_TABLE: &str = "kube-proxy";
@@ -113,18 +120,81 @@ pub fn find(mode: ProxyMode, seen: &Seen) -> Vec<Leftover> {
     left
 }
 
-/// The one warning line for `left`; `None` when nothing is left.
-pub fn message(left: &[Leftover]) -> Option<String> {
+/// The line that says what was removed, and what could not be (with the remedy); `None` when
+/// nothing was left.
+pub fn message(left: &[Leftover], report: &Report) -> Option<String> {
     if left.is_empty() {
         return None;
     }
     let named = left.iter().map(ToString::to_string).collect::<Vec<_>>();
-    Some(format!(
-        "another proxy's rules are left on this node and still see Service traffic: {}; once \
-         no other proxy runs here, remove them with `kube-proxy-rs --cleanup` (it removes this \
-         proxy's rules too) and restart this proxy",
+    let mut line = format!(
+        "removed what another proxy left on this node, now that this proxy's rules are in \
+         place: {}",
         named.join(", ")
-    ))
+    );
+    if !report.errors.is_empty() {
+        line.push_str(&format!(
+            "; could not remove all of it ({}): once no other proxy runs here, run \
+             `kube-proxy-rs --cleanup` (it removes this proxy's rules too) and restart this proxy",
+            report.errors.join("; ")
+        ));
+    }
+    Some(line)
+}
+
+/// Removes `left` in the network namespace `tools` runs in.
+pub fn remove(left: &[Leftover], tools: &Launcher) -> Report {
+    let mut report = Report::default();
+    let tables: Vec<String> = left
+        .iter()
+        .filter_map(|l| match l {
+            Leftover::UpstreamTable { family } => Some(format!("{family} {UPSTREAM_TABLE}")),
+            Leftover::OurTable { family } => Some(format!("{family} {}", nftables::names::TABLE)),
+            _ => None,
+        })
+        .collect();
+    if !tables.is_empty() {
+        let script: String = tables
+            .iter()
+            .map(|t| format!("delete table {t}\n"))
+            .collect();
+        match tool::run_if_installed(tools.command("nft").args(["-f", "-"]), Some(&script)) {
+            Ok(Some(_)) => report.tables = tables,
+            Ok(None) => report.errors.push("nft is not installed".to_owned()),
+            Err(e) => report.errors.push(format!("nft: {e}")),
+        }
+    }
+    for l in left {
+        match l {
+            Leftover::Chains { flavour, .. } => {
+                iptables::cleanup::remove_flavour(tools, flavour, &mut report)
+            }
+            Leftover::IpvsLink => ipvs::cleanup::remove(tools.netns(), &mut report),
+            Leftover::UpstreamTable { .. } | Leftover::OurTable { .. } => {}
+        }
+    }
+    report
+}
+
+/// Once the runner behind `status` has synced successfully, removes what another proxy left
+/// here (see the module doc) and logs it. Returns at once when the runner ends first.
+pub async fn remove_after_first_sync(mode: ProxyMode, mut status: watch::Receiver<Status>) {
+    if status.wait_for(|s| s.syncs_ok > 0).await.is_err() {
+        return;
+    }
+    let removed = tokio::task::spawn_blocking(move || {
+        let tools = Launcher::here();
+        let left = find(mode, &read(&tools));
+        let report = remove(&left, &tools);
+        (message(&left, &report), report.errors.is_empty())
+    })
+    .await;
+    match removed {
+        Ok((Some(line), true)) => tracing::info!("{line}"),
+        Ok((Some(line), false)) => tracing::warn!("{line}"),
+        Ok((None, _)) => {}
+        Err(e) => tracing::debug!(error = %e, "leftovers: the removal did not finish"),
+    }
 }
 
 /// Reads what [`find`] looks at, in the network namespace `tools` runs in. What cannot be read
@@ -165,21 +235,6 @@ pub fn read(tools: &Launcher) -> Seen {
         nft_tables,
         iptables_saves,
         ipvs_link,
-    }
-}
-
-/// Logs one warning naming what another proxy left here, if anything (see the module doc), from
-/// a thread of its own: start-up does not wait for the iptables tools.
-pub fn spawn_warning(mode: ProxyMode) {
-    let spawned = std::thread::Builder::new()
-        .name("leftovers".into())
-        .spawn(move || {
-            if let Some(line) = message(&find(mode, &read(&Launcher::here()))) {
-                tracing::warn!("{line}");
-            }
-        });
-    if let Err(e) = spawned {
-        tracing::debug!(error = %e, "leftovers: cannot start the check");
     }
 }
 
@@ -275,14 +330,23 @@ mod tests {
             ipvs_link: false,
         };
         assert!(find(ProxyMode::Nftables, &seen).is_empty());
-        assert_eq!(message(&[]), None);
+        assert_eq!(message(&[], &Report::default()), None);
     }
 
     #[test]
-    fn the_warning_is_one_line_naming_what_is_left_and_the_remedy() {
-        let line = message(&find(ProxyMode::Nftables, &node_after_upstream())).unwrap();
+    fn the_line_names_what_was_removed_and_gives_the_remedy_only_for_what_was_not() {
+        let left = find(ProxyMode::Nftables, &node_after_upstream());
+        let line = message(&left, &Report::default()).unwrap();
         assert!(!line.contains('\n'), "{line}");
         assert!(line.contains("nftables table ip kube-proxy, "), "{line}");
+        assert!(!line.contains("--cleanup"), "{line}");
+        let failed = Report {
+            errors: vec!["iptables-nft-restore: exit status 4".into()],
+            ..Report::default()
+        };
+        let line = message(&left, &failed).unwrap();
+        assert!(!line.contains('\n'), "{line}");
+        assert!(line.contains("exit status 4"), "{line}");
         assert!(line.contains("`kube-proxy-rs --cleanup`"), "{line}");
     }
 }

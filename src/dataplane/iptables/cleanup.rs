@@ -30,26 +30,30 @@ const KUBELET_CHAINS: [&str; 3] = ["KUBE-KUBELET-CANARY", "KUBE-FIREWALL", "KUBE
 /// removed (or the tool's refusal) to `report`.
 pub fn remove(tools: &Launcher, report: &mut Report) {
     for flavour in IPTABLES {
-        let saved =
-            match tool::run_if_installed(&mut tools.command(&format!("{flavour}-save")), None) {
-                Ok(Some(text)) => text,
-                Ok(None) => continue,
-                Err(e) => {
-                    // A flavour the kernel does not support (legacy without its modules) has
-                    // nothing of upstream's in it.
-                    tracing::debug!(tool = flavour, error = %e, "--cleanup: cannot list");
-                    continue;
-                }
-            };
-        let (script, chains) = iptables_script(&saved);
-        if chains == 0 {
-            continue;
+        remove_flavour(tools, flavour, report);
+    }
+}
+
+/// Removes kube-proxy's chains from one flavour (`iptables-nft`, ...), if its tools run.
+pub fn remove_flavour(tools: &Launcher, flavour: &str, report: &mut Report) {
+    let saved = match tool::run_if_installed(&mut tools.command(&format!("{flavour}-save")), None) {
+        Ok(Some(text)) => text,
+        Ok(None) => return,
+        Err(e) => {
+            // A flavour the kernel does not support (legacy without its modules) has
+            // nothing of upstream's in it.
+            tracing::debug!(tool = flavour, error = %e, "cleanup: cannot list");
+            return;
         }
-        let restore = format!("{flavour}-restore");
-        match tool::run_if_installed(tools.command(&restore).arg("--noflush"), Some(&script)) {
-            Ok(_) => report.iptables.push((flavour.to_string(), chains)),
-            Err(e) => report.errors.push(format!("{restore}: {e}")),
-        }
+    };
+    let (script, chains) = iptables_script(&saved);
+    if chains == 0 {
+        return;
+    }
+    let restore = format!("{flavour}-restore");
+    match tool::run_if_installed(tools.command(&restore).arg("--noflush"), Some(&script)) {
+        Ok(_) => report.iptables.push((flavour.to_string(), chains)),
+        Err(e) => report.errors.push(format!("{restore}: {e}")),
     }
 }
 

@@ -115,8 +115,14 @@ upstream_daemonset() {
 # them for this cluster) in place of the base's, and the image built here; with opt-in, the
 # node-opt-in component.
 ours_daemonset() {
-	local mode=$1 dir=$STATE/deploy/ours
+	local mode=$1 dir=$STATE/deploy/ours mode_literal="" overlay
 	rm -rf "$dir"
+	# A mode without an overlay of its own: the base, with the mode set as an overlay sets it.
+	overlay=overlays/$mode
+	if [[ ! -d $REPO/deploy/$overlay ]]; then
+		overlay=base
+		mode_literal=", literals: [mode=$mode]"
+	fi
 	if [[ -n ${3:-} ]]; then
 		mkdir -p "$dir/files" && cp "$3/config.conf" "$3/kubeconfig.conf" "$dir/files/"
 	else
@@ -128,7 +134,7 @@ ours_daemonset() {
 		echo "resources: [overlay]"
 		[[ ${2:-} == opt-in ]] && echo "components: [opt-in]"
 		echo "configMapGenerator:"
-		echo "- {name: kube-proxy-rs, namespace: kube-system, behavior: merge, files: [files/config.conf, files/kubeconfig.conf]}"
+		echo "- {name: kube-proxy-rs, namespace: kube-system, behavior: merge, files: [files/config.conf, files/kubeconfig.conf]$mode_literal}"
 		echo "images:"
 		echo "- {name: kube-proxy-rs, newName: ${OURS_IMAGE%:*}, newTag: ${OURS_IMAGE##*:}}"
 		echo "patches:"
@@ -156,7 +162,7 @@ spec:
 P
 	# kustomize reads files below its root only: the repository's deploy/ is copied in.
 	cp -r "$REPO/deploy" "$dir/deploy"
-	ln -s "deploy/overlays/$mode" "$dir/overlay"
+	ln -s "deploy/$overlay" "$dir/overlay"
 	ln -s deploy/components/node-opt-in "$dir/opt-in"
 	kc kustomize "$dir" >"$dir/rendered.yaml"
 	kc apply --server-side -f "$dir/rendered.yaml" >/dev/null
