@@ -13,6 +13,8 @@ pub struct Message<'a> {
     pub kind: u16,
     pub flags: u16,
     pub seq: u32,
+    /// `nlmsg_pid`: in a notification, the port id of the socket whose request caused it.
+    pub port_id: u32,
     /// What follows the netlink header (a family header included).
     pub body: &'a [u8],
     /// The whole message, header included, for decoders that want it (`netlink-packet-*`).
@@ -84,6 +86,7 @@ impl<'a> Iterator for Messages<'a> {
             kind: u16::from_ne_bytes([bytes[4], bytes[5]]),
             flags: u16::from_ne_bytes([bytes[6], bytes[7]]),
             seq: u32::from_ne_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]),
+            port_id: u32::from_ne_bytes([bytes[12], bytes[13], bytes[14], bytes[15]]),
             body: &bytes[HEADER_LEN..],
             bytes,
         })

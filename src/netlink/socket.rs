@@ -232,6 +232,16 @@ impl Socket {
 
     /// Netlink messages (headers, not datagrams) this socket has sent: requests, dump requests
     /// and the frame messages of a batch alike.
+    /// The port id the kernel bound this socket to (it names the socket in notifications its
+    /// requests cause).
+    pub fn port_id(&self) -> Result<u32, Error> {
+        let mut address = SocketAddr::new(0, 0);
+        self.netlink
+            .get_address(&mut address)
+            .map_err(self.io("getsockname"))?;
+        Ok(address.port_number())
+    }
+
     pub fn messages_sent(&self) -> u64 {
         self.messages_sent
     }

@@ -9,6 +9,15 @@ use crate::netlink::attr::{find_be32, find_str};
 use crate::netlink::message::messages;
 use crate::netlink::nfnetlink;
 
+/// Who committed a transaction, as its generation notice says: the committing thread's id
+/// (`NFTA_GEN_PROC_PID`, in the kernel's initial pid namespace) and the port id of the netlink
+/// socket that sent it (the notice's `nlmsg_pid`, the same in every pid namespace).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Committer {
+    pub pid: u32,
+    pub port_id: u32,
+}
+
 /// Which nf_tables objects are ours to watch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Watch {
@@ -90,9 +99,9 @@ impl Events {
         }
     }
 
-    /// Feeds one datagram of notifications; returns the pid of each finished transaction that
-    /// touched our objects (0 when the kernel named none).
-    pub fn datagram(&mut self, bytes: &[u8]) -> Vec<u32> {
+    /// Feeds one datagram of notifications; returns who committed each finished transaction
+    /// that touched our objects (a pid of 0 when the kernel named none).
+    pub fn datagram(&mut self, bytes: &[u8]) -> Vec<Committer> {
         let mut found = Vec::new();
         for m in messages(bytes) {
             if nfnetlink::subsystem(m.kind) != uapi::SUBSYS {
@@ -102,7 +111,10 @@ impl Events {
             if msg == uapi::msg::NEWGEN {
                 if std::mem::take(&mut self.touched) {
                     let body = nfnetlink::attributes(m.body);
-                    found.push(find_be32(body, GEN_PROC_PID).unwrap_or(0));
+                    found.push(Committer {
+                        pid: find_be32(body, GEN_PROC_PID).unwrap_or(0),
+                        port_id: m.port_id,
+                    });
                 }
                 continue;
             }
@@ -127,8 +139,14 @@ mod tests {
     }
 
     fn generation(w: &mut Writer, pid: u32) {
+        generation_from(w, pid, 0);
+    }
+
+    /// A generation notice naming thread `pid` and, in its header, the sender's `port_id`.
+    fn generation_from(w: &mut Writer, pid: u32, port_id: u32) {
         let kind = nfnetlink::kind(uapi::SUBSYS, uapi::msg::NEWGEN);
         let m = nfnetlink::begin(w, kind, 0, 0, 0, 0);
+        w.buf[m + 12..m + 16].copy_from_slice(&port_id.to_ne_bytes());
         w.be32(1, 42);
         w.be32(GEN_PROC_PID, pid);
         w.str(3, "nft");
@@ -156,9 +174,13 @@ mod tests {
             uapi::NFPROTO_IPV6,
             names::TABLE,
         );
-        generation(&mut w, 20039);
+        generation_from(&mut w, 20039, 3_000_000_001);
         let mut events = Events::new(Watch::NftablesTable);
-        assert_eq!(events.datagram(&w.buf), vec![19986, 20039]);
+        let pids = |c: Vec<Committer>| c.iter().map(|c| (c.pid, c.port_id)).collect::<Vec<_>>();
+        assert_eq!(
+            pids(events.datagram(&w.buf)),
+            vec![(19986, 0), (20039, 3_000_000_001)]
+        );
     }
 
     /// A rule notification in `table`'s `chain`, with `target` as a jump inside its
@@ -243,6 +265,9 @@ mod tests {
         generation(&mut second, 7);
         let mut events = Events::new(Watch::NftablesTable);
         assert!(events.datagram(&first.buf).is_empty());
-        assert_eq!(events.datagram(&second.buf), vec![7]);
+        assert_eq!(
+            events.datagram(&second.buf),
+            vec![Committer { pid: 7, port_id: 0 }]
+        );
     }
 }

@@ -41,7 +41,7 @@ use crate::netlink::subscription::Subscription;
 
 mod events;
 
-pub use events::{Events, Watch};
+pub use events::{Committer, Events, Watch};
 
 /// How many of our recent tool pids are remembered. Syncs run one at a time, so a handful
 /// covers every transaction whose events can still be in flight.
@@ -65,25 +65,37 @@ const CONTROL_WAIT: Duration = Duration::from_secs(2);
 /// the channel once done.
 type Control = (bool, mpsc::SyncSender<()>);
 
-/// Pids of the `nft -f` and `iptables-restore` processes we started, or thread ids of our threads that sent a netlink
-/// batch; shared by the backend (writes) and the monitor (reads).
+/// Who commits for us: the pids of the `nft -f` and `iptables-restore` processes we started,
+/// the thread ids of our threads that sent a netlink batch, and the port ids of our netlink
+/// sockets; shared by the backend (writes) and the monitor (reads).
+///
+/// A transaction is ours when the kernel's notice names one of them, by the committing
+/// thread's id or by the sending socket's port id. The thread id the kernel gives is the one
+/// of its initial pid namespace: in a pod without the host's pid namespace it is never ours
+/// as we see it, so the port id decides there. A child's netlink socket is bound to the
+/// child's pid as its own namespace sees it (ours), so a child's pid stands for both.
 #[derive(Clone, Debug, Default)]
 pub struct OwnProcesses(Arc<Mutex<VecDeque<u32>>>);
 
 impl OwnProcesses {
-    pub fn record(&self, pid: u32) {
-        let mut pids = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        if pids.len() == OWN_PIDS {
-            pids.pop_front();
+    /// Records a pid, a thread id or a port id of ours (0, the kernel's port, never counts).
+    pub fn record(&self, id: u32) {
+        if id == 0 {
+            return;
         }
-        pids.push_back(pid);
+        let mut ids = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if ids.len() == OWN_PIDS {
+            ids.pop_front();
+        }
+        ids.push_back(id);
     }
 
-    pub fn contains(&self, pid: u32) -> bool {
-        self.0
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .contains(&pid)
+    /// Whether the transaction was committed by us.
+    pub fn committed(&self, by: Committer) -> bool {
+        let ids = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        [by.pid, by.port_id]
+            .iter()
+            .any(|id| *id != 0 && ids.contains(id))
     }
 }
 
@@ -308,11 +320,11 @@ pub async fn run(netns: Option<String>, drift: Arc<Drift>, watch: Watch) {
                     };
                     match received {
                         Ok(bytes) => {
-                            for pid in events.datagram(&bytes) {
-                                if !own.contains(pid) {
+                            for by in events.datagram(&bytes) {
+                                if !own.committed(by) {
                                     tracing::warn!(
                                         watched = watch.as_str(),
-                                        pid,
+                                        pid = by.pid,
                                         "another program changed our rules; repairing"
                                     );
                                     drift.notice();
@@ -350,14 +362,33 @@ pub async fn run(netns: Option<String>, drift: Arc<Drift>, watch: Watch) {
 mod tests {
     use super::*;
 
+    fn by(pid: u32, port_id: u32) -> Committer {
+        Committer { pid, port_id }
+    }
+
     #[test]
     fn own_processes_are_remembered_up_to_a_bound() {
         let own = OwnProcesses::default();
-        for pid in 0..(OWN_PIDS as u32 + 1) {
+        for pid in 1..(OWN_PIDS as u32 + 2) {
             own.record(pid);
         }
-        assert!(!own.contains(0));
-        assert!(own.contains(OWN_PIDS as u32));
+        assert!(!own.committed(by(1, 0)));
+        assert!(own.committed(by(OWN_PIDS as u32 + 1, 0)));
+    }
+
+    #[test]
+    fn a_commit_is_ours_by_its_thread_or_by_its_socket() {
+        let own = OwnProcesses::default();
+        own.record(1234);
+        own.record(0);
+        // Our thread, as the host's pid namespace names it.
+        assert!(own.committed(by(1234, 99)));
+        // In a pod with a pid namespace of its own the kernel names a thread id we never
+        // see; the socket's port id is ours.
+        assert!(own.committed(by(48_211, 1234)));
+        assert!(!own.committed(by(48_211, 99)));
+        // The kernel's own port (0) and an unnamed thread are nobody's.
+        assert!(!own.committed(by(0, 0)));
     }
 
     #[test]

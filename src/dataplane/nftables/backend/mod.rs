@@ -207,10 +207,12 @@ impl Backend for NetlinkBackend {
     fn run(&mut self, transactions: &[Transaction]) -> Result<(), Error> {
         let result = match self.drift.clone() {
             Some(drift) => {
-                // The kernel names the sending thread in its generation notice.
-                drift
-                    .own_processes()
-                    .record(nix::unistd::gettid().as_raw() as u32);
+                // The kernel names the sending thread and socket in its generation notice.
+                let own = drift.own_processes();
+                own.record(nix::unistd::gettid().as_raw() as u32);
+                if let Ok(port_id) = self.netlink.port_id() {
+                    own.record(port_id);
+                }
                 let operations: usize = transactions.iter().map(|t| t.operations()).sum();
                 if operations >= UNWATCHED_MIN {
                     self.apply_unwatched(&drift, transactions)

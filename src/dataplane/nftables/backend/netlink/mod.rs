@@ -134,6 +134,12 @@ impl Netlink {
         Ok(self.socket.as_mut().expect("just opened"))
     }
 
+    /// The port id of the socket that commits (opened first if needed): the monitor tells our
+    /// own transactions by it.
+    pub fn port_id(&mut self) -> Result<u32, Error> {
+        Ok(self.socket()?.port_id()?)
+    }
+
     /// The socket, and the helper socket when this machine has more than one CPU.
     fn sockets(&mut self) -> Result<(&mut Socket, Option<&mut Socket>), Error> {
         let parallel = std::thread::available_parallelism().is_ok_and(|n| n.get() > 1);
