@@ -328,7 +328,7 @@ fn run(config: &Config, node_name: &str, features: Features) -> ExitCode {
     runtime.block_on(async move {
         let mode = match cli::run::dataplane(config) {
             Ok(m) => m,
-            Err(e) => return fail(e),
+            Err(e) => return fail(causes::one_line(&e)),
         };
         let mut proxy = match cli::run::Proxy::build(
             config,
