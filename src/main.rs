@@ -308,6 +308,10 @@ fn run(config: &Config, node_name: &str, features: Features) -> ExitCode {
         // already in place are not written again, so it then has nothing to do.
         cli::run::ipvs_host_setup(config.ipvs.strict_arp);
     }
+    if config.init_only && config.mode == config::ProxyMode::Ebpf {
+        // The proxy's container may mount nothing that reaches the host.
+        cli::run::ebpf_host_setup(config);
+    }
     if config.init_only {
         // Upstream's --init-only does the host setup that needs full privileges (the conntrack
         // sysctls) and exits, so the long-running proxy can do with CAP_NET_ADMIN.

@@ -6,7 +6,9 @@
 //! the kernel matches the plan), serve (a client on the node reaches the pod through the
 //! ClusterIP) and log no refusal by the kernel. Then, for each capability of the mode's set,
 //! a run without it must fail, which shows each one is needed. The set is
-//! `support/capabilities.rs`; ipvs mode's run is in the UML guest (`tests/ipvs_apply.rs`).
+//! `support/capabilities.rs`. IPVS mode runs in the User-mode Linux guest (`support/uml.rs`:
+//! this host's kernel has no IPVS), where the test re-runs itself; there the kernel's virtual
+//! services read back with `ipvsadm` stand for the traffic.
 //!
 //! Isolation: everything lives in the test's namespaces (and, for eBPF, a cgroup v2 child and
 //! a private bpffs instance), removed on drop; the proxy's sysctls are the namespace's own.
@@ -15,6 +17,10 @@
     clippy::disallowed_methods,
     reason = "a kernel test: starts the binary under setpriv, writes manifests, reads /proc"
 )]
+#![allow(
+    clippy::duplicate_mod,
+    reason = "the eBPF support and the UML harness each include host.rs"
+)]
 
 #[path = "support/capabilities.rs"]
 mod capabilities;
@@ -22,6 +28,8 @@ mod capabilities;
 mod ebpf_host;
 #[path = "support/relay_pods.rs"]
 mod relay_pods;
+#[path = "support/uml.rs"]
+mod uml;
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -210,9 +218,10 @@ impl Node {
     }
 }
 
-/// The proxy's effective capabilities (`CapEff`, hex) once it runs the binary itself.
-fn effective(proxy: &ChildGuard) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{}/status", proxy.pid())).unwrap();
+/// The effective capabilities (`CapEff`, hex) of process `pid`: the proxy, once `setpriv`
+/// has exec'd it.
+fn effective(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
     let hex = status
         .lines()
         .find_map(|l| l.strip_prefix("CapEff:"))
@@ -243,7 +252,7 @@ fn passes_with_its_set(mode: &str) -> Node {
         proxy.log_tail(30)
     );
     assert_eq!(
-        effective(&proxy),
+        effective(proxy.pid()),
         capabilities::mask(caps),
         "{mode}: exactly {caps:?}"
     );
@@ -370,4 +379,101 @@ fn ebpf_mode_needs_bpf_net_admin_perfmon_and_sys_admin() {
             proxy.log_tail(5)
         );
     }
+}
+
+/// The eBPF DaemonSet's privileged init container (`--init-only`) mounts bpffs where the pins
+/// go, so the proxy's own container needs no mount reaching the host. `ip netns exec` gives
+/// the command a mount namespace with a fresh /sys, where /sys/fs/bpf is not bpffs; that
+/// namespace, and the mount, end with it.
+#[test]
+fn ebpf_init_only_mounts_bpffs_for_the_pins() {
+    let ns = NetNs::new("lp-init");
+    let script = format!(
+        "stat -f -c %T /sys/fs/bpf && {} --init-only --proxy-mode=ebpf \
+         --hostname-override=node-a --conntrack-max-per-core=0 >&2 && stat -f -c %T /sys/fs/bpf",
+        env!("CARGO_BIN_EXE_kube-proxy-rs")
+    );
+    let out = ns.output("sh", &["-c", &script]);
+    assert_eq!(out.lines().collect::<Vec<_>>(), ["sysfs", "bpf_fs"]);
+}
+
+const UML_HELPER: uml::host::helper_process::HelperProcess =
+    uml::host::helper_process::HelperProcess::new("least_privilege_uml_helper");
+
+#[test]
+fn ipvs_mode_needs_net_admin_alone() {
+    uml::run_cases(
+        &["dummy", "ip_vs", "ip_vs_rr"],
+        &UML_HELPER,
+        "guest",
+        &["ipvs"],
+        Duration::from_secs(300),
+    );
+}
+
+/// Not a test of its own: the IPVS case, run inside the guest.
+#[test]
+fn least_privilege_uml_helper() {
+    UML_HELPER.when_requested(|role| {
+        assert_eq!(role, "guest", "unknown role");
+        ipvs_in_guest();
+        println!("{}ipvs ok", uml::host::helper_process::RESULT);
+    });
+}
+
+/// In the guest: a node namespace whose pods' addresses are routed (IPVS takes a unicast
+/// destination only), the proxy with NET_ADMIN alone, then without it.
+fn ipvs_in_guest() {
+    use uml::host::{ChildGuard, NetNs};
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("cluster.yaml"), MANIFESTS).expect("write manifests");
+    let run = |caps: &[Cap]| {
+        let ns = NetNs::new("lp-ipvs");
+        ns.output("ip", &["link", "add", "lp-eth", "type", "dummy"]);
+        ns.output("ip", &["addr", "add", "10.0.0.11/24", "dev", "lp-eth"]);
+        ns.output("ip", &["link", "set", "lp-eth", "up"]);
+        ns.output("ip", &["route", "add", "10.244.0.0/16", "dev", "lp-eth"]);
+        let mut cmd = ns.command("setpriv");
+        cmd.arg(format!("--bounding-set={}", bounding_set(caps)))
+            .args(["--inh-caps=-all", "--"])
+            .arg(env!("CARGO_BIN_EXE_kube-proxy-rs"))
+            .arg("--proxy-mode=ipvs")
+            .arg("--manifests")
+            .arg(dir.path())
+            .args([
+                "--hostname-override=node-a",
+                "--cluster-cidr=10.244.0.0/16",
+                "--conntrack-max-per-core=0",
+                "--metrics-bind-address=127.0.0.1:10249",
+                "--healthz-bind-address=127.0.0.1:10256",
+            ]);
+        let mut proxy = ChildGuard::spawn(&format!("{}-proxy", ns.name), &mut cmd);
+        let deadline = Instant::now() + Duration::from_secs(if caps.is_empty() { 15 } else { 60 });
+        let mut synced = false;
+        while Instant::now() < deadline && proxy.exited().is_none() {
+            let virtual_services = ns.try_output("ipvsadm", &["-Ln"]).unwrap_or_default();
+            if virtual_services.contains("10.96.1.10:80")
+                && virtual_services.contains("10.244.1.10:8080")
+                && ns
+                    .output("python3", &["-c", STATUS])
+                    .contains("kernel: matches the plan")
+            {
+                synced = true;
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        }
+        let effective = (proxy.exited().is_none()).then(|| effective(proxy.pid()));
+        (synced, effective, proxy.log_tail(10_000))
+    };
+
+    let caps = needed("ipvs");
+    let (synced, caps_held, log) = run(caps);
+    assert!(synced, "ipvs with {caps:?}: never synced\n{log}");
+    assert_eq!(caps_held, Some(capabilities::mask(caps)));
+    assert_eq!(refusals(&log), Vec::<&str>::new(), "ipvs: refused");
+
+    let (synced, _, log) = run(&[]);
+    assert!(!synced, "ipvs synced without NET_ADMIN");
+    assert!(!refusals(&log).is_empty(), "no refusal logged\n{log}");
 }
