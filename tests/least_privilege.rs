@@ -337,6 +337,15 @@ fn iptables_mode_needs_net_admin_and_net_raw_for_a_legacy_node() {
     let mut proxy = node.proxy("iptables", &[NET_ADMIN]);
     node.serves_within(&mut proxy, Duration::from_secs(30));
     assert!(!legacy_rules(&node), "legacy written without NET_RAW");
+    // The log says why.
+    let log = proxy.log_tail(10_000);
+    assert!(
+        log.lines().any(|l| l.starts_with('W')
+            && l.contains("cannot read this flavour's rules")
+            && l.contains("iptables-legacy-save")
+            && l.contains("Permission denied")),
+        "{log}"
+    );
 }
 
 /// eBPF: BPF, NET_ADMIN and PERFMON load and attach the programs (a tc program on the
