@@ -1,6 +1,7 @@
 //! The Linux capabilities each proxy mode needs, and why: what the deploy overlays add to
 //! `drop: [ALL]` (`tests/deploy/privileges.rs` checks they do) and the only ones
-//! `tests/least_privilege.rs` starts the binary with. docs/operations.md has the same table.
+//! `tests/least_privilege.rs` and the lab (`tests/lab/proxy.rs`) start our binary with.
+//! docs/operations.md has the same table.
 #![allow(dead_code, reason = "each test binary uses a part")]
 
 /// A capability by its Kubernetes name (`capabilities.add`), with its number (the bit in
