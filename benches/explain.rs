@@ -13,7 +13,7 @@
 //! - `<mode>/status`: `status` of the whole node over rules already planned, taken as the
 //!   kernel's too: every frontend of every port traced twice, the table rendered (what
 //!   `/debug/status` does once the kernel is read; in iptables mode the whole node is not
-//!   traced: that took about a minute here, 10,000 × 2 walks of KUBE-SERVICES).
+//!   traced: that is 10,000 × 2 walks of KUBE-SERVICES, too slow to sample).
 //!
 //! Run: `cargo bench --bench explain`. Results go to docs/benchmarks.md.
 

@@ -83,7 +83,7 @@ fn bench(c: &mut Criterion) {
     });
     // What a sync reads for its report besides the plan (upstream's no-local-endpoints gauges
     // and the objects gauge): counts kept as ports change, once a walk of every service port
-    // and virtual service (0.27 ms here).
+    // and virtual service.
     g.bench_function("report_scans", |b| {
         b.iter(|| {
             let mut n = 0;

@@ -1,4 +1,4 @@
-//! The scale benchmark (issue 10): upstream kube-proxy and ours against a real API server with
+//! The scale benchmark: upstream kube-proxy and ours against a real API server with
 //! N Services × M endpoints, one after another in fresh node namespaces, measured the same way.
 //! What each figure means and how it is taken: docs/benchmarks.md, "Scale harness".
 //!
@@ -231,9 +231,9 @@ fn in_guest(args: &Args, memory_mib: u64, host_args: &[String], command: &str) {
 }
 
 /// How long a guest may run: boot and a control plane per scale, loading its objects (slow on
-/// the guest's one CPU: 88 ms per Service at 1,000 × 10 on 2026-12-03; 200 ms allowed), and per
-/// proxy every phase's limit, two idle sync periods and the probes, with room to spare. About
-/// 95 minutes for 10,000 × 10 with ours and upstream in ipvs mode and the default limits.
+/// the guest's one CPU: 200 ms per Service allowed), and per proxy every phase's limit, two
+/// idle sync periods and the probes, with room to spare. About 95 minutes for 10,000 × 10 with
+/// ours and upstream in ipvs mode and the default limits.
 fn guest_limit(args: &Args) -> Duration {
     let sync_period = args
         .sync_period

@@ -1,4 +1,4 @@
-//! Times the eBPF mode (issue 20) on the host kernel (root): how long syncs take at 1,000,
+//! Times the eBPF mode on the host kernel (root): how long syncs take at 1,000,
 //! 10,000 and 30,000 Services of 10 endpoints (the first, cold sync; an idle one; one endpoint
 //! moved), and what a TCP connect() to a ClusterIP balanced by the socket programs costs
 //! against a direct connect() to the pod (the no-rules floor) and against one nftables DNAT

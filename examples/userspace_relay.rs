@@ -1,4 +1,4 @@
-//! Times the userspace relay (issue 21) against the paths without it, in a fresh network
+//! Times the userspace relay against the paths without it, in a fresh network
 //! namespace (root): bulk TCP throughput through the relay against a direct connection to the
 //! pod, connections per second through the relay against a direct connection and against one
 //! kernel DNAT rule (the NAT modes' path), connections per second to a ClusterIP programmed by

@@ -1,5 +1,7 @@
-//! The kube-proxy-rs binary: flags → Config → values, then the chosen command. No decisions
-//! here beyond dispatch; everything it calls is tested on its own.
+//! The kube-proxy-rs binary: flags → Config → values, then the chosen command. Besides
+//! dispatch it renders each mode's plan and makes per-mode start-up choices
+//! (docs/architecture.md, "Where mode knowledge lives outside each mode's folder"); everything
+//! it calls is tested on its own.
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -7,6 +9,7 @@ use std::process::ExitCode;
 use kube_proxy_rs::causes;
 use kube_proxy_rs::cli::{self, Command};
 use kube_proxy_rs::cluster::Features;
+use kube_proxy_rs::cluster::source::api;
 use kube_proxy_rs::config::{self, Config};
 use kube_proxy_rs::dataplane::{self, iptables, ipvs, nftables, userspace};
 
@@ -18,11 +21,9 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// Why: mimalloc asks for huge pages on its arenas (`MADV_HUGEPAGE`), so every first touch of
 /// a 2 MiB region is backed, and zeroed, whole. The proxy's memory is many small objects made
 /// and freed by several threads, so large parts of those pages stay unused but resident, and
-/// zeroing them sat on the cold start's path (a third of the first snapshot's CPU at 44,000
-/// Services, `perf`). Measured beside upstream in one scale run each (docs/benchmarks.md,
-/// twenty-fourth session): RSS after the churn 119 → 93 MiB at 5,000 × 50, 170 → 148 MiB at
-/// 44,000 × 1, 96 → 75 MiB at 10,000 × 10; peaks 20-40 MiB lower; cold start and restart no
-/// slower. Best effort: a kernel without the call keeps its default.
+/// zeroing them lies on the cold start's path. Without huge pages the resident and peak
+/// memory are lower and the cold start no slower (docs/benchmarks-history.md, "Protobuf
+/// lists, huge pages off"). Best effort: a kernel without the call keeps its default.
 fn without_huge_pages() {
     if let Err(error) = nix::sys::prctl::set_thp_disable(true) {
         eprintln!("kube-proxy-rs: cannot turn transparent huge pages off ({error}); going on");
@@ -59,10 +60,9 @@ const PURGE_DELAY_VARIABLES: [&str; 2] = ["MIMALLOC_PURGE_DELAY", "MIMALLOC_RESE
 /// Why: the proxy's start-up is a hand-over between threads. The lists are decoded on the API
 /// source's thread and the first full sync allocates on another; mimalloc keeps the pages a
 /// thread freed with that thread until it purges them, so within the delay the sync's memory
-/// came on top of the lists' garbage instead of in its place. Measured in the scale harness at
-/// 10,000 × 10 (docs/benchmarks.md, twenty-fifth session): peak RSS 113 → 79 MiB, with the
-/// cold start, the one-endpoint syncs, the churn and the CPU no worse. An operator's
-/// `MIMALLOC_PURGE_DELAY` (which mimalloc reads itself) is left as it is.
+/// comes on top of the lists' garbage instead of in its place, and the peak is higher
+/// (docs/benchmarks.md, "freed memory purged at once"). An operator's `MIMALLOC_PURGE_DELAY`
+/// (which mimalloc reads itself) is left as it is.
 #[allow(clippy::disallowed_methods, reason = "mimalloc's own variables")]
 fn purge_freed_memory_at_once() {
     if PURGE_DELAY_VARIABLES
@@ -463,9 +463,9 @@ fn cleanup(bpf_pin_root: &std::path::Path) -> ExitCode {
 }
 
 /// The blocking threads (each sync runs on one) are kept for an hour rather than tokio's 10 s:
-/// with the default, every periodic sync after a quiet `syncPeriod` (30 s) started a new
-/// thread first, 4-5 ms of its time in the User-mode Linux guest (`handoff` in the sync's
-/// debug line), where a kept thread takes 0.1 ms.
+/// with the default, every periodic sync after a quiet `syncPeriod` (30 s) would start a new
+/// thread first, a hand-off many times slower than waking a kept thread (`handoff` in the
+/// sync's debug line; docs/benchmarks.md, "Blocking threads kept").
 const SYNC_THREAD_KEEP_ALIVE: std::time::Duration = std::time::Duration::from_secs(3600);
 
 fn runtime() -> Result<tokio::runtime::Runtime, String> {
@@ -497,9 +497,9 @@ fn node_name(config: &Config) -> Result<String, String> {
 /// How the API watches read their lists: client-go's environment switch
 /// `KUBE_FEATURE_WatchListClient`, which upstream's kube-proxy honours too.
 #[allow(clippy::disallowed_methods)] // the one environment read: client-go's switch
-fn watch_list_client() -> Result<kube_proxy_rs::cluster::source::api::Lists, String> {
+fn watch_list_client() -> Result<api::Lists, api::NotABoolean> {
     let value = std::env::var("KUBE_FEATURE_WatchListClient").ok();
-    kube_proxy_rs::cluster::source::api::Lists::from_env_value(value.as_deref())
+    api::Lists::from_env_value(value.as_deref())
 }
 
 #[cfg(test)]

@@ -1,4 +1,4 @@
-//! The IPVS mode end to end (issue 19): the real `kube-proxy-rs` binary with
+//! The IPVS mode end to end: the real `kube-proxy-rs` binary with
 //! `--proxy-mode=ipvs`, real TCP traffic through the virtual services and the helper rules.
 //!
 //! It boots the qemu guest with Debian's own kernel (`support/guest.rs`) and re-runs this

@@ -1,4 +1,4 @@
-//! SCTP Services through our nftables rules, with real SCTP traffic (issue 6: TCP/UDP/SCTP).
+//! SCTP Services through our nftables rules, with real SCTP traffic.
 //!
 //! This host's kernel has no SCTP, so the test boots a qemu guest with Debian's kernel
 //! (`support/guest.rs`) and re-runs this test binary inside it (`guest_sctp_helper_process`).

@@ -1,4 +1,4 @@
-//! The IPVS dataplane against a real IPVS kernel (issue 19): one boot of the User-mode Linux
+//! The IPVS dataplane against a real IPVS kernel: one boot of the User-mode Linux
 //! kernel (`support/uml.rs`, with IPVS and nf_tables built in) re-runs this binary inside it
 //! (`ipvs_apply_helper_process`), which
 //! programs the example cluster into a network namespace of its own (`ipa-…`, removed when the

@@ -1,4 +1,4 @@
-//! Our `kube-ipvs0` client against a real kernel with the dummy driver (issue 19). This host's
+//! Our `kube-ipvs0` client against a real kernel with the dummy driver. This host's
 //! kernel has no dummy device, so one User-mode Linux boot (`support/uml.rs`) re-runs this test
 //! binary inside the guest (`ipvs_link_helper_process`), which runs every case, each in a
 //! network namespace of its own (`ipl-…`), removed when the case ends, also on failure:

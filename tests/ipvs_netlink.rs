@@ -1,4 +1,4 @@
-//! Our IPVS netlink client against a real IPVS kernel (issue 19). This host's kernel has no
+//! Our IPVS netlink client against a real IPVS kernel. This host's kernel has no
 //! IPVS, so one User-mode Linux boot (`support/uml.rs`) re-runs this test binary inside the
 //! guest (`ipvs_netlink_helper_process`), which runs every case, each in network namespaces
 //! of its own (IPVS tables are per namespace), removed when the case ends:

@@ -1,4 +1,4 @@
-//! The end-to-end scenario suite (issue 5) in the namespace lab, once per proxy and mode:
+//! The end-to-end scenario suite in the namespace lab, once per proxy and mode:
 //! upstream kube-proxy as the reference (which also validates the lab), and ours.
 //!
 //! Each test builds its own lab (3 nodes, 6 pods, an external client), runs every scenario in

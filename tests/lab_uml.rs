@@ -1,6 +1,6 @@
 //! The lab scenario suite (`lab/scenarios`) inside a User-mode Linux guest (`support/uml.rs`,
 //! kernel 6.1): what this host's kernel cannot run (IPVS), and a second kernel version for the
-//! modes that also run on the host (issue 19).
+//! modes that also run on the host.
 //!
 //! - ours in ipvs mode, and upstream kube-proxy in ipvs mode, each in a guest of its own;
 //!   upstream's run only documents upstream's behaviour (its verdicts do not gate), so it is

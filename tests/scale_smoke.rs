@@ -1,4 +1,4 @@
-//! CI smoke run of the scale harness (issue 10): 1,000 Services × 10 endpoints, ours in nftables
+//! CI smoke run of the scale harness: 1,000 Services × 10 endpoints, ours in nftables
 //! mode and upstream in nftables mode, with a short churn and 100 first-packet connects. It
 //! asserts only that the harness produced a result for every proxy, its first-packet probe
 //! and ours' netlink messages per idle sync included, and wrote its report and PNG charts (numbers are never asserted: the machine is

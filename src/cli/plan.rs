@@ -3,7 +3,7 @@
 //!
 //! Pure rendering of a [`Snapshot`] into a report: frontends, the endpoints chosen for cluster,
 //! local and external traffic, and why each other endpoint was left out. The JSON form is stable
-//! (golden-tested) so scripts and later dataplane issues can build on it; the table is for people.
+//! (golden-tested) so scripts can build on it; the table is for people.
 
 use std::fmt::Write as _;
 use std::net::IpAddr;

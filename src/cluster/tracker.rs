@@ -9,9 +9,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-/// Hash maps keyed by names from the API: foldhash is several times faster than SipHash on these
-/// short keys and still randomly seeded per process, which is what keeps crafted names from
-/// colliding on purpose.
+/// Hash maps keyed by names from the API: foldhash is faster than SipHash on these short keys
+/// (`benches/tracker.rs`) and still randomly seeded per process, which is what keeps crafted
+/// names from colliding on purpose.
 type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
 type HashSet<K> = std::collections::HashSet<K, foldhash::fast::RandomState>;
 use std::sync::Arc;

@@ -37,8 +37,8 @@ pub enum ProxyMode {
     /// The proxy relays each connection itself (`dataplane::userspace`); upstream removed its
     /// own in 1.26.
     Userspace,
-    /// cgroup socket programs balance Services at connect() time (`dataplane::ebpf`; ours,
-    /// phase 1: traffic from this node's processes and pods only).
+    /// cgroup socket programs balance Services at connect() time, tc programs translate
+    /// traffic from outside the node (`dataplane::ebpf`; ours, not upstream's).
     Ebpf,
 }
 

@@ -94,8 +94,8 @@ pub trait Dataplane: Send {
 
     /// Whether a partial sync of `changes` is short and waits on no process, so the runner may
     /// run it on its own thread rather than hand it to a blocking thread and take it back: on
-    /// a busy single-CPU node those two wake-ups cost as much as a one-endpoint sync (0.3 and
-    /// 0.7 ms beside 1.2 ms of dataplane work in the User-mode Linux guest at 10,000 × 10).
+    /// a busy single-CPU node those two wake-ups cost as much as a one-endpoint sync's own
+    /// dataplane work (docs/benchmarks.md, ipvs mode in User-mode Linux).
     /// Asked only for a partial sync of at most [`INLINE_SYNC_MAX_PORTS`] changed ports, never
     /// for a full one. No by default: a mode that runs a tool (iptables-restore,
     /// nft) must not hold the runner while it does. The runner tells the runtime first, so

@@ -130,10 +130,27 @@ pub fn run_with_input(
     })
 }
 
+/// Why a tool run by [`run_if_installed`] gave no output.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// It could not be started or waited for (other than not being installed).
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    /// It ran and exited unsuccessfully: its standard error and exit status, on one line.
+    #[error("{stderr} ({status})")]
+    Failed {
+        stderr: String,
+        status: std::process::ExitStatus,
+    },
+}
+
 /// Runs a tool to its end, feeding `input` when given: its standard output on success,
-/// `Ok(None)` when the tool is not installed, else its standard error and exit status as one
-/// line. For the one-shot commands (`--cleanup`), which report rather than fail.
-pub fn run_if_installed(cmd: &mut Command, input: Option<&str>) -> Result<Option<String>, String> {
+/// `Ok(None)` when the tool is not installed, else why not (its standard error and exit status
+/// when it ran). For the one-shot commands (`--cleanup`), which report rather than fail.
+pub fn run_if_installed(
+    cmd: &mut Command,
+    input: Option<&str>,
+) -> Result<Option<String>, RunError> {
     let out = match input {
         Some(text) => run_with_input(cmd, text, |_| {}),
         None => cmd.stdin(Stdio::null()).output(),
@@ -141,7 +158,7 @@ pub fn run_if_installed(cmd: &mut Command, input: Option<&str>) -> Result<Option
     let out = match out {
         Ok(out) => out,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(e.to_string()),
+        Err(e) => return Err(RunError::Io(e)),
     };
     let stderr = String::from_utf8_lossy(&out.stderr);
     // `ip netns exec` reports a missing program itself, with exit status 255.
@@ -151,7 +168,10 @@ pub fn run_if_installed(cmd: &mut Command, input: Option<&str>) -> Result<Option
     if out.status.success() {
         Ok(Some(String::from_utf8_lossy(&out.stdout).into_owned()))
     } else {
-        Err(format!("{} ({})", stderr.trim_end(), out.status))
+        Err(RunError::Failed {
+            stderr: stderr.trim_end().to_owned(),
+            status: out.status,
+        })
     }
 }
 
@@ -203,6 +223,25 @@ mod tests {
             .map(str::to_owned)
             .collect();
         assert_eq!(words[0], "100000");
+    }
+
+    #[test]
+    fn a_tool_that_fails_says_why_and_a_missing_one_is_none() {
+        let here = Launcher::here();
+        let failed = run_if_installed(
+            here.command("sh").args(["-c", "echo refused >&2; exit 3"]),
+            None,
+        )
+        .expect_err("exit 3 fails");
+        let RunError::Failed { stderr, status } = &failed else {
+            panic!("{failed:?}");
+        };
+        assert_eq!((stderr.as_str(), status.code()), ("refused", Some(3)));
+        assert_eq!(failed.to_string(), "refused (exit status: 3)");
+        let missing = run_if_installed(&mut here.command("kube-proxy-rs-no-such-tool"), None);
+        assert!(matches!(missing, Ok(None)), "{missing:?}");
+        let fed = run_if_installed(&mut here.command("cat"), Some("text\n")).expect("cat runs");
+        assert_eq!(fed.as_deref(), Some("text\n"));
     }
 
     #[test]

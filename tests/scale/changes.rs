@@ -5,8 +5,8 @@
 //!   address answers (a watcher connecting every 5 ms); next to it, what the proxy reports for
 //!   the syncs in between (mean `sync_proxy_rules_duration_seconds`) and for the change
 //!   (`network_programming_duration_seconds`). Done [`CHANGES`] times, back and forth, each
-//!   figure the median: in a one-CPU guest a single change's sync of about a millisecond was
-//!   as often preempted by the harness's own probes and the API server as not.
+//!   figure the median: in a one-CPU guest a single change's short sync is as often
+//!   preempted by the harness's own probes and the API server as not.
 //! - Churn: one endpoint of a different Service replaced [`Churn::rate`] times a second for
 //!   [`Churn::duration`], each write stamped with the trigger-time annotation; then the harness
 //!   waits until the proxy has counted every change in its programming-latency histogram (or the

@@ -36,8 +36,8 @@ impl ControlPlane {
             // The EndpointSlice controller only: the harness writes its slices itself, for
             // Services without selectors, and the mirroring controller, which looks after such
             // Services, scans every slice of the namespace for each of them (it lists its
-            // mirrored slices by label): at 44,000 Services it kept both CPUs busy for minutes
-            // after the load, under both proxies' cold starts.
+            // mirrored slices by label): at scale it keeps both CPUs busy for minutes after the
+            // load, under both proxies' cold starts.
             .arg("--controllers=endpointslice-controller")
             .arg(format!("--state={}", state.display()))
             .arg(format!("--exit-with={}", std::process::id()))

@@ -28,10 +28,10 @@ const POLL: Duration = Duration::from_millis(250);
 const SETTLE: Duration = Duration::from_millis(500);
 /// How long the phase rests after the last idle sync before it hands over to the endpoint
 /// change: past the default `minSyncPeriod` (1 s) since that sync, so the change is synced at
-/// once, as it would be at any moment of a quiet node. Without it the change landed half a
-/// second after a periodic sync and waited out `minSyncPeriod` (0.3-0.44 s at 1,000 × 10 on
-/// 2026-12-05, against 12-20 ms before this phase existed), timing the harness's own phase
-/// boundary instead of the proxy; upstream has no count, skips this phase and was never hit.
+/// once, as it would be at any moment of a quiet node. Without it the change would land about
+/// half a second after a periodic sync and wait out `minSyncPeriod`, timing the harness's own
+/// phase boundary instead of the proxy; upstream has no count and skips this phase, so its
+/// change is not affected.
 pub const REST: Duration = Duration::from_millis(1500);
 
 /// What one reading holds for this phase.

@@ -7,7 +7,7 @@
 //! their slices are written to etcd by `testenv load`, in the API server's storage form, with
 //! the IPAddress object the ClusterIP allocator would make. Through the API server, each Service
 //! create scans every IPAddress twice for the allocator's metrics (kube-apiserver v1.37), so N
-//! creates cost O(N²): 20,000 Services took 125 s on the 2-vCPU host, 44,000 tens of minutes.
+//! creates cost O(N²) (docs/benchmarks.md, "Scale harness").
 //! The Nodes, the probe Service and its slice, and every change the harness measures go
 //! through the API server ([`Options::concurrency`](super::options::Options) requests in flight
 //! for the Nodes).

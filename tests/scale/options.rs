@@ -179,7 +179,7 @@ impl<'de> serde::Deserialize<'de> for ProxyKind {
 
 /// Which iptables back end the node uses, for both proxies' iptables mode. nft is what a
 /// fresh Debian host has; legacy (x_tables) is the one where both proxies finish a full sync
-/// at 10,000 × 10 in minutes (iptables-nft takes more than half an hour there for either).
+/// at 10,000 × 10 in minutes (iptables-nft is far slower there, for either; docs/benchmarks.md).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum IptablesFlavour {
     #[default]

@@ -2,8 +2,8 @@
 //! from just after its spawn until its ClusterIP works, with DWARF call graphs (release builds
 //! carry line tables, and no frame pointers), written beside the report as
 //! `perf-<proxy>-<scale>.data` for `perf report -i`. What the cold start spends its CPU on,
-//! per part (list decoding, tracker, planner, encoder), is what docs/benchmarks.md's cold-start
-//! breakdown is read from.
+//! per part (list decoding, tracker, planner, encoder), is what the cold-start breakdown in
+//! docs/benchmarks-history.md ("Cold start") is read from.
 //!
 //! perf misses the proxy's first milliseconds (it attaches after the spawn); those are argument
 //! parsing and the API client's set-up, not the lists.

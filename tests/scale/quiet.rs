@@ -3,9 +3,9 @@
 //! Why: the cold start is measured from the proxy's spawn, and its first lists come from the
 //! API server on the same two CPUs. Right after the harness created tens of thousands of
 //! objects, or after the previous proxy's run, the API server can still be busy (its garbage
-//! collector, its caches) for seconds: the first byte of a 44,000-object list came 40 ms after
-//! the request in one run and 360 ms in another. The goals are for a machine that is
-//! otherwise idle, so each proxy, ours and upstream alike, starts once the machine's CPUs have
+//! collector, its caches) for seconds, and the first byte of a large list comes several times
+//! later than on a quiet machine. The scale goals are for a machine that is otherwise idle, so
+//! each proxy, ours and upstream alike, starts once the machine's CPUs have
 //! been mostly idle for one window, or after [`LIMIT`]; the report's notes say which.
 
 use std::time::{Duration, Instant};

@@ -7,7 +7,7 @@
 //! `tests/uml/kernel.config`, everything built in: Debian's own `user-mode-linux` package has no
 //! nf_tables for ip, ip6 or inet, which our nftables mode and IPVS mode's helper rules need.
 //! [`Uml::find`] runs that script (once per test binary; it returns at once when the build for
-//! these inputs is cached, and builds it, about five minutes, when not).
+//! these inputs is cached, and builds it, which takes minutes, when not).
 //!
 //! [`Uml::run`] writes an init script to a scratch directory, boots the kernel on it and
 //! returns what the guest printed and the command's exit status. Its [`Limit`] is a total time

@@ -1,12 +1,11 @@
 //! iptables-nft, read for one packet: only the chains its path can pass through, chain by chain.
 //!
-//! Why: `iptables-nft-save` of a 10,000 × 10 node takes 3.4-3.9 s (it decodes every rule of
-//! every table, 420,000 lines), which is most of a live `explain`; `iptables-nft -S CHAIN`
-//! reads one chain (0.12 s for the 10,000 rules of `KUBE-SERVICES`, 7 ms for a Service's
-//! chain). A packet's path needs the built-in chains we jump from, our fixed chains, and of the
-//! 40,000 per-Service chains only those a rule that can match the packet jumps to. Reading
-//! iptables-legacy has no such cost (its save reads one blob from the kernel), so legacy nodes
-//! keep the whole save.
+//! Why: `iptables-nft-save` decodes every rule of every table (hundreds of thousands of lines
+//! on a large node), which is most of a live `explain`; `iptables-nft -S CHAIN` reads one chain
+//! (docs/benchmarks.md, "explain and status"). A packet's path needs the built-in chains we
+//! jump from, our fixed chains, and of the per-Service chains only those a rule that can match
+//! the packet jumps to. Reading iptables-legacy has no such cost (its save reads one blob from
+//! the kernel), so legacy nodes keep the whole save.
 //!
 //! Drift is told over the chains read: the plan, cut to the same chains, against the kernel's.
 //! A per-Service chain the kernel lacks but the plan's path needs is read (and found missing)

@@ -1,9 +1,8 @@
 //! Services and EndpointSlices as the proxy decodes them: only the fields the tracker reads.
 //!
-//! Why not k8s-openapi's types: a list is decoded whole before its first object reaches the
-//! tracker (one response per kind, see `api::watch`), and every object of it is held at once.
-//! k8s-openapi's `EndpointSlice` endpoint is 352 bytes before its strings (every field of the
-//! API, `targetRef`, `deprecatedTopology` and `hostname` among them), its `Service` 824, and
+//! Why not k8s-openapi's types: every object of every list is decoded, and what it decodes into
+//! is what the tracker folds in. k8s-openapi's `EndpointSlice` endpoint holds every field of the
+//! API (`targetRef`, `deprecatedTopology` and `hostname` among them) and its `Service` more, and
 //! each object's `managedFields` and `kubectl.kubernetes.io/last-applied-configuration`
 //! annotation, which real clusters carry on most objects, decode into kilobytes the proxy
 //! never reads. These types keep the API's field names and k8s-openapi's types for the parts
@@ -142,8 +141,8 @@ fn null_as_default<'de, D: Deserializer<'de>, T: Default + Deserialize<'de>>(
 /// The metadata the proxy reads: identity, resource version (the watchers resume from it),
 /// the labels and annotations it reads, deletion. `managedFields`, `ownerReferences`,
 /// `finalizers` and the rest are skipped while decoding. Each object's label and annotation
-/// maps cost over a kilobyte once decoded (a B-tree node of eleven entries), which at
-/// 44,000 Services and their slices is about 85 MiB for keys the proxy never looks up.
+/// maps cost over a kilobyte once decoded (a B-tree node of eleven entries), for keys the proxy
+/// never looks up.
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct LeanMeta {

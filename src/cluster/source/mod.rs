@@ -1,5 +1,6 @@
 //! Sources of cluster objects: the only code that knows where Services, EndpointSlices and Nodes
-//! come from (a directory of manifests here; kube-rs watchers later).
+//! come from: the API server through kube-rs ([`api`]) or a directory of manifests
+//! ([`manifests`]), and the host's addresses ([`interfaces`]).
 //!
 //! A source emits [`Event`]s; it filters nothing by meaning (the tracker decides what is ignored)
 //! and never panics on malformed input: an object that cannot be decoded is skipped with a warning

@@ -1,4 +1,4 @@
-//! eBPF mode (issue 20, phase 1): Services balanced when a socket connects, by cgroup
+//! eBPF mode: Services balanced when a socket connects, by cgroup
 //! sock_addr programs, so traffic from this node's processes and pods to a Service (ClusterIP,
 //! externalIP, LoadBalancer IP, NodePort on a `nodePortAddresses` address or 127.0.0.1) pays no
 //! per-packet NAT and leaves no conntrack entry; and packets from outside the node to a
@@ -36,7 +36,7 @@
 //! # Parts
 //! - [`layout`]: the map structs, mirrored from the C header and checked against it;
 //! - [`plan`]: pure, Snapshot → frontends (socket and external scope) and slot sets; names what
-//!   phase 1 leaves out;
+//!   this mode does not program;
 //! - [`diff`]: pure, (maps, plan) → writes, ordered so a Service's switch is atomic; whole, or
 //!   for the changed service ports only against the contents it keeps ([`diff::Held`]);
 //! - [`render`]: the plan as `plan --proxy-mode ebpf` prints it;

@@ -16,7 +16,7 @@
 //! policy's list with source NAT. A ClusterIP at a port its Service does not define is
 //! refused, from this node and from outside ([`UNDEFINED_PORT`]).
 //!
-//! Phase 1 leaves some of the model unprogrammed; [`Plan::not_programmed`] names it per
+//! This mode leaves some of the model unprogrammed; [`Plan::not_programmed`] names it per
 //! service port, so `plan` and the docs say the same.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -43,7 +43,7 @@ pub struct Plan {
     /// Empty slot sets whose service port has endpoints elsewhere (a `Local` policy without a
     /// local endpoint): kube-proxy drops such traffic rather than refusing it.
     pub drop: BTreeSet<SetName>,
-    /// What this phase does not program, per service port.
+    /// What this mode does not program, per service port.
     pub not_programmed: Vec<(ServicePortName, Gap)>,
     /// Frontends a service port asks for that one earlier in the snapshot holds (two Services
     /// with one externalIP and port): an incremental sync must revisit both.
@@ -134,7 +134,7 @@ impl List {
     }
 }
 
-/// Something of a service port phase 1 does not program.
+/// Something of a service port this mode does not program.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Gap {
     /// SCTP is not balanced by the socket programs.

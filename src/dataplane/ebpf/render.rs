@@ -1,5 +1,5 @@
 //! The eBPF mode's plan as `plan --proxy-mode ebpf` prints it: the map entries it would write,
-//! and what phase 1 does not program.
+//! and what this mode does not program.
 //!
 //! Pure. Also a test of the plan: rendering writes it into empty maps through
 //! [`diff`](super::diff), as the proxy does on a fresh node. Slot set ids are the ones [`diff`](super::diff) gives on empty maps (the proxy keeps

@@ -81,14 +81,12 @@ impl<B: Backend> IptablesDataplane<B> {
                 Err(reason) => {
                     tracing::warn!(family = %family, reason = %reason,
                         "iptables cannot program this family on this host; leaving it out");
-                    reasons.push(format!("{family}: {reason}"));
+                    reasons.push((family, reason));
                 }
             }
         }
         if usable.is_empty() {
-            return Err(NoUsableFamily {
-                reasons: reasons.join("; "),
-            });
+            return Err(NoUsableFamily { reasons });
         }
         self.families = usable;
         Ok(())
@@ -130,7 +128,7 @@ impl<B: Backend> IptablesDataplane<B> {
         let saved = match self.backend.save(want.family) {
             Ok(text) => adopt::parse(&text),
             Err(error) => {
-                // iptables-nft-save 1.8.9 crashes (SIGSEGV, after minutes) on 110,000 chains.
+                // iptables-nft-save 1.8.9 crashes (SIGSEGV) on a node of 110,000 chains.
                 tracing::warn!(family = %want.family, %error,
                     "cannot read the rules back; reading our jumps chain by chain, and deleting only stale chains this process made");
                 self.read_jumps(want, known).map_err(io_error)?
@@ -273,10 +271,19 @@ fn rule_counts(want: &Ruleset, script: &Script) -> IptablesRules {
 
 /// No IP family can be programmed with iptables on this host.
 #[derive(Debug, thiserror::Error)]
-#[error("iptables is not usable on this host: {reasons}")]
+#[error("iptables is not usable on this host: {}", per_family(reasons))]
 pub struct NoUsableFamily {
     /// Per family, why not.
-    pub reasons: String,
+    pub reasons: Vec<(IpFamily, backend::Unusable)>,
+}
+
+/// `IPv4: reason; IPv6: reason`.
+fn per_family(reasons: &[(IpFamily, backend::Unusable)]) -> String {
+    reasons
+        .iter()
+        .map(|(family, reason)| format!("{family}: {reason}"))
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 fn io_error(e: backend::Error) -> SyncError {

@@ -1,7 +1,7 @@
-//! The IPVS dataplane mode (issue 19): Services as IPVS virtual services whose destinations are
+//! The IPVS dataplane mode: Services as IPVS virtual services whose destinations are
 //! the endpoints, as upstream's `--proxy-mode=ipvs` programs them.
 //!
-//! What exists so far:
+//! # Parts
 //! - [`backend::netlink`]: a generic netlink IPVS client on our netlink core: typed services
 //!   (address or fwmark; scheduler; persistence; sh/mh flags) and destinations (NAT, weight,
 //!   thresholds), their encoders, the dump decoders with counters and connection counts, the

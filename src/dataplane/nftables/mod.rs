@@ -33,7 +33,7 @@
 //!
 //! # Why this layout
 //! `nft` slows down with the number of chains far more than with elements
-//! (docs/benchmarks.md): a chain per Service takes minutes at 10,000 Services. So there is no
+//! (docs/benchmarks.md): a chain per Service is slow at scale. So there is no
 //! chain per Service or per endpoint. Each frontend (ClusterIP, externalIP, LoadBalancer IP as
 //! `addr . proto . port`; NodePort as `proto . port`) is an element of:
 //! - `service-ips` / `service-nodeports`: its *treatment* chain, one of five shared chains that

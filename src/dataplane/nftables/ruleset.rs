@@ -262,9 +262,9 @@ pub type Elements = BTreeMap<Tuple, Element>;
 ///
 /// The elements are shared, not owned: a transaction that adds a whole set (a cold start, a
 /// new set, a rebuild) holds the plan's elements rather than a copy of them, and copying a
-/// ruleset (the last applied state kept to tell an outside change) copies no element. At
-/// 250,000 endpoints a copy is about 30 MiB. Writers go through [`Set::elements_mut`], which
-/// copies only while someone else still holds the same elements.
+/// ruleset (the last applied state kept to tell an outside change) copies no element, which
+/// at scale would be a second copy of the largest part of the plan. Writers go through
+/// [`Set::elements_mut`], which copies only while someone else still holds the same elements.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Set {
     pub decl: SetDecl,

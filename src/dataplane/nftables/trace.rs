@@ -1,6 +1,6 @@
 //! Walks a [`Ruleset`] with the first packet of a connection and says what happens to it.
 //!
-//! Pure. Backs packet-flow tests ("tcp 10.0.1.5 → 10.96.0.10:80 reaches one of {...}") and later
+//! Pure. Backs packet-flow tests ("tcp 10.0.1.5 → 10.96.0.10:80 reaches one of {...}") and
 //! `explain`. It interprets the typed rules, never rendered text, the way the kernel would:
 //! base chains of each hook in priority order, `jump`/`goto`/`return`, verdict maps, sets, `dnat`,
 //! the mark and masquerading. Random choices are not drawn but enumerated: the result has one

@@ -1,4 +1,4 @@
-//! Userspace mode (issue 21): the proxy carries each connection's bytes itself instead of
+//! Userspace mode: the proxy carries each connection's bytes itself instead of
 //! leaving them to NAT rules, so it can do what a rule cannot: try another endpoint when one
 //! refuses or does not answer. Upstream removed its userspace proxier in 1.26; this is ours.
 //!

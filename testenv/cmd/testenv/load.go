@@ -5,9 +5,8 @@ package main
 //
 // Why not through the API server: every Service create in kube-apiserver v1.37 runs the
 // ClusterIP allocator's metrics update, which lists and parses every IPAddress object twice
-// (ipallocator.Allocator.Used and Free), so creating N Services costs O(N²) API server CPU.
-// Measured on a 2-vCPU host: 20,000 Services took 125 s, 77 % of the API server's CPU in those
-// two scans; 44,000 took tens of minutes. Writing the objects to etcd, in the API server's
+// (ipallocator.Allocator.Used and Free), so creating N Services costs O(N²) API server CPU
+// (docs/benchmarks.md, "Scale harness"). Writing the objects to etcd, in the API server's
 // storage encoding (protobuf, defaulted by the API types' own defaulters, with the IPAddress
 // object the allocator would have made for each ClusterIP), gives the API server the same
 // stored state in seconds; it learns of the objects through its etcd watch, as it does of any
@@ -360,8 +359,8 @@ func putBatch(cli *clientv3.Client, batch []put) error {
 }
 
 // waitListed waits until a list through the API server with `query` holds at least `want`
-// objects. A consistent count did not mean the watch cache held them all: a proxy started
-// right after 44,000 Services were loaded listed 28,807 of them from the cache.
+// objects. A consistent count does not mean the watch cache holds them all: a proxy started
+// right after a large load can list only part of them from the cache.
 func waitListed(c *http.Client, server string, path listPath, query string, want int, limit time.Duration) error {
 	deadline := time.Now().Add(limit)
 	for {

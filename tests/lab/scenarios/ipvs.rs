@@ -1,4 +1,4 @@
-//! Scenarios of ipvs mode alone (issue 19): each scheduler sends connections where its
+//! Scenarios of ipvs mode alone: each scheduler sends connections where its
 //! algorithm says. They do not apply to the rule-based modes, and those that pick a scheduler
 //! per Service (our annotation `ipvs.kube-proxy-rs.io/scheduler`) do not apply to upstream,
 //! whose scheduler is one per node (`--ipvs-scheduler`; the lab runs every proxy with `rr`).

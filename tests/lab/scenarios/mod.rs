@@ -1,4 +1,4 @@
-//! The end-to-end scenario suite of issue 5: each scenario is an `async fn(&Lab) -> Result`, run
+//! The end-to-end scenario suite: each scenario is an `async fn(&Lab) -> Result`, run
 //! in turn against one shared lab per proxy and mode (each uses its own Services, so they do not
 //! interfere), and judged against what that proxy is expected to do.
 //!
@@ -41,7 +41,7 @@ type Run = for<'a> fn(&'a Lab) -> LocalBoxFuture<'a, Result<(), String>>;
 
 /// One scenario of the suite.
 pub struct Scenario {
-    /// Its number in issue 5.
+    /// Its number in the suite (docs/testing.md, "Scenarios and their status").
     pub id: u8,
     pub title: &'static str,
     pub run: Run,
@@ -251,7 +251,7 @@ pub fn all() -> Vec<Scenario> {
     ]
 }
 
-/// Scenarios of issue 5 the lab does not build yet, and what they need.
+/// Scenarios of the suite the lab does not build, and what they need.
 pub const NOT_BUILT: &[(u8, &str, &str)] = &[];
 
 /// Settle time while a scenario is expected to pass: proxies sync within about a second.

@@ -1,4 +1,4 @@
-//! Scenarios of a proxy that carries the connection itself (userspace mode, issue 21), and one
+//! Scenarios of a proxy that carries the connection itself (userspace mode), and one
 //! every mode must pass: an endpoint that refuses is skipped and the client still connects;
 //! an endpoint that does not answer within the dial timeout is skipped; a long-lived
 //! connection survives a sync that does not touch its endpoint; a relay listener's own port is

@@ -1,4 +1,4 @@
-//! Scenarios of the eBPF mode alone (issue 20): what balancing at connect() means for the
+//! Scenarios of the eBPF mode alone: what balancing at connect() means for the
 //! node, beyond reaching the endpoints every mode reaches; and the frontends that the shared
 //! scenarios reach only from outside first (where the eBPF mode needs tc), from inside.
 

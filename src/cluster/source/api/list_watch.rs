@@ -2,15 +2,15 @@
 //! arrives ([`list_split`]).
 //!
 //! Why not kube-rs's `watcher` for this: its list path decodes each response whole (the body's
-//! bytes, a copy as text, and every object, all at once), which set the proxy's peak memory at
-//! scale: 5,000 Services × 50 endpoints peaked at 213 MiB, of which the kept state after the
-//! lists is ~60. The watcher cannot start from a list read elsewhere, so this module does both
+//! bytes, a copy as text, and every object, all at once), which would set the proxy's peak
+//! memory at scale at several times the state it keeps after the lists. The watcher cannot
+//! start from a list read elsewhere, so this module does both
 //! halves, with the watcher's own events, errors and states, so its backoff
 //! (`WatchStreamExt::default_backoff`) and [`translate`](super::translate) apply unchanged:
 //!
 //! - List (`resourceVersion=0`, served from the API server's watch cache in one response, as
-//!   client-go's informers ask; unpaged, since kube-rs's pages of 500 made ~180 requests at
-//!   44,000 × 1, stretched past 30 s by the client's 5 QPS limit): `Init`, an `InitApply` per
+//!   client-go's informers ask; unpaged, since pages of 500 make a request per 500 objects,
+//!   which the client's QPS limit spreads over many seconds at scale): `Init`, an `InitApply` per
 //!   object as it is decoded, `InitDone`. Asked for as protobuf when the kind has a
 //!   [`ProtobufDecoder`] (Services and EndpointSlices, `contentType`'s default), split by
 //!   [`protobuf_split`]; JSON otherwise, or when the API server answers

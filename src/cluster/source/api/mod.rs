@@ -39,7 +39,7 @@ pub use list::list;
 pub use reachability::{Health, Reachability};
 pub use requests::RequestCounts;
 pub use thread::watch_on_own_thread;
-pub use watch::{Encoding, Lists, watch};
+pub use watch::{Encoding, Lists, NotABoolean, watch};
 
 use super::Kind;
 

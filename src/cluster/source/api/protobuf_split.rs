@@ -1,11 +1,10 @@
 //! A protobuf list response's items, found one by one in its body as the bytes arrive: the
 //! counterpart of [`list_split`](super::list_split) for `application/vnd.kubernetes.protobuf`.
 //!
-//! Why protobuf for lists: the API server encodes a list of 44,000 Services as 33 MB of JSON in
-//! 0.3-0.8 s and as 8.8 MB of protobuf in 0.13-0.24 s (measured with curl against the test API
-//! server, docs/benchmarks.md); the EndpointSlices alike (36.7 MB in 0.27-0.32 s against
-//! 9.8 MB in 0.18 s). Upstream's clients speak protobuf for the same reason
-//! (`clientConnection.contentType`'s default).
+//! Why protobuf for lists: the API server encodes a large list of Services or EndpointSlices as
+//! protobuf in far fewer bytes and less time than as JSON (measured with curl against the test
+//! API server: docs/benchmarks-history.md, "Protobuf lists"). Upstream's clients speak protobuf
+//! for the same reason (`clientConnection.contentType`'s default).
 //!
 //! The body is the API server's envelope: the four bytes `k8s\0`, then a `runtime.Unknown`
 //! message (field 1 its type, field 2 `raw`: the list message, fields 3 and 4 its encoding and

@@ -2,13 +2,12 @@
 //! single-threaded runtime there, and the events reach the proxy in batches.
 //!
 //! Why: a list arrives as thousands of body chunks, each handed from hyper's connection task to
-//! the task decoding it. On the proxy's multi-threaded runtime those two tasks sat on different
-//! threads, so every chunk cost a cross-thread wake-up. Measured at 44,000 Services × 1
-//! endpoint against the test API server (both lists, 70 MB of JSON): 0.57-0.96 s and 0.4-0.7 s
-//! of CPU, half of its samples in the scheduler, against 0.41-0.51 s and 0.2 s with everything
-//! on one thread (`examples/source_lists`, docs/benchmarks.md). Here the connection, the decoding and the splitting
-//! into objects share one thread, and the proxy's runner receives the objects a batch at a
-//! time: one hand-off per batch of up to [`BATCH`] events, not per chunk.
+//! the task decoding it. On a multi-threaded runtime those two tasks sit on different threads,
+//! so every chunk costs a cross-thread wake-up and much of the source's CPU goes to the
+//! scheduler (`examples/source_lists`; docs/benchmarks-history.md, "Lists read object by
+//! object"). Here the connection, the decoding and the splitting into objects share one thread,
+//! and the proxy's runner receives the objects a batch at a time: one hand-off per batch of up
+//! to [`BATCH`] events, not per chunk.
 //!
 //! The client is made on that thread too (kube-rs's client starts its request buffer on the
 //! runtime it is made on), and handed back: other users (the Event publisher) send their

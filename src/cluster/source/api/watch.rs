@@ -15,10 +15,10 @@
 //! answers the first watch with 400 or 422; that kind then lists the classic way for the rest
 //! of the process.
 //!
-//! Why classic is the default, measured (docs/benchmarks.md, "Cold start"): at 44,000 × 1 the
-//! 88,000 events of streamed lists, one at a time from the API server, made the lists 2-3×
-//! slower than two whole responses (a working node in 6.2 s against 3.2 s), and since classic
-//! lists are decoded object by object too, streaming saves no memory.
+//! Why classic is the default (docs/benchmarks-history.md, "Cold start"): streamed lists send
+//! one event per object, one at a time from the API server, which is slower than two whole
+//! responses at scale; and since classic lists are decoded object by object too, streaming
+//! saves no memory.
 
 use std::fmt::Debug;
 
@@ -50,16 +50,24 @@ impl Lists {
     /// From client-go's switch for the same choice, the environment variable
     /// `KUBE_FEATURE_WatchListClient` (`true` or `false`, as Go's `strconv.ParseBool` takes
     /// them); unset is [`Lists::Classic`].
-    pub fn from_env_value(value: Option<&str>) -> Result<Lists, String> {
+    pub fn from_env_value(value: Option<&str>) -> Result<Lists, NotABoolean> {
         match value {
             None => Ok(Lists::Classic),
             Some("1" | "t" | "T" | "true" | "TRUE" | "True") => Ok(Lists::Streamed),
             Some("0" | "f" | "F" | "false" | "FALSE" | "False") => Ok(Lists::Classic),
-            Some(other) => Err(format!(
-                "KUBE_FEATURE_WatchListClient={other:?}: not a boolean (accepted: true, false)"
-            )),
+            Some(other) => Err(NotABoolean {
+                value: other.to_owned(),
+            }),
         }
     }
+}
+
+/// `KUBE_FEATURE_WatchListClient` holds something other than a boolean.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("KUBE_FEATURE_WatchListClient={value:?}: not a boolean (accepted: true, false)")]
+pub struct NotABoolean {
+    /// The variable's value.
+    pub value: String,
 }
 
 /// How the classic lists of Services and EndpointSlices are asked for
@@ -245,9 +253,10 @@ mod tests {
         assert_eq!(Lists::from_env_value(Some("true")), Ok(Lists::Streamed));
         assert_eq!(Lists::from_env_value(Some("0")), Ok(Lists::Classic));
         let e = Lists::from_env_value(Some("yes")).unwrap_err();
-        assert!(
-            e.contains("KUBE_FEATURE_WatchListClient") && e.contains("true, false"),
-            "{e}"
+        assert_eq!(e.value, "yes");
+        assert_eq!(
+            e.to_string(),
+            "KUBE_FEATURE_WatchListClient=\"yes\": not a boolean (accepted: true, false)"
         );
     }
 }

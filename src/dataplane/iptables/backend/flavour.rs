@@ -54,10 +54,9 @@ pub fn choose(nft: &str, legacy: &str) -> Flavour {
 }
 
 /// [`choose`]'s answer when it is nft and can be told without nft's `-save` output (which
-/// decodes every table's rules even for `-t mangle`: 1.7 s at 10,000 Services, where
-/// iptables-legacy-save of an empty node takes milliseconds): nft holds one of the kubelet's
-/// [`MARKERS`] (`nft_marker`, asked chain by chain), or `legacy` holds neither a marker nor a
-/// rule. `false`: ask [`choose`].
+/// decodes every table's rules even for `-t mangle`, slow on a node with many Services): nft
+/// holds one of the kubelet's [`MARKERS`] (`nft_marker`, asked chain by chain), or `legacy`
+/// holds neither a marker nor a rule. `false`: ask [`choose`].
 pub fn nft_for_sure(nft_marker: bool, legacy: &str) -> bool {
     nft_marker || (!has_marker(legacy) && rule_count(legacy) == 0)
 }

@@ -268,14 +268,28 @@ impl IptablesCommand {
     }
 }
 
+/// Why an IP family cannot be programmed with iptables on this host.
+#[derive(Debug, thiserror::Error)]
+pub enum Unusable {
+    /// The family's nat table has no built-in POSTROUTING chain.
+    #[error("the nat table has no POSTROUTING chain")]
+    NoNatPostrouting,
+    /// Its tool could not be started (not installed, say), named with the system's reason.
+    #[error("{}: {}", .0, .0.source)]
+    Spawn(#[source] tool::SpawnError),
+    /// Its tool ran and refused.
+    #[error(transparent)]
+    Refused(Error),
+}
+
 /// Whether `family` can be programmed: its tool runs and its nat table has the built-in
 /// POSTROUTING chain (upstream's "present" check). The error says why not.
-pub fn check_family(backend: &mut impl Backend, family: IpFamily) -> Result<(), String> {
+pub fn check_family(backend: &mut impl Backend, family: IpFamily) -> Result<(), Unusable> {
     match backend.has_chain(family, Table::Nat, "POSTROUTING") {
         Ok(true) => Ok(()),
-        Ok(false) => Err("the nat table has no POSTROUTING chain".to_string()),
-        Err(Error::Spawn(e)) => Err(format!("{e}: {}", e.source)),
-        Err(e) => Err(e.to_string()),
+        Ok(false) => Err(Unusable::NoNatPostrouting),
+        Err(Error::Spawn(e)) => Err(Unusable::Spawn(e)),
+        Err(e) => Err(Unusable::Refused(e)),
     }
 }
 
@@ -343,5 +357,49 @@ impl Backend for IptablesCommand {
 
     fn watched_by(&mut self, drift: Arc<Drift>) {
         self.drift = Some(drift);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dataplane::iptables::{IptablesDataplane, ModeConfig};
+
+    /// Tools behind a prefix that does not exist: nothing can be started.
+    fn no_tools() -> IptablesCommand {
+        IptablesCommand::with_prefix(Flavour::Nft, vec!["/nonexistent/kube-proxy-rs".into()])
+    }
+
+    #[test]
+    fn a_family_whose_tool_cannot_start_is_unusable_with_the_system_reason() {
+        let unusable = check_family(&mut no_tools(), IpFamily::V4).expect_err("nothing runs");
+        let Unusable::Spawn(spawn) = &unusable else {
+            panic!("{unusable:?}");
+        };
+        assert_eq!(spawn.source.kind(), std::io::ErrorKind::NotFound);
+        assert_eq!(unusable.to_string(), format!("{spawn}: {}", spawn.source));
+        assert!(std::error::Error::source(&unusable).is_some());
+    }
+
+    #[test]
+    fn no_usable_family_names_each_family_and_keeps_its_reason() {
+        let mut dataplane = IptablesDataplane::new(ModeConfig::default(), no_tools());
+        let error = dataplane
+            .keep_usable_families()
+            .expect_err("nothing is usable");
+        let families: Vec<IpFamily> = error.reasons.iter().map(|(f, _)| *f).collect();
+        assert_eq!(families, [IpFamily::V4, IpFamily::V6]);
+        assert!(
+            error
+                .reasons
+                .iter()
+                .all(|(_, reason)| matches!(reason, Unusable::Spawn(_)))
+        );
+        let message = error.to_string();
+        assert!(
+            message.starts_with("iptables is not usable on this host: IPv4: ")
+                && message.contains("; IPv6: "),
+            "{message}"
+        );
     }
 }

@@ -1,7 +1,8 @@
 //! Pending set elements → a set's ordered element map, fast.
 //!
 //! Pure. The planner collects a hundred thousand elements in the order it visits service ports
-//! and puts each set in key order once at the end; this sort was most of the planner's time.
+//! and puts each set in key order once at the end; a plain sort of the elements would be most
+//! of the planner's time.
 //! Elements are large (a key and map data of 48 bytes each, plus the comment), so sorting the
 //! elements themselves spends its time moving memory. Instead small records of the first 32
 //! bytes of each key's encoding (see [`Tuple`]: exact for the common keys, an IPv4 or IPv6
@@ -20,8 +21,8 @@ use crate::dataplane::nftables::ruleset::{Element, Tuple};
 /// endpoint) is most of a full plan, and this is where a cold start peaks. So the elements are
 /// put in order in their own vector (each moved once, along the permutation's cycles), the
 /// sort records are dropped first, and the map is built from that vector, which
-/// `BTreeMap::from_iter` takes over without a copy. Before this, the added vector, the sort
-/// records and the map's own collected copy were all alive at once.
+/// `BTreeMap::from_iter` takes over without a copy, so the added vector, the sort records and
+/// a collected copy of the map are never alive at once.
 pub(super) fn sorted(mut elements: Vec<(Tuple, Element)>) -> BTreeMap<Tuple, Element> {
     let mut order: Vec<([u64; 4], u32)> = elements
         .iter()

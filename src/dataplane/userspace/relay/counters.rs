@@ -1,8 +1,8 @@
 //! What one listener has relayed: connections (or UDP flows) active and in total, bytes each
 //! way, dial failures and retries, and what it turned away.
 //!
-//! Plain atomics, written by the relay's tasks and read at any time (by tests now, by the
-//! metrics layer at scrape time later) through [`Counters::read`]; relaxed ordering, since
+//! Plain atomics, written by the relay's tasks and read at any time (by the metrics layer at
+//! scrape time, by tests) through [`Counters::read`]; relaxed ordering, since
 //! each value is a statistic on its own and no reader infers one from another.
 
 use std::sync::atomic::{AtomicU64, Ordering};

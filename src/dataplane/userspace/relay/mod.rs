@@ -60,8 +60,8 @@ pub struct Settings {
 }
 
 impl Default for Settings {
-    /// Per Service, the 10,000 connections the memory goal is set for (under 100 MB idle;
-    /// about 3 KB each as measured in this phase); overall, ten times that. UDP flows idle
+    /// Per Service, the 10,000 connections the memory goal is set for (under 100 MB idle,
+    /// checked by `tests/userspace_relay_memory.rs`); overall, ten times that. UDP flows idle
     /// out after 250 ms, upstream's `--udp-timeout` default for its userspace mode.
     fn default() -> Settings {
         Settings {

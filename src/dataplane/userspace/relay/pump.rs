@@ -24,10 +24,9 @@ use super::counters::{Counters, Event};
 /// request or a reply of a chatty connection fits.
 const CHUNK_MIN: usize = 64 * 1024;
 /// A direction that fills its buffer doubles it up to this size: a bulk transfer then moves
-/// a megabyte per read and write. Measured on loopback (`examples/userspace_relay.rs`), the
-/// relay on its own core carried 49 % of a direct connection's throughput with 64 KiB reads,
-/// 66-69 % with 256 KiB and 69-78 % with 1 MiB: fewer, larger hand-offs between the relay and
-/// the peers' threads. The buffer exists only while data flows, so idle connections cost
+/// a megabyte per read and write: fewer, larger hand-offs between the relay and the peers'
+/// threads carry more of a direct connection's throughput (`examples/userspace_relay.rs`,
+/// docs/benchmarks.md). The buffer exists only while data flows, so idle connections cost
 /// nothing; each connection keeps the size it reached.
 const CHUNK_MAX: usize = 1024 * 1024;
 

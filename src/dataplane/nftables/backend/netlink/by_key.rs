@@ -1,7 +1,7 @@
 //! A large set of our table read back by key, not by dump: the kernel re-walks a hash set from
-//! its start for every dump message, so a dump of a large one is quadratic (seconds at
-//! 250,000 elements), while asking for the planned keys costs one lookup each. What a
-//! restart's adoption at scale spends most of its time on.
+//! its start for every dump message, so a dump of a large one is quadratic, while asking for
+//! the planned keys costs one lookup each. Reading the large sets is most of a restart's
+//! adoption at scale.
 
 use std::sync::Arc;
 

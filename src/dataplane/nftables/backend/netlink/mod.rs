@@ -3,8 +3,8 @@
 //! [`Ruleset`](crate::dataplane::nftables::Ruleset) from
 //! `GET*` dumps, without `nft` in between.
 //!
-//! Why: `nft -f` spends seconds parsing a large ruleset and `nft list` tens of seconds
-//! printing one (docs/benchmarks.md); the kernel itself needs a fraction of that.
+//! Why: `nft -f` parsing a large ruleset and `nft list` printing one take far longer than the
+//! kernel needs to apply or dump it (docs/benchmarks.md, "netlink encoder against `nft -f`").
 //!
 //! Why our own message types: no maintained Apache-compatible crate covers nf_tables without
 //! linking libnftnl (GPL), and the rust-netlink family has none for it. So the socket and the
