@@ -308,6 +308,10 @@ fn run(config: &Config, node_name: &str, features: Features) -> ExitCode {
         // already in place are not written again, so it then has nothing to do.
         cli::run::ipvs_host_setup(config.ipvs.strict_arp);
     }
+    if config.init_only && config.mode == config::ProxyMode::Ebpf {
+        // The proxy's container may mount nothing that reaches the host.
+        cli::run::ebpf_host_setup(config);
+    }
     if config.init_only {
         // Upstream's --init-only does the host setup that needs full privileges (the conntrack
         // sysctls) and exits, so the long-running proxy can do with CAP_NET_ADMIN.
@@ -327,7 +331,7 @@ fn run(config: &Config, node_name: &str, features: Features) -> ExitCode {
     runtime.block_on(async move {
         let mode = match cli::run::dataplane(config) {
             Ok(m) => m,
-            Err(e) => return fail(e),
+            Err(e) => return fail(causes::one_line(&e)),
         };
         let mut proxy = match cli::run::Proxy::build(
             config,

@@ -3,7 +3,8 @@
 //! nftables mode (and, once, iptables mode) inside a fresh network namespace, and is asked
 //! over loopback in that namespace, as `kubectl exec` would. Bad and hostile parameters get
 //! one line and 400; the answers come from the proxy's model, its rules in the kernel and its
-//! own state.
+//! own state. With the metrics server on a wildcard address, `/debug` answers over loopback
+//! only, and no endpoint of the proxy takes a method that asks for a change.
 
 #![allow(
     clippy::disallowed_methods,
@@ -56,11 +57,17 @@ spec:
   ports: [{name: http, protocol: TCP, port: 80, targetPort: 8080}]
 "#;
 
-/// GETs `path` from the metrics address; prints the status code, a newline, then the body.
+/// Asks `http://ADDR:PORT` + `PATH` with `METHOD` (argv 1-3; GET and 127.0.0.1:10249 when
+/// only the path is given); prints the status code, a newline, then the body.
 const GET: &str = r#"
 import sys, urllib.request, urllib.error
+path = sys.argv[1]
+method = sys.argv[2] if len(sys.argv) > 2 else "GET"
+at = sys.argv[3] if len(sys.argv) > 3 else "127.0.0.1:10249"
+data = b"" if method in ("POST", "PUT", "PATCH") else None
 try:
-    r = urllib.request.urlopen("http://127.0.0.1:10249" + sys.argv[1], timeout=5)
+    q = urllib.request.Request("http://" + at + path, data=data, method=method)
+    r = urllib.request.urlopen(q, timeout=5)
     print(r.status); print(r.read().decode(), end="")
 except urllib.error.HTTPError as e:
     print(e.code); print(e.read().decode(), end="")
@@ -69,7 +76,11 @@ except Exception as e:
 "#;
 
 fn get(ns: &NetNs, path: &str) -> (u16, String) {
-    let out = ns.output("python3", &["-c", GET, path]);
+    ask(ns, "GET", "127.0.0.1:10249", path)
+}
+
+fn ask(ns: &NetNs, method: &str, at: &str, path: &str) -> (u16, String) {
+    let out = ns.output("python3", &["-c", GET, path, method, at]);
     let (code, body) = out.split_once('\n').unwrap_or((&out, ""));
     (code.trim().parse().unwrap_or(0), body.to_string())
 }
@@ -364,4 +375,71 @@ fn in_iptables_mode_the_running_proxy_explains_over_the_chains_it_programmed() {
         web.contains(" 1/1 "),
         "programmed/model from the kernel: {web}"
     );
+}
+
+#[test]
+fn on_a_wildcard_address_debug_answers_over_loopback_only_and_nothing_takes_a_change() {
+    let ns = NetNs::new("dbg-lo");
+    ns.output("ip", &["link", "set", "lo", "up"]);
+    // The node's own address: not a loopback one, though it sits on `lo`.
+    ns.output("ip", &["addr", "add", "10.0.0.11/32", "dev", "lo"]);
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("cluster.yaml"), MANIFESTS).expect("write manifests");
+    let manifests = dir.path().display().to_string();
+    let mut proxy = ChildGuard::spawn(
+        &format!("{}-proxy", ns.name),
+        ns.command(env!("CARGO_BIN_EXE_kube-proxy-rs")).args([
+            "--proxy-mode=nftables",
+            "--manifests",
+            &manifests,
+            "--hostname-override=node-a",
+            "--cluster-cidr=10.244.0.0/16",
+            "--metrics-bind-address=0.0.0.0:10249",
+            "--healthz-bind-address=0.0.0.0:10256",
+        ]),
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (code, body) = get(&ns, "/debug/status");
+        if code == 200 && body.contains("kernel: matches the plan") {
+            break;
+        }
+        assert!(
+            proxy.exited().is_none(),
+            "the proxy exited:\n{}",
+            proxy.log_tail(20)
+        );
+        assert!(
+            Instant::now() < deadline,
+            "no answer: {code} {body}\n{}",
+            proxy.log_tail(20)
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let node = "10.0.0.11:10249";
+    for path in ["/debug/", "/debug", "/debug/status", "/debug/services"] {
+        let (code, body) = ask(&ns, "GET", node, path);
+        assert_eq!(code, 403, "{path} at the node's address: {body}");
+        assert!(body.contains("only over loopback"), "{path}: {body}");
+        assert_eq!(ask(&ns, "GET", "127.0.0.1:10249", path).0, 200, "{path}");
+    }
+    // What a scraper on another host reads is still served there.
+    assert_eq!(ask(&ns, "GET", node, "/metrics").0, 200);
+    assert_eq!(ask(&ns, "GET", "10.0.0.11:10256", "/healthz").0, 200);
+
+    for (at, path) in [
+        ("127.0.0.1:10249", "/debug/status"),
+        ("127.0.0.1:10249", "/debug/explain?to=10.96.1.10:80"),
+        ("127.0.0.1:10249", "/metrics"),
+        ("127.0.0.1:10249", "/configz"),
+        ("127.0.0.1:10249", "/proxyMode"),
+        ("127.0.0.1:10249", "/healthz"),
+        ("127.0.0.1:10256", "/healthz"),
+        ("127.0.0.1:10256", "/livez"),
+    ] {
+        for method in ["POST", "PUT", "PATCH", "DELETE"] {
+            let (code, body) = ask(&ns, method, at, path);
+            assert_eq!(code, 405, "{method} {at}{path}: {body}");
+        }
+    }
 }

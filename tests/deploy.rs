@@ -7,7 +7,9 @@
 //! the binary's effective configuration (`deploy/migration.rs`): an overlay
 //! changes the mode only, so kubeadm's `config.conf` is used as it is; the proxy resolves names
 //! through the node's resolver; the opt-in component and upstream's patch never put both
-//! proxies on one node; the probes ask paths only kube-proxy-rs answers.
+//! proxies on one node; the probes ask paths only kube-proxy-rs answers. And the privileges
+//! each overlay asks for (`deploy/privileges.rs`): the proxy's container exactly its mode's
+//! capabilities, only the init container privileged.
 
 #![allow(
     clippy::disallowed_methods,
@@ -59,8 +61,12 @@ fn render(env: &TestEnv, dir: &str) -> String {
     kubectl(env, &["kustomize", dir], None)
 }
 
+#[path = "support/capabilities.rs"]
+mod capabilities;
 #[path = "deploy/migration.rs"]
 mod migration;
+#[path = "deploy/privileges.rs"]
+mod privileges;
 
 #[test]
 fn every_manifest_is_accepted_by_the_api_server() {

@@ -1,5 +1,6 @@
 //! The health servers over real HTTP on 127.0.0.1: `/healthz` and `/livez` follow the proxy's
-//! sync state and the Node, and a Service's health check follows its local endpoints.
+//! sync state and the Node, and a Service's health check follows its local endpoints. Neither
+//! takes a method that asks for a change.
 
 mod http;
 
@@ -272,5 +273,37 @@ async fn a_port_in_use_is_reported_once_and_retried_until_it_binds() {
     assert_eq!((recovered.open, recovered.failing), (1, 0));
     let r = http::must_get(SocketAddr::new(LOOPBACK, port), "/").await;
     assert_eq!(r.code, 200);
+    servers.close_all().await;
+}
+
+#[tokio::test]
+async fn health_servers_answer_get_and_head_and_refuse_changing_methods() {
+    let health = SharedHealth::new(ProxyHealth::timeout_for(SYNC_PERIOD));
+    health.updated(IpFamily::V4, wall_now());
+    let metrics = Metrics::new();
+    let addr = start_health_server(&health, &metrics).await;
+    let mut servers = Servers::new(Listen::Addresses(vec![LOOPBACK]), health.clone());
+    let port = free_port();
+    servers
+        .update(&service::desired(&snapshot(&cluster(port, "node-a", true))))
+        .await;
+    let check = SocketAddr::new(LOOPBACK, port);
+    for (at, path) in [
+        (addr, server::HEALTHZ_PATH),
+        (addr, server::LIVEZ_PATH),
+        (addr, server::OURS_HEALTHZ_PATH),
+        (addr, server::OURS_LIVEZ_PATH),
+        (check, "/"),
+        (check, "/any/path"),
+    ] {
+        assert_eq!(http::must_get(at, path).await.code, 200, "GET {at}{path}");
+        let head = http::request(at, "HEAD", path).await.unwrap();
+        assert_eq!(head.code, 200, "HEAD {at}{path}");
+        for method in http::CHANGING {
+            let r = http::request(at, method, path).await.unwrap();
+            assert_eq!(r.code, 405, "{method} {at}{path}: {}", r.body);
+            assert_eq!(r.header("allow"), Some("GET,HEAD"), "{method} {at}{path}");
+        }
+    }
     servers.close_all().await;
 }

@@ -1,6 +1,6 @@
 //! The metrics server over real HTTP on 127.0.0.1: a scrape lists every upstream metric with
 //! its type, counters move after recorded syncs, and `/configz`, `/proxyMode`, `/healthz`
-//! answer as upstream's metrics server does.
+//! answer as upstream's metrics server does; none of them takes a method that asks for a change.
 
 mod http;
 
@@ -220,4 +220,24 @@ async fn configz_proxy_mode_and_healthz_answer_like_upstream() {
     assert_eq!(doc["mode"], "nftables");
     assert_eq!(doc["kind"], "KubeProxyConfiguration");
     assert_eq!(doc["metricsBindAddress"], "127.0.0.1:10249");
+}
+
+#[tokio::test]
+async fn every_route_answers_get_and_head_and_refuses_changing_methods() {
+    let addr = start(&Metrics::new(), &config("nftables")).await;
+    for path in [
+        server::METRICS_PATH,
+        server::CONFIGZ_PATH,
+        server::PROXY_MODE_PATH,
+        server::HEALTHZ_PATH,
+    ] {
+        assert_eq!(http::must_get(addr, path).await.code, 200, "GET {path}");
+        let head = http::request(addr, "HEAD", path).await.unwrap();
+        assert_eq!(head.code, 200, "HEAD {path}");
+        for method in http::CHANGING {
+            let r = http::request(addr, method, path).await.unwrap();
+            assert_eq!(r.code, 405, "{method} {path}: {}", r.body);
+            assert_eq!(r.header("allow"), Some("GET,HEAD"), "{method} {path}");
+        }
+    }
 }

@@ -9,6 +9,12 @@
 //!   drift, and the runner's last sync;
 //! - `GET /debug/`: an index of the above.
 //!
+//! They answer only connections made to a loopback address (`127.0.0.1`, `::1`): with the
+//! metrics server on its default `127.0.0.1:10249` that is every connection; bound to a
+//! wildcard (`0.0.0.0:10249`, for a scraper on another host), a connection to the node's own
+//! address gets 403 on `/debug` while `/metrics` answers, so what they reveal of the node's
+//! Services and rules stays on the node. GET and HEAD only; any other method gets 405.
+//!
 //! The model comes from the runner ([`Peek`]), never from the tracker directly; the work runs
 //! on a blocking thread. Bad parameters get 400 and one line naming the parameter; every value
 //! in an answer is escaped by the renderers.
@@ -17,8 +23,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use axum::Router;
-use axum::extract::{Query, State};
+use axum::extract::{ConnectInfo, Query, State};
 use axum::http::{HeaderValue, StatusCode, header};
+use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use tokio::sync::watch;
@@ -29,6 +36,7 @@ use super::status::{self, Runtime, SyncSummary};
 use crate::cluster::{IpFamily, ServiceKey};
 use crate::config::Config;
 use crate::health::service::Serving;
+use crate::metrics::server::Arrival;
 use crate::sync::{Peek, Status};
 
 pub const SERVICES_PATH: &str = "/debug/services";
@@ -76,7 +84,26 @@ pub fn router(handles: Handles) -> Router {
         .route(STATUS_PATH, get(status_all))
         .route(INDEX_PATH, get(index))
         .route("/debug", get(index))
+        .route_layer(middleware::from_fn(loopback_only))
         .with_state(handles)
+}
+
+/// What a connection that did not arrive at a loopback address is told.
+pub const NOT_LOOPBACK: &str =
+    "the /debug endpoints answer only over loopback: ask 127.0.0.1 or ::1 on the node\n";
+
+/// Passes requests whose connection arrived at a loopback address; 403 for the rest, and for
+/// a server that does not record arrivals.
+async fn loopback_only(request: axum::extract::Request, next: Next) -> Response {
+    let arrived = request
+        .extensions()
+        .get::<ConnectInfo<Arrival>>()
+        .is_some_and(|ConnectInfo(a)| a.is_loopback());
+    if arrived {
+        next.run(request).await
+    } else {
+        (StatusCode::FORBIDDEN, NOT_LOOPBACK).into_response()
+    }
 }
 
 type Params = Query<HashMap<String, String>>;

@@ -256,6 +256,15 @@ impl Observe {
         extra: axum::Router,
         hard_fail: HardFail,
     ) {
+        let ip = address.ip().to_canonical();
+        if !ip.is_loopback() && !ip.is_unspecified() {
+            tracing::warn!(
+                %address,
+                "the /debug endpoints answer only connections to a loopback address, which this \
+                 metrics address does not take; bind --metrics-bind-address to 127.0.0.1, \
+                 0.0.0.0 or :: to use them (and `kube-proxy-rs status`)"
+            );
+        }
         loop {
             let failure = match TcpListener::bind(address).await {
                 Ok(listener) => {

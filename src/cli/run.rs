@@ -229,6 +229,20 @@ pub fn ebpf_pin_root(config: &Config) -> std::path::PathBuf {
         .unwrap_or_else(|| ebpf::names::PIN_ROOT.into())
 }
 
+/// The eBPF mode's privileged host setup, for `--init-only`: mounts bpffs under the pin root
+/// where none is mounted, so a mount made from a container whose mounts reach the host (the
+/// DaemonSet's privileged init container) outlives it and the proxy needs no mount of its own.
+/// A failure is a warning: the proxy tries again itself.
+pub fn ebpf_host_setup(config: &Config) {
+    let root = ebpf_pin_root(config);
+    match ebpf::backend::ensure_bpffs(&root) {
+        Ok(()) => tracing::info!(pins = %root.display(), "bpffs in place for the pins"),
+        Err(error) => tracing::warn!(pins = %root.display(),
+            error = %crate::causes::one_line(&error),
+            "cannot mount bpffs for the pins; the proxy will try again at start"),
+    }
+}
+
 /// The IPVS mode's privileged host setup, for `--init-only`: loads `ip_vs` (an IPVS socket
 /// resolves its generic netlink family, which the kernel loads on demand; its sysctls exist
 /// only then) and sets the sysctls. A failure is a warning: the proxy tries again itself.

@@ -3,8 +3,9 @@
 //!
 //! `/livez` answers whether the proxy keeps its rules current; `/healthz` additionally whether
 //! this Node should receive traffic (kubelet probes use the former, cloud load balancers the
-//! latter). Both count their answers in `kubeproxy_proxy_{healthz,livez}_total{code}`. The
-//! caller binds the listener, so it can log or report a bind failure as it sees fit.
+//! latter). Both count their answers in `kubeproxy_proxy_{healthz,livez}_total{code}`. They
+//! answer GET and HEAD only; any other method gets 405. The caller binds the listener, so it
+//! can log or report a bind failure as it sees fit.
 //!
 //! The same two answers are also served under `/kube-proxy-rs/` ([`OURS_HEALTHZ_PATH`],
 //! [`OURS_LIVEZ_PATH`]), paths upstream kube-proxy's health server answers with 404: a kubelet
@@ -16,7 +17,7 @@ use std::time::SystemTime;
 
 use axum::Router;
 use axum::extract::State;
-use axum::routing::any;
+use axum::routing::get;
 use tokio::net::TcpListener;
 
 use super::response::{self, Answer};
@@ -41,10 +42,10 @@ struct Shared {
 /// The routes, for [`serve`] or for tests that drive the router directly.
 pub fn router(health: SharedHealth, metrics: Metrics) -> Router {
     Router::new()
-        .route(HEALTHZ_PATH, any(healthz))
-        .route(LIVEZ_PATH, any(livez))
-        .route(OURS_HEALTHZ_PATH, any(healthz))
-        .route(OURS_LIVEZ_PATH, any(livez))
+        .route(HEALTHZ_PATH, get(healthz))
+        .route(LIVEZ_PATH, get(livez))
+        .route(OURS_HEALTHZ_PATH, get(healthz))
+        .route(OURS_LIVEZ_PATH, get(livez))
         .with_state(Shared { health, metrics })
 }
 

@@ -1,15 +1,20 @@
 //! The metrics server on `metricsBindAddress` (default `127.0.0.1:10249`): `/metrics`, and, as
 //! upstream serves them on the same port, `/healthz` (a plain `ok`), `/proxyMode` and `/configz`.
 //!
-//! The caller binds the listener, so it can log or report a bind failure as it sees fit.
+//! Every route answers GET and HEAD only; any other method gets 405, so nothing on this port
+//! can be asked to change state. The caller binds the listener, so it can log or report a bind
+//! failure as it sees fit.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::State;
+use axum::extract::connect_info::Connected;
 use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::any;
+use axum::routing::get;
+use axum::serve::IncomingStream;
 use tokio::net::TcpListener;
 
 use super::configz::configz;
@@ -44,24 +49,46 @@ pub fn router(metrics: Metrics, config: &Config) -> Router {
         configz: configz(config).to_string().into(),
     };
     Router::new()
-        .route(METRICS_PATH, any(scrape))
-        .route(CONFIGZ_PATH, any(show_config))
-        .route(PROXY_MODE_PATH, any(proxy_mode))
-        .route(HEALTHZ_PATH, any(ok))
+        .route(METRICS_PATH, get(scrape))
+        .route(CONFIGZ_PATH, get(show_config))
+        .route(PROXY_MODE_PATH, get(proxy_mode))
+        .route(HEALTHZ_PATH, get(ok))
         .with_state(shared)
 }
 
+/// The address a connection arrived at: the accepted socket's local address. Routes that answer
+/// only over loopback read it (as `ConnectInfo<Arrival>`): with the server bound to a wildcard
+/// address, a connection to `127.0.0.1` or `::1` arrives at loopback, one to the node's own
+/// address does not, whoever made it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Arrival(pub Option<SocketAddr>);
+
+impl Arrival {
+    /// Whether the connection was made to a loopback address (an IPv4-mapped one included).
+    pub fn is_loopback(&self) -> bool {
+        self.0.is_some_and(|a| a.ip().to_canonical().is_loopback())
+    }
+}
+
+impl Connected<IncomingStream<'_, TcpListener>> for Arrival {
+    fn connect_info(stream: IncomingStream<'_, TcpListener>) -> Self {
+        Arrival(stream.io().local_addr().ok())
+    }
+}
+
 /// Serves the metrics routes and those of `extra` on `listener` until the task is dropped or
-/// accepting fails. The configuration is rendered before the future is returned, so it can be
-/// spawned.
+/// accepting fails; every request carries its connection's [`Arrival`]. The configuration is
+/// rendered before the future is returned, so it can be spawned.
 pub fn serve(
     listener: TcpListener,
     metrics: Metrics,
     config: &Config,
     extra: Router,
 ) -> impl Future<Output = std::io::Result<()>> + Send + 'static {
-    let router = router(metrics, config).merge(extra);
-    async move { axum::serve(listener, router).await }
+    let app = router(metrics, config)
+        .merge(extra)
+        .into_make_service_with_connect_info::<Arrival>();
+    async move { axum::serve(listener, app).await }
 }
 
 fn with_type(content_type: &'static str, body: impl IntoResponse) -> Response {

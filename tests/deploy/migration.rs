@@ -37,7 +37,7 @@ fn kubectl(args: &[&str]) -> String {
 }
 
 /// The objects `kubectl kustomize DIR` renders.
-fn rendered(dir: &Path) -> Vec<Value> {
+pub(super) fn rendered(dir: &Path) -> Vec<Value> {
     let text = kubectl(&["kustomize", &dir.display().to_string()]);
     text.split("\n---\n")
         .map(|doc| serde_saphyr::from_str(doc).expect("rendered YAML"))
@@ -161,7 +161,7 @@ fn effective_config(objects: &[Value], container: &Value) -> Value {
     serde_saphyr::from_str(&std::fs::read_to_string(written).unwrap()).unwrap()
 }
 
-fn containers(objects: &[Value]) -> Vec<&Value> {
+pub(super) fn containers(objects: &[Value]) -> Vec<&Value> {
     let pod = &one(objects, "DaemonSet")["spec"]["template"]["spec"];
     ["initContainers", "containers"]
         .into_iter()

@@ -1,4 +1,4 @@
-//! A tiny HTTP/1.1 client for the server tests: one GET per connection, `Connection: close`,
+//! A tiny HTTP/1.1 client for the server tests: one request per connection, `Connection: close`,
 //! no redirects or chunked bodies (our servers send `Content-Length`). Only loopback addresses
 //! are ever passed in.
 
@@ -31,8 +31,18 @@ impl Reply {
 
 /// GET `path` from `addr`; an error when the connection is refused.
 pub async fn get(addr: SocketAddr, path: &str) -> std::io::Result<Reply> {
+    request(addr, "GET", path).await
+}
+
+/// The methods that ask a server to change something: every one must get 405.
+pub const CHANGING: [&str; 4] = ["POST", "PUT", "PATCH", "DELETE"];
+
+/// `method` on `path` at `addr`, with an empty body; an error when the connection is refused.
+pub async fn request(addr: SocketAddr, method: &str, path: &str) -> std::io::Result<Reply> {
     let mut stream = TcpStream::connect(addr).await?;
-    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    );
     stream.write_all(request.as_bytes()).await?;
     let mut raw = Vec::new();
     stream.read_to_end(&mut raw).await?;

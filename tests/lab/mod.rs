@@ -22,6 +22,8 @@
     reason = "the lab is a seam: it starts processes, runs `ip`, and reads the wall clock"
 )]
 
+#[path = "../support/capabilities.rs"]
+pub mod capabilities;
 pub mod client;
 pub mod cluster;
 pub mod echo;

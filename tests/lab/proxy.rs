@@ -1,5 +1,6 @@
 //! Which proxy runs on the lab's nodes: upstream kube-proxy (the reference) or ours, in a mode.
-//! One process per node namespace, started with the same upstream flags, as that node.
+//! One process per node namespace, started with the same upstream flags, as that node; ours
+//! with only its mode's capabilities (`setpriv`), as the deploy overlays give them.
 //!
 //! Both read the API server through a per-node `testenv bridge`, with the `system:kube-proxy`
 //! credentials a real kube-proxy has. (The lab also mirrors every object into a manifest
@@ -179,11 +180,19 @@ impl Proxy {
                     // the cgroup v2 hierarchy the programs attach to.
                     let mut cmd = std::process::Command::new("nsenter");
                     cmd.arg(format!("--net=/var/run/netns/{}", node.ns.name))
-                        .arg(exe);
+                        .arg("setpriv");
                     cmd
                 } else {
-                    node.ns.command(exe)
+                    node.ns.command("setpriv")
                 };
+                // As the DaemonSet runs it: root with only its mode's capabilities.
+                let caps = super::capabilities::needed(mode.as_str());
+                cmd.arg(format!(
+                    "--bounding-set={}",
+                    super::capabilities::bounding_set(caps)
+                ))
+                .args(["--inh-caps=-all", "--"])
+                .arg(exe);
                 cmd.arg(format!(
                     "--kubeconfig={}",
                     env.kube_proxy_kubeconfig.display()

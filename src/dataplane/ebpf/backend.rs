@@ -481,8 +481,9 @@ pub fn default_cgroup() -> PathBuf {
 }
 
 /// Mounts bpffs on [`names::BPFFS`] when the pin root lies there and it is not mounted (Debian
-/// does not mount it by default).
-fn ensure_bpffs(root: &Path) -> Result<(), Error> {
+/// does not mount it by default). Also `--init-only`'s work in eBPF mode, from a container
+/// whose mounts reach the host's.
+pub fn ensure_bpffs(root: &Path) -> Result<(), Error> {
     use nix::sys::statfs::{BPF_FS_MAGIC, statfs};
     let bpffs = Path::new(names::BPFFS);
     if !root.starts_with(bpffs) {

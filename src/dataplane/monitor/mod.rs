@@ -345,7 +345,10 @@ pub async fn run(netns: Option<String>, drift: Arc<Drift>, watch: Watch) {
                     }
                 }
             }
-            Err(error) => tracing::warn!(%error, "cannot watch nf_tables notifications; retrying"),
+            Err(error) => tracing::warn!(
+                error = %crate::causes::one_line(&error),
+                "cannot watch nf_tables notifications; retrying"
+            ),
         }
         delay = if started.elapsed() >= RESTART_DELAY_MAX {
             RESTART_DELAY

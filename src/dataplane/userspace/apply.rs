@@ -365,11 +365,11 @@ impl Dataplane for UserspaceDataplane {
             let applied = rules.apply(want, full).map_err(|e| match e {
                 nftables::apply::Error::Refused { .. } => SyncError::Refused {
                     mode: MODE,
-                    message: format!("redirect rules: {e}"),
+                    message: format!("redirect rules: {}", crate::causes::one_line(&e)),
                 },
                 other => SyncError::Io {
                     mode: MODE,
-                    message: format!("redirect rules: {other}"),
+                    message: format!("redirect rules: {}", crate::causes::one_line(&other)),
                     source: None,
                 },
             })?;

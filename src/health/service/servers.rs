@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use axum::Router;
 use axum::extract::{ConnectInfo, State};
+use axum::routing::get;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
@@ -216,7 +217,7 @@ impl Servers {
                 .local_addr()
                 .map_err(|e| (SocketAddr::from(([0; 4], port)), e))?;
             let app = Router::new()
-                .fallback(answer)
+                .fallback(get(answer))
                 .with_state(Arc::clone(entry))
                 .into_make_service_with_connect_info::<SocketAddr>();
             let key = entry.key.clone();
@@ -262,7 +263,8 @@ async fn close(open: Open) {
     }
 }
 
-/// Any path, any method, as upstream: the answer for the family the request arrived over.
+/// Any path, as upstream, but GET and HEAD only (any other method gets 405): the answer for the
+/// family the request arrived over.
 async fn answer(
     State(entry): State<Arc<Entry>>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,

@@ -122,27 +122,49 @@ impl IptablesCommand {
 
     /// Chooses the flavour where the node's rules live (see [`flavour`]), reading both with
     /// their `-save` tools through `prefix` (empty: here). A flavour whose tools fail counts as
-    /// holding nothing.
+    /// holding nothing; one refused for want of privilege (iptables-legacy's tools without
+    /// CAP_NET_RAW) is also one warning per tool, since its rules may well be there.
     pub fn detect(prefix: &[String]) -> Flavour {
-        IptablesCommand::detect_saved(prefix).0
+        let (flavour, _, refused) = IptablesCommand::read_both(prefix);
+        for (tool, error) in refused {
+            tracing::warn!(%tool, %error,
+                "cannot read this flavour's rules (iptables-legacy's tools need CAP_NET_RAW); \
+                 choosing the flavour as if it had none");
+        }
+        flavour
     }
 
     /// [`IptablesCommand::detect`], with the chosen flavour's `-save` output of each family
     /// (indexed by [`IpFamily::index`]; `None`: its tool failed), for a caller that reads the
-    /// rules next (`explain`) and need not run the tool again.
+    /// rules next (`explain`) and need not run the tool again. Warns of nothing: the running
+    /// proxy did at start.
     pub fn detect_saved(prefix: &[String]) -> (Flavour, [Option<String>; 2]) {
+        let (flavour, saved, _) = IptablesCommand::read_both(prefix);
+        (flavour, saved)
+    }
+
+    /// The flavour chosen, its `-save` outputs, and the tools refused for want of privilege
+    /// with their error.
+    fn read_both(prefix: &[String]) -> (Flavour, [Option<String>; 2], Vec<(String, String)>) {
         let launcher = Launcher::with_prefix(prefix.to_vec());
-        let read = |f: Flavour| -> [Option<String>; 2] {
+        let mut refused = Vec::new();
+        let mut read = |f: Flavour| -> [Option<String>; 2] {
             IpFamily::ALL.map(|family| {
+                let tool = f.tool(family, "-save");
                 let out = launcher
-                    .command(&f.tool(family, "-save"))
+                    .command(&tool)
                     .stdin(Stdio::null())
-                    .stderr(Stdio::null())
+                    .stderr(Stdio::piped())
                     .output()
                     .ok()?;
-                out.status
-                    .success()
-                    .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+                if out.status.success() {
+                    return Some(String::from_utf8_lossy(&out.stdout).into_owned());
+                }
+                let error = String::from_utf8_lossy(&out.stderr);
+                if error.contains("Permission denied") {
+                    refused.push((tool, error.trim().to_owned()));
+                }
+                None
             })
         };
         let nft = read(Flavour::Nft);
@@ -150,8 +172,8 @@ impl IptablesCommand {
         let joined =
             |saved: &[Option<String>; 2]| saved.iter().flatten().cloned().collect::<String>();
         match flavour::choose(&joined(&nft), &joined(&legacy)) {
-            Flavour::Nft => (Flavour::Nft, nft),
-            Flavour::Legacy => (Flavour::Legacy, legacy),
+            Flavour::Nft => (Flavour::Nft, nft, refused),
+            Flavour::Legacy => (Flavour::Legacy, legacy, refused),
         }
     }
 
