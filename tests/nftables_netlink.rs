@@ -167,6 +167,30 @@ fn every_golden_programs_through_netlink_as_through_nft() {
     }
 }
 
+/// On a node, iptables-nft's tables (kubelet's `KUBE-FIREWALL`, CNI plugins' chains) sit in
+/// the same families as ours, with rules and sets; the kernel dumps every chain of a family
+/// whatever table is asked for. Reading our table back must see only ours.
+#[test]
+fn other_tables_beside_ours_are_not_read_as_ours() {
+    let (name, node, cfg) = golden_settings().remove(0);
+    let mut pair = Pair::new();
+    let want = golden(node, &cfg);
+    pair.apply(&from_scratch(&want), name);
+    for family in ["ip", "ip6"] {
+        for line in [
+            format!("add table {family} filter"),
+            format!("add chain {family} filter INPUT {{ type filter hook input priority 0 ; }}"),
+            format!("add chain {family} filter KUBE-FIREWALL"),
+            format!("add set {family} filter blocked {{ type inet_service ; }}"),
+            format!("add rule {family} filter INPUT tcp dport @blocked jump KUBE-FIREWALL"),
+        ] {
+            let words: Vec<&str> = line.split(' ').collect();
+            pair.netlink.output("nft", &words);
+        }
+    }
+    pair.check(&want, "beside another table");
+}
+
 #[test]
 fn transactions_between_goldens_apply_as_through_nft() {
     let settings = golden_settings();

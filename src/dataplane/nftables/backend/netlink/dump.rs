@@ -16,7 +16,7 @@ use super::object::{self, concat_type, hook_of, kinds_len, range_net};
 use super::rule::{self, Layout};
 use super::uapi::{self, chain, datatype, elem, set, udata};
 use crate::dataplane::nftables::adopt::Parsed;
-use crate::dataplane::nftables::names::Name;
+use crate::dataplane::nftables::names::{self, Name};
 use crate::dataplane::nftables::ruleset::{
     BaseChain, ChainType, Comment, Data, DataKind, Element, Elements, Family, Kind, Ruleset, Set,
     SetDecl, Tuple, Value,
@@ -47,14 +47,27 @@ pub fn read<'a>(
         unknown: Vec::new(),
         foreign: Vec::new(),
     };
+    // The kernel dumps every chain of the family whatever table the request names (sets and
+    // rules it filters): on a node, iptables-nft's `filter`, `nat` and `mangle` chains come
+    // too. Only what is in our table is ours.
+    let ours = |a: &[u8], table_attribute| find_str(a, table_attribute) == Some(names::TABLE);
     for body in chains {
-        read_chain(&mut p, nfnetlink::attributes(body));
+        let a = nfnetlink::attributes(body);
+        if ours(a, chain::TABLE) {
+            read_chain(&mut p, a);
+        }
     }
     for body in sets {
-        read_set(&mut p, family, nfnetlink::attributes(body), elements);
+        let a = nfnetlink::attributes(body);
+        if ours(a, set::TABLE) {
+            read_set(&mut p, family, a, elements);
+        }
     }
     for body in rules {
         let a = nfnetlink::attributes(body);
+        if !ours(a, uapi::rule::TABLE) {
+            continue;
+        }
         let raw = find_str(a, uapi::rule::CHAIN).unwrap_or("?");
         let Some(name) = Name::parse(raw) else {
             p.foreign.push(format!("rule in chain {raw}"));
