@@ -189,6 +189,13 @@ proxy_start() {
 		done
 		return
 	fi
+	# The proxies' images as they are now (rebuilt by `cluster proxy` when the binary changed).
+	local image
+	for n in $(nodes); do
+		for image in "$STATE"/images/kube-proxy*.tar; do
+			ctr --address "$STATE/$n/containerd.sock" -n k8s.io images import "$image" >/dev/null
+		done
+	done
 	if [[ $who == ours ]]; then ours_daemonset "$mode" "${4:-}"; else upstream_daemonset "$mode" "${4:-}"; fi
 }
 
