@@ -17,8 +17,9 @@
 //!    `.h`, `.go`, `.md`, `.toml`, `.yaml`, `.sh`) or contain a `/` and start with the name of a
 //!    folder of the repository. Such a path is relative to wherever the prose is (`source/lean.rs`,
 //!    `dataplane/nftables/plan`), so it must be the tail of some file or folder path under
-//!    `src/`, `tests/`, `bpf/`, `benches/`, `examples/`, `testenv/` or `deploy/`. Other spans with
-//!    a `/` (`application/json`, `connect4/6`) are not paths and are not checked.
+//!    `src/`, `tests/`, `bpf/`, `benches/`, `examples/`, `testenv/` or `deploy/`, or a path
+//!    from the repository root (`deny.toml`). Other spans with a `/` (`application/json`,
+//!    `connect4/6`) are not paths and are not checked.
 //! 3. **Rust paths**, in a code span: `a::b::c` (optionally `()`) whose first segment names a
 //!    module of `src/` or `tests/` (another crate's path, such as `kube::Client`, is not
 //!    checked). The longest run of leading segments that names a module file (`…/a/b.rs` or
@@ -383,7 +384,7 @@ fn check_doc(root: &Path, tree: &Tree, ignored: &[String], doc: &str) -> Vec<Str
         if table_lines.contains(&line) {
             continue; // rule 5 reads the parts table's cells against their mode's folder
         }
-        if is_relative_path(tree, &span) && !tree.has_tail(&span) {
+        if is_relative_path(tree, &span) && !tree.has_tail(&span) && !root.join(&span).exists() {
             problems.push(format!(
                 "{doc}:{line}: `{span}` is no file or folder's path"
             ));
