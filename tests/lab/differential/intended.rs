@@ -9,6 +9,9 @@ use super::model::Svc;
 use super::outcome::{Obs, Outcome, Seen};
 use crate::lab::Mode;
 use crate::lab::Proto;
+use crate::lab::cluster::Family;
+use crate::lab::topology::{node_ip, node_ip6};
+use std::net::IpAddr;
 
 /// One intended difference.
 pub struct Intended {
@@ -67,14 +70,101 @@ pub const INTENDED: &[Intended] = &[
             matches!(key.source, Source::Node(_))
                 && key.proto == Proto::Udp
                 && *ours == Outcome([Obs::Refused].into())
-                && up.0.len() == 1
-                && up
+                && is_eperm(up)
+        },
+    },
+    Intended {
+        name: "eBPF fails the node's UDP that upstream drops with ETIMEDOUT",
+        modes: &[Mode::Ebpf],
+        reason: "where a Service port has endpoints but none this traffic may use (internal \
+                 traffic policy Local without a local endpoint, say), the socket programs fail \
+                 the node's sendmsg() with ETIMEDOUT, as its connect() of TCP; upstream's drop \
+                 in the output path fails the node's own datagram with EPERM. The datagram \
+                 goes nowhere either way",
+        covers: |_, key, up, ours| {
+            matches!(key.source, Source::Node(_))
+                && key.proto == Proto::Udp
+                && *ours == Outcome([Obs::Dropped].into())
+                && is_eperm(up)
+        },
+    },
+    Intended {
+        name: "eBPF refuses a restricted LoadBalancer IP without endpoints before its ranges",
+        modes: &[Mode::Ebpf],
+        reason: "a node's or pod's socket connecting to a LoadBalancer IP with \
+                 loadBalancerSourceRanges is checked against the ranges when its packets \
+                 leave (the source address is chosen after connect()); a Service port without \
+                 endpoints is refused at connect(), before that. Upstream checks the ranges \
+                 first and drops a client outside them",
+        covers: |svc, key, up, ours| {
+            inside(key.source)
+                && matches!(key.via, Via::LoadBalancer(_))
+                && svc.is_some_and(|s| !s.source_ranges.is_empty())
+                && !source_in_ranges(svc, key)
+                && *ours == Outcome([Obs::Refused].into())
+                && (*up == Outcome([Obs::Dropped].into()) || is_eperm(up))
+        },
+    },
+    Intended {
+        name: "source ranges of one family close the other family's LoadBalancer IPs",
+        modes: &[
+            Mode::Nftables,
+            Mode::Iptables,
+            Mode::Ipvs,
+            Mode::Userspace,
+            Mode::Ebpf,
+        ],
+        reason: "a Service whose loadBalancerSourceRanges name no range of a family gets no \
+                 LoadBalancer IP of that family (fail closed: the owner asked for a \
+                 restriction); upstream filters the ranges by family and, finding none, opens \
+                 that family's LoadBalancer IPs to every client",
+        covers: |svc, key, _, ours| {
+            matches!(key.via, Via::LoadBalancer(_))
+                && svc.is_some_and(|s| ranges_leave_out(s, key.family))
+                && !ours.0.is_empty()
+                && ours
                     .0
                     .iter()
-                    .all(|o| matches!(o, Obs::Other(e) if e.contains("os error 1")))
+                    .all(|o| matches!(o, Obs::Unreachable | Obs::Dropped))
         },
     },
 ];
+
+/// Whether `o` is the one failure EPERM (a send that the node's output path dropped).
+fn is_eperm(o: &Outcome) -> bool {
+    o.0.len() == 1
+        && o.0
+            .iter()
+            .all(|o| matches!(o, Obs::Other(e) if e.contains("os error 1)")))
+}
+
+/// Whether the address a pod or node source connects from (its pod address, or its node's
+/// underlay address) is in one of `svc`'s source ranges.
+fn source_in_ranges(svc: Option<&Svc>, key: &Key) -> bool {
+    let from: IpAddr = match (key.source, key.family) {
+        (Source::Pod { node }, family) => super::objects::pod_ip(&Source::pod_name(node), family),
+        (Source::Node(i), Family::V4) => node_ip(i).into(),
+        (Source::Node(i), Family::V6) => node_ip6(i).into(),
+        _ => return false,
+    };
+    svc.is_some_and(|s| {
+        s.source_ranges.iter().any(|r| {
+            r.trim()
+                .parse::<ipnet::IpNet>()
+                .is_ok_and(|n| n.contains(&from))
+        })
+    })
+}
+
+/// Whether `svc` has source ranges and none of them (a CIDR) is of `family`.
+fn ranges_leave_out(svc: &Svc, family: Family) -> bool {
+    !svc.source_ranges.is_empty()
+        && !svc.source_ranges.iter().any(|r| {
+            r.trim()
+                .parse::<ipnet::IpNet>()
+                .is_ok_and(|n| n.addr().is_ipv6() == (family == Family::V6))
+        })
+}
 
 /// The intended difference that covers this one, if any.
 pub fn find(
@@ -262,6 +352,130 @@ mod tests {
         };
         assert!(find(Mode::Ebpf, svc, &pod_udp, &eperm, &refused).is_none());
         let dropped = Outcome([Obs::Dropped].into());
-        assert!(find(Mode::Ebpf, svc, &node_udp, &eperm, &dropped).is_none());
+        assert_ne!(
+            find(Mode::Ebpf, svc, &node_udp, &eperm, &dropped).map(|i| i.name),
+            Some("eBPF refuses the node's UDP to a Service without endpoints at once")
+        );
+    }
+
+    #[test]
+    fn closed_source_ranges_cover_only_a_load_balancer_ip_of_a_family_without_ranges() {
+        let mut world = generate(1);
+        let svc = &mut world.services[0];
+        svc.source_ranges = vec!["fd00:200::/64".into()];
+        let lb = Key {
+            via: Via::LoadBalancer("198.51.100.15".parse().unwrap()),
+            source: Source::Client,
+            ..key()
+        };
+        let up = Outcome([served("n1-a", Seen::Node(0))].into());
+        let unreachable = Outcome([Obs::Unreachable].into());
+        let name = "source ranges of one family close the other family's LoadBalancer IPs";
+        let found = |svc: &Svc, k: &Key, ours: &Outcome| {
+            find(Mode::Nftables, Some(svc), k, &up, ours).map(|i| i.name)
+        };
+        assert_eq!(found(svc, &lb, &unreachable), Some(name));
+        // Not where ours served, nor on another frontend.
+        assert_eq!(found(svc, &lb, &up), None);
+        let cluster_ip = Key {
+            via: Via::ClusterIp,
+            ..lb.clone()
+        };
+        assert_eq!(found(svc, &cluster_ip, &unreachable), None);
+        // Not when a range of the family is there, nor without ranges.
+        svc.source_ranges.push("192.168.200.100/32".into());
+        assert_eq!(found(svc, &lb, &unreachable), None);
+        svc.source_ranges.clear();
+        assert_eq!(found(svc, &lb, &unreachable), None);
+        // The IPv6 LoadBalancer IP of a Service with only IPv4 ranges.
+        svc.source_ranges = vec!["10.244.0.0/16".into()];
+        let lb6 = Key {
+            via: Via::LoadBalancer("fd00:198::10".parse().unwrap()),
+            family: Family::V6,
+            ..lb.clone()
+        };
+        assert_eq!(found(svc, &lb6, &unreachable), Some(name));
+    }
+
+    #[test]
+    fn ebpf_udp_timeout_covers_only_the_nodes_own_eperm() {
+        let world = generate(1);
+        let svc = Some(&world.services[0]);
+        let node_udp = Key {
+            source: Source::Node(2),
+            proto: Proto::Udp,
+            port: "u0/UDP".into(),
+            ..key()
+        };
+        let eperm = Outcome([Obs::Other("Operation not permitted (os error 1)".into())].into());
+        let dropped = Outcome([Obs::Dropped].into());
+        let name =
+            |m, k: &Key, up: &Outcome, ours: &Outcome| find(m, svc, k, up, ours).map(|i| i.name);
+        assert_eq!(
+            name(Mode::Ebpf, &node_udp, &eperm, &dropped),
+            Some("eBPF fails the node's UDP that upstream drops with ETIMEDOUT")
+        );
+        assert_eq!(name(Mode::Nftables, &node_udp, &eperm, &dropped), None);
+        let pod_udp = Key {
+            source: Source::Pod { node: 0 },
+            ..node_udp.clone()
+        };
+        assert_eq!(name(Mode::Ebpf, &pod_udp, &eperm, &dropped), None);
+        let node_tcp = Key {
+            proto: Proto::Tcp,
+            ..node_udp.clone()
+        };
+        assert_eq!(name(Mode::Ebpf, &node_tcp, &eperm, &dropped), None);
+        let served = Outcome([served("n3-a", Seen::Client)].into());
+        assert_eq!(name(Mode::Ebpf, &node_udp, &served, &dropped), None);
+    }
+
+    #[test]
+    fn ebpf_early_refusal_covers_only_inside_sources_outside_the_ranges() {
+        let mut world = generate(1);
+        let svc = &mut world.services[0];
+        svc.source_ranges = vec!["10.244.2.0/24".into()];
+        let lb = Key {
+            via: Via::LoadBalancer("198.51.100.16".parse().unwrap()),
+            source: Source::Node(2),
+            ..key()
+        };
+        let dropped = Outcome([Obs::Dropped].into());
+        let refused = Outcome([Obs::Refused].into());
+        let name = "eBPF refuses a restricted LoadBalancer IP without endpoints before its ranges";
+        let found = |svc: &Svc, k: &Key, up: &Outcome, ours: &Outcome| {
+            find(Mode::Ebpf, Some(svc), k, up, ours).map(|i| i.name)
+        };
+        assert_eq!(found(svc, &lb, &dropped, &refused), Some(name));
+        let pod_outside = Key {
+            source: Source::Pod { node: 0 },
+            ..lb.clone()
+        };
+        assert_eq!(found(svc, &pod_outside, &dropped, &refused), Some(name));
+        // Not for a pod inside the ranges, nor from outside the node, nor without ranges.
+        let pod_inside = Key {
+            source: Source::Pod { node: 1 },
+            ..lb.clone()
+        };
+        assert_eq!(found(svc, &pod_inside, &dropped, &refused), None);
+        let outside = Key {
+            source: Source::Client,
+            ..lb.clone()
+        };
+        assert_eq!(found(svc, &outside, &dropped, &refused), None);
+        // Not where upstream served, nor on another frontend.
+        let served = Outcome([served("n3-a", Seen::Client)].into());
+        assert_eq!(found(svc, &lb, &served, &refused), None);
+        let cluster_ip = Key {
+            via: Via::ClusterIp,
+            ..lb.clone()
+        };
+        assert_eq!(found(svc, &cluster_ip, &dropped, &refused), None);
+        assert_eq!(
+            find(Mode::Nftables, Some(svc), &lb, &dropped, &refused).map(|i| i.name),
+            None
+        );
+        svc.source_ranges.clear();
+        assert_eq!(found(svc, &lb, &dropped, &refused), None);
     }
 }
