@@ -5,7 +5,7 @@
 //! differential test.
 
 use super::frontends::{Key, Source, Via};
-use super::model::Svc;
+use super::model::{ProxyLabel, Svc};
 use super::outcome::{Obs, Outcome, Seen};
 use crate::lab::Mode;
 use crate::lab::Proto;
@@ -103,6 +103,27 @@ pub const INTENDED: &[Intended] = &[
                 && !source_in_ranges(svc, key)
                 && *ours == Outcome([Obs::Refused].into())
                 && (*up == Outcome([Obs::Dropped].into()) || is_eperm(up))
+        },
+    },
+    Intended {
+        name: "unallocated ClusterIPs are routed, as in upstream's iptables and ipvs modes",
+        modes: &[Mode::Userspace, Mode::Ebpf],
+        reason: "these modes, like upstream's iptables and ipvs modes, claim only the \
+                 ClusterIPs of the Services they serve: an address of a service CIDR that no \
+                 such Service has (unallocated, or a Service labelled for another proxy) is \
+                 routed as any other, which in the lab answers host unreachable; upstream's \
+                 nftables mode, the reference here, watches the ServiceCIDRs and drops it",
+        covers: |svc, key, up, ours| {
+            matches!(
+                key.via,
+                Via::Unallocated | Via::ClusterIp | Via::UndefinedPort
+            ) && svc.is_none_or(|s| s.label == Some(ProxyLabel::OtherProxyName))
+                && (*up == Outcome([Obs::Dropped].into()) || is_eperm(up))
+                && !ours.0.is_empty()
+                && ours
+                    .0
+                    .iter()
+                    .all(|o| matches!(o, Obs::Unreachable | Obs::Dropped))
         },
     },
     Intended {
@@ -477,5 +498,62 @@ mod tests {
         );
         svc.source_ranges.clear();
         assert_eq!(found(svc, &lb, &dropped, &refused), None);
+    }
+
+    #[test]
+    fn routed_unallocated_addresses_cover_only_addresses_no_served_service_has() {
+        let mut world = generate(1);
+        let dropped = Outcome([Obs::Dropped].into());
+        let unreachable = Outcome([Obs::Unreachable].into());
+        let name = "unallocated ClusterIPs are routed, as in upstream's iptables and ipvs modes";
+        let unallocated = Key {
+            service: super::super::frontends::NO_SERVICE.into(),
+            via: Via::Unallocated,
+            ..key()
+        };
+        let found = |m, svc: Option<&Svc>, k: &Key, up: &Outcome, ours: &Outcome| {
+            find(m, svc, k, up, ours).map(|i| i.name)
+        };
+        assert_eq!(
+            found(Mode::Ebpf, None, &unallocated, &dropped, &unreachable),
+            Some(name)
+        );
+        assert_eq!(
+            found(Mode::Userspace, None, &unallocated, &dropped, &unreachable),
+            Some(name)
+        );
+        // Not in nftables mode, where upstream's drop is the reference for ours.
+        assert_eq!(
+            found(Mode::Nftables, None, &unallocated, &dropped, &unreachable),
+            None
+        );
+        // Not where ours served or refused.
+        let refused = Outcome([Obs::Refused].into());
+        assert_eq!(
+            found(Mode::Ebpf, None, &unallocated, &dropped, &refused),
+            None
+        );
+        // The ClusterIP of a Service for another proxy, not of one ours serves.
+        let svc = &mut world.services[0];
+        svc.label = None;
+        let k = key();
+        assert_eq!(
+            found(Mode::Ebpf, Some(svc), &k, &dropped, &unreachable),
+            None
+        );
+        svc.label = Some(ProxyLabel::OtherProxyName);
+        assert_eq!(
+            found(Mode::Ebpf, Some(svc), &k, &dropped, &unreachable),
+            Some(name)
+        );
+        // Not its NodePort.
+        let node_port = Key {
+            via: Via::NodePort { node: 0 },
+            ..k.clone()
+        };
+        assert_eq!(
+            found(Mode::Ebpf, Some(svc), &node_port, &dropped, &unreachable),
+            None
+        );
     }
 }
