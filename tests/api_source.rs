@@ -1,6 +1,6 @@
 //! The API source and the sync runner against a real kube-apiserver (`testenv/`): the model
-//! follows the cluster through creates, updates and deletes, survives the API server dying, and
-//! relists correctly when its watch expired.
+//! follows the cluster through creates, updates and deletes, filters each kind by its own label,
+//! survives the API server dying, and relists correctly when its watch expired.
 
 #[path = "support/testenv.rs"]
 mod testenv;
@@ -125,6 +125,55 @@ async fn the_model_follows_creates_updates_and_deletes() {
         "one initial list per kind, no relist: {status:?}"
     );
     assert_eq!(status.syncs_failed, 0);
+}
+
+/// Each kind is filtered by its own label, as upstream's informers are: the proxy-name label on
+/// Services, the headless label on slices. A Service labelled headless that has a ClusterIP is
+/// served; a slice labelled with a proxy name counts for its unlabelled Service.
+#[tokio::test]
+async fn services_and_slices_are_each_filtered_by_their_own_label() {
+    let env = TestEnv::shared();
+    let ns = env.namespace("src-labels").await;
+    let live = Live::start(&connection(&env.kubeconfig, None), periods()).await;
+
+    service(
+        &ns,
+        "marked",
+        json!({ "service.kubernetes.io/headless": "" }),
+    )
+    .await;
+    create_slice(&ns, "marked", "marked-a", &["10.2.0.1"]).await;
+    service(&ns, "web", json!({})).await;
+    let mut named: EndpointSlice =
+        serde_json::from_value(slice_json(&ns.name, "web", "web-a", &["10.2.0.2"])).unwrap();
+    named.metadata.labels.get_or_insert_default().insert(
+        "service.kubernetes.io/service-proxy-name".into(),
+        "x".into(),
+    );
+    ns.api::<EndpointSlice>()
+        .create(&PostParams::default(), &named)
+        .await
+        .expect("create slice web-a");
+    let mut headless: EndpointSlice =
+        serde_json::from_value(slice_json(&ns.name, "web", "web-b", &["10.2.0.3"])).unwrap();
+    headless
+        .metadata
+        .labels
+        .get_or_insert_default()
+        .insert("service.kubernetes.io/headless".into(), String::new());
+    ns.api::<EndpointSlice>()
+        .create(&PostParams::default(), &headless)
+        .await
+        .expect("create slice web-b");
+
+    let marked = format!("{}/marked:http", ns.name);
+    let web = format!("{}/web:http", ns.name);
+    live.converges(
+        &ns.name,
+        &[(&marked, &["10.2.0.1:8080"]), (&web, &["10.2.0.2:8080"])],
+        CONVERGE,
+    )
+    .await;
 }
 
 #[tokio::test]

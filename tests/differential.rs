@@ -8,9 +8,11 @@
 //! One test per mode of ours: nftables and iptables against upstream in the same mode,
 //! userspace and eBPF against upstream's nftables mode, and ipvs against upstream's ipvs mode
 //! in a User-mode Linux guest (`ipvs_matches_upstream_ipvs_in_uml`: this host's kernel has no
-//! IPVS). Each runs a few fixed seeds; `DIFF_SEEDS=20` (seeds
-//! 1-20), `DIFF_SEEDS=5-9` or `DIFF_SEEDS=3,7` runs others, and `DIFF_MODES=nftables,ebpf` runs
-//! only those modes' tests (the others return at once, saying so). `DIFF_SHRINK_TRIALS`
+//! IPVS). Each runs a few small fixed seeds (the iptables, userspace and eBPF ones in the
+//! default `cargo test`; nftables and ipvs only with `--include-ignored`, see their reasons);
+//! `DIFF_SEEDS=20` (seeds 1-20), `DIFF_SEEDS=5-9` or `DIFF_SEEDS=3,7` runs others, and
+//! `DIFF_MODES=nftables,ebpf` runs only those modes' tests (the others return at once, saying
+//! so). `DIFF_SHRINK_TRIALS`
 //! (default 15; 0 prints the Service unshrunk) and `DIFF_SHRINK_SERVICES` (default 1) bound
 //! the shrinking. `DIFF_PRINT=7` (or `7:s3`) prints seed 7's cluster (or its Service s3) as
 //! YAML. Needs root and `testenv/build`; without root it fails with that reason.
@@ -140,27 +142,24 @@ async fn run_mode(mode: Mode, default_seeds: &[u64]) {
 }
 
 #[tokio::test]
-#[ignore = "a lab run per seed and mode, beside upstream; run with: cargo test --test differential -- --ignored (docs/testing.md)"]
+#[ignore = "ours does not drop unallocated ClusterIPs yet, which every seed shows (docs/operations.md); run with: cargo test --test differential -- --include-ignored (docs/testing.md)"]
 async fn nftables_matches_upstream_nftables() {
-    run_mode(Mode::Nftables, &[1, 2, 3]).await;
+    run_mode(Mode::Nftables, &[12, 15]).await;
 }
 
 #[tokio::test]
-#[ignore = "a lab run per seed and mode, beside upstream; run with: cargo test --test differential -- --ignored (docs/testing.md)"]
 async fn iptables_matches_upstream_iptables() {
-    run_mode(Mode::Iptables, &[1, 2]).await;
+    run_mode(Mode::Iptables, &[12, 15]).await;
 }
 
 #[tokio::test]
-#[ignore = "a lab run per seed and mode, beside upstream; run with: cargo test --test differential -- --ignored (docs/testing.md)"]
 async fn userspace_matches_upstream_nftables() {
     run_mode(Mode::Userspace, &[1]).await;
 }
 
 #[tokio::test]
-#[ignore = "a lab run per seed and mode, beside upstream; run with: cargo test --test differential -- --ignored (docs/testing.md)"]
 async fn ebpf_matches_upstream_nftables() {
-    run_mode(Mode::Ebpf, &[1]).await;
+    run_mode(Mode::Ebpf, &[2, 8]).await;
 }
 
 /// The UML guest for ipvs mode: the API server, three proxies and the probes on one CPU.
@@ -177,7 +176,7 @@ static UML_HELPER: HelperProcess = HelperProcess::new("differential_uml_helper_p
 /// kernel has no IPVS): the guest runs the API server from `testenv/` and this test's
 /// ipvs seeds (`DIFF_SEEDS` and the shrinking variables are passed on).
 #[test]
-#[ignore = "a lab run per seed and mode, beside upstream; run with: cargo test --test differential -- --ignored (docs/testing.md)"]
+#[ignore = "a User-mode Linux guest with its own control plane: minutes before the first seed; run with: cargo test --test differential -- --include-ignored (docs/testing.md)"]
 fn ipvs_matches_upstream_ipvs_in_uml() {
     if !selected(Mode::Ipvs) {
         eprintln!("differential ipvs: not in DIFF_MODES");
@@ -186,7 +185,7 @@ fn ipvs_matches_upstream_ipvs_in_uml() {
     let Some(uml) = uml::Uml::find() else {
         return;
     };
-    let seeds = seeds(&[1]);
+    let seeds = seeds(&[19]);
     let budget = shrink_budget();
     let command = format!(
         "DIFF_SEEDS={} DIFF_SHRINK_TRIALS={} DIFF_SHRINK_SERVICES={} {}={GUEST_SETTLE_SECS} \
@@ -233,7 +232,7 @@ fn differential_uml_helper_process() {
             .enable_all()
             .build()
             .expect("a tokio runtime")
-            .block_on(run_mode(Mode::Ipvs, &[1]));
+            .block_on(run_mode(Mode::Ipvs, &[19]));
         println!("{RESULT}differential ipvs ok");
     });
 }

@@ -307,3 +307,24 @@ async fn health_servers_answer_get_and_head_and_refuse_changing_methods() {
     }
     servers.close_all().await;
 }
+
+/// Upstream runs one check server per IP family, each serving its family's Services: a check
+/// listening on every address answers an IPv4-only Service over IPv4 and refuses it over IPv6.
+#[tokio::test]
+async fn a_check_on_every_address_listens_only_in_its_services_family() {
+    let health = SharedHealth::new(ProxyHealth::timeout_for(SYNC_PERIOD));
+    let mut servers = Servers::new(Listen::Any, health);
+    let port = free_port();
+    let report = servers
+        .update(&service::desired(&snapshot(&cluster(port, "node-a", true))))
+        .await;
+    assert_eq!((report.open, report.failing), (1, 0));
+    let r = http::must_get(SocketAddr::new(LOOPBACK, port), "/").await;
+    assert_eq!(r.code, 200);
+    let v6 = SocketAddr::new(std::net::Ipv6Addr::LOCALHOST.into(), port);
+    assert!(
+        http::get(v6, "/").await.is_err(),
+        "an IPv4-only Service's check answered over IPv6"
+    );
+    servers.close_all().await;
+}

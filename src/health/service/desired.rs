@@ -25,9 +25,9 @@ pub struct Check {
 pub struct LocalEndpoints(BTreeMap<IpFamily, usize>);
 
 impl LocalEndpoints {
-    /// The count for a request that arrived over `family`. Upstream runs one check per family;
-    /// a single-stack Service reached over the other family (a dual-stack wildcard listener)
-    /// answers with the count of the family it has.
+    /// The count for a request that arrived over `family`. Upstream runs one check per family,
+    /// and so do the listeners (only in the Service's families); a request over another family
+    /// (an IPv4-mapped peer, say) answers with the count of the family the Service has.
     pub fn for_family(&self, family: IpFamily) -> usize {
         self.0
             .get(&family)

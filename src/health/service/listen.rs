@@ -1,5 +1,6 @@
 //! Where Service health checks listen: the node's NodePort addresses, as `nodePortAddresses`
-//! selects them, or every address when it matches all.
+//! selects them, or every address when it matches all; in either case only in the IP families
+//! the Service has, as upstream runs one check server per family.
 //!
 //! Pure: the caller passes the host's local addresses (an I/O question answered at the edge).
 
@@ -46,17 +47,37 @@ impl Listen {
         Listen::Addresses(chosen.into_iter().collect())
     }
 
-    /// The socket addresses to bind for `port`, in order. For [`Listen::Any`] the first is the
-    /// dual-stack wildcard and the second the IPv4 one, to try when the first cannot be bound
-    /// because the host has no IPv6.
-    pub fn sockets(&self, port: u16) -> Vec<SocketAddr> {
+    /// The socket addresses to bind for `port` of a Service with `families` (every family
+    /// when empty). For [`Listen::Any`] they are alternatives, in order: with both families
+    /// the dual-stack wildcard, then the IPv4 one, to try when the first cannot be bound
+    /// because the host has no IPv6; with one family that family's wildcard (the IPv6 one
+    /// bound IPv6-only, see [`Listen::v6_only`]). For [`Listen::Addresses`] every address of
+    /// those families, all to bind.
+    pub fn sockets(&self, port: u16, families: &BTreeSet<IpFamily>) -> Vec<SocketAddr> {
+        let has = |f: IpFamily| families.is_empty() || families.contains(&f);
         match self {
-            Listen::Any => vec![
-                SocketAddr::new(Ipv6Addr::UNSPECIFIED.into(), port),
-                SocketAddr::new(Ipv4Addr::UNSPECIFIED.into(), port),
-            ],
-            Listen::Addresses(ips) => ips.iter().map(|ip| SocketAddr::new(*ip, port)).collect(),
+            Listen::Any => {
+                let mut sockets = Vec::new();
+                if has(IpFamily::V6) {
+                    sockets.push(SocketAddr::new(Ipv6Addr::UNSPECIFIED.into(), port));
+                }
+                if has(IpFamily::V4) {
+                    sockets.push(SocketAddr::new(Ipv4Addr::UNSPECIFIED.into(), port));
+                }
+                sockets
+            }
+            Listen::Addresses(ips) => ips
+                .iter()
+                .filter(|ip| has(IpFamily::of(ip)))
+                .map(|ip| SocketAddr::new(*ip, port))
+                .collect(),
         }
+    }
+
+    /// Whether the IPv6 wildcard of a Service with `families` must refuse IPv4 (it has no
+    /// IPv4 check to answer for).
+    pub fn v6_only(families: &BTreeSet<IpFamily>) -> bool {
+        !families.is_empty() && !families.contains(&IpFamily::V4)
     }
 }
 
@@ -119,5 +140,25 @@ mod tests {
                 ip("fd00::10"),
             ])
         );
+    }
+
+    #[test]
+    fn a_check_listens_only_in_its_services_families() {
+        let v4: BTreeSet<IpFamily> = [IpFamily::V4].into();
+        let v6: BTreeSet<IpFamily> = [IpFamily::V6].into();
+        let both: BTreeSet<IpFamily> = [IpFamily::V4, IpFamily::V6].into();
+        let at = |s: &str| s.parse::<SocketAddr>().unwrap();
+        assert_eq!(Listen::Any.sockets(9, &v4), vec![at("0.0.0.0:9")]);
+        assert_eq!(Listen::Any.sockets(9, &v6), vec![at("[::]:9")]);
+        assert_eq!(
+            Listen::Any.sockets(9, &both),
+            vec![at("[::]:9"), at("0.0.0.0:9")]
+        );
+        assert!(Listen::v6_only(&v6));
+        assert!(!Listen::v6_only(&v4) && !Listen::v6_only(&both));
+        let two = Listen::Addresses(vec![ip("192.168.1.10"), ip("fd00::10")]);
+        assert_eq!(two.sockets(9, &v4), vec![at("192.168.1.10:9")]);
+        assert_eq!(two.sockets(9, &v6), vec![at("[fd00::10]:9")]);
+        assert_eq!(two.sockets(9, &both).len(), 2);
     }
 }

@@ -7,7 +7,7 @@
 //! never fatal. Answers read the proxy's health at request time, so they follow a failing
 //! dataplane without waiting for a sync.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -201,11 +201,20 @@ impl Servers {
         entry: &Arc<Entry>,
         port: u16,
     ) -> Result<Open, (SocketAddr, io::Error)> {
+        let families: BTreeSet<IpFamily> = entry
+            .local
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .families()
+            .keys()
+            .copied()
+            .collect();
+        let sockets = self.listen.sockets(port, &families);
         let mut listeners = Vec::new();
         match &self.listen {
-            Listen::Any => listeners.push(bind_any(&self.listen.sockets(port)).await?),
+            Listen::Any => listeners.push(bind_any(&sockets, Listen::v6_only(&families))?),
             Listen::Addresses(_) => {
-                for address in self.listen.sockets(port) {
+                for address in sockets {
                     let listener = TcpListener::bind(address).await.map_err(|e| (address, e))?;
                     listeners.push(listener);
                 }
@@ -236,12 +245,14 @@ impl Servers {
     }
 }
 
-/// Binds the dual-stack wildcard, falling back to the IPv4 one when the host has no IPv6. A
-/// port in use is not retried on the fallback: it is a real conflict.
-async fn bind_any(sockets: &[SocketAddr]) -> Result<TcpListener, (SocketAddr, io::Error)> {
+/// Binds the first wildcard of `sockets` that the host has, falling back to the next when
+/// the host lacks that family (no IPv6). The IPv6 wildcard is dual-stack unless `v6_only`,
+/// whatever `net.ipv6.bindv6only` says. A port in use is not retried on the fallback: it is
+/// a real conflict.
+fn bind_any(sockets: &[SocketAddr], v6_only: bool) -> Result<TcpListener, (SocketAddr, io::Error)> {
     let mut last = None;
     for address in sockets {
-        match TcpListener::bind(address).await {
+        match bind_wildcard(*address, v6_only) {
             Ok(listener) => return Ok(listener),
             Err(e) if e.kind() == io::ErrorKind::AddrInUse => return Err((*address, e)),
             Err(e) => last = Some((*address, e)),
@@ -251,6 +262,24 @@ async fn bind_any(sockets: &[SocketAddr]) -> Result<TcpListener, (SocketAddr, io
         let address = SocketAddr::from(([0; 4], 0));
         (address, io::Error::other("no address to listen on"))
     }))
+}
+
+/// A listening socket on `address`, as `TcpListener::bind` makes it (address reuse on), with
+/// `IPV6_V6ONLY` set to `v6_only` for an IPv6 address.
+fn bind_wildcard(address: SocketAddr, v6_only: bool) -> io::Result<TcpListener> {
+    let socket = socket2::Socket::new(
+        socket2::Domain::for_address(address),
+        socket2::Type::STREAM,
+        Some(socket2::Protocol::TCP),
+    )?;
+    if address.is_ipv6() {
+        socket.set_only_v6(v6_only)?;
+    }
+    socket.set_reuse_address(true)?;
+    socket.set_nonblocking(true)?;
+    socket.bind(&address.into())?;
+    socket.listen(1024)?;
+    TcpListener::from_std(socket.into())
 }
 
 /// Stops accepting and waits until the listener is dropped, so the port is free on return.

@@ -5,10 +5,13 @@
 //! differential test.
 
 use super::frontends::{Key, Source, Via};
-use super::model::Svc;
+use super::model::{ProxyLabel, Svc, node_of_pod};
 use super::outcome::{Obs, Outcome, Seen};
 use crate::lab::Mode;
 use crate::lab::Proto;
+use crate::lab::cluster::Family;
+use crate::lab::topology::{node_ip, node_ip6};
+use std::net::IpAddr;
 
 /// One intended difference.
 pub struct Intended {
@@ -67,14 +70,164 @@ pub const INTENDED: &[Intended] = &[
             matches!(key.source, Source::Node(_))
                 && key.proto == Proto::Udp
                 && *ours == Outcome([Obs::Refused].into())
-                && up.0.len() == 1
-                && up
+                && is_eperm(up)
+        },
+    },
+    Intended {
+        name: "eBPF fails the node's UDP that upstream drops with ETIMEDOUT",
+        modes: &[Mode::Ebpf],
+        reason: "where a Service port has endpoints but none this traffic may use (internal \
+                 traffic policy Local without a local endpoint, say), the socket programs fail \
+                 the node's sendmsg() with ETIMEDOUT, as its connect() of TCP; upstream's drop \
+                 in the output path fails the node's own datagram with EPERM. The datagram \
+                 goes nowhere either way",
+        covers: |_, key, up, ours| {
+            matches!(key.source, Source::Node(_))
+                && key.proto == Proto::Udp
+                && *ours == Outcome([Obs::Dropped].into())
+                && is_eperm(up)
+        },
+    },
+    Intended {
+        name: "eBPF refuses a restricted LoadBalancer IP without endpoints before its ranges",
+        modes: &[Mode::Ebpf],
+        reason: "a node's or pod's socket connecting to a LoadBalancer IP with \
+                 loadBalancerSourceRanges is checked against the ranges when its packets \
+                 leave (the source address is chosen after connect()); a Service port without \
+                 endpoints is refused at connect(), before that. Upstream checks the ranges \
+                 first and drops a client outside them",
+        covers: |svc, key, up, ours| {
+            inside(key.source)
+                && matches!(key.via, Via::LoadBalancer(_))
+                && svc.is_some_and(|s| !s.source_ranges.is_empty())
+                && !source_in_ranges(svc, key)
+                && *ours == Outcome([Obs::Refused].into())
+                && (*up == Outcome([Obs::Dropped].into()) || is_eperm(up))
+        },
+    },
+    Intended {
+        name: "another node's pod at a Local NodePort gets no answer that upstream loses",
+        modes: &[Mode::Userspace, Mode::Ebpf],
+        reason: "upstream counts every address of the cluster CIDR as local traffic, so a pod \
+                 of another node reaching this node's NodePort under externalTrafficPolicy \
+                 Local is sent to any endpoint of the cluster, unmasqueraded: an endpoint on a \
+                 third node answers the pod directly and the pod drops the answer (under \
+                 ClientIP affinity every time, when that is the endpoint upstream sticks to). \
+                 The eBPF mode serves such a pod from this node's endpoints, as any client from \
+                 outside the node; the userspace relay connects to the endpoint itself, so \
+                 every answer comes back through it. Every endpoint upstream served, ours \
+                 serves too",
+        covers: |svc, key, up, ours| {
+            let Source::Pod { node: from } = key.source else {
+                return false;
+            };
+            let Via::NodePort { node: to } = key.via else {
+                return false;
+            };
+            let ours_pods: Vec<(&str, u16)> = ours
+                .0
+                .iter()
+                .filter_map(|o| match o {
+                    Obs::Served { pod, port, .. } => Some((pod.as_str(), *port)),
+                    _ => None,
+                })
+                .collect();
+            to != from
+                && svc.is_some_and(Svc::etp_applies)
+                && !ours.0.is_empty()
+                && ours_pods.len() == ours.0.len()
+                && up.0.contains(&Obs::Dropped)
+                && up.0.iter().all(|o| match o {
+                    Obs::Dropped => true,
+                    Obs::Served { pod, port, .. } => {
+                        ours_pods.contains(&(pod.as_str(), *port))
+                            && (pod == "(sticky)" || node_of_pod(pod) == to)
+                    }
+                    _ => false,
+                })
+        },
+    },
+    Intended {
+        name: "unallocated ClusterIPs are routed, as in upstream's iptables and ipvs modes",
+        modes: &[Mode::Userspace, Mode::Ebpf],
+        reason: "these modes, like upstream's iptables and ipvs modes, claim only the \
+                 ClusterIPs of the Services they serve: an address of a service CIDR that no \
+                 such Service has (unallocated, or a Service labelled for another proxy) is \
+                 routed as any other, which in the lab answers host unreachable; upstream's \
+                 nftables mode, the reference here, watches the ServiceCIDRs and drops it",
+        covers: |svc, key, up, ours| {
+            matches!(
+                key.via,
+                Via::Unallocated | Via::ClusterIp | Via::UndefinedPort
+            ) && svc.is_none_or(|s| s.label == Some(ProxyLabel::OtherProxyName))
+                && (*up == Outcome([Obs::Dropped].into()) || is_eperm(up))
+                && !ours.0.is_empty()
+                && ours
                     .0
                     .iter()
-                    .all(|o| matches!(o, Obs::Other(e) if e.contains("os error 1")))
+                    .all(|o| matches!(o, Obs::Unreachable | Obs::Dropped))
+        },
+    },
+    Intended {
+        name: "source ranges of one family close the other family's LoadBalancer IPs",
+        modes: &[
+            Mode::Nftables,
+            Mode::Iptables,
+            Mode::Ipvs,
+            Mode::Userspace,
+            Mode::Ebpf,
+        ],
+        reason: "a Service whose loadBalancerSourceRanges name no range of a family gets no \
+                 LoadBalancer IP of that family (fail closed: the owner asked for a \
+                 restriction); upstream filters the ranges by family and, finding none, opens \
+                 that family's LoadBalancer IPs to every client",
+        covers: |svc, key, _, ours| {
+            matches!(key.via, Via::LoadBalancer(_))
+                && svc.is_some_and(|s| ranges_leave_out(s, key.family))
+                && !ours.0.is_empty()
+                && ours
+                    .0
+                    .iter()
+                    .all(|o| matches!(o, Obs::Unreachable | Obs::Dropped))
         },
     },
 ];
+
+/// Whether `o` is the one failure EPERM (a send that the node's output path dropped).
+fn is_eperm(o: &Outcome) -> bool {
+    o.0.len() == 1
+        && o.0
+            .iter()
+            .all(|o| matches!(o, Obs::Other(e) if e.contains("os error 1)")))
+}
+
+/// Whether the address a pod or node source connects from (its pod address, or its node's
+/// underlay address) is in one of `svc`'s source ranges.
+fn source_in_ranges(svc: Option<&Svc>, key: &Key) -> bool {
+    let from: IpAddr = match (key.source, key.family) {
+        (Source::Pod { node }, family) => super::objects::pod_ip(&Source::pod_name(node), family),
+        (Source::Node(i), Family::V4) => node_ip(i).into(),
+        (Source::Node(i), Family::V6) => node_ip6(i).into(),
+        _ => return false,
+    };
+    svc.is_some_and(|s| {
+        s.source_ranges.iter().any(|r| {
+            r.trim()
+                .parse::<ipnet::IpNet>()
+                .is_ok_and(|n| n.contains(&from))
+        })
+    })
+}
+
+/// Whether `svc` has source ranges and none of them (a CIDR) is of `family`.
+fn ranges_leave_out(svc: &Svc, family: Family) -> bool {
+    !svc.source_ranges.is_empty()
+        && !svc.source_ranges.iter().any(|r| {
+            r.trim()
+                .parse::<ipnet::IpNet>()
+                .is_ok_and(|n| n.addr().is_ipv6() == (family == Family::V6))
+        })
+}
 
 /// The intended difference that covers this one, if any.
 pub fn find(
@@ -136,132 +289,5 @@ fn inside(source: Source) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::differential::frontends::Via;
-    use crate::differential::generate::generate;
-    use crate::lab::Proto;
-    use crate::lab::cluster::Family;
-
-    fn served(pod: &str, seen: Seen) -> Obs {
-        Obs::Served {
-            pod: pod.into(),
-            port: 8080,
-            seen,
-        }
-    }
-
-    fn key() -> Key {
-        Key {
-            service: "s0".into(),
-            port: "t0/TCP".into(),
-            proto: Proto::Tcp,
-            family: Family::V4,
-            via: Via::ClusterIp,
-            source: Source::Pod { node: 0 },
-        }
-    }
-
-    #[test]
-    fn every_entry_names_its_modes_and_reason_once() {
-        let mut names: Vec<&str> = INTENDED.iter().map(|i| i.name).collect();
-        names.sort_unstable();
-        names.dedup();
-        assert_eq!(names.len(), INTENDED.len(), "names are unique");
-        for i in INTENDED {
-            assert!(!i.modes.is_empty() && i.reason.len() > 40, "{}", i.name);
-        }
-    }
-
-    #[test]
-    fn the_relay_covers_only_a_changed_source_address() {
-        let world = generate(1);
-        let svc = Some(&world.services[0]);
-        let up = Outcome([served("n2-a", Seen::Client), served("n3-a", Seen::Client)].into());
-        let relayed =
-            Outcome([served("n2-a", Seen::Node(0)), served("n3-a", Seen::Node(0))].into());
-        let k = key();
-        assert!(find(Mode::Userspace, svc, &k, &up, &relayed).is_some());
-        // Not in another mode.
-        assert!(find(Mode::Nftables, svc, &k, &up, &relayed).is_none());
-        // Not when an endpoint is missing.
-        let fewer = Outcome([served("n2-a", Seen::Node(0))].into());
-        assert!(find(Mode::Userspace, svc, &k, &up, &fewer).is_none());
-        // Not when a pod's own address reached the endpoint.
-        let kept = Outcome([served("n2-a", Seen::Client), served("n3-a", Seen::Client)].into());
-        let relayed_one =
-            Outcome([served("n2-a", Seen::Node(0)), served("n3-a", Seen::Node(1))].into());
-        assert!(find(Mode::Userspace, svc, &k, &relayed_one, &kept).is_none());
-        // Not when a failure differs.
-        let refused = Outcome([Obs::Refused].into());
-        let dropped = Outcome([Obs::Dropped].into());
-        assert!(find(Mode::Userspace, svc, &k, &refused, &dropped).is_none());
-    }
-
-    #[test]
-    fn ebpf_without_nat_covers_only_inside_sources_that_kept_their_address() {
-        let world = generate(1);
-        let svc = Some(&world.services[0]);
-        let up = Outcome([served("n1-b", Seen::Node(0)), served("n2-a", Seen::Client)].into());
-        let ours = Outcome([served("n1-b", Seen::Client), served("n2-a", Seen::Client)].into());
-        let k = key();
-        let name = |m| find(m, svc, &k, &up, &ours).map(|i| i.name);
-        assert_eq!(
-            name(Mode::Ebpf),
-            Some("eBPF balances the node's and pods' sockets without NAT")
-        );
-        assert_eq!(name(Mode::Nftables), None);
-        // Not from outside, where the tc programs rewrite the source as a masquerade would.
-        let outside = Key {
-            source: Source::Client,
-            ..key()
-        };
-        assert!(find(Mode::Ebpf, svc, &outside, &up, &ours).is_none());
-        // Not when ours masqueraded where upstream did not.
-        assert!(find(Mode::Ebpf, svc, &k, &ours, &up).is_none());
-    }
-
-    #[test]
-    fn node_ports_on_every_address_cover_only_the_pod_gateway_refused_upstream() {
-        let world = generate(1);
-        let svc = Some(&world.services[0]);
-        let gateway = Key {
-            via: Via::NodePortGateway { node: 0 },
-            ..key()
-        };
-        let refused = Outcome([Obs::Refused].into());
-        let ours = Outcome([served("n2-a", Seen::Client)].into());
-        assert!(find(Mode::Ebpf, svc, &gateway, &refused, &ours).is_some());
-        assert!(find(Mode::Userspace, svc, &gateway, &refused, &ours).is_some());
-        assert!(find(Mode::Nftables, svc, &gateway, &refused, &ours).is_none());
-        let on_node = Key {
-            via: Via::NodePort { node: 0 },
-            ..key()
-        };
-        assert!(find(Mode::Ebpf, svc, &on_node, &refused, &ours).is_none());
-        let dropped = Outcome([Obs::Dropped].into());
-        assert!(find(Mode::Ebpf, svc, &gateway, &dropped, &ours).is_none());
-    }
-
-    #[test]
-    fn ebpf_udp_refusal_covers_only_the_nodes_own_eperm() {
-        let world = generate(1);
-        let svc = Some(&world.services[0]);
-        let node_udp = Key {
-            source: Source::Node(2),
-            proto: Proto::Udp,
-            port: "u0/UDP".into(),
-            ..key()
-        };
-        let eperm = Outcome([Obs::Other("Operation not permitted (os error 1)".into())].into());
-        let refused = Outcome([Obs::Refused].into());
-        assert!(find(Mode::Ebpf, svc, &node_udp, &eperm, &refused).is_some());
-        let pod_udp = Key {
-            source: Source::Pod { node: 0 },
-            ..node_udp.clone()
-        };
-        assert!(find(Mode::Ebpf, svc, &pod_udp, &eperm, &refused).is_none());
-        let dropped = Outcome([Obs::Dropped].into());
-        assert!(find(Mode::Ebpf, svc, &node_udp, &eperm, &dropped).is_none());
-    }
-}
+#[path = "intended_tests.rs"]
+mod tests;

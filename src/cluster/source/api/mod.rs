@@ -43,14 +43,14 @@ pub use watch::{Encoding, Lists, NotABoolean, watch};
 
 use super::Kind;
 
-/// Label selectors of the watches: upstream's informers skip objects of Services another proxy
-/// serves (`service.kubernetes.io/service-proxy-name`) and headless Services' slices
-/// (`service.kubernetes.io/headless`), and apply both requirements to both kinds.
+/// Label selectors of the watches, each kind with its own requirement as upstream's informers
+/// have them: Services another proxy serves (`service.kubernetes.io/service-proxy-name`) are
+/// skipped, and so are headless Services' slices (`service.kubernetes.io/headless`). A Service
+/// that carries the headless label but has a ClusterIP is served, and a slice that carries the
+/// proxy-name label counts for its Service, whose own labels decide.
 pub mod watch_selector {
-    pub const SERVICES: &str =
-        "!service.kubernetes.io/service-proxy-name,!service.kubernetes.io/headless";
-    pub const ENDPOINT_SLICES: &str =
-        "!service.kubernetes.io/service-proxy-name,!service.kubernetes.io/headless";
+    pub const SERVICES: &str = "!service.kubernetes.io/service-proxy-name";
+    pub const ENDPOINT_SLICES: &str = "!service.kubernetes.io/headless";
 }
 
 /// The field selector for this node's Node object.
