@@ -154,7 +154,7 @@ async fn iptables_matches_upstream_iptables() {
 
 #[tokio::test]
 async fn userspace_matches_upstream_nftables() {
-    run_mode(Mode::Userspace, &[1]).await;
+    run_mode(Mode::Userspace, &[15, 20]).await;
 }
 
 #[tokio::test]

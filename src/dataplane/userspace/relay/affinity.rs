@@ -1,17 +1,19 @@
-//! ClientIP session affinity: which endpoint each client was last sent to, shared by every
+//! ClientIP session affinity: which endpoints each client was sent to, shared by every
 //! listener of one service port in one family.
 //!
 //! Upstream keeps one affinity per service port, whatever frontend a client comes through: a
 //! client sent to an endpoint through the ClusterIP goes back to it through the NodePort, as
-//! long as that frontend's endpoints include it. A service port here may have two listeners
-//! (its cluster-wide and its local endpoints), so the table is not a listener's own but a
+//! long as that frontend's endpoints include it. It remembers the client per endpoint, so a
+//! client the local endpoints took elsewhere (their list lacks its endpoint) keeps both: each
+//! frontend goes on to the endpoint it chose. A service port here may have two listeners (its
+//! cluster-wide and its local endpoints), so the table is not a listener's own but a
 //! [`Affinity`] handle the dataplane gives each of them.
 //!
 //! The [`Table`] is pure: no I/O and no clock (the caller passes "now"). Its meaning is the
 //! Service API's for `sessionAffinity: ClientIP`: a client's connections go to the endpoint
 //! its previous one went to, as long as it comes back within `timeoutSeconds` of that
-//! previous connection. An endpoint that fails a dial loses the client, so a retry is free to
-//! go elsewhere.
+//! previous connection; of several, the one it was sent to first. An endpoint that fails a
+//! dial loses the client, so a retry is free to go elsewhere.
 
 use std::collections::{HashMap, HashSet};
 use std::net::{IpAddr, SocketAddr};
@@ -20,11 +22,12 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-/// The clients of one service port in one family and the endpoint each is stuck to.
+/// The clients of one service port in one family and the endpoints each is stuck to, in the
+/// order it was sent to them (rarely more than one: one per endpoint list it came through).
 #[derive(Debug)]
 pub struct Table {
     timeout: Duration,
-    clients: HashMap<IpAddr, Sticky>,
+    clients: HashMap<IpAddr, Vec<Sticky>>,
     /// The table is swept of expired entries when it grows past this size, so a stream of
     /// one-off clients costs memory in proportion to the clients seen within a timeout.
     sweep_at: usize,
@@ -55,57 +58,63 @@ impl Table {
 
     /// The endpoint `client` is stuck to, refreshed, if its affinity is still valid and
     /// `usable` says the endpoint may take it (one of the asking listener's endpoints that
-    /// this connection has not already failed to reach).
+    /// this connection has not already failed to reach); of several, the first it was sent
+    /// to.
     pub fn sticky(
         &mut self,
         client: IpAddr,
         usable: impl Fn(&SocketAddr) -> bool,
         now: Instant,
     ) -> Option<SocketAddr> {
-        let sticky = self.clients.get_mut(&client)?;
-        let fresh = now.saturating_duration_since(sticky.last_used) <= self.timeout;
-        if fresh && usable(&sticky.endpoint) {
-            sticky.last_used = now;
-            Some(sticky.endpoint)
-        } else {
-            None
-        }
+        let timeout = self.timeout;
+        let sticky = self.clients.get_mut(&client)?.iter_mut().find(|s| {
+            now.saturating_duration_since(s.last_used) <= timeout && usable(&s.endpoint)
+        })?;
+        sticky.last_used = now;
+        Some(sticky.endpoint)
     }
 
-    /// `client` was sent to `endpoint`: it sticks there from now on.
+    /// `client` was sent to `endpoint`: it sticks there from now on, beside any other
+    /// endpoint it is still stuck to.
     pub fn remember(&mut self, client: IpAddr, endpoint: SocketAddr, now: Instant) {
-        self.clients.insert(
-            client,
-            Sticky {
-                endpoint,
-                last_used: now,
-            },
-        );
+        let timeout = self.timeout;
+        let stuck = self.clients.entry(client).or_default();
+        stuck.retain(|s| {
+            s.endpoint != endpoint && now.saturating_duration_since(s.last_used) <= timeout
+        });
+        stuck.push(Sticky {
+            endpoint,
+            last_used: now,
+        });
         if self.clients.len() >= self.sweep_at {
-            let timeout = self.timeout;
-            self.clients
-                .retain(|_, s| now.saturating_duration_since(s.last_used) <= timeout);
+            self.clients.retain(|_, stuck| {
+                stuck.retain(|s| now.saturating_duration_since(s.last_used) <= timeout);
+                !stuck.is_empty()
+            });
             self.sweep_at = (self.clients.len() * 2).max(MIN_SWEEP);
         }
     }
 
     /// A dial from `client` to `endpoint` failed: the client is no longer stuck to it.
     pub fn release(&mut self, client: IpAddr, endpoint: SocketAddr) {
-        if self
-            .clients
-            .get(&client)
-            .is_some_and(|s| s.endpoint == endpoint)
-        {
-            self.clients.remove(&client);
+        if let Some(stuck) = self.clients.get_mut(&client) {
+            stuck.retain(|s| s.endpoint != endpoint);
+            if stuck.is_empty() {
+                self.clients.remove(&client);
+            }
         }
     }
 
     /// Forgets the clients of every endpoint not in `present` (endpoints that left the
     /// service port), so one that comes back starts without them.
     pub fn keep_only(&mut self, present: &HashSet<SocketAddr>) {
-        self.clients.retain(|_, s| present.contains(&s.endpoint));
+        self.clients.retain(|_, stuck| {
+            stuck.retain(|s| present.contains(&s.endpoint));
+            !stuck.is_empty()
+        });
     }
 
+    /// How many clients are stuck to some endpoint.
     pub fn len(&self) -> usize {
         self.clients.len()
     }
@@ -168,6 +177,27 @@ mod tests {
         let mut t = Table::new(Duration::from_secs(10));
         t.remember(client(1), ep(2), now);
         assert_eq!(t.sticky(client(1), |e| *e != ep(2), now), None);
+        assert_eq!(t.sticky(client(1), |_| true, now), Some(ep(2)));
+    }
+
+    #[test]
+    fn a_client_sent_elsewhere_by_another_listener_keeps_both_endpoints() {
+        let now = Instant::now();
+        let mut t = Table::new(Duration::from_secs(10));
+        // The ClusterIP's listener (every endpoint) sends the client to ep 1.
+        t.remember(client(1), ep(1), now);
+        // The NodePort's local listener cannot use ep 1 and sends it to ep 2.
+        let local = |e: &SocketAddr| *e == ep(2) || *e == ep(3);
+        assert_eq!(t.sticky(client(1), local, now), None);
+        t.remember(client(1), ep(2), now);
+        // Each goes on to its own choice.
+        for _ in 0..3 {
+            assert_eq!(t.sticky(client(1), |_| true, now), Some(ep(1)));
+            assert_eq!(t.sticky(client(1), local, now), Some(ep(2)));
+        }
+        assert_eq!(t.len(), 1, "one client");
+        // A failed dial releases only that endpoint.
+        t.release(client(1), ep(1));
         assert_eq!(t.sticky(client(1), |_| true, now), Some(ep(2)));
     }
 

@@ -51,7 +51,8 @@ impl Balancer {
 
     /// The endpoint for the next dial from `client`, or `None` when there are no endpoints.
     /// With `affinity`, a client stuck to one of this listener's endpoints goes there, and
-    /// any other choice is remembered at once, so concurrent connections of one client agree.
+    /// any other choice is remembered at once (beside the endpoints other listeners sent the
+    /// client to), so concurrent connections of one client agree.
     /// `tried` holds the endpoints this connection already failed to reach: they are skipped
     /// while any other remains, then revisited in round-robin order.
     pub fn pick(
@@ -65,6 +66,10 @@ impl Balancer {
             return None;
         }
         if let Some(table) = affinity.as_deref_mut() {
+            // An endpoint this connection failed to reach loses the client.
+            for endpoint in tried {
+                table.release(client, *endpoint);
+            }
             let usable = |e: &SocketAddr| self.endpoints.contains(e) && !tried.contains(e);
             if let Some(endpoint) = table.sticky(client, usable, now) {
                 return Some(Pick {
@@ -250,13 +255,24 @@ mod tests {
                 .endpoint,
             ep(2)
         );
-        assert_eq!(
-            cluster
-                .pick(client(3), &[], now, Some(&mut t))
-                .unwrap()
-                .endpoint,
-            ep(2)
-        );
+        // Each listener then keeps its own choice, as upstream remembers a client per
+        // endpoint: neither moves the client on the other.
+        for _ in 0..2 {
+            assert_eq!(
+                cluster
+                    .pick(client(3), &[], now, Some(&mut t))
+                    .unwrap()
+                    .endpoint,
+                ep(3)
+            );
+            assert_eq!(
+                local
+                    .pick(client(3), &[], now, Some(&mut t))
+                    .unwrap()
+                    .endpoint,
+                ep(2)
+            );
+        }
     }
 
     #[test]
