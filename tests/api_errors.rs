@@ -174,12 +174,13 @@ async fn a_403_is_one_line_per_forbidden_resource() {
     let url = answering(403).await;
     let (log, requests) = watch(&url).await;
     let alarms = alarms(&log);
-    // Services, EndpointSlices and the Node: three resources, each named once.
-    assert_eq!(alarms.len(), 3, "{log}");
+    // Services, EndpointSlices, the Node and ServiceCIDRs: four resources, each named once.
+    assert_eq!(alarms.len(), 4, "{log}");
     for path in [
         "/api/v1/services",
         "/apis/discovery.k8s.io/v1/endpointslices",
         "/api/v1/nodes",
+        "/apis/networking.k8s.io/v1/servicecidrs",
     ] {
         let named = format!("url=\"{url}{path}");
         assert_eq!(

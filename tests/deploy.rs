@@ -198,6 +198,8 @@ async fn the_service_account_can_do_exactly_what_the_proxy_needs() {
         ("watch", "", "nodes"),
         ("list", "discovery.k8s.io", "endpointslices"),
         ("watch", "discovery.k8s.io", "endpointslices"),
+        ("list", "networking.k8s.io", "servicecidrs"),
+        ("watch", "networking.k8s.io", "servicecidrs"),
         ("create", "", "events"),
         ("patch", "", "events"),
         ("create", "events.k8s.io", "events"),

@@ -11,6 +11,7 @@ pub mod node;
 pub mod port_state;
 pub mod scheduler_annotation;
 pub mod service;
+pub mod service_cidrs;
 mod slice_set;
 pub mod source;
 pub mod topology;

@@ -432,6 +432,10 @@ pub struct Snapshot {
     pub ports: Arc<BTreeMap<ServicePortName, Arc<ServicePortState>>>,
     /// Indexed by [`IpFamily::index`].
     pub(super) no_local: [NoLocalEndpoints; 2],
+    /// The ranges of every ServiceCIDR object, both families, sorted, without duplicates
+    /// ([`service_cidrs`](super::service_cidrs)); empty until they are listed, or where the API
+    /// server serves none.
+    pub service_cidrs: Arc<[IpNet]>,
 }
 
 impl Snapshot {
@@ -446,6 +450,15 @@ impl Snapshot {
             node,
             ports,
             no_local,
+            service_cidrs: Arc::default(),
+        }
+    }
+
+    /// The same snapshot with these Service CIDRs.
+    pub fn with_service_cidrs(self, cidrs: impl Into<Arc<[IpNet]>>) -> Snapshot {
+        Snapshot {
+            service_cidrs: cidrs.into(),
+            ..self
         }
     }
 

@@ -28,6 +28,7 @@ use super::model::{
 use super::node;
 use super::port_state;
 use super::service::{self, Ignored, ParsedService};
+use super::service_cidrs::ServiceCidrs;
 use super::slice_set::SliceSet;
 use super::source::lean::{EndpointSlice, Service};
 use super::source::{Event, Kind, Object};
@@ -91,6 +92,7 @@ pub struct Tracker {
     slices: HashMap<ServiceKey, SliceSet>,
     slice_owner: HashMap<SliceId, ServiceKey>,
     ports: Arc<BTreeMap<ServicePortName, Arc<ServicePortState>>>,
+    service_cidrs: ServiceCidrs,
     /// The port names each Service currently contributes to `ports`.
     service_ports: HashMap<ServiceKey, Vec<ServicePortName>>,
     /// The no-local-endpoints counts of `ports` per family, kept as ports change
@@ -121,6 +123,7 @@ impl Tracker {
             slices: HashMap::default(),
             slice_owner: HashMap::default(),
             ports: Arc::default(),
+            service_cidrs: ServiceCidrs::default(),
             service_ports: HashMap::default(),
             no_local: Default::default(),
             dirty: HashSet::default(),
@@ -163,10 +166,14 @@ impl Tracker {
         out
     }
 
-    /// Whether every kind has been listed at least once: the first sync waits for this, as
-    /// upstream waits for its informers, so it never programs a half-known cluster.
+    /// Whether every [awaited](Kind::awaited) kind has been listed at least once: the first
+    /// sync waits for this, as upstream waits for its informers, so it never programs a
+    /// half-known cluster.
     pub fn synced(&self) -> bool {
-        Kind::ALL.iter().all(|k| self.listed.contains(k))
+        Kind::ALL
+            .iter()
+            .filter(|k| k.awaited())
+            .all(|k| self.listed.contains(k))
     }
 
     pub fn change_counts(&self) -> ChangeCounts {
@@ -217,6 +224,7 @@ impl Tracker {
             node: self.node.clone(),
             ports: self.ports.clone(),
             no_local: self.no_local,
+            service_cidrs: self.service_cidrs.union(),
         }
     }
 
@@ -225,6 +233,12 @@ impl Tracker {
             Object::Service(svc) => self.apply_service(svc, out),
             Object::EndpointSlice(slice) => self.apply_slice(slice, out),
             Object::Node(n) => self.apply_node(n, out),
+            Object::ServiceCidr(c) => {
+                let mut warnings = Vec::new();
+                self.service_cidrs.apply(c, &mut warnings);
+                let name = c.metadata.name.clone().unwrap_or_default();
+                self.report(Kind::ServiceCidr, || name, warnings, out);
+            }
         }
     }
 
@@ -253,6 +267,11 @@ impl Tracker {
                     self.set_node(gone);
                 }
             }
+            Object::ServiceCidr(c) => {
+                let name = c.metadata.name.as_deref().unwrap_or_default();
+                self.forget_warnings(Kind::ServiceCidr, name);
+                self.service_cidrs.remove(name);
+            }
         }
     }
 
@@ -262,6 +281,7 @@ impl Tracker {
             Kind::Service => !self.services.is_empty(),
             Kind::EndpointSlice => !self.slice_owner.is_empty(),
             Kind::Node => self.node.known,
+            Kind::ServiceCidr => !self.service_cidrs.is_empty(),
         };
         self.listing.insert(
             kind,
@@ -326,6 +346,7 @@ impl Tracker {
                     self.set_node(gone);
                 }
             }
+            Kind::ServiceCidr => self.service_cidrs.retain(|name| seen.contains(name)),
         }
         if !self.warned.is_empty() {
             self.warned
@@ -535,6 +556,7 @@ fn object_key(object: &Object) -> (&str, &str) {
         Object::Service(s) => object_key_of(&s.metadata, "default"),
         Object::EndpointSlice(s) => object_key_of(&s.metadata, "default"),
         Object::Node(n) => object_key_of(&n.metadata, ""),
+        Object::ServiceCidr(c) => object_key_of(&c.metadata, ""),
     }
 }
 

@@ -10,6 +10,7 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::api::discovery::v1::{
     Endpoint, EndpointConditions, EndpointHints, EndpointPort, EndpointSlice, ForZone,
 };
+use k8s_openapi::api::networking::v1::{ServiceCIDR, ServiceCIDRSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use proptest::prelude::*;
 
@@ -165,11 +166,35 @@ fn counts_are_kept(snap: &Snapshot) -> bool {
         .all(|f| snap.no_local_endpoints(f) == counted.no_local_endpoints(f))
 }
 
+fn service_cidr() -> impl Strategy<Value = ServiceCIDR> {
+    (
+        text(&["kubernetes", "extra"]),
+        proptest::collection::vec(
+            text(&[
+                "10.96.0.0/16",
+                "10.96.0.0/12",
+                "fd00:96::/112",
+                "10.96.0.1/16",
+            ]),
+            0..3,
+        ),
+    )
+        .prop_map(|(name, cidrs)| ServiceCIDR {
+            metadata: ObjectMeta {
+                name: Some(name),
+                ..ObjectMeta::default()
+            },
+            spec: Some(ServiceCIDRSpec { cidrs: Some(cidrs) }),
+            status: None,
+        })
+}
+
 fn object() -> impl Strategy<Value = Object> {
     prop_oneof![
         3 => service().prop_map(Object::from),
         3 => slice().prop_map(Object::from),
         1 => node().prop_map(|n| Object::Node(Box::new(n))),
+        1 => service_cidr().prop_map(Object::from),
     ]
 }
 
@@ -212,6 +237,8 @@ proptest! {
                 prop_assert!(view.external_ips.iter().chain(&view.load_balancer_ips).all(|ip| IpFamily::of(ip) == view.family));
             }
         }
+        prop_assert!(snap.service_cidrs.windows(2).all(|w| w[0] < w[1]));
+        prop_assert!(snap.service_cidrs.iter().all(|n| *n == n.trunc()));
     }
 
     #[test]
@@ -236,6 +263,7 @@ proptest! {
                 Object::Service(s) => &s.metadata,
                 Object::EndpointSlice(s) => &s.metadata,
                 Object::Node(n) => &n.metadata,
+                Object::ServiceCidr(c) => &c.metadata,
             };
             seen.insert((o.kind(), m.namespace.clone(), m.name.clone()))
         }).collect();
@@ -255,6 +283,7 @@ proptest! {
         let (a, b) = (run(unique), run(shuffled));
         prop_assert_eq!(&*a.ports, &*b.ports);
         prop_assert_eq!(&*a.node, &*b.node);
+        prop_assert_eq!(&*a.service_cidrs, &*b.service_cidrs);
     }
 
     #[test]
@@ -292,6 +321,7 @@ proptest! {
         let (a, b) = (whole.snapshot().0, streamed.snapshot().0);
         prop_assert_eq!(&*a.ports, &*b.ports);
         prop_assert_eq!(&*a.node, &*b.node);
+        prop_assert_eq!(&*a.service_cidrs, &*b.service_cidrs);
         prop_assert_eq!(whole.ignored_services(), streamed.ignored_services());
         prop_assert!(whole.synced() == streamed.synced());
     }

@@ -194,13 +194,65 @@ fn a_relist_of_unchanged_objects_changes_nothing() {
 }
 
 #[test]
-fn sync_waits_for_all_three_lists() {
+fn sync_waits_for_services_slices_and_the_node_but_not_service_cidrs() {
     let mut t = tracker();
     t.apply(&listed(Kind::Service, vec![]));
     t.apply(&listed(Kind::EndpointSlice, vec![]));
     assert!(!t.synced());
     t.apply(&listed(Kind::Node, vec![]));
-    assert!(t.synced());
+    assert!(t.synced(), "ServiceCIDRs may never list (403, 404)");
+}
+
+fn service_cidr(name: &str, cidrs: &[&str]) -> Object {
+    let object = k8s_openapi::api::networking::v1::ServiceCIDR {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            ..ObjectMeta::default()
+        },
+        spec: Some(k8s_openapi::api::networking::v1::ServiceCIDRSpec {
+            cidrs: Some(cidrs.iter().map(|c| c.to_string()).collect()),
+        }),
+        status: None,
+    };
+    Object::from(object)
+}
+
+#[test]
+fn service_cidrs_follow_their_objects_into_the_snapshot() {
+    let mut t = tracker();
+    let cidrs = |t: &mut Tracker| -> Vec<String> {
+        t.snapshot()
+            .0
+            .service_cidrs
+            .iter()
+            .map(|n| n.to_string())
+            .collect()
+    };
+    assert!(cidrs(&mut t).is_empty());
+    t.apply(&listed(
+        Kind::ServiceCidr,
+        vec![
+            service_cidr("kubernetes", &["10.96.0.0/16"]),
+            service_cidr("extra", &["10.100.0.0/16"]),
+        ],
+    ));
+    assert_eq!(cidrs(&mut t), ["10.96.0.0/16", "10.100.0.0/16"]);
+    t.apply(&Event::Deleted(service_cidr("extra", &[])));
+    assert_eq!(cidrs(&mut t), ["10.96.0.0/16"]);
+    t.apply(&Event::Applied(service_cidr(
+        "kubernetes",
+        &["10.96.0.0/12"],
+    )));
+    assert_eq!(cidrs(&mut t), ["10.96.0.0/12"]);
+    // A relist without it: gone.
+    t.apply(&listed(Kind::ServiceCidr, vec![]));
+    assert!(cidrs(&mut t).is_empty());
+    // A bad range warns once per version, naming the object.
+    let bad = Event::Applied(service_cidr("odd", &["10.96.0.0/99"]));
+    let warnings = t.apply(&bad);
+    assert_eq!(warnings.len(), 1);
+    assert_eq!(warnings[0].object, "servicecidr odd");
+    assert!(t.apply(&bad).is_empty());
 }
 
 #[test]

@@ -280,7 +280,7 @@ impl Runner {
                 () = sleep_until(wait_warn), if open && !self.schedule.is_ready() => {
                     let missing: Vec<String> = Kind::ALL
                         .iter()
-                        .filter(|k| !self.status.listed_kinds.contains(k))
+                        .filter(|k| k.awaited() && !self.status.listed_kinds.contains(k))
                         .map(|k| k.as_str().to_owned())
                         .collect();
                     tracing::warn!(

@@ -242,7 +242,12 @@ pub fn explain(
                 reasons,
             )
         }
-        None => (None, None, None, not_a_frontend(snapshot, request, family)),
+        None => (
+            None,
+            None,
+            None,
+            not_a_frontend(snapshot, request, family, &outcome),
+        ),
     };
     let mut hooks = Vec::new();
     if let Rules::Ebpf { maps, remembered } = rules {

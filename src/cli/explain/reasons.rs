@@ -125,24 +125,36 @@ pub(super) fn not_a_frontend(
     snapshot: &Snapshot,
     request: &Request,
     family: IpFamily,
+    outcome: &Outcome,
 ) -> Vec<String> {
     let ip = request.to.ip();
     let owner = snapshot.ports.values().find(|s| {
         s.family(family)
             .is_some_and(|v| v.cluster_ip == ip || v.external_ips.contains(&ip))
     });
-    match owner {
-        Some(s) => vec![format!(
+    if let Some(s) = owner {
+        return vec![format!(
             "{ip} belongs to {}, which has no {} port {}",
             s.port.name.service,
             request.protocol.as_str(),
             request.to.port()
-        )],
-        None => vec![format!(
-            "{} is no frontend of any Service port on this node",
-            request.to
-        )],
+        )];
     }
+    let mut out = vec![format!(
+        "{} is no frontend of any Service port on this node",
+        request.to
+    )];
+    if let Some(range) = snapshot.service_cidrs.iter().find(|n| n.contains(&ip)) {
+        out.push(match outcome.verdict {
+            Verdict::Dropped => format!(
+                "{ip} is in the Service CIDR {range} but no Service here holds it (unallocated,                  or its Service is another proxy's): dropped, as upstream's nftables mode does"
+            ),
+            _ => format!(
+                "{ip} is in the Service CIDR {range} but no Service here holds it: this mode                  leaves it to the node's routes, as upstream's iptables and ipvs modes do"
+            ),
+        });
+    }
+    out
 }
 
 /// Why the packet is (not) masqueraded.

@@ -380,6 +380,36 @@ fn ebpf_mode_traces_traffic_from_outside_through_the_tc_programs() {
 }
 
 #[test]
+fn an_unallocated_address_of_a_service_cidr_is_told_as_each_mode_treats_it() {
+    let cidr: ipnet::IpNet = "10.96.0.0/16".parse().unwrap();
+    let snap = snapshot(node(), services()).with_service_cidrs(vec![cidr]);
+    let request = Request::parse("10.96.9.9:80", None, None).unwrap();
+    for planned in Planned::every_mode(&snap, &node_policy()) {
+        let e = explain(
+            &snap,
+            &node_policy(),
+            planned.rules(IpFamily::V4),
+            RulesFrom::Planned,
+            &request,
+        )
+        .unwrap();
+        let (verdict, said) = match e.mode {
+            "nftables" => (Verdict::Dropped, "dropped, as upstream's nftables mode does"),
+            _ => (Verdict::Untouched, "leaves it to the node's routes"),
+        };
+        assert_eq!(e.outcome.verdict, verdict, "{}", e.mode);
+        assert!(
+            e.reasons
+                .iter()
+                .any(|r| r.contains("in the Service CIDR 10.96.0.0/16") && r.contains(said)),
+            "{}: {:?}",
+            e.mode,
+            e.reasons
+        );
+    }
+}
+
+#[test]
 fn left_out_endpoints_carry_the_models_reason() {
     let e = ask(&modes()[0], "10.0.0.11:30082", Some("outside"));
     let t = text(&e);

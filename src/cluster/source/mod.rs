@@ -1,5 +1,5 @@
-//! Sources of cluster objects: the only code that knows where Services, EndpointSlices and Nodes
-//! come from: the API server through kube-rs ([`api`]) or a directory of manifests
+//! Sources of cluster objects: the only code that knows where Services, EndpointSlices, Nodes
+//! and ServiceCIDRs come from: the API server through kube-rs ([`api`]) or a directory of manifests
 //! ([`manifests`]), and the host's addresses ([`interfaces`]).
 //!
 //! A source emits [`Event`]s; it filters nothing by meaning (the tracker decides what is ignored)
@@ -12,6 +12,7 @@ pub mod lean;
 pub mod manifests;
 
 use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::networking::v1::ServiceCIDR;
 
 use lean::{EndpointSlice, Service};
 
@@ -22,6 +23,7 @@ pub enum Object {
     Service(Box<Service>),
     EndpointSlice(Box<EndpointSlice>),
     Node(Box<Node>),
+    ServiceCidr(Box<ServiceCIDR>),
 }
 
 /// The kinds of object a source delivers.
@@ -30,11 +32,26 @@ pub enum Kind {
     Service,
     EndpointSlice,
     Node,
+    ServiceCidr,
 }
 
 impl Kind {
     /// All kinds, in the order a source lists them.
-    pub const ALL: [Kind; 3] = [Kind::Service, Kind::EndpointSlice, Kind::Node];
+    pub const ALL: [Kind; 4] = [
+        Kind::Service,
+        Kind::EndpointSlice,
+        Kind::Node,
+        Kind::ServiceCidr,
+    ];
+
+    /// Whether the first sync waits for this kind's first list, as upstream waits for its
+    /// Service and EndpointSlice informers. ServiceCIDRs are not waited for (upstream does not
+    /// either): an API server that does not serve them (before 1.33) or a ClusterRole that does
+    /// not grant them must not keep every Service from being programmed. Until they are listed
+    /// no Service CIDR is known, and nothing is dropped for being unallocated.
+    pub fn awaited(self) -> bool {
+        !matches!(self, Kind::ServiceCidr)
+    }
 
     /// The API's name of the kind, as logs name it.
     pub fn as_str(self) -> &'static str {
@@ -42,6 +59,7 @@ impl Kind {
             Kind::Service => "Service",
             Kind::EndpointSlice => "EndpointSlice",
             Kind::Node => "Node",
+            Kind::ServiceCidr => "ServiceCIDR",
         }
     }
 }
@@ -61,6 +79,12 @@ impl From<EndpointSlice> for Object {
 impl From<Node> for Object {
     fn from(n: Node) -> Object {
         Object::Node(Box::new(n))
+    }
+}
+
+impl From<ServiceCIDR> for Object {
+    fn from(c: ServiceCIDR) -> Object {
+        Object::ServiceCidr(Box::new(c))
     }
 }
 
@@ -84,6 +108,7 @@ impl Object {
             Object::Service(_) => Kind::Service,
             Object::EndpointSlice(_) => Kind::EndpointSlice,
             Object::Node(_) => Kind::Node,
+            Object::ServiceCidr(_) => Kind::ServiceCidr,
         }
     }
 }

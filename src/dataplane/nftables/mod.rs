@@ -52,7 +52,9 @@
 //!
 //! Other maps and sets: `no-endpoint-services` / `no-endpoint-nodeports` (frontend → `goto
 //! reject-chain` when no endpoint exists anywhere, `drop` when its Local policy has no local
-//! endpoint), `cluster-ips` (traffic to a ClusterIP on an undefined port is rejected),
+//! endpoint), `cluster-ips` (traffic to a ClusterIP on an undefined port is rejected; then
+//! `cluster-ips-check` drops the rest of the cluster's Service CIDRs, the addresses no Service
+//! holds, one rule per merged range),
 //! `firewall-ips` + `firewall-allow` (loadBalancerSourceRanges: a LoadBalancer frontend's new
 //! connections from sources outside its interval set are dropped), `hairpin-connections` (local
 //! endpoint reaching itself: masqueraded), `nodeport-ips` (the accepted node addresses unless

@@ -4,6 +4,7 @@
 //! the running proxy would see.
 
 use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::networking::v1::ServiceCIDR;
 use kube::api::ListParams;
 use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
@@ -15,7 +16,8 @@ use crate::cluster::source::{Event, Kind, Object};
 /// Objects per page, as the watcher's initial list uses.
 const PAGE: u32 = 500;
 
-/// One [`Event::Listed`] per kind.
+/// One [`Event::Listed`] per kind; ServiceCIDRs left out (with a warning) where they cannot
+/// be listed.
 pub async fn list(client: &Client, node_name: &str) -> Result<Vec<Event>, Error> {
     let services = all(
         Api::<Service>::all(client.clone()),
@@ -35,7 +37,23 @@ pub async fn list(client: &Client, node_name: &str) -> Result<Vec<Event>, Error>
         Kind::Node,
     )
     .await?;
-    Ok(vec![services, slices, nodes])
+    // Not every API server serves ServiceCIDRs (before 1.33), nor every ClusterRole grants
+    // them: without them the plan drops nothing for being unallocated, as the proxy would.
+    let service_cidrs = all(
+        Api::<ServiceCIDR>::all(client.clone()),
+        ListParams::default(),
+        Kind::ServiceCidr,
+    )
+    .await;
+    let mut events = vec![services, slices, nodes];
+    match service_cidrs {
+        Ok(listed) => events.push(listed),
+        Err(e) => tracing::warn!(
+            err = %crate::causes::one_line(&e),
+            "cannot list ServiceCIDRs; planning without Service CIDRs"
+        ),
+    }
+    Ok(events)
 }
 
 async fn all<K>(api: Api<K>, params: ListParams, kind: Kind) -> Result<Event, Error>

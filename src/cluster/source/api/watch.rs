@@ -1,4 +1,5 @@
-//! The three watches (Services, EndpointSlices, this Node) as one stream of source events.
+//! The four watches (Services, EndpointSlices, this Node, ServiceCIDRs) as one stream of source
+//! events.
 //!
 //! Each kind has its own stream with kube-rs's watcher backoff (0.8 s doubling to 30 s, reset
 //! after two quiet minutes, as client-go's reflector), so an outage or a forbidden kind never
@@ -25,6 +26,7 @@ use std::fmt::Debug;
 use futures::stream::{self, BoxStream};
 use futures::{StreamExt as _, future};
 use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::networking::v1::ServiceCIDR;
 use kube::runtime::{WatchStreamExt as _, watcher};
 use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
@@ -94,7 +96,7 @@ impl Encoding {
     }
 }
 
-/// Services, EndpointSlices and the Node called `node_name`, as one stream.
+/// Services, EndpointSlices, the Node called `node_name` and ServiceCIDRs, as one stream.
 pub fn watch(
     client: Client,
     node_name: &str,
@@ -121,7 +123,7 @@ pub fn watch(
             encoding.decoder(),
         ),
         kind::<Node>(
-            client,
+            client.clone(),
             Selectors {
                 labels: None,
                 fields: Some(node_selector(node_name)),
@@ -130,6 +132,7 @@ pub fn watch(
             lists,
             None,
         ),
+        kind::<ServiceCIDR>(client, Selectors::default(), Kind::ServiceCidr, lists, None),
     ])
     .boxed()
 }

@@ -31,7 +31,7 @@ impl Loaded {
     /// One [`Event::Listed`] per kind in [`Kind::ALL`] order: the complete state this directory
     /// describes, what a tracker needs to replace whatever it held before.
     pub fn into_events(self) -> Vec<Event> {
-        let mut by_kind: [Vec<Object>; 3] = Default::default();
+        let mut by_kind: [Vec<Object>; Kind::ALL.len()] = Default::default();
         for object in self.objects {
             by_kind[Kind::ALL
                 .iter()

@@ -26,7 +26,7 @@ pub(super) struct Key {
 fn namespaced(kind: Kind) -> bool {
     match kind {
         Kind::Service | Kind::EndpointSlice => true,
-        Kind::Node => false,
+        Kind::Node | Kind::ServiceCidr => false,
     }
 }
 
@@ -35,6 +35,7 @@ fn meta(object: &Object) -> &ObjectMeta {
         Object::Service(s) => &s.metadata,
         Object::EndpointSlice(s) => &s.metadata,
         Object::Node(n) => &n.metadata,
+        Object::ServiceCidr(c) => &c.metadata,
     }
 }
 
@@ -43,6 +44,7 @@ fn meta_mut(object: &mut Object) -> &mut ObjectMeta {
         Object::Service(s) => &mut s.metadata,
         Object::EndpointSlice(s) => &mut s.metadata,
         Object::Node(n) => &mut n.metadata,
+        Object::ServiceCidr(c) => &mut c.metadata,
     }
 }
 
@@ -79,7 +81,7 @@ pub(super) fn label(object: &Object) -> String {
     let meta = meta(object);
     let name = meta.name.as_deref().unwrap_or("");
     match object.kind() {
-        Kind::Node => format!("Node {name}"),
+        Kind::Node | Kind::ServiceCidr => format!("{} {name}", object.kind().as_str()),
         kind => format!(
             "{} {}/{name}",
             kind.as_str(),

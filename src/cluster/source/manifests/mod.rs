@@ -1,5 +1,6 @@
-//! The manifest-directory source (`--manifests DIR`): Services, EndpointSlices and Nodes read from
-//! YAML or JSON files instead of the API server, the embedded default for demos, dry runs and tests.
+//! The manifest-directory source (`--manifests DIR`): Services, EndpointSlices, Nodes and
+//! ServiceCIDRs read from YAML or JSON files instead of the API server, the embedded default for
+//! demos, dry runs and tests.
 //!
 //! Three layers, from pure to I/O:
 //! - [`parse`] (pure): one file's text → typed objects, warnings and a note of what was skipped.
@@ -11,9 +12,10 @@
 //!   [`Event::Listed`](super::Event::Listed), one per kind, on start and after every change.
 //!
 //! What is accepted (the same shapes `kubectl apply -f DIR` accepts for these kinds):
-//! - `v1 Service`, `discovery.k8s.io/v1 EndpointSlice`, `v1 Node`;
+//! - `v1 Service`, `discovery.k8s.io/v1 EndpointSlice`, `v1 Node`, `networking.k8s.io/v1
+//!   ServiceCIDR`;
 //! - `v1 List` with `items`, and the typed lists `v1 ServiceList`, `discovery.k8s.io/v1
-//!   EndpointSliceList`, `v1 NodeList` (whose items may omit `apiVersion` and `kind`, as the API
+//!   EndpointSliceList`, `v1 NodeList`, `networking.k8s.io/v1 ServiceCIDRList` (whose items may omit `apiVersion` and `kind`, as the API
 //!   server omits them);
 //! - YAML streams of `---` separated documents, or JSON (one or more concatenated values) when the
 //!   text's first non-blank character is `{`, the same sniffing kubectl's decoder does.

@@ -1,4 +1,4 @@
-//! Manifest text → Services, EndpointSlices and Nodes: the pure half of the manifest source.
+//! Manifest text → Services, EndpointSlices, Nodes and ServiceCIDRs: the pure half of the manifest source.
 //!
 //! Pure: no I/O, no clock, no logging. Total: every input, however hostile, yields a [`Parsed`];
 //! nothing here panics. Size is bounded by [`MAX_TEXT_BYTES`], nesting and alias expansion by
@@ -10,6 +10,7 @@
 //! decode is still reported by name and documents of other kinds are skipped without decoding.
 
 use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::networking::v1::ServiceCIDR;
 use serde_json::{Map, Value};
 
 use super::identity::{self, default_namespace, raw_label};
@@ -155,6 +156,7 @@ enum Type {
 const SERVICE: (&str, &str) = ("v1", "Service");
 const NODE: (&str, &str) = ("v1", "Node");
 const ENDPOINT_SLICE: (&str, &str) = ("discovery.k8s.io/v1", "EndpointSlice");
+const SERVICE_CIDR: (&str, &str) = ("networking.k8s.io/v1", "ServiceCIDR");
 
 fn classify(api_version: &str, kind: &str) -> Type {
     let (group, _) = api_version.rsplit_once('/').unwrap_or(("", api_version));
@@ -162,13 +164,18 @@ fn classify(api_version: &str, kind: &str) -> Type {
         (_, "v1", "Service") => Type::Object(Kind::Service),
         (_, "v1", "Node") => Type::Object(Kind::Node),
         (_, "discovery.k8s.io/v1", "EndpointSlice") => Type::Object(Kind::EndpointSlice),
+        (_, "networking.k8s.io/v1", "ServiceCIDR") => Type::Object(Kind::ServiceCidr),
         (_, "v1", "List") => Type::List(None),
         (_, "v1", "ServiceList") => Type::List(Some(SERVICE)),
         (_, "v1", "NodeList") => Type::List(Some(NODE)),
         (_, "discovery.k8s.io/v1", "EndpointSliceList") => Type::List(Some(ENDPOINT_SLICE)),
+        (_, "networking.k8s.io/v1", "ServiceCIDRList") => Type::List(Some(SERVICE_CIDR)),
         ("", _, "Service" | "ServiceList" | "Node" | "NodeList") => Type::Unsupported("v1"),
         ("discovery.k8s.io", _, "EndpointSlice" | "EndpointSliceList") => {
             Type::Unsupported("discovery.k8s.io/v1")
+        }
+        ("networking.k8s.io", _, "ServiceCIDR" | "ServiceCIDRList") => {
+            Type::Unsupported("networking.k8s.io/v1")
         }
         _ => Type::Other,
     }
@@ -267,6 +274,9 @@ fn decode(
         Kind::EndpointSlice => serde_json::from_value::<EndpointSlice>(value)
             .map(|s| Object::EndpointSlice(Box::new(s))),
         Kind::Node => serde_json::from_value::<Node>(value).map(|n| Object::Node(Box::new(n))),
+        Kind::ServiceCidr => {
+            serde_json::from_value::<ServiceCIDR>(value).map(|c| Object::ServiceCidr(Box::new(c)))
+        }
     };
     match decoded {
         Err(e) => found.warn(place, label, Problem::Decode(e.to_string())),

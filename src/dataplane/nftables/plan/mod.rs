@@ -47,7 +47,7 @@ pub use planner::{Planner, Update};
 #[doc(alias = "syncProxyRules")]
 pub fn plan(snapshot: &Snapshot, cfg: &ModeConfig, family: IpFamily) -> Ruleset {
     let mut b = Builder::new(family, cfg, &snapshot.node);
-    skeleton::add(&mut b);
+    skeleton::add(&mut b, &snapshot.service_cidrs);
     for state in snapshot.ports.values() {
         if let Some(view) = state.family(family) {
             service::add(&mut b, &state.port, view);

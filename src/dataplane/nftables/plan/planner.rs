@@ -17,6 +17,8 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
+use ipnet::IpNet;
+
 use super::claims::Claims;
 use super::contribution::{self, Contribution};
 use super::patch::{Patch, Touched};
@@ -53,6 +55,8 @@ pub struct Update {
 #[derive(Debug)]
 struct Books {
     node: Arc<NodeContext>,
+    /// The Service CIDRs the skeleton was planned with.
+    service_cidrs: Arc<[IpNet]>,
     ports: Map<ServicePortName, Arc<ServicePortState>>,
     families: [FamilyBooks; 2],
     /// False when affinity names collided: per-port planning cannot reproduce the salting.
@@ -101,6 +105,7 @@ impl Planner {
             b.exact
                 && !changes.node_topology_changed
                 && (Arc::ptr_eq(&b.node, &snapshot.node) || *b.node == *snapshot.node)
+                && b.service_cidrs == snapshot.service_cidrs
         });
         if incremental && let Some(t) = self.incremental(snapshot, &changes.ports) {
             return Update {
@@ -118,6 +123,7 @@ impl Planner {
         self.rules = want;
         let mut books = Books {
             node: snapshot.node.clone(),
+            service_cidrs: snapshot.service_cidrs.clone(),
             ports: snapshot
                 .ports
                 .iter()

@@ -1,8 +1,8 @@
 //! The fixed part of every table: base chains, role chains with their rules, and the sets and
 //! maps the per-service elements go into.
 //!
-//! Everything here depends only on the settings and the node, never on Services, so it is the
-//! same from one sync to the next and costs nothing in a diff. Sets are declared even when
+//! Everything here depends only on the settings, the node and the cluster's Service CIDRs, never
+//! on Services, so it is the same from one sync to the next and costs nothing in a diff. Sets are declared even when
 //! empty, so every rule always refers to something that exists.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -23,12 +23,12 @@ pub(super) const IP_KEY: [Field; 3] = [Field::Daddr, Field::L4Proto, Field::Dpor
 /// The key of a NodePort: protocol . port.
 pub(super) const NODEPORT_KEY: [Field; 2] = [Field::L4Proto, Field::Dport];
 
-pub(super) fn add(b: &mut Builder) {
+pub(super) fn add(b: &mut Builder, service_cidrs: &[IpNet]) {
     sets(b);
     base_chains(b);
     capture(b);
     treatments(b);
-    filters(b);
+    filters(b, service_cidrs);
     let mark = b.cfg.node.masquerade_mark;
     b.push(
         n::MASQUERADING,
@@ -361,7 +361,7 @@ fn treatments(b: &mut Builder) {
     }
 }
 
-fn filters(b: &mut Builder) {
+fn filters(b: &mut Builder, service_cidrs: &[IpNet]) {
     let (matches, statements) = firewall_check_rule();
     b.push(n::FIREWALL_CHECK, matches, statements);
     b.push(
@@ -378,9 +378,33 @@ fn filters(b: &mut Builder) {
     for (matches, statements) in cluster_ips_check_rules() {
         b.push(n::CLUSTER_IPS_CHECK, matches, statements);
     }
+    for net in unallocated_ranges(service_cidrs, b.family) {
+        b.push(
+            n::CLUSTER_IPS_CHECK,
+            vec![Match::Net {
+                field: Field::Daddr,
+                net,
+                negate: false,
+            }],
+            vec![Statement::Verdict(Verdict::Drop)],
+        );
+    }
     for (matches, statements) in reject_rules() {
         b.push(n::REJECT_CHAIN, matches, statements);
     }
+}
+
+/// The ranges `cluster-ips-check` drops after refusing held ClusterIPs at undefined ports: the
+/// Service CIDRs of `family`, overlapping and adjacent ones merged, so an address no Service
+/// holds fails at once instead of being routed off the node. One rule per range: clusters have
+/// one or two per family.
+fn unallocated_ranges(service_cidrs: &[IpNet], family: IpFamily) -> Vec<IpNet> {
+    let of_family: Vec<IpNet> = service_cidrs
+        .iter()
+        .filter(|net| IpFamily::of_net(net) == family)
+        .copied()
+        .collect();
+    IpNet::aggregate(&of_family)
 }
 
 /// `firewall-check`'s rule: a packet to a frontend with source ranges from a source outside

@@ -173,6 +173,71 @@ fn a_cluster_ip_port_no_service_defines_is_rejected() {
 }
 
 #[test]
+fn an_address_of_a_service_cidr_that_no_service_holds_is_dropped() {
+    let cidrs: Vec<ipnet::IpNet> = ["10.96.0.0/16", "10.96.128.0/17", "fd00:96::/112"]
+        .iter()
+        .map(|c| c.parse().unwrap())
+        .collect();
+    let snap = snapshot(node(), vec![web()]).with_service_cidrs(cidrs);
+    let [v4, v6] = crate::dataplane::nftables::plan_all(&snap, &cluster_cidr());
+    let lab = Lab {
+        rules: v4,
+        local: node().addresses.iter().map(|a| a.ip).collect(),
+    };
+    // Held ClusterIP: served at its port, refused at another; a free address of the range is
+    // dropped, from a pod and from the node; an address outside the ranges is left alone.
+    assert_eq!(lab.tcp(POD, "10.96.0.10", 80).fate(), Some(Fate::Accept));
+    assert_eq!(lab.tcp(POD, "10.96.0.10", 81).fate(), Some(Fate::Reject));
+    assert_eq!(lab.tcp(POD, "10.96.9.9", 80).fate(), Some(Fate::Drop));
+    assert_eq!(
+        lab.tcp("10.0.0.11", "10.96.9.9", 80).fate(),
+        Some(Fate::Drop)
+    );
+    assert_eq!(lab.tcp(POD, "10.97.0.1", 80).fate(), Some(Fate::Accept));
+    // One rule per range of the family, the contained one merged into its container.
+    assert_eq!(unallocated_drops(&lab.rules), 1);
+    assert_eq!(unallocated_drops(&v6), 1);
+    let p = Packet {
+        protocol: Protocol::Udp,
+        src: ip("fd00:244:1::5"),
+        dst: ip("fd00:96::77"),
+        dport: 53,
+        origin: Origin::Interface("veth1".into()),
+    };
+    assert_eq!(trace::trace(&v6, &p, &[]).fate(), Some(Fate::Drop));
+}
+
+#[test]
+fn without_service_cidrs_nothing_is_dropped_for_being_unallocated() {
+    let lab = Lab::new(&cluster_cidr(), vec![web()]);
+    assert_eq!(unallocated_drops(&lab.rules), 0);
+}
+
+#[test]
+fn a_change_of_service_cidrs_alone_replans_the_skeleton() {
+    let mut planner = Planner::new(cluster_cidr());
+    let before = snapshot(node(), vec![web()]);
+    planner.update(&before, &crate::cluster::Changes::default());
+    let cidr: ipnet::IpNet = "10.96.0.0/16".parse().unwrap();
+    let after = snapshot(node(), vec![web()]).with_service_cidrs(vec![cidr]);
+    let update = planner.update(&after, &crate::cluster::Changes::default());
+    assert!(update.full);
+    assert_eq!(unallocated_drops(&planner.rulesets()[0]), 1);
+    let again = planner.update(&after, &crate::cluster::Changes::default());
+    assert!(!again.full, "the same ranges again: nothing to replan");
+}
+
+/// The rules of `cluster-ips-check` that drop.
+fn unallocated_drops(rules: &Ruleset) -> usize {
+    let drop = Statement::Verdict(crate::dataplane::nftables::ruleset::Verdict::Drop);
+    rules.chains[&Name::fixed(names::CLUSTER_IPS_CHECK)]
+        .rules
+        .iter()
+        .filter(|r| r.statements == [drop.clone()])
+        .count()
+}
+
+#[test]
 fn internal_policy_local_without_local_endpoints_drops() {
     let s = svc("default/l", "10.96.0.30", 80)
         .internal_local()

@@ -145,8 +145,42 @@ fn events_list_every_kind_even_when_empty() {
         [
             (Kind::Service, 1),
             (Kind::EndpointSlice, 0),
-            (Kind::Node, 0)
+            (Kind::Node, 0),
+            (Kind::ServiceCidr, 0)
         ]
+    );
+}
+
+#[test]
+fn service_cidrs_load_alone_and_in_their_typed_list() {
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        dir.path(),
+        "cidrs.yaml",
+        "apiVersion: networking.k8s.io/v1\nkind: ServiceCIDR\nmetadata:\n  name: kubernetes\n\
+         spec:\n  cidrs: [10.96.0.0/16, fd00:10:96::/112]\n---\n\
+         apiVersion: networking.k8s.io/v1\nkind: ServiceCIDRList\nitems:\n\
+         - metadata:\n    name: extra\n  spec:\n    cidrs: [10.100.0.0/16]\n---\n\
+         apiVersion: networking.k8s.io/v1beta1\nkind: ServiceCIDR\nmetadata:\n  name: old\n",
+    );
+    let loaded = load_dir(dir.path()).unwrap();
+    let names: Vec<String> = loaded
+        .objects
+        .iter()
+        .map(|o| match o {
+            Object::ServiceCidr(c) => c.metadata.name.clone().unwrap_or_default(),
+            other => panic!("only ServiceCIDRs expected, got {other:?}"),
+        })
+        .collect();
+    assert_eq!(names, ["kubernetes", "extra"]);
+    // Another version of the kind is meant for us: a warning that names the one we read.
+    assert_eq!(loaded.warnings.len(), 1, "{:?}", loaded.warnings);
+    assert!(
+        loaded.warnings[0]
+            .to_string()
+            .contains("networking.k8s.io/v1"),
+        "{}",
+        loaded.warnings[0]
     );
 }
 

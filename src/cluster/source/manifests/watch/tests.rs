@@ -26,6 +26,7 @@ fn names(objects: &[Object]) -> Vec<String> {
             Object::Service(s) => s.metadata.name.clone().unwrap_or_default(),
             Object::EndpointSlice(s) => s.metadata.name.clone().unwrap_or_default(),
             Object::Node(n) => n.metadata.name.clone().unwrap_or_default(),
+            Object::ServiceCidr(c) => c.metadata.name.clone().unwrap_or_default(),
         })
         .collect();
     names.sort();
@@ -76,6 +77,7 @@ async fn starts_with_a_list_per_kind_then_relists_after_a_new_file() {
         (Kind::Service, vec!["alpha".to_owned()]),
         (Kind::EndpointSlice, vec![]),
         (Kind::Node, vec![]),
+        (Kind::ServiceCidr, vec![]),
     ];
     assert_eq!(initial_lists(&mut watch).await, want);
 
