@@ -121,10 +121,88 @@ async fn the_model_follows_creates_updates_and_deletes() {
     live.converges(&ns.name, &[], CONVERGE).await;
     let status = live.status();
     assert_eq!(
-        status.events.listed, 3,
-        "one initial list per kind, no relist: {status:?}"
+        status.events.listed, 4,
+        "one initial list per kind (ServiceCIDRs the fourth), no relist: {status:?}"
     );
     assert_eq!(status.syncs_failed, 0);
+}
+
+/// The Service CIDRs in each sync's snapshot, as text.
+fn synced_service_cidrs(live: &Live) -> Vec<String> {
+    let seen = live.seen.lock().unwrap();
+    let Some(snapshot) = &seen.snapshot else {
+        return Vec::new();
+    };
+    snapshot
+        .service_cidrs
+        .iter()
+        .map(|n| n.to_string())
+        .collect()
+}
+
+/// The API server's own ServiceCIDR (its `--service-cluster-ip-range`) reaches the snapshot,
+/// and so does one created later, until it is deleted.
+#[tokio::test]
+async fn service_cidrs_reach_the_snapshot_and_follow_changes() {
+    use k8s_openapi::api::networking::v1::ServiceCIDR;
+    let env = TestEnv::shared();
+    let live = Live::start(&connection(&env.kubeconfig, None), periods()).await;
+    let default = ["10.96.0.0/12".to_owned(), "fd00:10:96::/108".to_owned()];
+    let has = |want: Vec<String>| {
+        let live = &live;
+        move || {
+            let want = want.clone();
+            async move {
+                let got = synced_service_cidrs(live);
+                match want.iter().all(|w| got.contains(w)) {
+                    true => Ok(got),
+                    false => Err(format!("{got:?}")),
+                }
+            }
+        }
+    };
+    wait_for("the default ServiceCIDR", CONVERGE, has(default.to_vec())).await;
+
+    let api = kube::Api::<ServiceCIDR>::all(env.client().await);
+    let name = testenv::unique_name("extra");
+    let object: ServiceCIDR = serde_json::from_value(json!({
+        "metadata": { "name": name },
+        "spec": { "cidrs": ["10.250.7.0/24"] },
+    }))
+    .unwrap();
+    api.create(&PostParams::default(), &object)
+        .await
+        .expect("create ServiceCIDR");
+    let with_extra = vec!["10.250.7.0/24".to_owned()];
+    let got = wait_for("the new ServiceCIDR", CONVERGE, has(with_extra)).await;
+    assert!(default.iter().all(|d| got.contains(d)), "{got:?}");
+
+    delete(api.clone(), &name).await;
+    // The API server's own ServiceCIDR controller removes the finalizer of a range no
+    // ClusterIP uses; should it not have yet, the test takes it off.
+    let unblocked = api
+        .patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "metadata": { "finalizers": null } })),
+        )
+        .await;
+    match unblocked {
+        Ok(_) => {}
+        Err(kube::Error::Api(status)) if status.code == 404 => {}
+        Err(e) => panic!("remove the finalizer of {name}: {e}"),
+    }
+    wait_for("the ServiceCIDR gone", CONVERGE, || async {
+        match synced_service_cidrs(&live)
+            .iter()
+            .any(|c| c == "10.250.7.0/24")
+        {
+            true => Err("still there".to_owned()),
+            false => Ok(()),
+        }
+    })
+    .await;
+    assert_eq!(live.status().syncs_failed, 0);
 }
 
 /// Each kind is filtered by its own label, as upstream's informers are: the proxy-name label on
@@ -332,7 +410,7 @@ async fn streamed_lists_fall_back_to_list_and_watch_where_the_api_server_refuses
             .await;
         let status = live.status();
         assert_eq!(
-            status.events.listed, 3,
+            status.events.listed, 4,
             "{which}: one initial list per kind: {status:?}"
         );
         assert_eq!(status.syncs_failed, 0, "{which}");

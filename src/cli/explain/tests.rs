@@ -394,7 +394,10 @@ fn an_unallocated_address_of_a_service_cidr_is_told_as_each_mode_treats_it() {
         )
         .unwrap();
         let (verdict, said) = match e.mode {
-            "nftables" => (Verdict::Dropped, "dropped, as upstream's nftables mode does"),
+            "nftables" => (
+                Verdict::Dropped,
+                "dropped, as upstream's nftables mode does",
+            ),
             _ => (Verdict::Untouched, "leaves it to the node's routes"),
         };
         assert_eq!(e.outcome.verdict, verdict, "{}", e.mode);
