@@ -8,8 +8,8 @@
 //! One test per mode of ours: nftables and iptables against upstream in the same mode,
 //! userspace and eBPF against upstream's nftables mode, and ipvs against upstream's ipvs mode
 //! in a User-mode Linux guest (`ipvs_matches_upstream_ipvs_in_uml`: this host's kernel has no
-//! IPVS). Each runs a few small fixed seeds (the iptables, userspace and eBPF ones in the
-//! default `cargo test`; nftables and ipvs only with `--include-ignored`, see their reasons);
+//! IPVS). Each runs a few small fixed seeds (the nftables, iptables, userspace and eBPF ones in
+//! the default `cargo test`; ipvs only with `--include-ignored`, see its reason);
 //! `DIFF_SEEDS=20` (seeds 1-20), `DIFF_SEEDS=5-9` or `DIFF_SEEDS=3,7` runs others, and
 //! `DIFF_MODES=nftables,ebpf` runs only those modes' tests (the others return at once, saying
 //! so). `DIFF_SHRINK_TRIALS`
@@ -142,7 +142,6 @@ async fn run_mode(mode: Mode, default_seeds: &[u64]) {
 }
 
 #[tokio::test]
-#[ignore = "ours does not drop unallocated ClusterIPs yet, which every seed shows (docs/operations.md); run with: cargo test --test differential -- --include-ignored (docs/testing.md)"]
 async fn nftables_matches_upstream_nftables() {
     run_mode(Mode::Nftables, &[12, 15]).await;
 }

@@ -50,6 +50,7 @@ cluster_down() (
 	for n in $(nodes) "$NS_CP"; do ip netns del "$n" 2>/dev/null; done
 	# The eBPF mode's pinned programs and maps, per node.
 	for n in $(nodes); do rm -rf "/sys/fs/bpf/kube-proxy-rs-$n"; done
+	bpffs_restore
 	for s in "${GUARDED_RANGES[@]}"; do ip route del blackhole "$s" 2>/dev/null; done
 	if [[ -f $STATE/sysctl.before ]]; then
 		while read -r k v; do sysctl -qw "$k=$v"; done <"$STATE/sysctl.before"

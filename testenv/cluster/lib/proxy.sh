@@ -177,6 +177,7 @@ cgroup2_root() {
 proxy_start() {
 	local who=$1 mode=$2 as=${3:-daemonset} n
 	echo "$who $mode $as" >"$STATE/proxy"
+	[[ $mode == ebpf ]] && bpffs_shared
 	if [[ $as == process ]]; then
 		local bin
 		[[ $who == ours ]] && bin=$(ours_binary) || bin=$TBIN/kube-proxy
@@ -197,6 +198,42 @@ proxy_start() {
 		done
 	done
 	if [[ $who == ours ]]; then ours_daemonset "$mode" "${4:-}"; else upstream_daemonset "$mode" "${4:-}"; fi
+}
+
+# bpffs_shared: bpffs on the host's /sys/fs/bpf with shared propagation, as a systemd host has
+# it. The eBPF overlay's init container mounts it Bidirectional, which the kubelet refuses on a
+# private mount (this machine's mounts are all private). What it changes is written down for
+# `cluster down` to undo: the mount it made, or the propagation it changed.
+bpffs_shared() {
+	local fs propagation
+	fs=$(findmnt -n -o FSTYPE --mountpoint /sys/fs/bpf 2>/dev/null || true)
+	if [[ $fs != bpf ]]; then
+		mount -t bpf bpf /sys/fs/bpf
+		mount --make-shared /sys/fs/bpf
+		echo mounted >"$STATE/bpffs.changed"
+		return
+	fi
+	propagation=$(findmnt -n -o PROPAGATION --mountpoint /sys/fs/bpf)
+	case $propagation in
+	shared*) ;;
+	*)
+		mount --make-shared /sys/fs/bpf
+		echo "$propagation" >"$STATE/bpffs.changed"
+		;;
+	esac
+}
+
+# bpffs_restore: undoes what bpffs_shared changed (after the pins below it are removed).
+bpffs_restore() {
+	[[ -f $STATE/bpffs.changed ]] || return 0
+	local was
+	was=$(cat "$STATE/bpffs.changed")
+	case $was in
+	mounted) umount -l /sys/fs/bpf ;;
+	*slave*) mount --make-slave /sys/fs/bpf ;;
+	*) mount --make-private /sys/fs/bpf ;;
+	esac
+	rm -f "$STATE/bpffs.changed"
 }
 
 # proxy_stop: the proxy started by proxy_start stopped on every node, and its rules removed.
