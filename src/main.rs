@@ -9,9 +9,8 @@ use std::process::ExitCode;
 use kube_proxy_rs::causes;
 use kube_proxy_rs::cli::{self, Command};
 use kube_proxy_rs::cluster::Features;
-use kube_proxy_rs::cluster::source::api;
 use kube_proxy_rs::config::{self, Config};
-use kube_proxy_rs::dataplane::{self, iptables, ipvs, nftables, userspace};
+use kube_proxy_rs::dataplane;
 
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -187,63 +186,18 @@ fn main() -> ExitCode {
         };
         let report = cli::plan::report(&loaded.snapshot, &loaded.ignored, &loaded.warnings);
         let mut text = cli::render(&report, format);
-        if config.mode == config::ProxyMode::Nftables && format == cli::OutputFormat::Table {
-            let mode = match nftables::ModeConfig::new(&config) {
-                Ok(m) => m,
+        if format == cli::OutputFormat::Table {
+            match dataplane::modes::of(config.mode).render_plan(&config, &loaded.snapshot) {
+                Ok(mode) => text.push_str(&mode),
                 Err(e) => return fail(e),
-            };
-            let rulesets = nftables::plan_all(&loaded.snapshot, &mode);
-            text.push_str("\n# nftables: the ruleset this node would program (nft -f -)\n");
-            text.push_str(&nftables::render_from_scratch(&rulesets));
-        }
-        if config.mode == config::ProxyMode::Iptables && format == cli::OutputFormat::Table {
-            let mode = match iptables::ModeConfig::new(&config) {
-                Ok(m) => m,
-                Err(e) => return fail(e),
-            };
-            let rulesets = iptables::plan_all(&loaded.snapshot, &mode);
-            text.push_str(
-                "\n# iptables: the restore input this node would apply on a node without our rules\n",
-            );
-            text.push_str(&iptables::render_from_scratch(&rulesets));
-        }
-        if config.mode == config::ProxyMode::Ipvs && format == cli::OutputFormat::Table {
-            let mode = match ipvs::ModeConfig::new(&config) {
-                Ok(m) => m,
-                Err(e) => return fail(e),
-            };
-            // Offline: the Node object's addresses stand in for the host's.
-            let states = ipvs::plan_all(&loaded.snapshot, &mode, &ipvs::HostAddresses::default());
-            text.push_str(
-                "\n# ipvs: the virtual services this node would program (as ipvsadm -Sn lists them)\n",
-            );
-            text.push_str(&ipvs::render_all(&states));
-            let node_ips = loaded.snapshot.node.local_addresses().into_iter().collect();
-            let bound = ipvs::bound_addresses(&states, &node_ips);
-            let tables = ipvs::rules_all(&states, &mode, &loaded.snapshot.node, &bound);
-            text.push_str(
-                "\n# ipvs: the helper rules this node would program in our nftables table (nft -f -)\n",
-            );
-            text.push_str(&nftables::render_from_scratch(&tables));
-        }
-        if config.mode == config::ProxyMode::Ebpf && format == cli::OutputFormat::Table {
-            // Offline: the Node object's addresses stand in for the host's.
-            let node_ports = dataplane::ebpf::plan::node_ports(
-                &config.node_port_addresses,
-                &loaded.snapshot.node,
-            );
-            let plan = dataplane::ebpf::plan::plan(&loaded.snapshot, &node_ports);
-            text.push_str("\n# ebpf: the map entries this node would write\n");
-            text.push_str(&dataplane::ebpf::render::render(&plan));
-        }
-        if config.mode == config::ProxyMode::Userspace && format == cli::OutputFormat::Table {
-            let listeners = userspace::plan::plan(&loaded.snapshot);
-            text.push_str("\n# userspace: the listeners this node would open\n");
-            text.push_str(&userspace::render::render(&listeners));
+            }
         }
         return emit(&text);
     }
-    run(&config, &node_name, features)
+    match cli::run::run(&config, &node_name, features) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => fail(e),
+    }
 }
 
 /// `status`: asks the running proxy's metrics address for `/debug/status` and prints it.
@@ -257,7 +211,7 @@ fn ask_status(config: &Config, service: Option<&str>, format: cli::OutputFormat)
         path.push_str("output=json");
     }
     let address = cli::status::ask::target(config.metrics_bind_address);
-    let answer = runtime().and_then(|rt| {
+    let answer = cli::run::runtime().and_then(|rt| {
         rt.block_on(cli::status::ask::get(
             address,
             &path,
@@ -282,201 +236,11 @@ fn load(config: &Config, node_name: &str, features: Features) -> Result<cli::Loa
         Some(dir) => {
             cli::load_manifests(dir, node_name, features).map_err(|e| causes::one_line(&e))
         }
-        None => runtime().and_then(|rt| {
+        None => cli::run::runtime().and_then(|rt| {
             rt.block_on(cli::load_cluster(&config.client, node_name, features))
                 .map_err(|e| causes::one_line(&e))
         }),
     }
-}
-
-fn run(config: &Config, node_name: &str, features: Features) -> ExitCode {
-    if !config.mode_explicit {
-        tracing::warn!(
-            mode = config.mode.as_str(),
-            "no proxy mode given; defaulting as upstream does"
-        );
-    }
-    if config.cleanup {
-        return cleanup(&cli::run::ebpf_pin_root(config));
-    }
-    cli::host_setup::conntrack_sysctls(config);
-    if config.mode == config::ProxyMode::Iptables {
-        cli::host_setup::route_localnet(config);
-    }
-    if config.init_only && config.mode == config::ProxyMode::Ipvs {
-        // The proxy itself sets them too, but unprivileged its /proc/sys is read-only; values
-        // already in place are not written again, so it then has nothing to do.
-        cli::run::ipvs_host_setup(config.ipvs.strict_arp);
-    }
-    if config.init_only && config.mode == config::ProxyMode::Ebpf {
-        // The proxy's container may mount nothing that reaches the host.
-        cli::run::ebpf_host_setup(config);
-    }
-    if config.init_only {
-        // Upstream's --init-only does the host setup that needs full privileges (the conntrack
-        // sysctls) and exits, so the long-running proxy can do with CAP_NET_ADMIN.
-        tracing::info!("--init-only: privileged host setup done; exiting");
-        return ExitCode::SUCCESS;
-    }
-    cli::version::log_start(config, node_name);
-    cli::host_setup::oom_score_adj(config);
-    let runtime = match runtime() {
-        Ok(r) => r,
-        Err(e) => return fail(e),
-    };
-    let lists = match watch_list_client() {
-        Ok(l) => l,
-        Err(e) => return fail(e),
-    };
-    runtime.block_on(async move {
-        let mode = match cli::run::dataplane(config) {
-            Ok(m) => m,
-            Err(e) => return fail(causes::one_line(&e)),
-        };
-        let mut proxy = match cli::run::Proxy::build(
-            config,
-            node_name,
-            features,
-            mode.dataplane,
-            lists,
-        )
-        .await
-        {
-            Ok(p) => p,
-            Err(e) => return fail(causes::one_line(&e)),
-        };
-        if let Some(client) = proxy.client.clone() {
-            tokio::spawn(cli::events::follow(
-                client.clone(),
-                node_name.to_string(),
-                proxy.status.clone(),
-            ));
-            let (tx, rx) = tokio::sync::mpsc::channel(64);
-            proxy.on_event_warning(move |w| {
-                // Full: the budget would have dropped it anyway.
-                let _ = tx.try_send(w.clone());
-            });
-            tokio::spawn(cli::events::publish_object_warnings(
-                client,
-                node_name.to_string(),
-                rx,
-            ));
-        }
-        let mut observe = cli::observe::Observe::new(config);
-        let (health, relay) = (observe.health.clone(), mode.relay.clone());
-        observe
-            .metrics
-            .set_rest_client_source(proxy.reachability.as_ref().map(|r| r.requests()));
-        if let Some(relay) = mode.relay.clone() {
-            observe.metrics.set_relay_source(relay);
-        }
-        if let Some(stats) = mode.ebpf.clone() {
-            observe.metrics.set_ebpf_source(stats);
-        }
-        if let Some(traffic) = mode.traffic.clone() {
-            observe.metrics.set_traffic_source(traffic);
-        }
-        if let Some((owners, drift)) = mode.ipvs_watch {
-            dataplane::ipvs::watch::spawn(owners, drift);
-        }
-        if let Some((drift, watch)) = mode.monitor {
-            proxy.full_sync_on(drift.waker());
-            observe.count_repairs(drift.clone());
-            tokio::spawn(dataplane::monitor::run(None, drift, watch));
-        }
-        proxy.on_report(observe.observer());
-        tokio::spawn(dataplane::leftovers::remove_after_first_sync(
-            config.mode,
-            proxy.status.clone(),
-        ));
-        tokio::spawn(observe.clone().follow_status(proxy.status.clone()));
-        tokio::spawn(
-            observe
-                .clone()
-                .serve_health_checks(config.node_port_addresses.clone()),
-        );
-        // --bind-address-hard-fail: a server that cannot serve ends the proxy.
-        let (hard_fail, mut failed) = tokio::sync::mpsc::unbounded_channel();
-        let hard_fail = config.bind_address_hard_fail.then_some(hard_fail);
-        if let Some(address) = config.healthz_bind_address {
-            tokio::spawn(observe.clone().serve_health(address, hard_fail.clone()));
-        }
-        if matches!(
-            config.mode,
-            config::ProxyMode::Nftables | config::ProxyMode::Iptables | config::ProxyMode::Ipvs
-        ) {
-            // Only a mode that programs rules has flows to clean up after.
-            tokio::spawn(observe.clone().reconcile_conntrack(config.sync_period));
-        }
-        if config.mode == config::ProxyMode::Ebpf {
-            // Its socket programs leave no conntrack entry; connected UDP sockets stand for them.
-            let pins = cli::run::ebpf_pin_root(config);
-            tokio::spawn(
-                observe
-                    .clone()
-                    .destroy_stale_udp_sockets(config.sync_period, pins),
-            );
-        }
-        let debug = cli::debug::router(cli::debug::Handles {
-            peek: proxy.peek(),
-            config: std::sync::Arc::new(config.clone()),
-            sync: proxy.status.clone(),
-            health_checks: observe.health_checks(),
-        });
-        let metrics = config.metrics_bind_address;
-        tokio::spawn(observe.serve_metrics(metrics, config.clone(), debug, hard_fail));
-        tokio::select! {
-            Some(failure) = failed.recv() => fail(format!("{failure} (--bind-address-hard-fail)")),
-            () = cli::shutdown::run_until_stopped(proxy.run(), &health, relay.as_ref()) => {
-                ExitCode::SUCCESS
-            }
-        }
-    })
-}
-
-/// `--cleanup`: removes our nftables tables and upstream kube-proxy's leftovers, whatever the
-/// mode, and exits; 1 when a tool refused.
-fn cleanup(bpf_pin_root: &std::path::Path) -> ExitCode {
-    let mut report = dataplane::cleanup::cleanup(&dataplane::tool::Launcher::here());
-    dataplane::cleanup::cleanup_ebpf(bpf_pin_root, &mut report);
-    for table in &report.tables {
-        tracing::info!(table = %table, "--cleanup: removed nftables table");
-    }
-    for (tool, chains) in &report.iptables {
-        tracing::info!(tool = %tool, chains, "--cleanup: removed KUBE-* chains");
-    }
-    if report.ipvs_services > 0 || report.ipvs_link {
-        tracing::info!(
-            services = report.ipvs_services,
-            link = report.ipvs_link,
-            "--cleanup: removed IPVS virtual services and kube-ipvs0"
-        );
-    }
-    if report.ebpf_pins > 0 {
-        tracing::info!(
-            pins = report.ebpf_pins,
-            "--cleanup: removed eBPF pins (programs detached)"
-        );
-    }
-    if report.errors.is_empty() {
-        ExitCode::SUCCESS
-    } else {
-        fail(format!("--cleanup: {}", report.errors.join("; ")))
-    }
-}
-
-/// The blocking threads (each sync runs on one) are kept for an hour rather than tokio's 10 s:
-/// with the default, every periodic sync after a quiet `syncPeriod` (30 s) would start a new
-/// thread first, a hand-off many times slower than waking a kept thread (`handoff` in the
-/// sync's debug line; docs/benchmarks.md, "Blocking threads kept").
-const SYNC_THREAD_KEEP_ALIVE: std::time::Duration = std::time::Duration::from_secs(3600);
-
-fn runtime() -> Result<tokio::runtime::Runtime, String> {
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .thread_keep_alive(SYNC_THREAD_KEEP_ALIVE)
-        .build()
-        .map_err(|e| format!("cannot start the runtime: {e}"))
 }
 
 #[allow(clippy::disallowed_methods)] // the one place that writes the requested config file
@@ -495,14 +259,6 @@ fn node_name(config: &Config) -> Result<String, String> {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|h| h.trim().to_lowercase())
         .map_err(|e| format!("cannot read the host name ({e}); give --hostname-override"))
-}
-
-/// How the API watches read their lists: client-go's environment switch
-/// `KUBE_FEATURE_WatchListClient`, which upstream's kube-proxy honours too.
-#[allow(clippy::disallowed_methods)] // the one environment read: client-go's switch
-fn watch_list_client() -> Result<api::Lists, api::NotABoolean> {
-    let value = std::env::var("KUBE_FEATURE_WatchListClient").ok();
-    api::Lists::from_env_value(value.as_deref())
 }
 
 #[cfg(test)]

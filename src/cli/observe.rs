@@ -18,6 +18,7 @@ use tokio::sync::watch;
 use crate::cluster::{IpFamily, NodeContext, ServiceKey, Snapshot};
 use crate::config::{Config, NodePortAddresses, ProxyMode};
 use crate::conntrack;
+use crate::dataplane::mode::Feed;
 use crate::dataplane::monitor::Drift;
 use crate::health::service::{Check, Listen, Servers, Serving, desired};
 use crate::health::{ProxyHealth, SharedHealth};
@@ -202,22 +203,13 @@ impl Observe {
         }
     }
 
-    /// Deletes stale UDP and SCTP conntrack flows after every sync that changed a frontend's
-    /// endpoints, and every `period` (the sync period) so a missed pass is repaired.
-    pub async fn reconcile_conntrack(self, period: Duration) {
-        conntrack::reconcile::run(self.frontends.subscribe(), period, self.metrics.clone()).await
-    }
-
-    /// eBPF mode: destroys connected UDP sockets the programs sent to a backend that stopped
-    /// serving, after every sync that changed a frontend's endpoints and every `period`.
-    pub async fn destroy_stale_udp_sockets(self, period: Duration, pin_root: std::path::PathBuf) {
-        crate::dataplane::ebpf::udp_sockets::reconcile::run(
-            self.frontends.subscribe(),
-            period,
-            self.metrics.clone(),
-            pin_root,
-        )
-        .await
+    /// What a mode's background tasks read: the UDP/SCTP frontends of each successful sync
+    /// (the conntrack reconciler's, the eBPF mode's UDP socket reaper's) and the metrics.
+    pub fn feed(&self) -> Feed {
+        Feed {
+            frontends: self.frontends.subscribe(),
+            metrics: self.metrics.clone(),
+        }
     }
 
     /// Serves `/healthz` and `/livez`, rebinding until the address is free; with

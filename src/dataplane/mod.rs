@@ -45,6 +45,8 @@ pub mod ebpf;
 pub mod iptables;
 pub mod ipvs;
 pub mod leftovers;
+pub mod mode;
+pub mod modes;
 pub mod monitor;
 pub mod nftables;
 pub mod node;
