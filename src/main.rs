@@ -1,16 +1,11 @@
-//! The kube-proxy-rs binary: flags → Config → values, then the chosen command. Besides
-//! dispatch it renders each mode's plan and makes per-mode start-up choices
-//! (docs/architecture.md, "Where mode knowledge lives outside each mode's folder"); everything
-//! it calls is tested on its own.
+//! The kube-proxy-rs binary: parses the command line, resolves the configuration and hands
+//! both to the chosen command in `cli`. It decides nothing about a mode (each mode's parts are
+//! reached through `dataplane::modes`); besides the wiring it only tunes the process's
+//! allocator.
 
-use std::path::Path;
 use std::process::ExitCode;
 
-use kube_proxy_rs::causes;
-use kube_proxy_rs::cli::{self, Command};
-use kube_proxy_rs::cluster::Features;
-use kube_proxy_rs::config::{self, Config};
-use kube_proxy_rs::dataplane;
+use kube_proxy_rs::cli::{self, Cli, Command, configure};
 
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -89,176 +84,58 @@ fn main() -> ExitCode {
         }
         Err(cli::parse::Stop::Invalid(line)) => return fail(line),
     };
-    let mut status = None;
-    let (flags, plan, explain) = match cli.command {
-        None => (cli.flags, None, None),
-        Some(Command::Plan(args)) => (args.flags, Some(args.output), None),
+    match command(cli) {
+        Ok(Some(output)) => emit(&output),
+        Ok(None) => ExitCode::SUCCESS,
+        Err(message) => fail(message),
+    }
+}
+
+/// A command whose own arguments were checked, before the configuration is read.
+enum Todo {
+    Run,
+    Plan(cli::OutputFormat),
+    Status(Option<String>, cli::OutputFormat),
+    Explain(cli::explain::command::Asked),
+}
+
+/// The command's steps, in the order their errors win: its own arguments, `--version`, the
+/// configuration (logging starts with it), `--write-config-to`, then the command itself. What
+/// it prints, if anything.
+fn command(cli: Cli) -> Result<Option<String>, String> {
+    let (flags, todo) = match cli.command {
+        None => (cli.flags, Todo::Run),
+        Some(Command::Plan(args)) => (args.flags, Todo::Plan(args.output)),
         Some(Command::Status(args)) => {
             if let Some(bad) = args.service.as_deref().and_then(cli::status::bad_service) {
-                return fail(format!("--{bad}"));
+                return Err(format!("--{bad}"));
             }
-            status = Some((args.service, args.output));
-            (args.flags, None, None)
+            (args.flags, Todo::Status(args.service, args.output))
         }
         Some(Command::Explain(args)) => {
-            let request = match cli::explain::Request::parse(
-                &args.to,
-                args.from.as_deref(),
-                args.in_interface.as_deref(),
-            ) {
-                Ok(r) => r,
-                Err(e) => return fail(e),
-            };
-            let remote = cli::explain::remote::path(
-                &args.to,
-                args.from.as_deref(),
-                args.in_interface.as_deref(),
-                args.output,
-            );
-            (args.flags, None, Some((request, args.output, remote)))
+            let asked = cli::explain::command::Asked::of(&args)?;
+            (args.flags, Todo::Explain(asked))
         }
     };
     if let Some(style) = flags.version_requested() {
-        return emit(&cli::version::text(style, &cli::version::info()));
+        return Ok(Some(cli::version::text(style, &cli::version::info())));
     }
-    let file_text = match &flags.config {
-        Some(path) => match std::fs::read_to_string(path) {
-            Ok(text) => Some(text),
-            Err(e) => return fail(format!("config file {}: cannot read: {e}", path.display())),
-        },
-        None => None,
-    };
-    let file = flags.config.as_deref().zip(file_text.as_deref());
-    let resolved = match config::resolve(&flags, file) {
-        Ok(r) => r,
-        Err(e) => return fail(e),
-    };
-    let config = resolved.config;
-    cli::logging::init(&config);
-    for w in &resolved.warnings {
-        tracing::warn!("{w}");
-    }
+    let config = configure::configure(&flags)?;
     if let Some(path) = &config.write_config_to {
-        return write_config(path, &config);
+        return configure::write_config(path, &config).map(|()| None);
     }
-    if let Some((service, format)) = status {
-        return ask_status(&config, service.as_deref(), format);
-    }
-    let node_name = match node_name(&config) {
-        Ok(n) => n,
-        Err(e) => return fail(e),
-    };
-    let features = Features {
-        prefer_same_node: config.gate("PreferSameTrafficDistribution"),
-    };
-    if let Some((request, format, remote)) = explain {
-        // Without --manifests the running proxy answers first, as for `status`.
-        if config.manifests.is_none() {
-            match cli::explain::remote::ask(config.metrics_bind_address, &remote) {
-                Ok(Some(answer)) => return emit(&answer),
-                Ok(None) => {
-                    tracing::info!("no proxy answers on the metrics address; asking the API server")
-                }
-                Err(e) => return fail(e),
-            }
+    let node = || configure::node_name(&config);
+    let features = configure::features(&config);
+    match todo {
+        Todo::Status(service, format) => {
+            cli::status::ask::answer(&config, service.as_deref(), format).map(Some)
         }
-        let loaded = match load(&config, &node_name, features) {
-            Ok(l) => l,
-            Err(e) => return fail(e),
-        };
-        return match cli::explain::live::explain_on_node(
-            &config,
-            &loaded.snapshot,
-            &request,
-            config.manifests.is_some(),
-        ) {
-            Ok(e) => emit(&match format {
-                cli::OutputFormat::Table => cli::explain::render::text(&e),
-                cli::OutputFormat::Json => cli::explain::render::json(&e),
-            }),
-            Err(e) => fail(e),
-        };
-    }
-    if let Some(format) = plan {
-        let loaded = match load(&config, &node_name, features) {
-            Ok(l) => l,
-            Err(e) => return fail(e),
-        };
-        let report = cli::plan::report(&loaded.snapshot, &loaded.ignored, &loaded.warnings);
-        let mut text = cli::render(&report, format);
-        if format == cli::OutputFormat::Table {
-            match dataplane::modes::of(config.mode).render_plan(&config, &loaded.snapshot) {
-                Ok(mode) => text.push_str(&mode),
-                Err(e) => return fail(e),
-            }
+        Todo::Explain(asked) => {
+            cli::explain::command::answer(&config, &node()?, features, &asked).map(Some)
         }
-        return emit(&text);
+        Todo::Plan(format) => cli::plan(&config, &node()?, features, format).map(Some),
+        Todo::Run => cli::run::run(&config, &node()?, features).map(|()| None),
     }
-    match cli::run::run(&config, &node_name, features) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => fail(e),
-    }
-}
-
-/// `status`: asks the running proxy's metrics address for `/debug/status` and prints it.
-fn ask_status(config: &Config, service: Option<&str>, format: cli::OutputFormat) -> ExitCode {
-    let mut path = format!("{}?", cli::debug::STATUS_PATH);
-    if let Some(s) = service {
-        // Checked by bad_service: only characters that need no escaping in a query.
-        path.push_str(&format!("service={s}&"));
-    }
-    if format == cli::OutputFormat::Json {
-        path.push_str("output=json");
-    }
-    let address = cli::status::ask::target(config.metrics_bind_address);
-    let answer = cli::run::runtime().and_then(|rt| {
-        rt.block_on(cli::status::ask::get(
-            address,
-            &path,
-            std::time::Duration::from_secs(60),
-        ))
-        .map_err(|e| e.to_string())
-    });
-    match answer {
-        Ok((200, body)) => emit(&body),
-        Ok((code, body)) => fail(format!(
-            "the proxy at {address} answered {code}: {}",
-            body.lines().next().unwrap_or_default()
-        )),
-        Err(e) => fail(e),
-    }
-}
-
-/// The cluster's objects as `plan` and `explain` see them: from `--manifests`, else listed
-/// once from the API server.
-fn load(config: &Config, node_name: &str, features: Features) -> Result<cli::Loaded, String> {
-    match &config.manifests {
-        Some(dir) => {
-            cli::load_manifests(dir, node_name, features).map_err(|e| causes::one_line(&e))
-        }
-        None => cli::run::runtime().and_then(|rt| {
-            rt.block_on(cli::load_cluster(&config.client, node_name, features))
-                .map_err(|e| causes::one_line(&e))
-        }),
-    }
-}
-
-#[allow(clippy::disallowed_methods)] // the one place that writes the requested config file
-fn write_config(path: &Path, config: &Config) -> ExitCode {
-    match std::fs::write(path, config::render(config)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => fail(format!("--write-config-to {}: {e}", path.display())),
-    }
-}
-
-/// `--hostname-override`, else the kernel's host name, lower-cased as upstream does.
-fn node_name(config: &Config) -> Result<String, String> {
-    if let Some(name) = &config.hostname_override {
-        return Ok(name.clone());
-    }
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_lowercase())
-        .map_err(|e| format!("cannot read the host name ({e}); give --hostname-override"))
 }
 
 #[cfg(test)]
