@@ -108,7 +108,7 @@ async fn serve(
     }
     if let Some((drift, watch)) = started.monitor {
         proxy.full_sync_on(drift.waker());
-        observe.count_repairs(drift.clone());
+        observe.count_repairs(drift.clone(), watch);
         tokio::spawn(monitor::run(None, drift, watch));
     }
     proxy.on_report(observe.observer());
