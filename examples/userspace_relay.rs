@@ -397,7 +397,8 @@ fn cps_in_mode(mode: ProxyMode, node: &netns::NetNs, client: &netns::NetNs) -> f
         kube_proxy_rs::netlink::netns::run_in(Some(&node_ns), || {
             pin(RELAY_CPU);
             runtime().block_on(async move {
-                let mut dataplane = kube_proxy_rs::cli::run::dataplane(&config)
+                let mut dataplane = kube_proxy_rs::dataplane::modes::of(config.mode)
+                    .start(&config)
                     .expect("the mode's dataplane")
                     .dataplane;
                 let synced = dataplane.sync(&loaded.snapshot, &Default::default(), true);

@@ -512,9 +512,12 @@ fn the_checker_finds_missing_paths() {
     assert!(is_relative_path(&tree, "dataplane/monitor.rs"));
     assert!(!tree.has_tail("dataplane/monitor.rs"));
     assert!(!is_relative_path(&tree, "application/json"));
-    assert_eq!(rust_path_resolves(&tree, "cli::run::dataplane"), Some(true));
     assert_eq!(
-        rust_path_resolves(&tree, "cli::run::no_such_item"),
+        rust_path_resolves(&tree, "dataplane::modes::of"),
+        Some(true)
+    );
+    assert_eq!(
+        rust_path_resolves(&tree, "dataplane::modes::no_such_item"),
         Some(false)
     );
     assert_eq!(rust_path_resolves(&tree, "kube::Client"), None);

@@ -1,5 +1,6 @@
-//! The proxy's start-up settings of the host and of its own process: the conntrack sysctls,
-//! `route_localnet` for iptables mode's localhost NodePorts, and the OOM score adjustment.
+//! The proxy's start-up settings of the host and of its own process that every mode shares: the
+//! conntrack sysctls and the OOM score adjustment (a mode's own are its
+//! [`crate::dataplane::mode::Mode::set_up_host`]).
 //!
 //! Each is best effort, as upstream's are: a value the kernel refuses (read-only `/proc/sys` in a
 //! network namespace, no permission) is one warning naming the value and the error, and
@@ -7,7 +8,6 @@
 
 use crate::config::Config;
 use crate::conntrack;
-use crate::dataplane::iptables;
 
 /// Where a process sets its own OOM score adjustment.
 const OOM_SCORE_ADJ: &str = "/proc/self/oom_score_adj";
@@ -29,33 +29,6 @@ pub fn conntrack_sysctls(config: &Config) {
             %error,
             "cannot set conntrack sysctl; going on with the kernel's value"
         );
-    }
-}
-
-/// Localhost NodePorts (iptables mode, IPv4) need `route_localnet`, so packets to 127.0.0.1
-/// may be DNATed to a pod; upstream sets it at start-up too, next to the rule against
-/// CVE-2020-8558 the planner adds.
-pub fn route_localnet(config: &Config) {
-    let cfg = match iptables::ModeConfig::new(config) {
-        Ok(c) => c,
-        Err(_) => return, // reported when the dataplane is built
-    };
-    if !cfg.localhost_node_ports_active() {
-        return;
-    }
-    let path = "/proc/sys/net/ipv4/conf/all/route_localnet";
-    #[allow(
-        clippy::disallowed_methods,
-        reason = "start-up host setup, beside the conntrack sysctls"
-    )]
-    match std::fs::write(path, "1\n") {
-        Ok(()) => tracing::info!(
-            sysctl = path,
-            value = 1,
-            "set sysctl for localhost NodePorts"
-        ),
-        Err(error) => tracing::warn!(sysctl = path, %error,
-            "cannot set sysctl; localhost NodePorts will not reach pods"),
     }
 }
 

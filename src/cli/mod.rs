@@ -1,9 +1,11 @@
 //! The command line: the proxy itself (upstream's flags) and the `plan`, `explain` and
 //! `status` subcommands.
 //!
-//! Parsing and wiring only; decisions live in `config` and `cluster`.
+//! Parsing and wiring only; decisions live in `config`, `cluster` and each mode's folder
+//! (through [`crate::dataplane::modes`]).
 
 mod args;
+pub mod configure;
 pub mod debug;
 pub mod events;
 pub mod explain;
@@ -23,10 +25,12 @@ pub use args::{Cli, Command, ExplainArgs, PlanArgs, StatusArgs};
 
 use std::path::Path;
 
+use crate::causes;
 use crate::cluster::service::Ignored;
 use crate::cluster::source::{Event, api, manifests};
 use crate::cluster::{Features, ServiceKey, Snapshot, Tracker, Warning};
-use crate::config::ClientConnection;
+use crate::config::{ClientConnection, Config};
+use crate::dataplane::modes;
 
 /// How `plan` prints its report.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
@@ -43,6 +47,17 @@ pub struct Loaded {
     pub snapshot: Snapshot,
     pub ignored: Vec<(ServiceKey, Ignored)>,
     pub warnings: Vec<Warning>,
+}
+
+/// The cluster's objects as `plan` and `explain` see them: from `--manifests`, else listed
+/// once from the API server.
+pub fn load(config: &Config, node_name: &str, features: Features) -> Result<Loaded, String> {
+    match &config.manifests {
+        Some(dir) => load_manifests(dir, node_name, features).map_err(|e| causes::one_line(&e)),
+        None => run::runtime()?
+            .block_on(load_cluster(&config.client, node_name, features))
+            .map_err(|e| causes::one_line(&e)),
+    }
 }
 
 /// Loads a manifest directory and folds it into a tracker for `node_name`. Warnings from the
@@ -116,6 +131,28 @@ pub fn plan_manifests(
 ) -> Result<plan::Report, manifests::Error> {
     let l = load_manifests(dir, node_name, features)?;
     Ok(plan::report(&l.snapshot, &l.ignored, &l.warnings))
+}
+
+/// `plan`: the report of the loaded objects in `format`; in table format the configured mode's
+/// own desired state follows it ([`crate::dataplane::mode::Mode::render_plan`]).
+pub fn plan(
+    config: &Config,
+    node_name: &str,
+    features: Features,
+    format: OutputFormat,
+) -> Result<String, String> {
+    let loaded = load(config, node_name, features)?;
+    let report = plan::report(&loaded.snapshot, &loaded.ignored, &loaded.warnings);
+    let mut text = render(&report, format);
+    if format == OutputFormat::Table {
+        let mode = modes::of(config.mode);
+        text.push_str(
+            &mode
+                .render_plan(config, &loaded.snapshot)
+                .map_err(|e| e.to_string())?,
+        );
+    }
+    Ok(text)
 }
 
 /// Renders a report in the chosen format.

@@ -18,7 +18,8 @@ use tokio::sync::watch;
 use crate::cluster::{IpFamily, NodeContext, ServiceKey, Snapshot};
 use crate::config::{Config, NodePortAddresses, ProxyMode};
 use crate::conntrack;
-use crate::dataplane::monitor::Drift;
+use crate::dataplane::mode::Feed;
+use crate::dataplane::monitor::{Drift, Watch};
 use crate::health::service::{Check, Listen, Servers, Serving, desired};
 use crate::health::{ProxyHealth, SharedHealth};
 use crate::metrics::Metrics;
@@ -47,7 +48,7 @@ pub struct Observe {
     /// The UDP/SCTP frontends of the last successful sync, for the conntrack reconciler.
     frontends: watch::Sender<Option<Arc<conntrack::Frontends>>>,
     /// The dataplane's record of outside changes it repaired, when the nf_tables monitor runs.
-    drift: Option<Arc<Drift>>,
+    drift: Option<(Arc<Drift>, Watch)>,
     /// How each Service health check is served, after the latest update of the listeners.
     serving: watch::Sender<Arc<BTreeMap<ServiceKey, Serving>>>,
 }
@@ -75,10 +76,10 @@ impl Observe {
     }
 
     /// Exports the dataplane's repair count of outside changes the nf_tables monitor noticed
-    /// (`kubeproxy_rs_nftables_repairs_total`, or `kubeproxy_rs_iptables_repairs_total`).
-    /// Call before [`Observe::observer`].
-    pub fn count_repairs(&mut self, drift: Arc<Drift>) {
-        self.drift = Some(drift);
+    /// watching `watch`: `kubeproxy_rs_iptables_repairs_total` for iptables-nft's chains,
+    /// `kubeproxy_rs_nftables_repairs_total` for our table. Call before [`Observe::observer`].
+    pub fn count_repairs(&mut self, drift: Arc<Drift>, watch: Watch) {
+        self.drift = Some((drift, watch));
     }
 
     /// The runner observer: records one sync's report and asks for the health checks and
@@ -134,11 +135,12 @@ impl Observe {
             }
         }
         self.metrics.set_change_counts(&report.counts);
-        if let Some(drift) = &self.drift {
-            match self.mode {
-                ProxyMode::Iptables => self.metrics.set_iptables_repairs(drift.repairs()),
-                _ => self.metrics.set_nftables_repairs(drift.repairs()),
+        match &self.drift {
+            Some((drift, Watch::IptablesNft)) => self.metrics.set_iptables_repairs(drift.repairs()),
+            Some((drift, Watch::NftablesTable)) => {
+                self.metrics.set_nftables_repairs(drift.repairs())
             }
+            None => {}
         }
         if moved {
             self.wanted.send_replace(Some(Wanted {
@@ -202,22 +204,13 @@ impl Observe {
         }
     }
 
-    /// Deletes stale UDP and SCTP conntrack flows after every sync that changed a frontend's
-    /// endpoints, and every `period` (the sync period) so a missed pass is repaired.
-    pub async fn reconcile_conntrack(self, period: Duration) {
-        conntrack::reconcile::run(self.frontends.subscribe(), period, self.metrics.clone()).await
-    }
-
-    /// eBPF mode: destroys connected UDP sockets the programs sent to a backend that stopped
-    /// serving, after every sync that changed a frontend's endpoints and every `period`.
-    pub async fn destroy_stale_udp_sockets(self, period: Duration, pin_root: std::path::PathBuf) {
-        crate::dataplane::ebpf::udp_sockets::reconcile::run(
-            self.frontends.subscribe(),
-            period,
-            self.metrics.clone(),
-            pin_root,
-        )
-        .await
+    /// What a mode's background tasks read: the UDP/SCTP frontends of each successful sync
+    /// (the conntrack reconciler's, the eBPF mode's UDP socket reaper's) and the metrics.
+    pub fn feed(&self) -> Feed {
+        Feed {
+            frontends: self.frontends.subscribe(),
+            metrics: self.metrics.clone(),
+        }
     }
 
     /// Serves `/healthz` and `/livez`, rebinding until the address is free; with

@@ -1,5 +1,7 @@
 //! The long-running proxy: a source (the API server, or a manifest directory with
-//! `--manifests`), the sync runner, and a dataplane.
+//! `--manifests`), the sync runner, and the configured mode's dataplane with what the mode runs
+//! beside it ([`crate::dataplane::modes`]); and `--cleanup` and `--init-only`, which end after
+//! the host's set-up.
 //!
 //! Wiring only: building the values and handing them to each other. The handles health and
 //! metrics need ([`Proxy::status`], [`Proxy::reachability`]) are exposed before it runs.
@@ -10,13 +12,15 @@ use futures::StreamExt as _;
 use futures::stream::BoxStream;
 use tokio::sync::watch;
 
+use super::observe::Observe;
+use super::{debug, events, host_setup, shutdown};
+use crate::causes;
 use crate::cluster::source::{Event, api, interfaces, manifests};
 use crate::cluster::{Features, Tracker};
-use crate::config::{Config, ProxyMode};
-use crate::dataplane::Dataplane;
-use crate::dataplane::monitor::{Drift, Watch};
-use crate::dataplane::nftables::{self, ModeConfig, NftablesDataplane};
-use crate::dataplane::{ebpf, iptables, ipvs, userspace};
+use crate::config::Config;
+use crate::dataplane::mode::Mode;
+use crate::dataplane::tool::Launcher;
+use crate::dataplane::{self, Dataplane, leftovers, modes, monitor};
 use crate::sync::{Periods, Runner, Status};
 
 /// Why the proxy could not start.
@@ -28,244 +32,171 @@ pub enum Error {
     Manifests(#[from] manifests::Error),
 }
 
-/// The dataplane of `config`'s mode, and what its kernel watcher needs.
-pub struct Mode {
-    pub dataplane: Box<dyn Dataplane>,
-    /// The modes whose rules live in nf_tables (nftables, iptables-nft): what the monitor
-    /// watches and reports outside changes into. `main` starts
-    /// [`crate::dataplane::monitor::run`] with it and hands [`Drift::waker`] to the runner;
-    /// [`Drift::repairs`] is the mode's `kubeproxy_rs_*_repairs_total`.
-    pub monitor: Option<(Arc<Drift>, Watch)>,
-    /// The mode's per-Service traffic counters, read by the metrics at each scrape (IPVS).
-    pub traffic: Option<Arc<dyn crate::dataplane::TrafficSource>>,
-    /// The userspace relay's listeners, read by the metrics at each scrape.
-    pub relay: Option<userspace::ListenerCounters>,
-    /// eBPF mode: its datapath counters and map fill levels, read by the metrics.
-    pub ebpf: Option<ebpf::stats::Stats>,
-    /// IPVS mode: what [`ipvs::watch::spawn`] probes and where it reports a flush by another
-    /// program; `main` starts it.
-    pub ipvs_watch: Option<(ipvs::traffic::Owners, Arc<Drift>)>,
-}
-
-/// Why the dataplane of the configured mode cannot be built.
-#[derive(Debug, thiserror::Error)]
-pub enum ModeError {
-    #[error(transparent)]
-    Policy(#[from] crate::dataplane::node::Error),
-    #[error(transparent)]
-    NoIptables(#[from] iptables::NoUsableFamily),
-    /// The kernel cannot run the IPVS mode as configured (no `ip_vs`, no such scheduler).
-    #[error("IPVS: {0}")]
-    Ipvs(#[from] ipvs::apply::Error),
-    /// `portRange` in a form userspace mode cannot read (config validation accepts the same
-    /// forms, so a validated configuration never gives this).
-    #[error("portRange {0:?}: not a port range")]
-    PortRange(String),
-    /// The eBPF programs could not be loaded, attached or pinned.
-    #[error("eBPF")]
-    Ebpf(#[from] ebpf::backend::Error),
-}
-
-/// The dataplane for `config`, after the host set-up its mode needs at start-up (IPVS: the
-/// scheduler check, the sysctls and the connection timeouts), with the loopback NodePort
-/// listeners beside it when `--nodeport-localhost` asks for them.
-pub fn dataplane(config: &Config) -> Result<Mode, ModeError> {
-    let mode = mode_dataplane(config)?;
-    let beside = matches!(config.mode, ProxyMode::Nftables | ProxyMode::Userspace);
-    if !(config.userspace.node_port_localhost && beside) {
-        return Ok(mode);
+/// Runs the proxy for `config`: `--cleanup` cleans up after every mode and ends; otherwise the
+/// host's set-up (the conntrack sysctls, the mode's own), after which `--init-only` ends, and
+/// then the mode starts and the proxy syncs until a signal or the end of its source.
+pub fn run(config: &Config, node_name: &str, features: Features) -> Result<(), String> {
+    if !config.mode_explicit {
+        tracing::warn!(
+            mode = config.mode.as_str(),
+            "no proxy mode given; defaulting as upstream does"
+        );
     }
-    tracing::info!("serving NodePorts on 127.0.0.1 and ::1 through the relay");
-    let counters = mode.relay.clone().unwrap_or_default();
-    Ok(Mode {
-        dataplane: Box::new(userspace::loopback::WithLoopbackNodePorts::new(
-            mode.dataplane,
-            relay_settings(config),
-            counters.clone(),
-        )),
-        relay: Some(counters),
-        ..mode
-    })
+    if config.cleanup {
+        return cleanup(config);
+    }
+    let mode = modes::of(config.mode);
+    host_setup::conntrack_sysctls(config);
+    mode.set_up_host(config);
+    if config.init_only {
+        // Upstream's --init-only does the host setup that needs full privileges (the conntrack
+        // sysctls) and exits, so the long-running proxy can do with CAP_NET_ADMIN.
+        tracing::info!("--init-only: privileged host setup done; exiting");
+        return Ok(());
+    }
+    super::version::log_start(config, node_name);
+    host_setup::oom_score_adj(config);
+    let runtime = runtime()?;
+    let lists = watch_list_client().map_err(|e| e.to_string())?;
+    runtime.block_on(serve(config, node_name, features, mode, lists))
 }
 
-/// The relay's settings from the configuration.
-fn relay_settings(config: &Config) -> userspace::relay::Settings {
-    userspace::relay::Settings {
-        max_connections_per_service: config.userspace.max_connections_per_service as usize,
-        max_connections: config.userspace.max_connections as usize,
-        udp_idle_timeout: config.userspace.udp_idle_timeout,
-        ..userspace::relay::Settings::default()
+/// Starts the mode and everything beside the runner (Events, health, metrics, the mode's
+/// monitor and tasks), then runs until a signal, the end of the source, or a server that
+/// cannot serve with `--bind-address-hard-fail`.
+async fn serve(
+    config: &Config,
+    node_name: &str,
+    features: Features,
+    mode: &dyn Mode,
+    lists: api::Lists,
+) -> Result<(), String> {
+    let started = mode.start(config).map_err(|e| causes::one_line(&*e))?;
+    let mut proxy = Proxy::build(config, node_name, features, started.dataplane, lists)
+        .await
+        .map_err(|e| causes::one_line(&e))?;
+    if let Some(client) = proxy.client.clone() {
+        tokio::spawn(events::follow(
+            client.clone(),
+            node_name.to_string(),
+            proxy.status.clone(),
+        ));
+        let (tx, rx) = tokio::sync::mpsc::channel(64);
+        proxy.on_event_warning(move |w| {
+            // Full: the budget would have dropped it anyway.
+            let _ = tx.try_send(w.clone());
+        });
+        tokio::spawn(events::publish_object_warnings(
+            client,
+            node_name.to_string(),
+            rx,
+        ));
     }
-}
-
-fn mode_dataplane(config: &Config) -> Result<Mode, ModeError> {
-    match config.mode {
-        ProxyMode::Nftables => {
-            let drift = Drift::new();
-            let backend = nftables::backend::for_encoder(config.nftables_encoder, None);
-            let encoder = match config.nftables_encoder {
-                crate::config::NftablesEncoder::Netlink => "netlink",
-                crate::config::NftablesEncoder::Nft => "nft",
-            };
-            tracing::info!(encoder, "nftables encoder");
-            let dataplane =
-                NftablesDataplane::new(ModeConfig::new(config)?, backend, drift.clone());
-            return Ok(Mode {
-                dataplane: Box::new(dataplane),
-                monitor: Some((drift, Watch::NftablesTable)),
-                traffic: None,
-                relay: None,
-                ebpf: None,
-                ipvs_watch: None,
-            });
-        }
-        ProxyMode::Iptables => {
-            let cfg = iptables::ModeConfig::new(config)?;
-            let flavour = iptables::IptablesCommand::detect(&[]);
-            tracing::info!(flavour = flavour.as_str(), "iptables back end chosen");
-            let backend = iptables::IptablesCommand::new(flavour);
-            let mut dataplane = iptables::IptablesDataplane::new(cfg, backend);
-            dataplane.keep_usable_families()?;
-            // iptables-nft rules are nf_tables objects: the monitor sees another program delete
-            // them. iptables-legacy keeps only the canary check at each sync.
-            let monitor = (flavour == iptables::Flavour::Nft).then(|| {
-                let drift = Drift::new();
-                dataplane.watched_by(drift.clone());
-                (drift, Watch::IptablesNft)
-            });
-            return Ok(Mode {
-                dataplane: Box::new(dataplane),
-                monitor,
-                traffic: None,
-                relay: None,
-                ebpf: None,
-                ipvs_watch: None,
-            });
-        }
-        ProxyMode::Userspace => {
-            let range = userspace::ports::PortRange::parse(&config.port_range)
-                .ok_or_else(|| ModeError::PortRange(config.port_range.clone()))?;
-            let settings = relay_settings(config);
-            let drift = Drift::new();
-            let rules = nftables::backend::for_encoder(config.nftables_encoder, None);
-            let node = crate::dataplane::node::NodePolicy::new(config)?;
-            let redirect = userspace::redirect::Settings::of(config, &node);
-            let dataplane =
-                userspace::UserspaceDataplane::new(settings, range, config.bind_address)
-                    .with_redirect(rules, redirect, drift.clone());
-            let relay = Some(dataplane.listener_counters());
-            return Ok(Mode {
-                dataplane: Box::new(dataplane),
-                monitor: Some((drift, Watch::NftablesTable)),
-                traffic: None,
-                relay,
-                ebpf: None,
-                ipvs_watch: None,
-            });
-        }
-        ProxyMode::Ebpf => {
-            let settings = ebpf::backend::Settings {
-                cgroup: config
-                    .bpf_cgroup
-                    .clone()
-                    .unwrap_or_else(ebpf::backend::default_cgroup),
-                pin_root: ebpf_pin_root(config),
-            };
-            let mut kernel = ebpf::backend::Kernel::open(&settings)?;
-            let interfaces = ebpf::tc::node_interfaces()?;
-            kernel.attach_external(&interfaces)?;
-            let stats = ebpf::stats::Stats::open(&settings.pin_root)?;
-            let names: Vec<&str> = interfaces.iter().map(|i| i.name.as_str()).collect();
-            tracing::info!(cgroup = %settings.cgroup.display(),
-                pins = %settings.pin_root.display(), interfaces = %names.join(","),
-                "eBPF programs attached");
-            return Ok(Mode {
-                dataplane: Box::new(
-                    ebpf::EbpfDataplane::new(kernel, config.node_port_addresses.clone())
-                        .with_stats(stats.clone()),
-                ),
-                monitor: None,
-                traffic: None,
-                relay: None,
-                ebpf: Some(stats),
-                ipvs_watch: None,
-            });
-        }
-        ProxyMode::Ipvs => {}
+    let mut observe = Observe::new(config);
+    let (health, relay) = (observe.health.clone(), started.relay.clone());
+    observe
+        .metrics
+        .set_rest_client_source(proxy.reachability.as_ref().map(|r| r.requests()));
+    if let Some(relay) = started.relay {
+        observe.metrics.set_relay_source(relay);
     }
-    let cfg = ipvs::ModeConfig::new(config)?;
-    let mut backend = ipvs::apply::KernelBackend::new(None);
-    ipvs::apply::check_scheduler(&mut backend, &cfg)?;
-    set_ipvs_sysctls(config.ipvs.strict_arp);
-    ipvs::apply::set_timeouts(&mut backend, &cfg)?;
-    tracing::info!(scheduler = cfg.scheduler.as_str(), "IPVS mode");
-    let drift = Drift::new();
-    let rules = nftables::backend::for_encoder(config.nftables_encoder, None);
-    let dataplane = ipvs::apply::IpvsDataplane::new(
-        cfg,
-        backend,
-        rules,
-        ipvs::apply::MonotonicClock,
-        drift.clone(),
+    if let Some(stats) = started.ebpf {
+        observe.metrics.set_ebpf_source(stats);
+    }
+    if let Some(traffic) = started.traffic {
+        observe.metrics.set_traffic_source(traffic);
+    }
+    if let Some((drift, watch)) = started.monitor {
+        proxy.full_sync_on(drift.waker());
+        observe.count_repairs(drift.clone(), watch);
+        tokio::spawn(monitor::run(None, drift, watch));
+    }
+    proxy.on_report(observe.observer());
+    tokio::spawn(leftovers::remove_after_first_sync(
+        config.mode,
+        proxy.status.clone(),
+    ));
+    tokio::spawn(observe.clone().follow_status(proxy.status.clone()));
+    tokio::spawn(
+        observe
+            .clone()
+            .serve_health_checks(config.node_port_addresses.clone()),
     );
-    let traffic = ipvs::traffic::KernelTraffic::new(None, dataplane.owners());
-    let owners = dataplane.owners();
-    let watch_drift = drift.clone();
-    Ok(Mode {
-        dataplane: Box::new(dataplane),
-        monitor: Some((drift, Watch::NftablesTable)),
-        traffic: Some(Arc::new(traffic)),
-        relay: None,
-        ebpf: None,
-        ipvs_watch: Some((owners, watch_drift)),
-    })
-}
-
-/// Where the eBPF mode pins (`--bpf-pin-root`), for the mode and for `--cleanup`.
-pub fn ebpf_pin_root(config: &Config) -> std::path::PathBuf {
-    config
-        .bpf_pin_root
-        .clone()
-        .unwrap_or_else(|| ebpf::names::PIN_ROOT.into())
-}
-
-/// The eBPF mode's privileged host setup, for `--init-only`: mounts bpffs under the pin root
-/// where none is mounted, so a mount made from a container whose mounts reach the host (the
-/// DaemonSet's privileged init container) outlives it and the proxy needs no mount of its own.
-/// A failure is a warning: the proxy tries again itself.
-pub fn ebpf_host_setup(config: &Config) {
-    let root = ebpf_pin_root(config);
-    match ebpf::backend::ensure_bpffs(&root) {
-        Ok(()) => tracing::info!(pins = %root.display(), "bpffs in place for the pins"),
-        Err(error) => tracing::warn!(pins = %root.display(),
-            error = %crate::causes::one_line(&error),
-            "cannot mount bpffs for the pins; the proxy will try again at start"),
+    // --bind-address-hard-fail: a server that cannot serve ends the proxy.
+    let (hard_fail, mut failed) = tokio::sync::mpsc::unbounded_channel();
+    let hard_fail = config.bind_address_hard_fail.then_some(hard_fail);
+    if let Some(address) = config.healthz_bind_address {
+        tokio::spawn(observe.clone().serve_health(address, hard_fail.clone()));
+    }
+    for task in started.tasks {
+        task(observe.feed());
+    }
+    let debug = debug::router(debug::Handles {
+        peek: proxy.peek(),
+        config: Arc::new(config.clone()),
+        sync: proxy.status.clone(),
+        health_checks: observe.health_checks(),
+    });
+    let metrics = config.metrics_bind_address;
+    tokio::spawn(observe.serve_metrics(metrics, config.clone(), debug, hard_fail));
+    tokio::select! {
+        Some(failure) = failed.recv() => Err(format!("{failure} (--bind-address-hard-fail)")),
+        () = shutdown::run_until_stopped(proxy.run(), &health, relay.as_ref()) => Ok(()),
     }
 }
 
-/// The IPVS mode's privileged host setup, for `--init-only`: loads `ip_vs` (an IPVS socket
-/// resolves its generic netlink family, which the kernel loads on demand; its sysctls exist
-/// only then) and sets the sysctls. A failure is a warning: the proxy tries again itself.
-pub fn ipvs_host_setup(strict_arp: bool) {
-    if let Err(error) = ipvs::backend::netlink::Client::open(None) {
-        tracing::warn!(%error, "cannot load IPVS; the proxy will try again at start");
+/// `--cleanup`: removes our nftables tables and upstream kube-proxy's leftovers, whatever the
+/// mode, and says what it removed; an error when a tool refused.
+fn cleanup(config: &Config) -> Result<(), String> {
+    let report = dataplane::cleanup::cleanup_with(&Launcher::here(), config);
+    for table in &report.tables {
+        tracing::info!(table = %table, "--cleanup: removed nftables table");
     }
-    set_ipvs_sysctls(strict_arp);
+    for (tool, chains) in &report.iptables {
+        tracing::info!(tool = %tool, chains, "--cleanup: removed KUBE-* chains");
+    }
+    if report.ipvs_services > 0 || report.ipvs_link {
+        tracing::info!(
+            services = report.ipvs_services,
+            link = report.ipvs_link,
+            "--cleanup: removed IPVS virtual services and kube-ipvs0"
+        );
+    }
+    if report.ebpf_pins > 0 {
+        tracing::info!(
+            pins = report.ebpf_pins,
+            "--cleanup: removed eBPF pins (programs detached)"
+        );
+    }
+    if report.errors.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("--cleanup: {}", report.errors.join("; ")))
+    }
 }
 
-/// The sysctls the IPVS mode needs; one the kernel refuses is one warning, and start-up goes on
-/// (upstream logs and goes on too).
-fn set_ipvs_sysctls(strict_arp: bool) {
-    let applied = ipvs::sysctls::apply(std::path::Path::new("/proc/sys"), strict_arp);
-    for w in &applied.written {
-        tracing::info!(sysctl = w.path, value = w.value, "set IPVS sysctl");
-    }
-    for (w, error) in &applied.refused {
-        tracing::warn!(sysctl = w.path, value = w.value, %error,
-            "cannot set IPVS sysctl; going on with the kernel's value");
-    }
+/// The blocking threads (each sync runs on one) are kept for an hour rather than tokio's 10 s:
+/// with the default, every periodic sync after a quiet `syncPeriod` (30 s) would start a new
+/// thread first, a hand-off many times slower than waking a kept thread (`handoff` in the
+/// sync's debug line; docs/benchmarks.md, "Blocking threads kept").
+const SYNC_THREAD_KEEP_ALIVE: std::time::Duration = std::time::Duration::from_secs(3600);
+
+/// The multi-threaded runtime the proxy and the commands that ask over the network run on.
+pub fn runtime() -> Result<tokio::runtime::Runtime, String> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_keep_alive(SYNC_THREAD_KEEP_ALIVE)
+        .build()
+        .map_err(|e| format!("cannot start the runtime: {e}"))
 }
 
+/// How the API watches read their lists: client-go's environment switch
+/// `KUBE_FEATURE_WatchListClient`, which upstream's kube-proxy honours too.
+#[allow(clippy::disallowed_methods)] // the one environment read: client-go's switch
+fn watch_list_client() -> Result<api::Lists, api::NotABoolean> {
+    let value = std::env::var("KUBE_FEATURE_WatchListClient").ok();
+    api::Lists::from_env_value(value.as_deref())
+}
 /// A proxy ready to run.
 pub struct Proxy {
     runner: Runner,

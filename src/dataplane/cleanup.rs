@@ -1,13 +1,13 @@
 //! `--cleanup`: removes what our modes and upstream kube-proxy's leave on the node, then the
 //! binary exits.
 //!
-//! Every mode says what is its own in its `cleanup` module (`nftables::cleanup`,
-//! `iptables::cleanup`, `ipvs::cleanup`); this runs all of them whatever mode is configured, as upstream's
-//! `--cleanup` does, because the node may have run another mode (or upstream) before. A tool or
-//! table that is not there is not an error.
+//! Every mode says what is its own ([`super::mode::Mode::clean_up`]); this runs all of them
+//! whatever mode is configured, as upstream's `--cleanup` does, because the node may have run
+//! another mode (or upstream) before. A tool or table that is not there is not an error.
 
+use super::modes;
 use super::tool::Launcher;
-use super::{ebpf, iptables, ipvs, nftables};
+use crate::config::Config;
 
 /// What was removed, and what could not be.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -27,21 +27,23 @@ pub struct Report {
     pub errors: Vec<String>,
 }
 
-/// Removes every mode's leftovers in the network namespace `tools` runs in. The eBPF mode's
-/// pins are not a namespace's: [`cleanup_ebpf`] removes them.
+/// Removes every mode's leftovers in the network namespace `tools` runs in. What belongs to
+/// no namespace (the eBPF mode's pins) is left: [`cleanup_with`] removes it too.
 pub fn cleanup(tools: &Launcher) -> Report {
-    let mut report = Report::default();
-    nftables::cleanup::remove(tools, &mut report);
-    iptables::cleanup::remove(tools, &mut report);
-    ipvs::cleanup::remove(tools.netns(), &mut report);
-    report
+    run(tools, None)
 }
 
-/// Removes the eBPF mode's pins under `pin_root` (its cgroup links, which detaches the
-/// programs, and its maps) into `report`.
-pub fn cleanup_ebpf(pin_root: &std::path::Path, report: &mut Report) {
-    match ebpf::backend::remove(pin_root) {
-        Ok(n) => report.ebpf_pins = n,
-        Err(e) => report.errors.push(crate::causes::one_line(&e)),
+/// `--cleanup` with the binary's configuration: every mode's leftovers in the network
+/// namespace `tools` runs in, and what `config` says lies outside it (the eBPF mode's pins
+/// under its pin root).
+pub fn cleanup_with(tools: &Launcher, config: &Config) -> Report {
+    run(tools, Some(config))
+}
+
+fn run(tools: &Launcher, config: Option<&Config>) -> Report {
+    let mut report = Report::default();
+    for mode in modes::ALL {
+        modes::of(mode).clean_up(tools, config, &mut report);
     }
+    report
 }

@@ -19,12 +19,16 @@
 //!                     and on full syncs
 //!        trace        walk the desired state with one packet: tests and `explain`
 //!        cleanup      what `--cleanup` removes of this mode (dataplane::cleanup runs them all)
+//!        mode.rs      its parts for the command line: plan rendering, host set-up, start
+//!                     (dataplane, monitor, counters, side tasks), cleanup
 //!        backend      the thin I/O: one trait, one real implementation per way of talking to
 //!                     the kernel, and in tests one that fails on demand
 //! ```
 //! The desired-state types (`ruleset.rs`), their `diff` and `render` are the mode's own
-//! vocabulary beside these parts. A new mode adds its folder, a [`crate::config::ProxyMode`]
-//! value and one arm in `cli::run::dataplane`; it touches no other mode.
+//! vocabulary beside these parts. Each mode's `mode.rs` hands the command line its parts
+//! ([`mode::Mode`]: plan rendering, host set-up, start, cleanup); [`modes`] lists the modes. A
+//! new mode adds its folder, a [`crate::config::ProxyMode`] value and one arm in
+//! [`modes::of`]; it touches no other mode.
 //!
 //! # What the modes share (write it here, not twice)
 //! - [`node`]: node traffic policy (detect-local, masquerade mark, NodePort addresses, INVALID
@@ -32,6 +36,7 @@
 //! - [`report`]: what a sync reports, and the counts every mode derives alike;
 //! - [`comment`]: how object names become comments in rule text;
 //! - [`tool`]: starting rule tools (`nft`, `iptables-restore`) for text backends;
+//! - [`mode`]: what every mode hands the command line, and [`modes`]: the one list of them;
 //! - [`cleanup`]: `--cleanup` over every mode;
 //! - [`leftovers`]: at start-up, one warning naming another proxy's rules left on the node;
 //! - [`monitor`]: noticing another program changing our rules in nf_tables (nftables mode, and
@@ -45,6 +50,8 @@ pub mod ebpf;
 pub mod iptables;
 pub mod ipvs;
 pub mod leftovers;
+pub mod mode;
+pub mod modes;
 pub mod monitor;
 pub mod nftables;
 pub mod node;

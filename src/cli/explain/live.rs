@@ -132,7 +132,7 @@ pub fn read_family(
     let read_table = || kernel::read_nftables(config.nftables_encoder, None, table_family);
     let empty = nftables::Ruleset::empty(table_family);
     if let Planned::Ebpf { plan, .. } = planned {
-        let pin_root = crate::cli::run::ebpf_pin_root(config);
+        let pin_root = crate::dataplane::ebpf::mode::pin_root(config);
         let read = pinned::read(&pin_root)?;
         let drift = pinned::drift(read.as_ref(), plan, &pin_root);
         return Ok(Read {
@@ -364,7 +364,7 @@ fn remember(
         if source.origin != super::source::Origin::Outside {
             return Ok((None, Vec::new()));
         }
-        let pin_root = crate::cli::run::ebpf_pin_root(config);
+        let pin_root = crate::dataplane::ebpf::mode::pin_root(config);
         let Some(found) = pinned::client_entry(maps, &pin_root, request, &source)? else {
             return Ok((None, Vec::new()));
         };

@@ -16,6 +16,7 @@
 //! [`live`] reads them ([`affinity`], [`recent`], [`persistence`]).
 
 pub mod affinity;
+pub mod command;
 pub mod kernel;
 pub mod live;
 mod others;

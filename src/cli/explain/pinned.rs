@@ -74,7 +74,7 @@ pub(super) fn affinity(
     if val.flags & ebpf::layout::SVC_F_AFFINITY == 0 {
         return Ok(Vec::new());
     }
-    let pin_root = crate::cli::run::ebpf_pin_root(config);
+    let pin_root = crate::dataplane::ebpf::mode::pin_root(config);
     let entries = ebpf::backend::read_affinity(&pin_root, val.svc_id)
         .map_err(|e| crate::causes::one_line(&e))?;
     let now_ns = recent::read_monotonic_ns().ok_or_else(|| {

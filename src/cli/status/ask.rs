@@ -39,6 +39,33 @@ pub enum AskError {
     Failed(String),
 }
 
+/// `status`: the running proxy's `/debug/status` for `service` (all when `None`) in `format`,
+/// asked at `config`'s metrics address.
+pub fn answer(
+    config: &crate::config::Config,
+    service: Option<&str>,
+    format: crate::cli::OutputFormat,
+) -> Result<String, String> {
+    let mut path = format!("{}?", crate::cli::debug::STATUS_PATH);
+    if let Some(s) = service {
+        // Checked by bad_service: only characters that need no escaping in a query.
+        path.push_str(&format!("service={s}&"));
+    }
+    if format == crate::cli::OutputFormat::Json {
+        path.push_str("output=json");
+    }
+    let address = target(config.metrics_bind_address);
+    let runtime = crate::cli::run::runtime()?;
+    match runtime.block_on(get(address, &path, Duration::from_secs(60))) {
+        Ok((200, body)) => Ok(body),
+        Ok((code, body)) => Err(format!(
+            "the proxy at {address} answered {code}: {}",
+            body.lines().next().unwrap_or_default()
+        )),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
 /// GETs `path` (with its query) from `address`; the status code and the body.
 pub async fn get(
     address: SocketAddr,

@@ -62,6 +62,7 @@ pub mod apply;
 pub mod backend;
 pub mod diff;
 pub mod layout;
+pub mod mode;
 pub mod names;
 pub mod plan;
 pub mod render;

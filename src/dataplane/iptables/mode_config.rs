@@ -12,7 +12,7 @@ use crate::dataplane::node::{self, NodePolicy, node_ports};
 pub struct ModeConfig {
     pub node: NodePolicy,
     /// Serve IPv4 NodePorts on 127.0.0.0/8 (`iptables.localhostNodePorts`), where the NodePort
-    /// addresses include loopback. Needs `route_localnet`, which `main` sets.
+    /// addresses include loopback. Needs `route_localnet`, which the mode's host set-up sets.
     pub localhost_node_ports: bool,
 }
 

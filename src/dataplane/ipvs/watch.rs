@@ -19,9 +19,9 @@
 //! syncs trust what they last programmed, so without this only the next full sync would
 //! notice; upstream re-creates the link at every sync.
 //!
-//! Runs on a thread of its own (the IPVS client is a blocking socket); `main` starts it with
-//! [`spawn`]. A socket that fails is reopened with a doubling delay, and a probe that fails for
-//! another reason than `ESRCH` reports nothing.
+//! Runs on a thread of its own (the IPVS client is a blocking socket); the IPVS mode hands the
+//! proxy a task that starts it with [`spawn`]. A socket that fails is reopened with a doubling
+//! delay, and a probe that fails for another reason than `ESRCH` reports nothing.
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -24,8 +24,8 @@
 //! whether anyone else committed meanwhile ([`unseen_commit`]), which it reports with
 //! [`Drift::notice`].
 //!
-//! Never repairs anything itself and never decides when to sync. `main` starts it; a
-//! constructor never does.
+//! Never repairs anything itself and never decides when to sync. The proxy (`cli::run`) starts
+//! it for the mode that asks; a constructor never does.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

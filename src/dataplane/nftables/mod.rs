@@ -110,6 +110,7 @@ pub mod apply;
 pub mod backend;
 pub mod cleanup;
 pub mod diff;
+pub mod mode;
 pub mod mode_config;
 pub mod names;
 pub mod plan;

@@ -16,7 +16,28 @@ use super::apply::UserspaceDataplane;
 use super::listener_counters::ListenerCounters;
 use super::relay::Settings;
 use crate::cluster::{Changes, Snapshot};
+use crate::config::Config;
+use crate::dataplane::mode::Started;
 use crate::dataplane::{Dataplane, SyncError, SyncReport};
+
+/// `mode` with the loopback NodePort listeners beside its dataplane when `--nodeport-localhost`
+/// asks for them, counted with the mode's own relay listeners if it has any.
+pub fn beside(config: &Config, mode: Started) -> Started {
+    if !config.userspace.node_port_localhost {
+        return mode;
+    }
+    tracing::info!("serving NodePorts on 127.0.0.1 and ::1 through the relay");
+    let counters = mode.relay.clone().unwrap_or_default();
+    Started {
+        dataplane: Box::new(WithLoopbackNodePorts::new(
+            mode.dataplane,
+            Settings::of(config),
+            counters.clone(),
+        )),
+        relay: Some(counters),
+        ..mode
+    }
+}
 
 /// A mode's dataplane plus the loopback NodePort listeners.
 pub struct WithLoopbackNodePorts {

@@ -53,6 +53,7 @@
 pub mod apply;
 pub mod listener_counters;
 pub mod loopback;
+pub mod mode;
 pub mod plan;
 pub mod ports;
 pub mod redirect;

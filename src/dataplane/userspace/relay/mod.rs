@@ -73,6 +73,18 @@ impl Default for Settings {
     }
 }
 
+impl Settings {
+    /// The settings of the configuration (`userspace.*`), the dial policy its default.
+    pub fn of(config: &crate::config::Config) -> Settings {
+        Settings {
+            max_connections_per_service: config.userspace.max_connections_per_service as usize,
+            max_connections: config.userspace.max_connections as usize,
+            udp_idle_timeout: config.userspace.udp_idle_timeout,
+            ..Settings::default()
+        }
+    }
+}
+
 /// What a listener serves: a name for its logs, its endpoints, and the affinity table and the
 /// limit it shares with its service port's and Service's other listeners.
 #[derive(Clone, Debug)]

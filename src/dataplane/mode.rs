@@ -1,0 +1,104 @@
+//! The parts every proxy mode hands the command line, the same for all five: what `plan`
+//! prints of it, the host set-up it needs, how it starts (its dataplane, side tasks and
+//! counters) and what `--cleanup` removes of it.
+//!
+//! Each mode implements [`Mode`] in its own folder (`<mode>/mode.rs`); [`super::modes`] is the
+//! one place that lists them, so the commands ask a mode for its part instead of deciding per
+//! mode themselves.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use super::cleanup::Report;
+use super::monitor::{Drift, Watch};
+use super::tool::Launcher;
+use super::{Dataplane, TrafficSource, ebpf, node, userspace};
+use crate::cluster::Snapshot;
+use crate::config::Config;
+use crate::conntrack::Frontends;
+use crate::metrics::Metrics;
+
+/// One proxy mode's parts.
+pub trait Mode: Sync {
+    /// What `plan` prints after its report in table format: a comment line naming what follows,
+    /// then the mode's desired state for `snapshot` as its own tool would list it. Offline:
+    /// the Node object's addresses stand in for the host's.
+    fn render_plan(&self, config: &Config, snapshot: &Snapshot) -> Result<String, node::Error>;
+
+    /// The host set-up the mode makes before the proxy starts, and before `--init-only` exits:
+    /// with `--init-only`, what needs more privileges than the long-running proxy has.
+    fn set_up_host(&self, config: &Config) {
+        let _ = config;
+    }
+
+    /// Builds the mode's dataplane for `config`, after the host set-up its start needs, with
+    /// what runs beside it. Called inside the runtime.
+    fn start(&self, config: &Config) -> Result<Started, StartError>;
+
+    /// Removes what this mode leaves on the node into `report`; `--cleanup` runs every mode's.
+    /// `tools` runs in the network namespace to clean; `config` is the binary's own (`None` in
+    /// a test that cleans one namespace), for what lives outside any namespace.
+    fn clean_up(&self, tools: &Launcher, config: Option<&Config>, report: &mut Report);
+}
+
+/// A started mode: its dataplane and what the proxy runs and reads beside it.
+pub struct Started {
+    pub dataplane: Box<dyn Dataplane>,
+    /// The modes whose rules live in nf_tables: what the monitor watches and reports outside
+    /// changes into. The proxy starts [`super::monitor::run`] with it and hands
+    /// [`Drift::waker`] to the runner; [`Drift::repairs`] is the mode's
+    /// `kubeproxy_rs_*_repairs_total`.
+    pub monitor: Option<(Arc<Drift>, Watch)>,
+    /// Per-Service traffic counters, read by the metrics at each scrape (IPVS).
+    pub traffic: Option<Arc<dyn TrafficSource>>,
+    /// The relay's listeners: read by the metrics at each scrape, drained when the proxy stops.
+    pub relay: Option<userspace::ListenerCounters>,
+    /// The eBPF datapath's counters and map fill levels, read by the metrics.
+    pub ebpf: Option<ebpf::stats::Stats>,
+    /// Background tasks the proxy starts once it is built.
+    pub tasks: Vec<Task>,
+}
+
+impl Started {
+    /// A dataplane with nothing beside it.
+    pub fn alone(dataplane: Box<dyn Dataplane>) -> Started {
+        Started {
+            dataplane,
+            monitor: None,
+            traffic: None,
+            relay: None,
+            ebpf: None,
+            tasks: Vec::new(),
+        }
+    }
+}
+
+/// A background task of a mode: starts itself (a tokio task or a thread) with what the
+/// proxy hands it. Called inside the runtime.
+pub type Task = Box<dyn FnOnce(Feed) + Send>;
+
+/// What the proxy hands a mode's background tasks.
+pub struct Feed {
+    /// The UDP and SCTP frontends of the last successful sync.
+    pub frontends: watch::Receiver<Option<Arc<Frontends>>>,
+    /// Where the tasks count what they did.
+    pub metrics: Metrics,
+}
+
+/// The conntrack reconciler, for a mode that programs rules (a socket-level mode leaves no
+/// flows to clean up after): deletes stale UDP and SCTP flows after each sync that changed a
+/// frontend's endpoints, and every `period` (the sync period).
+pub fn conntrack_reconciler(period: Duration) -> Task {
+    Box::new(move |feed: Feed| {
+        tokio::spawn(crate::conntrack::reconcile::run(
+            feed.frontends,
+            period,
+            feed.metrics,
+        ));
+    })
+}
+
+/// Why a mode cannot start as configured: each mode's own typed error, its causes kept.
+pub type StartError = Box<dyn std::error::Error + Send + Sync>;

@@ -1,0 +1,50 @@
+//! The nftables mode's parts for the command line ([`crate::dataplane::mode::Mode`]).
+
+use super::{ModeConfig, NftablesDataplane, plan_all, render_from_scratch};
+use crate::cluster::Snapshot;
+use crate::config::{Config, NftablesEncoder};
+use crate::dataplane::cleanup::Report;
+use crate::dataplane::mode::{self, Mode, StartError, Started};
+use crate::dataplane::monitor::{Drift, Watch};
+use crate::dataplane::tool::Launcher;
+use crate::dataplane::{node, userspace};
+
+/// See the module doc.
+pub struct Nftables;
+
+impl Mode for Nftables {
+    fn render_plan(&self, config: &Config, snapshot: &Snapshot) -> Result<String, node::Error> {
+        let rulesets = plan_all(snapshot, &ModeConfig::new(config)?);
+        Ok(format!(
+            "\n# nftables: the ruleset this node would program (nft -f -)\n{}",
+            render_from_scratch(&rulesets)
+        ))
+    }
+
+    /// The monitor watches our table and the conntrack reconciler follows the rules;
+    /// `--nodeport-localhost` adds the relay's loopback listeners beside them.
+    fn start(&self, config: &Config) -> Result<Started, StartError> {
+        let drift = Drift::new();
+        let backend = super::backend::for_encoder(config.nftables_encoder, None);
+        let encoder = match config.nftables_encoder {
+            NftablesEncoder::Netlink => "netlink",
+            NftablesEncoder::Nft => "nft",
+        };
+        tracing::info!(encoder, "nftables encoder");
+        let dataplane = NftablesDataplane::new(ModeConfig::new(config)?, backend, drift.clone());
+        Ok(userspace::loopback::beside(
+            config,
+            Started {
+                monitor: Some((drift, Watch::NftablesTable)),
+                tasks: vec![mode::conntrack_reconciler(config.sync_period)],
+                ..Started::alone(Box::new(dataplane))
+            },
+        ))
+    }
+
+    /// Our tables and upstream's, of both families; the ipvs and userspace modes' rules live
+    /// in ours too.
+    fn clean_up(&self, tools: &Launcher, _: Option<&Config>, report: &mut Report) {
+        super::cleanup::remove(tools, report);
+    }
+}

@@ -1,0 +1,59 @@
+//! The userspace mode's parts for the command line ([`crate::dataplane::mode::Mode`]).
+
+use super::ports::PortRange;
+use super::{UserspaceDataplane, loopback, plan, redirect, relay, render};
+use crate::cluster::Snapshot;
+use crate::config::Config;
+use crate::dataplane::cleanup::Report;
+use crate::dataplane::mode::{Mode, StartError, Started};
+use crate::dataplane::monitor::{Drift, Watch};
+use crate::dataplane::nftables;
+use crate::dataplane::node::{self, NodePolicy};
+use crate::dataplane::tool::Launcher;
+
+/// See the module doc.
+pub struct Userspace;
+
+/// `portRange` in a form userspace mode cannot read (config validation accepts the same forms,
+/// so a validated configuration never gives this).
+#[derive(Debug, thiserror::Error)]
+#[error("portRange {0:?}: not a port range")]
+pub struct BadPortRange(String);
+
+impl Mode for Userspace {
+    fn render_plan(&self, _: &Config, snapshot: &Snapshot) -> Result<String, node::Error> {
+        let listeners = plan::plan(snapshot);
+        Ok(format!(
+            "\n# userspace: the listeners this node would open\n{}",
+            render::render(&listeners)
+        ))
+    }
+
+    /// The relay's listeners with the redirect rules in our nftables table, which the monitor
+    /// watches; `--nodeport-localhost` adds loopback NodePort listeners, counted with the
+    /// others. The relay's sockets leave no conntrack flows to clean up after.
+    fn start(&self, config: &Config) -> Result<Started, StartError> {
+        let range = PortRange::parse(&config.port_range)
+            .ok_or_else(|| BadPortRange(config.port_range.clone()))?;
+        let drift = Drift::new();
+        let rules = nftables::backend::for_encoder(config.nftables_encoder, None);
+        let node = NodePolicy::new(config)?;
+        let redirect = redirect::Settings::of(config, &node);
+        let dataplane =
+            UserspaceDataplane::new(relay::Settings::of(config), range, config.bind_address)
+                .with_redirect(rules, redirect, drift.clone());
+        let relay = Some(dataplane.listener_counters());
+        Ok(loopback::beside(
+            config,
+            Started {
+                monitor: Some((drift, Watch::NftablesTable)),
+                relay,
+                ..Started::alone(Box::new(dataplane))
+            },
+        ))
+    }
+
+    /// Nothing of its own: its rules are in our nftables table, which the nftables mode's
+    /// cleanup removes, and its listeners end with the process.
+    fn clean_up(&self, _: &Launcher, _: Option<&Config>, _: &mut Report) {}
+}
