@@ -27,6 +27,6 @@ pub mod socket;
 pub mod sysctls;
 
 pub use flow::{Flow, Tuple};
-pub use plan::{Frontends, Judgement};
+pub use plan::{Frontends, Judgement, Translation};
 pub use reconcile::Pass;
 pub use socket::Socket;

@@ -51,6 +51,21 @@ pub struct Frontends {
     node_ips: BTreeSet<IpAddr>,
 }
 
+/// Where a mode's NAT sends a flow to a frontend, which decides when a DNATed flow is valid.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Translation {
+    /// To the endpoint itself (nftables, iptables and ipvs modes): valid while that endpoint
+    /// serves.
+    #[default]
+    ToEndpoint,
+    /// To a relay on this node (userspace mode), which chooses the endpoint and moves a
+    /// session off one that went away itself: every DNATed flow is valid. A flow never DNATed
+    /// to a frontend that has endpoints is stale all the same: it began while the frontend
+    /// had none (or before the redirect rules were in), and a client that keeps sending on one
+    /// socket would never reach the relay while its entry lives.
+    ToRelay,
+}
+
 /// Why a flow is kept or deleted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Judgement {
@@ -116,8 +131,13 @@ impl Frontends {
         self.addresses.is_empty() && self.node_ports.is_empty()
     }
 
-    /// Decides one flow.
+    /// Decides one flow of a mode whose NAT goes to the endpoint.
     pub fn judge(&self, flow: &Flow) -> Judgement {
+        self.judge_as(flow, Translation::ToEndpoint)
+    }
+
+    /// Decides one flow of a mode whose NAT works as `translation` says.
+    pub fn judge_as(&self, flow: &Flow, translation: Translation) -> Judgement {
         let Some(protocol) = flow.service_protocol() else {
             return Judgement::NotOurs;
         };
@@ -127,12 +147,12 @@ impl Frontends {
         let o = &flow.original;
         let reply_from = (flow.reply.src, flow.reply.src_port);
         if let Some(backends) = self.addresses.get(&(protocol, o.dst, o.dst_port)) {
-            return against(backends, reply_from, flow);
+            return against(backends, reply_from, flow, translation);
         }
         let node_port = (protocol, flow.family(), o.dst_port);
         match self.node_ports.get(&node_port) {
             Some(backends) if flow.dnatted() || self.node_ips.contains(&o.dst) => {
-                against(backends, reply_from, flow)
+                against(backends, reply_from, flow, translation)
             }
             _ => Judgement::NotOurs,
         }
@@ -170,8 +190,14 @@ impl Frontends {
     }
 
     /// The stale flows among `flows`, in their order.
-    pub fn stale<'a>(&self, flows: &'a [Flow]) -> impl Iterator<Item = &'a Flow> {
-        flows.iter().filter(|f| self.judge(f).stale())
+    pub fn stale<'a>(
+        &self,
+        flows: &'a [Flow],
+        translation: Translation,
+    ) -> impl Iterator<Item = &'a Flow> {
+        flows
+            .iter()
+            .filter(move |f| self.judge_as(f, translation).stale())
     }
 }
 
@@ -184,10 +210,17 @@ fn union_into(into: &mut Backends, more: &Backends) {
     }
 }
 
-fn against(backends: &Backends, reply_from: (IpAddr, u16), flow: &Flow) -> Judgement {
+fn against(
+    backends: &Backends,
+    reply_from: (IpAddr, u16),
+    flow: &Flow,
+    translation: Translation,
+) -> Judgement {
     if backends.is_empty() {
         Judgement::NoEndpoints
-    } else if backends.contains(&reply_from) {
+    } else if backends.contains(&reply_from)
+        || (translation == Translation::ToRelay && flow.dnatted())
+    {
         Judgement::Valid
     } else if flow.dnatted() {
         Judgement::StaleEndpoint

@@ -141,8 +141,61 @@ fn stale_lists_exactly_the_stale_flows_in_order() {
         flow(IPPROTO_TCP, "10.96.0.10", 53, "10.244.1.99", 5353),
         flow(UDP, NODE_IP, 30053, NODE_IP, 30053),
     ];
-    let stale: Vec<_> = frontends().stale(&flows).cloned().collect();
+    let stale: Vec<_> = frontends()
+        .stale(&flows, Translation::ToEndpoint)
+        .cloned()
+        .collect();
     assert_eq!(stale, vec![flows[0].clone(), flows[3].clone()]);
+}
+
+/// Userspace mode: the redirect DNATs a frontend's flows to the relay on this node, whatever
+/// endpoint the relay then uses; only a flow that was never redirected is stale.
+#[test]
+fn relayed_flows_are_valid_and_only_flows_never_redirected_are_stale() {
+    use Judgement::*;
+    let relay = (NODE_IP, 41_000);
+    let table = [
+        (
+            "ClusterIP redirected to the relay",
+            flow(UDP, "10.96.0.10", 53, relay.0, relay.1),
+            Valid,
+        ),
+        (
+            "NodePort redirected to the relay",
+            flow(UDP, NODE_IP, 30053, relay.0, relay.1),
+            Valid,
+        ),
+        (
+            "ClusterIP never redirected (began before the rules)",
+            flow(UDP, "10.96.0.10", 53, "10.96.0.10", 53),
+            NotDnatted,
+        ),
+        (
+            "NodePort never redirected",
+            flow(UDP, NODE_IP, 30053, NODE_IP, 30053),
+            NotDnatted,
+        ),
+        (
+            "a frontend without endpoints keeps its flows",
+            flow(UDP, "10.96.0.20", 53, "10.96.0.20", 53),
+            NoEndpoints,
+        ),
+        (
+            "TCP is never touched",
+            flow(IPPROTO_TCP, "10.96.0.10", 53, "10.96.0.10", 53),
+            NotOurs,
+        ),
+    ];
+    let frontends = frontends();
+    for (what, flow, want) in &table {
+        assert_eq!(
+            frontends.judge_as(flow, Translation::ToRelay),
+            *want,
+            "{what}: {flow}"
+        );
+    }
+    // The same flows judged as the NAT modes judge them: a relay is no endpoint.
+    assert_eq!(frontends.judge(&table[0].1), StaleEndpoint);
 }
 
 #[test]

@@ -13,7 +13,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use super::flow::Flow;
-use super::plan::Frontends;
+use super::plan::{Frontends, Translation};
 use super::socket::{self, Socket};
 use crate::cluster::IpFamily;
 use crate::metrics::Metrics;
@@ -40,9 +40,13 @@ pub fn pass(
     socket: &mut Socket,
     frontends: &Frontends,
     family: IpFamily,
+    translation: Translation,
 ) -> Result<Pass, socket::Error> {
     let dumped = socket.dump(family)?;
-    let stale: Vec<Flow> = frontends.stale(&dumped.flows).cloned().collect();
+    let stale: Vec<Flow> = frontends
+        .stale(&dumped.flows, translation)
+        .cloned()
+        .collect();
     for flow in &stale {
         tracing::trace!(%flow, "stale conntrack flow");
     }
@@ -63,18 +67,25 @@ pub fn pass(
 }
 
 /// Opens a socket in the current network namespace and runs one [`pass`].
-pub fn pass_here(frontends: &Frontends, family: IpFamily) -> Result<Pass, socket::Error> {
-    pass(&mut Socket::open()?, frontends, family)
+pub fn pass_here(
+    frontends: &Frontends,
+    family: IpFamily,
+    translation: Translation,
+) -> Result<Pass, socket::Error> {
+    pass(&mut Socket::open()?, frontends, family, translation)
 }
 
 /// Runs forever: a pass per family whenever `frontends` changes, and every `period` since the
-/// last pass. Nothing happens before the first successful sync publishes frontends.
+/// last pass. Nothing happens before the first successful sync publishes frontends. Flows
+/// are judged as the mode's NAT works (`translation`).
 pub async fn run(
     frontends: watch::Receiver<Option<Arc<Frontends>>>,
     period: Duration,
     metrics: Metrics,
+    translation: Translation,
 ) {
-    run_with(frontends, period, metrics, pass_here).await
+    let pass = move |f: &Frontends, family| pass_here(f, family, translation);
+    run_with(frontends, period, metrics, pass).await
 }
 
 /// Waits for the next pass: until `frontends` changes or `period` has passed since the last

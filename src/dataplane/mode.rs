@@ -17,7 +17,7 @@ use super::tool::Launcher;
 use super::{Dataplane, TrafficSource, ebpf, node, userspace};
 use crate::cluster::Snapshot;
 use crate::config::Config;
-use crate::conntrack::Frontends;
+use crate::conntrack::{Frontends, Translation};
 use crate::metrics::Metrics;
 
 /// One proxy mode's parts.
@@ -87,15 +87,17 @@ pub struct Feed {
     pub metrics: Metrics,
 }
 
-/// The conntrack reconciler, for a mode that programs rules (a socket-level mode leaves no
+/// The conntrack reconciler, for a mode that programs NAT rules (a socket-level mode leaves no
 /// flows to clean up after): deletes stale UDP and SCTP flows after each sync that changed a
-/// frontend's endpoints, and every `period` (the sync period).
-pub fn conntrack_reconciler(period: Duration) -> Task {
+/// frontend's endpoints, and every `period` (the sync period), judging them as the mode's NAT
+/// works (`translation`).
+pub fn conntrack_reconciler(period: Duration, translation: Translation) -> Task {
     Box::new(move |feed: Feed| {
         tokio::spawn(crate::conntrack::reconcile::run(
             feed.frontends,
             period,
             feed.metrics,
+            translation,
         ));
     })
 }

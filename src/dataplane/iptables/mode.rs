@@ -5,6 +5,7 @@ use super::{
 };
 use crate::cluster::Snapshot;
 use crate::config::Config;
+use crate::conntrack::Translation;
 use crate::dataplane::cleanup::Report;
 use crate::dataplane::mode::{self, Mode, StartError, Started};
 use crate::dataplane::monitor::{Drift, Watch};
@@ -67,7 +68,10 @@ impl Mode for Iptables {
         });
         Ok(Started {
             monitor,
-            tasks: vec![mode::conntrack_reconciler(config.sync_period)],
+            tasks: vec![mode::conntrack_reconciler(
+                config.sync_period,
+                Translation::ToEndpoint,
+            )],
             ..Started::alone(Box::new(dataplane))
         })
     }

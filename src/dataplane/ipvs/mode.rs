@@ -6,6 +6,7 @@ use super::apply::{self, IpvsDataplane, KernelBackend, MonotonicClock};
 use super::{HostAddresses, ModeConfig, bound_addresses, plan_all, render_all, rules_all};
 use crate::cluster::Snapshot;
 use crate::config::Config;
+use crate::conntrack::Translation;
 use crate::dataplane::cleanup::Report;
 use crate::dataplane::mode::{self, Mode, StartError, Started};
 use crate::dataplane::monitor::{Drift, Watch};
@@ -75,7 +76,7 @@ impl Mode for Ipvs {
             traffic: Some(Arc::new(traffic)),
             tasks: vec![
                 Box::new(move |_| super::watch::spawn(owners, watch_drift)),
-                mode::conntrack_reconciler(config.sync_period),
+                mode::conntrack_reconciler(config.sync_period, Translation::ToEndpoint),
             ],
             ..Started::alone(Box::new(dataplane))
         })

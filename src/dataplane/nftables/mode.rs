@@ -3,6 +3,7 @@
 use super::{ModeConfig, NftablesDataplane, plan_all, render_from_scratch};
 use crate::cluster::Snapshot;
 use crate::config::{Config, NftablesEncoder};
+use crate::conntrack::Translation;
 use crate::dataplane::cleanup::Report;
 use crate::dataplane::mode::{self, Mode, StartError, Started};
 use crate::dataplane::monitor::{Drift, Watch};
@@ -36,7 +37,10 @@ impl Mode for Nftables {
             config,
             Started {
                 monitor: Some((drift, Watch::NftablesTable)),
-                tasks: vec![mode::conntrack_reconciler(config.sync_period)],
+                tasks: vec![mode::conntrack_reconciler(
+                    config.sync_period,
+                    Translation::ToEndpoint,
+                )],
                 ..Started::alone(Box::new(dataplane))
             },
         ))

@@ -4,8 +4,9 @@ use super::ports::PortRange;
 use super::{UserspaceDataplane, loopback, plan, redirect, relay, render};
 use crate::cluster::Snapshot;
 use crate::config::Config;
+use crate::conntrack::Translation;
 use crate::dataplane::cleanup::Report;
-use crate::dataplane::mode::{Mode, StartError, Started};
+use crate::dataplane::mode::{self, Mode, StartError, Started};
 use crate::dataplane::monitor::{Drift, Watch};
 use crate::dataplane::nftables;
 use crate::dataplane::node::{self, NodePolicy};
@@ -31,7 +32,9 @@ impl Mode for Userspace {
 
     /// The relay's listeners with the redirect rules in our nftables table, which the monitor
     /// watches; `--nodeport-localhost` adds loopback NodePort listeners, counted with the
-    /// others. The relay's sockets leave no conntrack flows to clean up after.
+    /// others. The conntrack reconciler deletes the flows that began before a frontend was
+    /// redirected (a UDP client sending from one socket while its Service had no endpoints
+    /// would otherwise never reach the relay); the relay moves its own sessions.
     fn start(&self, config: &Config) -> Result<Started, StartError> {
         let range = PortRange::parse(&config.port_range)
             .ok_or_else(|| BadPortRange(config.port_range.clone()))?;
@@ -48,6 +51,10 @@ impl Mode for Userspace {
             Started {
                 monitor: Some((drift, Watch::NftablesTable)),
                 relay,
+                tasks: vec![mode::conntrack_reconciler(
+                    config.sync_period,
+                    Translation::ToRelay,
+                )],
                 ..Started::alone(Box::new(dataplane))
             },
         ))
