@@ -13,6 +13,8 @@ pub mod cluster;
 pub mod config;
 pub mod conntrack;
 pub mod dataplane;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod go_duration;
 pub mod health;
 pub mod metrics;

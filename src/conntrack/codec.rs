@@ -24,8 +24,10 @@ use netlink_packet_netfilter::{
 use super::flow::{Flow, Tuple};
 use crate::cluster::IpFamily;
 use crate::netlink::message::Message;
-use crate::netlink::nfnetlink::NFNETLINK_V0;
+use crate::netlink::nfnetlink::{self, NFNETLINK_V0};
 
+/// `NFNL_SUBSYS_CTNETLINK`: the nfnetlink subsystem of conntrack's messages.
+const SUBSYS_CTNETLINK: u16 = 1;
 /// `CTA_ID` (`include/uapi/linux/netfilter/nfnetlink_conntrack.h`), a big-endian u32.
 const CTA_ID: u16 = 12;
 /// `CTA_ZONE`, a big-endian u16.
@@ -112,7 +114,14 @@ pub fn delete_request(flow: &Flow, seq: u32) -> Vec<u8> {
 
 /// Reads one message of a dump's answer (an object, not its end: the core's dump state
 /// machine tells which).
+///
+/// Only conntrack's messages reach the crate's decoder: its decoders of the other nfnetlink
+/// subsystems (nf_tables sets and expressions) trust the lengths inside nested attributes and
+/// panic on a malformed one, so a message of another subsystem is [`Entry::Skipped`] unread.
 pub fn entry(message: &Message<'_>) -> Entry {
+    if nfnetlink::subsystem(message.kind) != SUBSYS_CTNETLINK {
+        return Entry::Skipped;
+    }
     match NetlinkMessage::<NetfilterMessage>::deserialize(message.bytes).map(|m| m.payload) {
         Ok(NetlinkPayload::InnerMessage(NetfilterMessage {
             inner: NetfilterMessageInner::Conntrack(ConntrackMessage::New(attributes)),

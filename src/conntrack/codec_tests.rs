@@ -198,6 +198,22 @@ fn broken_framing_is_an_error_and_a_broken_message_is_only_undecodable() {
     assert_eq!(dump.finish().unwrap().undecodable.len(), 1);
 }
 
+/// An nf_tables `GETSET` message whose nested expression attribute claims 256 bytes of 16:
+/// the crate's nf_tables decoder panics on it (kept by the fuzzer, `fuzz/regressions/`).
+const NFTABLES_SET_BROKEN_EXPR: &[u8] = include_bytes!(
+    "../../fuzz/regressions/conntrack/crash-814b951bdc389bd09540686705aab427d1903262"
+);
+
+#[test]
+fn a_message_of_another_nfnetlink_subsystem_is_skipped_unread() {
+    let message = messages(NFTABLES_SET_BROKEN_EXPR).next().unwrap();
+    assert_eq!(nfnetlink::subsystem(message.kind), 10, "nf_tables");
+    assert_eq!(entry(&message), Entry::Skipped);
+    let (mut dump, _) = Dump::start(IpFamily::V4, message.seq);
+    dump.receive(message.bytes).unwrap();
+    assert_eq!(dump.finish().unwrap().skipped, 1);
+}
+
 #[test]
 fn a_dump_collects_flows_until_done_and_ignores_other_requests() {
     let (mut dump, request) = Dump::start(IpFamily::V4, 1);

@@ -149,6 +149,8 @@ fn base_chain(b: &BaseChain) -> String {
 }
 
 /// A standard name plus offset where nft 1.0.6 allows that name on the hook, else a number.
+/// Any `i32` renders: a base chain read from the kernel may hold the extremes, whose distance
+/// to a name does not fit an `i32`.
 fn priority_text(hook: Hook, value: i32) -> String {
     let named = [
         ("filter", priority::FILTER, true),
@@ -157,8 +159,8 @@ fn priority_text(hook: Hook, value: i32) -> String {
     ];
     let best = named
         .iter()
-        .filter(|(_, base, allowed)| *allowed && (value - base).abs() <= 50)
-        .min_by_key(|(_, base, _)| (value - base).abs());
+        .filter(|(_, base, allowed)| *allowed && value.abs_diff(*base) <= 50)
+        .min_by_key(|(_, base, _)| value.abs_diff(*base));
     match best {
         Some((name, base, _)) if value == *base => (*name).to_string(),
         Some((name, base, _)) if value > *base => format!("{name} + {}", value - base),
@@ -433,6 +435,14 @@ mod tests {
         assert_eq!(priority_text(Hook::Output, -110), "-110");
         assert_eq!(priority_text(Hook::Postrouting, 100), "srcnat");
         assert_eq!(priority_text(Hook::Forward, 0), "filter");
+    }
+
+    #[test]
+    fn the_extreme_priorities_render_as_numbers() {
+        for hook in [Hook::Prerouting, Hook::Postrouting, Hook::Forward] {
+            assert_eq!(priority_text(hook, i32::MIN), "-2147483648");
+            assert_eq!(priority_text(hook, i32::MAX), "2147483647");
+        }
     }
 
     #[test]

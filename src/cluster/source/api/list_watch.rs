@@ -142,6 +142,26 @@ impl<K: DeserializeOwned> Items<K> {
     }
 }
 
+/// The objects of a whole list body and its resourceVersion, read as a listing reads its
+/// body when it arrives in `chunk`-byte pieces (protobuf when `protobuf` names the kind's
+/// decoder, else JSON): the fuzz targets' way in (`crate::fuzzing`).
+pub(crate) fn read_list_body<K: DeserializeOwned>(
+    body: &[u8],
+    chunk: usize,
+    protobuf: Option<ProtobufDecoder<K>>,
+) -> Result<(Vec<K>, String), watcher::Error> {
+    let mut items = match protobuf {
+        Some(decoder) => Items::Protobuf(protobuf_split::Splitter::default(), decoder),
+        None => Items::Json(list_split::Splitter::default()),
+    };
+    let mut decoded = VecDeque::new();
+    for piece in body.chunks(chunk.max(1)) {
+        items.feed(piece, &mut decoded)?;
+    }
+    let resource_version = items.finish()?;
+    Ok((decoded.into(), resource_version))
+}
+
 impl<K> ListWatch<K>
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
