@@ -243,6 +243,19 @@ fn expected(lab: &Lab, p: &Packet) -> Packet {
             ..*p
         };
     }
+    // The nftables mode drops a ClusterIP no Service of ours holds (a deleted Service's,
+    // another proxy's): an address of the cluster's Service CIDRs, as upstream's nftables
+    // mode drops it; the other modes leave it to the node's routes.
+    if lab.proxy.mode() == crate::lab::Mode::Nftables
+        && p.verdict == "untouched"
+        && matches!(p.to, To::ClusterIp(..))
+    {
+        return Packet {
+            verdict: "dropped",
+            reason: "in the Service CIDR",
+            ..*p
+        };
+    }
     if lab.proxy.mode() == crate::lab::Mode::Ebpf {
         if matches!(p.from, From::Client | From::OtherClient) {
             return *p;
