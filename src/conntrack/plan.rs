@@ -26,6 +26,9 @@
 //!   blackholed before the frontend had endpoints).
 //! - A frontend without serving endpoints is left alone: its new flows are rejected anyway, and
 //!   keeping the old ones lets them resume on the same endpoint when it serves again.
+//! - In userspace mode ([`Translation::ToRelay`]) a DNATed flow went to the relay on this node,
+//!   not to an endpoint: it is valid whatever its reply source, and only a flow never DNATed is
+//!   stale.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, SocketAddr};

@@ -1,9 +1,9 @@
 //! The fixed part of every table: base chains, role chains with their rules, and the sets and
 //! maps the per-service elements go into.
 //!
-//! Everything here depends only on the settings, the node and the cluster's Service CIDRs, never
-//! on Services, so it is the same from one sync to the next and costs nothing in a diff. Sets are declared even when
-//! empty, so every rule always refers to something that exists.
+//! Everything here depends only on the settings, the node and the cluster's Service CIDRs,
+//! never on Services, so it is the same from one sync to the next and costs nothing in a diff.
+//! Sets are declared even when empty, so every rule always refers to something that exists.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
