@@ -61,11 +61,10 @@ pub enum Translation {
     /// serves.
     #[default]
     ToEndpoint,
-    /// To a relay on this node (userspace mode), which chooses the endpoint and moves a
-    /// session off one that went away itself: every DNATed flow is valid. A flow never DNATed
-    /// to a frontend that has endpoints is stale all the same: it began while the frontend
-    /// had none (or before the redirect rules were in), and a client that keeps sending on one
-    /// socket would never reach the relay while its entry lives.
+    /// To a relay on this node (userspace mode), which chooses the endpoint of each session
+    /// itself: every DNATed flow is valid. A flow never DNATed to a frontend that has
+    /// endpoints is stale: no redirect rule applied to its first packet, and a client that
+    /// keeps sending on one socket never reaches the relay while its entry lives.
     ToRelay,
 }
 

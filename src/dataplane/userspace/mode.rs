@@ -32,9 +32,8 @@ impl Mode for Userspace {
 
     /// The relay's listeners with the redirect rules in our nftables table, which the monitor
     /// watches; `--nodeport-localhost` adds loopback NodePort listeners, counted with the
-    /// others. The conntrack reconciler deletes the flows that began before a frontend was
-    /// redirected (a UDP client sending from one socket while its Service had no endpoints
-    /// would otherwise never reach the relay); the relay moves its own sessions.
+    /// others. The conntrack reconciler deletes a frontend's flows that no redirect rule
+    /// translated ([`Translation::ToRelay`]); the relay picks each session's endpoint itself.
     fn start(&self, config: &Config) -> Result<Started, StartError> {
         let range = PortRange::parse(&config.port_range)
             .ok_or_else(|| BadPortRange(config.port_range.clone()))?;
