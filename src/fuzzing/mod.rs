@@ -7,11 +7,13 @@
 //! a decoder that panics, or that loops without end, is the defect a run finds.
 //!
 //! Input shapes, so that captured bytes serve as seeds unchanged: an API list body as the API
-//! server sends it, a manifest or configuration file's text, or the datagram(s) a netlink
-//! socket receives (one or more messages, read as the proxy reads each answer).
+//! server sends it, a manifest or configuration file's text, the datagram(s) a netlink socket
+//! receives (one or more messages, read as the proxy reads each answer), or a rule tool's
+//! output (`nft -j`, `iptables-save`).
 
 mod api;
 mod netlink;
+mod text;
 
 /// A fuzz target: its name (the directory of its corpus) and its entry point.
 pub type Target = (&'static str, fn(&[u8]));
@@ -27,6 +29,8 @@ pub const TARGETS: &[Target] = &[
     ("rtnetlink", netlink::rtnetlink),
     ("conntrack", netlink::conntrack),
     ("sock_diag", netlink::sock_diag),
+    ("nft_json", text::nft_json),
+    ("iptables_save", text::iptables_save),
 ];
 
 /// The entry point of the target called `name`.
