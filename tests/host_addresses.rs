@@ -102,7 +102,7 @@ fn watch() {
         .build()
         .unwrap();
     rt.block_on(async {
-        let mut events = Box::pin(interfaces::watch());
+        let mut events = Box::pin(interfaces::watch(None));
         let mut next = async || {
             let event = tokio::time::timeout(Duration::from_secs(10), events.next())
                 .await

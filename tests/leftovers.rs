@@ -15,7 +15,8 @@ use std::time::Duration;
 
 use host::{ChildGuard, NetNs};
 use kube_proxy_rs::config::ProxyMode;
-use kube_proxy_rs::dataplane::leftovers::{self, Leftover};
+use kube_proxy_rs::dataplane::leftovers::{self, Leftover, Owned};
+use kube_proxy_rs::dataplane::modes;
 use kube_proxy_rs::dataplane::tool::Launcher;
 
 /// What upstream's nftables, iptables (both back ends) and IPVS modes leave, and kubelet's
@@ -36,6 +37,11 @@ fn sh(ns: &NetNs, line: &str) {
     ns.output(words[0], &words[1..]);
 }
 
+/// What `mode` declares it owns.
+fn owned(mode: ProxyMode) -> Owned {
+    modes::of(mode).owns()
+}
+
 fn names(left: &[Leftover]) -> Vec<String> {
     left.iter().map(ToString::to_string).collect()
 }
@@ -44,7 +50,7 @@ fn names(left: &[Leftover]) -> Vec<String> {
 fn what_upstream_left_is_found_and_what_ours_uses_is_not() {
     let ns = NetNs::new("left");
     let tools = Launcher::in_netns(&ns.name);
-    assert!(leftovers::find(ProxyMode::Nftables, &leftovers::read(&tools)).is_empty());
+    assert!(leftovers::find(owned(ProxyMode::Nftables), &leftovers::read(&tools)).is_empty());
     for line in UPSTREAM_LEFT {
         sh(&ns, line);
     }
@@ -52,7 +58,7 @@ fn what_upstream_left_is_found_and_what_ours_uses_is_not() {
 
     let seen = leftovers::read(&tools);
     assert_eq!(
-        names(&leftovers::find(ProxyMode::Nftables, &seen)),
+        names(&leftovers::find(owned(ProxyMode::Nftables), &seen)),
         [
             "nftables table ip kube-proxy",
             "nftables table ip6 kube-proxy",
@@ -62,7 +68,7 @@ fn what_upstream_left_is_found_and_what_ours_uses_is_not() {
         ]
     );
     assert_eq!(
-        names(&leftovers::find(ProxyMode::Iptables, &seen)),
+        names(&leftovers::find(owned(ProxyMode::Iptables), &seen)),
         [
             "nftables table ip kube-proxy",
             "nftables table ip6 kube-proxy",
@@ -71,7 +77,7 @@ fn what_upstream_left_is_found_and_what_ours_uses_is_not() {
         ]
     );
     assert!(
-        !names(&leftovers::find(ProxyMode::Ipvs, &seen))
+        !names(&leftovers::find(owned(ProxyMode::Ipvs), &seen))
             .iter()
             .any(|n| n.contains("kube-ipvs0"))
     );
@@ -116,10 +122,10 @@ fn the_proxy_removes_upstream_s_leftovers_after_its_first_sync() {
     assert!(!lines[0].contains("--cleanup"), "{}", lines[0]);
     let tools = Launcher::in_netns(&ns.name);
     assert!(
-        leftovers::find(ProxyMode::Nftables, &leftovers::read(&tools)).is_empty(),
+        leftovers::find(owned(ProxyMode::Nftables), &leftovers::read(&tools)).is_empty(),
         "left after the removal: {:?}",
         names(&leftovers::find(
-            ProxyMode::Nftables,
+            owned(ProxyMode::Nftables),
             &leftovers::read(&tools)
         ))
     );

@@ -8,9 +8,9 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::time::{Duration, SystemTime};
 
 use kube_proxy_rs::cluster::IpFamily;
-use kube_proxy_rs::config::{self, Config, Flags, ProxyMode};
+use kube_proxy_rs::config::{self, Config, Flags};
 use kube_proxy_rs::dataplane::{FamilyReport, SyncReport};
-use kube_proxy_rs::metrics::{Metrics, Table, names, server};
+use kube_proxy_rs::metrics::{Metrics, SyncSeries, Table, names, server};
 use tokio::net::TcpListener;
 
 /// Every metric the issue (and upstream's metrics reference) names, as exposed.
@@ -141,8 +141,8 @@ fn sample(scrape: &str, series: &str) -> Option<f64> {
 #[tokio::test]
 async fn a_scrape_lists_every_upstream_metric_with_its_type() {
     let metrics = Metrics::new();
-    metrics.prime(ProxyMode::Iptables, &[IpFamily::V4]);
-    metrics.prime(ProxyMode::Nftables, &[IpFamily::V4]);
+    metrics.prime(SyncSeries::Iptables, &[IpFamily::V4]);
+    metrics.prime(SyncSeries::Nftables, &[IpFamily::V4]);
     record_sync(&metrics, IpFamily::V4, true, 0);
     let addr = start(&metrics, &config("iptables")).await;
 
@@ -169,7 +169,7 @@ async fn a_scrape_lists_every_upstream_metric_with_its_type() {
 #[tokio::test]
 async fn counters_move_after_recorded_syncs() {
     let metrics = Metrics::new();
-    metrics.prime(ProxyMode::Nftables, &IpFamily::ALL);
+    metrics.prime(SyncSeries::Nftables, &IpFamily::ALL);
     let addr = start(&metrics, &config("nftables")).await;
     let before = http::must_get(addr, "/metrics").await.body;
     let count = "kubeproxy_sync_proxy_rules_duration_seconds_count{ip_family=\"IPv6\"}";
@@ -186,7 +186,7 @@ async fn counters_move_after_recorded_syncs() {
 
     record_sync(&metrics, IpFamily::V6, false, 10);
     metrics.observe_sync(IpFamily::V6, false, Duration::from_millis(3));
-    metrics.count_sync_failure(ProxyMode::Nftables, IpFamily::V6, false);
+    metrics.count_sync_failure(SyncSeries::Nftables, IpFamily::V6, false);
     metrics.set_iptables_rules(IpFamily::V4, Table::Nat, 3, 1);
 
     let after = http::must_get(addr, "/metrics").await.body;

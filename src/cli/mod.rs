@@ -55,7 +55,12 @@ pub fn load(config: &Config, node_name: &str, features: Features) -> Result<Load
     match &config.manifests {
         Some(dir) => load_manifests(dir, node_name, features).map_err(|e| causes::one_line(&e)),
         None => run::runtime()?
-            .block_on(load_cluster(&config.client, node_name, features))
+            .block_on(load_cluster(
+                &config.client,
+                node_name,
+                features,
+                modes::of(config.mode).service_address_link(),
+            ))
             .map_err(|e| causes::one_line(&e)),
     }
 }
@@ -83,17 +88,19 @@ pub fn load_manifests(
 }
 
 /// Lists the live cluster once (one list per kind with the running proxy's selectors, no
-/// watch) and folds it like [`load_manifests`], for `plan` without `--manifests`.
+/// watch) and folds it like [`load_manifests`], for `plan` without `--manifests`, with this
+/// host's addresses but `service_link`'s (the mode's link for Service addresses).
 pub async fn load_cluster(
     connection: &ClientConnection,
     node_name: &str,
     features: Features,
+    service_link: Option<&str>,
 ) -> Result<Loaded, api::Error> {
     let (client, _) = api::client(connection).await?;
     let mut events = api::list(&client, node_name).await?;
     // The host's addresses, as the running proxy follows them: NodePorts on every address (or
     // on the nodePortAddresses CIDRs) are planned over them, not over the Node object's.
-    match crate::cluster::source::interfaces::read() {
+    match crate::cluster::source::interfaces::read(service_link) {
         Ok(addresses) => events.push(Event::HostAddresses(addresses)),
         Err(error) => tracing::warn!(
             %error,

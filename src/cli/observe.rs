@@ -16,13 +16,13 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::cluster::{IpFamily, NodeContext, ServiceKey, Snapshot};
-use crate::config::{Config, NodePortAddresses, ProxyMode};
+use crate::config::{Config, NodePortAddresses};
 use crate::conntrack;
 use crate::dataplane::mode::Feed;
 use crate::dataplane::monitor::{Drift, Watch};
 use crate::health::service::{Check, Listen, Servers, Serving, desired};
 use crate::health::{ProxyHealth, SharedHealth};
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, SyncSeries};
 use crate::sync::{Report, Status};
 
 /// How long a listener that could not be bound waits before trying again.
@@ -40,7 +40,8 @@ struct Wanted {
 pub struct Observe {
     pub health: SharedHealth,
     pub metrics: Metrics,
-    mode: ProxyMode,
+    /// The upstream series the mode's failed syncs count in.
+    series: SyncSeries,
     /// Latencies are not split by family in the runner's report; they are recorded under the
     /// primary family (the one `bindAddress` selects), as upstream's single-stack proxier would.
     primary: IpFamily,
@@ -54,13 +55,13 @@ pub struct Observe {
 }
 
 impl Observe {
-    pub fn new(config: &Config) -> Observe {
+    pub fn new(config: &Config, series: SyncSeries) -> Observe {
         let metrics = Metrics::new();
-        metrics.prime(config.mode, &IpFamily::ALL);
+        metrics.prime(series, &IpFamily::ALL);
         Observe {
             health: SharedHealth::new(ProxyHealth::timeout_for(config.sync_period)),
             metrics,
-            mode: config.mode,
+            series,
             primary: IpFamily::of(&config.bind_address),
             wanted: watch::Sender::new(None),
             frontends: watch::Sender::new(None),
@@ -112,7 +113,7 @@ impl Observe {
                 }
                 Err(_) => self
                     .metrics
-                    .count_sync_failure(self.mode, family, report.full),
+                    .count_sync_failure(self.series, family, report.full),
             }
         }
         if let Ok(sync) = &report.outcome {

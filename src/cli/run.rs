@@ -72,9 +72,17 @@ async fn serve(
     lists: api::Lists,
 ) -> Result<(), String> {
     let started = mode.start(config).map_err(|e| causes::one_line(&*e))?;
-    let mut proxy = Proxy::build(config, node_name, features, started.dataplane, lists)
-        .await
-        .map_err(|e| causes::one_line(&e))?;
+    let service_link = mode.service_address_link();
+    let mut proxy = Proxy::build(
+        config,
+        node_name,
+        features,
+        started.dataplane,
+        lists,
+        service_link,
+    )
+    .await
+    .map_err(|e| causes::one_line(&e))?;
     if let Some(client) = proxy.client.clone() {
         tokio::spawn(events::follow(
             client.clone(),
@@ -92,7 +100,7 @@ async fn serve(
             rx,
         ));
     }
-    let mut observe = Observe::new(config);
+    let mut observe = Observe::new(config, mode.sync_series());
     let (health, relay) = (observe.health.clone(), started.relay.clone());
     observe
         .metrics
@@ -113,7 +121,7 @@ async fn serve(
     }
     proxy.on_report(observe.observer());
     tokio::spawn(leftovers::remove_after_first_sync(
-        config.mode,
+        mode.owns(),
         proxy.status.clone(),
     ));
     tokio::spawn(observe.clone().follow_status(proxy.status.clone()));
@@ -218,6 +226,7 @@ impl Proxy {
         features: Features,
         dataplane: Box<dyn Dataplane>,
         lists: api::Lists,
+        service_link: Option<&'static str>,
     ) -> Result<Proxy, Error> {
         let (events, reachability, client) = match &config.manifests {
             Some(dir) => {
@@ -235,7 +244,7 @@ impl Proxy {
         // The proxy still ends when the cluster source does.
         let events = futures::stream::select(
             events.map(Some).chain(futures::stream::iter([None])),
-            interfaces::watch().map(Some),
+            interfaces::watch(service_link).map(Some),
         )
         .take_while(|e| std::future::ready(e.is_some()))
         .filter_map(std::future::ready)

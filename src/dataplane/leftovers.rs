@@ -24,11 +24,21 @@ use super::ipvs::backend::link;
 use super::nftables::backend::netlink::Netlink;
 use super::tool::{self, Launcher};
 use super::{iptables, ipvs, nftables};
-use crate::config::ProxyMode;
 use crate::sync::Status;
 
 /// Upstream kube-proxy's nftables table (both `ip` and `ip6`).
 const UPSTREAM_TABLE: &str = "kube-proxy";
+
+/// What of a node's Service state a mode programs itself: never a leftover while it runs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Owned {
+    /// Our nftables table, `kube-proxy-rs`, in both families.
+    pub our_table: bool,
+    /// The `KUBE-*` iptables chains.
+    pub kube_chains: bool,
+    /// The `kube-ipvs0` link.
+    pub ipvs_link: bool,
+}
 
 /// What the kernel holds that [`find`] looks at.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -82,12 +92,8 @@ impl fmt::Display for Leftover {
     }
 }
 
-/// What another proxy left that this one, in `mode`, does not use.
-pub fn find(mode: ProxyMode, seen: &Seen) -> Vec<Leftover> {
-    let uses_our_table = matches!(
-        mode,
-        ProxyMode::Nftables | ProxyMode::Ipvs | ProxyMode::Userspace
-    );
+/// What another proxy left that this one, owning `owned`, does not use.
+pub fn find(owned: Owned, seen: &Seen) -> Vec<Leftover> {
     let mut left = Vec::new();
     for (family, name) in &seen.nft_tables {
         if family != "ip" && family != "ip6" {
@@ -97,13 +103,13 @@ pub fn find(mode: ProxyMode, seen: &Seen) -> Vec<Leftover> {
             left.push(Leftover::UpstreamTable {
                 family: family.clone(),
             });
-        } else if name == nftables::names::TABLE && !uses_our_table {
+        } else if name == nftables::names::TABLE && !owned.our_table {
             left.push(Leftover::OurTable {
                 family: family.clone(),
             });
         }
     }
-    if mode != ProxyMode::Iptables {
+    if !owned.kube_chains {
         for (flavour, save) in &seen.iptables_saves {
             let chains = iptables::cleanup::kube_proxy_chains(save);
             if !chains.is_empty() {
@@ -114,7 +120,7 @@ pub fn find(mode: ProxyMode, seen: &Seen) -> Vec<Leftover> {
             }
         }
     }
-    if seen.ipvs_link && mode != ProxyMode::Ipvs {
+    if seen.ipvs_link && !owned.ipvs_link {
         left.push(Leftover::IpvsLink);
     }
     left
@@ -178,13 +184,13 @@ pub fn remove(left: &[Leftover], tools: &Launcher) -> Report {
 
 /// Once the runner behind `status` has synced successfully, removes what another proxy left
 /// here (see the module doc) and logs it. Returns at once when the runner ends first.
-pub async fn remove_after_first_sync(mode: ProxyMode, mut status: watch::Receiver<Status>) {
+pub async fn remove_after_first_sync(owned: Owned, mut status: watch::Receiver<Status>) {
     if status.wait_for(|s| s.syncs_ok > 0).await.is_err() {
         return;
     }
     let removed = tokio::task::spawn_blocking(move || {
         let tools = Launcher::here();
-        let left = find(mode, &read(&tools));
+        let left = find(owned, &read(&tools));
         let report = remove(&left, &tools);
         (message(&left, &report), report.errors.is_empty())
     })
@@ -241,6 +247,12 @@ pub fn read(tools: &Launcher) -> Seen {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::ProxyMode;
+
+    /// What `mode` declares it owns, so the tests check every mode's declaration.
+    fn find(mode: ProxyMode, seen: &Seen) -> Vec<Leftover> {
+        super::find(crate::dataplane::modes::of(mode).owns(), seen)
+    }
 
     fn tables(names: &[(&str, &str)]) -> Vec<(String, String)> {
         names

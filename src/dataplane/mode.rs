@@ -1,6 +1,7 @@
 //! The parts every proxy mode hands the command line, the same for all five: what `plan`
 //! prints of it, the host set-up it needs, how it starts (its dataplane, side tasks and
-//! counters) and what `--cleanup` removes of it.
+//! counters), what `--cleanup` removes of it, and what it declares of itself (upstream's
+//! failure series its syncs feed, the node state it owns, the link it binds Services to).
 //!
 //! Each mode implements [`Mode`] in its own folder (`<mode>/mode.rs`); [`super::modes`] is the
 //! one place that lists them, so the commands ask a mode for its part instead of deciding per
@@ -12,13 +13,14 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use super::cleanup::Report;
+use super::leftovers::Owned;
 use super::monitor::{Drift, Watch};
 use super::tool::Launcher;
 use super::{Dataplane, TrafficSource, ebpf, node, userspace};
 use crate::cluster::Snapshot;
 use crate::config::Config;
 use crate::conntrack::{Frontends, Translation};
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, SyncSeries};
 
 /// One proxy mode's parts.
 pub trait Mode: Sync {
@@ -26,6 +28,20 @@ pub trait Mode: Sync {
     /// then the mode's desired state for `snapshot` as its own tool would list it. Offline:
     /// the Node object's addresses stand in for the host's.
     fn render_plan(&self, config: &Config, snapshot: &Snapshot) -> Result<String, node::Error>;
+
+    /// Upstream's series the mode's syncs feed: which failure counters a failed sync counts.
+    fn sync_series(&self) -> SyncSeries;
+
+    /// What of a node's Service state the mode programs itself, so that once its rules are in
+    /// place only what it does not own is removed as another proxy's leftover.
+    fn owns(&self) -> Owned;
+
+    /// The link the mode binds Service addresses to, if it has one: its addresses are the
+    /// Services', not the node's, so they are left out of the host addresses NodePorts and
+    /// `nodePortAddresses` are planned over.
+    fn service_address_link(&self) -> Option<&'static str> {
+        None
+    }
 
     /// The host set-up the mode makes before the proxy starts, and before `--init-only` exits:
     /// with `--init-only`, what needs more privileges than the long-running proxy has.

@@ -27,7 +27,6 @@ use super::labels::{
 use super::names::{self, Spec};
 use super::process::Process;
 use crate::cluster::{ChangeCounts, IpFamily};
-use crate::config::ProxyMode;
 use crate::dataplane::SyncReport;
 use crate::health::service::Report as HealthCheckReport;
 
@@ -37,6 +36,23 @@ pub const CONTENT_TYPE: &str = prometheus_text::CONTENT_TYPE;
 type Histograms = Family<FamilyLabels, Histogram, fn() -> Histogram>;
 type Timestamps = Family<FamilyLabels, Gauge<f64, AtomicU64>>;
 type PerFamily = Family<FamilyLabels, Counter>;
+
+/// Which of upstream's mode-specific series a mode's syncs feed: the failure counters a failed
+/// sync counts, and the rule counts per table. Each mode names its own
+/// ([`crate::dataplane::mode::Mode::sync_series`]), so the registry never asks which mode runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SyncSeries {
+    /// `nftables_sync_failures_total` and `nftables_cleanup_failures_total`.
+    Nftables,
+    /// `iptables_restore_failures_total`, `iptables_partial_restore_failures_total` (for a
+    /// failed partial sync) and the rule counts of the filter and nat tables.
+    Iptables,
+    /// `iptables_restore_failures_total` alone, as upstream's IPVS mode counts a failure of the
+    /// rules it keeps beside its virtual servers.
+    IptablesRestore,
+    /// None: the mode's failures have no upstream counter.
+    Uncounted,
+}
 
 /// Which proxy health endpoint answered (`kubeproxy_proxy_{healthz,livez}_total`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -225,7 +241,7 @@ impl Metrics {
     /// conntrack histograms, failure counters of the mode, no-local-endpoint gauges, our own
     /// counters, and both probe codes. Timestamps stay absent until the first queued change
     /// and successful sync, so "time since last sync" alerts cannot see a fake epoch.
-    pub fn prime(&self, mode: ProxyMode, families: &[IpFamily]) {
+    pub fn prime(&self, series: SyncSeries, families: &[IpFamily]) {
         let i = &self.0;
         for &f in families {
             let labels = family(f);
@@ -239,16 +255,16 @@ impl Metrics {
                 drop(h.get_or_create(&labels));
             }
             let mut counters = vec![&i.conntrack_deleted, &i.operations];
-            match mode {
-                ProxyMode::Nftables => {
+            match series {
+                SyncSeries::Nftables => {
                     counters.extend([&i.nftables_sync_failures, &i.nftables_cleanup_failures]);
                 }
-                ProxyMode::Iptables => counters.extend([
+                SyncSeries::Iptables => counters.extend([
                     &i.iptables_restore_failures,
                     &i.iptables_partial_restore_failures,
                 ]),
-                ProxyMode::Ipvs => counters.push(&i.iptables_restore_failures),
-                ProxyMode::Userspace | ProxyMode::Ebpf => {}
+                SyncSeries::IptablesRestore => counters.push(&i.iptables_restore_failures),
+                SyncSeries::Uncounted => {}
             }
             for c in counters {
                 drop(c.get_or_create(&labels));
@@ -261,7 +277,7 @@ impl Metrics {
                 };
                 drop(i.no_local_endpoints.get_or_create(&labels));
             }
-            if mode == ProxyMode::Iptables {
+            if series == SyncSeries::Iptables {
                 for table in [Table::Filter, Table::Nat] {
                     let labels = TableLabels {
                         ip_family: f,
@@ -401,29 +417,28 @@ impl Metrics {
         }
     }
 
-    /// A sync of `family` failed in `mode`: nftables counts `nftables_sync_failures_total`;
-    /// iptables and ipvs `iptables_restore_failures_total`, and iptables also
-    /// `iptables_partial_restore_failures_total` when the sync was partial.
-    pub fn count_sync_failure(&self, mode: ProxyMode, family_: IpFamily, full: bool) {
+    /// A sync of `family` failed, counted in the mode's `series`: `nftables_sync_failures_total`,
+    /// or `iptables_restore_failures_total` (and for iptables
+    /// `iptables_partial_restore_failures_total` when the sync was partial).
+    pub fn count_sync_failure(&self, series: SyncSeries, family_: IpFamily, full: bool) {
         let labels = family(family_);
-        match mode {
-            ProxyMode::Nftables => {
+        match series {
+            SyncSeries::Nftables => {
                 self.0.nftables_sync_failures.get_or_create(&labels).inc();
             }
-            ProxyMode::Iptables | ProxyMode::Ipvs => {
+            SyncSeries::Iptables | SyncSeries::IptablesRestore => {
                 self.0
                     .iptables_restore_failures
                     .get_or_create(&labels)
                     .inc();
-                if mode == ProxyMode::Iptables && !full {
+                if series == SyncSeries::Iptables && !full {
                     self.0
                         .iptables_partial_restore_failures
                         .get_or_create(&labels)
                         .inc();
                 }
             }
-            // The relay's failures to open a listener have no upstream metric.
-            ProxyMode::Userspace | ProxyMode::Ebpf => {}
+            SyncSeries::Uncounted => {}
         }
     }
 

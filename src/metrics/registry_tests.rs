@@ -11,8 +11,8 @@ fn at(secs: u64) -> SystemTime {
 #[test]
 fn every_metric_has_its_type_line_once_primed_and_synced() {
     let m = Metrics::new();
-    m.prime(ProxyMode::Iptables, &IpFamily::ALL);
-    m.prime(ProxyMode::Nftables, &IpFamily::ALL);
+    m.prime(SyncSeries::Iptables, &IpFamily::ALL);
+    m.prime(SyncSeries::Nftables, &IpFamily::ALL);
     m.queued(IpFamily::V4, at(1));
     m.synced(IpFamily::V4, at(2));
     let text = m.encode();
@@ -56,7 +56,7 @@ fn recorded_syncs_show_with_upstream_labels_and_buckets() {
         }],
         netlink_messages: 12,
     });
-    m.count_sync_failure(ProxyMode::Iptables, IpFamily::V6, false);
+    m.count_sync_failure(SyncSeries::Iptables, IpFamily::V6, false);
     m.set_iptables_rules(IpFamily::V6, Table::Nat, 10, 3);
     m.count_probe(Probe::Healthz, 503);
     let text = m.encode();

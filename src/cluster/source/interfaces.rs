@@ -7,11 +7,11 @@
 //! re-reading the whole list after any of them, so an address added or removed later reaches
 //! the dataplane and the health-check listeners within one sync.
 //!
-//! Service addresses are not host addresses: the IPVS mode binds every ClusterIP (and the
-//! external addresses) to its dummy interface [`SERVICE_LINK`], which is left out. Otherwise
-//! every Service created or deleted in that mode would be a host address change (a new node
-//! context, so a full re-plan, and a second sync), and `nodePortAddresses` could select a
-//! Service address.
+//! Service addresses are not host addresses: a mode that binds every ClusterIP (and the
+//! external addresses) to a link of its own names that link (the IPVS mode's dummy
+//! interface), and its addresses are left out. Otherwise every Service created or deleted in
+//! that mode would be a host address change (a new node context, so a full re-plan, and a
+//! second sync), and `nodePortAddresses` could select a Service address.
 //!
 //! Decoding is pure ([`addresses_in`]); [`watch`] is the thin blocking I/O, on its own thread,
 //! over the netlink core's socket and dump state machine. It reads the network namespace the
@@ -37,8 +37,6 @@ use crate::netlink::socket::{self, Options, Protocol, Socket};
 /// rtnetlink multicast groups announcing address changes (`linux/rtnetlink.h`).
 const RTNLGRP_IPV4_IFADDR: u32 = 5;
 const RTNLGRP_IPV6_IFADDR: u32 = 9;
-/// The interface whose addresses are the IPVS mode's Service addresses (see the module doc).
-pub const SERVICE_LINK: &str = crate::dataplane::ipvs::names::LINK;
 
 /// rtnetlink's socket, as errors name it.
 const PROTOCOL: Protocol = Protocol {
@@ -109,12 +107,12 @@ pub fn normalised(mut addresses: Vec<IpAddr>) -> Vec<IpAddr> {
     addresses
 }
 
-/// Every address on this host's interfaces (the namespace the thread runs in) but
-/// [`SERVICE_LINK`]'s, sorted.
-pub fn read() -> std::io::Result<Vec<IpAddr>> {
+/// Every address on this host's interfaces (the namespace the thread runs in) but those of
+/// `service_link`, the link the mode binds Service addresses to, sorted.
+pub fn read(service_link: Option<&str>) -> std::io::Result<Vec<IpAddr>> {
     let io = socket::Error::into_io;
-    // Looked up on every read: the link comes and goes with the IPVS mode.
-    let except = nix::net::if_::if_nametoindex(SERVICE_LINK).ok();
+    // Looked up on every read: the mode creates the link after the first read.
+    let except = service_link.and_then(|link| nix::net::if_::if_nametoindex(link).ok());
     let mut socket = Socket::open(PROTOCOL, None, Options::default()).map_err(io)?;
     let seq = socket.take_seq();
     socket
@@ -133,15 +131,16 @@ pub fn read() -> std::io::Result<Vec<IpAddr>> {
 }
 
 /// The host's addresses now and after every change, as events. The first event comes as soon
-/// as the first dump is read; later ones only when the list differs.
-pub fn watch() -> impl Stream<Item = Event> + Send + 'static {
+/// as the first dump is read; later ones only when the list differs. `service_link`'s
+/// addresses are left out, as [`read`] leaves them.
+pub fn watch(service_link: Option<&'static str>) -> impl Stream<Item = Event> + Send + 'static {
     let (tx, rx) = mpsc::unbounded();
     let spawned = std::thread::Builder::new()
         .name("host-addresses".into())
         .spawn(move || {
-            if let Err(e) =
-                follow(|addresses| tx.unbounded_send(Event::HostAddresses(addresses)).is_ok())
-            {
+            if let Err(e) = follow(service_link, |addresses| {
+                tx.unbounded_send(Event::HostAddresses(addresses)).is_ok()
+            }) {
                 tracing::warn!(
                     error = %e,
                     "cannot read this host's interface addresses; nodePortAddresses CIDRs are \
@@ -157,7 +156,10 @@ pub fn watch() -> impl Stream<Item = Event> + Send + 'static {
 
 /// Emits the address list, then waits for notifications and emits again when it changed, until
 /// `emit` returns false (the receiver is gone).
-fn follow(mut emit: impl FnMut(Vec<IpAddr>) -> bool) -> std::io::Result<()> {
+fn follow(
+    service_link: Option<&str>,
+    mut emit: impl FnMut(Vec<IpAddr>) -> bool,
+) -> std::io::Result<()> {
     let io = socket::Error::into_io;
     let groups = [RTNLGRP_IPV4_IFADDR];
     let mut notifications =
@@ -165,7 +167,7 @@ fn follow(mut emit: impl FnMut(Vec<IpAddr>) -> bool) -> std::io::Result<()> {
     // A host without IPv6 has no such group to join; IPv4 changes are still followed.
     let _ = notifications.join(RTNLGRP_IPV6_IFADDR);
     // Subscribed before the first read, so no change between the two is missed.
-    let mut last = read()?;
+    let mut last = read(service_link)?;
     if !emit(last.clone()) {
         return Ok(());
     }
@@ -178,7 +180,7 @@ fn follow(mut emit: impl FnMut(Vec<IpAddr>) -> bool) -> std::io::Result<()> {
             Err(e) if e.raw_os_error() == Some(nix::libc::ENOBUFS) => {}
             Err(e) => return Err(e),
         }
-        let now = read()?;
+        let now = read(service_link)?;
         if now != last {
             last = now;
             if !emit(last.clone()) {

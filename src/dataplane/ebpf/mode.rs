@@ -8,9 +8,11 @@ use super::{EbpfDataplane, names, plan, render, tc};
 use crate::cluster::Snapshot;
 use crate::config::Config;
 use crate::dataplane::cleanup::Report;
+use crate::dataplane::leftovers::Owned;
 use crate::dataplane::mode::{Feed, Mode, StartError, Started, Task};
 use crate::dataplane::node;
 use crate::dataplane::tool::Launcher;
+use crate::metrics::SyncSeries;
 
 /// See the module doc.
 pub struct Ebpf;
@@ -21,6 +23,16 @@ pub struct Ebpf;
 pub struct Unattached(#[from] backend::Error);
 
 impl Mode for Ebpf {
+    /// Upstream has no eBPF mode, so no counter to match.
+    fn sync_series(&self) -> SyncSeries {
+        SyncSeries::Uncounted
+    }
+
+    /// Programs and maps only: no table, chain or link.
+    fn owns(&self) -> Owned {
+        Owned::default()
+    }
+
     fn render_plan(&self, config: &Config, snapshot: &Snapshot) -> Result<String, node::Error> {
         let node_ports = plan::node_ports(&config.node_port_addresses, &snapshot.node);
         Ok(format!(

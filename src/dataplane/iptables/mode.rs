@@ -7,15 +7,30 @@ use crate::cluster::Snapshot;
 use crate::config::Config;
 use crate::conntrack::Translation;
 use crate::dataplane::cleanup::Report;
+use crate::dataplane::leftovers::Owned;
 use crate::dataplane::mode::{self, Mode, StartError, Started};
 use crate::dataplane::monitor::{Drift, Watch};
 use crate::dataplane::node;
 use crate::dataplane::tool::Launcher;
+use crate::metrics::SyncSeries;
 
 /// See the module doc.
 pub struct Iptables;
 
 impl Mode for Iptables {
+    /// Upstream's iptables mode's restore failures and rule counts.
+    fn sync_series(&self) -> SyncSeries {
+        SyncSeries::Iptables
+    }
+
+    /// Its rules are upstream's `KUBE-*` chains.
+    fn owns(&self) -> Owned {
+        Owned {
+            kube_chains: true,
+            ..Owned::default()
+        }
+    }
+
     fn render_plan(&self, config: &Config, snapshot: &Snapshot) -> Result<String, node::Error> {
         let rulesets = plan_all(snapshot, &ModeConfig::new(config)?);
         Ok(format!(

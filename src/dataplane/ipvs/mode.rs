@@ -8,11 +8,13 @@ use crate::cluster::Snapshot;
 use crate::config::Config;
 use crate::conntrack::Translation;
 use crate::dataplane::cleanup::Report;
+use crate::dataplane::leftovers::Owned;
 use crate::dataplane::mode::{self, Mode, StartError, Started};
 use crate::dataplane::monitor::{Drift, Watch};
 use crate::dataplane::nftables;
 use crate::dataplane::node;
 use crate::dataplane::tool::Launcher;
+use crate::metrics::SyncSeries;
 
 /// See the module doc.
 pub struct Ipvs;
@@ -23,6 +25,25 @@ pub struct Ipvs;
 pub struct Unusable(#[from] apply::Error);
 
 impl Mode for Ipvs {
+    /// `kube-ipvs0`, which holds every ClusterIP and external address.
+    fn service_address_link(&self) -> Option<&'static str> {
+        Some(super::names::LINK)
+    }
+
+    /// Upstream's IPVS mode counts a failed sync as a failed iptables restore.
+    fn sync_series(&self) -> SyncSeries {
+        SyncSeries::IptablesRestore
+    }
+
+    /// `kube-ipvs0` and the helper rules in our table.
+    fn owns(&self) -> Owned {
+        Owned {
+            our_table: true,
+            ipvs_link: true,
+            ..Owned::default()
+        }
+    }
+
     /// The virtual services, then the helper rules in our nftables table.
     fn render_plan(&self, config: &Config, snapshot: &Snapshot) -> Result<String, node::Error> {
         let mode = ModeConfig::new(config)?;

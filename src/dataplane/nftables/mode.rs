@@ -5,15 +5,30 @@ use crate::cluster::Snapshot;
 use crate::config::{Config, NftablesEncoder};
 use crate::conntrack::Translation;
 use crate::dataplane::cleanup::Report;
+use crate::dataplane::leftovers::Owned;
 use crate::dataplane::mode::{self, Mode, StartError, Started};
 use crate::dataplane::monitor::{Drift, Watch};
 use crate::dataplane::tool::Launcher;
 use crate::dataplane::{node, userspace};
+use crate::metrics::SyncSeries;
 
 /// See the module doc.
 pub struct Nftables;
 
 impl Mode for Nftables {
+    /// Upstream's nftables mode's failure counters.
+    fn sync_series(&self) -> SyncSeries {
+        SyncSeries::Nftables
+    }
+
+    /// Its rules live in our table.
+    fn owns(&self) -> Owned {
+        Owned {
+            our_table: true,
+            ..Owned::default()
+        }
+    }
+
     fn render_plan(&self, config: &Config, snapshot: &Snapshot) -> Result<String, node::Error> {
         let rulesets = plan_all(snapshot, &ModeConfig::new(config)?);
         Ok(format!(

@@ -6,11 +6,13 @@ use crate::cluster::Snapshot;
 use crate::config::Config;
 use crate::conntrack::Translation;
 use crate::dataplane::cleanup::Report;
+use crate::dataplane::leftovers::Owned;
 use crate::dataplane::mode::{self, Mode, StartError, Started};
 use crate::dataplane::monitor::{Drift, Watch};
 use crate::dataplane::nftables;
 use crate::dataplane::node::{self, NodePolicy};
 use crate::dataplane::tool::Launcher;
+use crate::metrics::SyncSeries;
 
 /// See the module doc.
 pub struct Userspace;
@@ -22,6 +24,19 @@ pub struct Userspace;
 pub struct BadPortRange(String);
 
 impl Mode for Userspace {
+    /// The relay's failures have no upstream counter.
+    fn sync_series(&self) -> SyncSeries {
+        SyncSeries::Uncounted
+    }
+
+    /// The redirect rules live in our table.
+    fn owns(&self) -> Owned {
+        Owned {
+            our_table: true,
+            ..Owned::default()
+        }
+    }
+
     fn render_plan(&self, _: &Config, snapshot: &Snapshot) -> Result<String, node::Error> {
         let listeners = plan::plan(snapshot);
         Ok(format!(
