@@ -128,10 +128,11 @@ fn the_readme_demo_runs_clean_and_stops_on_sigterm() {
         "warnings or errors:\n{}",
         alarms.join("\n")
     );
-    let first = log
-        .lines()
-        .find(|l| l.contains("\"Version info\""))
-        .unwrap_or_default();
+    let first = log.lines().next().unwrap_or_default();
+    assert!(
+        first.contains("\"Version info\""),
+        "the first line says which build runs: {first}"
+    );
     for field in [
         "version=\"v",
         "gitCommit=",

@@ -32,10 +32,12 @@ pub enum Error {
     Manifests(#[from] manifests::Error),
 }
 
-/// Runs the proxy for `config`: `--cleanup` cleans up after every mode and ends; otherwise the
+/// Runs the proxy for `config`, after the `Version info` line: `--cleanup` cleans up after every mode and ends; otherwise the
 /// host's set-up (the conntrack sysctls, the mode's own), after which `--init-only` ends, and
 /// then the mode starts and the proxy syncs until a signal or the end of its source.
 pub fn run(config: &Config, node_name: &str, features: Features) -> Result<(), String> {
+    // First, as upstream logs it: whatever follows is read knowing which build said it.
+    super::version::log_start(config, node_name);
     if !config.mode_explicit {
         tracing::warn!(
             mode = config.mode.as_str(),
@@ -54,7 +56,6 @@ pub fn run(config: &Config, node_name: &str, features: Features) -> Result<(), S
         tracing::info!("--init-only: privileged host setup done; exiting");
         return Ok(());
     }
-    super::version::log_start(config, node_name);
     host_setup::oom_score_adj(config);
     let runtime = runtime()?;
     let lists = watch_list_client().map_err(|e| e.to_string())?;
