@@ -32,9 +32,10 @@ pub enum Error {
     Manifests(#[from] manifests::Error),
 }
 
-/// Runs the proxy for `config`, after the `Version info` line: `--cleanup` cleans up after every mode and ends; otherwise the
-/// host's set-up (the conntrack sysctls, the mode's own), after which `--init-only` ends, and
-/// then the mode starts and the proxy syncs until a signal or the end of its source.
+/// Runs the proxy for `config`, after the `Version info` line: `--cleanup` cleans up after
+/// every mode and ends; otherwise the host's set-up (the conntrack sysctls, the mode's own),
+/// after which `--init-only` ends, and then the mode starts and the proxy syncs until a signal
+/// or the end of its source.
 pub fn run(config: &Config, node_name: &str, features: Features) -> Result<(), String> {
     // First, as upstream logs it: whatever follows is read knowing which build said it.
     super::version::log_start(config, node_name);
