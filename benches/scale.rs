@@ -7,7 +7,7 @@
 //!     [--proxies ours-nftables,ours-iptables,upstream-nftables,upstream-iptables]
 //!     [--churn-rate 10] [--churn-secs 30] [--cold-limit 900] [--change-limit 60]
 //!     [--drain-limit 120] [--concurrency 32] [--proxy-verbosity 2] [--perf-cold] [--ours-bin PATH]
-//!     [--nodes 100] [--latency-samples 1000]
+//!     [--nodes 100] [--latency-samples 1000] [--memory-max MIB]
 //!     [--iptables-flavour nft|legacy] [--sync-period SECS] [--out target/scale]
 //! cargo bench --bench scale -- --uml [MIB] [--uml-limit SECS] --scale 10000x10 \
 //!     --proxies ours-ipvs,upstream-ipvs        # the same, inside a User-mode Linux guest
@@ -83,6 +83,10 @@ struct Args {
     /// into etcd by `testenv load`).
     #[arg(long, default_value_t = 32)]
     concurrency: usize,
+    /// Run our proxy in a memory cgroup of its own with this hard limit in MiB, and report the
+    /// peak charged and OOM kills (upstream's proxy runs without one).
+    #[arg(long, value_name = "MIB")]
+    memory_max: Option<u64>,
     /// Both proxies' `--v` (klog verbosity): 4 shows ours' debug lines, such as each sync's
     /// phases, in the proxies' logs (the scratch directory; a `--uml` guest's are copied to
     /// `--out`'s `logs/`).
@@ -176,6 +180,7 @@ fn main() {
             drain: Duration::from_secs(args.drain_limit),
         },
         concurrency: args.concurrency,
+        memory_max: args.memory_max.map(|mib| mib * 1024 * 1024),
         proxy_verbosity: args.proxy_verbosity,
         perf_cold: args.perf_cold,
         nodes: args.nodes.max(1),

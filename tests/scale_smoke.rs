@@ -45,6 +45,7 @@ async fn scale_harness_measures_both_proxies_at_1000_by_10() {
             drain: Duration::from_secs(20),
         },
         concurrency: 32,
+        memory_max: None,
         proxy_verbosity: 2,
         perf_cold: false,
         nodes: 20,

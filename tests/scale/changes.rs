@@ -21,6 +21,7 @@ use super::measure::Session;
 use super::metrics::{Histogram, PROGRAMMING, SYNC_DURATION};
 use super::objects::{Cluster, apply_slice};
 use super::report::Figure;
+use super::soak;
 use super::watch::{Outcome, seconds_between};
 
 /// How many single changes [`one_change`] times.
@@ -167,8 +168,15 @@ pub async fn churn(s: &mut Session<'_>, cluster: &mut Cluster) -> Vec<Figure> {
     let mut ticker = tokio::time::interval(period);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
     let mut writes = Vec::with_capacity(total);
-    for _ in 0..total {
+    let per_sample = ((soak::EVERY.as_secs_f64() * churn.rate).round() as usize).max(1);
+    let mut samples = Vec::new();
+    for i in 0..total {
         ticker.tick().await;
+        if i.is_multiple_of(per_sample)
+            && let Some(sample) = sample(s).await
+        {
+            samples.push(sample);
+        }
         let v = cluster.next_change();
         let client = cluster.client();
         writes.push(tokio::spawn(async move { apply_slice(&client, v).await }));
@@ -181,6 +189,7 @@ pub async fn churn(s: &mut Session<'_>, cluster: &mut Cluster) -> Vec<Figure> {
             Err(e) => s.notes.push(format!("churn write task: {e}")),
         }
     }
+    s.notes.push(soak::summary(&samples, churn.duration));
     let ended = SystemTime::now();
     let limit = s.opts.limits.drain;
     let mut seen = Histogram::default();
@@ -230,4 +239,14 @@ pub async fn churn(s: &mut Session<'_>, cluster: &mut Cluster) -> Vec<Figure> {
         bound(0.9),
         bound(0.99),
     ]
+}
+
+/// The proxy's resident memory and open descriptors from its own metrics, and its tasks.
+async fn sample(s: &mut Session<'_>) -> Option<soak::Sample> {
+    let m = s.metrics().await.ok()?;
+    Some(soak::Sample {
+        rss_bytes: m.value("process_resident_memory_bytes")?,
+        open_fds: m.value("process_open_fds")?,
+        tasks: soak::tasks(s.pid)?,
+    })
 }

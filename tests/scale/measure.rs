@@ -17,6 +17,7 @@ use super::changes;
 use super::first_packet;
 use super::helper::Aim;
 use super::idle;
+use super::memory_cgroup::{self, MemoryCgroup};
 use super::metrics::{LAST_SYNC, Metrics, SYNC_DURATION, scrape};
 use super::node::Node;
 use super::objects::{Cluster, POD_A, PROBE_IP, SERVICE_PORT, TARGET_PORT};
@@ -96,6 +97,21 @@ pub async fn measure(
     notes.push(quiet::wait().await);
     let started = SystemTime::now();
     let pid = node.start_proxy(env, kind, opts);
+    // Declared before the session, so dropped after it: the proxy is gone by then.
+    let memory = match opts.memory_max {
+        Some(limit) if kind.implementation == Implementation::Ours => {
+            match MemoryCgroup::create(&kind.flag_name(), limit)
+                .and_then(|g| g.adopt(pid).map(|()| g))
+            {
+                Ok(g) => Some(g),
+                Err(e) => {
+                    notes.push(format!("--memory-max not applied: {e}"));
+                    None
+                }
+            }
+        }
+        _ => None,
+    };
     let profile = if opts.perf_cold && kind.implementation == Implementation::Ours {
         let path = opts.out_dir.join(format!(
             "perf-{}-{}x{}.data",
@@ -177,6 +193,9 @@ pub async fn measure(
     } else {
         Figure::Missing
     });
+    if let Some(group) = &memory {
+        s.notes.push(memory_cgroup::summary(&group.outcome()));
+    }
     s.notes.push(format!("log: {log}"));
     ProxyResult {
         kind,

@@ -44,6 +44,7 @@ pub mod first_packet;
 pub mod helper;
 pub mod idle;
 pub mod measure;
+pub mod memory_cgroup;
 pub mod metrics;
 pub mod node;
 pub mod objects;
@@ -53,6 +54,7 @@ pub mod process;
 pub mod profile;
 pub mod quiet;
 pub mod report;
+pub mod soak;
 pub mod watch;
 
 use std::path::Path;

@@ -243,6 +243,9 @@ pub struct Options {
     /// API requests in flight while creating the Node objects (Services and slices are loaded
     /// into etcd by `testenv load`).
     pub concurrency: usize,
+    /// Our proxy's memory limit in bytes (`--memory-max`): it runs in a memory cgroup of its
+    /// own with this hard limit (see `memory_cgroup`); `None`, no limit.
+    pub memory_max: Option<u64>,
     /// Both proxies' `--v`.
     pub proxy_verbosity: u8,
     /// Record our proxy's cold start with `perf` (see `profile`).

@@ -1,0 +1,170 @@
+//! What a proxy holds while the churn runs: resident memory and open file descriptors from its
+//! own metrics (`process_resident_memory_bytes`, `process_open_fds`) and its tasks (threads,
+//! from `/proc/<pid>/task`), sampled every [`EVERY`], and how much each grew over the churn.
+//!
+//! Growth compares the median of the samples in the first fifth of the churn with the median
+//! of those in the last fifth, so that one allocator high-water mark or one sync in flight at a
+//! sample does not read as a leak. A churn shorter than [`MIN_SAMPLES`] samples gives no
+//! figure: a leak needs time to show.
+
+use std::time::Duration;
+
+/// How often the churn samples the proxy.
+pub const EVERY: Duration = Duration::from_secs(30);
+
+/// Fewest samples a growth figure is taken from (10 samples: five minutes of churn).
+pub const MIN_SAMPLES: usize = 10;
+
+/// One reading of the proxy.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Sample {
+    pub rss_bytes: f64,
+    pub open_fds: f64,
+    pub tasks: f64,
+}
+
+/// How much one quantity grew over the churn.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Growth {
+    /// Median of the first fifth of the samples.
+    pub start: f64,
+    /// Median of the last fifth.
+    pub end: f64,
+    /// The largest sample.
+    pub max: f64,
+}
+
+impl Growth {
+    /// `end` over `start`, in percent (0 when both are 0).
+    pub fn percent(&self) -> f64 {
+        if self.start == 0.0 {
+            if self.end == 0.0 { 0.0 } else { f64::INFINITY }
+        } else {
+            (self.end - self.start) / self.start * 100.0
+        }
+    }
+}
+
+/// The growth of the quantity `of` picks over `samples`; `None` with fewer than
+/// [`MIN_SAMPLES`].
+pub fn growth(samples: &[Sample], of: impl Fn(&Sample) -> f64) -> Option<Growth> {
+    if samples.len() < MIN_SAMPLES {
+        return None;
+    }
+    let values: Vec<f64> = samples.iter().map(&of).collect();
+    let fifth = values.len().div_ceil(5);
+    Some(Growth {
+        start: median(&values[..fifth]),
+        end: median(&values[values.len() - fifth..]),
+        max: values.iter().copied().fold(f64::MIN, f64::max),
+    })
+}
+
+fn median(values: &[f64]) -> f64 {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let mid = sorted.len() / 2;
+    if sorted.len().is_multiple_of(2) {
+        (sorted[mid - 1] + sorted[mid]) / 2.0
+    } else {
+        sorted[mid]
+    }
+}
+
+/// One line for the report's notes: each quantity's start, end, growth and largest sample.
+pub fn summary(samples: &[Sample], churn: Duration) -> String {
+    let mib = |b: f64| b / 1024.0 / 1024.0;
+    let parts: Vec<String> = [
+        (
+            "RSS",
+            growth(samples, |s| s.rss_bytes).map(|g| (g, "MiB", mib as fn(f64) -> f64)),
+        ),
+        (
+            "open fds",
+            growth(samples, |s| s.open_fds).map(|g| (g, "", (|x| x) as fn(f64) -> f64)),
+        ),
+        (
+            "tasks",
+            growth(samples, |s| s.tasks).map(|g| (g, "", (|x| x) as fn(f64) -> f64)),
+        ),
+    ]
+    .into_iter()
+    .filter_map(|(name, g)| {
+        let (g, unit, scale) = g?;
+        Some(format!(
+            "{name} {:.1} → {:.1}{unit} ({:+.1} %, max {:.1})",
+            scale(g.start),
+            scale(g.end),
+            g.percent(),
+            scale(g.max)
+        ))
+    })
+    .collect();
+    if parts.is_empty() {
+        format!(
+            "soak: {} samples over {}s of churn, fewer than {MIN_SAMPLES}: no growth figure",
+            samples.len(),
+            churn.as_secs()
+        )
+    } else {
+        format!(
+            "soak: {} samples every {}s over {}s of churn, first fifth's median → last fifth's: {}",
+            samples.len(),
+            EVERY.as_secs(),
+            churn.as_secs(),
+            parts.join("; ")
+        )
+    }
+}
+
+/// The proxy's tasks (threads) now, from `/proc/<pid>/task`.
+pub fn tasks(pid: u32) -> Option<f64> {
+    Some(std::fs::read_dir(format!("/proc/{pid}/task")).ok()?.count() as f64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rss(values: &[f64]) -> Vec<Sample> {
+        values
+            .iter()
+            .map(|&v| Sample {
+                rss_bytes: v,
+                open_fds: 10.0,
+                tasks: 4.0,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_flat_series_with_one_spike_does_not_grow() {
+        let mut v = vec![100.0; 20];
+        v[18] = 300.0;
+        let g = growth(&rss(&v), |s| s.rss_bytes).unwrap();
+        assert_eq!(g.percent(), 0.0);
+        assert_eq!(g.max, 300.0);
+    }
+
+    #[test]
+    fn a_steady_climb_shows() {
+        let v: Vec<f64> = (0..20).map(|i| 100.0 + i as f64).collect();
+        let g = growth(&rss(&v), |s| s.rss_bytes).unwrap();
+        assert_eq!((g.start, g.end), (101.5, 117.5));
+        assert!((g.percent() - 15.76).abs() < 0.01, "{}", g.percent());
+    }
+
+    #[test]
+    fn too_few_samples_give_no_figure() {
+        assert_eq!(growth(&rss(&[1.0; 9]), |s| s.rss_bytes), None);
+        assert!(summary(&rss(&[1.0; 3]), Duration::from_secs(30)).contains("no growth figure"));
+    }
+
+    #[test]
+    fn the_summary_names_every_quantity() {
+        let line = summary(&rss(&[1048576.0; 12]), Duration::from_secs(360));
+        assert!(line.contains("RSS 1.0 → 1.0MiB (+0.0 %"), "{line}");
+        assert!(line.contains("open fds 10.0 → 10.0"), "{line}");
+        assert!(line.contains("tasks 4.0 → 4.0"), "{line}");
+    }
+}
