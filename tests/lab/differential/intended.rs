@@ -169,6 +169,42 @@ pub const INTENDED: &[Intended] = &[
         },
     },
     Intended {
+        name: "IPVS: internalTrafficPolicy Local without a local endpoint drops",
+        modes: &[Mode::Ipvs],
+        reason: "a ClusterIP whose internal policy is Local and that has no endpoint on this \
+                 node is dropped, as the iptables and nftables modes drop it; upstream's IPVS \
+                 mode falls back to the cluster's endpoints there (docs/operations.md, \
+                 \"IPVS mode behaves like the iptables and nftables modes\")",
+        covers: |svc, key, up, ours| {
+            key.via == Via::ClusterIp
+                && svc.is_some_and(|s| s.itp_local)
+                && *ours == Outcome([Obs::Dropped].into())
+                && !up.0.is_empty()
+                && up.0.iter().all(|o| matches!(o, Obs::Served { .. }))
+        },
+    },
+    Intended {
+        name: "IPVS: externalTrafficPolicy Local without a local endpoint drops outside traffic",
+        modes: &[Mode::Ipvs],
+        reason: "an external frontend whose external policy is Local and that has no endpoint \
+                 on this node drops traffic from outside the node, as the iptables and \
+                 nftables modes do; upstream's IPVS mode sends it to the cluster's endpoints \
+                 unmasqueraded, whose replies carry a pod's address (kubernetes#97081)",
+        covers: |svc, key, up, ours| {
+            matches!(
+                key.via,
+                Via::NodePort { .. }
+                    | Via::NodePortGateway { .. }
+                    | Via::ExternalIp(_)
+                    | Via::LoadBalancer(_)
+            ) && matches!(key.source, Source::Client | Source::OtherClient)
+                && svc.is_some_and(|s| s.etp_local)
+                && *ours == Outcome([Obs::Dropped].into())
+                && !up.0.is_empty()
+                && *up != *ours
+        },
+    },
+    Intended {
         name: "source ranges of one family close the other family's LoadBalancer IPs",
         modes: &[
             Mode::Nftables,

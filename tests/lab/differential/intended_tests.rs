@@ -365,3 +365,69 @@ fn another_nodes_pod_covers_only_the_answers_upstream_lost() {
     svc.etp_local = false;
     assert_eq!(found(Mode::Ebpf, svc, &k, &up, &local), None);
 }
+
+#[test]
+fn ipvs_local_policies_without_local_endpoints_cover_only_ours_dropping() {
+    let mut world = generate(1);
+    let svc = &mut world.services[0];
+    let dropped = Outcome([Obs::Dropped].into());
+    let up = Outcome([served("n2-a", Seen::Node(0)), served("n2-b", Seen::Node(0))].into());
+    let found = |mode, svc: &Svc, k: &Key, up: &Outcome, ours: &Outcome| {
+        find(mode, Some(svc), k, up, ours).map(|i| i.name)
+    };
+
+    let internal = "IPVS: internalTrafficPolicy Local without a local endpoint drops";
+    svc.itp_local = true;
+    assert_eq!(
+        found(Mode::Ipvs, svc, &key(), &up, &dropped),
+        Some(internal)
+    );
+    // Not in another mode, nor where ours served or upstream did not, nor under Cluster.
+    assert_eq!(found(Mode::Nftables, svc, &key(), &up, &dropped), None);
+    assert_eq!(found(Mode::Ipvs, svc, &key(), &up, &up), None);
+    assert_eq!(found(Mode::Ipvs, svc, &key(), &dropped, &dropped), None);
+    let refused = Outcome([Obs::Refused].into());
+    assert_eq!(found(Mode::Ipvs, svc, &key(), &up, &refused), None);
+    svc.itp_local = false;
+    assert_eq!(found(Mode::Ipvs, svc, &key(), &up, &dropped), None);
+
+    let external =
+        "IPVS: externalTrafficPolicy Local without a local endpoint drops outside traffic";
+    svc.etp_local = true;
+    let node_port = Key {
+        via: Via::NodePort { node: 0 },
+        source: Source::Client,
+        ..key()
+    };
+    let up_client = Outcome([served("n2-a", Seen::Client)].into());
+    assert_eq!(
+        found(Mode::Ipvs, svc, &node_port, &up_client, &dropped),
+        Some(external)
+    );
+    // Not from a pod or a node, nor at the ClusterIP, nor where ours served.
+    let from_pod = Key {
+        source: Source::Pod { node: 0 },
+        ..node_port.clone()
+    };
+    assert_eq!(
+        found(Mode::Ipvs, svc, &from_pod, &up_client, &dropped),
+        None
+    );
+    let cluster_ip = Key {
+        via: Via::ClusterIp,
+        ..node_port.clone()
+    };
+    assert_eq!(
+        found(Mode::Ipvs, svc, &cluster_ip, &up_client, &dropped),
+        None
+    );
+    assert_eq!(
+        found(Mode::Ipvs, svc, &node_port, &up_client, &up_client),
+        None
+    );
+    svc.etp_local = false;
+    assert_eq!(
+        found(Mode::Ipvs, svc, &node_port, &up_client, &dropped),
+        None
+    );
+}
