@@ -242,11 +242,9 @@ fn conntrack_helper_process() {
             assert!(loaded.warnings.is_empty(), "{:?}", loaded.warnings);
             let frontends = Frontends::from_snapshot(&loaded.snapshot);
             for family in IpFamily::ALL {
-                let pass = reconcile::pass_here(
-                    &frontends,
-                    family,
-                    kube_proxy_rs::conntrack::Translation::ToEndpoint,
-                )
+                let pass = reconcile::pass_here(&frontends, family, &|| {
+                    kube_proxy_rs::conntrack::Translation::ToEndpoint
+                })
                 .expect("reconcile pass");
                 assert!(pass.failed.is_empty(), "{:?}", pass.failed);
                 println!(

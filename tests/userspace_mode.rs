@@ -54,6 +54,11 @@ fn syncs_open_update_and_close_listeners_that_relay_to_the_selected_endpoints() 
                 addr("127.0.0.1:30100"),
                 "UDP ports are their own space"
             );
+            assert_eq!(
+                *dp.udp_ports().now(),
+                [dns.port()].into(),
+                "the conntrack reconciler sees the open UDP listener's port"
+            );
 
             let (mut to_a, first) = greeting(web).await;
             let (mut to_b, second) = greeting(web).await;

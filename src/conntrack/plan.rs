@@ -27,8 +27,9 @@
 //! - A frontend without serving endpoints is left alone: its new flows are rejected anyway, and
 //!   keeping the old ones lets them resume on the same endpoint when it serves again.
 //! - In userspace mode ([`Translation::ToRelay`]) a DNATed flow went to the relay on this node,
-//!   not to an endpoint: it is valid whatever its reply source, and only a flow never DNATed is
-//!   stale.
+//!   not to an endpoint: it is valid while it is DNATed to a port the relay listens on now,
+//!   whatever the address; one DNATed to another port (a listener closed since, or one of a
+//!   relay process that is gone) is stale, as is a flow never DNATed.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, SocketAddr};
@@ -55,17 +56,19 @@ pub struct Frontends {
 }
 
 /// Where a mode's NAT sends a flow to a frontend, which decides when a DNATed flow is valid.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub enum Translation {
     /// To the endpoint itself (nftables, iptables and ipvs modes): valid while that endpoint
     /// serves.
     #[default]
     ToEndpoint,
     /// To a relay on this node (userspace mode), which chooses the endpoint of each session
-    /// itself: every DNATed flow is valid. A flow never DNATed to a frontend that has
-    /// endpoints is stale: no redirect rule applied to its first packet, and a client that
-    /// keeps sending on one socket never reaches the relay while its entry lives.
-    ToRelay,
+    /// itself, listening on `udp_ports`: a flow DNATed to one of them is valid. One DNATed to
+    /// another port is stale: its listener closed, or a relay process before this one opened
+    /// it, and a client that keeps sending on one socket would never reach a listener while
+    /// the entry lives. So is a flow never DNATed to a frontend that has endpoints: no
+    /// redirect rule applied to its first packet.
+    ToRelay { udp_ports: Arc<BTreeSet<u16>> },
 }
 
 /// Why a flow is kept or deleted.
@@ -135,11 +138,11 @@ impl Frontends {
 
     /// Decides one flow of a mode whose NAT goes to the endpoint.
     pub fn judge(&self, flow: &Flow) -> Judgement {
-        self.judge_as(flow, Translation::ToEndpoint)
+        self.judge_as(flow, &Translation::ToEndpoint)
     }
 
     /// Decides one flow of a mode whose NAT works as `translation` says.
-    pub fn judge_as(&self, flow: &Flow, translation: Translation) -> Judgement {
+    pub fn judge_as(&self, flow: &Flow, translation: &Translation) -> Judgement {
         let Some(protocol) = flow.service_protocol() else {
             return Judgement::NotOurs;
         };
@@ -195,7 +198,7 @@ impl Frontends {
     pub fn stale<'a>(
         &self,
         flows: &'a [Flow],
-        translation: Translation,
+        translation: &'a Translation,
     ) -> impl Iterator<Item = &'a Flow> {
         flows
             .iter()
@@ -216,13 +219,19 @@ fn against(
     backends: &Backends,
     reply_from: (IpAddr, u16),
     flow: &Flow,
-    translation: Translation,
+    translation: &Translation,
 ) -> Judgement {
+    let valid = match translation {
+        Translation::ToEndpoint => backends.contains(&reply_from),
+        Translation::ToRelay { udp_ports } => {
+            flow.dnatted()
+                && flow.service_protocol() == Some(Protocol::Udp)
+                && udp_ports.contains(&reply_from.1)
+        }
+    };
     if backends.is_empty() {
         Judgement::NoEndpoints
-    } else if backends.contains(&reply_from)
-        || (translation == Translation::ToRelay && flow.dnatted())
-    {
+    } else if valid {
         Judgement::Valid
     } else if flow.dnatted() {
         Judgement::StaleEndpoint

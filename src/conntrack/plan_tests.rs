@@ -142,16 +142,17 @@ fn stale_lists_exactly_the_stale_flows_in_order() {
         flow(UDP, NODE_IP, 30053, NODE_IP, 30053),
     ];
     let stale: Vec<_> = frontends()
-        .stale(&flows, Translation::ToEndpoint)
+        .stale(&flows, &Translation::ToEndpoint)
         .cloned()
         .collect();
     assert_eq!(stale, vec![flows[0].clone(), flows[3].clone()]);
 }
 
 /// Userspace mode: the redirect DNATs a frontend's flows to the relay on this node, whatever
-/// endpoint the relay then uses; only a flow that was never redirected is stale.
+/// endpoint the relay then uses; a flow redirected to a port the relay no longer listens on,
+/// and one never redirected, are stale.
 #[test]
-fn relayed_flows_are_valid_and_only_flows_never_redirected_are_stale() {
+fn relayed_flows_are_valid_while_their_listener_is_open() {
     use Judgement::*;
     let relay = (NODE_IP, 41_000);
     let table = [
@@ -164,6 +165,21 @@ fn relayed_flows_are_valid_and_only_flows_never_redirected_are_stale() {
             "NodePort redirected to the relay",
             flow(UDP, NODE_IP, 30053, relay.0, relay.1),
             Valid,
+        ),
+        (
+            "ClusterIP redirected to a port the relay no longer listens on (a restart)",
+            flow(UDP, "10.96.0.10", 53, relay.0, 39_999),
+            StaleEndpoint,
+        ),
+        (
+            "NodePort redirected to a closed listener's port, on loopback",
+            flow(UDP, NODE_IP, 30053, "127.0.0.1", 39_999),
+            StaleEndpoint,
+        ),
+        (
+            "SCTP redirected: the relay has no SCTP listener",
+            flow(IPPROTO_SCTP, "10.96.0.10", 53, relay.0, relay.1),
+            StaleEndpoint,
         ),
         (
             "ClusterIP never redirected (began before the rules)",
@@ -187,12 +203,11 @@ fn relayed_flows_are_valid_and_only_flows_never_redirected_are_stale() {
         ),
     ];
     let frontends = frontends();
+    let relaying = Translation::ToRelay {
+        udp_ports: Arc::new([relay.1, 41_001].into()),
+    };
     for (what, flow, want) in &table {
-        assert_eq!(
-            frontends.judge_as(flow, Translation::ToRelay),
-            *want,
-            "{what}: {flow}"
-        );
+        assert_eq!(frontends.judge_as(flow, &relaying), *want, "{what}: {flow}");
     }
     // The same flows judged as the NAT modes judge them: a relay is no endpoint.
     assert_eq!(frontends.judge(&table[0].1), StaleEndpoint);

@@ -34,17 +34,28 @@ pub struct Pass {
     pub undecodable: Vec<String>,
 }
 
+/// How the mode translates flows now, read at each pass after the table is dumped, so a flow
+/// in the dump is judged against listeners at least as recent as it (the userspace mode's
+/// relay opens and closes them at each sync).
+pub type Translations = Arc<dyn Fn() -> Translation + Send + Sync>;
+
+/// A translation that never changes: the NAT modes' [`Translation::ToEndpoint`].
+pub fn fixed(translation: Translation) -> Translations {
+    Arc::new(move || translation.clone())
+}
+
 /// One reconcile of one family: dump, judge, delete the stale entries. Blocking.
 #[doc(alias = "CleanStaleEntries")]
 pub fn pass(
     socket: &mut Socket,
     frontends: &Frontends,
     family: IpFamily,
-    translation: Translation,
+    translation: &dyn Fn() -> Translation,
 ) -> Result<Pass, socket::Error> {
     let dumped = socket.dump(family)?;
+    let translation = translation();
     let stale: Vec<Flow> = frontends
-        .stale(&dumped.flows, translation)
+        .stale(&dumped.flows, &translation)
         .cloned()
         .collect();
     for flow in &stale {
@@ -70,21 +81,21 @@ pub fn pass(
 pub fn pass_here(
     frontends: &Frontends,
     family: IpFamily,
-    translation: Translation,
+    translation: &dyn Fn() -> Translation,
 ) -> Result<Pass, socket::Error> {
     pass(&mut Socket::open()?, frontends, family, translation)
 }
 
 /// Runs forever: a pass per family whenever `frontends` changes, and every `period` since the
 /// last pass. Nothing happens before the first successful sync publishes frontends. Flows
-/// are judged as the mode's NAT works (`translation`).
+/// are judged as the mode's NAT works at the time of each pass (`translations`).
 pub async fn run(
     frontends: watch::Receiver<Option<Arc<Frontends>>>,
     period: Duration,
     metrics: Metrics,
-    translation: Translation,
+    translations: Translations,
 ) {
-    let pass = move |f: &Frontends, family| pass_here(f, family, translation);
+    let pass = move |f: &Frontends, family| pass_here(f, family, &*translations);
     run_with(frontends, period, metrics, pass).await
 }
 

@@ -19,7 +19,8 @@ use super::tool::Launcher;
 use super::{Dataplane, TrafficSource, ebpf, node, userspace};
 use crate::cluster::Snapshot;
 use crate::config::Config;
-use crate::conntrack::{Frontends, Translation};
+use crate::conntrack::Frontends;
+use crate::conntrack::reconcile::Translations;
 use crate::metrics::{Metrics, SyncSeries};
 
 /// One proxy mode's parts.
@@ -107,7 +108,7 @@ pub struct Feed {
 /// flows to clean up after): deletes stale UDP and SCTP flows after each sync that changed a
 /// frontend's endpoints, and every `period` (the sync period), judging them as the mode's NAT
 /// works (`translation`).
-pub fn conntrack_reconciler(period: Duration, translation: Translation) -> Task {
+pub fn conntrack_reconciler(period: Duration, translation: Translations) -> Task {
     Box::new(move |feed: Feed| {
         tokio::spawn(crate::conntrack::reconcile::run(
             feed.frontends,

@@ -5,7 +5,7 @@ use super::{
 };
 use crate::cluster::Snapshot;
 use crate::config::Config;
-use crate::conntrack::Translation;
+use crate::conntrack::{Translation, reconcile};
 use crate::dataplane::cleanup::Report;
 use crate::dataplane::leftovers::Owned;
 use crate::dataplane::mode::{self, Mode, StartError, Started};
@@ -85,7 +85,7 @@ impl Mode for Iptables {
             monitor,
             tasks: vec![mode::conntrack_reconciler(
                 config.sync_period,
-                Translation::ToEndpoint,
+                reconcile::fixed(Translation::ToEndpoint),
             )],
             ..Started::alone(Box::new(dataplane))
         })

@@ -6,7 +6,7 @@ use super::apply::{self, IpvsDataplane, KernelBackend, MonotonicClock};
 use super::{HostAddresses, ModeConfig, bound_addresses, plan_all, render_all, rules_all};
 use crate::cluster::Snapshot;
 use crate::config::Config;
-use crate::conntrack::Translation;
+use crate::conntrack::{Translation, reconcile};
 use crate::dataplane::cleanup::Report;
 use crate::dataplane::leftovers::Owned;
 use crate::dataplane::mode::{self, Mode, StartError, Started};
@@ -97,7 +97,10 @@ impl Mode for Ipvs {
             traffic: Some(Arc::new(traffic)),
             tasks: vec![
                 Box::new(move |_| super::watch::spawn(owners, watch_drift)),
-                mode::conntrack_reconciler(config.sync_period, Translation::ToEndpoint),
+                mode::conntrack_reconciler(
+                    config.sync_period,
+                    reconcile::fixed(Translation::ToEndpoint),
+                ),
             ],
             ..Started::alone(Box::new(dataplane))
         })

@@ -3,7 +3,7 @@
 use super::{ModeConfig, NftablesDataplane, plan_all, render_from_scratch};
 use crate::cluster::Snapshot;
 use crate::config::{Config, NftablesEncoder};
-use crate::conntrack::Translation;
+use crate::conntrack::{Translation, reconcile};
 use crate::dataplane::cleanup::Report;
 use crate::dataplane::leftovers::Owned;
 use crate::dataplane::mode::{self, Mode, StartError, Started};
@@ -54,7 +54,7 @@ impl Mode for Nftables {
                 monitor: Some((drift, Watch::NftablesTable)),
                 tasks: vec![mode::conntrack_reconciler(
                     config.sync_period,
-                    Translation::ToEndpoint,
+                    reconcile::fixed(Translation::ToEndpoint),
                 )],
                 ..Started::alone(Box::new(dataplane))
             },

@@ -31,6 +31,7 @@ use super::plan::{self, Key, Listeners, Spec, Transport};
 use super::ports::PortRange;
 use super::redirect::{self, Listening};
 use super::relay::{Affinity, CounterValues, Limit, Listener, Relay, Settings, Target};
+use super::udp_ports::UdpPorts;
 
 /// The mode's name as `--proxy-mode` spells it.
 pub const MODE: &str = "userspace";
@@ -55,6 +56,8 @@ pub struct UserspaceDataplane {
     affinities: BTreeMap<(ServicePortName, IpFamily), Affinity>,
     /// The open listeners' counters, as the metrics read them.
     counters: ListenerCounters,
+    /// The open UDP listeners' ports, as the conntrack reconciler reads them.
+    udp_ports: UdpPorts,
     /// The redirect rules, when this dataplane programs them (see [`Self::with_redirect`]).
     rules: Option<Rules>,
     /// The listeners a snapshot asks for: [`plan::plan`], or the loopback NodePorts of
@@ -134,6 +137,7 @@ impl UserspaceDataplane {
             limits: BTreeMap::new(),
             affinities: BTreeMap::new(),
             counters: ListenerCounters::default(),
+            udp_ports: UdpPorts::default(),
             rules: None,
             plan: plan::plan,
         }
@@ -183,6 +187,11 @@ impl UserspaceDataplane {
     /// The open listeners' counters, for the metrics to read at each scrape.
     pub fn listener_counters(&self) -> ListenerCounters {
         self.counters.clone()
+    }
+
+    /// The open UDP listeners' ports after each sync, for the conntrack reconciler.
+    pub fn udp_ports(&self) -> UdpPorts {
+        self.udp_ports.clone()
     }
 
     /// Where each listener listens: what the redirect rules will point at.
@@ -347,6 +356,7 @@ impl Dataplane for UserspaceDataplane {
         })?;
         let _entered = runtime.enter();
         let (mut operations, failed) = self.reconcile((self.plan)(snapshot));
+        self.udp_ports.set(self.taken.get(&Transport::Udp));
         let mut netlink_messages = 0;
         if let Some(rules) = &mut self.rules {
             let listening: BTreeMap<Key, Listening> = self

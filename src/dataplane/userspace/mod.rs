@@ -60,6 +60,8 @@ pub mod redirect;
 pub mod relay;
 pub mod render;
 pub mod trace;
+pub mod udp_ports;
 
 pub use apply::UserspaceDataplane;
 pub use listener_counters::ListenerCounters;
+pub use udp_ports::UdpPorts;

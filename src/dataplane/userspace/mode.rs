@@ -1,5 +1,7 @@
 //! The userspace mode's parts for the command line ([`crate::dataplane::mode::Mode`]).
 
+use std::sync::Arc;
+
 use super::ports::PortRange;
 use super::{UserspaceDataplane, loopback, plan, redirect, relay, render};
 use crate::cluster::Snapshot;
@@ -48,7 +50,8 @@ impl Mode for Userspace {
     /// The relay's listeners with the redirect rules in our nftables table, which the monitor
     /// watches; `--nodeport-localhost` adds loopback NodePort listeners, counted with the
     /// others. The conntrack reconciler deletes a frontend's flows that no redirect rule
-    /// translated ([`Translation::ToRelay`]); the relay picks each session's endpoint itself.
+    /// translated, or that one translated to a port no listener holds now
+    /// ([`Translation::ToRelay`]); the relay picks each session's endpoint itself.
     fn start(&self, config: &Config) -> Result<Started, StartError> {
         let range = PortRange::parse(&config.port_range)
             .ok_or_else(|| BadPortRange(config.port_range.clone()))?;
@@ -60,6 +63,7 @@ impl Mode for Userspace {
             UserspaceDataplane::new(relay::Settings::of(config), range, config.bind_address)
                 .with_redirect(rules, redirect, drift.clone());
         let relay = Some(dataplane.listener_counters());
+        let udp_ports = dataplane.udp_ports();
         Ok(loopback::beside(
             config,
             Started {
@@ -67,7 +71,9 @@ impl Mode for Userspace {
                 relay,
                 tasks: vec![mode::conntrack_reconciler(
                     config.sync_period,
-                    Translation::ToRelay,
+                    Arc::new(move || Translation::ToRelay {
+                        udp_ports: udp_ports.now(),
+                    }),
                 )],
                 ..Started::alone(Box::new(dataplane))
             },
