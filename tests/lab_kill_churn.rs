@@ -1,0 +1,468 @@
+//! The proxy killed (SIGKILL) at random points while other Services churn, in the namespace
+//! lab (`tests/lab/`), once per mode of ours on this host: no connection to a stable Service
+//! fails, and once the churn stops the kernel holds the plan of the final objects.
+//!
+//! Per mode: a stable NodePort Service (TCP and UDP) with an endpoint on every node; three
+//! streams of new connections to it, each a fresh socket (a pod on node 1 to its ClusterIP over
+//! TCP and over UDP, the external client to node 1's NodePort); meanwhile about ten writes a
+//! second to other Services and their EndpointSlices through the API server (created,
+//! changed, deleted, endpoints replaced), and node 1's proxy is killed by SIGKILL [`KILLS_VAR`]
+//! times at seeded random points and started again each time, as its DaemonSet would. Then the
+//! churn stops and the check waits for node 1 to converge: the running proxy's model
+//! (`/debug/services`) equals `kube-proxy-rs plan` of the final objects listed from the API
+//! server, and `/debug/status` reads the kernel back with no drift from that plan (a lost
+//! change or a leftover of a deleted Service is drift).
+//!
+//! Userspace mode relays every connection in the proxy process itself, so while it is dead
+//! nothing accepts on its listeners: its failures are counted and reported, and must be
+//! refusals only (see [`may_fail`]).
+//!
+//! `KILLS=20` gives the issue's figure; `KILL_SEED=N` replays a schedule. Needs root and
+//! `testenv/build`, as the lab does.
+
+#[path = "support/testenv.rs"]
+mod testenv;
+
+mod lab;
+
+use std::cell::{Cell, RefCell};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use lab::client::{From, Outcome, addr, request};
+use lab::cluster::Endpoint;
+use lab::scenarios::{cluster_ip, node_port};
+use lab::{Lab, Mode, Proto, Proxy};
+use testenv::TestEnv;
+
+/// Kills per mode in the default run; the variable names another count.
+const KILLS: u32 = 6;
+const KILLS_VAR: &str = "KILLS";
+/// Replays a kill and churn schedule.
+const SEED_VAR: &str = "KILL_SEED";
+/// Writes to the API server per second while the proxy is killed.
+const CHURN_PER_SEC: u64 = 10;
+/// Services the churn writes to (and their slices).
+const CHURN_SERVICES: usize = 6;
+/// A kill lands this long after the previous start, at random: from before the new process has
+/// read its lists to well after its first sync.
+const KILL_AFTER_MS: (u64, u64) = (50, 1500);
+/// The restart follows the kill after up to this long.
+const RESTART_AFTER_MS: u64 = 300;
+/// Attempts per probe process of a stream, and the pause between them.
+const CHUNK: u32 = 20;
+const INTERVAL_MS: u64 = 20;
+
+/// One lab at a time: three proxies, the churn and the probes are enough for two cores.
+static ONE_LAB_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+#[tokio::test]
+async fn ours_nftables_survives_kills_under_churn() {
+    kills_under_churn(Mode::Nftables).await;
+}
+
+#[tokio::test]
+async fn ours_iptables_survives_kills_under_churn() {
+    kills_under_churn(Mode::Iptables).await;
+}
+
+#[tokio::test]
+async fn ours_userspace_survives_kills_under_churn() {
+    kills_under_churn(Mode::Userspace).await;
+}
+
+#[tokio::test]
+async fn ours_ebpf_survives_kills_under_churn() {
+    kills_under_churn(Mode::Ebpf).await;
+}
+
+/// Not a test: the entry point of the lab's echo servers and probes (see `lab/helper.rs`).
+#[test]
+fn lab_helper_process() {
+    lab::helper::run_if_requested();
+}
+
+/// Which failures of a stream to the stable Service a mode is allowed, and why.
+fn may_fail(mode: Mode) -> Option<(&'static [&'static str], &'static str)> {
+    match mode {
+        Mode::Userspace => Some((
+            &["refused", "reset"],
+            "userspace mode: the relay is the proxy process; while it is dead nothing accepts \
+             on the listeners its rules lead to, so a connection made then is refused",
+        )),
+        _ => None,
+    }
+}
+
+/// A small seeded generator (splitmix64): the schedule is printed and replayable.
+struct Rng(Cell<u64>);
+
+impl Rng {
+    fn next(&self) -> u64 {
+        let s = self.0.get().wrapping_add(0x9e37_79b9_7f4a_7c15);
+        self.0.set(s);
+        let mut z = s;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `lo..=hi`.
+    fn between(&self, lo: u64, hi: u64) -> u64 {
+        lo + self.next() % (hi - lo + 1)
+    }
+}
+
+#[allow(clippy::disallowed_methods, reason = "the test's own settings")]
+fn setting(var: &str) -> Option<u64> {
+    std::env::var(var).ok().and_then(|s| s.trim().parse().ok())
+}
+
+/// One stream of new connections to the stable Service: every attempt's outcome and when it
+/// started (approximately: its probe process's start plus the attempts before it).
+struct Stream {
+    what: String,
+    attempts: Vec<(Instant, Outcome)>,
+}
+
+async fn kills_under_churn(mode: Mode) {
+    let _turn = ONE_LAB_AT_A_TIME.lock().await;
+    let kills = setting(KILLS_VAR).map_or(KILLS, |k| u32::try_from(k).unwrap_or(KILLS));
+    #[allow(clippy::disallowed_methods, reason = "a fresh seed per run, printed")]
+    let seed = setting(SEED_VAR).unwrap_or_else(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(1, |d| d.as_nanos() as u64)
+    });
+    let label = format!("ours/{}", mode.as_str());
+    eprintln!("{label}: {kills} kills, {SEED_VAR}={seed}");
+    let env = TestEnv::shared();
+    let lab = Lab::start(env, Proxy::Ours { mode }).await;
+
+    let svc = lab
+        .cluster
+        .apply_service(json!({ "metadata": { "name": "stable" }, "spec": {
+            "type": "NodePort",
+            "ports": [
+                { "name": "t", "port": 80, "targetPort": 8080, "protocol": "TCP" },
+                { "name": "u", "port": 53, "targetPort": 8080, "protocol": "UDP" },
+            ],
+        }}))
+        .await;
+    let eps = ["n1-a", "n2-a", "n3-a"];
+    lab.cluster
+        .apply_slice(
+            "stable-x",
+            "stable",
+            &[("t", 8080, Proto::Tcp), ("u", 8080, Proto::Udp)],
+            &lab.endpoints(&eps),
+        )
+        .await;
+    let vip = cluster_ip(&svc);
+    let client_pod = From::Pod(lab.pod("n1-b"));
+    let streams = [
+        (client_pod, Proto::Tcp, addr(vip, 80), "pod n1-b → ClusterIP TCP"),
+        (client_pod, Proto::Udp, addr(vip, 53), "pod n1-b → ClusterIP UDP"),
+        (
+            From::Client,
+            Proto::Tcp,
+            addr(lab.topo.nodes[0].ip, node_port(&svc, 0)),
+            "external client → node 1 NodePort TCP",
+        ),
+    ];
+    for (from, proto, target, what) in &streams {
+        lab.eventually(what, || async {
+            lab.all_reach(*from, *proto, *target, 6).await.map(|_| ())
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{label}: before any kill: {e}"));
+    }
+
+    let rng = Rng(Cell::new(seed));
+    let done = Cell::new(false);
+    let kill_log = RefCell::new(Vec::<(Instant, u64)>::new());
+    let kill_loop = async {
+        for _ in 0..kills {
+            let after = rng.between(KILL_AFTER_MS.0, KILL_AFTER_MS.1);
+            tokio::time::sleep(Duration::from_millis(after)).await;
+            lab.stop_proxy(0);
+            kill_log.borrow_mut().push((Instant::now(), after));
+            let restart = rng.between(0, RESTART_AFTER_MS);
+            tokio::time::sleep(Duration::from_millis(restart)).await;
+            lab.start_proxy(0);
+        }
+        // The last start serves the streams a while too.
+        tokio::time::sleep(Duration::from_millis(KILL_AFTER_MS.1)).await;
+        done.set(true);
+    };
+    let churn_rng = Rng(Cell::new(seed ^ 0x5eed));
+    let churn = churn(&lab, &churn_rng, &done);
+    let run = |i: usize| {
+        let (from, proto, target, what) = streams[i];
+        stream(&lab, from, proto, target, what, &done)
+    };
+    let started = Instant::now();
+    let ((), writes, s0, s1, s2) = tokio::join!(kill_loop, churn, run(0), run(1), run(2));
+    let took = started.elapsed();
+    eprintln!(
+        "{label}: {kills} kills in {:.1}s; {writes} API writes ({:.1}/s)",
+        took.as_secs_f64(),
+        writes as f64 / took.as_secs_f64()
+    );
+
+    let kill_times = kill_log.into_inner();
+    let mut bad = Vec::new();
+    for s in [&s0, &s1, &s2] {
+        let failed: Vec<String> = s
+            .attempts
+            .iter()
+            .filter_map(|(at, o)| {
+                let kind = o.as_ref().err()?;
+                let since = kill_times
+                    .iter()
+                    .rev()
+                    .find(|(k, _)| k <= at)
+                    .map_or("before the first kill".to_owned(), |(k, _)| {
+                        format!("{} ms after a kill", at.duration_since(*k).as_millis())
+                    });
+                Some(format!("{kind} ({since})"))
+            })
+            .collect();
+        eprintln!(
+            "{label}: {}: {} connections, {} failed{}",
+            s.what,
+            s.attempts.len(),
+            failed.len(),
+            if failed.is_empty() {
+                String::new()
+            } else {
+                format!(": {}", failed.join(", "))
+            }
+        );
+        let allowed = may_fail(mode);
+        for (_, o) in &s.attempts {
+            match (o, allowed) {
+                (Ok(_), _) => {}
+                (Err(kind), Some((kinds, _))) if kinds.contains(&kind.as_str()) => {}
+                (Err(kind), _) => bad.push(format!("{}: {kind}", s.what)),
+            }
+        }
+        if s.attempts.iter().all(|(_, o)| o.is_err()) {
+            bad.push(format!("{}: no connection succeeded", s.what));
+        }
+    }
+    if let Some((_, why)) = may_fail(mode) {
+        eprintln!("{label}: failures allowed: {why}");
+    }
+
+    let converged = lab
+        .eventually("node 1 holds the plan of the final objects", || {
+            final_state_matches(&lab)
+        })
+        .await;
+    let tails = lab.proxy_log_tails(20).join("\n");
+    drop(lab);
+    assert!(
+        bad.is_empty() && converged.is_ok(),
+        "{label} ({SEED_VAR}={seed}): failed connections to the stable Service: {bad:?}\n\
+         final state: {converged:?}\n{tails}"
+    );
+}
+
+/// Runs probe processes of [`CHUNK`] attempts from `from` to `target` until `done`.
+async fn stream(
+    lab: &Lab,
+    from: From<'_>,
+    proto: Proto,
+    target: std::net::SocketAddr,
+    what: &str,
+    done: &Cell<bool>,
+) -> Stream {
+    let mut attempts = Vec::new();
+    while !done.get() {
+        let mut r = request(proto, target, CHUNK);
+        r.interval_ms = INTERVAL_MS;
+        let mut at = Instant::now();
+        for a in lab.attempts(from, r).await {
+            attempts.push((at, a.reply.ok_or_else(|| a.error.unwrap_or_default())));
+            at += Duration::from_millis(a.ms + INTERVAL_MS);
+        }
+    }
+    Stream {
+        what: what.to_owned(),
+        attempts,
+    }
+}
+
+/// Writes to the churn Services and their slices, [`CHURN_PER_SEC`] a second, until `done`;
+/// how many writes it made. Each write creates or changes a Service (its port and session
+/// affinity), deletes it, replaces its slice's endpoints, or deletes the slice.
+async fn churn(lab: &Lab, rng: &Rng, done: &Cell<bool>) -> u64 {
+    let mut services = [false; CHURN_SERVICES];
+    let mut slices = [false; CHURN_SERVICES];
+    let mut writes = 0;
+    let mut tick = tokio::time::interval(Duration::from_millis(1000 / CHURN_PER_SEC));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+    let pods: Vec<String> = lab.pods.iter().map(|p| p.name.clone()).collect();
+    while !done.get() {
+        tick.tick().await;
+        let i = rng.between(0, CHURN_SERVICES as u64 - 1) as usize;
+        let name = format!("churn-{i}");
+        let slice = format!("churn-{i}-x");
+        match rng.between(0, 9) {
+            0 | 1 if services[i] => {
+                lab.cluster.delete_service(&name).await;
+                services[i] = false;
+            }
+            2 if slices[i] => {
+                lab.cluster.delete_slice(&slice).await;
+                slices[i] = false;
+            }
+            0..=3 => {
+                lab.cluster
+                    .apply_service(churn_service(&name, i, rng))
+                    .await;
+                services[i] = true;
+            }
+            _ => {
+                let endpoints: Vec<Endpoint> = pods
+                    .iter()
+                    .filter(|_| rng.between(0, 1) == 1)
+                    .map(|p| {
+                        let mut e = lab.endpoint(lab.pod(p));
+                        e.ready = rng.between(0, 4) > 0;
+                        e
+                    })
+                    .collect();
+                lab.cluster
+                    .apply_slice(&slice, &name, &[("p", 8080, Proto::Tcp)], &endpoints)
+                    .await;
+                slices[i] = true;
+            }
+        }
+        writes += 1;
+    }
+    writes
+}
+
+/// Churn Service `name`: even ones ClusterIP, odd ones NodePort; a port and a session
+/// affinity drawn anew at each write.
+fn churn_service(name: &str, i: usize, rng: &Rng) -> Value {
+    let port = 80 + rng.between(0, 3);
+    let affinity = if rng.between(0, 1) == 1 {
+        "ClientIP"
+    } else {
+        "None"
+    };
+    let kind = if i % 2 == 0 { "ClusterIP" } else { "NodePort" };
+    json!({ "metadata": { "name": name }, "spec": {
+        "type": kind,
+        "sessionAffinity": affinity,
+        "ports": [{ "name": "p", "port": port, "targetPort": 8080, "protocol": "TCP" }],
+    }})
+}
+
+/// `Ok` when node 1's proxy has converged on the final objects: its model equals
+/// `kube-proxy-rs plan` of the objects in the API server (the lab's namespace), no change is
+/// pending, and the kernel's rules read back hold that plan (no drift, node-wide or on any
+/// frontend).
+async fn final_state_matches(lab: &Lab) -> Result<(), String> {
+    let ns = format!("{}/", lab.cluster.ns.name);
+    let ours = |report: &Value, key: &str| -> Vec<Value> {
+        report[key]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|p| p["name"].as_str().is_some_and(|n| n.starts_with(&ns)))
+            .cloned()
+            .collect()
+    };
+    let planned = plan_of_objects(lab).await?;
+    let model = debug_json(lab, "/debug/services?output=json").await?;
+    for key in ["servicePorts", "ignoredServices"] {
+        let (want, got) = (ours(&planned, key), ours(&model, key));
+        if want != got {
+            return Err(format!(
+                "the proxy's model differs from the plan of the final objects ({key}):\n\
+                 plan:  {}\nmodel: {}",
+                Value::Array(want),
+                Value::Array(got)
+            ));
+        }
+    }
+    if ours(&planned, "servicePorts").is_empty() {
+        return Err("the plan has no Service port of the lab".to_owned());
+    }
+    let status = debug_json(lab, "/debug/status?output=json").await?;
+    if !status["sync"]["pendingForSeconds"].is_null() || status["sync"]["ready"] != true {
+        return Err(format!("a sync is pending: {}", status["sync"]));
+    }
+    let drift = status["drift"].as_array().cloned().unwrap_or_default();
+    if !drift.is_empty() {
+        return Err(format!("the kernel differs from the plan: {drift:?}"));
+    }
+    for port in ours(&status, "servicePorts") {
+        for f in port["frontends"].as_array().into_iter().flatten() {
+            if !f["drift"].is_null() {
+                return Err(format!(
+                    "{} {} {}: {}",
+                    port["name"], f["kind"], f["address"], f["drift"]
+                ));
+            }
+        }
+        if !port["programmed"].is_null() && port["programmed"] != port["endpoints"] {
+            return Err(format!(
+                "{}: {} endpoints programmed, {} in the model",
+                port["name"], port["programmed"], port["endpoints"]
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// `kube-proxy-rs plan --output json` for node 1, with the lab's flags, from the objects in
+/// the API server.
+async fn plan_of_objects(lab: &Lab) -> Result<Value, String> {
+    let node = &lab.topo.nodes[0];
+    let mut cmd = node.ns.command(env!("CARGO_BIN_EXE_kube-proxy-rs"));
+    cmd.arg("plan")
+        .arg(format!(
+            "--kubeconfig={}",
+            TestEnv::shared().kube_proxy_kubeconfig.display()
+        ))
+        .args(lab.proxy.lab_flags(&lab.cluster.node_names[0]))
+        .args(["--output", "json"]);
+    let out = tokio::process::Command::from(cmd)
+        .kill_on_drop(true)
+        .output()
+        .await
+        .map_err(|e| format!("running plan: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "plan exited with {}: {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    serde_json::from_slice(&out.stdout).map_err(|e| format!("plan's JSON: {e}"))
+}
+
+/// The JSON body of node 1's proxy's answer to `GET path` on its metrics address.
+async fn debug_json(lab: &Lab, path: &str) -> Result<Value, String> {
+    let mut ask = request(Proto::Tcp, "127.0.0.1:10249".parse().unwrap(), 1);
+    ask.send = Some(format!("GET {path} HTTP/1.0\r\n\r\n"));
+    ask.timeout_ms = 60_000;
+    let text = lab
+        .probe_with(From::Node(0), ask)
+        .await
+        .remove(0)
+        .map_err(|e| format!("GET {path}: {e}"))?;
+    let (head, body) = text
+        .split_once("\r\n\r\n")
+        .ok_or_else(|| format!("GET {path}: not HTTP: {text:?}"))?;
+    if !head.starts_with("HTTP/1.0 200") && !head.starts_with("HTTP/1.1 200") {
+        return Err(format!("GET {path}: {head}: {body}"));
+    }
+    serde_json::from_str(body).map_err(|e| format!("GET {path}: {e}: {body}"))
+}
