@@ -26,7 +26,7 @@ mod testenv;
 mod lab;
 
 use std::cell::{Cell, RefCell};
-use std::time::{Duration, Instant};
+use std::time::{Duration, SystemTime};
 
 use serde_json::{Value, json};
 
@@ -45,9 +45,9 @@ const SEED_VAR: &str = "KILL_SEED";
 const CHURN_PER_SEC: u64 = 10;
 /// Services the churn writes to (and their slices).
 const CHURN_SERVICES: usize = 6;
-/// A kill lands this long after the previous start, at random: from before the new process has
-/// read its lists to well after its first sync.
-const KILL_AFTER_MS: (u64, u64) = (50, 1500);
+/// A kill lands this long after the previous start, at random: half of them in the first
+/// range (the new process is reading its lists or making its first sync), half in the second.
+const KILL_AFTER_MS: (u64, u64, u64) = (20, 400, 1500);
 /// The restart follows the kill after up to this long.
 const RESTART_AFTER_MS: u64 = 300;
 /// Attempts per probe process of a stream, and the pause between them.
@@ -83,16 +83,61 @@ fn lab_helper_process() {
     lab::helper::run_if_requested();
 }
 
-/// Which failures of a stream to the stable Service a mode is allowed, and why.
-fn may_fail(mode: Mode) -> Option<(&'static [&'static str], &'static str)> {
+/// Why a mode may fail connections to the stable Service while node 1 has no synced proxy
+/// (from a kill to the first sync of the process started after it); never at other times.
+fn may_fail(mode: Mode) -> Option<&'static str> {
     match mode {
-        Mode::Userspace => Some((
-            &["refused", "reset"],
+        Mode::Userspace => Some(
             "userspace mode: the relay is the proxy process; while it is dead nothing accepts \
-             on the listeners its rules lead to, so a connection made then is refused",
-        )),
+             on the listeners its rules lead to (a new connection is refused), and a datagram \
+             it took but had not answered is lost",
+        ),
         _ => None,
     }
+}
+
+/// One kill of node 1's proxy: when, how long after its start, and when its successor started.
+struct Kill {
+    at: SystemTime,
+    after_start: u64,
+    restarted: SystemTime,
+}
+
+/// How far an attempt's start may be from the time [`stream`] gives it.
+const SLACK: Duration = Duration::from_millis(200);
+
+/// When each process whose log is `log` finished its first sync (klog: `I1206
+/// 22:44:46.729560 ... "full sync" number=1`, wall time in UTC, the year left out).
+fn first_syncs(log: &str) -> Vec<SystemTime> {
+    use k8s_openapi::jiff::{Timestamp, tz::TimeZone};
+    let year = Timestamp::try_from(now()).map_or(2026, |t| t.to_zoned(TimeZone::UTC).year());
+    log.lines()
+        .filter(|l| l.starts_with('I') && l.contains("\"full sync\" number=1 "))
+        .filter_map(|l| {
+            let (month_day, rest) = l.get(1..5).zip(l.get(6..21))?;
+            let text = format!("{year}-{}-{}T{rest}Z", &month_day[..2], &month_day[2..]);
+            let t: Timestamp = text.parse().ok()?;
+            Some(SystemTime::from(t))
+        })
+        .collect()
+}
+
+/// When node 1 had no synced proxy: from each kill to the first sync of the process started
+/// after it, or to the next kill when that came first (or to now, after the last).
+fn down_windows(kills: &[Kill], syncs: &[SystemTime]) -> Vec<(SystemTime, SystemTime)> {
+    kills
+        .iter()
+        .enumerate()
+        .map(|(i, k)| {
+            let next = kills.get(i + 1).map(|n| n.at);
+            let synced = syncs
+                .iter()
+                .copied()
+                .filter(|s| *s >= k.restarted && next.is_none_or(|n| *s < n))
+                .min();
+            (k.at, synced.or(next).unwrap_or_else(now))
+        })
+        .collect()
 }
 
 /// A small seeded generator (splitmix64): the schedule is printed and replayable.
@@ -123,7 +168,15 @@ fn setting(var: &str) -> Option<u64> {
 /// started (approximately: its probe process's start plus the attempts before it).
 struct Stream {
     what: String,
-    attempts: Vec<(Instant, Outcome)>,
+    attempts: Vec<(SystemTime, Outcome)>,
+}
+
+#[allow(
+    clippy::disallowed_methods,
+    reason = "attempts, kills and the proxy's log are matched in wall time"
+)]
+fn now() -> SystemTime {
+    SystemTime::now()
 }
 
 async fn kills_under_churn(mode: Mode) {
@@ -162,8 +215,18 @@ async fn kills_under_churn(mode: Mode) {
     let vip = cluster_ip(&svc);
     let client_pod = From::Pod(lab.pod("n1-b"));
     let streams = [
-        (client_pod, Proto::Tcp, addr(vip, 80), "pod n1-b → ClusterIP TCP"),
-        (client_pod, Proto::Udp, addr(vip, 53), "pod n1-b → ClusterIP UDP"),
+        (
+            client_pod,
+            Proto::Tcp,
+            addr(vip, 80),
+            "pod n1-b → ClusterIP TCP",
+        ),
+        (
+            client_pod,
+            Proto::Udp,
+            addr(vip, 53),
+            "pod n1-b → ClusterIP UDP",
+        ),
         (
             From::Client,
             Proto::Tcp,
@@ -181,19 +244,28 @@ async fn kills_under_churn(mode: Mode) {
 
     let rng = Rng(Cell::new(seed));
     let done = Cell::new(false);
-    let kill_log = RefCell::new(Vec::<(Instant, u64)>::new());
+    let kill_log = RefCell::new(Vec::<Kill>::new());
     let kill_loop = async {
         for _ in 0..kills {
-            let after = rng.between(KILL_AFTER_MS.0, KILL_AFTER_MS.1);
+            let after = if rng.between(0, 1) == 0 {
+                rng.between(KILL_AFTER_MS.0, KILL_AFTER_MS.1)
+            } else {
+                rng.between(KILL_AFTER_MS.1, KILL_AFTER_MS.2)
+            };
             tokio::time::sleep(Duration::from_millis(after)).await;
             lab.stop_proxy(0);
-            kill_log.borrow_mut().push((Instant::now(), after));
+            let at = now();
             let restart = rng.between(0, RESTART_AFTER_MS);
             tokio::time::sleep(Duration::from_millis(restart)).await;
             lab.start_proxy(0);
+            kill_log.borrow_mut().push(Kill {
+                at,
+                after_start: after,
+                restarted: now(),
+            });
         }
         // The last start serves the streams a while too.
-        tokio::time::sleep(Duration::from_millis(KILL_AFTER_MS.1)).await;
+        tokio::time::sleep(Duration::from_millis(KILL_AFTER_MS.2)).await;
         done.set(true);
     };
     let churn_rng = Rng(Cell::new(seed ^ 0x5eed));
@@ -202,7 +274,7 @@ async fn kills_under_churn(mode: Mode) {
         let (from, proto, target, what) = streams[i];
         stream(&lab, from, proto, target, what, &done)
     };
-    let started = Instant::now();
+    let started = tokio::time::Instant::now();
     let ((), writes, s0, s1, s2) = tokio::join!(kill_loop, churn, run(0), run(1), run(2));
     let took = started.elapsed();
     eprintln!(
@@ -211,49 +283,71 @@ async fn kills_under_churn(mode: Mode) {
         writes as f64 / took.as_secs_f64()
     );
 
-    let kill_times = kill_log.into_inner();
+    let kills_done = kill_log.into_inner();
+    let log = lab
+        .proxy_logs()
+        .into_iter()
+        .next()
+        .expect("node 1's proxy runs");
+    let syncs = first_syncs(&std::fs::read_to_string(&log).unwrap_or_default());
+    let down = down_windows(&kills_done, &syncs);
+    let down_ms: u128 = down
+        .iter()
+        .map(|(a, b)| b.duration_since(*a).unwrap_or_default().as_millis())
+        .sum();
+    let early = kills_done
+        .windows(2)
+        .filter(|k| !syncs.iter().any(|s| *s >= k[0].restarted && *s < k[1].at))
+        .count();
+    eprintln!(
+        "{label}: each kill this many ms after the start before it: {:?}",
+        kills_done.iter().map(|k| k.after_start).collect::<Vec<_>>()
+    );
+    eprintln!(
+        "{label}: {early} of {} kills came before the killed process's first sync; node 1 had \
+         no synced proxy for {down_ms} ms in all ({} ms a kill)",
+        kills_done.len(),
+        down_ms / kills_done.len().max(1) as u128,
+    );
     let mut bad = Vec::new();
     for s in [&s0, &s1, &s2] {
-        let failed: Vec<String> = s
-            .attempts
-            .iter()
-            .filter_map(|(at, o)| {
-                let kind = o.as_ref().err()?;
-                let since = kill_times
-                    .iter()
-                    .rev()
-                    .find(|(k, _)| k <= at)
-                    .map_or("before the first kill".to_owned(), |(k, _)| {
-                        format!("{} ms after a kill", at.duration_since(*k).as_millis())
-                    });
-                Some(format!("{kind} ({since})"))
-            })
-            .collect();
-        eprintln!(
-            "{label}: {}: {} connections, {} failed{}",
-            s.what,
-            s.attempts.len(),
-            failed.len(),
-            if failed.is_empty() {
-                String::new()
-            } else {
-                format!(": {}", failed.join(", "))
+        let mut kinds = std::collections::BTreeMap::<&str, usize>::new();
+        let mut outside = Vec::new();
+        for (at, o) in &s.attempts {
+            let Err(kind) = o else { continue };
+            *kinds.entry(kind.as_str()).or_default() += 1;
+            let while_down = down
+                .iter()
+                .any(|(a, b)| *at + SLACK >= *a && *at <= *b + SLACK);
+            if !while_down {
+                outside.push(kind.clone());
             }
-        );
-        let allowed = may_fail(mode);
-        for (_, o) in &s.attempts {
-            match (o, allowed) {
-                (Ok(_), _) => {}
-                (Err(kind), Some((kinds, _))) if kinds.contains(&kind.as_str()) => {}
-                (Err(kind), _) => bad.push(format!("{}: {kind}", s.what)),
+            if may_fail(mode).is_none() || !while_down {
+                bad.push(format!(
+                    "{}: {kind} ({})",
+                    s.what,
+                    if while_down {
+                        "while node 1 had no synced proxy"
+                    } else {
+                        "while node 1's proxy had synced"
+                    }
+                ));
             }
         }
+        eprintln!(
+            "{label}: {}: {} connections, {} failed {kinds:?}, {} of them while node 1's \
+             proxy had synced",
+            s.what,
+            s.attempts.len(),
+            kinds.values().sum::<usize>(),
+            outside.len(),
+        );
         if s.attempts.iter().all(|(_, o)| o.is_err()) {
             bad.push(format!("{}: no connection succeeded", s.what));
         }
     }
-    if let Some((_, why)) = may_fail(mode) {
-        eprintln!("{label}: failures allowed: {why}");
+    if let Some(why) = may_fail(mode) {
+        eprintln!("{label}: failures allowed while node 1 has no synced proxy: {why}");
     }
 
     let converged = lab
@@ -265,8 +359,11 @@ async fn kills_under_churn(mode: Mode) {
     drop(lab);
     assert!(
         bad.is_empty() && converged.is_ok(),
-        "{label} ({SEED_VAR}={seed}): failed connections to the stable Service: {bad:?}\n\
-         final state: {converged:?}\n{tails}"
+        "{label} ({SEED_VAR}={seed}): {} failed connections to the stable Service, the first: \
+         {:?}\n\
+         final state: {converged:?}\n{tails}",
+        bad.len(),
+        &bad[..bad.len().min(10)],
     );
 }
 
@@ -283,11 +380,16 @@ async fn stream(
     while !done.get() {
         let mut r = request(proto, target, CHUNK);
         r.interval_ms = INTERVAL_MS;
-        let mut at = Instant::now();
-        for a in lab.attempts(from, r).await {
-            attempts.push((at, a.reply.ok_or_else(|| a.error.unwrap_or_default())));
-            at += Duration::from_millis(a.ms + INTERVAL_MS);
+        let chunk = lab.attempts(from, r).await;
+        // Counted back from when the probe ended: its start-up is not in its attempts.
+        let mut at = now();
+        let mut timed = Vec::new();
+        for a in chunk.into_iter().rev() {
+            at -= Duration::from_millis(a.ms);
+            timed.push((at, a.reply.ok_or_else(|| a.error.unwrap_or_default())));
+            at -= Duration::from_millis(INTERVAL_MS);
         }
+        attempts.extend(timed.into_iter().rev());
     }
     Stream {
         what: what.to_owned(),
@@ -355,7 +457,11 @@ fn churn_service(name: &str, i: usize, rng: &Rng) -> Value {
     } else {
         "None"
     };
-    let kind = if i % 2 == 0 { "ClusterIP" } else { "NodePort" };
+    let kind = if i.is_multiple_of(2) {
+        "ClusterIP"
+    } else {
+        "NodePort"
+    };
     json!({ "metadata": { "name": name }, "spec": {
         "type": kind,
         "sessionAffinity": affinity,
