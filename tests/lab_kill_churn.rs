@@ -393,7 +393,8 @@ async fn kills_under_churn(mode: Mode) {
     drop(lab);
     assert!(
         bad.is_empty() && converged.is_ok(),
-        "{label} ({SEED_VAR}={seed}): {} failed connections to the stable Service, the first: \
+        "{label} ({SEED_VAR}={seed}): {} failures (connections to the stable Service, proxy \
+         warnings), the first: \
          {:?}\n\
          final state: {converged:?}\n{tails}",
         bad.len(),
