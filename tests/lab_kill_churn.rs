@@ -120,8 +120,9 @@ struct Kill {
     restarted: SystemTime,
 }
 
-/// How far an attempt's start may be from the time [`stream`] gives it.
-const SLACK: Duration = Duration::from_millis(200);
+/// How far an attempt's start may be from the time [`stream`] gives it: the times are counted
+/// back from when the test saw the probe end, later than it did on a busy machine.
+const SLACK: Duration = Duration::from_millis(500);
 
 /// When each process whose log is `log` finished its first sync (klog: `I1206
 /// 22:44:46.729560 ... "full sync" number=1`, wall time in UTC, the year left out).
