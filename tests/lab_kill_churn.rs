@@ -3,23 +3,24 @@
 //! fails, and once the churn stops the kernel holds the plan of the final objects.
 //!
 //! Per mode: a stable NodePort Service (TCP and UDP) with an endpoint on every node; three
-//! streams of new connections to it, each a fresh socket (a pod on node 1 to its ClusterIP over
-//! TCP and over UDP, the external client to node 1's NodePort); meanwhile about ten writes a
-//! second to other Services and their EndpointSlices through the API server (created,
-//! changed, deleted, endpoints replaced), and node 1's proxy is killed by SIGKILL [`KILLS_VAR`]
-//! times at seeded random points and started again each time, as its DaemonSet would. Then the
-//! churn stops and the check waits for node 1 to converge: the running proxy's model
-//! (`/debug/services`) equals `kube-proxy-rs plan` of the final objects listed from the API
-//! server, and `/debug/status` reads the kernel back with no drift from that plan (a lost
-//! change or a leftover of a deleted Service is drift).
+//! streams of new connections to it, each a fresh socket (a pod on node 1 to its ClusterIP
+//! over TCP and over UDP, the external client to node 1's NodePort); meanwhile about ten
+//! writes a second to other Services and their EndpointSlices through the API server
+//! (created, changed, deleted, endpoints replaced), and node 1's proxy is killed by SIGKILL
+//! [`KILLS`] times (or `KILLS=N`) at seeded random points and started again each time, as its
+//! DaemonSet would. Then the churn stops and the check waits for node 1 to converge: the
+//! running proxy's model (`/debug/services`) equals `kube-proxy-rs plan` of the final objects
+//! listed from the API server, and `/debug/status` reads the kernel back with no drift from
+//! that plan (a lost change or a leftover of a deleted Service is drift). No node's proxy may
+//! log an accept failure (a listener a sync closed is not one).
 //!
 //! Userspace mode relays every connection in the proxy process itself, so while it is dead
 //! nothing accepts on its listeners: its failures are counted and reported, and must fall
-//! while node 1 has no synced proxy (see [`may_fail`], and [`may_refuse_udp`] for a
-//! stale conntrack entry's refusals).
+//! while node 1 has no synced proxy (see [`may_fail`], and [`may_refuse_udp`] for a stale
+//! conntrack entry's refusals).
 //!
-//! `KILLS=20` gives the figure; `KILL_SEED=N` replays a schedule. Needs root and
-//! `testenv/build`, as the lab does.
+//! `KILLS=20` gives the figure; `KILL_SEED=N` replays the random draws (the kill
+//! points and the churn's writes). Needs root and `testenv/build`, as the lab does.
 
 #[path = "support/testenv.rs"]
 mod testenv;
