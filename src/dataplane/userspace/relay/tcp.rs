@@ -50,12 +50,24 @@ pub async fn serve(listener: TcpListener, service: Arc<Service>) {
             Ok((client, peer)) => {
                 tokio::spawn(connection(client, peer, Arc::clone(&service)));
             }
+            Err(error) if stopped_listening(&error) => {
+                tracing::debug!(service = %service.name, "listener closed");
+                return;
+            }
             Err(error) => {
                 tracing::warn!(service = %service.name, %error, "accept failed");
                 tokio::time::sleep(ACCEPT_PAUSE).await;
             }
         }
     }
+}
+
+/// Whether an accept failed because the socket no longer listens: `EINVAL`, which `accept(2)`
+/// returns once the listener is shut down (a closed [`Listener`](super::Listener) does that
+/// before its loop is aborted, and the loop may see it first). The loop ends then; any other
+/// error is a condition that may pass (out of file descriptors, say).
+fn stopped_listening(error: &io::Error) -> bool {
+    error.raw_os_error() == Some(nix::libc::EINVAL)
 }
 
 async fn connection(mut client: TcpStream, peer: SocketAddr, service: Arc<Service>) {
@@ -129,4 +141,28 @@ async fn dial(service: &Service, peer: SocketAddr) -> Option<(TcpStream, SocketA
 /// rather than a connection that closes cleanly as though the server had answered.
 fn refuse(client: TcpStream) {
     let _ = client.set_zero_linger();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_listener_shut_down_ends_the_accept_loop_other_errors_do_not() {
+        assert!(stopped_listening(&io::Error::from_raw_os_error(
+            nix::libc::EINVAL
+        )));
+        for errno in [nix::libc::EMFILE, nix::libc::ENFILE, nix::libc::ENOBUFS] {
+            assert!(!stopped_listening(&io::Error::from_raw_os_error(errno)));
+        }
+    }
+
+    #[tokio::test]
+    async fn accept_on_a_listener_shut_down_fails_with_what_ends_the_loop() {
+        use std::os::fd::AsRawFd as _;
+        let listener = bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        nix::sys::socket::shutdown(listener.as_raw_fd(), nix::sys::socket::Shutdown::Read).unwrap();
+        let error = listener.accept().await.unwrap_err();
+        assert!(stopped_listening(&error), "{error}");
+    }
 }
