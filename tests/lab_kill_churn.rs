@@ -16,8 +16,9 @@
 //!
 //! Userspace mode relays every connection in the proxy process itself, so while it is dead
 //! nothing accepts on its listeners: its failures are counted and reported, and must fall
-//! while node 1 has no synced proxy (see [`may_fail`], and [`may_refuse_udp`] for a stale
-//! conntrack entry's refusals).
+//! while node 1 has no synced proxy (see [`may_fail`]): a UDP conntrack entry left redirected
+//! to the dead process's listener port is deleted by the conntrack reconciler's pass after the
+//! new process's first sync, so its refusals end with the window too.
 //!
 //! `KILLS=20` gives the issue's figure; `KILL_SEED=N` replays the random draws (the kill
 //! points and the churn's writes). Needs root and `testenv/build`, as the lab does.
@@ -101,22 +102,6 @@ fn may_fail(mode: Mode) -> Option<&'static str> {
     }
 }
 
-/// Why a mode may refuse a UDP datagram to the stable Service at any time after a restart.
-/// Userspace mode leaves the conntrack entries that DNATed datagrams to the previous
-/// process's listener ports (its listeners take new ports when it starts again), and a fresh
-/// client socket that draws the source port of such an entry is sent to the dead port until
-/// the entry times out: a gap `src/dataplane/userspace/mod.rs` names ("No conntrack
-/// clean-up").
-fn may_refuse_udp(mode: Mode) -> Option<&'static str> {
-    match mode {
-        Mode::Userspace => Some(
-            "userspace mode: a stale UDP conntrack entry to the previous process's listener port \
-             (no conntrack clean-up in this mode)",
-        ),
-        _ => None,
-    }
-}
-
 /// One kill of node 1's proxy: when, how long after its start, and when its successor started.
 struct Kill {
     at: SystemTime,
@@ -190,7 +175,6 @@ fn setting(var: &str) -> Option<u64> {
 /// started (approximately: its probe process's start plus the attempts before it).
 struct Stream {
     what: String,
-    proto: Proto,
     attempts: Vec<(SystemTime, Outcome)>,
 }
 
@@ -334,7 +318,6 @@ async fn kills_under_churn(mode: Mode) {
     );
     let mut bad = Vec::new();
     for s in [&s0, &s1, &s2] {
-        let proto = s.proto;
         let mut kinds = std::collections::BTreeMap::<&str, usize>::new();
         let mut outside = Vec::new();
         for (at, o) in &s.attempts {
@@ -346,8 +329,7 @@ async fn kills_under_churn(mode: Mode) {
             if !while_down {
                 outside.push(kind.clone());
             }
-            let stale = proto == Proto::Udp && kind == "refused" && may_refuse_udp(mode).is_some();
-            if (may_fail(mode).is_none() || !while_down) && !stale {
+            if may_fail(mode).is_none() || !while_down {
                 bad.push(format!(
                     "{}: {kind} ({})",
                     s.what,
@@ -373,9 +355,6 @@ async fn kills_under_churn(mode: Mode) {
     }
     if let Some(why) = may_fail(mode) {
         eprintln!("{label}: failures allowed while node 1 has no synced proxy: {why}");
-    }
-    if let Some(why) = may_refuse_udp(mode) {
-        eprintln!("{label}: UDP refusals allowed at any time: {why}");
     }
     // A listener closed by a sync is not an accept failure.
     for log in lab.proxy_logs() {
@@ -433,7 +412,6 @@ async fn stream(
     }
     Stream {
         what: what.to_owned(),
-        proto,
         attempts,
     }
 }

@@ -43,9 +43,8 @@
 //! # What is left
 //! - Redirect rules are re-planned whole at each sync (a diff against the last tables, no
 //!   incremental planner as the nftables and IPVS modes have).
-//! - No conntrack clean-up: a UDP flow DNATed to a listener that closed (its Service port
-//!   gone, or moved to another port) keeps its entry until the entry times out. `plan`
-//!   shows the listeners, not the redirect rules (their ports are known only once open).
+//! - `plan` shows the listeners, not the redirect rules (their ports are known only once
+//!   open).
 //! - A restart drops the relayed connections and refuses new ones until the new process
 //!   listens (lab scenario 19): the listening sockets could be handed over (`SCM_RIGHTS` to
 //!   the successor) or kept by a small parent process; neither is built.
