@@ -23,7 +23,7 @@ use std::path::Path;
 
 use aya::maps::lpm_trie::{Key as LpmKey, LpmTrie};
 use aya::maps::{HashMap, Map, MapData};
-use ebpf_host::{BpfFs, Cgroup, HELPER, changes, client, in_ns, serve};
+use ebpf_host::{BpfFs, Cgroup, HELPER, changes, client, in_ns, proxy, serve, until};
 use kube_proxy_rs::cli::load_manifests;
 use kube_proxy_rs::cluster::{Changes, Features, Snapshot};
 use kube_proxy_rs::config::NodePortAddresses;
@@ -245,6 +245,103 @@ fn every_map_the_applier_writes_refuses_when_full_and_the_old_services_keep_serv
         );
         web_serves().await;
         eprintln!("kp_src: {filled} entries filled it");
+    });
+}
+
+/// `GET /metrics` of the proxy on 127.0.0.1:10249 of the calling thread's namespace; the value
+/// of the IPv4 eBPF sync failure counter, once it is exposed.
+fn ebpf_sync_failures() -> Option<f64> {
+    use std::io::{Read as _, Write as _};
+    let mut stream = std::net::TcpStream::connect("127.0.0.1:10249").ok()?;
+    stream
+        .write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n")
+        .ok()?;
+    let mut text = String::new();
+    stream.read_to_string(&mut text).ok()?;
+    let series = "kubeproxy_rs_ebpf_sync_failures_total{ip_family=\"IPv4\"} ";
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.parse().ok())
+}
+
+/// The running proxy (the built binary) with `kp_svc` full: the syncs that need room fail,
+/// each counted in `kubeproxy_rs_ebpf_sync_failures_total`, and are retried on the doubling
+/// backoff without another change; the Service programmed before keeps serving; once room is
+/// made the next retry programs the new Service.
+#[test]
+fn the_running_proxy_counts_and_retries_syncs_a_full_map_refuses_and_converges() {
+    let cgroup = Cgroup::new();
+    let fs = BpfFs::new();
+    let settings = fs.settings(&cgroup);
+    let dir = tempfile::tempdir().expect("manifest dir");
+    let ns = NetNs::new("kprs-ebpf-full-run");
+    for a in ["10.244.1.2/32", "10.244.1.3/32"] {
+        ns.output("ip", &["addr", "add", a, "dev", "lo"]);
+    }
+    let web = NODE.to_string() + &service("web", "10.96.0.10", "", "10.244.1.2");
+    let with_extra = web.clone() + &service("extra", "10.96.0.20", "", "10.244.1.3");
+    let cluster = dir.path().join("cluster.yaml");
+    std::fs::write(&cluster, &web).expect("write manifests");
+    let mut running = proxy(&ns, dir.path(), &settings);
+    let pins = settings.pin_root.clone();
+    let name = ns.name.clone();
+    let cg = &cgroup;
+    in_ns(&ns, || async move {
+        pod("10.244.1.2:8080", "a").await;
+        pod("10.244.1.3:8080", "b").await;
+        let web_line = "tcp 10.96.0.10:80 -> a peer 10.96.0.10:80";
+        until(&name, cg, "tcp 10.96.0.10:80 1", web_line, &running).await;
+        assert_eq!(ebpf_sync_failures(), Some(0.0), "primed at 0");
+
+        let mut svc = hash_map::<SvcKey, SvcVal>(&pins, names::MAP_SVC);
+        let filler = SvcVal {
+            svc_id: 0x4000_0000,
+            count: 0,
+            flags: 0,
+            generation: 0,
+            affinity_timeout: 0,
+        };
+        let filled = fill(&mut svc, svc_filler, filler);
+        std::fs::write(&cluster, &with_extra).expect("write manifests");
+        let held_at = std::time::Instant::now();
+        // Retries 1 s, 2 s and 4 s after each failure: three failures within about 10 s. A
+        // retry that waited for syncPeriod (30 s) or for another change would not come.
+        let mut failures = 0.0;
+        while failures < 3.0 {
+            assert!(
+                held_at.elapsed() < std::time::Duration::from_secs(25),
+                "{failures} failures counted:\n{}",
+                running.log_tail(20)
+            );
+            assert!(running.exited().is_none(), "{}", running.log_tail(20));
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            failures = ebpf_sync_failures().unwrap_or(0.0);
+        }
+        let counted_in = held_at.elapsed();
+        let kept = client(&name, Some(cg), "tcp 10.96.0.10:80 4").await;
+        assert!(kept.iter().all(|l| l == web_line), "{kept:?}");
+        let new = client(&name, Some(cg), "tcp 10.96.0.20:80 1").await;
+        assert_eq!(new, ["tcp 10.96.0.20:80 -> unreachable"], "not programmed");
+
+        for i in 0..filled {
+            svc.remove(&svc_filler(i)).expect("make room");
+        }
+        let freed_at = std::time::Instant::now();
+        let extra_line = "tcp 10.96.0.20:80 -> b peer 10.96.0.20:80";
+        until(&name, cg, "tcp 10.96.0.20:80 1", extra_line, &running).await;
+        let converged_in = freed_at.elapsed();
+        let kept = client(&name, Some(cg), "tcp 10.96.0.10:80 4").await;
+        assert!(kept.iter().all(|l| l == web_line), "{kept:?}");
+        let log = std::fs::read_to_string(&running.log).expect("proxy log");
+        assert!(
+            log.contains("kp_svc") && log.contains("sync succeeded again after failures"),
+            "{}",
+            running.log_tail(20)
+        );
+        let total = ebpf_sync_failures().expect("scraped");
+        eprintln!(
+            "kp_svc full ({filled} fillers): {failures} failures counted in {counted_in:?}, \
+             {total} in all; converged {converged_in:?} after room was made"
+        );
     });
 }
 

@@ -75,6 +75,7 @@ struct Inner {
     nftables_repairs: Counter,
     iptables_repairs: Counter,
     ebpf_udp_destroyed: Counter,
+    ebpf_sync_failures: PerFamily,
     /// The per-Service traffic counters' source (see [`super::traffic`]).
     traffic: super::traffic::SharedSource,
     /// The userspace relay's listeners (see [`super::relay`]).
@@ -211,6 +212,7 @@ impl Metrics {
                 &names::RS_EBPF_UDP_SOCKETS_DESTROYED,
                 Counter::default(),
             ),
+            ebpf_sync_failures: register(&mut r, &names::RS_EBPF_SYNC_FAILURES, Family::default()),
             traffic,
             relayed,
             ebpf,
@@ -248,7 +250,8 @@ impl Metrics {
                     &i.iptables_partial_restore_failures,
                 ]),
                 ProxyMode::Ipvs => counters.push(&i.iptables_restore_failures),
-                ProxyMode::Userspace | ProxyMode::Ebpf => {}
+                ProxyMode::Ebpf => counters.push(&i.ebpf_sync_failures),
+                ProxyMode::Userspace => {}
             }
             for c in counters {
                 drop(c.get_or_create(&labels));
@@ -403,7 +406,8 @@ impl Metrics {
 
     /// A sync of `family` failed in `mode`: nftables counts `nftables_sync_failures_total`;
     /// iptables and ipvs `iptables_restore_failures_total`, and iptables also
-    /// `iptables_partial_restore_failures_total` when the sync was partial.
+    /// `iptables_partial_restore_failures_total` when the sync was partial; ebpf (which
+    /// upstream has not) our `ebpf_sync_failures_total`.
     pub fn count_sync_failure(&self, mode: ProxyMode, family_: IpFamily, full: bool) {
         let labels = family(family_);
         match mode {
@@ -422,8 +426,11 @@ impl Metrics {
                         .inc();
                 }
             }
+            ProxyMode::Ebpf => {
+                self.0.ebpf_sync_failures.get_or_create(&labels).inc();
+            }
             // The relay's failures to open a listener have no upstream metric.
-            ProxyMode::Userspace | ProxyMode::Ebpf => {}
+            ProxyMode::Userspace => {}
         }
     }
 
