@@ -18,6 +18,10 @@
 //! - `explain` and `status` over what they read from the kernel (virtual services and the
 //!   helper table) answer as over the plan, and a destination another program deletes shows
 //!   as drift;
+//! - IPVS objects another program deletes between syncs: a destination the next sync drains
+//!   is read gone, one still wanted is put back by the next sync of its Service, and a virtual
+//!   service a sync touches fails that sync (the others stay as they were) and is repaired by
+//!   the full retry;
 //! - a connection to a Service with ClientIP affinity leaves a persistence template in
 //!   `/proc/net/ip_vs_conn`, which `explain` reads back to send that client to its real
 //!   server alone.
@@ -69,6 +73,7 @@ const CASES: &[&str] = &[
     "init-only",
     "explain",
     "persistence",
+    "destination-removed",
 ];
 
 #[test]
@@ -98,6 +103,8 @@ fn ipvs_apply_helper_process() {
         println!("{RESULT}explain ok");
         explained::persistence_live();
         println!("{RESULT}persistence ok");
+        destination_removed();
+        println!("{RESULT}destination-removed ok");
     });
 }
 
@@ -458,4 +465,94 @@ fn sync() {
     let mut again = kube_proxy_rs::dataplane::cleanup::Report::default();
     kube_proxy_rs::dataplane::ipvs::cleanup::remove(Some(&ns.name), &mut again);
     assert!(again.errors.is_empty() && !again.ipvs_link, "{again:?}");
+}
+
+/// The `-a` lines (destinations) of `ipvsadm -Sn` output `lines` for the virtual service `vs`
+/// ("-t 10.96.1.10:80").
+fn destinations_of<'a>(lines: &'a BTreeSet<String>, vs: &str) -> Vec<&'a String> {
+    let prefix = format!("-a {vs} ");
+    lines.iter().filter(|l| l.starts_with(&prefix)).collect()
+}
+
+/// `ipvsadm -d`, by another process, for the destination of an `-a` line of `ipvsadm -Sn`.
+fn delete_destination(ns: &NetNs, line: &str) {
+    let words: Vec<&str> = line.split_whitespace().collect();
+    ns.output("ipvsadm", &["-d", words[1], words[2], words[3], words[4]]);
+}
+
+/// Another program deletes IPVS objects of ours between syncs (`ipvsadm -d`, `-D`), which IPVS
+/// announces to nobody. A destination the next sync drains: that sync reads it gone and
+/// converges without an edit. A destination still wanted: the next sync of its Service puts it
+/// back. A whole virtual service the next sync touches: reading it back is refused, the sync
+/// fails and leaves every other virtual service as it was, and the retry (full, as the
+/// runner's retry after a failure is) converges to the plan.
+fn destination_removed() {
+    let ns = node("ipa-gone");
+    let cfg = ModeConfig::default();
+    let snap = example();
+    let no_changes = Changes::default();
+    let (mut dp, _) = dataplane(&ns, cfg.clone());
+    dp.sync(&snap, &no_changes, true).expect("first sync");
+    assert_eq!(saved(&ns), planned(&snap, &cfg));
+
+    // The endpoint the change removes, deleted first by another program.
+    let (changed, changes) = without_one_web_endpoint(&snap);
+    let want = planned(&changed, &cfg);
+    let before = saved(&ns);
+    let leaving: Vec<&String> = before.difference(&want).collect();
+    assert!(!leaving.is_empty(), "the change removes destinations");
+    for line in &leaving {
+        delete_destination(&ns, line);
+    }
+    let report = dp
+        .sync(&changed, &changes, false)
+        .expect("the sync reads the destinations it drains gone");
+    assert!(!report.full);
+    assert_eq!(saved(&ns), want, "converged to the plan");
+
+    // A destination still wanted, deleted by another program: the next sync of its Service
+    // (here the endpoint coming back) puts it back with the new one.
+    let web_vs = leaving[0].split_whitespace().take(3).collect::<Vec<_>>()[1..].join(" ");
+    let kept = destinations_of(&want, &web_vs);
+    assert!(!kept.is_empty(), "{web_vs} keeps destinations: {want:?}");
+    delete_destination(&ns, kept[0]);
+    let back = changes_between(&changed, &snap);
+    dp.sync(&snap, &back, false)
+        .expect("the endpoint comes back");
+    assert_eq!(
+        saved(&ns),
+        planned(&snap, &cfg),
+        "the destination deleted behind our back is back"
+    );
+
+    // The whole virtual service deleted by another program, then a change to its Service.
+    let words: Vec<&str> = web_vs.split_whitespace().collect();
+    ns.output("ipvsadm", &["-D", words[0], words[1]]);
+    let behind_our_back = saved(&ns);
+    let error = dp
+        .sync(&changed, &changes, false)
+        .expect_err("a virtual service that is gone cannot be read back");
+    assert_eq!(
+        saved(&ns),
+        behind_our_back,
+        "the failed sync leaves every other virtual service as it was"
+    );
+    let retry = dp.sync(&changed, &no_changes, true).expect("the retry");
+    assert!(retry.full);
+    assert_eq!(saved(&ns), want, "converged to the plan after: {error}");
+}
+
+/// The changes from `old` to `new`: the service ports that differ.
+fn changes_between(
+    old: &kube_proxy_rs::cluster::Snapshot,
+    new: &kube_proxy_rs::cluster::Snapshot,
+) -> Changes {
+    example_cluster::changed(
+        old.ports
+            .keys()
+            .chain(new.ports.keys())
+            .filter(|n| old.ports.get(*n) != new.ports.get(*n))
+            .cloned()
+            .collect::<Vec<_>>(),
+    )
 }

@@ -143,6 +143,7 @@ async fn a_scrape_lists_every_upstream_metric_with_its_type() {
     let metrics = Metrics::new();
     metrics.prime(SyncSeries::Iptables, &[IpFamily::V4]);
     metrics.prime(SyncSeries::Nftables, &[IpFamily::V4]);
+    metrics.prime(SyncSeries::Ebpf, &[IpFamily::V4]);
     record_sync(&metrics, IpFamily::V4, true, 0);
     let addr = start(&metrics, &config("iptables")).await;
 

@@ -364,6 +364,12 @@ pub const RS_EBPF_UDP_SOCKETS_DESTROYED: Spec = spec(
     NONE,
     "eBPF mode: connected UDP sockets the programs had sent to a backend that stopped serving its Service, destroyed (their owners get ECONNABORTED and reconnect); the socket-level counterpart of the conntrack reconciler's deleted entries",
 );
+pub const RS_EBPF_SYNC_FAILURES: Spec = spec(
+    "kubeproxy_rs_ebpf_sync_failures_total",
+    Counter,
+    FAMILY,
+    "eBPF mode: syncs that failed (a map write refused, such as one past a map's bound); the maps keep the Services as the last good sync left them, and the retry is a full sync",
+);
 
 /// Every metric the registry holds, upstream's first, then ours.
 pub const ALL: &[Spec] = &[
@@ -408,6 +414,7 @@ pub const ALL: &[Spec] = &[
     RS_EBPF_MAP_ENTRIES,
     RS_EBPF_MAP_MAX_ENTRIES,
     RS_EBPF_UDP_SOCKETS_DESTROYED,
+    RS_EBPF_SYNC_FAILURES,
 ];
 
 /// Sync durations: 1 ms doubling to about 16 s (15 buckets), as upstream.

@@ -50,7 +50,9 @@ pub enum SyncSeries {
     /// `iptables_restore_failures_total` alone, as upstream's IPVS mode counts a failure of the
     /// rules it keeps beside its virtual servers.
     IptablesRestore,
-    /// None: the mode's failures have no upstream counter.
+    /// Our `ebpf_sync_failures_total`: upstream has no eBPF mode to match.
+    Ebpf,
+    /// None: the mode's failures have no counter (the relay's failure to open a listener).
     Uncounted,
 }
 
@@ -91,6 +93,7 @@ struct Inner {
     nftables_repairs: Counter,
     iptables_repairs: Counter,
     ebpf_udp_destroyed: Counter,
+    ebpf_sync_failures: PerFamily,
     /// The per-Service traffic counters' source (see [`super::traffic`]).
     traffic: super::traffic::SharedSource,
     /// The userspace relay's listeners (see [`super::relay`]).
@@ -227,6 +230,7 @@ impl Metrics {
                 &names::RS_EBPF_UDP_SOCKETS_DESTROYED,
                 Counter::default(),
             ),
+            ebpf_sync_failures: register(&mut r, &names::RS_EBPF_SYNC_FAILURES, Family::default()),
             traffic,
             relayed,
             ebpf,
@@ -264,6 +268,7 @@ impl Metrics {
                     &i.iptables_partial_restore_failures,
                 ]),
                 SyncSeries::IptablesRestore => counters.push(&i.iptables_restore_failures),
+                SyncSeries::Ebpf => counters.push(&i.ebpf_sync_failures),
                 SyncSeries::Uncounted => {}
             }
             for c in counters {
@@ -419,7 +424,8 @@ impl Metrics {
 
     /// A sync of `family` failed, counted in the mode's `series`: `nftables_sync_failures_total`,
     /// or `iptables_restore_failures_total` (and for iptables
-    /// `iptables_partial_restore_failures_total` when the sync was partial).
+    /// `iptables_partial_restore_failures_total` when the sync was partial), or our
+    /// `ebpf_sync_failures_total` (upstream has no eBPF mode).
     pub fn count_sync_failure(&self, series: SyncSeries, family_: IpFamily, full: bool) {
         let labels = family(family_);
         match series {
@@ -437,6 +443,9 @@ impl Metrics {
                         .get_or_create(&labels)
                         .inc();
                 }
+            }
+            SyncSeries::Ebpf => {
+                self.0.ebpf_sync_failures.get_or_create(&labels).inc();
             }
             SyncSeries::Uncounted => {}
         }

@@ -13,6 +13,7 @@ fn every_metric_has_its_type_line_once_primed_and_synced() {
     let m = Metrics::new();
     m.prime(SyncSeries::Iptables, &IpFamily::ALL);
     m.prime(SyncSeries::Nftables, &IpFamily::ALL);
+    m.prime(SyncSeries::Ebpf, &IpFamily::ALL);
     m.queued(IpFamily::V4, at(1));
     m.synced(IpFamily::V4, at(2));
     let text = m.encode();
@@ -166,4 +167,20 @@ fn api_requests_show_as_client_gos_rest_client_requests_total() {
     ] {
         assert!(text.contains(line), "missing {line:?} in\n{text}");
     }
+}
+
+#[test]
+fn an_ebpf_sync_failure_is_counted_per_family_from_zero() {
+    let m = Metrics::new();
+    m.prime(SyncSeries::Ebpf, &IpFamily::ALL);
+    let zero = "kubeproxy_rs_ebpf_sync_failures_total{ip_family=\"IPv4\"} 0\n";
+    assert!(m.encode().contains(zero), "primed at 0");
+    m.count_sync_failure(SyncSeries::Ebpf, IpFamily::V4, true);
+    m.count_sync_failure(SyncSeries::Ebpf, IpFamily::V4, false);
+    let text = m.encode();
+    assert!(
+        text.contains("kubeproxy_rs_ebpf_sync_failures_total{ip_family=\"IPv4\"} 2\n"),
+        "{text}"
+    );
+    assert!(!text.contains("iptables_restore_failures_total{"), "{text}");
 }

@@ -23,9 +23,9 @@ pub struct Ebpf;
 pub struct Unattached(#[from] backend::Error);
 
 impl Mode for Ebpf {
-    /// Upstream has no eBPF mode, so no counter to match.
+    /// Our own counter: upstream has no eBPF mode to match.
     fn sync_series(&self) -> SyncSeries {
-        SyncSeries::Uncounted
+        SyncSeries::Ebpf
     }
 
     /// Programs and maps only: no table, chain or link.

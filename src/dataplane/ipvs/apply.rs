@@ -13,7 +13,9 @@
 //!
 //! What the kernel holds is "last programmed": the state read at the last full sync with every
 //! accepted request applied to it ([`Kernel::apply`]), so a sync with nothing changed sends
-//! nothing at all. A sync is full when the runner asks (start-up, the hourly full sync, after a
+//! nothing at all. A steady sync reads again the destinations of the virtual services it
+//! touches (and of those draining) before it diffs them, so a destination another program
+//! deleted is put back by the next sync of its Service, not only by the next full one. A sync is full when the runner asks (start-up, the hourly full sync, after a
 //! failure) or nothing was programmed yet: then the link's addresses and every virtual service
 //! are read back and repaired, and nothing is flushed, so a restart keeps every connection.
 //! Draining destinations (graceful termination) are read again on every sync, for their
@@ -254,8 +256,22 @@ impl<B: Backend, C: Clock, R: nftables::Backend> IpvsDataplane<B, C, R> {
         let mut still_draining = BTreeMap::new();
         for (i, w) in self.planner.desired().iter().enumerate() {
             let k = &mut kernel[i];
+            // The virtual services a steady sync compares with the kernel: those it touched
+            // and those draining.
+            let keys: BTreeSet<ServiceKey> = update.touched[i]
+                .iter()
+                .chain(self.draining_since.keys().map(|(key, _)| key))
+                .filter(|key| key.family() == w.family)
+                .copied()
+                .collect();
             if !full {
-                refresh_draining(&mut self.backend, &self.draining_since, k)?;
+                let none = BTreeSet::new();
+                let touched = if update.full {
+                    &none
+                } else {
+                    &update.touched[i]
+                };
+                refresh_destinations(&mut self.backend, &self.draining_since, touched, k)?;
             }
             let drained_for = self
                 .draining_since
@@ -265,12 +281,6 @@ impl<B: Backend, C: Clock, R: nftables::Backend> IpvsDataplane<B, C, R> {
             let d = if update.full {
                 diff(k, w, &self.cfg, &drained_for)
             } else {
-                let keys: BTreeSet<ServiceKey> = update.touched[i]
-                    .iter()
-                    .chain(self.draining_since.keys().map(|(key, _)| key))
-                    .filter(|key| key.family() == w.family)
-                    .copied()
-                    .collect();
                 diff_only(k, w, &keys, &self.cfg, &drained_for)
             };
             services_changed |= d
@@ -414,14 +424,22 @@ impl<B: Backend, C: Clock, R: nftables::Backend> IpvsDataplane<B, C, R> {
     }
 }
 
-/// Reads again the destinations of the services that have one draining: their connection
-/// counts decide when they go. Only those services: an idle sync reads nothing.
-fn refresh_draining(
+/// Reads again the destinations of the services that have one draining (their connection
+/// counts decide when they go) and of those the sync `touched` (another program may have
+/// deleted or changed some since we wrote them, which IPVS announces to nobody: the diff then
+/// puts them back instead of editing what is gone). Only those services: an idle sync reads
+/// nothing.
+fn refresh_destinations(
     backend: &mut impl Backend,
     draining_since: &BTreeMap<Drain, Instant>,
+    touched: &BTreeSet<ServiceKey>,
     kernel: &mut Kernel,
 ) -> Result<(), Error> {
-    let keys: BTreeSet<ServiceKey> = draining_since.keys().map(|(k, _)| *k).collect();
+    let keys: BTreeSet<ServiceKey> = draining_since
+        .keys()
+        .map(|(k, _)| *k)
+        .chain(touched.iter().copied())
+        .collect();
     for key in keys {
         if let Some(s) = kernel.services.get_mut(&key) {
             s.destinations = backend
