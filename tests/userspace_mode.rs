@@ -12,7 +12,7 @@ mod userspace_dataplane;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use kube_proxy_rs::cluster::Changes;
+use kube_proxy_rs::cluster::{Changes, Protocol};
 use kube_proxy_rs::dataplane::Dataplane as _;
 use kube_proxy_rs::dataplane::userspace::UserspaceDataplane;
 use kube_proxy_rs::dataplane::userspace::plan::List;
@@ -55,9 +55,9 @@ fn syncs_open_update_and_close_listeners_that_relay_to_the_selected_endpoints() 
                 "UDP ports are their own space"
             );
             assert_eq!(
-                *dp.udp_ports().now(),
-                [dns.port()].into(),
-                "the conntrack reconciler sees the open UDP listener's port"
+                *dp.relay_ports().now(),
+                [(Protocol::Tcp, web.port()), (Protocol::Udp, dns.port())].into(),
+                "the conntrack reconciler sees the open listeners' ports"
             );
 
             let (mut to_a, first) = greeting(web).await;

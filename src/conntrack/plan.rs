@@ -7,7 +7,8 @@
 //! sync, as upstream documents it, with the differences marked):
 //!
 //! - Only UDP and SCTP flows are ever judged; TCP and everything else is left alone. TCP has
-//!   connection state of its own: a stale TCP flow is reset by the endpoint or times out.
+//!   connection state of its own: a stale TCP flow is reset by the endpoint or times out, and
+//!   a new SYN matching a closed entry makes the kernel drop that entry and translate anew.
 //! - A flow belongs to a frontend when its original destination is a ClusterIP, externalIP or
 //!   LoadBalancer IP *and port and protocol* of a UDP/SCTP service port (upstream matches the
 //!   IP only, so two ports of one ClusterIP overwrite each other's endpoint set), or else when
@@ -27,9 +28,9 @@
 //! - A frontend without serving endpoints is left alone: its new flows are rejected anyway, and
 //!   keeping the old ones lets them resume on the same endpoint when it serves again.
 //! - In userspace mode ([`Translation::ToRelay`]) a DNATed flow went to the relay on this node,
-//!   not to an endpoint: it is valid while it is DNATed to a port the relay listens on now,
-//!   whatever the address; one DNATed to another port (a listener closed since, or one of a
-//!   relay process that is gone) is stale, as is a flow never DNATed.
+//!   not to an endpoint: it is valid while it is DNATed to a port the relay listens on now for
+//!   its protocol, whatever the address; one DNATed to another port (a listener closed since,
+//!   or one of a relay process that is gone) is stale, as is a flow never DNATed.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, SocketAddr};
@@ -63,12 +64,14 @@ pub enum Translation {
     #[default]
     ToEndpoint,
     /// To a relay on this node (userspace mode), which chooses the endpoint of each session
-    /// itself, listening on `udp_ports`: a flow DNATed to one of them is valid. One DNATed to
-    /// another port is stale: its listener closed, or a relay process before this one opened
-    /// it, and a client that keeps sending on one socket would never reach a listener while
-    /// the entry lives. So is a flow never DNATed to a frontend that has endpoints: no
-    /// redirect rule applied to its first packet.
-    ToRelay { udp_ports: Arc<BTreeSet<u16>> },
+    /// itself, listening on `ports` (with the protocol of each): a flow DNATed to one of its
+    /// protocol is valid. One DNATed to another port is stale: its listener closed, or a relay
+    /// process before this one opened it, and a client that keeps sending on one socket would
+    /// never reach a listener while the entry lives. So is a flow never DNATed to a frontend
+    /// that has endpoints: no redirect rule applied to its first packet.
+    ToRelay {
+        ports: Arc<BTreeSet<(Protocol, u16)>>,
+    },
 }
 
 /// Why a flow is kept or deleted.
@@ -223,10 +226,11 @@ fn against(
 ) -> Judgement {
     let valid = match translation {
         Translation::ToEndpoint => backends.contains(&reply_from),
-        Translation::ToRelay { udp_ports } => {
+        Translation::ToRelay { ports } => {
             flow.dnatted()
-                && flow.service_protocol() == Some(Protocol::Udp)
-                && udp_ports.contains(&reply_from.1)
+                && flow
+                    .service_protocol()
+                    .is_some_and(|p| ports.contains(&(p, reply_from.1)))
         }
     };
     if backends.is_empty() {

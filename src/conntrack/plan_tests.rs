@@ -204,7 +204,7 @@ fn relayed_flows_are_valid_while_their_listener_is_open() {
     ];
     let frontends = frontends();
     let relaying = Translation::ToRelay {
-        udp_ports: Arc::new([relay.1, 41_001].into()),
+        ports: Arc::new([(Protocol::Udp, relay.1), (Protocol::Tcp, 39_999)].into()),
     };
     for (what, flow, want) in &table {
         assert_eq!(frontends.judge_as(flow, &relaying), *want, "{what}: {flow}");

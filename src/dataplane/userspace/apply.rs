@@ -31,7 +31,7 @@ use super::plan::{self, Key, Listeners, Spec, Transport};
 use super::ports::PortRange;
 use super::redirect::{self, Listening};
 use super::relay::{Affinity, CounterValues, Limit, Listener, Relay, Settings, Target};
-use super::udp_ports::UdpPorts;
+use super::relay_ports::RelayPorts;
 
 /// The mode's name as `--proxy-mode` spells it.
 pub const MODE: &str = "userspace";
@@ -56,8 +56,8 @@ pub struct UserspaceDataplane {
     affinities: BTreeMap<(ServicePortName, IpFamily), Affinity>,
     /// The open listeners' counters, as the metrics read them.
     counters: ListenerCounters,
-    /// The open UDP listeners' ports, as the conntrack reconciler reads them.
-    udp_ports: UdpPorts,
+    /// The open listeners' ports, as the conntrack reconciler reads them.
+    relay_ports: RelayPorts,
     /// The redirect rules, when this dataplane programs them (see [`Self::with_redirect`]).
     rules: Option<Rules>,
     /// The listeners a snapshot asks for: [`plan::plan`], or the loopback NodePorts of
@@ -137,7 +137,7 @@ impl UserspaceDataplane {
             limits: BTreeMap::new(),
             affinities: BTreeMap::new(),
             counters: ListenerCounters::default(),
-            udp_ports: UdpPorts::default(),
+            relay_ports: RelayPorts::default(),
             rules: None,
             plan: plan::plan,
         }
@@ -189,9 +189,9 @@ impl UserspaceDataplane {
         self.counters.clone()
     }
 
-    /// The open UDP listeners' ports after each sync, for the conntrack reconciler.
-    pub fn udp_ports(&self) -> UdpPorts {
-        self.udp_ports.clone()
+    /// The open listeners' ports after each sync, for the conntrack reconciler.
+    pub fn relay_ports(&self) -> RelayPorts {
+        self.relay_ports.clone()
     }
 
     /// Where each listener listens: what the redirect rules will point at.
@@ -356,7 +356,7 @@ impl Dataplane for UserspaceDataplane {
         })?;
         let _entered = runtime.enter();
         let (mut operations, failed) = self.reconcile((self.plan)(snapshot));
-        self.udp_ports.set(self.taken.get(&Transport::Udp));
+        self.relay_ports.set(&self.taken);
         let mut netlink_messages = 0;
         if let Some(rules) = &mut self.rules {
             let listening: BTreeMap<Key, Listening> = self

@@ -57,10 +57,10 @@ pub mod plan;
 pub mod ports;
 pub mod redirect;
 pub mod relay;
+pub mod relay_ports;
 pub mod render;
 pub mod trace;
-pub mod udp_ports;
 
 pub use apply::UserspaceDataplane;
 pub use listener_counters::ListenerCounters;
-pub use udp_ports::UdpPorts;
+pub use relay_ports::RelayPorts;

@@ -63,7 +63,7 @@ impl Mode for Userspace {
             UserspaceDataplane::new(relay::Settings::of(config), range, config.bind_address)
                 .with_redirect(rules, redirect, drift.clone());
         let relay = Some(dataplane.listener_counters());
-        let udp_ports = dataplane.udp_ports();
+        let relay_ports = dataplane.relay_ports();
         Ok(loopback::beside(
             config,
             Started {
@@ -72,7 +72,7 @@ impl Mode for Userspace {
                 tasks: vec![mode::conntrack_reconciler(
                     config.sync_period,
                     Arc::new(move || Translation::ToRelay {
-                        udp_ports: udp_ports.now(),
+                        ports: relay_ports.now(),
                     }),
                 )],
                 ..Started::alone(Box::new(dataplane))
