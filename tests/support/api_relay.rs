@@ -1,7 +1,8 @@
 //! A fault injector between a proxy and its API server: a TCP relay on `127.0.0.1` that passes
 //! bytes through, delays each chunk the server sends, or holds them, as the test says. It is
 //! for the faults a real API server cannot be made to show on demand (answers that take seconds
-//! per chunk; a response stopped halfway until the test has done something). TLS passes
+//! per chunk; a response stopped halfway until the test has done something; every connection
+//! broken at once, mid-body, whatever the kernel still buffers). TLS passes
 //! through untouched: the proxy still talks to the real API server.
 //!
 //! Include with `#[path = "support/api_relay.rs"] mod api_relay;`.
@@ -36,6 +37,8 @@ pub enum Flow {
 pub struct ApiRelay {
     pub port: u16,
     flow: watch::Sender<Flow>,
+    /// Counts [`ApiRelay::cut`]s; each connection ends when it changes.
+    cuts: watch::Sender<u64>,
     /// Bytes passed from the API server to the client.
     down: Arc<AtomicU64>,
     /// Connections accepted.
@@ -49,18 +52,21 @@ impl ApiRelay {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("relay bind");
         let port = listener.local_addr().expect("relay address").port();
         let (flow, seen) = watch::channel(Flow::Pass);
+        let (cuts, cut) = watch::channel(0);
         let down = Arc::new(AtomicU64::new(0));
         let accepted = Arc::new(AtomicU64::new(0));
         let task = tokio::spawn(serve(
             listener,
             upstream,
             seen,
+            cut,
             down.clone(),
             accepted.clone(),
         ));
         ApiRelay {
             port,
             flow,
+            cuts,
             down,
             accepted,
             task,
@@ -69,6 +75,12 @@ impl ApiRelay {
 
     pub fn set(&self, flow: Flow) {
         self.flow.send_replace(flow);
+    }
+
+    /// Breaks every open connection now: what the server sent and the client has not been
+    /// given is dropped, so a response in flight ends short.
+    pub fn cut(&self) {
+        self.cuts.send_modify(|n| *n += 1);
     }
 
     /// Bytes passed from the API server to its clients so far.
@@ -91,6 +103,7 @@ async fn serve(
     listener: TcpListener,
     upstream: u16,
     flow: watch::Receiver<Flow>,
+    cut: watch::Receiver<u64>,
     down: Arc<AtomicU64>,
     accepted: Arc<AtomicU64>,
 ) {
@@ -102,6 +115,8 @@ async fn serve(
         };
         accepted.fetch_add(1, Ordering::Relaxed);
         let flow = flow.clone();
+        let mut cut = cut.clone();
+        cut.mark_unchanged();
         let down = down.clone();
         connections.spawn(async move {
             // An API server that is down: the client's connection is closed at once, as the
@@ -114,11 +129,14 @@ async fn serve(
             let up = tokio::spawn(copy_up(client_read, server_write));
             let mut buf = vec![0u8; 16 * 1024];
             loop {
-                let n = match server_read.read(&mut buf).await {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => n,
+                let n = tokio::select! {
+                    read = server_read.read(&mut buf) => match read {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => n,
+                    },
+                    _ = cut.changed() => break,
                 };
-                if !pass(&flow).await {
+                if !pass(&flow, &mut cut).await {
                     break;
                 }
                 if client_write.write_all(&buf[..n]).await.is_err() {
@@ -139,22 +157,27 @@ async fn copy_up(
     let _ = to.shutdown().await;
 }
 
-/// Waits as the flow says before a chunk is passed on; false when the relay is gone.
-async fn pass(flow: &watch::Receiver<Flow>) -> bool {
+/// Waits as the flow says before a chunk is passed on; false when the connection is cut or
+/// the relay is gone.
+async fn pass(flow: &watch::Receiver<Flow>, cut: &mut watch::Receiver<u64>) -> bool {
     let mut flow = flow.clone();
     loop {
         let now = *flow.borrow_and_update();
-        match now {
+        let waited = match now {
             Flow::Pass => return true,
             Flow::Delay(d) => {
-                tokio::time::sleep(d).await;
-                return true;
-            }
-            Flow::Held => {
-                if flow.changed().await.is_err() {
-                    return false;
+                tokio::select! {
+                    () = tokio::time::sleep(d) => return true,
+                    _ = cut.changed() => return false,
                 }
             }
+            Flow::Held => tokio::select! {
+                changed = flow.changed() => changed.is_ok(),
+                _ = cut.changed() => false,
+            },
+        };
+        if !waited {
+            return false;
         }
     }
 }
