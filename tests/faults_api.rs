@@ -10,6 +10,9 @@
 //! drift, which must be none; so a change made while the proxy's server was away and never
 //! learnt leaves the check failing.
 //!
+//! Every fault runs in nftables mode; the outage and the 410 also in iptables mode (the
+//! slowness and the mid-list kill are faults of the source alone, and the suite's time counts).
+//!
 //! `FAULTS_API_OUTAGE_SECS` sets the outage of the first test (default 20 s; the issue's
 //! figure is 60). Needs root and `testenv/build`, as the lab does.
 
@@ -435,18 +438,8 @@ async fn nftables_rides_out_a_slow_api_server() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn iptables_rides_out_a_slow_api_server() {
-    a_slow_api_server(Mode::Iptables).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nftables_survives_a_kill_during_a_large_relist() {
     killed_during_a_large_relist(Mode::Nftables).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn iptables_survives_a_kill_during_a_large_relist() {
-    killed_during_a_large_relist(Mode::Iptables).await;
 }
 
 /// Not a test: the entry point of the lab's pod echo servers and traffic probes, which re-run
