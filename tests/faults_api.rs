@@ -354,7 +354,7 @@ async fn a_slow_api_server(mode: Mode) {
 ///    restarted: the list that broke off must not read as the complete state (the stable
 ///    Service, listed after the bulk, would be deleted), and the relist after it programs all.
 async fn killed_during_a_large_relist(mode: Mode) {
-    const BULK: usize = 300;
+    const BULK: usize = 500;
     let _turn = ONE_AT_A_TIME.lock().await;
     let env = TestEnv::shared();
     let mut server = PrivateApiServer::start(env, &["--watch-cache=false"]).await;
@@ -381,7 +381,7 @@ async fn killed_during_a_large_relist(mode: Mode) {
             server.restart().await;
             wait_for("the relist to be under way", RECONNECT, || async {
                 match relay.bytes_down() - before {
-                    n if n > 32 * 1024 => Ok(()),
+                    n if n > 48 * 1024 => Ok(()),
                     n => Err(format!("{n} bytes")),
                 }
             })
