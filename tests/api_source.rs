@@ -325,6 +325,37 @@ async fn an_expired_watch_relists_and_the_relist_deletes_what_is_gone() {
     assert_eq!(status.syncs_failed, 0);
 }
 
+/// `plan`'s lists come in pages. A continue token outlived by an etcd compaction is answered
+/// 410 with reason `Expired`, and that answer is what makes a paged list start over as one
+/// whole list (`api::list::expired_continue`), as client-go's pager does.
+#[tokio::test]
+async fn an_expired_continue_token_is_what_makes_a_paged_list_start_over() {
+    use kube::api::ListParams;
+    use kube_proxy_rs::cluster::source::api;
+    let env = TestEnv::shared();
+    let ns = env.namespace("src-pages").await;
+    for name in ["a", "b", "c"] {
+        service(&ns, name, json!({})).await;
+    }
+    // Without a watch cache, lists are served from etcd in pages.
+    let server = PrivateApiServer::start(env, &["--watch-cache=false"]).await;
+    let (client, _) = api::client(&connection(&env.kubeconfig, Some(server.url())))
+        .await
+        .expect("client");
+    let services = kube::Api::<Service>::namespaced(client, &ns.name);
+    let first = services
+        .list(&ListParams::default().limit(1))
+        .await
+        .expect("the first page");
+    let token = first.metadata.continue_.expect("a continue token");
+    // A write after the first page, then a compaction up to it: the page's revision is gone.
+    service(&ns, "d", json!({})).await;
+    compact_etcd(env).await;
+    let next = ListParams::default().limit(1).continue_token(&token);
+    let err = services.list(&next).await.expect_err("the token expired");
+    assert!(api::list::expired_continue(&err, true), "{err:?}");
+}
+
 /// Whether `server` accepts a streamed list (a watch with `sendInitialEvents`) of Services.
 async fn streams_lists(connection: &kube_proxy_rs::config::ClientConnection) -> Result<(), String> {
     use futures::StreamExt as _;

@@ -251,6 +251,12 @@ impl Lab {
 
     /// Starts the proxy on node `index` with the lab's flags plus `extra_flags`.
     pub fn start_proxy_with(&self, index: usize, extra_flags: &[String]) {
+        self.start_proxy_via(index, None, extra_flags);
+    }
+
+    /// [`Lab::start_proxy_with`], the proxy reading the API server at `127.0.0.1:<api_port>`
+    /// of the host when `api_port` is given (see [`Proxy::start_via`]).
+    pub fn start_proxy_via(&self, index: usize, api_port: Option<u16>, extra_flags: &[String]) {
         let node = &self.topo.nodes[index];
         // The cgroup and pin root are for a proxy in eBPF mode (an eBPF lab can run upstream
         // too, beside it: see `Lab::start_idle`).
@@ -259,11 +265,12 @@ impl Lab {
             .as_ref()
             .filter(|_| self.proxy.mode() == Mode::Ebpf);
         let flags = node_flags(socket_lb, index, extra_flags);
-        let (process, bridge) = self.proxy.start(
+        let (process, bridge) = self.proxy.start_via(
             self.env,
             node,
             &self.cluster.node_names[index],
             &self.cluster.manifests,
+            api_port,
             &flags,
         );
         self.proxies.borrow_mut()[index] = Some(NodeProxy { process, bridge });

@@ -9,7 +9,7 @@
 use std::path::Path;
 
 use super::topology::{CLUSTER_CIDR, CLUSTER_CIDR6, NodeNet};
-use crate::testenv::{ChildGuard, TestEnv, bridge_apiserver};
+use crate::testenv::{ChildGuard, TestEnv, bridge_apiserver, bridge_apiserver_at};
 
 /// Why every scenario is expected to fail for our binary in a mode, or `None` once that mode
 /// programs rules: the suite then holds ours to every scenario upstream passes.
@@ -132,13 +132,31 @@ impl Proxy {
         manifests: &Path,
         extra_flags: &[String],
     ) -> (ChildGuard, Option<ChildGuard>) {
-        let bridge = self
-            .reads_api_server()
-            .then(|| bridge_apiserver(env, &node.ns));
+        self.start_via(env, node, node_name, manifests, None, extra_flags)
+    }
+
+    /// [`Proxy::start`], reading the API server at `127.0.0.1:<api_port>` of the host (`--master`
+    /// and a bridge to that port) instead of the shared one when `api_port` is given: for a test
+    /// that kills, restarts or slows the proxy's API server while the shared one stays up.
+    pub fn start_via(
+        self,
+        env: &TestEnv,
+        node: &NodeNet,
+        node_name: &str,
+        manifests: &Path,
+        api_port: Option<u16>,
+        extra_flags: &[String],
+    ) -> (ChildGuard, Option<ChildGuard>) {
+        let bridge = self.reads_api_server().then(|| match api_port {
+            Some(port) => bridge_apiserver_at(env, &node.ns, port),
+            None => bridge_apiserver(env, &node.ns),
+        });
         let mut cmd = self.command(env, node, manifests);
-        cmd.args(self.lab_flags(node_name))
-            .arg("--v=2")
-            .args(extra_flags);
+        cmd.args(self.lab_flags(node_name)).arg("--v=2");
+        if let Some(port) = api_port {
+            cmd.arg(format!("--master=https://127.0.0.1:{port}"));
+        }
+        cmd.args(extra_flags);
         let name = match self {
             Proxy::Upstream { .. } => "kube-proxy",
             Proxy::Ours { .. } => "kube-proxy-rs",

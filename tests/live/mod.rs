@@ -207,6 +207,11 @@ impl PrivateApiServer {
         server
     }
 
+    /// Its port on `127.0.0.1`, the same across restarts.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
     pub fn url(&self) -> String {
         format!("https://127.0.0.1:{}", self.port)
     }

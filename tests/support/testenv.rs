@@ -272,10 +272,16 @@ where
 /// namespace and dials the API server from the host namespace; no address
 /// or route is added anywhere. Stops (by pid) on drop.
 pub fn bridge_apiserver(env: &TestEnv, netns: &NetNs) -> ChildGuard {
+    bridge_apiserver_at(env, netns, env.apiserver_port)
+}
+
+/// [`bridge_apiserver`] to another API server of the host (a private one, or a relay in front
+/// of one) listening on `127.0.0.1:<port>`: reachable in `netns` at that address.
+pub fn bridge_apiserver_at(env: &TestEnv, netns: &NetNs, port: u16) -> ChildGuard {
     let mut child = Command::new(env.bin("testenv"))
         .arg("bridge")
         .arg(format!("--netns={}", netns.name))
-        .arg(format!("--to=127.0.0.1:{}", env.apiserver_port))
+        .arg(format!("--to=127.0.0.1:{port}"))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())

@@ -56,22 +56,70 @@ pub async fn list(client: &Client, node_name: &str) -> Result<Vec<Event>, Error>
     Ok(events)
 }
 
+/// Every object of a kind, in pages of [`PAGE`]; when a page after the first fails because its
+/// continue token expired (etcd compacted the revision the first page was read at), the pages
+/// read so far are dropped and the kind is read again as one whole list, as client-go's pager
+/// does (`FullListIfExpired`), rather than failing.
 async fn all<K>(api: Api<K>, params: ListParams, kind: Kind) -> Result<Event, Error>
 where
     K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
     Object: From<K>,
 {
+    let whole = params.clone();
     let mut params = params.limit(PAGE);
     let mut objects = Vec::new();
     loop {
-        let page = api
-            .list(&params)
-            .await
-            .map_err(|source| Error::List { kind, source })?;
+        let page = match api.list(&params).await {
+            Ok(page) => page,
+            Err(source) if expired_continue(&source, params.continue_token.is_some()) => {
+                let list = api
+                    .list(&whole)
+                    .await
+                    .map_err(|source| Error::List { kind, source })?;
+                let objects = list.items.into_iter().map(Object::from).collect();
+                return Ok(Event::Listed(kind, objects));
+            }
+            Err(source) => return Err(Error::List { kind, source }),
+        };
         objects.extend(page.items.into_iter().map(Object::from));
         match page.metadata.continue_.filter(|c| !c.is_empty()) {
             Some(token) => params = params.continue_token(&token),
             None => return Ok(Event::Listed(kind, objects)),
         }
+    }
+}
+
+/// Whether `error`, answering a page asked for with a continue token (`continued`), says the
+/// token expired (410, reason `Expired`): only then is a whole list the way on.
+pub fn expired_continue(error: &kube::Error, continued: bool) -> bool {
+    continued
+        && matches!(error, kube::Error::Api(status)
+            if status.code == 410 && status.reason == kube::core::response::reason::EXPIRED)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::expired_continue;
+    use kube::core::Status;
+
+    fn status(code: u16, reason: &str) -> kube::Error {
+        kube::Error::Api(
+            Status {
+                code,
+                reason: reason.to_owned(),
+                ..Status::default()
+            }
+            .boxed(),
+        )
+    }
+
+    #[test]
+    fn only_an_expired_continue_token_falls_back_to_a_whole_list() {
+        assert!(expired_continue(&status(410, "Expired"), true));
+        // The first page has no token: its 410 is the list's own failure.
+        assert!(!expired_continue(&status(410, "Expired"), false));
+        assert!(!expired_continue(&status(410, "Gone"), true));
+        assert!(!expired_continue(&status(500, "InternalError"), true));
+        assert!(!expired_continue(&status(403, "Forbidden"), true));
     }
 }
