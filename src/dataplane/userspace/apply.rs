@@ -356,7 +356,10 @@ impl Dataplane for UserspaceDataplane {
         })?;
         let _entered = runtime.enter();
         let (mut operations, failed) = self.reconcile((self.plan)(snapshot));
-        self.relay_ports.set(&self.taken);
+        if operations.iter().sum::<usize>() > 0 {
+            // Only an opened or closed listener moves a port; an idle sync rebuilds nothing.
+            self.relay_ports.set(&self.taken);
+        }
         let mut netlink_messages = 0;
         if let Some(rules) = &mut self.rules {
             let listening: BTreeMap<Key, Listening> = self
