@@ -7,7 +7,10 @@
 
 use std::collections::BTreeSet;
 use std::net::{IpAddr, SocketAddr};
+use std::process::Stdio;
 use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 
 use super::Lab;
 use super::helper::{ENTRY_TEST, Proto, RESULT_PREFIX, Reply, SPEC_VAR, Spec};
@@ -124,6 +127,21 @@ impl Lab {
     /// Runs the lab process `spec` in `from`'s namespace (and, in eBPF mode, its node's
     /// cgroup) to its end; its stdout and stderr.
     async fn run_helper(&self, from: From<'_>, spec: &Spec) -> (String, String) {
+        let out = self
+            .helper_command(from, spec)
+            .stdin(Stdio::null())
+            .output()
+            .await
+            .expect("run probe");
+        (
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
+    /// The command that runs the lab process `spec` in `from`'s namespace (and, in eBPF mode,
+    /// its node's cgroup), killed when dropped.
+    fn helper_command(&self, from: From<'_>, spec: &Spec) -> tokio::process::Command {
         let exe = std::env::current_exe().expect("test binary path");
         let mut cmd = self.netns(from).command(exe);
         cmd.args([
@@ -137,16 +155,81 @@ impl Lab {
         if let (Some(lb), Some(node)) = (&self.socket_lb, Self::node_of(from)) {
             cmd = lb.join(node, &cmd);
         }
-        let out = tokio::process::Command::from(cmd)
-            .kill_on_drop(true)
-            .stdin(std::process::Stdio::null())
-            .output()
-            .await
+        let mut cmd = tokio::process::Command::from(cmd);
+        cmd.kill_on_drop(true);
+        cmd
+    }
+
+    /// Runs `request` from `from` while `during` runs, and ends it early once `during` has
+    /// finished and `enough` holds of the attempts so far (given how many were made before
+    /// `during` finished); it runs to its count when that never happens. A stream sized for a
+    /// slow machine so ends as soon as its answer is known. What every attempt made got, and
+    /// what `during` returned.
+    pub async fn probe_during<T>(
+        &self,
+        from: From<'_>,
+        mut request: Request,
+        during: impl Future<Output = T>,
+        enough: impl Fn(&[Outcome], usize) -> bool,
+    ) -> (Vec<Outcome>, T) {
+        if matches!(from, From::OtherClient) {
+            request.bind = Some(IpAddr::V4(OTHER_CLIENT_IP));
+        }
+        let target = request.target;
+        let mut child = self
+            .helper_command(from, &Spec::ProbeUntilStdinCloses(request))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
             .expect("run probe");
-        (
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
+        let mut stdin = child.stdin.take();
+        let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+        let mut stderr = child.stderr.take().expect("stderr");
+        let stderr = tokio::spawn(async move {
+            let mut text = String::new();
+            let _ = stderr.read_to_string(&mut text).await;
+            text
+        });
+        let mut during = std::pin::pin!(during);
+        let mut finished: Option<(T, usize)> = None;
+        let mut attempts = Vec::new();
+        let mut stdout = String::new();
+        loop {
+            tokio::select! {
+                out = &mut during, if finished.is_none() => finished = Some((out, attempts.len())),
+                line = lines.next_line() => match line {
+                    Ok(Some(line)) => {
+                        if let Some(json) = line.strip_prefix(RESULT_PREFIX) {
+                            let a: Attempt = serde_json::from_str(json).expect("attempt JSON");
+                            attempts.push(a.reply.ok_or_else(|| a.error.unwrap_or_default()));
+                        }
+                        stdout.push_str(&line);
+                        stdout.push('\n');
+                    }
+                    Ok(None) | Err(_) => break,
+                },
+            }
+            if let Some((_, at)) = &finished
+                && stdin.is_some()
+                && enough(&attempts, *at)
+            {
+                // Closing stdin tells the probe to stop.
+                stdin = None;
+            }
+        }
+        drop(stdin);
+        let _ = child.wait().await;
+        let result = match finished {
+            Some((out, _)) => out,
+            None => during.await,
+        };
+        assert!(
+            !attempts.is_empty(),
+            "probe from {from} to {target} printed no result:\n{stdout}\n{}",
+            stderr.await.unwrap_or_default()
+        );
+        (attempts, result)
     }
 
     /// `count` connections (TCP) or exchanges (UDP) from `from` to `target`.

@@ -38,6 +38,8 @@ pub enum Spec {
     },
     /// Open `count` connections (or datagram exchanges) to `target` and print one result each.
     Probe(probe::Request),
+    /// As [`Spec::Probe`], but stop early once this process's stdin closes.
+    ProbeUntilStdinCloses(probe::Request),
     /// Run many probes, `concurrency` at once, and print one indexed result per attempt.
     ProbeBatch {
         items: Vec<probe::BatchItem>,
@@ -59,6 +61,7 @@ pub fn run_if_requested() {
     match spec {
         Spec::Echo { pod, ports, ip6 } => echo::serve(&pod, &ports, ip6),
         Spec::Probe(request) => probe::run(&request),
+        Spec::ProbeUntilStdinCloses(request) => probe::run_until_stdin_closes(&request),
         Spec::ProbeBatch { items, concurrency } => probe::run_batch(&items, concurrency),
     }
 }

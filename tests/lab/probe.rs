@@ -8,6 +8,8 @@
 
 use std::io::ErrorKind;
 use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -51,11 +53,32 @@ pub struct Attempt {
 
 /// Runs the request and prints the attempts; returns when done.
 pub fn run(request: &Request) {
+    run_while(request, || true);
+}
+
+/// Runs the request as [`run`] does, but makes no further attempt once this process's stdin
+/// has closed: the lab closes it when a scenario has seen enough (`Lab::probe_during`), so a
+/// stream sized for the slowest machine ends as soon as its answer is known.
+pub fn run_until_stdin_closes(request: &Request) {
+    let closed = Arc::new(AtomicBool::new(false));
+    let seen = Arc::clone(&closed);
+    // A thread, not a runtime task: a read of stdin cannot be cancelled, and the process
+    // exits without waiting for it.
+    std::thread::spawn(move || {
+        let _ = std::io::copy(&mut std::io::stdin(), &mut std::io::sink());
+        seen.store(true, Ordering::Relaxed);
+    });
+    run_while(request, || !closed.load(Ordering::Relaxed));
+}
+
+/// Prints each attempt of `request` while `keep_going` says so before it (the first attempt is
+/// always made).
+fn run_while(request: &Request, keep_going: impl Fn() -> bool) {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .expect("probe runtime");
-    runtime.block_on(attempts(request, |attempt| {
+    runtime.block_on(attempts(request, keep_going, |attempt| {
         println!(
             "{RESULT_PREFIX}{}",
             serde_json::to_string(&attempt).expect("attempt JSON")
@@ -140,11 +163,14 @@ async fn parallel_attempts(item: &BatchItem, mut emit: impl FnMut(Attempt)) {
     }
 }
 
-/// Makes the request's attempts in turn, giving each to `emit`.
-async fn attempts(request: &Request, mut emit: impl FnMut(Attempt)) {
+/// Makes the request's attempts in turn, giving each to `emit`, while `keep_going` says so.
+async fn attempts(request: &Request, keep_going: impl Fn() -> bool, mut emit: impl FnMut(Attempt)) {
     let mut shared = None;
     let mut session = None;
     for i in 0..request.count {
+        if i > 0 && !keep_going() {
+            break;
+        }
         if i > 0 && request.interval_ms > 0 {
             tokio::time::sleep(Duration::from_millis(request.interval_ms)).await;
         }

@@ -55,7 +55,7 @@ pub async fn udp_endpoint_replaced(lab: &Lab) -> Result<(), String> {
     })
     .await?;
 
-    // 8 s of datagrams, longer where checks wait longer (a UML guest's slow proxies).
+    // Up to 8 s of datagrams, longer where checks wait longer (a UML guest's slow proxies).
     let datagrams = u32::try_from(lab.settle().as_secs() * 4)
         .unwrap_or(u32::MAX)
         .max(80);
@@ -69,7 +69,15 @@ pub async fn udp_endpoint_replaced(lab: &Lab) -> Result<(), String> {
             .apply_slice("s18-x", "s18", &p, &lab.endpoints(&["n3-a"]))
             .await;
     };
-    let (outcomes, ()) = tokio::join!(lab.probe_with(from, stream), replace);
+    // The stream ends early once its last 20 datagrams were answered by n3-a.
+    let moved = |outcomes: &[Outcome]| {
+        outcomes.len() >= 20
+            && replies(&outcomes[outcomes.len() - 20..])
+                .is_ok_and(|r| r.iter().all(|r| r.pod == "n3-a"))
+    };
+    let (outcomes, ()) = lab
+        .probe_during(from, stream, replace, |o, _| moved(o))
+        .await;
     let tail = &outcomes[outcomes.len() - 20..];
     let answered: Vec<String> = replies(tail)
         .map_err(|e| {
@@ -217,7 +225,10 @@ pub async fn graceful_termination(lab: &Lab) -> Result<(), String> {
         }
         Ok::<(), String>(())
     };
-    let (outcomes, changed) = tokio::join!(lab.probe_with(from, session), change);
+    // The session ends early, 12 exchanges (3 s) after the change is complete.
+    let (outcomes, changed) = lab
+        .probe_during(from, session, change, |o, done_at| o.len() >= done_at + 12)
+        .await;
     changed?;
     let answered = replies(&outcomes)
         .map_err(|e| format!("the session broke: {e}; all: {}", brief(&outcomes)))?;

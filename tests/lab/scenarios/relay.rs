@@ -190,7 +190,10 @@ pub async fn long_lived_survives_sync(lab: &Lab) -> Result<(), String> {
             .await;
         reaches_exactly(lab, from, addr(cluster_ip(&other), 80), 2, &["n3-b"]).await
     };
-    let (outcomes, changed) = tokio::join!(lab.probe_with(from, session), change);
+    // The session ends early, 12 exchanges (3 s) after the change is complete.
+    let (outcomes, changed) = lab
+        .probe_during(from, session, change, |o, done_at| o.len() >= done_at + 12)
+        .await;
     changed?;
     let answered = replies(&outcomes).map_err(|e| format!("the session broke: {e}"))?;
     match answered.iter().find(|r| r.pod != "n2-a") {
