@@ -171,7 +171,8 @@ fn every_map_the_applier_writes_refuses_when_full_and_the_old_services_keep_serv
         let error = dp
             .sync(&snaps[1], &changes(&snaps[0], &snaps[1]), false)
             .expect_err("no room in kp_svc");
-        assert!(format!("{error:#}").contains(names::MAP_SVC), "{error:#}");
+        let text = kube_proxy_rs::causes::one_line(&error);
+        assert!(text.contains(names::MAP_SVC), "{text}");
         web_serves().await;
         let new = client(&name, Some(cg), "tcp 10.96.0.20:80 1").await;
         assert_eq!(new, ["tcp 10.96.0.20:80 -> unreachable"], "not programmed");
@@ -196,8 +197,9 @@ fn every_map_the_applier_writes_refuses_when_full_and_the_old_services_keep_serv
             .sync(&snaps[2], &changes(&snaps[1], &snaps[2]), false)
             .expect_err("no room in kp_nodeport");
         assert!(
-            format!("{error:#}").contains(names::MAP_NODEPORT),
-            "{error:#}"
+            kube_proxy_rs::causes::one_line(&error).contains(names::MAP_NODEPORT),
+            "{}",
+            kube_proxy_rs::causes::one_line(&error)
         );
         web_serves().await;
         let wanted = NpKey {
@@ -228,7 +230,8 @@ fn every_map_the_applier_writes_refuses_when_full_and_the_old_services_keep_serv
         let error = dp
             .sync(&snaps[3], &changes(&snaps[2], &snaps[3]), false)
             .expect_err("no room in kp_src");
-        assert!(format!("{error:#}").contains(names::MAP_SRC), "{error:#}");
+        let text = kube_proxy_rs::causes::one_line(&error);
+        assert!(text.contains(names::MAP_SRC), "{text}");
         web_serves().await;
         let lb = client(&name, Some(cg), "tcp 192.0.2.22:80 1").await;
         assert_eq!(lb, ["tcp 192.0.2.22:80 -> unreachable"], "not programmed");

@@ -474,7 +474,7 @@ fn a_sync_past_a_maps_bound_fails_and_the_old_backends_keep_serving() {
     let error = dp
         .sync(&two, &changes(&one, &two), false)
         .expect_err("no room for the new slot set");
-    let text = format!("{error:#}");
+    let text = kube_proxy_rs::causes::one_line(&error);
     assert!(text.contains("kp_slot"), "{text}");
 
     let name = ns.name.clone();

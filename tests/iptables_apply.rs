@@ -257,9 +257,10 @@ fn a_refused_restore_keeps_the_old_rules_names_the_line_and_the_next_sync_is_ful
     let (next, changes) = without_one_web_endpoint(&snap);
     dp.backend_mut().refuse = true;
     let err = dp.sync(&next, &changes, false).expect_err("refused");
-    let SyncError::Refused { message, .. } = &err else {
+    let SyncError::Refused { source, .. } = &err else {
         panic!("refused expected: {err}");
     };
+    let message = source.to_string();
     // The tool's own words and the numbered lines around the one it named (of the input the
     // dataplane made; the wrapper's extra line is not in it).
     assert!(message.contains("No chain/target/match"), "{message}");

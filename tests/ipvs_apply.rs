@@ -539,7 +539,12 @@ fn destination_removed() {
     );
     let retry = dp.sync(&changed, &no_changes, true).expect("the retry");
     assert!(retry.full);
-    assert_eq!(saved(&ns), want, "converged to the plan after: {error}");
+    assert_eq!(
+        saved(&ns),
+        want,
+        "converged to the plan after: {}",
+        kube_proxy_rs::causes::one_line(&error)
+    );
 }
 
 /// The changes from `old` to `new`: the service ports that differ.

@@ -334,7 +334,7 @@ fn a_refused_transaction_leaves_the_previous_rules_and_the_next_sync_is_full() {
         let error = dp
             .sync(&after, &changes, false)
             .expect_err("the kernel refuses");
-        let text = error.to_string();
+        let text = kube_proxy_rs::causes::one_line(&error);
         assert!(
             text.contains("no-such-chain") && text.contains(pointer),
             "{encoder:?}: the error names the failing operation: {text}"

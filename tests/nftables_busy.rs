@@ -89,7 +89,7 @@ fn a_chain_another_program_jumps_to_is_refused_busy_and_the_retry_converges() {
         let error = dp
             .sync(&after, &changes, false)
             .expect_err("the kernel refuses to delete a chain in use");
-        let text = format!("{error:#}");
+        let text = kube_proxy_rs::causes::one_line(&error);
         assert!(
             text.contains("busy") || text.contains("EBUSY") || text.contains("in use"),
             "{encoder:?}: {text}"

@@ -65,20 +65,46 @@ pub use traffic::{ServiceTraffic, TrafficSource};
 
 use crate::cluster::{Changes, Snapshot};
 
+/// A mode's own error, kept whole (with its causes) as the source of a [`SyncError`].
+pub type Cause = Box<dyn std::error::Error + Send + Sync + 'static>;
+
 /// Why a sync failed. The previously programmed rules are still in place when this is returned.
+/// Shown to an operator as `crate::causes::one_line` renders it: this error, then its causes.
 #[derive(Debug, thiserror::Error)]
 pub enum SyncError {
     /// The kernel (or the tool feeding it) refused the transaction.
-    #[error("{mode} transaction refused: {message}")]
-    Refused { mode: &'static str, message: String },
-    /// The tool could not be run or talked to.
-    #[error("{mode}: {message}")]
+    #[error("{mode} transaction refused")]
+    Refused {
+        mode: &'static str,
+        #[source]
+        source: Cause,
+    },
+    /// The kernel or the tool could not be reached or run, or the mode could not do its part.
+    #[error("{mode} dataplane")]
     Io {
         mode: &'static str,
-        message: String,
         #[source]
-        source: Option<std::io::Error>,
+        source: Cause,
     },
+    /// The mode's code panicked; the sync runner caught it.
+    #[error("the {mode} dataplane panicked: {message}")]
+    Panicked { mode: &'static str, message: String },
+}
+
+impl SyncError {
+    pub fn refused(mode: &'static str, source: impl Into<Cause>) -> Self {
+        SyncError::Refused {
+            mode,
+            source: source.into(),
+        }
+    }
+
+    pub fn io(mode: &'static str, source: impl Into<Cause>) -> Self {
+        SyncError::Io {
+            mode,
+            source: source.into(),
+        }
+    }
 }
 
 /// A dataplane mode, as the sync runner drives it.

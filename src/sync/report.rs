@@ -4,16 +4,17 @@
 //! with [`super::Runner::on_report`] receive every report in order; nothing here touches a
 //! metrics registry.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
 
 use super::schedule::Reason;
 use crate::cluster::ChangeCounts;
-use crate::dataplane::SyncReport;
+use crate::dataplane::{SyncError, SyncReport};
 
 /// One sync attempt.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug)]
 pub struct Report {
     /// 1 for the first sync of this process, counting failures.
     pub number: u64,
@@ -27,7 +28,7 @@ pub struct Report {
     /// From the runner's monotonic clock (`sync_proxy_rules_duration_seconds`).
     pub duration: Duration,
     /// The dataplane's counts, or why it failed (the previous rules are still in place then).
-    pub outcome: Result<SyncReport, String>,
+    pub outcome: Result<SyncReport, Arc<SyncError>>,
     /// Service ports this sync had to program (including those a failed sync left over).
     pub changed_ports: usize,
     /// Services with Service, and with EndpointSlice, changes this sync took from the tracker.

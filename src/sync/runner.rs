@@ -432,9 +432,9 @@ impl Runner {
                     .map(|s| s.to_string())
                     .or_else(|| panic.downcast_ref::<String>().cloned())
                     .unwrap_or_default();
-                Err(SyncError::Refused {
+                Err(SyncError::Panicked {
                     mode: dataplane.mode(),
-                    message: format!("the dataplane panicked: {message}"),
+                    message,
                 })
             });
             (
@@ -489,7 +489,7 @@ impl Runner {
             started_at: flight.started_at,
             ended_at,
             duration: ended.duration_since(flight.started),
-            outcome: result.map_err(|e| e.to_string()),
+            outcome: result.map_err(Arc::new),
             changed_ports: changes.ports.len(),
             service_changes: changes.service_changes,
             endpoint_changes: changes.endpoint_changes,
@@ -533,14 +533,14 @@ impl Runner {
                 %elapsed,
                 failures = self.schedule.failures(),
                 retry_in = %GoDuration(self.schedule.periods().backoff(self.schedule.failures())),
-                %error,
+                error = %crate::causes::one_line(&**error),
                 "sync failed; the previous rules stay in place"
             ),
             Err(error) => tracing::debug!(
                 number = report.number,
                 reason = report.reason.as_str(),
                 failures = self.schedule.failures(),
-                %error,
+                error = %crate::causes::one_line(&**error),
                 "sync failed again"
             ),
             Ok(_) if was_failing => tracing::info!(

@@ -76,10 +76,7 @@ impl Dataplane for Fake {
         }
         if script.fail > 0 {
             script.fail -= 1;
-            return Err(SyncError::Refused {
-                mode: "fake",
-                message: "injected".into(),
-            });
+            return Err(SyncError::refused("fake", "injected"));
         }
         Ok(SyncReport {
             full,
@@ -460,6 +457,7 @@ async fn a_panicking_dataplane_is_a_failed_sync() {
             .outcome
             .as_ref()
             .unwrap_err()
+            .to_string()
             .contains("panicked: injected")
     );
 }

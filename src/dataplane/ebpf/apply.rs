@@ -129,10 +129,9 @@ impl<B: Backend> EbpfDataplane<B> {
 
     fn write(&mut self, ops: &[Op]) -> Result<(), SyncError> {
         for op in ops {
-            self.backend.write(op).map_err(|e| SyncError::Refused {
-                mode: MODE,
-                message: crate::causes::one_line(&e),
-            })?;
+            self.backend
+                .write(op)
+                .map_err(|e| SyncError::refused(MODE, e))?;
         }
         Ok(())
     }
@@ -221,11 +220,7 @@ impl<B: Backend> Dataplane for EbpfDataplane<B> {
 }
 
 fn io_error(e: super::backend::Error) -> SyncError {
-    SyncError::Io {
-        mode: MODE,
-        message: crate::causes::one_line(&e),
-        source: None,
-    }
+    SyncError::io(MODE, e)
 }
 
 #[cfg(test)]

@@ -287,14 +287,7 @@ fn per_family(reasons: &[(IpFamily, backend::Unusable)]) -> String {
 }
 
 fn io_error(e: backend::Error) -> SyncError {
-    SyncError::Io {
-        mode: MODE,
-        message: e.to_string(),
-        source: match e {
-            backend::Error::Spawn(e) => Some(e.source),
-            backend::Error::Refused { .. } => None,
-        },
-    }
+    SyncError::io(MODE, e)
 }
 
 /// A refused restore as a sync error: the tool's message and the input lines it pointed at.
@@ -308,10 +301,8 @@ fn refused(e: backend::Error, input: &str) -> SyncError {
             format!(" (input line {n}:\n{quoted})")
         })
         .unwrap_or_default();
-    SyncError::Refused {
-        mode: MODE,
-        message: format!("{e}{context}"),
-    }
+    // The tool's words and the input it pointed at are the whole cause: text, not an error.
+    SyncError::refused(MODE, format!("{e}{context}"))
 }
 
 /// iptables-restore names the place as `line N failed` (or `Error occurred at line: N`).

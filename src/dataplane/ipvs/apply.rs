@@ -476,15 +476,10 @@ impl<B: Backend, C: Clock, R: nftables::Backend> Dataplane for IpvsDataplane<B, 
             match e {
                 Error::Ipvs(ipvs::Error::Refused { .. } | ipvs::Error::UnknownScheduler { .. })
                 | Error::Link(link::Error::Refused { .. })
-                | Error::Rules(nftables::apply::Error::Refused { .. }) => SyncError::Refused {
-                    mode: MODE,
-                    message: e.to_string(),
-                },
-                other => SyncError::Io {
-                    mode: MODE,
-                    message: other.to_string(),
-                    source: None,
-                },
+                | Error::Rules(nftables::apply::Error::Refused { .. }) => {
+                    SyncError::refused(MODE, e)
+                }
+                other => SyncError::io(MODE, other),
             }
         })
     }

@@ -33,6 +33,21 @@ use super::redirect::{self, Listening};
 use super::relay::{Affinity, CounterValues, Limit, Listener, Relay, Settings, Target};
 use super::relay_ports::RelayPorts;
 
+/// What stopped a sync of this mode, as the cause of its [`SyncError`].
+#[derive(Debug, thiserror::Error)]
+enum Failure {
+    #[error("listeners need a tokio runtime")]
+    NoRuntime(#[source] tokio::runtime::TryCurrentError),
+    #[error("redirect rules")]
+    Redirect(#[source] nftables::apply::Error),
+    #[error("cannot listen for {port}")]
+    Listen {
+        port: String,
+        #[source]
+        source: io::Error,
+    },
+}
+
 /// The mode's name as `--proxy-mode` spells it.
 pub const MODE: &str = "userspace";
 
@@ -349,11 +364,8 @@ impl Dataplane for UserspaceDataplane {
         _changes: &Changes,
         full: bool,
     ) -> Result<SyncReport, SyncError> {
-        let runtime = tokio::runtime::Handle::try_current().map_err(|e| SyncError::Io {
-            mode: MODE,
-            message: format!("listeners need a tokio runtime: {e}"),
-            source: None,
-        })?;
+        let runtime = tokio::runtime::Handle::try_current()
+            .map_err(|e| SyncError::io(MODE, Failure::NoRuntime(e)))?;
         let _entered = runtime.enter();
         let (mut operations, failed) = self.reconcile((self.plan)(snapshot));
         if operations.iter().sum::<usize>() > 0 {
@@ -376,15 +388,10 @@ impl Dataplane for UserspaceDataplane {
             let want = redirect::plan(snapshot, &listening, &rules.settings);
             let sent = rules.applier.backend().messages_sent();
             let applied = rules.apply(want, full).map_err(|e| match e {
-                nftables::apply::Error::Refused { .. } => SyncError::Refused {
-                    mode: MODE,
-                    message: format!("redirect rules: {}", crate::causes::one_line(&e)),
-                },
-                other => SyncError::Io {
-                    mode: MODE,
-                    message: format!("redirect rules: {}", crate::causes::one_line(&other)),
-                    source: None,
-                },
+                nftables::apply::Error::Refused { .. } => {
+                    SyncError::refused(MODE, Failure::Redirect(e))
+                }
+                other => SyncError::io(MODE, Failure::Redirect(other)),
             })?;
             netlink_messages = (rules.applier.backend().messages_sent() - sent) as usize;
             for family in IpFamily::ALL {
@@ -392,11 +399,13 @@ impl Dataplane for UserspaceDataplane {
             }
         }
         if let Some((key, error)) = failed {
-            return Err(SyncError::Io {
-                mode: MODE,
-                message: format!("cannot listen for {}", plan::name(&key)),
-                source: Some(error),
-            });
+            return Err(SyncError::io(
+                MODE,
+                Failure::Listen {
+                    port: plan::name(&key),
+                    source: error,
+                },
+            ));
         }
         let families = IpFamily::ALL
             .into_iter()

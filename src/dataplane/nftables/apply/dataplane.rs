@@ -172,14 +172,7 @@ impl<B: Backend> Dataplane for NftablesDataplane<B> {
 
 fn sync_error(e: apply::Error) -> SyncError {
     match e {
-        apply::Error::Refused { .. } => SyncError::Refused {
-            mode: MODE,
-            message: e.to_string(),
-        },
-        apply::Error::Backend(inner) => SyncError::Io {
-            mode: MODE,
-            message: crate::causes::one_line(&inner),
-            source: None,
-        },
+        apply::Error::Refused { .. } => SyncError::refused(MODE, e),
+        apply::Error::Backend(inner) => SyncError::io(MODE, inner),
     }
 }
