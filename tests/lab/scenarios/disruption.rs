@@ -10,6 +10,7 @@ use std::time::Duration;
 use serde_json::json;
 
 use super::report::Expect;
+use super::session::{self, SessionService, brief};
 use super::{cluster_ip, reaches_exactly, service};
 use crate::lab::client::{From, Outcome, addr, replies, request};
 use crate::lab::echo::SESSION_PORT;
@@ -169,76 +170,40 @@ pub fn graceful_termination_expect(proxy: Proxy) -> Expect {
 /// FIN-closed connection sits in IPVS's TIME_WAIT for two minutes, in every proxy, which
 /// counts as a connection).
 pub async fn graceful_termination(lab: &Lab) -> Result<(), String> {
-    let svc = lab
-        .cluster
-        .apply_service(json!({ "metadata": { "name": "s29" }, "spec": { "ports": [
-            { "name": "one", "port": 80, "targetPort": 8080, "protocol": "TCP" },
-            { "name": "session", "port": 81, "targetPort": SESSION_PORT, "protocol": "TCP" },
-        ]}}))
-        .await;
-    let p = [
-        ("one", 8080, Proto::Tcp),
-        ("session", SESSION_PORT, Proto::Tcp),
-    ];
-    lab.cluster
-        .apply_slice("s29-x", "s29", &p, &lab.endpoints(&["n2-a"]))
-        .await;
-    let vip = addr(cluster_ip(&svc), 80);
-    let session_vip = addr(cluster_ip(&svc), 81);
-    let from = From::Pod(lab.pod("n1-b"));
-    // Both ports arrive in the same sync; a session cannot be probed with one-shot connects
-    // (its server waits for the client), so port 80 says when they are programmed.
-    reaches_exactly(lab, from, vip, 2, &["n2-a"]).await?;
-
-    let attempts = u32::try_from(lab.settle().as_secs() * 4)
-        .unwrap_or(u32::MAX)
-        .max(40);
-    let mut session = request(Proto::Tcp, session_vip, attempts);
-    session.interval_ms = 250;
-    session.same_socket = true;
+    let s = SessionService::start(lab, "s29").await?;
     let ipvs = lab.proxy.mode() == Mode::Ipvs;
-    let destination = format!("{}:{SESSION_PORT}", lab.pod("n2-a").ip);
+    let destination = format!("{}:{SESSION_PORT}", lab.pod(session::FIRST_POD).ip);
     let weight = |ns: &crate::testenv::NetNs| -> Option<String> {
         let servers = ns.try_output("ipvsadm", &["-Sn"]).unwrap_or_default();
         servers
             .lines()
-            .find(|l| l.contains(&session_vip.to_string()) && l.contains(&destination))
+            .find(|l| l.contains(&s.session_vip.to_string()) && l.contains(&destination))
             .map(|l| l.split_whitespace().last().unwrap_or_default().to_owned())
     };
     let node1 = &lab.topo.nodes[0].ns;
     let change = async {
         tokio::time::sleep(Duration::from_secs(1)).await;
         let eps = vec![
-            lab.endpoint(lab.pod("n2-a")).terminating(),
+            lab.endpoint(lab.pod(session::FIRST_POD)).terminating(),
             lab.endpoint(lab.pod("n3-a")),
         ];
-        lab.cluster.apply_slice("s29-x", "s29", &p, &eps).await;
-        reaches_exactly(lab, from, vip, 6, &["n3-a"]).await?;
+        s.set_endpoints(lab, eps).await;
+        reaches_exactly(lab, session::client(lab), s.vip, 6, &["n3-a"]).await?;
         if ipvs {
             lab.eventually("the terminating destination drains at weight 0", || async {
                 match weight(node1) {
                     Some(w) if w == "0" => Ok(()),
-                    other => Err(format!("{destination} on {session_vip}: weight {other:?}")),
+                    other => Err(format!(
+                        "{destination} on {}: weight {other:?}",
+                        s.session_vip
+                    )),
                 }
             })
             .await?;
         }
-        Ok::<(), String>(())
+        Ok(())
     };
-    // The session ends early, 12 exchanges (3 s) after the change is complete.
-    let (outcomes, changed) = lab
-        .probe_during(from, session, change, |o, done_at| o.len() >= done_at + 12)
-        .await;
-    changed?;
-    let answered = replies(&outcomes)
-        .map_err(|e| format!("the session broke: {e}; all: {}", brief(&outcomes)))?;
-    if let Some(r) = answered.iter().find(|r| r.pod != "n2-a") {
-        return Err(format!(
-            "the session moved to {}: {}",
-            r.pod,
-            brief(&outcomes)
-        ));
-    }
+    s.session_stays(lab, 1, change).await?;
     if ipvs {
         lab.eventually(
             "the drained destination goes once its connection closed",
@@ -246,7 +211,8 @@ pub async fn graceful_termination(lab: &Lab) -> Result<(), String> {
                 match weight(node1) {
                     None => Ok(()),
                     Some(w) => Err(format!(
-                        "{destination} on {session_vip} still there, weight {w}"
+                        "{destination} on {} still there, weight {w}",
+                        s.session_vip
                     )),
                 }
             },
@@ -254,21 +220,4 @@ pub async fn graceful_termination(lab: &Lab) -> Result<(), String> {
         .await?;
     }
     Ok(())
-}
-
-/// One letter per attempt: the answering pod's node digit, or `x` for a failure.
-fn brief(outcomes: &[Outcome]) -> String {
-    outcomes
-        .iter()
-        .map(|o| {
-            match o
-                .as_ref()
-                .ok()
-                .and_then(|t| crate::lab::helper::Reply::parse(t))
-            {
-                Some(r) => r.pod.chars().nth(1).unwrap_or('?'),
-                None => 'x',
-            }
-        })
-        .collect()
 }

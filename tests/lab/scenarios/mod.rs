@@ -21,6 +21,7 @@ mod ipvs;
 mod policy;
 mod relay;
 pub mod report;
+mod session;
 mod socket_lb;
 
 use std::net::IpAddr;

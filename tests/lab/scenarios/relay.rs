@@ -14,9 +14,9 @@ use std::time::Duration;
 use serde_json::json;
 
 use super::report::Expect;
+use super::session::{self, SessionService};
 use super::{cluster_ip, reaches_exactly, service};
-use crate::lab::client::{From, addr, replies, request};
-use crate::lab::echo::SESSION_PORT;
+use crate::lab::client::{From, addr, request};
 use crate::lab::topology::CLIENT_IP;
 use crate::lab::{Lab, Mode, Proto, Proxy};
 use crate::testenv::NetNs;
@@ -145,37 +145,13 @@ pub async fn silent_endpoint_skipped(lab: &Lab) -> Result<(), String> {
 /// working, on n2-a, through syncs that change its Service (n3-a joins) and another Service
 /// (created), neither of which touches n2-a.
 pub async fn long_lived_survives_sync(lab: &Lab) -> Result<(), String> {
-    let svc = lab
-        .cluster
-        .apply_service(json!({ "metadata": { "name": "s32" }, "spec": { "ports": [
-            { "name": "one", "port": 80, "targetPort": 8080, "protocol": "TCP" },
-            { "name": "session", "port": 81, "targetPort": SESSION_PORT, "protocol": "TCP" },
-        ]}}))
-        .await;
-    let p = [
-        ("one", 8080, Proto::Tcp),
-        ("session", SESSION_PORT, Proto::Tcp),
-    ];
-    lab.cluster
-        .apply_slice("s32-x", "s32", &p, &lab.endpoints(&["n2-a"]))
-        .await;
-    let vip = addr(cluster_ip(&svc), 80);
-    let session_vip = addr(cluster_ip(&svc), 81);
-    let from = From::Pod(lab.pod("n1-b"));
-    reaches_exactly(lab, from, vip, 2, &["n2-a"]).await?;
-
-    let attempts = u32::try_from(lab.settle().as_secs() * 2)
-        .unwrap_or(u32::MAX)
-        .max(24);
-    let mut session = request(Proto::Tcp, session_vip, attempts);
-    session.interval_ms = 250;
-    session.same_socket = true;
+    let s = SessionService::start(lab, "s32").await?;
+    let from = session::client(lab);
     let change = async {
         tokio::time::sleep(Duration::from_secs(1)).await;
-        lab.cluster
-            .apply_slice("s32-x", "s32", &p, &lab.endpoints(&["n2-a", "n3-a"]))
+        s.set_endpoints(lab, lab.endpoints(&[session::FIRST_POD, "n3-a"]))
             .await;
-        reaches_exactly(lab, from, vip, 6, &["n2-a", "n3-a"]).await?;
+        reaches_exactly(lab, from, s.vip, 6, &[session::FIRST_POD, "n3-a"]).await?;
         let other = lab
             .cluster
             .apply_service(service("s32-other", 80, 8080, json!({})))
@@ -190,16 +166,7 @@ pub async fn long_lived_survives_sync(lab: &Lab) -> Result<(), String> {
             .await;
         reaches_exactly(lab, from, addr(cluster_ip(&other), 80), 2, &["n3-b"]).await
     };
-    // The session ends early, 12 exchanges (3 s) after the change is complete.
-    let (outcomes, changed) = lab
-        .probe_during(from, session, change, |o, done_at| o.len() >= done_at + 12)
-        .await;
-    changed?;
-    let answered = replies(&outcomes).map_err(|e| format!("the session broke: {e}"))?;
-    match answered.iter().find(|r| r.pod != "n2-a") {
-        Some(r) => Err(format!("the session moved to {}", r.pod)),
-        None => Ok(()),
-    }
+    s.session_stays(lab, 1, change).await
 }
 
 /// The LoadBalancer ingress IP of scenario 37.
