@@ -4,9 +4,11 @@
 //!
 //! - ours in ipvs mode, and upstream kube-proxy in ipvs mode, each in a guest of its own;
 //!   upstream's run only documents upstream's behaviour (its verdicts do not gate), so it is
-//!   `#[ignore]`d: `cargo test --test lab_uml -- --ignored` runs it (docs/testing.md);
+//!   `#[ignore]`d: `cargo test --test lab_uml -- --ignored ipvs_upstream` runs it (docs/testing.md);
 //! - ours in nftables and iptables mode on 6.1, beside the host-kernel runs in
-//!   `lab_scenarios.rs`.
+//!   `lab_scenarios.rs`;
+//! - ours in ipvs mode SIGKILLed under churn (`lab/kill_churn/`), `#[ignore]`d for its
+//!   minutes: `cargo test --test lab_uml -- --ignored ipvs_survives_kills`.
 //!
 //! Each test boots one guest (3 GiB, one CPU) and re-runs this binary in it
 //! (`lab_uml_helper_process`), which starts the real API server from `testenv/` inside the
@@ -16,7 +18,7 @@
 //! once it has printed no line for [`SILENCE_LIMIT`] (the suite prints one per scenario), so a
 //! busy machine makes a suite slower, never cut short. Everything the lab
 //! creates lives and dies with the guest; its scratch files are on the guest's tmpfs.
-//! `LAB_SCENARIOS=1,4` is passed on into the guest.
+//! `LAB_SCENARIOS=1,4`, `KILLS` and `KILL_SEED` are passed on into the guest.
 
 #![allow(
     clippy::disallowed_methods,
@@ -62,7 +64,7 @@ fn ipvs_ours_lab_scenarios_in_uml() {
 
 #[test]
 #[ignore = "documents upstream's ipvs mode only (its verdicts do not gate) and takes long; \
-            run with: cargo test --test lab_uml -- --ignored"]
+            run with: cargo test --test lab_uml -- --ignored ipvs_upstream"]
 fn ipvs_upstream_lab_scenarios_in_uml() {
     suite_in_guest(Proxy::Upstream { mode: Mode::Ipvs });
 }
@@ -81,27 +83,47 @@ fn kernel_6_1_ours_iptables_lab_scenarios_in_uml() {
     });
 }
 
+/// Our ipvs mode SIGKILLed at random points under churn (`lab/kill_churn/`), as the host's
+/// modes are in `lab_kill_churn.rs`. `KILLS` and `KILL_SEED` are passed on into the guest.
+#[test]
+#[ignore = "a guest of its own for some minutes; run with: cargo test --test lab_uml -- --ignored \
+            ipvs_survives_kills"]
+fn ipvs_survives_kills_under_churn_in_uml() {
+    in_guest(KILL_CHURN_ROLE, "kill test", "kills ok");
+}
+
+/// The helper's role that runs the kill test in ipvs mode.
+const KILL_CHURN_ROLE: &str = "kill-churn-ours-ipvs";
+
 /// Boots a guest that runs the suite for `proxy`, prints what it printed, and fails unless
 /// the suite passed in it.
 fn suite_in_guest(proxy: Proxy) {
+    in_guest(&role_of(proxy), "lab suite", "suite ok");
+}
+
+/// Boots a guest that runs the helper's `role`, prints what it printed, and fails unless it
+/// reported `passed`.
+fn in_guest(role: &str, what: &str, passed: &str) {
     let Some(uml) = uml::Uml::find() else {
         return;
     };
-    let role = role_of(proxy);
-    let filter = std::env::var("LAB_SCENARIOS")
-        .map(|s| {
-            let digits: String = s
+    // The developer's filters, digits and commas only, passed on into the guest.
+    let filter: String = ["LAB_SCENARIOS", "KILLS", "KILL_SEED"]
+        .into_iter()
+        .filter_map(|var| {
+            let digits: String = std::env::var(var)
+                .ok()?
                 .chars()
                 .filter(|c| c.is_ascii_digit() || *c == ',')
                 .collect();
-            format!("LAB_SCENARIOS={digits} ")
+            Some(format!("{var}={digits} "))
         })
-        .unwrap_or_default();
+        .collect();
     let command = format!(
         "{filter}{}={GUEST_SETTLE_SECS} TESTENV_STATE=/run/te {}=/run/scratch {}",
         lab::scenarios::SETTLE_VAR,
         uml::host::SCRATCH_VAR,
-        HELPER.shell_line(&role)
+        HELPER.shell_line(role)
     );
     let run = uml.with_memory(GUEST_MEMORY_MIB).run(
         &[],
@@ -110,11 +132,10 @@ fn suite_in_guest(proxy: Proxy) {
         uml::Limit::Silent(SILENCE_LIMIT),
     );
     println!("--- the {role} guest ({:?}):\n{}", run.took, run.output);
-    let passed = results(&run.output).contains(&"suite ok");
+    let ok = results(&run.output).contains(&passed);
     assert!(
-        run.exit_code == Some(0) && passed,
-        "the lab suite for {} failed in the UML guest (exit {:?}, after {:?}); its output is above",
-        proxy.label(),
+        run.exit_code == Some(0) && ok,
+        "the {what} ({role}) failed in the UML guest (exit {:?}, after {:?}); its output is above",
         run.exit_code,
         run.took
     );
@@ -141,13 +162,17 @@ fn proxy_of(role: &str) -> Proxy {
 #[test]
 fn lab_uml_helper_process() {
     HELPER.when_requested(|role| {
-        let proxy = proxy_of(role);
-        tokio::runtime::Builder::new_current_thread()
+        let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
-            .expect("a tokio runtime")
-            .block_on(lab::scenarios::run_suite(proxy));
-        println!("{RESULT}suite ok");
+            .expect("a tokio runtime");
+        if role == KILL_CHURN_ROLE {
+            runtime.block_on(lab::kill_churn::kills_under_churn(Mode::Ipvs));
+            println!("{RESULT}kills ok");
+        } else {
+            runtime.block_on(lab::scenarios::run_suite(proxy_of(role)));
+            println!("{RESULT}suite ok");
+        }
     });
 }
 

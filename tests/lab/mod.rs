@@ -11,6 +11,7 @@
 //! - `client`, `probe`, `echo`, `helper`: traffic from any lab namespace and what pods answer.
 //! - `scenarios`: the end-to-end suite every dataplane must pass, and its report.
 //! - `socket_lb`: the eBPF mode's cgroup and pin root per node, which its clients join.
+//! - `kill_churn`: a proxy SIGKILLed again and again under churn, and what it must not lose.
 //!
 //! Cleanup: [`Lab`] owns guards only; dropping it (also while a test panics) kills every process
 //! by pid, removes the eBPF mode's pins and cgroups, deletes every namespace, and deletes the
@@ -28,6 +29,7 @@ pub mod client;
 pub mod cluster;
 pub mod echo;
 pub mod helper;
+pub mod kill_churn;
 pub mod pods;
 pub mod probe;
 pub mod proxy;
