@@ -8,7 +8,7 @@
 //! - ours in nftables and iptables mode on 6.1, beside the host-kernel runs in
 //!   `lab_scenarios.rs`;
 //! - ours in ipvs mode SIGKILLed under churn (`lab/kill_churn/`), `#[ignore]`d for its
-//!   minutes: `cargo test --test lab_uml -- --ignored ipvs_survives_kills`.
+//!   minutes: `cargo test --test lab_uml -- --ignored ours_ipvs_survives_kills`.
 //!
 //! Each test boots one guest (3 GiB, one CPU) and re-runs this binary in it
 //! (`lab_uml_helper_process`), which starts the real API server from `testenv/` inside the
@@ -58,7 +58,7 @@ const GUEST_SETTLE_SECS: u64 = 60;
 const SILENCE_LIMIT: Duration = Duration::from_secs(10 * 60);
 
 #[test]
-fn ipvs_ours_lab_scenarios_in_uml() {
+fn ours_ipvs_lab_scenarios_in_uml() {
     suite_in_guest(Proxy::Ours { mode: Mode::Ipvs });
 }
 
@@ -87,8 +87,8 @@ fn kernel_6_1_ours_iptables_lab_scenarios_in_uml() {
 /// modes are in `lab_kill_churn.rs`. `KILLS` and `KILL_SEED` are passed on into the guest.
 #[test]
 #[ignore = "a guest of its own for some minutes; run with: cargo test --test lab_uml -- --ignored \
-            ipvs_survives_kills"]
-fn ipvs_survives_kills_under_churn_in_uml() {
+            ours_ipvs_survives_kills"]
+fn ours_ipvs_survives_kills_under_churn_in_uml() {
     in_guest(KILL_CHURN_ROLE, "kill test", "kills ok");
 }
 

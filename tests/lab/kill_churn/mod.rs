@@ -33,7 +33,7 @@ use serde_json::{Value, json};
 
 use crate::lab::client::{From, Outcome, addr, request};
 use crate::lab::cluster::Endpoint;
-use crate::lab::scenarios::{cluster_ip, node_port};
+use crate::lab::scenarios::{cluster_ip, node_port, settle_and_limit, slowdown};
 use crate::lab::{Lab, Mode, Proto, Proxy};
 use crate::testenv::TestEnv;
 
@@ -48,6 +48,8 @@ const CHURN_PER_SEC: u64 = 10;
 const CHURN_SERVICES: usize = 6;
 /// A kill lands this long after the previous start, at random: half of them in the first
 /// range (the new process is reading its lists or making its first sync), half in the second.
+/// On this host; a slower machine (the User-mode Linux guest) stretches both by its
+/// [`slowdown`], so kills still fall on either side of a process's first sync.
 const KILL_AFTER_MS: (u64, u64, u64) = (20, 400, 1500);
 /// The restart follows the kill after up to this long.
 const RESTART_AFTER_MS: u64 = 300;
@@ -170,6 +172,13 @@ pub async fn kills_under_churn(mode: Mode) {
     eprintln!("{label}: {kills} kills, {SEED_VAR}={seed}");
     let env = TestEnv::shared();
     let lab = Lab::start(env, Proxy::Ours { mode }).await;
+    lab.set_settle(settle_and_limit().0);
+    let stretch = |ms: u64| (ms as f64 * slowdown()) as u64;
+    let kill_after = (
+        stretch(KILL_AFTER_MS.0),
+        stretch(KILL_AFTER_MS.1),
+        stretch(KILL_AFTER_MS.2),
+    );
 
     let svc = lab
         .cluster
@@ -226,9 +235,9 @@ pub async fn kills_under_churn(mode: Mode) {
     let kill_loop = async {
         for _ in 0..kills {
             let after = if rng.between(0, 1) == 0 {
-                rng.between(KILL_AFTER_MS.0, KILL_AFTER_MS.1)
+                rng.between(kill_after.0, kill_after.1)
             } else {
-                rng.between(KILL_AFTER_MS.1, KILL_AFTER_MS.2)
+                rng.between(kill_after.1, kill_after.2)
             };
             tokio::time::sleep(Duration::from_millis(after)).await;
             lab.stop_proxy(0);
@@ -243,7 +252,7 @@ pub async fn kills_under_churn(mode: Mode) {
             });
         }
         // The last start serves the streams a while too.
-        tokio::time::sleep(Duration::from_millis(KILL_AFTER_MS.2)).await;
+        tokio::time::sleep(Duration::from_millis(kill_after.2)).await;
         done.set(true);
     };
     let churn_rng = Rng(Cell::new(seed ^ 0x5eed));

@@ -265,8 +265,14 @@ const SETTLE_XFAIL: Duration = Duration::from_secs(3);
 /// Hard limit for one scenario, at the default settle time (it grows with [`SETTLE_VAR`]).
 const SCENARIO_LIMIT: Duration = Duration::from_secs(120);
 
+/// How many times slower than this host's the machine running the lab is taken to be: the
+/// settle time [`SETTLE_VAR`] asks for over the host's (1 without it).
+pub fn slowdown() -> f64 {
+    settle_and_limit().0.as_secs_f64() / SETTLE.as_secs_f64()
+}
+
 /// The settle time and the scenario limit for this run.
-fn settle_and_limit() -> (Duration, Duration) {
+pub fn settle_and_limit() -> (Duration, Duration) {
     #[allow(clippy::disallowed_methods, reason = "the UML harness's setting")]
     let asked = std::env::var(SETTLE_VAR)
         .ok()
