@@ -2,8 +2,8 @@
 //!
 //! Plain data, no I/O, no text: rules are typed matches and statements, set elements typed
 //! tuples. Ordered maps throughout, so two equal states iterate, diff and render identically.
-//! The planner builds it, `diff` compares two, `render` is the only code that turns it into nft
-//! syntax, and `trace` interprets it.
+//! A mode's planner builds it, `diff` compares two, `render` is the only code that turns it
+//! into nft syntax, and `trace` interprets it.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use ipnet::IpNet;
 
-use super::names::Name;
+use super::Name;
 pub use super::tuple::{Tuple, Values};
 use crate::cluster::{IpFamily, Protocol};
 /// Interface matches come from configuration only (the node policy's detect-local), never from

@@ -85,7 +85,7 @@ pub fn rules_all(
     cfg: &ModeConfig,
     node: &crate::cluster::NodeContext,
     bound: &std::collections::BTreeSet<std::net::IpAddr>,
-) -> Vec<crate::dataplane::nftables::Ruleset> {
+) -> Vec<crate::nft::Ruleset> {
     states
         .iter()
         .map(|d| rules::plan(d, cfg, node, bound))

@@ -1,63 +1,7 @@
-//! The parser on captured `nft -j list table` output (nft 1.0.6) of the example cluster under the
-//! golden settings: it must read back exactly what the planner wanted, handles ignored.
-
-use std::path::{Path, PathBuf};
+//! The parser on hand-written `nft -j list table` output: what it skips, what it makes differ,
+//! what it calls foreign. The nftables mode's golden tests read captured dumps of its plans.
 
 use super::*;
-use crate::cli::load_manifests;
-use crate::cluster::{Features, IpFamily};
-use crate::dataplane::nftables::diff::diff;
-use crate::dataplane::nftables::golden_tests as golden;
-use crate::dataplane::nftables::mode_config::ModeConfig;
-use crate::dataplane::nftables::plan::plan;
-
-fn captured(name: &str) -> String {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("src/dataplane/nftables/testdata")
-        .join(format!("nft-j-list-table.{name}.json"));
-    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
-
-fn planned(node: &str, cfg: &ModeConfig, family: IpFamily) -> Ruleset {
-    let loaded = load_manifests(Path::new("examples/cluster"), node, Features::default())
-        .expect("example loads");
-    plan(&loaded.snapshot, cfg, family)
-}
-
-fn round_trip(name: &str, node: &str, cfg: &ModeConfig, family: IpFamily) {
-    let want = planned(node, cfg, family);
-    let got = parse(&captured(name), want.family).expect("parses");
-    assert!(got.unknown.is_empty(), "{name}: unknown {:?}", got.unknown);
-    assert!(got.foreign.is_empty(), "{name}: foreign {:?}", got.foreign);
-    let t = diff(&got.ruleset, &want);
-    assert!(t.is_empty(), "{name}: differs by {:#?}", t.ops);
-    assert_eq!(got.ruleset, want, "{name}");
-}
-
-#[test]
-fn example_dumps_read_back_as_planned() {
-    let defaults = ModeConfig::default();
-    round_trip("example.node-a.ip", "node-a", &defaults, IpFamily::V4);
-    round_trip("example.node-a.ip6", "node-a", &defaults, IpFamily::V6);
-    round_trip(
-        "example.node-a.masquerade-all.ip",
-        "node-a",
-        &golden::settings("masquerade-all"),
-        IpFamily::V4,
-    );
-    round_trip(
-        "example.node-b.bridge-all.ip",
-        "node-b",
-        &golden::settings("bridge-all"),
-        IpFamily::V4,
-    );
-    round_trip(
-        "example.node-a.prefix-cidr.ip6",
-        "node-a",
-        &golden::settings("prefix-cidr"),
-        IpFamily::V6,
-    );
-}
 
 #[test]
 fn dynamic_set_elements_are_the_kernels_and_not_read() {

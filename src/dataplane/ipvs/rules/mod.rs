@@ -31,13 +31,14 @@ use super::desired::{Desired, Guard, Masquerade, VirtualService};
 use super::mode_config::ModeConfig;
 use super::names::rules as r;
 use crate::cluster::{NodeContext, Protocol};
-use crate::dataplane::nftables::names::{self as n, Name};
+use crate::dataplane::nftables::names as n;
 use crate::dataplane::nftables::plan::skeleton::BASE_CHAINS;
-use crate::dataplane::nftables::ruleset::{
+use crate::dataplane::node::Local;
+use crate::nft::Name;
+use crate::nft::ruleset::{
     Comment, CtState, Data, DataKind, Element, Family, Field, Kind, Match, Rule, Ruleset, Set,
     SetDecl, Statement, Tuple, Value, Verdict,
 };
-use crate::dataplane::node::Local;
 
 /// The key of a virtual service: destination . protocol . port.
 const FRONTEND: [Field; 3] = [Field::Daddr, Field::L4Proto, Field::Dport];

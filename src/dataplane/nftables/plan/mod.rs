@@ -34,11 +34,12 @@ mod tests;
 use std::collections::BTreeMap;
 
 use super::mode_config::ModeConfig;
-use super::names::{self, FrontendKind, ListKind, Name};
-use super::ruleset::{
+use super::names::{self, FrontendKind, ListKind};
+use crate::cluster::{IpFamily, NodeContext, Snapshot};
+use crate::nft::Name;
+use crate::nft::ruleset::{
     Chain, Comment, Data, Element, Family, Field, Match, Rule, Ruleset, Statement, Tuple,
 };
-use crate::cluster::{IpFamily, NodeContext, Snapshot};
 
 use crate::dataplane::node::{NodePortMatch, node_ports};
 pub use planner::{Planner, Update};

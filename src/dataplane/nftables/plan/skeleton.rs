@@ -11,12 +11,13 @@ use ipnet::IpNet;
 
 use super::Builder;
 use crate::cluster::{IpFamily, Protocol};
-use crate::dataplane::nftables::names::{self as n, FrontendKind, Name};
-use crate::dataplane::nftables::ruleset::{
+use crate::dataplane::nftables::names::{self as n, FrontendKind};
+use crate::dataplane::node::{Local, NodePortMatch};
+use crate::nft::Name;
+use crate::nft::ruleset::{
     ChainType, Comment, CtState, Data, DataKind, Field, Hook, Kind, Match, Set, SetDecl, Statement,
     Tuple, Value, Verdict, priority,
 };
-use crate::dataplane::node::{Local, NodePortMatch};
 
 /// The key of an address-based frontend: destination . protocol . port.
 pub(super) const IP_KEY: [Field; 3] = [Field::Daddr, Field::L4Proto, Field::Dport];

@@ -67,11 +67,12 @@ use std::net::IpAddr;
 use super::plan::{Key, List};
 use crate::cluster::{FamilyView, IpFamily, NodeContext, Protocol, ServicePort, Snapshot};
 use crate::config::NodePortAddresses;
-use crate::dataplane::nftables::names::{self as n, Name};
-use crate::dataplane::nftables::ruleset::{
+use crate::dataplane::nftables::names as n;
+use crate::dataplane::node::{DetectLocal, Local, NodePortMatch, node_ports, source_ranges};
+use crate::nft::Name;
+use crate::nft::ruleset::{
     Comment, Data, Element, Family, Field, Match, Ruleset, Tuple, Value, Verdict,
 };
-use crate::dataplane::node::{DetectLocal, Local, NodePortMatch, node_ports, source_ranges};
 
 /// Frontend (address . protocol . port) → listener (address . port).
 pub const SERVICE_LISTENERS: &str = "service-listeners";

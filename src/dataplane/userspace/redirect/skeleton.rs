@@ -8,9 +8,10 @@ use ipnet::IpNet;
 
 use super::{FRONTEND, RELAY_CHECK, RELAY_PORTS, SERVICE_LISTENERS, SHORT_CIRCUIT};
 use crate::cluster::IpFamily;
-use crate::dataplane::nftables::names::{self as n, Name};
+use crate::dataplane::nftables::names as n;
 use crate::dataplane::nftables::plan::skeleton;
-use crate::dataplane::nftables::ruleset::{
+use crate::nft::Name;
+use crate::nft::ruleset::{
     Comment, CtState, DataKind, Field, Kind, Match, Rule, Ruleset, Set, SetDecl, Statement, Verdict,
 };
 
