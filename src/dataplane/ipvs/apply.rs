@@ -7,7 +7,7 @@
 //!
 //! The helper rules go first, so a new virtual service is never reachable before its
 //! masquerade and guard rules are (upstream writes its iptables rules last, kubernetes#133773).
-//! They are one nftables transaction for both families through the nftables mode's
+//! They are one nftables transaction for both families through the nf_tables library's
 //! [`Applier`]: adopted from the kernel on full syncs (or when the monitor saw another program
 //! change our table), the planner's transaction from the last applied tables otherwise.
 //!
@@ -119,7 +119,7 @@ pub struct IpvsDataplane<B = KernelBackend, C = MonotonicClock, R = Box<dyn nft:
     cfg: ModeConfig,
     backend: B,
     clock: C,
-    /// The helper rules' applier, over the nftables mode's backend.
+    /// The helper rules' applier, over an nf_tables backend (`nft::backend`).
     rules: Applier<R>,
     /// The plan of the last sync: virtual services, addresses and helper tables.
     planner: Planner,

@@ -10,7 +10,7 @@
 //!
 //! The redirect rules ([`redirect`]) follow the listeners: they are planned from the ports the
 //! open listeners actually hold, so they go after the listeners are opened, and both families
-//! go in one nftables transaction through the nftables mode's [`Applier`]. As for IPVS mode's
+//! go in one nftables transaction through the nf_tables library's [`Applier`]. As for IPVS mode's
 //! helper rules, a full sync (or one after a failure, or after the monitor saw another program
 //! change our table) adopts the kernel's table and repairs it; any other sync sends the diff
 //! from the tables last applied.
@@ -164,7 +164,7 @@ impl UserspaceDataplane {
         }
     }
 
-    /// Programs the redirect rules through `backend` (the nftables mode's), so traffic to
+    /// Programs the redirect rules through `backend` (an nf_tables one), so traffic to
     /// Service addresses reaches the listeners; the backend records its transactions in
     /// `drift`, so the monitor tells them from other programs'. Without this only clients
     /// dialling a listener's port are relayed (the relay's own tests).

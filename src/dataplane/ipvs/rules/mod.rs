@@ -3,8 +3,8 @@
 //!
 //! Pure. Upstream's IPVS mode writes these with `iptables-restore` and fills a dozen ipsets
 //! with one `ipset` process per entry (kubernetes#133773, #93445); here they are one nftables
-//! table with native sets, applied in one netlink batch by the nftables mode's applier (the
-//! same diff, adoption and repair), so no ipset and no iptables process is ever run.
+//! table with native sets, applied in one netlink batch by the nf_tables library's applier
+//! (the nftables mode's diff, adoption and repair), so no ipset and no iptables process is ever run.
 //!
 //! Where the rules sit, against IPVS's own hooks (it takes packets to a local virtual service
 //! at `LOCAL_IN` priority 99 and those the node sends at `LOCAL_OUT` -98, after nat output):

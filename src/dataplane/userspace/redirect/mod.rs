@@ -2,9 +2,9 @@
 //! family's nftables table, planned from the snapshot and the ports the listeners hold.
 //!
 //! Pure: (Snapshot, listeners' ports, `nodePortAddresses`, `--bind-address`) → one
-//! [`Ruleset`] per family, applied by the nftables mode's applier as IPVS mode applies its
-//! helper rules. The table is the nftables mode's own (`kube-proxy-rs`, `ip` and `ip6`), as
-//! for IPVS mode: switching a node between modes replaces one set of rules by the other in one
+//! [`Ruleset`] per family, applied by the nf_tables library's applier as IPVS mode applies its
+//! helper rules. The table is the nftables mode's own ([`crate::nft::TABLE`], `ip` and `ip6`),
+//! as for IPVS mode: switching a node between modes replaces one set of rules by the other in one
 //! transaction (a second table would leave the other mode's DNAT rules catching Service
 //! traffic first), and `--cleanup` has one table to remove.
 //!

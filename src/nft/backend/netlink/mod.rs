@@ -1,7 +1,6 @@
-//! The nf_tables netlink encoder and dump reader: [`Transaction`](crate::nft::Transaction)s go to the kernel as one
-//! nf_tables batch over a netlink socket, and our table comes back as a
-//! [`Ruleset`](crate::nft::Ruleset) from
-//! `GET*` dumps, without `nft` in between.
+//! The nf_tables netlink encoder and dump reader: [`crate::nft::Transaction`]s go to the
+//! kernel as one nf_tables batch over a netlink socket, and our table comes back as a
+//! [`crate::nft::Ruleset`] from `GET*` dumps, without `nft` in between.
 //!
 //! Why: `nft -f` parsing a large ruleset and `nft list` printing one take far longer than the
 //! kernel needs to apply or dump it (docs/benchmarks.md, "netlink encoder against `nft -f`").
