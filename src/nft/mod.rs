@@ -4,12 +4,14 @@
 //! mode's planner builds the [`Ruleset`] (its names in its own `names.rs`), and this library
 //! compares, sends, reads back and walks whatever that ruleset holds.
 //!
-//! - [`ruleset`] (with [`tuple`](mod@tuple) and [`name`]): the desired or read-back state of one table,
-//!   plain data;
-//! - [`diff`](mod@diff): (last applied, desired) → the smallest [`Transaction`], ordered so the kernel
-//!   accepts it in one batch; [`rebuild`] when the table held objects we cannot name;
-//! - [`render`](mod@render): a transaction as `nft -f -` text (the `--nftables-encoder=nft` path, `plan`'s
-//!   output, and the text quoted in errors);
+//! - [`ruleset`] (with [`tuple`](mod@tuple) and [`name`]): the desired or read-back state of
+//!   one table, plain data, and the steps every planner builds one with
+//!   ([`Ruleset::add_base_chains`], [`Ruleset::push`], [`Ruleset::element`],
+//!   [`ruleset::SetDecl::plain`]);
+//! - [`diff`](mod@diff): (last applied, desired) → the smallest [`Transaction`], ordered so the
+//!   kernel accepts it in one batch; [`rebuild`] when the table held objects we cannot name;
+//! - [`render`](mod@render): a transaction as `nft -f -` text (the `--nftables-encoder=nft`
+//!   path, `plan`'s output, and the text quoted in errors);
 //! - [`adopt`]: `nft -j list table` JSON read back into a ruleset;
 //! - [`backend`]: the kernel seam ([`Backend`]): [`backend::netlink`] encodes transactions as
 //!   one nf_tables netlink batch and reads the table back from `GET*` dumps; [`NftCommand`]

@@ -96,12 +96,8 @@ impl<'a> Builder<'a> {
         self.rules
     }
 
-    fn chain(&mut self, name: &'static str) -> &mut Chain {
-        self.rules.chains.entry(Name::fixed(name)).or_default()
-    }
-
     fn push(&mut self, chain: &'static str, matches: Vec<Match>, statements: Vec<Statement>) {
-        self.chain(chain).rules.push(Rule::new(matches, statements));
+        self.rules.push(chain, matches, statements);
     }
 
     /// Adds an element to a set the skeleton declared. A key already present keeps its first
