@@ -22,7 +22,7 @@ use kube_proxy_rs::cluster::IpFamily;
 use kube_proxy_rs::dataplane::ipvs::diff::{Kernel, diff, diff_only};
 use kube_proxy_rs::dataplane::ipvs::plan::Planner;
 use kube_proxy_rs::dataplane::ipvs::{self, HostAddresses};
-use kube_proxy_rs::dataplane::nftables;
+use kube_proxy_rs::nft;
 
 fn bench(c: &mut Criterion) {
     let (mut g, cluster, cfg, before) = planner_bench::start(c, "ipvs", |s, cfg| {
@@ -49,7 +49,7 @@ fn bench(c: &mut Criterion) {
             let new_tables = ipvs::rules_all(&want, &cfg, node, &bound);
             let ops: usize = (0..2)
                 .map(|i| {
-                    nftables::diff(&tables[i], &new_tables[i]).ops.len()
+                    nft::diff(&tables[i], &new_tables[i]).ops.len()
                         + diff(&kernel[i], &want[i], &cfg, &BTreeMap::new())
                             .requests
                             .len()

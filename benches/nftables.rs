@@ -16,14 +16,15 @@ use std::hint::black_box;
 mod planner_bench;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use kube_proxy_rs::dataplane::nftables::{self, Planner, Ruleset};
+use kube_proxy_rs::dataplane::nftables::{self, Planner};
+use kube_proxy_rs::nft::{self, Ruleset};
 
 fn bench(c: &mut Criterion) {
     let (mut g, cluster, cfg, before) = planner_bench::start(c, "nftables", nftables::plan_all);
     g.bench_function("cold_diff_render", |b| {
         b.iter(|| {
-            let t = nftables::diff(&Ruleset::empty(before[0].family), &before[0]);
-            black_box(nftables::render(&t).len())
+            let t = nft::diff(&Ruleset::empty(before[0].family), &before[0]);
+            black_box(nft::render(&t).len())
         })
     });
     g.bench_function("one_endpoint_change", |b| {
@@ -32,9 +33,9 @@ fn bench(c: &mut Criterion) {
             let ts: Vec<_> = before
                 .iter()
                 .zip(&want)
-                .map(|(l, w)| nftables::diff(l, w))
+                .map(|(l, w)| nft::diff(l, w))
                 .collect();
-            black_box(nftables::render_all(&ts).len())
+            black_box(nft::render_all(&ts).len())
         })
     });
     let mut planner = Planner::new(cfg.clone());
@@ -46,20 +47,17 @@ fn bench(c: &mut Criterion) {
             there = !there;
             let next = cluster.snapshot(there);
             let update = planner.update(next, &cluster.changes);
-            black_box(nftables::render_all(&update.transactions).len())
+            black_box(nft::render_all(&update.transactions).len())
         })
     });
     g.finish();
     let want = nftables::plan_all(&cluster.after, &cfg);
-    let t = nftables::diff(&before[0], &want[0]);
-    let cold = nftables::render(&nftables::diff(
-        &Ruleset::empty(before[0].family),
-        &before[0],
-    ));
+    let t = nft::diff(&before[0], &want[0]);
+    let cold = nft::render(&nft::diff(&Ruleset::empty(before[0].family), &before[0]));
     println!(
         "one endpoint change: {} operations, {} bytes; cold script: {} bytes, {} objects",
         t.operations(),
-        nftables::render(&t).len(),
+        nft::render(&t).len(),
         cold.len(),
         before[0].objects()
     );

@@ -25,8 +25,8 @@ use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube_proxy_rs::cluster::source::{Event, Kind, Object, lean};
 use kube_proxy_rs::cluster::{Features, Tracker};
-use kube_proxy_rs::dataplane::nftables::backend::netlink::batch::{self, Known};
 use kube_proxy_rs::dataplane::nftables::{ModeConfig, Planner};
+use kube_proxy_rs::nft::backend::netlink::batch::{self, Known};
 
 /// mimalloc, counting the bytes live and their peak.
 struct Counting;

@@ -32,12 +32,11 @@ mod synthetic;
 use kube_proxy_rs::cluster::{Changes, Snapshot};
 use kube_proxy_rs::config::NftablesEncoder;
 use kube_proxy_rs::dataplane::monitor::{self, Watch};
-use kube_proxy_rs::dataplane::nftables::adopt::Parsed;
-use kube_proxy_rs::dataplane::nftables::backend::{self, Backend};
-use kube_proxy_rs::dataplane::nftables::{
-    Drift, Family, ModeConfig, NftablesDataplane, Ruleset, Transaction, plan_all,
-};
+use kube_proxy_rs::dataplane::nftables::{Drift, ModeConfig, NftablesDataplane, plan_all};
 use kube_proxy_rs::dataplane::{Dataplane, SyncReport};
+use kube_proxy_rs::nft::adopt::Parsed;
+use kube_proxy_rs::nft::backend::{self, Backend};
+use kube_proxy_rs::nft::{Family, Ruleset, Transaction};
 use netns::NetNs;
 use synthetic::Synthetic;
 

@@ -19,6 +19,7 @@ pub mod go_duration;
 pub mod health;
 pub mod metrics;
 pub mod netlink;
+pub mod nft;
 pub mod sync;
 
 #[cfg(test)]

@@ -22,7 +22,8 @@ use kube_proxy_rs::cli::explain::{Planned, Request, Rules, RulesFrom, explain, k
 use kube_proxy_rs::cluster::IpFamily;
 use kube_proxy_rs::config::NftablesEncoder;
 use kube_proxy_rs::dataplane::Dataplane;
-use kube_proxy_rs::dataplane::nftables::{Drift, Family, ModeConfig, NftablesDataplane, backend};
+use kube_proxy_rs::dataplane::nftables::{Drift, ModeConfig, NftablesDataplane};
+use kube_proxy_rs::nft::{Family, backend};
 
 #[test]
 fn the_kernels_table_explains_packets_as_the_plan_does_and_drift_shows() {
@@ -104,7 +105,7 @@ fn the_kernels_table_explains_packets_as_the_plan_does_and_drift_shows() {
 #[test]
 fn a_clients_affinity_entry_in_the_kernel_sends_it_to_its_endpoint() {
     use kube_proxy_rs::cli::explain::affinity;
-    use kube_proxy_rs::dataplane::nftables::ruleset::{Match, Statement};
+    use kube_proxy_rs::nft::ruleset::{Match, Statement};
 
     let ns = NetNs::new("explain-aff");
     let snap = example();
@@ -125,7 +126,7 @@ fn a_clients_affinity_entry_in_the_kernel_sends_it_to_its_endpoint() {
     let request = Request::parse("10.96.1.14:80", Some("10.244.1.77"), None).unwrap();
     let mut sets =
         kernel::NftablesSets::new(NftablesEncoder::default(), Some(&ns.name), Family::Ip);
-    let ask = |table: &kube_proxy_rs::dataplane::nftables::Ruleset| {
+    let ask = |table: &kube_proxy_rs::nft::Ruleset| {
         explain(
             &snap,
             &cfg.node,
@@ -207,7 +208,7 @@ fn a_clients_affinity_entry_in_the_kernel_sends_it_to_its_endpoint() {
 
 #[test]
 fn other_tables_base_chains_are_listed_beside_ours() {
-    use kube_proxy_rs::dataplane::nftables::ruleset::Hook;
+    use kube_proxy_rs::nft::ruleset::Hook;
 
     let ns = NetNs::new("explain-other");
     let snap = example();

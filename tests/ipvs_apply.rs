@@ -61,7 +61,7 @@ use kube_proxy_rs::dataplane::ipvs::backend::netlink::{
 use kube_proxy_rs::dataplane::ipvs::backend::netlink::{Scheduler, Timeouts};
 use kube_proxy_rs::dataplane::ipvs::{HostAddresses, ModeConfig, plan_all, render_all};
 use kube_proxy_rs::dataplane::monitor::Drift;
-use kube_proxy_rs::dataplane::nftables::{self, Backend as _};
+use kube_proxy_rs::nft::{self, Backend as _};
 use uml::host::NetNs;
 use uml::host::helper_process::{HelperProcess, RESULT};
 
@@ -179,19 +179,19 @@ impl Backend for Counting {
 
 /// The helper rules' real backend (nf_tables netlink), counting every transaction it sends.
 struct CountingRules {
-    inner: Box<dyn nftables::Backend>,
+    inner: Box<dyn nft::Backend>,
     batches: Arc<AtomicUsize>,
 }
 
-impl nftables::Backend for CountingRules {
-    fn run(&mut self, t: &[nftables::Transaction]) -> Result<(), nftables::backend::Error> {
+impl nft::Backend for CountingRules {
+    fn run(&mut self, t: &[nft::Transaction]) -> Result<(), nft::backend::Error> {
         self.batches.fetch_add(1, Ordering::SeqCst);
         self.inner.run(t)
     }
     fn dump(
         &mut self,
-        family: nftables::Family,
-    ) -> Result<Option<nftables::adopt::Parsed>, nftables::backend::Error> {
+        family: nft::Family,
+    ) -> Result<Option<nft::adopt::Parsed>, nft::backend::Error> {
         self.inner.dump(family)
     }
     fn watched_by(&mut self, drift: Arc<Drift>) {
@@ -211,7 +211,7 @@ fn dataplane(ns: &NetNs, cfg: ModeConfig) -> (Dp, Arc<AtomicUsize>) {
     };
     let batches = Arc::new(AtomicUsize::new(0));
     let rules = CountingRules {
-        inner: nftables::backend::for_encoder(NftablesEncoder::Netlink, Some(&ns.name)),
+        inner: nft::backend::for_encoder(NftablesEncoder::Netlink, Some(&ns.name)),
         batches: batches.clone(),
     };
     let dp = IpvsDataplane::new(cfg, backend, rules, MonotonicClock, Drift::new());
@@ -219,8 +219,8 @@ fn dataplane(ns: &NetNs, cfg: ModeConfig) -> (Dp, Arc<AtomicUsize>) {
 }
 
 /// Our table of `family` in the namespace, as the nftables mode's reader parses it.
-fn helper_table(ns: &NetNs, family: nftables::Family) -> nftables::Ruleset {
-    let mut backend = nftables::backend::for_encoder(NftablesEncoder::Netlink, Some(&ns.name));
+fn helper_table(ns: &NetNs, family: nft::Family) -> nft::Ruleset {
+    let mut backend = nft::backend::for_encoder(NftablesEncoder::Netlink, Some(&ns.name));
     backend
         .dump(family)
         .expect("read our table")
@@ -274,7 +274,7 @@ fn idle_messages() {
     let mut dp = IpvsDataplane::new(
         cfg,
         KernelBackend::new(Some(&ns.name)),
-        nftables::backend::for_encoder(NftablesEncoder::Netlink, Some(&ns.name)),
+        nft::backend::for_encoder(NftablesEncoder::Netlink, Some(&ns.name)),
         MonotonicClock,
         Drift::new(),
     );

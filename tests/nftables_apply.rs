@@ -30,14 +30,13 @@ use kube_proxy_rs::cluster::{Changes, IpFamily, Snapshot, Tracker};
 use kube_proxy_rs::config::NftablesEncoder;
 use kube_proxy_rs::dataplane::Dataplane;
 use kube_proxy_rs::dataplane::monitor::{self, Watch};
-use kube_proxy_rs::dataplane::nftables::adopt::Parsed;
-use kube_proxy_rs::dataplane::nftables::adopt::parse;
-use kube_proxy_rs::dataplane::nftables::backend::{self, Backend};
-use kube_proxy_rs::dataplane::nftables::names::Name;
-use kube_proxy_rs::dataplane::nftables::ruleset::{Rule, Statement, Verdict};
-use kube_proxy_rs::dataplane::nftables::{
-    Drift, Family, ModeConfig, NftCommand, NftablesDataplane, Op, Ruleset, Transaction, plan_all,
-};
+use kube_proxy_rs::dataplane::nftables::{Drift, ModeConfig, NftablesDataplane, plan_all};
+use kube_proxy_rs::nft::Name;
+use kube_proxy_rs::nft::adopt::Parsed;
+use kube_proxy_rs::nft::adopt::parse;
+use kube_proxy_rs::nft::backend::{self, Backend};
+use kube_proxy_rs::nft::ruleset::{Rule, Statement, Verdict};
+use kube_proxy_rs::nft::{Family, NftCommand, Op, Ruleset, Transaction};
 use synthetic::Synthetic;
 
 /// The mode as `main` makes it, with the default (netlink) encoder.

@@ -24,10 +24,9 @@ use host::NetNs;
 use kube_proxy_rs::cluster::{Changes, Snapshot};
 use kube_proxy_rs::config::NftablesEncoder;
 use kube_proxy_rs::dataplane::Dataplane;
-use kube_proxy_rs::dataplane::nftables::names::TABLE;
-use kube_proxy_rs::dataplane::nftables::{
-    Drift, ModeConfig, NftablesDataplane, Ruleset, backend, plan_all,
-};
+use kube_proxy_rs::dataplane::nftables::{Drift, ModeConfig, NftablesDataplane, plan_all};
+use kube_proxy_rs::nft::TABLE;
+use kube_proxy_rs::nft::{Ruleset, backend};
 
 fn planned(snap: &Snapshot) -> Vec<Ruleset> {
     plan_all(snap, &ModeConfig::default()).into()

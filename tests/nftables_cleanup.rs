@@ -15,9 +15,10 @@ use std::path::Path;
 use host::NetNs;
 use kube_proxy_rs::cli::load_manifests;
 use kube_proxy_rs::cluster::{Changes, Features};
-use kube_proxy_rs::dataplane::nftables::{Drift, ModeConfig, NftCommand, NftablesDataplane};
+use kube_proxy_rs::dataplane::nftables::{Drift, ModeConfig, NftablesDataplane};
 use kube_proxy_rs::dataplane::tool::Launcher;
 use kube_proxy_rs::dataplane::{Dataplane, cleanup};
+use kube_proxy_rs::nft::NftCommand;
 
 fn sh(ns: &NetNs, line: &str) {
     let words: Vec<&str> = line.split(' ').collect();

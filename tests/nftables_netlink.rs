@@ -19,14 +19,13 @@ use kube_proxy_rs::cluster::Tracker;
 use kube_proxy_rs::cluster::source::{Event, manifests};
 use kube_proxy_rs::cluster::topology::Features;
 use kube_proxy_rs::config;
-use kube_proxy_rs::dataplane::nftables::adopt::parse;
-use kube_proxy_rs::dataplane::nftables::backend::netlink::Netlink;
-use kube_proxy_rs::dataplane::nftables::names::Name;
-use kube_proxy_rs::dataplane::nftables::ruleset::{Data, Element, Tuple, Value};
-use kube_proxy_rs::dataplane::nftables::{
-    Family, ModeConfig, Ruleset, Transaction, diff, plan_all, render_all,
-};
+use kube_proxy_rs::dataplane::nftables::{ModeConfig, plan_all};
 use kube_proxy_rs::dataplane::node::{DetectLocal, IfName, NodePolicy};
+use kube_proxy_rs::nft::Name;
+use kube_proxy_rs::nft::adopt::parse;
+use kube_proxy_rs::nft::backend::netlink::Netlink;
+use kube_proxy_rs::nft::ruleset::{Data, Element, Tuple, Value};
+use kube_proxy_rs::nft::{Family, Ruleset, Transaction, diff, render_all};
 use proptest::prelude::*;
 
 /// Where `host.rs` puts process logs.
@@ -141,11 +140,9 @@ impl Pair {
     }
 }
 
-fn context(e: &kube_proxy_rs::dataplane::nftables::backend::netlink::Error) -> String {
+fn context(e: &kube_proxy_rs::nft::backend::netlink::Error) -> String {
     match e {
-        kube_proxy_rs::dataplane::nftables::backend::netlink::Error::Refused {
-            context, ..
-        } => context.clone(),
+        kube_proxy_rs::nft::backend::netlink::Error::Refused { context, .. } => context.clone(),
         _ => String::new(),
     }
 }
@@ -323,15 +320,13 @@ fn a_batch_without_acknowledgements_commits_and_reports_its_errors() {
     }
     let mut t = diff(&want, &broken);
     let last = t.ops.len();
-    t.ops.push(kube_proxy_rs::dataplane::nftables::Op::AddRule {
+    t.ops.push(kube_proxy_rs::nft::Op::AddRule {
         chain: Name::parse("no-such-chain").unwrap(),
-        rule: kube_proxy_rs::dataplane::nftables::ruleset::Rule::new(
+        rule: kube_proxy_rs::nft::ruleset::Rule::new(
             vec![],
-            vec![
-                kube_proxy_rs::dataplane::nftables::ruleset::Statement::Verdict(
-                    kube_proxy_rs::dataplane::nftables::ruleset::Verdict::Accept,
-                ),
-            ],
+            vec![kube_proxy_rs::nft::ruleset::Statement::Verdict(
+                kube_proxy_rs::nft::ruleset::Verdict::Accept,
+            )],
         ),
     });
     let error = pair.encoder.apply(&[t]).expect_err("the kernel refuses");

@@ -18,8 +18,8 @@ use kube_proxy_rs::cli::load_manifests;
 use kube_proxy_rs::cluster::{Changes, Features};
 use kube_proxy_rs::config::NftablesEncoder;
 use kube_proxy_rs::dataplane::Dataplane;
-use kube_proxy_rs::dataplane::nftables::backend;
 use kube_proxy_rs::dataplane::nftables::{Drift, ModeConfig, NftablesDataplane};
+use kube_proxy_rs::nft::backend;
 
 const MANIFESTS: &str = r#"
 apiVersion: v1

@@ -260,7 +260,7 @@ fn redirect_rules_send_cluster_ip_and_node_port_traffic_to_the_listeners() {
             udp_pod("10.244.1.2:5353", "a").await;
             let range = PortRange::parse("30100-30120").unwrap();
             let bind = "0.0.0.0".parse().unwrap();
-            let backend = kube_proxy_rs::dataplane::nftables::backend::for_encoder(
+            let backend = kube_proxy_rs::nft::backend::for_encoder(
                 kube_proxy_rs::config::NftablesEncoder::Netlink,
                 None,
             );

@@ -21,9 +21,10 @@ use tokio::sync::watch;
 
 use super::cleanup::Report;
 use super::ipvs::backend::link;
-use super::nftables::backend::netlink::Netlink;
 use super::tool::{self, Launcher};
-use super::{iptables, ipvs, nftables};
+use super::{iptables, ipvs};
+use crate::nft;
+use crate::nft::backend::netlink::Netlink;
 use crate::sync::Status;
 
 /// Upstream kube-proxy's nftables table (both `ip` and `ip6`).
@@ -75,7 +76,7 @@ impl fmt::Display for Leftover {
                 write!(f, "nftables table {family} {UPSTREAM_TABLE}")
             }
             Leftover::OurTable { family } => {
-                write!(f, "nftables table {family} {}", nftables::names::TABLE)
+                write!(f, "nftables table {family} {}", nft::TABLE)
             }
             Leftover::Chains { flavour, chains } => {
                 const SHOWN: usize = 3;
@@ -103,7 +104,7 @@ pub fn find(owned: Owned, seen: &Seen) -> Vec<Leftover> {
             left.push(Leftover::UpstreamTable {
                 family: family.clone(),
             });
-        } else if name == nftables::names::TABLE && !owned.our_table {
+        } else if name == nft::TABLE && !owned.our_table {
             left.push(Leftover::OurTable {
                 family: family.clone(),
             });
@@ -155,7 +156,7 @@ pub fn remove(left: &[Leftover], tools: &Launcher) -> Report {
         .iter()
         .filter_map(|l| match l {
             Leftover::UpstreamTable { family } => Some(format!("{family} {UPSTREAM_TABLE}")),
-            Leftover::OurTable { family } => Some(format!("{family} {}", nftables::names::TABLE)),
+            Leftover::OurTable { family } => Some(format!("{family} {}", nft::TABLE)),
             _ => None,
         })
         .collect();

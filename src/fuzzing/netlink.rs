@@ -13,14 +13,14 @@ use crate::dataplane::ebpf::udp_sockets::diag;
 use crate::dataplane::ipvs::backend::link::message as link;
 use crate::dataplane::ipvs::backend::netlink::decode as ipvs;
 use crate::dataplane::monitor::{Events, Watch};
-use crate::dataplane::nftables::backend::netlink::dump::{self, SetElements};
-use crate::dataplane::nftables::backend::netlink::uapi;
-use crate::dataplane::nftables::{Family, Ruleset, diff, rebuild, render};
 use crate::netlink::ack::Ack;
 use crate::netlink::attr::find_str;
 use crate::netlink::dump::Dump;
 use crate::netlink::message::{Message, messages};
 use crate::netlink::{genetlink, nfnetlink};
+use crate::nft::backend::netlink::dump::{self, SetElements};
+use crate::nft::backend::netlink::uapi;
+use crate::nft::{Family, Ruleset, diff, rebuild, render};
 
 /// The sequence number the answer in `datagram` is read for.
 fn first_seq(datagram: &[u8]) -> u32 {

@@ -4,7 +4,7 @@
 
 use crate::cluster::IpFamily;
 use crate::dataplane::iptables;
-use crate::dataplane::nftables::{self, Family, Ruleset, diff, rebuild, render};
+use crate::nft::{self, Family, Ruleset, diff, rebuild, render};
 
 /// One family's `nft -j list table` output, read for each family, diffed and rendered as a
 /// sync renders a transaction.
@@ -13,7 +13,7 @@ pub fn nft_json(bytes: &[u8]) {
         return;
     };
     for family in [Family::Ip, Family::Ip6] {
-        if let Ok(parsed) = nftables::adopt::parse(text, family) {
+        if let Ok(parsed) = nft::adopt::parse(text, family) {
             let _ = render(&diff(&parsed.ruleset, &Ruleset::empty(family)));
             let _ = render(&rebuild(&parsed.ruleset));
         }

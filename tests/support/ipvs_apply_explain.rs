@@ -24,13 +24,10 @@ pub fn explain_live() {
     };
     let read = || {
         let ipvs = kernel::read_ipvs(Some(&ns.name), IpFamily::V4).expect("reads IPVS");
-        let table = kernel::read_nftables(
-            NftablesEncoder::Netlink,
-            Some(&ns.name),
-            nftables::Family::Ip,
-        )
-        .expect("reads our table")
-        .expect("our table exists");
+        let table =
+            kernel::read_nftables(NftablesEncoder::Netlink, Some(&ns.name), nft::Family::Ip)
+                .expect("reads our table")
+                .expect("our table exists");
         let read = kernel::ipvs_as_read(desired, &ipvs);
         let mut drift = read.drift;
         drift.extend(kernel::drift(Some(&table), tables));

@@ -13,11 +13,9 @@ use std::net::{IpAddr, SocketAddr};
 use super::source::Source;
 use super::{Error, Request, find};
 use crate::cluster::{IpFamily, Snapshot};
-use crate::dataplane::nftables::names::Name;
-use crate::dataplane::nftables::ruleset::{
-    Data, Element, Field, Match, Ruleset, SetDecl, Statement, Tuple, Value,
-};
 use crate::dataplane::node::NodePolicy;
+use crate::nft::Name;
+use crate::nft::ruleset::{Data, Element, Field, Match, Ruleset, SetDecl, Statement, Tuple, Value};
 
 /// What the kernel can tell of a dynamic set: its keys, or `None` when it cannot tell.
 pub trait Lookup {

@@ -1,6 +1,6 @@
 //! What `explain` reads from a live node's kernel, and how it tells drift.
 //!
-//! The reading is the adopting applier's own ([`nftables::backend::Backend::dump`]), so
+//! The reading is the adopting applier's own ([`nft::backend::Backend::dump`]), so
 //! `explain` sees our table exactly as a restarted proxy would adopt it. Drift is the diff
 //! from what was read to what the proxy would program now, shown as the nft commands that
 //! would repair it.
@@ -13,7 +13,7 @@ use crate::dataplane::ipvs::apply::{Backend as _, KernelBackend};
 use crate::dataplane::ipvs::backend::netlink::ServiceKey;
 use crate::dataplane::ipvs::desired::Desired;
 use crate::dataplane::ipvs::diff::Kernel;
-use crate::dataplane::nftables::{self, Ruleset, ruleset::Family};
+use crate::nft::{self, Ruleset, ruleset::Family};
 
 /// Lines of the repair script shown; the rest is counted.
 const DRIFT_LINES: usize = 8;
@@ -25,7 +25,7 @@ pub fn read_nftables(
     netns: Option<&str>,
     family: Family,
 ) -> Result<Option<Ruleset>, String> {
-    let mut backend = nftables::backend::for_encoder(encoder, netns);
+    let mut backend = nft::backend::for_encoder(encoder, netns);
     backend
         .dump(family)
         .map(|parsed| parsed.map(|p| p.ruleset))
@@ -39,14 +39,14 @@ pub fn read_nftables(
 
 /// The dynamic sets of our nftables table as the kernel holds them, for the affinity lookup.
 pub struct NftablesSets {
-    backend: Box<dyn nftables::backend::Backend>,
+    backend: Box<dyn nft::backend::Backend>,
     family: Family,
 }
 
 impl NftablesSets {
     pub fn new(encoder: NftablesEncoder, netns: Option<&str>, family: Family) -> NftablesSets {
         NftablesSets {
-            backend: nftables::backend::for_encoder(encoder, netns),
+            backend: nft::backend::for_encoder(encoder, netns),
             family,
         }
     }
@@ -55,9 +55,9 @@ impl NftablesSets {
 impl super::affinity::Lookup for NftablesSets {
     fn keys(
         &mut self,
-        set: &nftables::names::Name,
-        decl: &nftables::ruleset::SetDecl,
-    ) -> Result<Option<Vec<nftables::ruleset::Tuple>>, String> {
+        set: &nft::Name,
+        decl: &nft::ruleset::SetDecl,
+    ) -> Result<Option<Vec<nft::ruleset::Tuple>>, String> {
         self.backend
             .dynamic_keys(self.family, set, decl)
             .map_err(|e| format!("reading set {set}: {}", crate::causes::one_line(&e)))
@@ -69,8 +69,8 @@ impl super::affinity::Lookup for NftablesSets {
 pub fn base_chains(
     encoder: NftablesEncoder,
     netns: Option<&str>,
-) -> Result<Option<Vec<nftables::backend::BaseChainSummary>>, String> {
-    nftables::backend::for_encoder(encoder, netns)
+) -> Result<Option<Vec<nft::backend::BaseChainSummary>>, String> {
+    nft::backend::for_encoder(encoder, netns)
         .base_chains()
         .map_err(|e| {
             format!(
@@ -173,11 +173,11 @@ pub fn drift(kernel: Option<&Ruleset>, planned: &Ruleset) -> Vec<String> {
     let Some(kernel) = kernel else {
         return vec!["our table is not in the kernel: nothing of ours handles this family".into()];
     };
-    let repair = nftables::diff(kernel, planned);
+    let repair = nft::diff(kernel, planned);
     if repair.ops.is_empty() {
         return Vec::new();
     }
-    let script = nftables::render(&repair);
+    let script = nft::render(&repair);
     let lines: Vec<&str> = script
         .lines()
         .map(str::trim)
@@ -212,6 +212,7 @@ mod tests {
     use super::*;
     use crate::dataplane::ipvs::diff::KernelService;
     use crate::dataplane::ipvs::{self, HostAddresses};
+    use crate::dataplane::nftables;
     use crate::testing::snapshots::{node, snapshot, svc};
 
     #[test]

@@ -14,6 +14,7 @@ use crate::dataplane::ipvs::backend::netlink::ServiceKey;
 use crate::dataplane::node::NodePolicy;
 use crate::dataplane::userspace::{self, trace::RelayPorts};
 use crate::dataplane::{ebpf, iptables, ipvs, nftables};
+use crate::nft;
 
 /// The rules the configured mode plans for `snapshot`, with the node policy its tracer reads.
 /// On a live node (`offline` false) the IPVS mode plans its NodePorts over the host's
@@ -71,8 +72,8 @@ fn ipvs_host_addresses() -> Result<ipvs::HostAddresses, String> {
 pub struct Read {
     /// Our nftables table: the whole dataplane in nftables mode, the helper rules in ipvs mode
     /// (`None`: not in the kernel).
-    table: Option<nftables::Ruleset>,
-    empty: nftables::Ruleset,
+    table: Option<nft::Ruleset>,
+    empty: nft::Ruleset,
     /// IPVS mode: the planned virtual services as the kernel holds them.
     services: Option<ipvs::Desired>,
     /// iptables mode: our chains as the kernel holds them (empty when they are not there).
@@ -128,9 +129,9 @@ pub fn read_family(
     family: IpFamily,
     packet: Option<&super::scoped::Packet>,
 ) -> Result<Read, String> {
-    let table_family = nftables::ruleset::Family::of(family);
+    let table_family = nft::ruleset::Family::of(family);
     let read_table = || kernel::read_nftables(config.nftables_encoder, None, table_family);
-    let empty = nftables::Ruleset::empty(table_family);
+    let empty = nft::Ruleset::empty(table_family);
     if let Planned::Ebpf { plan, .. } = planned {
         let pin_root = crate::dataplane::ebpf::mode::pin_root(config);
         let read = pinned::read(&pin_root)?;
@@ -416,7 +417,7 @@ fn remember(
     let mut sets = kernel::NftablesSets::new(
         config.nftables_encoder,
         None,
-        nftables::ruleset::Family::of(family),
+        nft::ruleset::Family::of(family),
     );
     let found = affinity::add_entries(snapshot, node, request, table, &mut sets)?;
     Ok((found, Vec::new()))

@@ -43,7 +43,8 @@ use serde::Serialize;
 use super::plan::{FamilyReport, family_report};
 use crate::cluster::{IpFamily, ServicePortState, Snapshot, TrafficPolicy};
 use crate::dataplane::node::NodePolicy;
-use crate::dataplane::{ebpf, iptables, ipvs, nftables, userspace};
+use crate::dataplane::{ebpf, iptables, ipvs, userspace};
+use crate::nft;
 use outcome::walk;
 use reasons::{masquerade_reasons, not_a_frontend, reasons, relay_reasons};
 use source::{Origin, Source};
@@ -54,16 +55,16 @@ pub use request::{From, Request};
 /// One family's rules of the mode the packet is explained in.
 #[derive(Clone, Copy, Debug)]
 pub enum Rules<'a> {
-    Nftables(&'a nftables::Ruleset),
+    Nftables(&'a nft::Ruleset),
     Iptables(&'a iptables::Ruleset),
     /// The virtual services and the helper table of our nftables table.
     Ipvs {
         desired: &'a ipvs::desired::Desired,
-        tables: &'a nftables::Ruleset,
+        tables: &'a nft::Ruleset,
     },
     /// The redirect rules of our nftables table, and the listeners they lead to.
     Userspace {
-        tables: &'a nftables::Ruleset,
+        tables: &'a nft::Ruleset,
         relay: &'a userspace::trace::RelayPorts,
     },
     /// The eBPF mode's maps (both families share them), planned or read from the pins, and

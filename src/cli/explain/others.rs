@@ -4,9 +4,9 @@
 //! (Rules of iptables-legacy live outside nf_tables and are not seen here.)
 
 use crate::cluster::IpFamily;
-use crate::dataplane::nftables::backend::BaseChainSummary;
-use crate::dataplane::nftables::names::TABLE;
-use crate::dataplane::nftables::ruleset::{Hook, Ruleset};
+use crate::nft::TABLE;
+use crate::nft::backend::BaseChainSummary;
+use crate::nft::ruleset::{Hook, Ruleset};
 
 /// One line per base chain of another table at a hook of the packet's path (the output path
 /// for a packet from the node, the input or forward path otherwise), in hook order, then

@@ -7,18 +7,19 @@ use std::net::SocketAddr;
 use super::source::Source;
 use super::{Outcome, Request, Rules, Share, Verdict};
 use crate::dataplane::ebpf::trace::{Fate, Hook};
-use crate::dataplane::{iptables, ipvs, nftables, userspace};
+use crate::dataplane::{iptables, ipvs, userspace};
+use crate::nft;
 
 /// Walks the packet through the rules with the mode's tracer.
 pub(super) fn walk(rules: Rules<'_>, request: &Request, source: &Source) -> Outcome {
-    let nft_packet = || nftables::trace::Packet {
+    let nft_packet = || nft::trace::Packet {
         protocol: request.protocol,
         src: source.address,
         dst: request.to.ip(),
         dport: request.to.port(),
         origin: match &source.interface {
-            None => nftables::trace::Origin::Host,
-            Some(i) => nftables::trace::Origin::Interface(i.clone()),
+            None => nft::trace::Origin::Host,
+            Some(i) => nft::trace::Origin::Interface(i.clone()),
         },
     };
     match rules {
@@ -44,9 +45,7 @@ pub(super) fn walk(rules: Rules<'_>, request: &Request, source: &Source) -> Outc
                 masquerade: Some(snat),
             }
         }
-        Rules::Nftables(r) => {
-            from_branches(&nftables::trace::trace(r, &nft_packet(), &source.local))
-        }
+        Rules::Nftables(r) => from_branches(&nft::trace::trace(r, &nft_packet(), &source.local)),
         Rules::Ipvs { desired, tables } => from_branches(&ipvs::trace::trace(
             desired,
             tables,
@@ -88,8 +87,8 @@ pub(super) fn walk(rules: Rules<'_>, request: &Request, source: &Source) -> Outc
     }
 }
 
-fn from_branches(t: &nftables::trace::Trace) -> Outcome {
-    use nftables::trace::Fate;
+fn from_branches(t: &nft::trace::Trace) -> Outcome {
+    use nft::trace::Fate;
     let endpoints: BTreeSet<SocketAddr> = t
         .endpoints()
         .into_iter()

@@ -5,22 +5,23 @@ use crate::config::NodePortAddresses;
 use crate::dataplane::node::NodePolicy;
 use crate::dataplane::userspace::{self, trace::RelayPorts};
 use crate::dataplane::{ebpf, iptables, ipvs, nftables};
+use crate::nft;
 
 use super::Rules;
 
 /// Both families' planned rules of one mode.
 #[derive(Debug)]
 pub enum Planned {
-    Nftables([nftables::Ruleset; 2]),
+    Nftables([nft::Ruleset; 2]),
     Iptables([iptables::Ruleset; 2]),
     Ipvs {
         desired: [ipvs::Desired; 2],
-        tables: Vec<nftables::Ruleset>,
+        tables: Vec<nft::Ruleset>,
     },
     /// The redirect rules on stand-in listener ports (the running proxy's are the kernel's
     /// choice), the listeners they lead to, and what a live reading needs to plan them again.
     Userspace {
-        tables: [nftables::Ruleset; 2],
+        tables: [nft::Ruleset; 2],
         relay: [RelayPorts; 2],
         listeners: userspace::plan::Listeners,
         settings: userspace::redirect::Settings,

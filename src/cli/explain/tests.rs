@@ -5,6 +5,7 @@ use proptest::prelude::*;
 
 use super::render::{WIDTH, json, text};
 use super::*;
+use crate::dataplane::nftables;
 use crate::testing::snapshots::{Svc, node, node_policy, snapshot, svc};
 
 fn services() -> Vec<Svc> {

@@ -7,7 +7,7 @@
 //!
 //! The helper rules go first, so a new virtual service is never reachable before its
 //! masquerade and guard rules are (upstream writes its iptables rules last, kubernetes#133773).
-//! They are one nftables transaction for both families through the nftables mode's
+//! They are one nftables transaction for both families through the nf_tables library's
 //! [`Applier`]: adopted from the kernel on full syncs (or when the monitor saw another program
 //! change our table), the planner's transaction from the last applied tables otherwise.
 //!
@@ -41,8 +41,8 @@ use super::plan::{HostAddresses, Planner, Update};
 use super::traffic::Owners;
 use crate::cluster::{Changes, IpFamily, Snapshot};
 use crate::dataplane::monitor::Drift;
-use crate::dataplane::nftables::{self, Ruleset, apply::Applier};
 use crate::dataplane::{Dataplane, FamilyReport, SyncError, SyncReport};
+use crate::nft::{self, Ruleset, apply::Applier};
 
 const MODE: &str = "ipvs";
 
@@ -115,11 +115,11 @@ struct Programmed {
 
 /// See the module doc.
 #[doc(alias = "proxier")]
-pub struct IpvsDataplane<B = KernelBackend, C = MonotonicClock, R = Box<dyn nftables::Backend>> {
+pub struct IpvsDataplane<B = KernelBackend, C = MonotonicClock, R = Box<dyn nft::Backend>> {
     cfg: ModeConfig,
     backend: B,
     clock: C,
-    /// The helper rules' applier, over the nftables mode's backend.
+    /// The helper rules' applier, over an nf_tables backend (`nft::backend`).
     rules: Applier<R>,
     /// The plan of the last sync: virtual services, addresses and helper tables.
     planner: Planner,
@@ -139,7 +139,7 @@ pub struct IpvsDataplane<B = KernelBackend, C = MonotonicClock, R = Box<dyn nfta
     probed: BTreeSet<&'static str>,
 }
 
-impl<B: Backend, C: Clock, R: nftables::Backend> IpvsDataplane<B, C, R> {
+impl<B: Backend, C: Clock, R: nft::Backend> IpvsDataplane<B, C, R> {
     /// The mode over an IPVS backend and an nftables backend for the helper rules, which
     /// records its transactions in `drift` so the monitor tells them from other programs'.
     pub fn new(
@@ -452,7 +452,7 @@ fn refresh_destinations(
     Ok(())
 }
 
-impl<B: Backend, C: Clock, R: nftables::Backend> Dataplane for IpvsDataplane<B, C, R> {
+impl<B: Backend, C: Clock, R: nft::Backend> Dataplane for IpvsDataplane<B, C, R> {
     fn mode(&self) -> &'static str {
         MODE
     }
@@ -476,9 +476,7 @@ impl<B: Backend, C: Clock, R: nftables::Backend> Dataplane for IpvsDataplane<B, 
             match e {
                 Error::Ipvs(ipvs::Error::Refused { .. } | ipvs::Error::UnknownScheduler { .. })
                 | Error::Link(link::Error::Refused { .. })
-                | Error::Rules(nftables::apply::Error::Refused { .. }) => {
-                    SyncError::refused(MODE, e)
-                }
+                | Error::Rules(nft::apply::Error::Refused { .. }) => SyncError::refused(MODE, e),
                 other => SyncError::io(MODE, other),
             }
         })

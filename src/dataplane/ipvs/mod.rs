@@ -33,12 +33,12 @@
 //!   transaction and [`diff::diff_only`] of the touched virtual services; done;
 //! - [`rules`](mod@rules): the helper rules in our nftables table (masquerade, hairpin, the
 //!   VIP port filter, the guards, source ranges), applied before the virtual services by the
-//!   nftables mode's applier; done;
+//!   nf_tables library's applier ([`crate::nft`]); done;
 //! - [`traffic`](mod@traffic): per-Service STATS64 counters, read at scrape time; done;
 //! - the per-Service scheduler annotation (`cluster::scheduler_annotation`, probed by the
 //!   applier once per name); done;
 //! - [`trace`](mod@trace): a packet walked through the planned services and helper rules,
-//!   checked against the nftables mode's trace of the same snapshot; done;
+//!   checked against the nftables mode's plan traced the same way; done;
 //! - [`cleanup`](mod@cleanup): what `--cleanup` removes (every virtual service, as upstream,
 //!   and `kube-ipvs0`); done.
 
@@ -85,7 +85,7 @@ pub fn rules_all(
     cfg: &ModeConfig,
     node: &crate::cluster::NodeContext,
     bound: &std::collections::BTreeSet<std::net::IpAddr>,
-) -> Vec<crate::dataplane::nftables::Ruleset> {
+) -> Vec<crate::nft::Ruleset> {
     states
         .iter()
         .map(|d| rules::plan(d, cfg, node, bound))

@@ -11,10 +11,10 @@ use crate::dataplane::cleanup::Report;
 use crate::dataplane::leftovers::Owned;
 use crate::dataplane::mode::{self, Mode, StartError, Started};
 use crate::dataplane::monitor::{Drift, Watch};
-use crate::dataplane::nftables;
 use crate::dataplane::node;
 use crate::dataplane::tool::Launcher;
 use crate::metrics::SyncSeries;
+use crate::nft;
 
 /// See the module doc.
 pub struct Ipvs;
@@ -58,7 +58,7 @@ impl Mode for Ipvs {
         text.push_str(
             "\n# ipvs: the helper rules this node would program in our nftables table (nft -f -)\n",
         );
-        text.push_str(&nftables::render_from_scratch(&tables));
+        text.push_str(&nft::render_from_scratch(&tables));
         Ok(text)
     }
 
@@ -88,7 +88,7 @@ impl Mode for Ipvs {
         apply::set_timeouts(&mut backend, &cfg).map_err(Unusable)?;
         tracing::info!(scheduler = cfg.scheduler.as_str(), "IPVS mode");
         let drift = Drift::new();
-        let rules = nftables::backend::for_encoder(config.nftables_encoder, None);
+        let rules = nft::backend::for_encoder(config.nftables_encoder, None);
         let dataplane = IpvsDataplane::new(cfg, backend, rules, MonotonicClock, drift.clone());
         let traffic = super::traffic::KernelTraffic::new(None, dataplane.owners());
         let (owners, watch_drift) = (dataplane.owners(), drift.clone());

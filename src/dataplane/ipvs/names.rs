@@ -15,7 +15,7 @@ pub const KNOWN_SCHEDULERS: [&str; 14] = [
     "rr", "wrr", "lc", "wlc", "lblc", "lblcr", "sh", "dh", "sed", "nq", "mh", "fo", "ovf", "twos",
 ];
 
-/// The helper rules live in our nftables table (`nftables::names::TABLE`, in the `ip` and `ip6`
+/// The helper rules live in our nftables table (`nft::TABLE`, in the `ip` and `ip6`
 /// families), with the nftables mode's chain and set names where a chain or set plays the same
 /// role (`service-ips`, `cluster-ip`, `external`, `masquerading`, `firewall-check`,
 /// `reject-chain`, ...). One table name for every mode: switching a node between the nftables

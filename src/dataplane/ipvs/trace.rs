@@ -23,9 +23,9 @@ use std::net::{IpAddr, SocketAddr};
 
 use super::backend::netlink::ServiceKey;
 use super::desired::Desired;
-use crate::dataplane::nftables::Ruleset;
-use crate::dataplane::nftables::ruleset::Hook;
-use crate::dataplane::nftables::trace::{Fate, Flight, Origin, Packet, Trace, through_hook};
+use crate::nft::Ruleset;
+use crate::nft::ruleset::Hook;
+use crate::nft::trace::{Fate, Flight, Origin, Packet, Trace, through_hook};
 
 /// Traces `packet` through `desired` (one family's plan) and its helper table `rules`.
 /// `node` are the node's own addresses; the planned service addresses are local too.

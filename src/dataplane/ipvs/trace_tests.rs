@@ -14,8 +14,9 @@ use crate::dataplane::ipvs::mode_config::ModeConfig;
 use crate::dataplane::ipvs::plan::{HostAddresses, plan};
 use crate::dataplane::ipvs::rules_all;
 use crate::dataplane::nftables;
-use crate::dataplane::nftables::trace::Trace;
 use crate::dataplane::node::{DetectLocal, NodePolicy};
+use crate::nft;
+use crate::nft::trace::Trace;
 use crate::testing::changes::{events, step};
 use crate::testing::snapshots::{Svc, ip, node, snapshot, svc};
 use crate::testing::{applied_node, node as node_object};
@@ -294,7 +295,7 @@ proptest! {
                 for src in clients {
                     let p = packet(proto, ip(src), dst, port, &lab.local);
                     let ours = trace(&lab.desired, &lab.rules, &p, &lab.local);
-                    let theirs = nftables::trace::trace(&nft[i], &p, &lab.local);
+                    let theirs = nft::trace::trace(&nft[i], &p, &lab.local);
                     if known_difference(&p, vs, &ours, &theirs) {
                         continue;
                     }

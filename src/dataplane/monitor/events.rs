@@ -3,11 +3,10 @@
 //! notification bytes.
 
 use crate::dataplane::iptables::names as iptables_names;
-use crate::dataplane::nftables::backend::netlink::uapi::{self, GEN_PROC_PID};
-use crate::dataplane::nftables::names;
 use crate::netlink::attr::{find_be32, find_str};
 use crate::netlink::message::messages;
 use crate::netlink::nfnetlink;
+use crate::nft::backend::netlink::uapi::{self, GEN_PROC_PID};
 
 /// Who committed a transaction, as its generation notice says: the committing thread's id
 /// (`NFTA_GEN_PROC_PID`, in the kernel's initial pid namespace) and the port id of the netlink
@@ -50,7 +49,7 @@ impl Watch {
         let attrs = nfnetlink::attributes(body);
         let table = find_str(attrs, 1);
         match self {
-            Watch::NftablesTable => table == Some(names::TABLE),
+            Watch::NftablesTable => table == Some(crate::nft::TABLE),
             Watch::IptablesNft => {
                 matches!(table, Some("mangle" | "nat" | "filter"))
                     && match msg {
@@ -160,19 +159,24 @@ mod tests {
             &mut w,
             uapi::msg::NEWCHAIN,
             uapi::NFPROTO_IPV4,
-            names::TABLE,
+            crate::nft::TABLE,
         );
         generation(&mut w, 19986);
         // Another table, and our table's name in another family: not ours.
         object(&mut w, uapi::msg::NEWTABLE, uapi::NFPROTO_IPV6, "x");
-        object(&mut w, uapi::msg::DELTABLE, 1, names::TABLE);
+        object(&mut w, uapi::msg::DELTABLE, 1, crate::nft::TABLE);
         generation(&mut w, 20011);
-        object(&mut w, uapi::msg::DELSET, uapi::NFPROTO_IPV4, names::TABLE);
+        object(
+            &mut w,
+            uapi::msg::DELSET,
+            uapi::NFPROTO_IPV4,
+            crate::nft::TABLE,
+        );
         object(
             &mut w,
             uapi::msg::DELTABLE,
             uapi::NFPROTO_IPV6,
-            names::TABLE,
+            crate::nft::TABLE,
         );
         generation_from(&mut w, 20039, 3_000_000_001);
         let mut events = Events::new(Watch::NftablesTable);
@@ -247,7 +251,12 @@ mod tests {
         );
         assert_eq!(count(&|w| rule(w, del, "raw", "KUBE-SERVICES", None)), 0);
         assert_eq!(
-            count(&|w| object(w, uapi::msg::DELTABLE, uapi::NFPROTO_IPV4, names::TABLE)),
+            count(&|w| object(
+                w,
+                uapi::msg::DELTABLE,
+                uapi::NFPROTO_IPV4,
+                crate::nft::TABLE
+            )),
             0
         );
     }
@@ -259,7 +268,7 @@ mod tests {
             &mut first,
             uapi::msg::NEWSETELEM,
             uapi::NFPROTO_IPV6,
-            names::TABLE,
+            crate::nft::TABLE,
         );
         let mut second = Writer::default();
         generation(&mut second, 7);

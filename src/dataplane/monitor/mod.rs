@@ -34,10 +34,10 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
-use crate::dataplane::nftables::backend::netlink;
 use crate::netlink::nfnetlink::NFNLGRP_NFTABLES;
 use crate::netlink::socket::Options;
 use crate::netlink::subscription::Subscription;
+use crate::nft::backend::netlink;
 
 mod events;
 

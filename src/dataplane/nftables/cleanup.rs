@@ -3,14 +3,14 @@
 //!
 //! The decision ([`nft_script`]) is pure and tested on captured output; [`remove`] runs `nft`.
 
-use super::names;
 use crate::dataplane::cleanup::Report;
 use crate::dataplane::tool::{self, Launcher};
+use crate::nft::TABLE;
 
 /// nftables tables removed: ours, then upstream's.
 const NFT_TABLES: [(&str, &str); 4] = [
-    ("ip", names::TABLE),
-    ("ip6", names::TABLE),
+    ("ip", TABLE),
+    ("ip6", TABLE),
     ("ip", "kube-proxy"),
     ("ip6", "kube-proxy"),
 ];

@@ -1,16 +1,17 @@
-//! Diff tests: a small model of how the kernel applies a batch (including what it refuses:
-//! deleting a referenced set or chain, overwriting map data), and the round trip
-//! `apply(a, diff(a, b)) == b` over planned rulesets of random snapshots.
+//! The library's diff over this mode's plans: a small model of how the kernel applies a batch
+//! (including what it refuses: deleting a referenced set or chain, overwriting map data), and
+//! the round trip `apply(a, diff(a, b)) == b` over planned rulesets of random snapshots.
 
 use proptest::prelude::*;
 
-use super::*;
 use crate::cluster::IpFamily;
 use crate::cluster::Protocol;
 use crate::dataplane::nftables::mode_config::ModeConfig;
 use crate::dataplane::nftables::plan::plan;
-use crate::dataplane::nftables::ruleset::{Chain, Data, Set, Verdict};
 use crate::dataplane::node::{DetectLocal, NodePolicy};
+use crate::nft::Name;
+use crate::nft::diff::{Op, Transaction, diff, rebuild, referenced_sets};
+use crate::nft::ruleset::{Chain, Data, Ruleset, Set, Statement, Verdict};
 use crate::testing::snapshots::{Svc, node, snapshot, svc};
 
 /// Applies a transaction as the kernel would, refusing what it would refuse.
@@ -191,7 +192,7 @@ fn changed_set_declarations_are_recreated_with_their_rules() {
     let mut b = a.clone();
     let set = b
         .sets
-        .get_mut(&Name::fixed(crate::dataplane::nftables::names::CLUSTER_IPS))
+        .get_mut(&Name::fixed(super::names::CLUSTER_IPS))
         .unwrap();
     set.decl.comment = None;
     round_trip(&a, &b);

@@ -1,15 +1,19 @@
 //! Goldens: the full scripts for the example cluster under a few settings must match
 //! `testdata/` byte for byte (`UPDATE_GOLDENS=1 cargo test` rewrites them; review the diff), and
-//! `nft --check` must accept every one of them.
+//! `nft --check` must accept every one of them; and captured `nft -j list table` output (nft
+//! 1.0.6) of the same plans must read back exactly as planned, handles ignored.
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 use super::mode_config::ModeConfig;
-use super::{plan_all, render_from_scratch};
+use super::plan::plan;
+use super::plan_all;
 use crate::cli::load_manifests;
-use crate::cluster::Features;
+use crate::cluster::{Features, IpFamily};
 use crate::config;
+use crate::nft::render_from_scratch;
+use crate::nft::{Ruleset, adopt, diff};
 
 fn testdata(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -106,5 +110,51 @@ fn example_cluster_with_prefix_detection_and_node_cidr_ports() {
         "node-a",
         &settings("prefix-cidr"),
         "example.node-a.prefix-cidr.nft",
+    );
+}
+
+fn captured(name: &str) -> String {
+    let path = testdata(&format!("nft-j-list-table.{name}.json"));
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+fn planned(node: &str, cfg: &ModeConfig, family: IpFamily) -> Ruleset {
+    let loaded = load_manifests(Path::new("examples/cluster"), node, Features::default())
+        .expect("example loads");
+    plan(&loaded.snapshot, cfg, family)
+}
+
+fn round_trip(name: &str, node: &str, cfg: &ModeConfig, family: IpFamily) {
+    let want = planned(node, cfg, family);
+    let got = adopt::parse(&captured(name), want.family).expect("parses");
+    assert!(got.unknown.is_empty(), "{name}: unknown {:?}", got.unknown);
+    assert!(got.foreign.is_empty(), "{name}: foreign {:?}", got.foreign);
+    let t = diff(&got.ruleset, &want);
+    assert!(t.is_empty(), "{name}: differs by {:#?}", t.ops);
+    assert_eq!(got.ruleset, want, "{name}");
+}
+
+#[test]
+fn example_dumps_read_back_as_planned() {
+    let defaults = ModeConfig::default();
+    round_trip("example.node-a.ip", "node-a", &defaults, IpFamily::V4);
+    round_trip("example.node-a.ip6", "node-a", &defaults, IpFamily::V6);
+    round_trip(
+        "example.node-a.masquerade-all.ip",
+        "node-a",
+        &settings("masquerade-all"),
+        IpFamily::V4,
+    );
+    round_trip(
+        "example.node-b.bridge-all.ip",
+        "node-b",
+        &settings("bridge-all"),
+        IpFamily::V4,
+    );
+    round_trip(
+        "example.node-a.prefix-cidr.ip6",
+        "node-a",
+        &settings("prefix-cidr"),
+        IpFamily::V6,
     );
 }

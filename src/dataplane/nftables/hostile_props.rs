@@ -6,7 +6,8 @@ use proptest::prelude::*;
 
 use super::golden_tests::nft_check;
 use super::mode_config::ModeConfig;
-use super::{plan_all, render_from_scratch};
+use super::plan_all;
+use crate::nft::render_from_scratch;
 use crate::testing::hostile::{self, services};
 use crate::testing::snapshots::{node, snapshot};
 

@@ -1,10 +1,11 @@
-//! The nftables dataplane: the kernel layout we program, the pure code that plans, diffs,
-//! renders and parses it, and the applier, backend, monitor and cleanup around the kernel.
+//! The nftables mode: the kernel layout it programs, the pure code that plans it, and the
+//! dataplane and cleanup around the kernel. Diffing, rendering, reading back and sending are
+//! the nf_tables library's ([`crate::nft`]), which the ipvs and userspace modes use too.
 //!
 //! # Tables
-//! `table ip kube-proxy-rs` and `table ip6 kube-proxy-rs`: one per family, ours alone, distinct
-//! from upstream's `kube-proxy` so either can be removed without touching the other. Every name
-//! is in [`names`].
+//! `table ip kube-proxy-rs` and `table ip6 kube-proxy-rs` ([`crate::nft::TABLE`]): one per
+//! family, ours alone, distinct from upstream's `kube-proxy` so either can be removed without
+//! touching the other. Every chain and set name is in [`names`].
 //!
 //! # Hooks and chains
 //! ```text
@@ -68,23 +69,24 @@
 //! `masquerading` clears it and applies `masquerade fully-random`.
 //!
 //! # Applying
-//! [`plan::plan`] gives the desired [`Ruleset`] per family; [`diff::diff`] (last applied, desired)
-//! gives the [`diff::Transaction`]; the [`apply::Applier`] sends it through a [`Backend`]:
-//! by default [`backend::netlink`] encodes it as one nf_tables netlink batch; with
-//! `--nftables-encoder=nft`, [`NftCommand`] sends [`render::render`]'s text to `nft -f -`.
+//! [`plan::plan`] gives the desired [`Ruleset`] per family; [`nft::diff()`] (last applied,
+//! desired) gives the [`nft::Transaction`]; the [`nft::apply::Applier`] sends it through a
+//! [`nft::Backend`]: by default [`nft::backend::netlink`] encodes it as one nf_tables netlink
+//! batch; with `--nftables-encoder=nft`, [`nft::NftCommand`] sends [`nft::render()`]'s text to
+//! `nft -f -`.
 //! [`NftablesDataplane`] is what the sync runner drives:
 //! - Steady state: the [`Planner`] re-plans only the service ports the sync's changes name and
 //!   yields the transactions from its previous plan, which the kernel holds; both families'
 //!   transactions go as one batch (atomic). After a failure the kernel kept the
 //!   previous rules while the planner moved on, so the next sync is full.
 //! - Start-up and full resyncs: diff against the kernel's table read back (netlink `GET*`
-//!   dumps read by [`backend::netlink::dump`]; with the text encoder `nft -j list table` and
-//!   [`adopt::parse`]), so a restart changes only what differs (zero operations when nothing
+//!   dumps read by [`nft::backend::netlink::dump`]; with the text encoder `nft -j list table`
+//!   and [`nft::adopt::parse`]), so a restart changes only what differs (zero operations when nothing
 //!   did). Listing through nft is slow at scale (docs/benchmarks.md); the netlink reader
 //!   avoids it. Never
 //!   `flush table`: it empties chains but keeps stale sets, and a non-atomic flush-then-fill
 //!   drops traffic in between.
-//! - A dump holding objects we cannot name: [`diff::rebuild`] sends `add table; delete table;`
+//! - A dump holding objects we cannot name: [`nft::rebuild`] sends `add table; delete table;`
 //!   and the whole ruleset in one batch. Atomic, and established connections survive (their NAT
 //!   lives in conntrack); only remembered affinity clients are lost.
 //! - Outside changes: [`monitor::run`](crate::dataplane::monitor::run) watches nf_tables notifications (the multicast group
@@ -99,51 +101,37 @@
 //!   against [`Planner::rulesets`] after [`Planner::replan`].
 //!
 //! # Parts (the mode contract of `dataplane`)
-//! [`plan`](mod@plan) (pure, with the incremental [`Planner`]), [`apply`] (the [`apply::Applier`]
-//! and the [`NftablesDataplane`]; [`diff`] and [`render`] are its vocabulary), [`adopt`] (`nft -j`
-//! JSON read back; the netlink dump reader is [`backend::netlink::dump`]), [`trace`], [`cleanup`],
-//! [`backend`] ([`NftCommand`], [`backend::netlink`], and the shared [`monitor`](crate::dataplane::monitor) of outside
-//! changes).
+//! [`plan`](mod@plan) (pure, with the incremental [`Planner`]), [`names`], [`mode_config`],
+//! [`apply`] (the [`NftablesDataplane`]), [`cleanup`], [`mode`]. From the library: the
+//! [`nft::apply::Applier`] and its vocabulary ([`nft::diff`](mod@nft::diff),
+//! [`nft::render`](mod@nft::render), [`nft::adopt`]), the backends ([`nft::backend`], and the
+//! shared [`monitor`](crate::dataplane::monitor) of outside changes) and the tracer
+//! ([`nft::trace`]).
 
-pub mod adopt;
+use crate::nft;
+
 pub mod apply;
-pub mod backend;
 pub mod cleanup;
-pub mod diff;
 pub mod mode;
 pub mod mode_config;
 pub mod names;
 pub mod plan;
-pub mod render;
-pub mod ruleset;
-pub mod trace;
-pub mod tuple;
 
+#[cfg(test)]
+mod diff_tests;
 #[cfg(test)]
 mod golden_tests;
 #[cfg(test)]
 mod hostile_props;
 
 pub use crate::dataplane::monitor::Drift;
-pub use apply::dataplane::NftablesDataplane;
-pub use backend::{Backend, NftCommand};
-pub use diff::{Added, Op, Transaction, diff, rebuild};
+pub use apply::NftablesDataplane;
 pub use mode_config::ModeConfig;
 pub use plan::{Planner, Update, plan};
-pub use render::{Encoder, NftText, render, render_all};
-pub use ruleset::{Family, Ruleset};
+
+use nft::Ruleset;
 
 /// The desired tables of both families, IPv4 first (a full plan; syncs use the [`Planner`]).
 pub fn plan_all(snapshot: &crate::cluster::Snapshot, cfg: &ModeConfig) -> [Ruleset; 2] {
     crate::cluster::IpFamily::ALL.map(|f| plan(snapshot, cfg, f))
-}
-
-/// The full scripts that create both families' tables from nothing: what `plan --proxy-mode
-/// nftables` prints and the goldens hold.
-pub fn render_from_scratch(rulesets: &[Ruleset]) -> String {
-    let ts: Vec<Transaction> = rulesets
-        .iter()
-        .map(|r| diff(&Ruleset::empty(r.family), r))
-        .collect();
-    render_all(&ts)
 }

@@ -1,6 +1,6 @@
 //! The nftables mode's parts for the command line ([`crate::dataplane::mode::Mode`]).
 
-use super::{ModeConfig, NftablesDataplane, plan_all, render_from_scratch};
+use super::{ModeConfig, NftablesDataplane, plan_all};
 use crate::cluster::Snapshot;
 use crate::config::{Config, NftablesEncoder};
 use crate::conntrack::{Translation, reconcile};
@@ -11,6 +11,7 @@ use crate::dataplane::monitor::{Drift, Watch};
 use crate::dataplane::tool::Launcher;
 use crate::dataplane::{node, userspace};
 use crate::metrics::SyncSeries;
+use crate::nft::render_from_scratch;
 
 /// See the module doc.
 pub struct Nftables;
@@ -41,7 +42,7 @@ impl Mode for Nftables {
     /// `--nodeport-localhost` adds the relay's loopback listeners beside them.
     fn start(&self, config: &Config) -> Result<Started, StartError> {
         let drift = Drift::new();
-        let backend = super::backend::for_encoder(config.nftables_encoder, None);
+        let backend = crate::nft::backend::for_encoder(config.nftables_encoder, None);
         let encoder = match config.nftables_encoder {
             NftablesEncoder::Netlink => "netlink",
             NftablesEncoder::Nft => "nft",

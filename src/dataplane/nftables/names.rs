@@ -4,20 +4,15 @@
 //! Pure. Names are interfaces: operators grep for them, dashboards and runbooks quote them, and
 //! the applier recognises our objects by them. Upstream's chain names are reused where a chain
 //! plays the same role (`services`, `masquerading`, `firewall-check`, `service-endpoints-check`,
-//! ...), so habits carry over; the table is ours (`kube-proxy-rs`, not upstream's `kube-proxy`)
-//! so that either can be removed without touching the other.
+//! ...), so habits carry over. The table's name (`kube-proxy-rs`, not upstream's `kube-proxy`)
+//! is the library's [`TABLE`](crate::nft::TABLE): the ipvs and userspace modes program the same
+//! table.
 //!
 //! No text from an API object ever becomes part of a name: the few per-object names (affinity
 //! chains and sets) are hashes, and [`Name`] can only hold `[a-z0-9-]`, so a name can never
 //! close a quote or start a new statement in rendered text.
 
-use std::fmt;
-use std::sync::Arc;
-
-/// The table, in both the `ip` and the `ip6` family.
-pub const TABLE: &str = "kube-proxy-rs";
-/// The table's comment, shown by `nft list tables`-style tools.
-pub const TABLE_COMMENT: &str = "rules for kube-proxy-rs";
+use crate::nft::Name;
 
 // Base chains: `<type>-<hook>[-<role>]`, as upstream names them.
 pub const NAT_PREROUTING: &str = "nat-prerouting";
@@ -157,92 +152,6 @@ pub fn fnv1a(bytes: &[u8]) -> u64 {
     h
 }
 
-/// A chain, set or map name. Holds only `[a-z0-9-]`, at most [`Name::MAX`] bytes, so it needs
-/// no quoting and cannot change the meaning of the text around it. Fixed names cost no
-/// allocation (the planner names a set for every element it adds).
-#[derive(Clone)]
-pub struct Name(Repr);
-
-#[derive(Clone)]
-enum Repr {
-    Static(&'static str),
-    Owned(Arc<str>),
-}
-
-impl Name {
-    /// nft's limit is 256 bytes; ours are far shorter.
-    pub const MAX: usize = 64;
-
-    /// A name from this module's constants.
-    pub fn fixed(name: &'static str) -> Name {
-        debug_assert!(Name::is_valid(name), "bad fixed name {name}");
-        Name(Repr::Static(name))
-    }
-
-    fn derived(name: String) -> Name {
-        debug_assert!(Name::is_valid(&name), "bad derived name {name}");
-        Name(Repr::Owned(name.into()))
-    }
-
-    /// A name read back from the kernel; `None` when it is not one we could have made.
-    pub fn parse(name: &str) -> Option<Name> {
-        Name::is_valid(name).then(|| Name(Repr::Owned(name.into())))
-    }
-
-    fn is_valid(name: &str) -> bool {
-        !name.is_empty()
-            && name.len() <= Name::MAX
-            && name
-                .bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-    }
-
-    pub fn as_str(&self) -> &str {
-        match &self.0 {
-            Repr::Static(s) => s,
-            Repr::Owned(s) => s,
-        }
-    }
-}
-
-impl PartialEq for Name {
-    fn eq(&self, other: &Name) -> bool {
-        self.as_str() == other.as_str()
-    }
-}
-
-impl Eq for Name {}
-
-impl PartialOrd for Name {
-    fn partial_cmp(&self, other: &Name) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
-impl Ord for Name {
-    fn cmp(&self, other: &Name) -> std::cmp::Ordering {
-        self.as_str().cmp(other.as_str())
-    }
-}
-
-impl std::hash::Hash for Name {
-    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        self.as_str().hash(state);
-    }
-}
-
-impl fmt::Display for Name {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl fmt::Debug for Name {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:?}", self.as_str())
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -259,12 +168,5 @@ mod tests {
             pick(FrontendKind::NodePort, ListKind::Local, 3).as_str(),
             "pick-nodeport-local-3"
         );
-    }
-
-    #[test]
-    fn parse_refuses_what_we_never_make() {
-        for bad in ["", "Services", "a b", "x\"", "a;b", &"a".repeat(65)] {
-            assert!(Name::parse(bad).is_none(), "{bad:?}");
-        }
     }
 }

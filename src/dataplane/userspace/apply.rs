@@ -10,7 +10,7 @@
 //!
 //! The redirect rules ([`redirect`]) follow the listeners: they are planned from the ports the
 //! open listeners actually hold, so they go after the listeners are opened, and both families
-//! go in one nftables transaction through the nftables mode's [`Applier`]. As for IPVS mode's
+//! go in one nftables transaction through the nf_tables library's [`Applier`]. As for IPVS mode's
 //! helper rules, a full sync (or one after a failure, or after the monitor saw another program
 //! change our table) adopts the kernel's table and repairs it; any other sync sends the diff
 //! from the tables last applied.
@@ -23,8 +23,8 @@ use std::time::Duration;
 
 use crate::cluster::{Changes, IpFamily, ServiceKey, ServicePortName, Snapshot};
 use crate::dataplane::monitor::Drift;
-use crate::dataplane::nftables::{self, Ruleset, apply::Applier};
 use crate::dataplane::{Dataplane, FamilyReport, SyncError, SyncReport};
+use crate::nft::{self, Ruleset, apply::Applier};
 
 use super::listener_counters::ListenerCounters;
 use super::plan::{self, Key, Listeners, Spec, Transport};
@@ -39,7 +39,7 @@ enum Failure {
     #[error("listeners need a tokio runtime")]
     NoRuntime(#[source] tokio::runtime::TryCurrentError),
     #[error("redirect rules")]
-    Redirect(#[source] nftables::apply::Error),
+    Redirect(#[source] nft::apply::Error),
     #[error("cannot listen for {port}")]
     Listen {
         port: String,
@@ -82,7 +82,7 @@ pub struct UserspaceDataplane {
 
 /// The redirect rules' applier and what it last applied.
 struct Rules {
-    applier: Applier<Box<dyn nftables::Backend>>,
+    applier: Applier<Box<dyn nft::Backend>>,
     settings: redirect::Settings,
     /// Where the nf_tables monitor reports another program's change to our table.
     drift: Arc<Drift>,
@@ -102,11 +102,7 @@ impl std::fmt::Debug for Rules {
 
 impl Rules {
     /// Makes the kernel hold `want`; operations per family (by [`IpFamily::index`]).
-    fn apply(
-        &mut self,
-        want: [Ruleset; 2],
-        full: bool,
-    ) -> Result<[usize; 2], nftables::apply::Error> {
+    fn apply(&mut self, want: [Ruleset; 2], full: bool) -> Result<[usize; 2], nft::apply::Error> {
         let outside = self.drift.take_pending();
         let last = self.last.take();
         let report = match last {
@@ -114,7 +110,7 @@ impl Rules {
                 let transactions: Vec<_> = last
                     .iter()
                     .zip(&want)
-                    .map(|(l, w)| nftables::diff(l, w))
+                    .map(|(l, w)| nft::diff(l, w))
                     .collect();
                 self.applier.send(&transactions)?
             }
@@ -168,13 +164,13 @@ impl UserspaceDataplane {
         }
     }
 
-    /// Programs the redirect rules through `backend` (the nftables mode's), so traffic to
+    /// Programs the redirect rules through `backend` (an nf_tables one), so traffic to
     /// Service addresses reaches the listeners; the backend records its transactions in
     /// `drift`, so the monitor tells them from other programs'. Without this only clients
     /// dialling a listener's port are relayed (the relay's own tests).
     pub fn with_redirect(
         mut self,
-        mut backend: Box<dyn nftables::Backend>,
+        mut backend: Box<dyn nft::Backend>,
         settings: redirect::Settings,
         drift: Arc<Drift>,
     ) -> UserspaceDataplane {
@@ -388,9 +384,7 @@ impl Dataplane for UserspaceDataplane {
             let want = redirect::plan(snapshot, &listening, &rules.settings);
             let sent = rules.applier.backend().messages_sent();
             let applied = rules.apply(want, full).map_err(|e| match e {
-                nftables::apply::Error::Refused { .. } => {
-                    SyncError::refused(MODE, Failure::Redirect(e))
-                }
+                nft::apply::Error::Refused { .. } => SyncError::refused(MODE, Failure::Redirect(e)),
                 other => SyncError::io(MODE, Failure::Redirect(other)),
             })?;
             netlink_messages = (rules.applier.backend().messages_sent() - sent) as usize;

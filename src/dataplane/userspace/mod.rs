@@ -27,7 +27,7 @@
 //!   not preserved in this mode.
 //! - [`redirect`]: the rules that send ClusterIPs, externalIPs, LoadBalancer IPs and
 //!   NodePorts (from pods and outside at prerouting, from the node at output) to the
-//!   listeners, in our nftables table through the nftables mode's applier; a port without
+//!   listeners, in our nftables table through the nf_tables library's applier; a port without
 //!   endpoints, or a ClusterIP port the Service does not define, is refused by a rule (TCP
 //!   reset, ICMP), one whose `Local` policy selects none here is dropped; external frontends
 //!   from this node's pods and the node go to the cluster-wide listener (the other modes'

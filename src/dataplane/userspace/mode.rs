@@ -11,10 +11,10 @@ use crate::dataplane::cleanup::Report;
 use crate::dataplane::leftovers::Owned;
 use crate::dataplane::mode::{self, Mode, StartError, Started};
 use crate::dataplane::monitor::{Drift, Watch};
-use crate::dataplane::nftables;
 use crate::dataplane::node::{self, NodePolicy};
 use crate::dataplane::tool::Launcher;
 use crate::metrics::SyncSeries;
+use crate::nft;
 
 /// See the module doc.
 pub struct Userspace;
@@ -56,7 +56,7 @@ impl Mode for Userspace {
         let range = PortRange::parse(&config.port_range)
             .ok_or_else(|| BadPortRange(config.port_range.clone()))?;
         let drift = Drift::new();
-        let rules = nftables::backend::for_encoder(config.nftables_encoder, None);
+        let rules = nft::backend::for_encoder(config.nftables_encoder, None);
         let node = NodePolicy::new(config)?;
         let redirect = redirect::Settings::of(config, &node);
         let dataplane =

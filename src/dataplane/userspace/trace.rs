@@ -21,9 +21,9 @@ use std::net::{IpAddr, SocketAddr};
 use super::plan::{Key, Listeners};
 use super::redirect::{self, Listening, RELAY_PORTS, SERVICE_LISTENERS, SHORT_CIRCUIT};
 use crate::cluster::{IpFamily, Protocol, Snapshot};
-use crate::dataplane::nftables::Ruleset;
-use crate::dataplane::nftables::ruleset::{Data, Value};
-use crate::dataplane::nftables::trace::{self as nft, Branch, Fate, Packet, Trace};
+use crate::nft::Ruleset;
+use crate::nft::ruleset::{Data, Value};
+use crate::nft::trace::{self as nft, Branch, Fate, Packet, Trace};
 
 /// One family's listener ports (protocol . port, as the redirect rules send to them) and the
 /// endpoints each listener relays to.
@@ -155,10 +155,7 @@ fn protocol(key: &Key) -> Protocol {
     key.port.protocol
 }
 
-fn elements<'a>(
-    rules: &'a Ruleset,
-    map: &str,
-) -> Option<&'a crate::dataplane::nftables::ruleset::Elements> {
+fn elements<'a>(rules: &'a Ruleset, map: &str) -> Option<&'a crate::nft::ruleset::Elements> {
     rules
         .sets
         .iter()
@@ -235,9 +232,9 @@ fn relayed(
 mod tests {
     use super::*;
     use crate::config::NodePortAddresses;
-    use crate::dataplane::nftables::trace::Origin;
     use crate::dataplane::node::DetectLocal;
     use crate::dataplane::userspace::plan;
+    use crate::nft::trace::Origin;
     use crate::testing::snapshots::{ip, node, snapshot, svc};
 
     fn settings() -> redirect::Settings {
@@ -331,9 +328,7 @@ mod tests {
         let ports: BTreeMap<Key, u16> = open.iter().map(|(k, l)| (k.clone(), l.port)).collect();
         assert_eq!(read.ports, ports);
         assert!(
-            crate::dataplane::nftables::diff(&kernel, &read.want)
-                .ops
-                .is_empty(),
+            crate::nft::diff(&kernel, &read.want).ops.is_empty(),
             "the table read back is the one planned on its own ports"
         );
     }
@@ -353,11 +348,7 @@ mod tests {
         let [kernel, _] = redirect::plan(&snap, &open, &settings());
         let read = RelayPorts::read(&kernel, &snap, &listeners, &settings(), IpFamily::V4);
         assert!(!read.ports.contains_key(&internal));
-        assert!(
-            !crate::dataplane::nftables::diff(&kernel, &read.want)
-                .ops
-                .is_empty()
-        );
+        assert!(!crate::nft::diff(&kernel, &read.want).ops.is_empty());
         // The kernel's table without the listener is not what the proxy would program.
         assert_ne!(kernel, full);
     }

@@ -16,8 +16,8 @@ pub mod flavour;
 use super::ruleset::Table;
 use crate::cluster::IpFamily;
 use crate::dataplane::monitor::{self, Drift};
-use crate::dataplane::nftables::backend::netlink::Netlink;
 use crate::dataplane::tool::{self, Launcher};
+use crate::nft::backend::netlink::Netlink;
 use flavour::Flavour;
 
 /// How long to wait for the xtables lock (`-w`), in seconds.

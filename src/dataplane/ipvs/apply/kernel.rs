@@ -7,7 +7,7 @@ use super::super::backend::netlink::{
     self as ipvs, ListedDestination, ListedService, Request, ServiceKey,
 };
 use super::super::names;
-use crate::dataplane::nftables;
+use crate::nft;
 
 /// Why the backend could not do what it was asked.
 #[derive(Debug, thiserror::Error)]
@@ -17,7 +17,7 @@ pub enum Error {
     #[error(transparent)]
     Link(#[from] link::Error),
     #[error("helper rules: {0}")]
-    Rules(#[from] nftables::apply::Error),
+    Rules(#[from] nft::apply::Error),
 }
 
 /// The kernel as this mode reaches it.

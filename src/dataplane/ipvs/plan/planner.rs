@@ -36,8 +36,8 @@ use crate::dataplane::ipvs::backend::netlink::ServiceKey;
 use crate::dataplane::ipvs::desired::{Desired, VirtualService};
 use crate::dataplane::ipvs::mode_config::ModeConfig;
 use crate::dataplane::ipvs::rules;
-use crate::dataplane::nftables::diff::{Transaction, diff};
-use crate::dataplane::nftables::ruleset::{Family, Ruleset};
+use crate::nft::diff::{Transaction, diff};
+use crate::nft::ruleset::{Family, Ruleset};
 
 type Map<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 

@@ -16,7 +16,7 @@ use crate::dataplane::ipvs::diff::{Kernel, diff, diff_only};
 use crate::dataplane::ipvs::mode_config::ModeConfig;
 use crate::dataplane::ipvs::plan::{HostAddresses, plan};
 use crate::dataplane::ipvs::rules_all;
-use crate::dataplane::nftables;
+use crate::nft;
 use crate::testing::changes::{events, step};
 use crate::testing::snapshots::ip;
 use crate::testing::{applied_node, node};
@@ -76,7 +76,7 @@ proptest! {
                 if !update.full {
                     prop_assert_eq!(
                         &update.transactions[i],
-                        &nftables::diff(&previous_tables[i], &tables[i])
+                        &nft::diff(&previous_tables[i], &tables[i])
                     );
                     let keys: BTreeSet<_> =
                         update.touched[i].iter().chain(&draining[i]).copied().collect();

@@ -3,8 +3,9 @@
 //!
 //! Pure. Upstream's IPVS mode writes these with `iptables-restore` and fills a dozen ipsets
 //! with one `ipset` process per entry (kubernetes#133773, #93445); here they are one nftables
-//! table with native sets, applied in one netlink batch by the nftables mode's applier (the
-//! same diff, adoption and repair), so no ipset and no iptables process is ever run.
+//! table with native sets, applied in one netlink batch by the nf_tables library's applier
+//! (the same diff, adoption and repair as the nftables mode's), so no ipset and no iptables
+//! process is ever run.
 //!
 //! Where the rules sit, against IPVS's own hooks (it takes packets to a local virtual service
 //! at `LOCAL_IN` priority 99 and those the node sends at `LOCAL_OUT` -98, after nat output):
@@ -31,13 +32,14 @@ use super::desired::{Desired, Guard, Masquerade, VirtualService};
 use super::mode_config::ModeConfig;
 use super::names::rules as r;
 use crate::cluster::{NodeContext, Protocol};
-use crate::dataplane::nftables::names::{self as n, Name};
+use crate::dataplane::nftables::names as n;
 use crate::dataplane::nftables::plan::skeleton::BASE_CHAINS;
-use crate::dataplane::nftables::ruleset::{
-    Comment, CtState, Data, DataKind, Element, Family, Field, Kind, Match, Rule, Ruleset, Set,
-    SetDecl, Statement, Tuple, Value, Verdict,
-};
 use crate::dataplane::node::Local;
+use crate::nft::Name;
+use crate::nft::ruleset::{
+    Comment, CtState, Data, DataKind, Family, Field, Kind, Match, Ruleset, Set, SetDecl, Statement,
+    Tuple, Value, Verdict,
+};
 
 /// The key of a virtual service: destination . protocol . port.
 const FRONTEND: [Field; 3] = [Field::Daddr, Field::L4Proto, Field::Dport];
@@ -50,27 +52,25 @@ pub fn plan(
     node: &NodeContext,
     bound: &BTreeSet<IpAddr>,
 ) -> Ruleset {
-    let mut b = Builder {
-        rules: Ruleset::empty(Family::of(desired.family)),
-    };
-    declare_sets(&mut b);
-    base_chains(&mut b, cfg);
-    treatments(&mut b, cfg, desired.family, node);
-    filters(&mut b, cfg, desired.family, node);
+    let mut rules = Ruleset::empty(Family::of(desired.family));
+    declare_sets(&mut rules);
+    base_chains(&mut rules, cfg);
+    treatments(&mut rules, cfg, desired.family, node);
+    filters(&mut rules, cfg, desired.family, node);
 
     for ip in bound
         .iter()
         .filter(|ip| crate::cluster::IpFamily::of(ip) == desired.family)
     {
-        bound_element(&mut b, *ip);
+        bound_element(&mut rules, *ip);
     }
     for (key, vs) in &desired.services {
-        service_elements(&mut b, key, vs);
+        service_elements(&mut rules, key, vs);
     }
     for (endpoint, proto) in &desired.hairpin {
-        hairpin_element(&mut b, *endpoint, *proto);
+        hairpin_element(&mut rules, *endpoint, *proto);
     }
-    b.rules
+    rules
 }
 
 /// Some of the elements of `family`'s table: those of `services`, `hairpin` entries and
@@ -84,29 +84,32 @@ pub fn elements_of<'a>(
     hairpin: impl IntoIterator<Item = (SocketAddr, Protocol)>,
     bound: impl IntoIterator<Item = IpAddr>,
 ) -> Ruleset {
-    let mut b = Builder {
-        rules: Ruleset::empty(Family::of(family)),
-    };
-    declare_sets(&mut b);
+    let mut rules = Ruleset::empty(Family::of(family));
+    declare_sets(&mut rules);
     for ip in bound {
-        bound_element(&mut b, ip);
+        bound_element(&mut rules, ip);
     }
     for (key, vs) in services {
-        service_elements(&mut b, key, vs);
+        service_elements(&mut rules, key, vs);
     }
     for (endpoint, proto) in hairpin {
-        hairpin_element(&mut b, endpoint, proto);
+        hairpin_element(&mut rules, endpoint, proto);
     }
-    b.rules
+    rules
 }
 
-fn bound_element(b: &mut Builder, ip: IpAddr) {
-    b.element(r::BOUND_ADDRESSES, &[Value::Addr(ip)], Data::None, None);
+fn bound_element(rules: &mut Ruleset, ip: IpAddr) {
+    rules.element(
+        r::BOUND_ADDRESSES,
+        Tuple::new(&[Value::Addr(ip)]),
+        Data::None,
+        None,
+    );
 }
 
 /// A virtual service's elements: its treatment, the port filter's entry, its guard and its
 /// source ranges, each keyed by the frontend (so no two virtual services share a key).
-fn service_elements(b: &mut Builder, key: &ServiceKey, vs: &VirtualService) {
+fn service_elements(rules: &mut Ruleset, key: &ServiceKey, vs: &VirtualService) {
     let ServiceKey::Address { address, .. } = key else {
         return;
     };
@@ -122,13 +125,13 @@ fn service_elements(b: &mut Builder, key: &ServiceKey, vs: &VirtualService) {
         Masquerade::Always => n::EXTERNAL,
         Masquerade::FromNode => n::EXTERNAL_LOCAL,
     };
-    b.element(
+    rules.element(
         n::SERVICE_IPS,
-        &frontend,
+        Tuple::new(&frontend),
         Data::Verdict(goto(treatment)),
         Some(&comment),
     );
-    b.element(r::SERVICE_PORTS, &frontend, Data::None, None);
+    rules.element(r::SERVICE_PORTS, Tuple::new(&frontend), Data::None, None);
     let guard = match vs.guard {
         Guard::None => None,
         Guard::Reject => Some(goto(n::REJECT_CHAIN)),
@@ -136,74 +139,45 @@ fn service_elements(b: &mut Builder, key: &ServiceKey, vs: &VirtualService) {
         Guard::DropFromOutside => Some(goto(r::NO_LOCAL_ENDPOINT)),
     };
     if let Some(verdict) = guard {
-        b.element(
+        rules.element(
             n::NO_ENDPOINT_SERVICES,
-            &frontend,
+            Tuple::new(&frontend),
             Data::Verdict(verdict),
             Some(&comment),
         );
     }
     if let Some(allowed) = &vs.allowed_sources {
-        b.element(n::FIREWALL_IPS, &frontend, Data::None, Some(&comment));
+        rules.element(
+            n::FIREWALL_IPS,
+            Tuple::new(&frontend),
+            Data::None,
+            Some(&comment),
+        );
         for net in allowed {
             let mut key = frontend.to_vec();
             key.push(Value::Net(*net));
-            b.element(n::FIREWALL_ALLOW, &key, Data::None, None);
+            rules.element(n::FIREWALL_ALLOW, Tuple::new(&key), Data::None, None);
         }
     }
 }
 
-fn hairpin_element(b: &mut Builder, endpoint: SocketAddr, proto: Protocol) {
+fn hairpin_element(rules: &mut Ruleset, endpoint: SocketAddr, proto: Protocol) {
     let key = [
         Value::Addr(endpoint.ip()),
         Value::Addr(endpoint.ip()),
         Value::Proto(proto),
         Value::Port(endpoint.port()),
     ];
-    b.element(n::HAIRPIN, &key, Data::None, None);
+    rules.element(n::HAIRPIN, Tuple::new(&key), Data::None, None);
 }
 
-struct Builder {
-    rules: Ruleset,
-}
-
-impl Builder {
-    fn push(&mut self, chain: &'static str, matches: Vec<Match>, statements: Vec<Statement>) {
-        self.rules
-            .chains
-            .entry(Name::fixed(chain))
-            .or_default()
-            .rules
-            .push(Rule::new(matches, statements));
-    }
-
-    fn set(&mut self, name: &'static str, key: &[Kind], data: DataKind, comment: &str) {
-        let mut set = Set::new(SetDecl {
-            key: key.to_vec(),
-            data,
-            interval: false,
-            dynamic_timeout: None,
-            comment: Some(Comment::sanitised(comment)),
-        });
-        set.decl.interval = name == n::FIREWALL_ALLOW;
-        self.rules.sets.insert(Name::fixed(name), set);
-    }
-
-    /// An element of a declared set; the first of two equal keys wins (virtual services are
-    /// visited in key order, so the choice is deterministic).
-    fn element(&mut self, set: &'static str, key: &[Value], data: Data, comment: Option<&Comment>) {
-        let set = self
-            .rules
-            .sets
-            .get_mut(&Name::fixed(set))
-            .expect("declared by declare_sets");
-        set.elements_mut()
-            .entry(Tuple::new(key))
-            .or_insert_with(|| Element {
-                data,
-                comment: comment.cloned(),
-            });
-    }
+/// Declares one of the table's sets, empty; only `firewall-allow` holds ranges.
+fn declare(rules: &mut Ruleset, name: &'static str, key: &[Kind], data: DataKind, comment: &str) {
+    let decl = SetDecl {
+        interval: name == n::FIREWALL_ALLOW,
+        ..SetDecl::plain(key, data, comment)
+    };
+    rules.sets.insert(Name::fixed(name), Set::new(decl));
 }
 
 fn goto(chain: &'static str) -> Verdict {
@@ -229,46 +203,53 @@ fn vmap(key: &[Field], map: &'static str) -> Vec<Statement> {
     }]
 }
 
-fn declare_sets(b: &mut Builder) {
+fn declare_sets(rules: &mut Ruleset) {
     use Kind::{Addr, Port, Proto};
     let frontend = [Addr, Proto, Port];
-    b.set(
+    declare(
+        rules,
         n::SERVICE_IPS,
         &frontend,
         DataKind::Verdict,
         "virtual service to treatment",
     );
-    b.set(
+    declare(
+        rules,
         r::SERVICE_PORTS,
         &frontend,
         DataKind::None,
         "every virtual service",
     );
-    b.set(
+    declare(
+        rules,
         n::NO_ENDPOINT_SERVICES,
         &frontend,
         DataKind::Verdict,
         "virtual services without a usable endpoint",
     );
-    b.set(
+    declare(
+        rules,
         n::FIREWALL_IPS,
         &frontend,
         DataKind::None,
         "frontends with source ranges",
     );
-    b.set(
+    declare(
+        rules,
         n::FIREWALL_ALLOW,
         &[Addr, Proto, Port, Addr],
         DataKind::None,
         "allowed sources per frontend",
     );
-    b.set(
+    declare(
+        rules,
         n::HAIRPIN,
         &[Addr, Addr, Proto, Port],
         DataKind::None,
         "local endpoints reaching themselves",
     );
-    b.set(
+    declare(
+        rules,
         r::BOUND_ADDRESSES,
         &[Addr],
         DataKind::None,
@@ -287,21 +268,21 @@ const HOOKED: [&str; 6] = [
     n::FILTER_FORWARD,
 ];
 
-fn base_chains(b: &mut Builder, cfg: &ModeConfig) {
+fn base_chains(rules: &mut Ruleset, cfg: &ModeConfig) {
     let table: Vec<_> = HOOKED
         .iter()
         .filter_map(|name| BASE_CHAINS.iter().find(|c| c.0 == *name).copied())
         .collect();
-    b.rules.add_base_chains(&table);
+    rules.add_base_chains(&table);
     let new = || vec![Match::CtState(CtState::New)];
-    b.push(n::NAT_PREROUTING, vec![], vmap(&FRONTEND, n::SERVICE_IPS));
-    b.push(n::NAT_OUTPUT, vec![], vmap(&FRONTEND, n::SERVICE_IPS));
-    b.push(n::NAT_POSTROUTING, vec![], jump(n::MASQUERADING));
+    rules.push(n::NAT_PREROUTING, vec![], vmap(&FRONTEND, n::SERVICE_IPS));
+    rules.push(n::NAT_OUTPUT, vec![], vmap(&FRONTEND, n::SERVICE_IPS));
+    rules.push(n::NAT_POSTROUTING, vec![], jump(n::MASQUERADING));
     for chain in [n::FILTER_INPUT, n::FILTER_OUTPUT_PRE_DNAT] {
-        b.push(chain, new(), jump(n::FIREWALL_CHECK));
-        b.push(chain, new(), vmap(&FRONTEND, n::NO_ENDPOINT_SERVICES));
+        rules.push(chain, new(), jump(n::FIREWALL_CHECK));
+        rules.push(chain, new(), vmap(&FRONTEND, n::NO_ENDPOINT_SERVICES));
     }
-    b.push(
+    rules.push(
         n::FILTER_INPUT,
         vec![
             Match::CtState(CtState::New),
@@ -310,7 +291,7 @@ fn base_chains(b: &mut Builder, cfg: &ModeConfig) {
         jump(r::IPVS_FILTER),
     );
     if cfg.node.drop_invalid {
-        b.push(
+        rules.push(
             n::FILTER_FORWARD,
             vec![Match::CtState(CtState::Invalid)],
             vec![Statement::Verdict(Verdict::Drop)],
@@ -337,7 +318,7 @@ fn from_local_pod(
 }
 
 fn treatments(
-    b: &mut Builder,
+    rules: &mut Ruleset,
     cfg: &ModeConfig,
     family: crate::cluster::IpFamily,
     node: &NodeContext,
@@ -349,21 +330,21 @@ fn treatments(
     // source is the service address itself (bound on the link), which an endpoint on another
     // node cannot answer.
     if cfg.node.masquerade_all {
-        b.push(n::CLUSTER_IP, vec![], set_mark());
+        rules.push(n::CLUSTER_IP, vec![], set_mark());
     } else if let Some(m) = from_local_pod(cfg, family, node, true) {
-        b.push(n::CLUSTER_IP, vec![m], set_mark());
+        rules.push(n::CLUSTER_IP, vec![m], set_mark());
     } else {
-        b.push(n::CLUSTER_IP, from_node(), set_mark());
+        rules.push(n::CLUSTER_IP, from_node(), set_mark());
     }
-    b.push(n::EXTERNAL, vec![], set_mark());
-    b.push(n::EXTERNAL_LOCAL, from_node(), set_mark());
+    rules.push(n::EXTERNAL, vec![], set_mark());
+    rules.push(n::EXTERNAL_LOCAL, from_node(), set_mark());
 
-    b.push(
+    rules.push(
         n::MASQUERADING,
         vec![Match::MarkSet(mark)],
         vec![Statement::MarkXor(mark), Statement::Masquerade],
     );
-    b.push(
+    rules.push(
         n::MASQUERADING,
         vec![in_set(
             &[Field::Saddr, Field::Daddr, Field::L4Proto, Field::Dport],
@@ -375,13 +356,13 @@ fn treatments(
 }
 
 fn filters(
-    b: &mut Builder,
+    rules: &mut Ruleset,
     cfg: &ModeConfig,
     family: crate::cluster::IpFamily,
     node: &NodeContext,
 ) {
     let verdict = |v: Verdict| vec![Statement::Verdict(v)];
-    b.push(
+    rules.push(
         n::FIREWALL_CHECK,
         vec![
             in_set(&FRONTEND, n::FIREWALL_IPS, false),
@@ -396,7 +377,7 @@ fn filters(
     // Only the port protocols: a ping to a Service address still answers, as it does under
     // upstream's IPVS mode.
     for proto in [Protocol::Tcp, Protocol::Udp, Protocol::Sctp] {
-        b.push(
+        rules.push(
             r::IPVS_FILTER,
             vec![
                 Match::L4Proto(proto),
@@ -405,21 +386,21 @@ fn filters(
             verdict(goto(n::REJECT_CHAIN)),
         );
     }
-    b.push(
+    rules.push(
         r::NO_LOCAL_ENDPOINT,
         vec![Match::FibLocal { source: true }],
         verdict(Verdict::Return),
     );
     if let Some(m) = from_local_pod(cfg, family, node, false) {
-        b.push(r::NO_LOCAL_ENDPOINT, vec![m], verdict(Verdict::Return));
+        rules.push(r::NO_LOCAL_ENDPOINT, vec![m], verdict(Verdict::Return));
     }
-    b.push(r::NO_LOCAL_ENDPOINT, vec![], verdict(Verdict::Drop));
+    rules.push(r::NO_LOCAL_ENDPOINT, vec![], verdict(Verdict::Drop));
     // TCP is refused with a reset, everything else with ICMP port unreachable (see the
     // nftables mode's reject-chain).
-    b.push(
+    rules.push(
         n::REJECT_CHAIN,
         vec![Match::L4Proto(Protocol::Tcp)],
         verdict(Verdict::RejectTcpReset),
     );
-    b.push(n::REJECT_CHAIN, vec![], verdict(Verdict::Reject));
+    rules.push(n::REJECT_CHAIN, vec![], verdict(Verdict::Reject));
 }

@@ -11,11 +11,10 @@ use crate::dataplane::ipvs::backend::link::addresses::wanted;
 use crate::dataplane::ipvs::mode_config::ModeConfig;
 use crate::dataplane::ipvs::names::rules as r;
 use crate::dataplane::ipvs::plan::{HostAddresses, plan};
-use crate::dataplane::nftables::names::{self as n, Name};
-use crate::dataplane::nftables::ruleset::{
-    Data, Field, Match, Ruleset, Statement, Tuple, Value, Verdict,
-};
+use crate::dataplane::nftables::names as n;
 use crate::dataplane::node::DetectLocal;
+use crate::nft::Name;
+use crate::nft::ruleset::{Data, Field, Match, Ruleset, Statement, Tuple, Value, Verdict};
 use crate::testing::snapshots::{Svc, ip, node, snapshot, svc};
 
 fn table(services: Vec<Svc>, cfg: &ModeConfig) -> Ruleset {
@@ -331,10 +330,7 @@ fn the_table_renders_and_every_rule_refers_to_a_declared_set_or_chain() {
         ],
         &with_detect_local(DetectLocal::NodeCidr),
     );
-    let text = crate::dataplane::nftables::render::render(&crate::dataplane::nftables::diff::diff(
-        &Ruleset::empty(t.family),
-        &t,
-    ));
+    let text = crate::nft::render::render(&crate::nft::diff::diff(&Ruleset::empty(t.family), &t));
     for chain in t.chains.keys() {
         assert!(
             text.contains(&format!("add chain ip kube-proxy-rs {chain}")),

@@ -14,10 +14,9 @@
 
 use super::Builder;
 use crate::cluster::model::{FamilyView, ServicePort};
-use crate::dataplane::nftables::names::{self as n, ListKind, Name};
-use crate::dataplane::nftables::ruleset::{
-    Chain, DataKind, Field, Kind, Match, Rule, Set, SetDecl, Statement,
-};
+use crate::dataplane::nftables::names::{self as n, ListKind};
+use crate::nft::Name;
+use crate::nft::ruleset::{Chain, DataKind, Field, Kind, Match, Rule, Set, SetDecl, Statement};
 
 /// The affinity chain of one list, created on first use and shared by every frontend of it.
 pub(super) fn chain(

@@ -17,8 +17,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::cluster::ServicePortState;
-use crate::dataplane::nftables::names::{self as n, Name};
-use crate::dataplane::nftables::ruleset::{Tuple, Value};
+use crate::dataplane::nftables::names as n;
+use crate::nft::Name;
+use crate::nft::ruleset::{Tuple, Value};
 
 /// Hash maps keyed by our own values; foldhash is fast on them and seeded per process.
 type Map<K, V> = HashMap<K, V, foldhash::fast::RandomState>;

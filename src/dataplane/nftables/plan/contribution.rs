@@ -12,9 +12,9 @@ use std::collections::BTreeMap;
 use super::{Builder, order, service};
 use crate::cluster::{IpFamily, NodeContext, ServicePortState};
 use crate::dataplane::nftables::mode_config::ModeConfig;
-use crate::dataplane::nftables::names::Name;
-use crate::dataplane::nftables::ruleset::{Chain, Element, Family, Ruleset, Set, Statement, Tuple};
 use crate::dataplane::node::NodePortMatch;
+use crate::nft::Name;
+use crate::nft::ruleset::{Chain, Element, Family, Ruleset, Set, Statement, Tuple};
 
 /// One service port's part of one family's table.
 #[derive(Debug, Default)]

@@ -34,11 +34,12 @@ mod tests;
 use std::collections::BTreeMap;
 
 use super::mode_config::ModeConfig;
-use super::names::{self, FrontendKind, ListKind, Name};
-use super::ruleset::{
+use super::names::{self, FrontendKind, ListKind};
+use crate::cluster::{IpFamily, NodeContext, Snapshot};
+use crate::nft::Name;
+use crate::nft::ruleset::{
     Chain, Comment, Data, Element, Family, Field, Match, Rule, Ruleset, Statement, Tuple,
 };
-use crate::cluster::{IpFamily, NodeContext, Snapshot};
 
 use crate::dataplane::node::{NodePortMatch, node_ports};
 pub use planner::{Planner, Update};
@@ -95,12 +96,8 @@ impl<'a> Builder<'a> {
         self.rules
     }
 
-    fn chain(&mut self, name: &'static str) -> &mut Chain {
-        self.rules.chains.entry(Name::fixed(name)).or_default()
-    }
-
     fn push(&mut self, chain: &'static str, matches: Vec<Match>, statements: Vec<Statement>) {
-        self.chain(chain).rules.push(Rule::new(matches, statements));
+        self.rules.push(chain, matches, statements);
     }
 
     /// Adds an element to a set the skeleton declared. A key already present keeps its first

@@ -12,7 +12,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::dataplane::nftables::ruleset::{Element, Tuple};
+use crate::nft::ruleset::{Element, Tuple};
 
 /// Elements in the order added → the element map: sorted by key, the first added of equal keys
 /// kept.
@@ -96,8 +96,8 @@ mod tests {
 
     use super::*;
     use crate::cluster::Protocol;
-    use crate::dataplane::nftables::ruleset::Data;
-    use crate::dataplane::nftables::ruleset::Value;
+    use crate::nft::ruleset::Data;
+    use crate::nft::ruleset::Value;
 
     fn value() -> impl Strategy<Value = Value> {
         let v4 = (0u8..3, 0u8..3).prop_map(|(a, b)| IpAddr::from([10, 0, a, b]));

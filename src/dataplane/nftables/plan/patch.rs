@@ -15,10 +15,10 @@ use super::claims::{self, Holder};
 use super::contribution::{self, Contribution};
 use super::planner::FamilyBooks;
 use crate::cluster::{IpFamily, NodeContext, ServicePortState};
-use crate::dataplane::nftables::diff::{Transaction, diff};
 use crate::dataplane::nftables::mode_config::ModeConfig;
-use crate::dataplane::nftables::names::Name;
-use crate::dataplane::nftables::ruleset::{Family, Ruleset, Set, Tuple};
+use crate::nft::Name;
+use crate::nft::diff::{Transaction, diff};
+use crate::nft::ruleset::{Family, Ruleset, Set, Tuple};
 
 /// What one family's update touched, and how it was before.
 pub(super) struct Touched {

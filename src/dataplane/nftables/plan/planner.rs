@@ -23,12 +23,12 @@ use super::claims::Claims;
 use super::contribution::{self, Contribution};
 use super::patch::{Patch, Touched};
 use crate::cluster::{Changes, IpFamily, NodeContext, ServicePortName, ServicePortState, Snapshot};
-use crate::dataplane::nftables::diff::{Transaction, diff};
 use crate::dataplane::nftables::mode_config::ModeConfig;
-use crate::dataplane::nftables::names::Name;
 use crate::dataplane::nftables::plan_all;
-use crate::dataplane::nftables::ruleset::{Family, Ruleset};
 use crate::dataplane::node::{NodePortMatch, node_ports};
+use crate::nft::Name;
+use crate::nft::diff::{Transaction, diff};
+use crate::nft::ruleset::{Family, Ruleset};
 
 pub(super) type Map<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 

@@ -9,9 +9,9 @@ use proptest::prelude::*;
 
 use super::Planner;
 use crate::cluster::{Features, Tracker};
-use crate::dataplane::nftables::diff::diff;
 use crate::dataplane::nftables::mode_config::ModeConfig;
 use crate::dataplane::nftables::plan_all;
+use crate::nft::diff::diff;
 use crate::testing::changes::{events, step};
 use crate::testing::{applied_node, node};
 

@@ -18,9 +18,10 @@ use std::net::IpAddr;
 use super::Builder;
 use super::affinity;
 use crate::cluster::model::{FamilyView, ServicePort, TrafficPolicy};
-use crate::dataplane::nftables::names::{self as n, FrontendKind, ListKind, Name};
-use crate::dataplane::nftables::ruleset::{Comment, Data, Tuple, Value, Verdict};
+use crate::dataplane::nftables::names::{self as n, FrontendKind, ListKind};
 use crate::dataplane::node::source_ranges;
+use crate::nft::Name;
+use crate::nft::ruleset::{Comment, Data, Tuple, Value, Verdict};
 
 /// Where a frontend's traffic goes first.
 #[derive(Clone, Copy)]

@@ -11,12 +11,13 @@ use ipnet::IpNet;
 
 use super::Builder;
 use crate::cluster::{IpFamily, Protocol};
-use crate::dataplane::nftables::names::{self as n, FrontendKind, Name};
-use crate::dataplane::nftables::ruleset::{
-    ChainType, Comment, CtState, Data, DataKind, Field, Hook, Kind, Match, Set, SetDecl, Statement,
-    Tuple, Value, Verdict, priority,
-};
+use crate::dataplane::nftables::names::{self as n, FrontendKind};
 use crate::dataplane::node::{Local, NodePortMatch};
+use crate::nft::Name;
+use crate::nft::ruleset::{
+    ChainType, CtState, Data, DataKind, Field, Hook, Kind, Match, Set, SetDecl, Statement, Tuple,
+    Value, Verdict, priority,
+};
 
 /// The key of an address-based frontend: destination . protocol . port.
 pub(super) const IP_KEY: [Field; 3] = [Field::Daddr, Field::L4Proto, Field::Dport];
@@ -68,13 +69,7 @@ pub(super) fn backends_decl(frontend: FrontendKind) -> Set {
 }
 
 fn decl(key: &[Kind], data: DataKind, comment: &str) -> Set {
-    Set::new(SetDecl {
-        key: key.to_vec(),
-        data,
-        interval: false,
-        dynamic_timeout: None,
-        comment: Some(Comment::sanitised(comment)),
-    })
+    Set::new(SetDecl::plain(key, data, comment))
 }
 
 fn sets(b: &mut Builder) {

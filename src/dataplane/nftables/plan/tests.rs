@@ -7,8 +7,8 @@ use std::net::IpAddr;
 use super::*;
 use crate::cluster::Protocol;
 use crate::config::NodePortAddresses;
-use crate::dataplane::nftables::trace::{self, Fate, Origin, Packet, Trace};
 use crate::dataplane::node::{DetectLocal, IfName, NodePolicy};
+use crate::nft::trace::{self, Fate, Origin, Packet, Trace};
 use crate::testing::snapshots::{Svc, ip, node, snapshot, svc};
 
 const POD: &str = "10.244.1.5";
@@ -229,7 +229,7 @@ fn a_change_of_service_cidrs_alone_replans_the_skeleton() {
 
 /// The rules of `cluster-ips-check` that drop.
 fn unallocated_drops(rules: &Ruleset) -> usize {
-    let drop = Statement::Verdict(crate::dataplane::nftables::ruleset::Verdict::Drop);
+    let drop = Statement::Verdict(crate::nft::ruleset::Verdict::Drop);
     rules.chains[&Name::fixed(names::CLUSTER_IPS_CHECK)]
         .rules
         .iter()

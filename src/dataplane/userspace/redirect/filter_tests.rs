@@ -9,24 +9,19 @@ use crate::testing::snapshots::{ip, node, snapshot, svc};
 
 /// `src` → `dst`:`dport` over TCP arriving on `iface` (`lo` for the node's own traffic: the
 /// input hook sees it after it loops back).
-fn arriving(
-    iface: &str,
-    src: &str,
-    dst: &str,
-    dport: u16,
-) -> crate::dataplane::nftables::trace::Packet {
-    crate::dataplane::nftables::trace::Packet {
+fn arriving(iface: &str, src: &str, dst: &str, dport: u16) -> crate::nft::trace::Packet {
+    crate::nft::trace::Packet {
         protocol: Protocol::Tcp,
         src: ip(src),
         dst: ip(dst),
         dport,
-        origin: crate::dataplane::nftables::trace::Origin::Interface(iface.into()),
+        origin: crate::nft::trace::Origin::Interface(iface.into()),
     }
 }
 
 #[test]
 fn a_listeners_port_is_refused_unless_the_redirect_sent_the_connection_there() {
-    use crate::dataplane::nftables::trace::{Fate, trace};
+    use crate::nft::trace::{Fate, trace};
     let snap = snapshot(
         node(),
         vec![
@@ -102,7 +97,7 @@ fn a_listeners_port_is_refused_unless_the_redirect_sent_the_connection_there() {
 
 #[test]
 fn with_a_specific_bind_address_only_that_address_is_guarded() {
-    use crate::dataplane::nftables::trace::{Fate, trace};
+    use crate::nft::trace::{Fate, trace};
     let snap = snapshot(
         node(),
         vec![svc("default/web", "10.96.0.10", 80).ep("10.244.2.5", 8080, "node-b")],
@@ -130,7 +125,7 @@ fn with_a_specific_bind_address_only_that_address_is_guarded() {
 
 #[test]
 fn a_cluster_ip_at_a_port_its_service_does_not_define_is_refused() {
-    use crate::dataplane::nftables::trace::{Fate, Origin, trace};
+    use crate::nft::trace::{Fate, Origin, trace};
     let snap = snapshot(
         node(),
         vec![
@@ -147,7 +142,7 @@ fn a_cluster_ip_at_a_port_its_service_does_not_define_is_refused() {
     let local: Vec<IpAddr> = snap.node.local_addresses().into_iter().collect();
     for origin in [Origin::Interface("cni0".into()), Origin::Host] {
         for protocol in [Protocol::Tcp, Protocol::Udp] {
-            let packet = crate::dataplane::nftables::trace::Packet {
+            let packet = crate::nft::trace::Packet {
                 protocol,
                 origin: origin.clone(),
                 ..arriving("cni0", "10.244.1.7", "10.96.0.10", 81)
@@ -176,8 +171,8 @@ fn a_cluster_ip_at_a_port_its_service_does_not_define_is_refused() {
 
 #[test]
 fn the_nodes_own_traffic_to_a_node_port_without_endpoints_is_refused_where_it_arrives() {
-    use crate::dataplane::nftables::ruleset::Hook;
-    use crate::dataplane::nftables::trace::{Fate, Flight, Origin, Packet, through_hook, trace};
+    use crate::nft::ruleset::Hook;
+    use crate::nft::trace::{Fate, Flight, Origin, Packet, through_hook, trace};
     let snap = snapshot(
         node(),
         vec![
@@ -240,7 +235,7 @@ fn the_nodes_own_traffic_to_a_node_port_without_endpoints_is_refused_where_it_ar
 
 #[test]
 fn load_balancer_source_ranges_drop_other_sources_before_the_redirect() {
-    use crate::dataplane::nftables::trace::{Fate, Origin, Packet, trace};
+    use crate::nft::trace::{Fate, Origin, Packet, trace};
     let snap = snapshot(
         node(),
         vec![

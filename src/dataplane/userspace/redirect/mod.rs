@@ -2,9 +2,9 @@
 //! family's nftables table, planned from the snapshot and the ports the listeners hold.
 //!
 //! Pure: (Snapshot, listeners' ports, `nodePortAddresses`, `--bind-address`) → one
-//! [`Ruleset`] per family, applied by the nftables mode's applier as IPVS mode applies its
-//! helper rules. The table is the nftables mode's own (`kube-proxy-rs`, `ip` and `ip6`), as
-//! for IPVS mode: switching a node between modes replaces one set of rules by the other in one
+//! [`Ruleset`] per family, applied by the nf_tables library's applier as IPVS mode applies its
+//! helper rules. The table is the nftables mode's own ([`crate::nft::TABLE`], `ip` and `ip6`),
+//! as for IPVS mode: switching a node between modes replaces one set of rules by the other in one
 //! transaction (a second table would leave the other mode's DNAT rules catching Service
 //! traffic first), and `--cleanup` has one table to remove.
 //!
@@ -67,11 +67,10 @@ use std::net::IpAddr;
 use super::plan::{Key, List};
 use crate::cluster::{FamilyView, IpFamily, NodeContext, Protocol, ServicePort, Snapshot};
 use crate::config::NodePortAddresses;
-use crate::dataplane::nftables::names::{self as n, Name};
-use crate::dataplane::nftables::ruleset::{
-    Comment, Data, Element, Family, Field, Match, Ruleset, Tuple, Value, Verdict,
-};
+use crate::dataplane::nftables::names as n;
 use crate::dataplane::node::{DetectLocal, Local, NodePortMatch, node_ports, source_ranges};
+use crate::nft::Name;
+use crate::nft::ruleset::{Comment, Data, Family, Field, Match, Ruleset, Tuple, Value, Verdict};
 
 /// Frontend (address . protocol . port) → listener (address . port).
 pub const SERVICE_LISTENERS: &str = "service-listeners";
@@ -157,13 +156,7 @@ pub fn plan_family(
     };
     for (key, listener) in listening.iter().filter(|(k, _)| k.family == family) {
         let port = Tuple::new(&[Value::Proto(key.port.protocol), Value::Port(listener.port)]);
-        element(
-            &mut rules,
-            RELAY_PORTS,
-            port,
-            Data::None,
-            &relay_comment(key),
-        );
+        rules.element(RELAY_PORTS, port, Data::None, Some(&relay_comment(key)));
     }
     let node_port_addresses = node_port_addresses(&settings.node_ports, node, family);
     for state in snapshot.ports.values() {
@@ -172,16 +165,12 @@ pub fn plan_family(
             continue;
         };
         // Without a comment: one ClusterIP serves every port of its Service.
-        rules
-            .sets
-            .get_mut(&Name::fixed(n::CLUSTER_IPS))
-            .expect("declared by skeleton")
-            .elements_mut()
-            .entry(Tuple::new(&[Value::Addr(view.cluster_ip)]))
-            .or_insert(Element {
-                data: Data::None,
-                comment: None,
-            });
+        rules.element(
+            n::CLUSTER_IPS,
+            Tuple::new(&[Value::Addr(view.cluster_ip)]),
+            Data::None,
+            None,
+        );
         if port.name.protocol == Protocol::Sctp {
             continue;
         }
@@ -223,12 +212,11 @@ pub fn plan_family(
                 ]);
                 let Some(target) = target.of(address, node_port) else {
                     if !listener.serving {
-                        element(
-                            &mut rules,
+                        rules.element(
                             n::NO_ENDPOINT_SERVICES,
                             frontend,
                             refusal.clone(),
-                            &comment,
+                            Some(&comment),
                         );
                     }
                     continue;
@@ -237,29 +225,26 @@ pub fn plan_family(
                     Data::Values(Tuple::new(&[Value::Addr(target), Value::Port(l.port)]))
                 };
                 if let Some(cluster) = short_circuit {
-                    element(
-                        &mut rules,
+                    rules.element(
                         SHORT_CIRCUIT,
                         frontend,
                         to_listener(cluster),
-                        &comment,
+                        Some(&comment),
                     );
                 }
                 if listener.serving {
-                    element(
-                        &mut rules,
+                    rules.element(
                         SERVICE_LISTENERS,
                         frontend,
                         to_listener(listener),
-                        &comment,
+                        Some(&comment),
                     );
                 } else {
-                    element(
-                        &mut rules,
+                    rules.element(
                         n::NO_ENDPOINT_SERVICES,
                         frontend,
                         refusal.clone(),
-                        &comment,
+                        Some(&comment),
                     );
                 }
             }
@@ -280,7 +265,7 @@ fn firewall(
     let allowed = source_ranges::allowed_disjoint(view, node);
     for &lb in &view.load_balancer_ips {
         let frontend = Tuple::new(&[Value::Addr(lb), proto, Value::Port(port.port)]);
-        element(rules, n::FIREWALL_IPS, frontend, Data::None, comment);
+        rules.element(n::FIREWALL_IPS, frontend, Data::None, Some(comment));
         for &net in &allowed {
             let key = Tuple::new(&[
                 Value::Addr(lb),
@@ -288,7 +273,7 @@ fn firewall(
                 Value::Port(port.port),
                 Value::Net(net),
             ]);
-            element(rules, n::FIREWALL_ALLOW, key, Data::None, comment);
+            rules.element(n::FIREWALL_ALLOW, key, Data::None, Some(comment));
         }
     }
 }
@@ -384,19 +369,4 @@ fn first_address(node: &NodeContext, family: IpFamily) -> Option<IpAddr> {
 /// port read back from the kernel with its listener (see `trace`).
 pub fn relay_comment(key: &Key) -> Comment {
     Comment::sanitised(&super::plan::name(key))
-}
-
-/// Adds an element; the first of two equal keys wins (ports are visited in name order, so the
-/// choice is deterministic).
-fn element(rules: &mut Ruleset, set: &'static str, key: Tuple, data: Data, comment: &Comment) {
-    rules
-        .sets
-        .get_mut(&Name::fixed(set))
-        .expect("declared by skeleton")
-        .elements_mut()
-        .entry(key)
-        .or_insert_with(|| Element {
-            data,
-            comment: Some(comment.clone()),
-        });
 }

@@ -8,33 +8,19 @@ use ipnet::IpNet;
 
 use super::{FRONTEND, RELAY_CHECK, RELAY_PORTS, SERVICE_LISTENERS, SHORT_CIRCUIT};
 use crate::cluster::IpFamily;
-use crate::dataplane::nftables::names::{self as n, Name};
+use crate::dataplane::nftables::names as n;
 use crate::dataplane::nftables::plan::skeleton;
-use crate::dataplane::nftables::ruleset::{
-    Comment, CtState, DataKind, Field, Kind, Match, Rule, Ruleset, Set, SetDecl, Statement, Verdict,
+use crate::nft::Name;
+use crate::nft::ruleset::{
+    CtState, DataKind, Field, Kind, Match, Ruleset, Set, SetDecl, Statement, Verdict,
 };
-
-fn push(rules: &mut Ruleset, chain: &'static str, matches: Vec<Match>, statements: Vec<Statement>) {
-    rules
-        .chains
-        .entry(Name::fixed(chain))
-        .or_default()
-        .rules
-        .push(Rule::new(matches, statements));
-}
 
 /// The chains and the (empty) maps every table has. `from_local_pod`: how this family's pods
 /// are recognised, if they are; `bind`: `--bind-address` when it is of this family and
 /// specific (the only address the listeners accept on).
 pub(super) fn add(rules: &mut Ruleset, from_local_pod: Option<Match>, bind: Option<IpAddr>) {
     use Kind::{Addr, Port, Proto};
-    let decl = |data, comment: &str| SetDecl {
-        key: vec![Addr, Proto, Port],
-        data,
-        interval: false,
-        dynamic_timeout: None,
-        comment: Some(Comment::sanitised(comment)),
-    };
+    let decl = |data, comment: &str| SetDecl::plain(&[Addr, Proto, Port], data, comment);
     rules.sets.insert(
         Name::fixed(SERVICE_LISTENERS),
         Set::new(decl(
@@ -92,12 +78,11 @@ pub(super) fn add(rules: &mut Ruleset, from_local_pod: Option<Match>, bind: Opti
         }]
     };
     if let Some(m) = from_local_pod {
-        push(rules, n::NAT_PREROUTING, vec![m], dnat(SHORT_CIRCUIT));
+        rules.push(n::NAT_PREROUTING, vec![m], dnat(SHORT_CIRCUIT));
     }
-    push(rules, n::NAT_PREROUTING, vec![], dnat(SERVICE_LISTENERS));
+    rules.push(n::NAT_PREROUTING, vec![], dnat(SERVICE_LISTENERS));
     for chain in [n::FILTER_PREROUTING_PRE_DNAT, n::FILTER_OUTPUT_PRE_DNAT] {
-        push(
-            rules,
+        rules.push(
             chain,
             vec![Match::CtState(CtState::New)],
             vec![Statement::Verdict(Verdict::Jump(Name::fixed(
@@ -106,22 +91,20 @@ pub(super) fn add(rules: &mut Ruleset, from_local_pod: Option<Match>, bind: Opti
         );
     }
     let (matches, statements) = skeleton::firewall_check_rule();
-    push(rules, n::FIREWALL_CHECK, matches, statements);
-    push(rules, n::NAT_OUTPUT, vec![], dnat(SHORT_CIRCUIT));
-    push(rules, n::NAT_OUTPUT, vec![], dnat(SERVICE_LISTENERS));
+    rules.push(n::FIREWALL_CHECK, matches, statements);
+    rules.push(n::NAT_OUTPUT, vec![], dnat(SHORT_CIRCUIT));
+    rules.push(n::NAT_OUTPUT, vec![], dnat(SERVICE_LISTENERS));
     // The node's own traffic to one of its own addresses (a NodePort, a local externalIP) is
     // refused where it arrives, in the input hook: refused in the output hook, a UDP send
     // would fail with EPERM rather than find the port unreachable.
-    push(
-        rules,
+    rules.push(
         n::FILTER_OUTPUT,
         vec![Match::FibLocal { source: false }],
         vec![Statement::Verdict(Verdict::Return)],
     );
     let new = || vec![Match::CtState(CtState::New)];
     for chain in [n::FILTER_INPUT, n::FILTER_FORWARD, n::FILTER_OUTPUT] {
-        push(
-            rules,
+        rules.push(
             chain,
             new(),
             vec![Statement::VerdictMap {
@@ -133,8 +116,7 @@ pub(super) fn add(rules: &mut Ruleset, from_local_pod: Option<Match>, bind: Opti
     // A ClusterIP that nothing above sent to a listener (a port the Service does not define)
     // is refused at once, as the nftables mode refuses it, rather than routed on.
     for chain in [n::FILTER_FORWARD, n::FILTER_OUTPUT] {
-        push(
-            rules,
+        rules.push(
             chain,
             new(),
             vec![Statement::Verdict(Verdict::Jump(Name::fixed(
@@ -143,11 +125,11 @@ pub(super) fn add(rules: &mut Ruleset, from_local_pod: Option<Match>, bind: Opti
         );
     }
     for (matches, statements) in skeleton::cluster_ips_check_rules() {
-        push(rules, n::CLUSTER_IPS_CHECK, matches, statements);
+        rules.push(n::CLUSTER_IPS_CHECK, matches, statements);
     }
     relay_check(rules, bind);
     for (matches, statements) in skeleton::reject_rules() {
-        push(rules, n::REJECT_CHAIN, matches, statements);
+        rules.push(n::REJECT_CHAIN, matches, statements);
     }
 }
 
@@ -178,20 +160,17 @@ fn relay_check(rules: &mut Ruleset, bind: Option<IpAddr>) {
         set: Name::fixed(RELAY_PORTS),
         negate: false,
     });
-    push(
-        rules,
+    rules.push(
         n::FILTER_INPUT,
         matches,
         vec![Statement::Verdict(Verdict::Jump(Name::fixed(RELAY_CHECK)))],
     );
-    push(
-        rules,
+    rules.push(
         RELAY_CHECK,
         vec![Match::CtStatusDnat],
         vec![Statement::Verdict(Verdict::Return)],
     );
-    push(
-        rules,
+    rules.push(
         RELAY_CHECK,
         vec![],
         vec![Statement::Verdict(Verdict::Goto(Name::fixed(

@@ -282,10 +282,7 @@ fn a_family_with_only_loopback_sends_no_frontend_anywhere() {
 fn prerouting_and_output_dnat_through_the_map_and_the_filters_refuse() {
     let snap = snapshot(node(), vec![]);
     let [v4, _] = plan(&snap, &BTreeMap::new(), &settings());
-    let text = crate::dataplane::nftables::render(&crate::dataplane::nftables::diff(
-        &Ruleset::empty(v4.family),
-        &v4,
-    ));
+    let text = crate::nft::render(&crate::nft::diff(&Ruleset::empty(v4.family), &v4));
     for expected in [
         "dnat to ip daddr . meta l4proto . th dport map @service-listeners",
         "ct state new ip daddr . meta l4proto . th dport vmap @no-endpoint-services",
@@ -322,7 +319,7 @@ fn prerouting_and_output_dnat_through_the_map_and_the_filters_refuse() {
 /// ClusterIP keeps to the local endpoint from everywhere.
 #[test]
 fn external_frontends_from_inside_the_node_reach_every_endpoint_under_a_local_policy() {
-    use crate::dataplane::nftables::trace::{Origin, Packet, trace};
+    use crate::nft::trace::{Origin, Packet, trace};
     let snap = snapshot(
         node(),
         vec![

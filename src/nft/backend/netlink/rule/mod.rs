@@ -10,10 +10,8 @@ use std::net::IpAddr;
 use super::expr::{Data, Expr, KernelVerdict};
 use super::uapi::{self, cmp, ct, fib, meta, nat, payload, reg, register_at, verdict as code};
 use crate::cluster::Protocol;
-use crate::dataplane::nftables::names::Name;
-use crate::dataplane::nftables::ruleset::{
-    CtState, Family, Field, Match, Rule, Statement, Verdict,
-};
+use crate::nft::Name;
+use crate::nft::ruleset::{CtState, Family, Field, Match, Rule, Statement, Verdict};
 
 mod decode;
 pub use decode::decode;

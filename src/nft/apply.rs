@@ -15,8 +15,6 @@
 //! What was last applied is the caller's (the planner holds it); the applier never plans, never
 //! retries, never sleeps: the runner decides when.
 
-pub mod dataplane;
-
 use super::adopt;
 use super::backend::{self, Backend};
 use super::diff::{Transaction, diff, rebuild};

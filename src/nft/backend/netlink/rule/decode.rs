@@ -8,14 +8,10 @@ use std::net::IpAddr;
 use ipnet::IpNet;
 
 use super::{IFNAMSIZ, Layout, field_len, nat_family, padded, protocol, verdict};
-use crate::dataplane::nftables::backend::netlink::expr::{Data, Expr};
-use crate::dataplane::nftables::backend::netlink::uapi::{
-    self, cmp, ct, fib, meta, nat, payload, register_at,
-};
-use crate::dataplane::nftables::names::Name;
-use crate::dataplane::nftables::ruleset::{
-    CtState, Family, Field, IfName, Match, Rule, Statement, Verdict,
-};
+use crate::nft::Name;
+use crate::nft::backend::netlink::expr::{Data, Expr};
+use crate::nft::backend::netlink::uapi::{self, cmp, ct, fib, meta, nat, payload, register_at};
+use crate::nft::ruleset::{CtState, Family, Field, IfName, Match, Rule, Statement, Verdict};
 
 enum Item {
     Match(Match),

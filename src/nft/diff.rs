@@ -12,7 +12,7 @@
 
 use std::sync::Arc;
 
-use super::names::Name;
+use super::Name;
 use super::ruleset::{
     BaseChain, Element, Elements, Family, Match, Rule, Ruleset, SetDecl, Statement, Tuple,
 };
@@ -245,7 +245,8 @@ pub fn diff(last: &Ruleset, want: &Ruleset) -> Transaction {
 
 /// A transaction that replaces whatever table the kernel has with `want`, atomically: create
 /// (so the delete cannot fail), delete, then build from scratch. For adopting a table whose
-/// content is unknown when no parsed dump is available; see the module doc of `nftables`.
+/// content is unknown when no parsed dump is available; see the module doc of
+/// `dataplane::nftables`.
 pub fn rebuild(want: &Ruleset) -> Transaction {
     let mut t = diff(&Ruleset::empty(want.family), want);
     t.ops.splice(0..0, [Op::AddTable, Op::DeleteTable]);
@@ -345,7 +346,3 @@ impl Ops {
         Transaction { family, ops: all }
     }
 }
-
-#[cfg(test)]
-#[path = "diff_tests.rs"]
-mod tests;

@@ -8,10 +8,8 @@ use proptest::prelude::*;
 
 use super::{decode, encode};
 use crate::cluster::Protocol;
-use crate::dataplane::nftables::names::Name;
-use crate::dataplane::nftables::ruleset::{
-    CtState, Family, Field, IfName, Match, Rule, Statement, Verdict,
-};
+use crate::nft::Name;
+use crate::nft::ruleset::{CtState, Family, Field, IfName, Match, Rule, Statement, Verdict};
 
 fn family() -> impl Strategy<Value = Family> {
     prop_oneof![Just(Family::Ip), Just(Family::Ip6)]

@@ -7,10 +7,8 @@ use serde_json::Value as Json;
 
 use super::{address, network, number};
 use crate::cluster::Protocol;
-use crate::dataplane::nftables::names::Name;
-use crate::dataplane::nftables::ruleset::{
-    CtState, Family, Field, IfName, Match, Rule, Statement, Verdict,
-};
+use crate::nft::Name;
+use crate::nft::ruleset::{CtState, Family, Field, IfName, Match, Rule, Statement, Verdict};
 
 /// A rule no plan has: the chain holding it is flushed and refilled.
 pub(super) fn unreadable() -> Rule {

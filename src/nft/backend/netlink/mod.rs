@@ -1,7 +1,6 @@
-//! The nf_tables netlink encoder and dump reader: [`Transaction`](crate::dataplane::nftables::Transaction)s go to the kernel as one
-//! nf_tables batch over a netlink socket, and our table comes back as a
-//! [`Ruleset`](crate::dataplane::nftables::Ruleset) from
-//! `GET*` dumps, without `nft` in between.
+//! The nf_tables netlink encoder and dump reader: [`crate::nft::Transaction`]s go to the
+//! kernel as one nf_tables batch over a netlink socket, and our table comes back as a
+//! [`crate::nft::Ruleset`] from `GET*` dumps, without `nft` in between.
 //!
 //! Why: `nft -f` parsing a large ruleset and `nft list` printing one take far longer than the
 //! kernel needs to apply or dump it (docs/benchmarks.md, "netlink encoder against `nft -f`").
@@ -43,15 +42,15 @@ use std::sync::Arc;
 
 use netlink_packet_core::{NLM_F_ACK, NLM_F_DUMP, NLM_F_REQUEST};
 
-use crate::dataplane::nftables::adopt::Parsed;
-use crate::dataplane::nftables::diff::{Op, Transaction};
-use crate::dataplane::nftables::render;
-use crate::dataplane::nftables::ruleset::{Family, Ruleset};
 use crate::netlink::batch::{Answer, Until};
 use crate::netlink::message::messages;
 use crate::netlink::socket::{self, Options, Protocol, Socket};
 use crate::netlink::writer::Writer;
 use crate::netlink::{attr, dump::Dump, nfnetlink};
+use crate::nft::adopt::Parsed;
+use crate::nft::diff::{Op, Transaction};
+use crate::nft::render;
+use crate::nft::ruleset::{Family, Ruleset};
 
 /// nf_tables' socket, as errors name it.
 pub const PROTOCOL: Protocol =
@@ -242,10 +241,10 @@ impl Netlink {
         &mut self,
         family: Family,
         set: &str,
-        decl: &crate::dataplane::nftables::ruleset::SetDecl,
-    ) -> Result<Vec<crate::dataplane::nftables::ruleset::Tuple>, Error> {
+        decl: &crate::nft::ruleset::SetDecl,
+    ) -> Result<Vec<crate::nft::ruleset::Tuple>, Error> {
         let nfproto = rule::Layout { family }.nfproto();
-        let table = crate::dataplane::nftables::names::TABLE;
+        let table = crate::nft::TABLE;
         let s = self.socket()?;
         let answer = request(s, uapi::msg::GETSETELEM, nfproto, true, &|w| {
             w.str(uapi::elem::LIST_TABLE, table);
@@ -308,7 +307,7 @@ impl Netlink {
     fn read(&mut self, family: Family, want: Option<&Ruleset>) -> Result<Option<Parsed>, Error> {
         use uapi::{chain, msg, set};
         let nfproto = rule::Layout { family }.nfproto();
-        let table = crate::dataplane::nftables::names::TABLE;
+        let table = crate::nft::TABLE;
         self.read_by_key = 0;
         let mut by_key_sets = 0;
         let (s, mut helper) = self.sockets()?;

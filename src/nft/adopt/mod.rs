@@ -17,7 +17,7 @@ use std::net::IpAddr;
 use ipnet::IpNet;
 use serde_json::Value as Json;
 
-use super::names::Name;
+use super::Name;
 use super::ruleset::{
     BaseChain, ChainType, Comment, Data, DataKind, Element, Family, Hook, Kind, Ruleset, Set,
     SetDecl, Tuple, Value,

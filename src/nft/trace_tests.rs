@@ -1,8 +1,8 @@
 //! The tracer on a hand-built ruleset: hook order, jump versus goto, return, verdict maps.
 
 use super::*;
-use crate::dataplane::nftables::names::Name;
-use crate::dataplane::nftables::ruleset::{BaseChain, ChainType, Family, Rule};
+use crate::nft::Name;
+use crate::nft::ruleset::{BaseChain, ChainType, Family, Rule};
 
 fn name(s: &str) -> Name {
     Name::parse(s).unwrap()

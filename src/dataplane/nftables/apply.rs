@@ -11,14 +11,14 @@
 
 use std::sync::Arc;
 
-use super::{self as apply, Applier};
 use crate::cluster::{Changes, Snapshot};
 use crate::dataplane::monitor::Drift;
-use crate::dataplane::nftables::backend::Backend;
 use crate::dataplane::nftables::mode_config::ModeConfig;
 use crate::dataplane::nftables::plan::Planner;
-use crate::dataplane::nftables::ruleset::Family;
 use crate::dataplane::{Dataplane, FamilyReport, SyncError, SyncReport};
+use crate::nft::apply::{self, Applier};
+use crate::nft::backend::Backend;
+use crate::nft::ruleset::Family;
 
 const MODE: &str = "nftables";
 

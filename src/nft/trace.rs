@@ -11,7 +11,7 @@
 use std::collections::BTreeSet;
 use std::net::IpAddr;
 
-use super::names::Name;
+use super::Name;
 use super::ruleset::{
     Chain, CtState, Data, Field, Hook, Match, Ruleset, Statement, Tuple, Value, Verdict,
 };

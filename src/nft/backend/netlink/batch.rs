@@ -16,11 +16,11 @@ use super::expr;
 use super::object;
 use super::rule::{self, Layout};
 use super::uapi::{self, msg};
-use crate::dataplane::nftables::diff::{Op, Transaction};
-use crate::dataplane::nftables::names::Name;
-use crate::dataplane::nftables::ruleset::{Data, Family, Verdict};
 use crate::netlink::nfnetlink;
 use crate::netlink::writer::Writer;
+use crate::nft::Name;
+use crate::nft::diff::{Op, Transaction};
+use crate::nft::ruleset::{Data, Family, Verdict};
 
 /// Element lists are cut before a nest outgrows an attribute's 16-bit length.
 const ELEMENT_BYTES: usize = 48 * 1024;
@@ -181,16 +181,14 @@ impl Encoder {
             }
             Op::FlushChain(name) => {
                 let m = self.begin(family, msg::DELRULE, 0, origin);
-                self.w
-                    .str(uapi::rule::TABLE, crate::dataplane::nftables::names::TABLE);
+                self.w.str(uapi::rule::TABLE, crate::nft::TABLE);
                 self.w.str(uapi::rule::CHAIN, name.as_str());
                 self.w.end(m);
             }
             Op::AddRule { chain, rule: r } => {
                 let exprs = rule::encode(family, r, interval);
                 let m = self.begin(family, msg::NEWRULE, create | NLM_F_APPEND, origin);
-                self.w
-                    .str(uapi::rule::TABLE, crate::dataplane::nftables::names::TABLE);
+                self.w.str(uapi::rule::TABLE, crate::nft::TABLE);
                 self.w.str(uapi::rule::CHAIN, chain.as_str());
                 let n = self.w.nest(uapi::rule::EXPRESSIONS);
                 expr::write_list(&mut self.w, &exprs);
@@ -257,10 +255,7 @@ impl Encoder {
 
     /// Table and set of an element message; returns the open element list.
     fn elements_head(&mut self, set: &Name) -> usize {
-        self.w.str(
-            uapi::elem::LIST_TABLE,
-            crate::dataplane::nftables::names::TABLE,
-        );
+        self.w.str(uapi::elem::LIST_TABLE, crate::nft::TABLE);
         self.w.str(uapi::elem::LIST_SET, set.as_str());
         self.w.nest(uapi::elem::LIST_ELEMENTS)
     }
@@ -269,10 +264,10 @@ impl Encoder {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dataplane::nftables::ruleset::{Family, Rule};
     use crate::netlink::ack::Ack;
     use crate::netlink::batch::{Answer, Until};
     use crate::netlink::message::messages;
+    use crate::nft::ruleset::{Family, Rule};
 
     fn flush_chains(n: usize) -> Transaction {
         Transaction {

@@ -4,7 +4,7 @@
 //! names only on the hooks that version accepts them on (`dstnat` on prerouting, `srcnat` on
 //! postrouting, `filter` anywhere), numbers elsewhere.
 //!
-//! Nothing needs escaping here by construction: names are [`Name`](super::names::Name)s (`[a-z0-9-]`), interface
+//! Nothing needs escaping here by construction: names are [`Name`](super::Name)s (`[a-z0-9-]`), interface
 //! names [`IfName`]s, comments [`Comment`]s (no quotes, no backslashes, no newlines), and every
 //! other value is a typed number or address. So no input can end a string or add a statement.
 //! The text encoder is selectable with `--nftables-encoder=nft` (the default is the netlink
@@ -13,12 +13,12 @@
 use std::fmt::Write as _;
 use std::net::IpAddr;
 
-use super::diff::{Op, Transaction};
-use super::names;
+use super::diff::{Op, Transaction, diff};
 use super::ruleset::{
     BaseChain, ChainType, Comment, CtState, Data, DataKind, Element, Family, Field, Hook, IfName,
-    Kind, Match, Rule, SetDecl, Statement, Tuple, Value, Verdict, priority,
+    Kind, Match, Rule, Ruleset, SetDecl, Statement, Tuple, Value, Verdict, priority,
 };
+use super::{TABLE, TABLE_COMMENT};
 use crate::cluster::Protocol;
 
 /// Turns a transaction into what a backend sends to the kernel.
@@ -50,7 +50,7 @@ pub fn render(t: &Transaction) -> String {
             Family::Ip => "ip",
             Family::Ip6 => "ip6",
         },
-        names::TABLE
+        TABLE
     );
     for op in &t.ops {
         match op {
@@ -58,7 +58,7 @@ pub fn render(t: &Transaction) -> String {
                 let _ = writeln!(
                     out,
                     "add table {table} {{ comment \"{}\" ; }}",
-                    names::TABLE_COMMENT
+                    TABLE_COMMENT
                 );
             }
             Op::DeleteTable => {
@@ -134,6 +134,16 @@ pub fn render(t: &Transaction) -> String {
 /// file atomically.
 pub fn render_all(transactions: &[Transaction]) -> String {
     transactions.iter().map(render).collect()
+}
+
+/// The full scripts that create these tables (both families) from nothing: what `plan`
+/// prints for a mode that programs nf_tables, and the nftables mode's goldens.
+pub fn render_from_scratch(rulesets: &[Ruleset]) -> String {
+    let ts: Vec<Transaction> = rulesets
+        .iter()
+        .map(|r| diff(&Ruleset::empty(r.family), r))
+        .collect();
+    render_all(&ts)
 }
 
 fn base_chain(b: &BaseChain) -> String {

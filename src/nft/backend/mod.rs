@@ -1,4 +1,4 @@
-//! The kernel seam of the nftables mode: a [`Backend`] applies transactions and reads our
+//! The kernel seam of the nf_tables library: a [`Backend`] applies transactions and reads our
 //! table back.
 //!
 //! Two real implementations: [`netlink::Netlink`] (the default: nf_tables netlink messages, and
@@ -13,9 +13,9 @@ pub mod netlink;
 use std::process::Command;
 use std::sync::Arc;
 
+use super::Name;
 use super::adopt::{self, Parsed};
 use super::diff::Transaction;
-use super::names;
 use super::render;
 use super::ruleset::{Family, Ruleset, SetDecl, Tuple};
 use crate::config::NftablesEncoder;
@@ -86,7 +86,7 @@ pub trait Backend: Send {
     fn dynamic_keys(
         &mut self,
         family: Family,
-        set: &names::Name,
+        set: &Name,
         decl: &SetDecl,
     ) -> Result<Option<Vec<Tuple>>, Error> {
         let _ = (family, set, decl);
@@ -133,7 +133,7 @@ impl Backend for Box<dyn Backend> {
     fn dynamic_keys(
         &mut self,
         family: Family,
-        set: &names::Name,
+        set: &Name,
         decl: &SetDecl,
     ) -> Result<Option<Vec<Tuple>>, Error> {
         (**self).dynamic_keys(family, set, decl)
@@ -245,7 +245,7 @@ impl Backend for NetlinkBackend {
     fn dynamic_keys(
         &mut self,
         family: Family,
-        set: &names::Name,
+        set: &Name,
         decl: &SetDecl,
     ) -> Result<Option<Vec<Tuple>>, Error> {
         self.netlink
@@ -353,7 +353,7 @@ impl NftCommand {
 
     /// `nft -j list table <family> kube-proxy-rs`, or `None` when the table does not exist.
     pub fn list_json(&mut self, family: Family) -> Result<Option<String>, Error> {
-        let mut cmd = self.command(["-j", "list", "table", family_word(family), names::TABLE]);
+        let mut cmd = self.command(["-j", "list", "table", family_word(family), super::TABLE]);
         let output = tool::output(&mut cmd, &self.program())?;
         if output.status.success() {
             return String::from_utf8(output.stdout)

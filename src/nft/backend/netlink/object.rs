@@ -11,11 +11,11 @@ use ipnet::IpNet;
 use super::expr::{self, Data as KernelData};
 use super::rule::{Layout, kernel_verdict, proto_number};
 use super::uapi::{self, chain, datatype, elem, hook, set, table, udata};
-use crate::dataplane::nftables::names::{self, Name};
-use crate::dataplane::nftables::ruleset::{
+use crate::netlink::writer::Writer;
+use crate::nft::ruleset::{
     BaseChain, ChainType, Data, DataKind, Element, Family, Hook, Kind, SetDecl, Tuple, Value,
 };
-use crate::netlink::writer::Writer;
+use crate::nft::{self, Name};
 
 /// One libnftnl userdata TLV.
 fn tlv(out: &mut Vec<u8>, kind: u8, value: &[u8]) {
@@ -32,15 +32,15 @@ fn comment_tlv(out: &mut Vec<u8>, kind: u8, text: &str) {
 }
 
 pub fn add_table(w: &mut Writer) {
-    w.str(table::NAME, names::TABLE);
+    w.str(table::NAME, nft::TABLE);
     w.be32(table::FLAGS, 0);
     let mut ud = Vec::new();
-    comment_tlv(&mut ud, udata::TABLE_COMMENT, names::TABLE_COMMENT);
+    comment_tlv(&mut ud, udata::TABLE_COMMENT, nft::TABLE_COMMENT);
     w.bytes(table::USERDATA, &ud);
 }
 
 pub fn name_table(w: &mut Writer) {
-    w.str(table::NAME, names::TABLE);
+    w.str(table::NAME, nft::TABLE);
 }
 
 fn hook_number(h: Hook) -> u32 {
@@ -72,7 +72,7 @@ pub fn chain_type_name(t: ChainType) -> &'static str {
 }
 
 pub fn chain(w: &mut Writer, name: &Name, base: Option<&BaseChain>) {
-    w.str(chain::TABLE, names::TABLE);
+    w.str(chain::TABLE, nft::TABLE);
     w.str(chain::NAME, name.as_str());
     if let Some(b) = base {
         let n = w.nest(chain::HOOK);
@@ -140,7 +140,7 @@ pub fn set_flags(d: &SetDecl) -> u32 {
 }
 
 pub fn add_set(w: &mut Writer, family: Family, name: &Name, d: &SetDecl, id: u32) {
-    w.str(set::TABLE, names::TABLE);
+    w.str(set::TABLE, nft::TABLE);
     w.str(set::NAME, name.as_str());
     w.be32(set::FLAGS, set_flags(d));
     w.be32(set::KEY_TYPE, concat_type(family, &d.key));
@@ -279,7 +279,7 @@ fn typeof_member(family: Family, k: Kind) -> (u32, Vec<u8>) {
 }
 
 pub fn name_set(w: &mut Writer, name: &Name) {
-    w.str(set::TABLE, names::TABLE);
+    w.str(set::TABLE, nft::TABLE);
     w.str(set::NAME, name.as_str());
 }
 

@@ -3,7 +3,7 @@
 //! verification read.
 //!
 //! Pure, never panics on kernel input, and follows the rules of the JSON parser
-//! ([`crate::dataplane::nftables::adopt`]): what it cannot express as our values is made to
+//! ([`crate::nft::adopt`]): what it cannot express as our values is made to
 //! differ (an unreadable rule becomes an empty rule, an unreadable set an empty key) and
 //! objects the diff could not name are [`Parsed::foreign`], so the applier rebuilds. Elements
 //! of dynamic sets are the kernel's (affinity clients) and are not read at all.
@@ -15,14 +15,14 @@ use super::expr::{self, Data as KernelData};
 use super::object::{self, concat_type, hook_of, kinds_len, range_net};
 use super::rule::{self, Layout};
 use super::uapi::{self, chain, datatype, elem, set, udata};
-use crate::dataplane::nftables::adopt::Parsed;
-use crate::dataplane::nftables::names::{self, Name};
-use crate::dataplane::nftables::ruleset::{
+use crate::netlink::attr::{self, be32, be64, find, find_be32, find_str};
+use crate::netlink::nfnetlink;
+use crate::nft::adopt::Parsed;
+use crate::nft::ruleset::{
     BaseChain, ChainType, Comment, Data, DataKind, Element, Elements, Family, Kind, Ruleset, Set,
     SetDecl, Tuple, Value,
 };
-use crate::netlink::attr::{self, be32, be64, find, find_be32, find_str};
-use crate::netlink::nfnetlink;
+use crate::nft::{self, Name};
 
 /// A set's elements as the reader found them.
 pub enum SetElements<'a> {
@@ -50,7 +50,7 @@ pub fn read<'a>(
     // The kernel dumps every chain of the family whatever table the request names (sets and
     // rules it filters): on a node, iptables-nft's `filter`, `nat` and `mangle` chains come
     // too. Only what is in our table is ours.
-    let ours = |a: &[u8], table_attribute| find_str(a, table_attribute) == Some(names::TABLE);
+    let ours = |a: &[u8], table_attribute| find_str(a, table_attribute) == Some(nft::TABLE);
     for body in chains {
         let a = nfnetlink::attributes(body);
         if ours(a, chain::TABLE) {
@@ -78,7 +78,7 @@ pub fn read<'a>(
             .unwrap_or_default();
         let r = rule::decode(family, &exprs).unwrap_or_else(|why| {
             p.unknown.push(format!("rule in {raw}: {why}"));
-            crate::dataplane::nftables::ruleset::Rule::new(Vec::new(), Vec::new())
+            crate::nft::ruleset::Rule::new(Vec::new(), Vec::new())
         });
         p.ruleset.chains.entry(name).or_default().rules.push(r);
     }
@@ -116,7 +116,7 @@ pub struct BaseChainSummary {
     pub chain: String,
     /// `filter`, `nat` or `route`.
     pub kind: String,
-    pub hook: crate::dataplane::nftables::ruleset::Hook,
+    pub hook: crate::nft::ruleset::Hook,
     pub priority: i32,
     /// The chain's policy drops what no rule of it accepts.
     pub drops: bool,

@@ -6,9 +6,9 @@
 use std::sync::Arc;
 
 use super::{Error, PROTOCOL, dump, object, request_each, rule, uapi};
-use crate::dataplane::nftables::ruleset::{Element, Elements, Family, Ruleset, SetDecl, Tuple};
 use crate::netlink::socket::{self, Socket};
 use crate::netlink::writer::Writer;
+use crate::nft::ruleset::{Element, Elements, Family, Ruleset, SetDecl, Tuple};
 
 /// Sets planned with at least this many elements are read by key; smaller ones are dumped.
 const BY_KEY_MIN: usize = 4096;
@@ -123,10 +123,7 @@ impl Asked<'_> {
         let mut readable = true;
         for chunk in keys.chunks(KEYS_PER_REQUEST) {
             let asked = |w: &mut Writer| {
-                w.str(
-                    uapi::elem::LIST_TABLE,
-                    crate::dataplane::nftables::names::TABLE,
-                );
+                w.str(uapi::elem::LIST_TABLE, crate::nft::TABLE);
                 w.str(uapi::elem::LIST_SET, self.name);
                 let list = w.nest(uapi::elem::LIST_ELEMENTS);
                 for key in chunk {

@@ -2,8 +2,8 @@
 //!
 //! Plain data, no I/O, no text: rules are typed matches and statements, set elements typed
 //! tuples. Ordered maps throughout, so two equal states iterate, diff and render identically.
-//! The planner builds it, `diff` compares two, `render` is the only code that turns it into nft
-//! syntax, and `trace` interprets it.
+//! A mode's planner builds it, `diff` compares two, `render` is the only code that turns it
+//! into nft syntax, and `trace` interprets it.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use ipnet::IpNet;
 
-use super::names::Name;
+use super::Name;
 pub use super::tuple::{Tuple, Values};
 use crate::cluster::{IpFamily, Protocol};
 /// Interface matches come from configuration only (the node policy's detect-local), never from
@@ -74,6 +74,36 @@ impl Ruleset {
                 },
             );
         }
+    }
+
+    /// Appends a rule to `chain`, made a regular chain first when the table has none of that
+    /// name.
+    pub fn push(&mut self, chain: &'static str, matches: Vec<Match>, statements: Vec<Statement>) {
+        self.chains
+            .entry(Name::fixed(chain))
+            .or_default()
+            .rules
+            .push(Rule::new(matches, statements));
+    }
+
+    /// Adds an element to `set`, which must be declared. Of two equal keys the first added
+    /// stays: a planner visiting its objects in a fixed order decides deterministically.
+    pub fn element(
+        &mut self,
+        set: &'static str,
+        key: Tuple,
+        data: Data,
+        comment: Option<&Comment>,
+    ) {
+        self.sets
+            .get_mut(&Name::fixed(set))
+            .unwrap_or_else(|| panic!("set {set} is not declared"))
+            .elements_mut()
+            .entry(key)
+            .or_insert_with(|| Element {
+                data,
+                comment: comment.cloned(),
+            });
     }
 
     /// Kernel objects this state consists of (chains, rules, sets, elements), for reports.
@@ -297,6 +327,20 @@ pub struct SetDecl {
     pub comment: Option<Comment>,
 }
 
+impl SetDecl {
+    /// A set or map whose elements are single keys, kept until deleted (no interval, no
+    /// timeout), with a comment.
+    pub fn plain(key: &[Kind], data: DataKind, comment: &str) -> SetDecl {
+        SetDecl {
+            key: key.to_vec(),
+            data,
+            interval: false,
+            dynamic_timeout: None,
+            comment: Some(Comment::sanitised(comment)),
+        }
+    }
+}
+
 /// The type of one part of a key or of map data.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
@@ -364,6 +408,34 @@ impl Comment {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn building_appends_rules_in_order_and_keeps_the_first_element_of_a_key() {
+        let mut r = Ruleset::empty(Family::Ip);
+        r.push("c", vec![], vec![Statement::Masquerade]);
+        r.push("c", vec![], vec![Statement::Verdict(Verdict::Accept)]);
+        let c = &r.chains[&Name::fixed("c")];
+        assert_eq!(c.base, None, "a chain made by push is a regular one");
+        assert_eq!(
+            c.rules,
+            vec![
+                Rule::new(vec![], vec![Statement::Masquerade]),
+                Rule::new(vec![], vec![Statement::Verdict(Verdict::Accept)]),
+            ]
+        );
+
+        let decl = SetDecl::plain(&[Kind::Port], DataKind::Verdict, "a \"map\"");
+        assert!(!decl.interval && decl.dynamic_timeout.is_none());
+        assert_eq!(decl.comment, Some(Comment::sanitised("a _map_")));
+        r.sets.insert(Name::fixed("m"), Set::new(decl));
+        let key = Tuple::new(&[Value::Port(80)]);
+        r.element("m", key, Data::Verdict(Verdict::Drop), None);
+        r.element("m", key, Data::Verdict(Verdict::Accept), None);
+        assert_eq!(
+            r.sets[&Name::fixed("m")].elements[&key].data,
+            Data::Verdict(Verdict::Drop)
+        );
+    }
 
     #[test]
     fn comments_cannot_carry_quotes_newlines_or_length() {
