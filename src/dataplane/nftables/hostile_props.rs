@@ -1,6 +1,8 @@
-//! Hostile input: names and values an attacker controls go through planner and renderer; the
-//! script must stay valid for `nft --check`, and no name can add a statement: the rendered text
-//! has the same lines, word for word outside comments, as the same snapshot with benign names.
+//! Hostile input: names and values an attacker controls go through planner and renderer; no
+//! name can add a statement (the rendered text has the same lines, word for word outside
+//! comments, as the same snapshot with benign names), and the script stays valid for
+//! `nft --check`. That last property is a kernel test (root): `kernel_`-named and ignored by
+//! a plain `cargo test --lib`; `cargo test --lib -- --ignored kernel_` runs it.
 
 use proptest::prelude::*;
 
@@ -54,7 +56,14 @@ proptest! {
             prop_assert_eq!(bad_script.lines().count(), good_script.lines().count());
             prop_assert!(hostile::NFT.shape(&bad_script, unhash) == hostile::NFT.shape(&good_script, unhash), "statements differ for {:?}", bad);
         }
-        let all = render_from_scratch(&plan_all(&snapshot(node(), services(&names)), &cfg));
+    }
+
+    #[test]
+    #[ignore = "kernel: runs nft --check (root); cargo test --lib -- --ignored kernel_"]
+    fn kernel_hostile_scripts_pass_nft_check(
+        names in prop::collection::vec(hostile::NFT.names(), 1..5)
+    ) {
+        let all = render_from_scratch(&plan_all(&snapshot(node(), services(&names)), &ModeConfig::default()));
         if let Err(e) = nft_check(&all) {
             panic!("nft --check refused a hostile script:\n{e}\n{all}");
         }
