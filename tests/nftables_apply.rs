@@ -437,6 +437,58 @@ async fn a_paused_monitor_hears_nothing_until_it_resumes() {
     let _ = watcher.await;
 }
 
+/// Another program's transaction of `elements` set elements in a table of its own
+/// (`other-program`, which the monitor does not watch), through `nft -f`.
+fn large_outside_transaction(ns: &NetNs, elements: u32) {
+    let list: Vec<String> = (0..elements)
+        .map(|i| format!("10.{}.{}.{}", i >> 16, (i >> 8) & 255, i & 255))
+        .collect();
+    let script = format!(
+        "add table ip other-program\n\
+         add set ip other-program big {{ type ipv4_addr; }}\n\
+         add element ip other-program big {{ {} }}\n",
+        list.join(", ")
+    );
+    ns.output_fed("nft", &["-f", "-"], &script);
+}
+
+/// The kernel drops notifications (`ENOBUFS`) when the monitor's socket has no room: made so
+/// on demand with a small receive buffer and a large transaction. What was dropped may have
+/// touched our table, so it counts as an outside change (the next sync is full). The same
+/// transaction, heard whole by a monitor with the proxy's buffer, is not ours to care about.
+/// One thread: the monitor reads nothing while the transaction runs (the test blocks it), as
+/// a monitor behind a busy sync would.
+#[tokio::test]
+async fn dropped_notifications_count_as_an_outside_change() {
+    for (buffer, dropped) in [(1, true), (32 << 20, false)] {
+        let ns = NetNs::new("nfa-nobufs");
+        let drift = Drift::new();
+        let watcher = tokio::spawn(monitor::run_with_buffer(
+            Some(ns.name.clone()),
+            drift.clone(),
+            Watch::NftablesTable,
+            buffer,
+        ));
+        ns.output("nft", &["add", "table", "ip", "kube-proxy-rs"]);
+        wait_until_listening(&ns, &drift).await;
+        let before = drift.noticed();
+        large_outside_transaction(&ns, 20_000);
+        // Counted, not awaited: the monitor may count it before anyone waits.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
+        while drift.noticed() == before && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert_eq!(
+            drift.noticed() > before,
+            dropped,
+            "a {buffer}-byte buffer: notifications {} be dropped and counted",
+            if dropped { "must" } else { "must not" }
+        );
+        watcher.abort();
+        let _ = watcher.await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_large_sync_of_ours_is_not_taken_for_an_outside_change() {
     let ns = NetNs::new("nfa-large");

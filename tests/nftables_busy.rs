@@ -4,9 +4,9 @@
 //! rule as it was; the retry (a full sync, as the runner's retry after a failure is) reads the
 //! table back, deletes the other program's chain with ours and converges to the plan.
 //!
-//! `ENOBUFS` on a batch (the kernel short of socket buffer for its answers) and a busy
-//! nf_tables commit have no on-demand trigger from another process: nf_tables serialises
-//! transactions in the kernel, and nft takes no lock another program could hold.
+//! A busy nf_tables commit has no on-demand trigger from another process: nf_tables
+//! serialises transactions in the kernel, and nft takes no lock another program could hold.
+//! `ENOBUFS`, notifications the kernel drops for the monitor, is in `nftables_apply.rs`.
 
 #![allow(clippy::disallowed_methods, reason = "a kernel test: it runs nft")]
 

@@ -284,6 +284,18 @@ const ENOBUFS: i32 = 105;
 /// dropped, and reports outside changes to what `watch` names to `drift`. Reopens the socket if
 /// it fails. Serves [`Drift::pause_monitor`] meanwhile.
 pub async fn run(netns: Option<String>, drift: Arc<Drift>, watch: Watch) {
+    run_with_buffer(netns, drift, watch, NOTIFY_BUFFER).await;
+}
+
+/// [`run`] with `receive_buffer` bytes of room for notifications instead of
+/// [`NOTIFY_BUFFER`]: a kernel test gives it a small one, so that the kernel drops
+/// notifications (`ENOBUFS`) on demand.
+pub async fn run_with_buffer(
+    netns: Option<String>,
+    drift: Arc<Drift>,
+    watch: Watch,
+    receive_buffer: usize,
+) {
     let own = drift.own_processes();
     let (control_tx, mut control) = tokio::sync::mpsc::unbounded_channel::<Control>();
     drift.set_control(Some(control_tx));
@@ -292,7 +304,7 @@ pub async fn run(netns: Option<String>, drift: Arc<Drift>, watch: Watch) {
     loop {
         let started = tokio::time::Instant::now();
         let options = Options {
-            receive_buffer: Some(NOTIFY_BUFFER),
+            receive_buffer: Some(receive_buffer),
             ..Options::default()
         };
         let groups = [NFNLGRP_NFTABLES];
