@@ -162,7 +162,8 @@ fn a_port_held_by_another_program_is_skipped_and_a_full_range_fails_the_sync() {
                 .replace("targetPort: 8080}", "targetPort: 8080, nodePort: 30080}");
             let wants_two = snapshot(dir.path(), &nodeport);
             let error = dp.sync(&wants_two, &none, false).expect_err("no port left");
-            assert!(error.to_string().contains("local"), "{error}");
+            let error = kube_proxy_rs::causes::one_line(&error);
+            assert!(error.contains("local"), "{error}");
             assert_eq!(
                 listener_of(&dp, "web"),
                 Some(at),
