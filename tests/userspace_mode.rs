@@ -74,7 +74,7 @@ fn syncs_open_update_and_close_listeners_that_relay_to_the_selected_endpoints() 
 
             // What a scrape shows of it: both web connections open, the dns flow, bytes.
             let metrics = Metrics::new();
-            metrics.set_relay_source(dp.listener_counters());
+            metrics.set_relay_source(std::sync::Arc::new(dp.listener_counters()));
             let text = metrics.encode();
             let web_series = r#"ip_family="IPv4",namespace="default",service="web",port="http",protocol="TCP",listener="cluster""#;
             let dns_series = r#"ip_family="IPv4",namespace="default",service="dns",port="dns",protocol="UDP",listener="cluster""#;

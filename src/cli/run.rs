@@ -110,8 +110,8 @@ async fn serve(
     if let Some(relay) = started.relay {
         observe.metrics.set_relay_source(relay);
     }
-    if let Some(stats) = started.ebpf {
-        observe.metrics.set_ebpf_source(stats);
+    if let Some(datapath) = started.datapath {
+        observe.metrics.set_ebpf_source(datapath);
     }
     if let Some(traffic) = started.traffic {
         observe.metrics.set_traffic_source(traffic);
@@ -151,7 +151,7 @@ async fn serve(
     tokio::spawn(observe.serve_metrics(metrics, config.clone(), debug, hard_fail));
     tokio::select! {
         Some(failure) = failed.recv() => Err(format!("{failure} (--bind-address-hard-fail)")),
-        () = shutdown::run_until_stopped(proxy.run(), &health, relay.as_ref()) => Ok(()),
+        () = shutdown::run_until_stopped(proxy.run(), &health, relay.as_deref()) => Ok(()),
     }
 }
 

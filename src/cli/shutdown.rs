@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use tokio::signal::unix::{SignalKind, signal};
 
-use crate::dataplane::userspace::ListenerCounters;
+use crate::dataplane::counters::RelaySource;
 use crate::health::SharedHealth;
 
 /// How long open relay connections may take to finish: within the kubelet's default
@@ -44,7 +44,7 @@ pub fn signalled() -> impl Future<Output = &'static str> {
 pub async fn run_until_stopped(
     run: impl Future<Output = ()>,
     health: &SharedHealth,
-    relay: Option<&ListenerCounters>,
+    relay: Option<&dyn RelaySource>,
 ) {
     tokio::pin!(run);
     tokio::select! {
@@ -59,11 +59,17 @@ pub async fn run_until_stopped(
 }
 
 /// What the proxy does once [`signalled`]: the line, the health answer, the drain.
-pub async fn stop(signal: &str, health: &SharedHealth, relay: Option<&ListenerCounters>) {
+pub async fn stop(signal: &str, health: &SharedHealth, relay: Option<&dyn RelaySource>) {
     tracing::info!(signal, "stopping");
     health.stop();
     let Some(relay) = relay else { return };
-    let open = || relay.read().iter().map(|(_, c)| c.active).sum::<u64>();
+    let open = || {
+        relay
+            .listeners()
+            .iter()
+            .map(|l| l.counts.active)
+            .sum::<u64>()
+    };
     let left = open();
     if left == 0 {
         return;

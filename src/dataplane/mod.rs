@@ -46,6 +46,7 @@
 
 pub mod cleanup;
 pub mod comment;
+pub mod counters;
 pub mod ebpf;
 pub mod iptables;
 pub mod ipvs;

@@ -13,10 +13,11 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use super::cleanup::Report;
+use super::counters::{DatapathSource, RelaySource};
 use super::leftovers::Owned;
 use super::monitor::{Drift, Watch};
 use super::tool::Launcher;
-use super::{Dataplane, TrafficSource, ebpf, node, userspace};
+use super::{Dataplane, TrafficSource, node};
 use crate::cluster::Snapshot;
 use crate::config::Config;
 use crate::conntrack::Frontends;
@@ -71,9 +72,9 @@ pub struct Started {
     /// Per-Service traffic counters, read by the metrics at each scrape (IPVS).
     pub traffic: Option<Arc<dyn TrafficSource>>,
     /// The relay's listeners: read by the metrics at each scrape, drained when the proxy stops.
-    pub relay: Option<userspace::ListenerCounters>,
+    pub relay: Option<Arc<dyn RelaySource>>,
     /// The eBPF datapath's counters and map fill levels, read by the metrics.
-    pub ebpf: Option<ebpf::stats::Stats>,
+    pub datapath: Option<Arc<dyn DatapathSource>>,
     /// Background tasks the proxy starts once it is built.
     pub tasks: Vec<Task>,
 }
@@ -86,7 +87,7 @@ impl Started {
             monitor: None,
             traffic: None,
             relay: None,
-            ebpf: None,
+            datapath: None,
             tasks: Vec::new(),
         }
     }

@@ -1,5 +1,5 @@
 //! `kubeproxy_rs_ebpf_*`: the eBPF mode's datapath counters and map fill levels, read from the
-//! dataplane's [`Stats`] at each scrape.
+//! [`DatapathSource`] the mode handed over at each scrape.
 //!
 //! The collector is registered whatever the mode, so the `# TYPE` lines are always there; it
 //! has samples once eBPF mode gave it its handle.
@@ -13,10 +13,10 @@ use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 
 use super::names::{self, Kind, Spec};
-use crate::dataplane::ebpf::stats::Stats;
+use crate::dataplane::counters::DatapathSource;
 
 /// Where the collector reads; `None` until eBPF mode sets it.
-pub type SharedSource = Arc<Mutex<Option<Stats>>>;
+pub type SharedSource = Arc<Mutex<Option<Arc<dyn DatapathSource>>>>;
 
 /// See the module doc.
 #[derive(Debug)]
@@ -40,7 +40,7 @@ impl Collector for Datapath {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone();
-        let reading = source.map(|s| s.read()).unwrap_or_default();
+        let reading = source.map(|s| s.counts()).unwrap_or_default();
         let mut m = descriptor(&mut encoder, &names::RS_EBPF_DATAPATH)?;
         for (reason, n) in &reading.reasons {
             ConstCounter::new(*n).encode(m.encode_family(&[("reason", *reason)])?)?;

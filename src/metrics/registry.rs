@@ -312,7 +312,7 @@ impl Metrics {
     }
 
     /// Where each scrape reads the userspace relay's listeners (userspace mode).
-    pub fn set_relay_source(&self, source: crate::dataplane::userspace::ListenerCounters) {
+    pub fn set_relay_source(&self, source: Arc<dyn crate::dataplane::counters::RelaySource>) {
         *self
             .0
             .relayed
@@ -321,7 +321,7 @@ impl Metrics {
     }
 
     /// Where each scrape reads the eBPF mode's counters and map fill levels.
-    pub fn set_ebpf_source(&self, source: crate::dataplane::ebpf::stats::Stats) {
+    pub fn set_ebpf_source(&self, source: Arc<dyn crate::dataplane::counters::DatapathSource>) {
         *self
             .0
             .ebpf

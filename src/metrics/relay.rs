@@ -1,5 +1,5 @@
 //! `kubeproxy_rs_userspace_*`: what each listener of the userspace relay has relayed, read
-//! from the dataplane's [`ListenerCounters`] at each scrape. A listener's series appear when
+//! from the [`RelaySource`] the mode handed over at each scrape. A listener's series appear when
 //! it opens and leave when it closes; a re-opened listener counts from zero again, which
 //! Prometheus reads as a counter reset.
 //!
@@ -16,25 +16,23 @@ use prometheus_client::metrics::gauge::ConstGauge;
 
 use super::labels::{DirectedRelayLabels, Direction, RefusedRelayLabels, RelayLabels};
 use super::names::{self, Kind, Spec};
-use crate::dataplane::userspace::ListenerCounters;
-use crate::dataplane::userspace::plan::Key;
-use crate::dataplane::userspace::relay::CounterValues;
+use crate::dataplane::counters::{RelaySource, RelayedCounts, RelayedListener};
 
 /// Where the collector reads; `None` until userspace mode sets it.
-pub type SharedSource = Arc<Mutex<Option<ListenerCounters>>>;
+pub type SharedSource = Arc<Mutex<Option<Arc<dyn RelaySource>>>>;
 
 /// See the module doc.
 #[derive(Debug)]
 pub struct Relayed(pub SharedSource);
 
-fn labels(key: &Key) -> RelayLabels {
+fn labels(l: &RelayedListener) -> RelayLabels {
     RelayLabels {
-        ip_family: key.family,
-        namespace: key.port.service.namespace.to_string(),
-        service: key.port.service.name.to_string(),
-        port: key.port.port.to_string(),
-        protocol: key.port.protocol.as_str().to_owned(),
-        listener: key.list.as_str(),
+        ip_family: l.family,
+        namespace: l.port.service.namespace.to_string(),
+        service: l.port.service.name.to_string(),
+        port: l.port.port.to_string(),
+        protocol: l.port.protocol.as_str().to_owned(),
+        listener: l.listener,
     }
 }
 
@@ -56,9 +54,9 @@ impl Collector for Relayed {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone();
-        let read = source.map(|s| s.read()).unwrap_or_default();
-        let all: Vec<(RelayLabels, CounterValues)> =
-            read.iter().map(|(k, v)| (labels(k), *v)).collect();
+        let read = source.map(|s| s.listeners()).unwrap_or_default();
+        let all: Vec<(RelayLabels, RelayedCounts)> =
+            read.iter().map(|l| (labels(l), l.counts)).collect();
 
         let mut m = descriptor(&mut encoder, &names::RS_USERSPACE_CONNECTIONS)?;
         for (l, v) in &all {
@@ -67,7 +65,7 @@ impl Collector for Relayed {
         for (spec, pick) in [
             (
                 &names::RS_USERSPACE_CONNECTIONS_TOTAL,
-                (|v: &CounterValues| v.total) as fn(&CounterValues) -> u64,
+                (|v: &RelayedCounts| v.total) as fn(&RelayedCounts) -> u64,
             ),
             (&names::RS_USERSPACE_DIAL_FAILURES, |v| v.dial_failures),
             (&names::RS_USERSPACE_DIAL_RETRIES, |v| v.retries),

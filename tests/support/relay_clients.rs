@@ -9,8 +9,9 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use super::relay_pods::addr;
+use kube_proxy_rs::dataplane::counters::RelayedCounts;
 use kube_proxy_rs::dataplane::userspace::relay::{
-    Affinity, CounterValues, DialPolicy, Listener, Relay, Settings, Target,
+    Affinity, DialPolicy, Listener, Relay, Settings, Target,
 };
 use tokio::io::{AsyncBufReadExt as _, AsyncReadExt as _, BufReader};
 use tokio::net::{TcpStream, UdpSocket};
@@ -105,7 +106,7 @@ pub async fn assert_closed(stream: &mut BufReader<TcpStream>) {
 }
 
 /// Waits until the counters satisfy `done`, for up to [`STEP`].
-pub async fn counters_until(listener: &Listener, done: impl Fn(&CounterValues) -> bool) {
+pub async fn counters_until(listener: &Listener, done: impl Fn(&RelayedCounts) -> bool) {
     let deadline = Instant::now() + STEP;
     while !done(&listener.counters()) {
         assert!(

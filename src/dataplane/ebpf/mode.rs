@@ -1,6 +1,7 @@
 //! The eBPF mode's parts for the command line ([`crate::dataplane::mode::Mode`]).
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use super::backend::{self, Kernel, Settings};
 use super::stats::Stats;
@@ -65,7 +66,7 @@ impl Mode for Ebpf {
     fn start(&self, config: &Config) -> Result<Started, StartError> {
         let (dataplane, stats) = attach(config).map_err(Unattached)?;
         Ok(Started {
-            ebpf: Some(stats),
+            datapath: Some(Arc::new(stats)),
             tasks: vec![udp_socket_reaper(config)],
             ..Started::alone(Box::new(dataplane))
         })

@@ -14,6 +14,7 @@ use aya::maps::{Map, MapData, PerCpuArray};
 
 use super::backend::Error;
 use super::{layout, names};
+use crate::dataplane::counters::{DatapathCounts, DatapathSource};
 
 /// The reasons the programs count, in `enum kp_stat`'s order (`bpf/kp_maps.h`).
 pub const REASONS: [&str; 7] = [
@@ -48,15 +49,6 @@ impl fmt::Debug for Stats {
     }
 }
 
-/// One reading.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Reading {
-    /// (reason, count summed over CPUs); empty before the counters are open.
-    pub reasons: Vec<(&'static str, u64)>,
-    /// (map, entries, bound).
-    pub maps: Vec<(&'static str, usize, u32)>,
-}
-
 impl Stats {
     /// Opens the counters pinned under `pin_root` (after [`super::backend::Kernel::open`]).
     pub fn open(pin_root: &Path) -> Result<Stats, Error> {
@@ -80,7 +72,7 @@ impl Stats {
         self.0.entries[1].store(slots, Ordering::Relaxed);
     }
 
-    pub fn read(&self) -> Reading {
+    pub fn read(&self) -> DatapathCounts {
         let counters = self
             .0
             .counters
@@ -106,6 +98,12 @@ impl Stats {
             .zip(&self.0.entries)
             .map(|(&(name, bound), n)| (name, n.load(Ordering::Relaxed), bound))
             .collect();
-        Reading { reasons, maps }
+        DatapathCounts { reasons, maps }
+    }
+}
+
+impl DatapathSource for Stats {
+    fn counts(&self) -> DatapathCounts {
+        self.read()
     }
 }

@@ -59,6 +59,7 @@ impl Mode for Nftables {
                 )],
                 ..Started::alone(Box::new(dataplane))
             },
+            None,
         ))
     }
 

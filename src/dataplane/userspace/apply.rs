@@ -30,8 +30,9 @@ use super::listener_counters::ListenerCounters;
 use super::plan::{self, Key, Listeners, Spec, Transport};
 use super::ports::PortRange;
 use super::redirect::{self, Listening};
-use super::relay::{Affinity, CounterValues, Limit, Listener, Relay, Settings, Target};
+use super::relay::{Affinity, Limit, Listener, Relay, Settings, Target};
 use super::relay_ports::RelayPorts;
+use crate::dataplane::counters::RelayedCounts;
 
 /// What stopped a sync of this mode, as the cause of its [`SyncError`].
 #[derive(Debug, thiserror::Error)]
@@ -211,7 +212,7 @@ impl UserspaceDataplane {
     }
 
     /// What each listener has relayed so far.
-    pub fn counters(&self) -> impl Iterator<Item = (&Key, CounterValues)> {
+    pub fn counters(&self) -> impl Iterator<Item = (&Key, RelayedCounts)> {
         self.open.iter().map(|(k, o)| (k, o.listener.counters()))
     }
 

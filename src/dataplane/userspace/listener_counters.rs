@@ -9,8 +9,8 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use super::plan::Key;
-use super::relay::CounterValues;
 use super::relay::counters::Counters;
+use crate::dataplane::counters::{RelaySource, RelayedCounts, RelayedListener};
 
 /// See the module doc. Cloning shares the same table.
 #[derive(Clone, Debug, Default)]
@@ -18,7 +18,7 @@ pub struct ListenerCounters(Arc<Mutex<BTreeMap<Key, Arc<Counters>>>>);
 
 impl ListenerCounters {
     /// Every open listener's counters now, in key order.
-    pub fn read(&self) -> Vec<(Key, CounterValues)> {
+    pub fn read(&self) -> Vec<(Key, RelayedCounts)> {
         self.table()
             .iter()
             .map(|(k, c)| (k.clone(), c.read()))
@@ -38,5 +38,19 @@ impl ListenerCounters {
     fn table(&self) -> std::sync::MutexGuard<'_, BTreeMap<Key, Arc<Counters>>> {
         // The table is whole after any panic: each change is one insert or remove.
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl RelaySource for ListenerCounters {
+    fn listeners(&self) -> Vec<RelayedListener> {
+        self.read()
+            .into_iter()
+            .map(|(key, counts)| RelayedListener {
+                port: key.port,
+                family: key.family,
+                listener: key.list.as_str(),
+                counts,
+            })
+            .collect()
     }
 }

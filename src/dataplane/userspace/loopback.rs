@@ -12,6 +12,8 @@
 //! [`WithLoopbackNodePorts`] wraps the mode's dataplane: each sync programs the mode's rules,
 //! then reconciles the loopback listeners ([`UserspaceDataplane::loopback_node_ports`]).
 
+use std::sync::Arc;
+
 use super::apply::UserspaceDataplane;
 use super::listener_counters::ListenerCounters;
 use super::relay::Settings;
@@ -21,20 +23,20 @@ use crate::dataplane::mode::Started;
 use crate::dataplane::{Dataplane, SyncError, SyncReport};
 
 /// `mode` with the loopback NodePort listeners beside its dataplane when `--nodeport-localhost`
-/// asks for them, counted with the mode's own relay listeners if it has any.
-pub fn beside(config: &Config, mode: Started) -> Started {
+/// asks for them, counted with the mode's own relay listeners (`counters`) if it has any.
+pub fn beside(config: &Config, mode: Started, counters: Option<ListenerCounters>) -> Started {
     if !config.userspace.node_port_localhost {
         return mode;
     }
     tracing::info!("serving NodePorts on 127.0.0.1 and ::1 through the relay");
-    let counters = mode.relay.clone().unwrap_or_default();
+    let counters = counters.unwrap_or_default();
     Started {
         dataplane: Box::new(WithLoopbackNodePorts::new(
             mode.dataplane,
             Settings::of(config),
             counters.clone(),
         )),
-        relay: Some(counters),
+        relay: Some(Arc::new(counters)),
         ..mode
     }
 }

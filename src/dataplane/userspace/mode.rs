@@ -62,13 +62,13 @@ impl Mode for Userspace {
         let dataplane =
             UserspaceDataplane::new(relay::Settings::of(config), range, config.bind_address)
                 .with_redirect(rules, redirect, drift.clone());
-        let relay = Some(dataplane.listener_counters());
+        let counters = dataplane.listener_counters();
         let relay_ports = dataplane.relay_ports();
         Ok(loopback::beside(
             config,
             Started {
                 monitor: Some((drift, Watch::NftablesTable)),
-                relay,
+                relay: Some(Arc::new(counters.clone())),
                 tasks: vec![mode::conntrack_reconciler(
                     config.sync_period,
                     Arc::new(move || Translation::ToRelay {
@@ -77,6 +77,7 @@ impl Mode for Userspace {
                 )],
                 ..Started::alone(Box::new(dataplane))
             },
+            Some(counters),
         ))
     }
 

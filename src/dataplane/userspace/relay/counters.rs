@@ -7,6 +7,8 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use crate::dataplane::counters::RelayedCounts;
+
 /// The live counters of one listener.
 #[derive(Debug, Default)]
 pub struct Counters {
@@ -20,29 +22,7 @@ pub struct Counters {
     no_endpoint: AtomicU64,
 }
 
-/// The counters' values at one moment.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct CounterValues {
-    /// Connections (UDP: flows) being relayed now.
-    pub active: u64,
-    /// Connections (UDP: flows) admitted since the listener opened.
-    pub total: u64,
-    /// Bytes from clients to endpoints.
-    pub bytes_to_endpoint: u64,
-    /// Bytes from endpoints to clients.
-    pub bytes_to_client: u64,
-    /// Dials that failed: refused, unreachable or past the dial timeout (UDP: a flow whose
-    /// endpoint answered with an ICMP error).
-    pub dial_failures: u64,
-    /// Dials after a connection's first.
-    pub retries: u64,
-    /// Connections (UDP: datagrams starting a flow) turned away by a connection limit.
-    pub over_limit: u64,
-    /// Connections closed (UDP: datagrams dropped) because no endpoint was left to try.
-    pub no_endpoint: u64,
-}
-
-/// Which counter to add to; one name per field of [`CounterValues`] that only grows.
+/// Which counter to add to; one name per field of [`RelayedCounts`] that only grows.
 #[derive(Clone, Copy, Debug)]
 pub enum Event {
     BytesToEndpoint,
@@ -77,9 +57,9 @@ impl Counters {
         self.active.fetch_sub(1, Ordering::Relaxed);
     }
 
-    pub fn read(&self) -> CounterValues {
+    pub fn read(&self) -> RelayedCounts {
         let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
-        CounterValues {
+        RelayedCounts {
             active: get(&self.active),
             total: get(&self.total),
             bytes_to_endpoint: get(&self.bytes_to_endpoint),

@@ -38,10 +38,10 @@ use futures::future::AbortHandle;
 use tokio::sync::Semaphore;
 
 pub use affinity::Affinity;
-pub use counters::CounterValues;
 pub use dial_policy::DialPolicy;
 pub use service::Limit;
 
+use crate::dataplane::counters::RelayedCounts;
 use driver::Driver;
 use service::Service;
 
@@ -216,7 +216,7 @@ impl Listener {
         self.service.update(endpoints, listed, affinity);
     }
 
-    pub fn counters(&self) -> CounterValues {
+    pub fn counters(&self) -> RelayedCounts {
         self.service.counters.read()
     }
 
