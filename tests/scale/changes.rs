@@ -170,10 +170,11 @@ pub async fn churn(s: &mut Session<'_>, cluster: &mut Cluster) -> Vec<Figure> {
     let mut writes = Vec::with_capacity(total);
     let per_sample = ((soak::EVERY.as_secs_f64() * churn.rate).round() as usize).max(1);
     let mut samples = Vec::new();
+    let began = tokio::time::Instant::now();
     for i in 0..total {
         ticker.tick().await;
         if i.is_multiple_of(per_sample)
-            && let Some(sample) = sample(s).await
+            && let Some(sample) = sample(s, began.elapsed()).await
         {
             samples.push(sample);
         }
@@ -190,6 +191,7 @@ pub async fn churn(s: &mut Session<'_>, cluster: &mut Cluster) -> Vec<Figure> {
         }
     }
     s.notes.push(soak::summary(&samples, churn.duration));
+    s.soak = samples;
     let ended = SystemTime::now();
     let limit = s.opts.limits.drain;
     let mut seen = Histogram::default();
@@ -241,10 +243,12 @@ pub async fn churn(s: &mut Session<'_>, cluster: &mut Cluster) -> Vec<Figure> {
     ]
 }
 
-/// The proxy's resident memory and open descriptors from its own metrics, and its tasks.
-async fn sample(s: &mut Session<'_>) -> Option<soak::Sample> {
+/// The proxy's resident memory and open descriptors from its own metrics, and its tasks, `at`
+/// into the churn.
+async fn sample(s: &mut Session<'_>, at: Duration) -> Option<soak::Sample> {
     let m = s.metrics().await.ok()?;
     Some(soak::Sample {
+        at_secs: at.as_secs_f64(),
         rss_bytes: m.value("process_resident_memory_bytes")?,
         open_fds: m.value("process_open_fds")?,
         tasks: soak::tasks(s.pid)?,

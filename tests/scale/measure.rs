@@ -38,6 +38,8 @@ pub struct Session<'a> {
     pub node: Node,
     pub pid: u32,
     pub notes: Vec<String>,
+    /// The proxy sampled during the churn (`soak`).
+    pub soak: Vec<super::soak::Sample>,
 }
 
 impl Session<'_> {
@@ -74,6 +76,7 @@ pub async fn measure(
             kind,
             figures: Err(why),
             notes,
+            soak: Vec::new(),
         };
     }
     let mut node = match Node::build(&opts.exec) {
@@ -83,6 +86,7 @@ pub async fn measure(
                 kind,
                 figures: Err(format!("not run: node setup failed: {e}")),
                 notes,
+                soak: Vec::new(),
             };
         }
     };
@@ -130,6 +134,7 @@ pub async fn measure(
         node,
         pid,
         notes,
+        soak: Vec::new(),
     };
     let mut figures = cold(&mut s, cluster, started).await;
     if let Some(p) = profile {
@@ -201,6 +206,7 @@ pub async fn measure(
         kind,
         figures: Ok(figures),
         notes: s.notes,
+        soak: s.soak,
     }
 }
 

@@ -134,11 +134,14 @@ pub fn write_report(
         opts.nodes,
         opts.concurrency,
     );
+    std::fs::create_dir_all(&opts.out_dir).map_err(|e| e.to_string())?;
     for r in reports {
         text.push_str(&r.markdown());
+        for line in write_soak_series(&opts.out_dir, r)? {
+            text.push_str(&line);
+        }
         text.push('\n');
     }
-    std::fs::create_dir_all(&opts.out_dir).map_err(|e| e.to_string())?;
     let md = opts.out_dir.join("scale-report.md");
     std::fs::write(&md, &text).map_err(|e| format!("write {}: {e}", md.display()))?;
     let json = opts.out_dir.join(RESULTS_FILE);
@@ -151,6 +154,24 @@ pub fn write_report(
         json.display(),
         charts.join(", ")
     ))
+}
+
+/// Writes each proxy's churn samples of `report` as CSV into `dir`; returns a markdown line
+/// naming each file.
+fn write_soak_series(dir: &Path, report: &ScaleReport) -> Result<Vec<String>, String> {
+    let mut lines = Vec::new();
+    for r in report.results.iter().filter(|r| !r.soak.is_empty()) {
+        let name = soak::file_name(report.scale, r.kind);
+        let path = dir.join(&name);
+        std::fs::write(&path, soak::csv(&r.soak))
+            .map_err(|e| format!("write {}: {e}", path.display()))?;
+        lines.push(format!(
+            "- {}: churn samples every {} s (seconds since the churn began, RSS MiB, open fds, tasks): `{name}`\n",
+            r.kind.label(),
+            soak::EVERY.as_secs()
+        ));
+    }
+    Ok(lines)
 }
 
 /// The results of one run, as `write_report` saves them beside the markdown.

@@ -107,6 +107,10 @@ pub struct ProxyResult {
     pub figures: Result<Vec<Figure>, String>,
     /// What the reader needs to know about this run (limits hit, approximations, failures).
     pub notes: Vec<String>,
+    /// The proxy sampled every [`super::soak::EVERY`] during the churn (none in results saved
+    /// before the samples were kept).
+    #[serde(default)]
+    pub soak: Vec<super::soak::Sample>,
 }
 
 impl ProxyResult {
@@ -253,6 +257,7 @@ mod tests {
             kind,
             figures: Ok(figures),
             notes: vec!["a note".into()],
+            soak: Vec::new(),
         }
     }
 
@@ -272,6 +277,7 @@ mod tests {
                     kind: ProxyKind::OURS_IPTABLES,
                     figures: Err("not built (issue 7)".into()),
                     notes: Vec::new(),
+                    soak: Vec::new(),
                 },
             ],
         };
@@ -289,7 +295,10 @@ mod tests {
         if let Ok(f) = &mut old.figures {
             f.truncate(17);
         }
-        let json = serde_json::to_string(&old).expect("saves");
+        let json = serde_json::to_string(&old)
+            .expect("saves")
+            .replace(r#","soak":[]"#, "");
+        assert!(!json.contains("soak"), "{json}");
         let mut loaded: ProxyResult = serde_json::from_str(&json).expect("loads");
         loaded.pad_columns();
         assert_eq!(loaded.figures.as_ref().map(Vec::len), Ok(COLUMNS.len()));

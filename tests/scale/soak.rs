@@ -6,8 +6,16 @@
 //! of those in the last fifth, so that one allocator high-water mark or one sync in flight at a
 //! sample does not read as a leak. A churn shorter than [`MIN_SAMPLES`] samples gives no
 //! figure: a leak needs time to show.
+//!
+//! The samples themselves go into the results (JSON) and, as [`csv`], into a file beside the
+//! report, so that a reader can tell growth that levels off from growth that goes on.
 
+use std::fmt::Write as _;
 use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::options::{ProxyKind, Scale};
 
 /// How often the churn samples the proxy.
 pub const EVERY: Duration = Duration::from_secs(30);
@@ -16,8 +24,10 @@ pub const EVERY: Duration = Duration::from_secs(30);
 pub const MIN_SAMPLES: usize = 10;
 
 /// One reading of the proxy.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Sample {
+    /// Seconds since the churn began.
+    pub at_secs: f64,
     pub rss_bytes: f64,
     pub open_fds: f64,
     pub tasks: f64,
@@ -117,6 +127,33 @@ pub fn summary(samples: &[Sample], churn: Duration) -> String {
     }
 }
 
+/// The samples as CSV, one row each: seconds since the churn began, RSS in MiB, open
+/// descriptors, tasks.
+pub fn csv(samples: &[Sample]) -> String {
+    let mut out = String::from("seconds,rss_mib,open_fds,tasks\n");
+    for s in samples {
+        let _ = writeln!(
+            out,
+            "{:.0},{:.2},{:.0},{:.0}",
+            s.at_secs,
+            s.rss_bytes / 1024.0 / 1024.0,
+            s.open_fds,
+            s.tasks
+        );
+    }
+    out
+}
+
+/// The name of the CSV file of `kind`'s samples at `scale`: `scale-soak-10000x10-ours-nftables.csv`.
+pub fn file_name(scale: Scale, kind: ProxyKind) -> String {
+    format!(
+        "scale-soak-{}x{}-{}.csv",
+        scale.services,
+        scale.endpoints,
+        kind.flag_name()
+    )
+}
+
 /// The proxy's tasks (threads) now, from `/proc/<pid>/task`.
 pub fn tasks(pid: u32) -> Option<f64> {
     Some(std::fs::read_dir(format!("/proc/{pid}/task")).ok()?.count() as f64)
@@ -129,7 +166,9 @@ mod tests {
     fn rss(values: &[f64]) -> Vec<Sample> {
         values
             .iter()
-            .map(|&v| Sample {
+            .enumerate()
+            .map(|(i, &v)| Sample {
+                at_secs: i as f64 * EVERY.as_secs_f64(),
                 rss_bytes: v,
                 open_fds: 10.0,
                 tasks: 4.0,
@@ -166,5 +205,24 @@ mod tests {
         assert!(line.contains("RSS 1.0 → 1.0MiB (+0.0 %"), "{line}");
         assert!(line.contains("open fds 10.0 → 10.0"), "{line}");
         assert!(line.contains("tasks 4.0 → 4.0"), "{line}");
+    }
+
+    #[test]
+    fn the_csv_has_a_row_per_sample_in_mib() {
+        let mut samples = rss(&[80.0 * 1048576.0, 83.5 * 1048576.0]);
+        samples[1].open_fds = 28.0;
+        assert_eq!(
+            csv(&samples),
+            "seconds,rss_mib,open_fds,tasks\n0,80.00,10,4\n30,83.50,28,4\n"
+        );
+        assert_eq!(csv(&[]), "seconds,rss_mib,open_fds,tasks\n");
+        let scale = Scale {
+            services: 10_000,
+            endpoints: 10,
+        };
+        assert_eq!(
+            file_name(scale, ProxyKind::OURS_NFTABLES),
+            "scale-soak-10000x10-ours-nftables.csv"
+        );
     }
 }
