@@ -3,7 +3,8 @@
 //! probed at every frontend.
 //!
 //! Order: the objects first, then upstream on every node, its first sync seen on a sentinel
-//! Service from every node and a second one forced, every frontend probed; upstream stopped
+//! Service from every node (and that of its IPv6 rules on an IPv6 one) and a second one
+//! forced, every frontend probed; upstream stopped
 //! and everything it made removed (rules, IPVS state, conntrack entries; then checked: nothing
 //! of it may be left for ours to be judged by); then ours the same way. Where ours differs, its frontend is
 //! probed again before the difference counts (a difference that goes away was noise). The lab
@@ -75,6 +76,7 @@ pub async fn run(
     route_client(&lab);
     let allocated = apply(&lab, world).await;
     let sentinel = sentinel(&lab).await;
+    let sentinel6 = sentinel6(&lab).await;
     times.lap("lab");
     let frontends: Vec<Frontend> = frontends::enumerate(world, &allocated)
         .into_iter()
@@ -82,13 +84,13 @@ pub async fn run(
         .collect();
 
     lab.proxy = reference(mode);
-    let upstream = run_proxy(&mut lab, sentinel, &frontends, &mut times).await;
+    let upstream = run_proxy(&mut lab, [sentinel, sentinel6], &frontends, &mut times).await;
     lab.stop_proxies();
     reset_nodes(&lab, mode);
     times.lap("cleanup");
 
     lab.proxy = Proxy::Ours { mode };
-    let mut ours = run_proxy(&mut lab, sentinel, &frontends, &mut times).await;
+    let mut ours = run_proxy(&mut lab, [sentinel, sentinel6], &frontends, &mut times).await;
     let differing: Vec<Frontend> = compare::compare(mode, world, &frontends, &upstream, &ours)
         .into_iter()
         .filter_map(|d| frontends.iter().find(|f| f.key == d.key).cloned())
@@ -129,10 +131,11 @@ pub async fn run(
     }
 }
 
-/// Starts the lab's proxy on every node, waits for its first sync, probes every frontend.
+/// Starts the lab's proxy on every node, waits for its first sync (of both families: see
+/// [`sentinel6`]), probes every frontend.
 async fn run_proxy(
     lab: &mut Lab,
-    sentinel: std::net::SocketAddr,
+    [sentinel, sentinel6]: [std::net::SocketAddr; 2],
     frontends: &[Frontend],
     times: &mut Times,
 ) -> BTreeMap<Key, Outcome> {
@@ -144,6 +147,17 @@ async fn run_proxy(
             .eventually(
                 &format!("{} synced on node {}", lab.proxy.label(), node + 1),
                 || async { lab.all_reach(from, Proto::Tcp, sentinel, 1).await.map(drop) },
+            )
+            .await;
+        if let Err(e) = synced {
+            panic!("{e}\n{}", lab.proxy_log_tails(20).join("\n"));
+        }
+    }
+    for node in 0..lab.topo.nodes.len() {
+        let synced = lab
+            .eventually(
+                &format!("{} synced IPv6 on node {}", lab.proxy.label(), node + 1),
+                || async { masqueraded(lab, node, sentinel6).await },
             )
             .await;
         if let Err(e) = synced {
@@ -313,6 +327,53 @@ async fn sentinel(lab: &Lab) -> std::net::SocketAddr {
         )
         .await;
     addr(crate::lab::scenarios::cluster_ip(&svc), 80)
+}
+
+/// An IPv6 Service outside the world, with an endpoint on every node, whose ClusterIP a node's
+/// own connection reaches from one of the node's addresses once the node's proxy has written
+/// its IPv6 rules. Upstream's dual-stack ipvs mode syncs each family in a proxier of its own,
+/// the IPv6 one only after the IPv4 one's first sync has returned, and each writes its IPVS
+/// services before its ipsets and its `ip6tables-restore`; in between, its IPv6 Services
+/// answer unmasqueraded (a node's own connection arrives from the ClusterIP itself, which
+/// `kube-ipvs0` holds). So the IPv4 sentinel answering says nothing of the IPv6 rules.
+async fn sentinel6(lab: &Lab) -> std::net::SocketAddr {
+    let svc = lab
+        .cluster
+        .apply_service(json!({
+            "metadata": { "name": "sentinel6" },
+            "spec": {
+                "ipFamilies": ["IPv6"],
+                "ipFamilyPolicy": "SingleStack",
+                "ports": [{ "port": 80, "targetPort": 8080, "protocol": "TCP" }],
+            },
+        }))
+        .await;
+    lab.cluster
+        .apply_slice_of(
+            crate::lab::cluster::Family::V6,
+            "sentinel6-0",
+            "sentinel6",
+            &SENTINEL_PORT,
+            &lab.endpoints6(&SENTINEL_PODS),
+        )
+        .await;
+    addr(crate::lab::scenarios::cluster_ip(&svc), 80)
+}
+
+/// Whether node `node`'s own connections to `sentinel6` are answered, each from an endpoint
+/// that saw a source other than the ClusterIP (see [`sentinel6`]).
+async fn masqueraded(
+    lab: &Lab,
+    node: usize,
+    sentinel6: std::net::SocketAddr,
+) -> Result<(), String> {
+    let replies = lab
+        .all_reach(From::Node(node), Proto::Tcp, sentinel6, 3)
+        .await?;
+    match replies.iter().find(|r| r.src.ip() == sentinel6.ip()) {
+        Some(r) => Err(format!("{} saw the ClusterIP as the source", r.pod)),
+        None => Ok(()),
+    }
 }
 
 /// Removes what upstream left on the nodes, then checks that nothing is left: no rule, and in
