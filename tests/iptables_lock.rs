@@ -197,11 +197,16 @@ fn a_held_xtables_lock_fails_syncs_that_are_counted_and_retried_and_the_old_rule
         dnat_targets(&ns) == ["10.244.1.11:8080"]
     });
     let converged_in = freed_at.elapsed();
-    let log = std::fs::read_to_string(&proxy.log).expect("proxy log");
-    assert!(
-        log.contains("sync succeeded again after failures"),
-        "{}",
-        proxy.log_tail(30)
+    // The runner logs the sync once it has returned, a moment after the kernel holds its rules.
+    let log_path = proxy.log.clone();
+    wait_for(
+        "the success logged",
+        &mut proxy,
+        Duration::from_secs(10),
+        || {
+            std::fs::read_to_string(&log_path)
+                .is_ok_and(|log| log.contains("sync succeeded again after failures"))
+        },
     );
     let failures = sample(&ns, FAILURES).expect("scraped");
     eprintln!(
