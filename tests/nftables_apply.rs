@@ -1,7 +1,8 @@
 //! The nftables applier against the real kernel, each test in a fresh network namespace (root):
 //! programming the example cluster and reading it back, small transactions for small changes,
 //! a refused transaction leaving the old rules, adoption on restart, and repair after another
-//! program deletes our table; an idle sync sends no netlink message at all (counted).
+//! program deletes our table; an idle sync sends no netlink message at all (counted); a full
+//! sync reads the kernel before it plans again.
 
 #![allow(
     clippy::disallowed_methods,
@@ -371,6 +372,63 @@ fn a_restart_adopts_the_table_and_changes_only_what_differs() {
     let ops = operations(&report);
     assert!((1..=8).contains(&ops), "only the difference: {ops}");
     assert_eq!(kernel(&ns), planned(&after));
+}
+
+/// A real backend that records what each read of the kernel expected to find.
+struct RecordingReads {
+    inner: Box<dyn Backend>,
+    expected: Vec<Ruleset>,
+}
+
+impl Backend for RecordingReads {
+    fn run(&mut self, transactions: &[Transaction]) -> Result<(), backend::Error> {
+        self.inner.run(transactions)
+    }
+
+    fn dump(&mut self, family: Family) -> Result<Option<Parsed>, backend::Error> {
+        self.inner.dump(family)
+    }
+
+    fn dump_expecting(
+        &mut self,
+        family: Family,
+        want: &Ruleset,
+    ) -> Result<Option<Parsed>, backend::Error> {
+        self.expected.push(want.clone());
+        self.inner.dump_expecting(family, want)
+    }
+
+    fn watched_by(&mut self, drift: std::sync::Arc<Drift>) {
+        self.inner.watched_by(drift)
+    }
+}
+
+/// A full sync over rules the kernel holds reads the kernel while the previous plan is still
+/// the planner's and only then plans again, so the previous plan, the new one and the table
+/// read back are never held at once (the full resync's memory peak). At start-up the new plan
+/// comes first and names what to read.
+#[test]
+fn a_full_sync_reads_the_kernel_before_it_plans_again() {
+    let ns = NetNs::new("nfa-order");
+    let before = example();
+    let (after, _) = without_one_web_endpoint(&before);
+    let backend = RecordingReads {
+        inner: backend::for_encoder(NftablesEncoder::default(), Some(&ns.name)),
+        expected: Vec::new(),
+    };
+    let mut dp = NftablesDataplane::with_backend(ModeConfig::default(), backend, Drift::new());
+    dp.sync(&before, &no_changes(), true).expect("first sync");
+    let reads = std::mem::take(&mut dp.applier_mut().backend_mut().expected);
+    assert_eq!(reads, planned(&before), "at start-up, read by the new plan");
+
+    let report = dp.sync(&after, &no_changes(), true).expect("full sync");
+    assert!(report.full);
+    let reads = std::mem::take(&mut dp.applier_mut().backend_mut().expected);
+    assert_eq!(reads, planned(&before), "read by the plan the kernel holds");
+    assert_ne!(planned(&before), planned(&after));
+    assert_eq!(kernel(&ns), planned(&after));
+    let ops = operations(&report);
+    assert!((1..=8).contains(&ops), "only the difference: {ops}");
 }
 
 /// Waits until the monitor reports outside changes (to a scratch chain in our table, which

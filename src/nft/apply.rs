@@ -6,7 +6,8 @@
 //!   kernel holds (the dataplane's incremental planner); no kernel read.
 //! - Full ([`Applier::adopt`]: start-up, after a failure, on request): read our tables back
 //!   (the backend's dump) and diff against that, so a restart adopts what a previous run left and changes
-//!   only what differs, and an outside change is repaired. A table the parser cannot fully name
+//!   only what differs, and an outside change is repaired. [`Applier::read`] and
+//!   [`Applier::apply_read`] are its two halves, for a caller that re-plans between them. A table the parser cannot fully name
 //!   is rebuilt in one transaction instead ([`rebuild`]); a missing table is created.
 //! - A refused transaction changed nothing (a batch is atomic); the error carries the kernel's
 //!   (or nft's) message and the failing operations or lines, and [`Applier::needs_full`] holds
@@ -114,24 +115,72 @@ impl<B: Backend> Applier<B> {
     /// the kernel. `last` is what the caller believes the kernel holds (`None`: unknown); it
     /// only serves to tell an outside change ([`Report::repaired`]).
     pub fn adopt(&mut self, want: &[Ruleset], last: Option<&[Ruleset]>) -> Result<Report, Error> {
-        let mut report = Report {
-            full: true,
-            ..Report::default()
-        };
-        let mut transactions = Vec::with_capacity(want.len());
-        for w in want {
-            let l = last.and_then(|l| l.iter().find(|r| r.family == w.family));
-            let (t, differs, rebuilt) = match self.against_kernel(w, l) {
-                Ok(found) => found,
+        let read = self.read(want, last)?;
+        self.apply_read(read, want)
+    }
+
+    /// The first half of [`adopt`](Applier::adopt): reads our tables of the families of
+    /// `expect` (which names the large sets worth reading by key; any ruleset will do, the
+    /// result is the kernel's either way) and tells whether they differ from `last`. A caller
+    /// that knows what the kernel should hold reads before it plans again and passes its plan as
+    /// both, so it never holds its previous plan, the new one and the kernel's at once.
+    pub fn read(
+        &mut self,
+        expect: &[Ruleset],
+        last: Option<&[Ruleset]>,
+    ) -> Result<KernelRead, Error> {
+        let mut read = KernelRead::default();
+        for e in expect {
+            let l = last.and_then(|l| l.iter().find(|r| r.family == e.family));
+            match self.read_family(e, l) {
+                Ok((found, differs)) => {
+                    read.differs |= differs;
+                    read.families.push((e.family, found));
+                }
                 Err(e) => {
                     self.needs_full = true;
                     return Err(e);
                 }
-            };
-            report.repaired |= differs;
-            report.rebuilt |= rebuilt;
-            transactions.push(t);
+            }
         }
+        Ok(read)
+    }
+
+    /// The second half of [`adopt`](Applier::adopt): makes the kernel hold `want`, diffing
+    /// against `read` (a family it lacks is read now). Each family's table read back is dropped
+    /// once its transaction is made.
+    pub fn apply_read(&mut self, read: KernelRead, want: &[Ruleset]) -> Result<Report, Error> {
+        let KernelRead {
+            mut families,
+            differs,
+        } = read;
+        let mut report = Report {
+            full: true,
+            repaired: differs,
+            ..Report::default()
+        };
+        let mut transactions = Vec::with_capacity(want.len());
+        for w in want {
+            let found = match families.iter().position(|(f, _)| *f == w.family) {
+                Some(i) => families.swap_remove(i).1,
+                None => match self.read_family(w, None) {
+                    Ok((found, _)) => found,
+                    Err(e) => {
+                        self.needs_full = true;
+                        return Err(e);
+                    }
+                },
+            };
+            transactions.push(match found {
+                Found::Missing => diff(&Ruleset::empty(w.family), w),
+                Found::Rebuild => {
+                    report.rebuilt = true;
+                    rebuild(w)
+                }
+                Found::Table(ruleset) => diff(&ruleset, w),
+            });
+        }
+        drop(families);
         self.run(&transactions, &mut report)?;
         Ok(report)
     }
@@ -162,27 +211,26 @@ impl<B: Backend> Applier<B> {
         Ok(())
     }
 
-    /// The transaction from the kernel's table to `want`; whether the kernel differed from
-    /// `last`; whether the table is rebuilt.
-    fn against_kernel(
+    /// What our table of `expect`'s family holds; whether it differs from `last`.
+    fn read_family(
         &mut self,
-        want: &Ruleset,
+        expect: &Ruleset,
         last: Option<&Ruleset>,
-    ) -> Result<(Transaction, bool, bool), Error> {
-        let family = want.family;
-        let parsed = match self.backend.dump_expecting(family, want) {
+    ) -> Result<(Found, bool), Error> {
+        let family = expect.family;
+        let parsed = match self.backend.dump_expecting(family, expect) {
             Ok(None) => {
                 tracing::info!(
                     family = family.ip_family().as_str(),
                     "no table of ours yet; creating it"
                 );
-                return Ok((diff(&Ruleset::empty(family), want), last.is_some(), false));
+                return Ok((Found::Missing, last.is_some()));
             }
             Ok(Some(parsed)) => parsed,
             Err(backend::Error::Unreadable(error)) => {
                 tracing::warn!(family = family.ip_family().as_str(), error = %error,
                     "cannot read our table back; rebuilding it in one transaction");
-                return Ok((rebuild(want), last.is_some(), true));
+                return Ok((Found::Rebuild, last.is_some()));
             }
             Err(e) => return Err(e.into()),
         };
@@ -194,13 +242,39 @@ impl<B: Backend> Applier<B> {
         if !foreign.is_empty() {
             tracing::warn!(family = family.ip_family().as_str(), objects = %foreign.join(", "),
                 "our table holds objects we never make; rebuilding it in one transaction");
-            return Ok((rebuild(want), last.is_some(), true));
+            return Ok((Found::Rebuild, last.is_some()));
         }
         if !unknown.is_empty() {
             tracing::info!(family = family.ip_family().as_str(), unknown = %unknown.join("; "),
                 "parts of our table could not be read; replacing them");
         }
         let differs = last.is_some_and(|l| *l != ruleset);
-        Ok((diff(&ruleset, want), differs, false))
+        Ok((Found::Table(ruleset), differs))
     }
+}
+
+/// Our tables as [`Applier::read`] found them, for [`Applier::apply_read`].
+#[derive(Debug, Default)]
+pub struct KernelRead {
+    families: Vec<(Family, Found)>,
+    /// Some family differed from what the caller said was last applied.
+    differs: bool,
+}
+
+impl KernelRead {
+    /// The kernel differed from what the caller said was last applied: an outside change.
+    pub fn differs(&self) -> bool {
+        self.differs
+    }
+}
+
+/// One family's table, read back.
+#[derive(Debug)]
+enum Found {
+    /// No table of ours: created from nothing.
+    Missing,
+    /// Unreadable, or holding objects we never make: replaced in one transaction.
+    Rebuild,
+    /// Read and parsed: the transaction is the diff from it.
+    Table(Ruleset),
 }

@@ -77,6 +77,31 @@ impl<B: Backend> NftablesDataplane<B> {
     }
 }
 
+impl<B: Backend> NftablesDataplane<B> {
+    /// Plans everything and diffs against the kernel read back. When the kernel should hold
+    /// the previous plan (`in_kernel`), the kernel is read first and compared with it (an
+    /// outside change), and only then is the plan replaced, so the proxy never holds the
+    /// previous plan, the new one and the kernel's tables at once. Otherwise (start-up, after a
+    /// failure) the new plan comes first and names what to read by key.
+    fn full_sync(
+        &mut self,
+        snapshot: &Snapshot,
+        in_kernel: bool,
+    ) -> Result<apply::Report, apply::Error> {
+        if !in_kernel {
+            self.planner.plan_afresh(snapshot);
+        }
+        let rulesets = self.planner.rulesets();
+        let read = self
+            .applier
+            .read(rulesets, in_kernel.then_some(&rulesets[..]))?;
+        if in_kernel {
+            self.planner.plan_afresh(snapshot);
+        }
+        self.applier.apply_read(read, self.planner.rulesets())
+    }
+}
+
 impl<B: Backend> Dataplane for NftablesDataplane<B> {
     fn mode(&self) -> &'static str {
         MODE
@@ -109,12 +134,7 @@ impl<B: Backend> Dataplane for NftablesDataplane<B> {
             let update = self.planner.update(snapshot, changes);
             self.applier.send(&update.transactions)
         } else {
-            // What the kernel should hold, to tell an outside change; copied on full syncs
-            // only, which read the whole kernel anyway. Unknown after a failure.
-            let last = in_kernel.then(|| self.planner.rulesets().clone());
-            self.planner.replan(snapshot);
-            self.applier
-                .adopt(self.planner.rulesets(), last.as_ref().map(|l| &l[..]))
+            self.full_sync(snapshot, in_kernel)
         };
         self.in_kernel = result.is_ok();
         let report = match result {

@@ -116,11 +116,29 @@ impl Planner {
         self.replan(snapshot)
     }
 
-    /// Plans `snapshot` from scratch, for a full resync.
+    /// Plans `snapshot` from scratch, with the transactions from the previous plan.
     pub fn replan(&mut self, snapshot: &Snapshot) -> Update {
         let want = plan_all(snapshot, &self.cfg);
         let transactions = [0, 1].map(|i| diff(&self.rules[i], &want[i]));
         self.rules = want;
+        self.keep_books(snapshot);
+        Update {
+            transactions,
+            full: true,
+        }
+    }
+
+    /// Plans `snapshot` from scratch for a caller that diffs against the kernel instead of the
+    /// previous plan: the previous plan is dropped first, so the two are never held at once.
+    pub fn plan_afresh(&mut self, snapshot: &Snapshot) {
+        self.rules = IpFamily::ALL.map(|f| Ruleset::empty(Family::of(f)));
+        self.books = None;
+        self.rules = plan_all(snapshot, &self.cfg);
+        self.keep_books(snapshot);
+    }
+
+    /// The books of the plan just made from `snapshot`.
+    fn keep_books(&mut self, snapshot: &Snapshot) {
         let mut books = Books {
             node: snapshot.node.clone(),
             service_cidrs: snapshot.service_cidrs.clone(),
@@ -160,10 +178,6 @@ impl Planner {
             fb.node_ports = Some(np);
         }
         self.books = Some(books);
-        Update {
-            transactions,
-            full: true,
-        }
     }
 
     /// Re-plans the changed ports; `None` (nothing changed yet) when an affinity name would
