@@ -205,6 +205,41 @@ pub const INTENDED: &[Intended] = &[
         },
     },
     Intended {
+        name: "IPVS: the node's own connections to a Local externalIP or LoadBalancer IP are \
+               masqueraded",
+        modes: &[Mode::Ipvs],
+        reason: "what the node itself sends to an external frontend of a Service with \
+                 externalTrafficPolicy Local is masqueraded, as upstream's iptables and \
+                 nftables modes do, so the endpoint sees one of the node's addresses; \
+                 upstream's IPVS mode leaves it as it is, and because it holds every Service \
+                 address on kube-ipvs0, the node's connection to one leaves from that Service \
+                 address, which the endpoint then takes for its client (docs/operations.md, \
+                 \"IPVS mode behaves like the iptables and nftables modes\"); which endpoints \
+                 serve is the same",
+        covers: |svc, key, up, ours| {
+            let (Via::ExternalIp(ip) | Via::LoadBalancer(ip)) = key.via else {
+                return false;
+            };
+            let from_frontend =
+                |o: &Obs| matches!(o, Obs::Served { seen, .. } if *seen == Seen::Other(ip));
+            matches!(key.source, Source::Node(_))
+                && svc.is_some_and(Svc::etp_applies)
+                && same_but_seen(up, ours)
+                && all_seen_are_clients(ours)
+                && up.0.iter().any(from_frontend)
+                && up.0.iter().all(|o| {
+                    from_frontend(o)
+                        || matches!(
+                            o,
+                            Obs::Served {
+                                seen: Seen::Client,
+                                ..
+                            }
+                        )
+                })
+        },
+    },
+    Intended {
         name: "source ranges of one family close the other family's LoadBalancer IPs",
         modes: &[
             Mode::Nftables,

@@ -431,3 +431,62 @@ fn ipvs_local_policies_without_local_endpoints_cover_only_ours_dropping() {
         None
     );
 }
+
+#[test]
+fn ipvs_masquerading_the_nodes_own_connections_covers_only_the_frontend_as_source() {
+    let world = generate(1);
+    let mut svc = world
+        .services
+        .iter()
+        .find(|s| s.externally_accessible())
+        .expect("seed 1 has an externally accessible Service")
+        .clone();
+    svc.etp_local = true;
+    let ip: std::net::IpAddr = "fd00:e::7".parse().expect("an address");
+    let from_node = Key {
+        via: Via::ExternalIp(ip),
+        source: Source::Node(2),
+        family: Family::V6,
+        ..key()
+    };
+    let up = Outcome([served("n3-a", Seen::Other(ip))].into());
+    let ours = Outcome([served("n3-a", Seen::Client)].into());
+    let name = "IPVS: the node's own connections to a Local externalIP or LoadBalancer IP are \
+                masqueraded";
+    let found = |mode, svc: &Svc, k: &Key, up: &Outcome, ours: &Outcome| {
+        find(mode, Some(svc), k, up, ours).map(|i| i.name)
+    };
+    assert_eq!(found(Mode::Ipvs, &svc, &from_node, &up, &ours), Some(name));
+    let lb = Key {
+        via: Via::LoadBalancer(ip),
+        ..from_node.clone()
+    };
+    let up_lb = Outcome([served("n3-a", Seen::Other(ip))].into());
+    assert_eq!(found(Mode::Ipvs, &svc, &lb, &up_lb, &ours), Some(name));
+    // Not in another mode, nor from a pod, nor at a NodePort, nor under the Cluster policy.
+    assert_eq!(found(Mode::Nftables, &svc, &from_node, &up, &ours), None);
+    let from_pod = Key {
+        source: Source::Pod { node: 2 },
+        ..from_node.clone()
+    };
+    assert_eq!(found(Mode::Ipvs, &svc, &from_pod, &up, &ours), None);
+    let node_port = Key {
+        via: Via::NodePort { node: 2 },
+        ..from_node.clone()
+    };
+    assert_eq!(found(Mode::Ipvs, &svc, &node_port, &up, &ours), None);
+    // Not when upstream's endpoint saw another address than the frontend's, nor when ours saw
+    // something else than the node, nor when the endpoints differ.
+    let other: std::net::IpAddr = "fd00:e::8".parse().expect("an address");
+    let up_other = Outcome([served("n3-a", Seen::Other(other))].into());
+    assert_eq!(found(Mode::Ipvs, &svc, &from_node, &up_other, &ours), None);
+    let ours_node = Outcome([served("n3-a", Seen::Node(0))].into());
+    assert_eq!(found(Mode::Ipvs, &svc, &from_node, &up, &ours_node), None);
+    let ours_elsewhere = Outcome([served("n3-b", Seen::Client)].into());
+    assert_eq!(
+        found(Mode::Ipvs, &svc, &from_node, &up, &ours_elsewhere),
+        None
+    );
+    svc.etp_local = false;
+    assert_eq!(found(Mode::Ipvs, &svc, &from_node, &up, &ours), None);
+}
