@@ -9,6 +9,8 @@
     reason = "kernel tests run nft and ip, and wait on the real clock for the monitor"
 )]
 
+#[path = "nftables_apply/backends.rs"]
+mod backends;
 #[path = "support/example_cluster.rs"]
 mod example_cluster;
 #[path = "support/host.rs"]
@@ -22,6 +24,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use backends::{RecordingReads, Refusing};
 use example_cluster::{changed, example, without_one_web_endpoint};
 use host::NetNs;
 use kube_proxy_rs::cluster::source::manifests;
@@ -32,12 +35,9 @@ use kube_proxy_rs::config::NftablesEncoder;
 use kube_proxy_rs::dataplane::Dataplane;
 use kube_proxy_rs::dataplane::monitor::{self, Watch};
 use kube_proxy_rs::dataplane::nftables::{Drift, ModeConfig, NftablesDataplane, plan_all};
-use kube_proxy_rs::nft::Name;
-use kube_proxy_rs::nft::adopt::Parsed;
 use kube_proxy_rs::nft::adopt::parse;
-use kube_proxy_rs::nft::backend::{self, Backend};
-use kube_proxy_rs::nft::ruleset::{Rule, Statement, Verdict};
-use kube_proxy_rs::nft::{Family, NftCommand, Op, Ruleset, Transaction};
+use kube_proxy_rs::nft::backend;
+use kube_proxy_rs::nft::{Family, NftCommand, Ruleset};
 use synthetic::Synthetic;
 
 /// The mode as `main` makes it, with the default (netlink) encoder.
@@ -275,43 +275,6 @@ fn pick_chains_added_in_a_later_transaction_are_accepted() {
     assert_eq!(kernel(&ns), planned(&full));
 }
 
-/// A real backend, made to send a transaction the kernel refuses when asked: a rule into a
-/// chain that does not exist, appended to the real transaction.
-struct Refusing {
-    inner: Box<dyn Backend>,
-    refuse_next: bool,
-}
-
-impl Backend for Refusing {
-    fn run(&mut self, transactions: &[Transaction]) -> Result<(), backend::Error> {
-        if std::mem::take(&mut self.refuse_next) {
-            let mut broken = transactions.to_vec();
-            broken[0].ops.push(Op::AddRule {
-                chain: Name::parse("no-such-chain").expect("a valid name"),
-                rule: Rule::new(vec![], vec![Statement::Verdict(Verdict::Accept)]),
-            });
-            return self.inner.run(&broken);
-        }
-        self.inner.run(transactions)
-    }
-
-    fn dump(&mut self, family: Family) -> Result<Option<Parsed>, backend::Error> {
-        self.inner.dump(family)
-    }
-
-    fn dump_expecting(
-        &mut self,
-        family: Family,
-        want: &Ruleset,
-    ) -> Result<Option<Parsed>, backend::Error> {
-        self.inner.dump_expecting(family, want)
-    }
-
-    fn watched_by(&mut self, drift: std::sync::Arc<Drift>) {
-        self.inner.watched_by(drift)
-    }
-}
-
 #[test]
 fn a_refused_transaction_leaves_the_previous_rules_and_the_next_sync_is_full() {
     // How each encoder points at the failure: nft's script line, or the refused operation.
@@ -372,35 +335,6 @@ fn a_restart_adopts_the_table_and_changes_only_what_differs() {
     let ops = operations(&report);
     assert!((1..=8).contains(&ops), "only the difference: {ops}");
     assert_eq!(kernel(&ns), planned(&after));
-}
-
-/// A real backend that records what each read of the kernel expected to find.
-struct RecordingReads {
-    inner: Box<dyn Backend>,
-    expected: Vec<Ruleset>,
-}
-
-impl Backend for RecordingReads {
-    fn run(&mut self, transactions: &[Transaction]) -> Result<(), backend::Error> {
-        self.inner.run(transactions)
-    }
-
-    fn dump(&mut self, family: Family) -> Result<Option<Parsed>, backend::Error> {
-        self.inner.dump(family)
-    }
-
-    fn dump_expecting(
-        &mut self,
-        family: Family,
-        want: &Ruleset,
-    ) -> Result<Option<Parsed>, backend::Error> {
-        self.expected.push(want.clone());
-        self.inner.dump_expecting(family, want)
-    }
-
-    fn watched_by(&mut self, drift: std::sync::Arc<Drift>) {
-        self.inner.watched_by(drift)
-    }
 }
 
 /// A full sync over rules the kernel holds reads the kernel while the previous plan is still
