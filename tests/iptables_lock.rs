@@ -21,7 +21,7 @@ mod host;
 
 use std::time::{Duration, Instant};
 
-use host::{ChildGuard, NetNs};
+use host::{ChildGuard, NetNs, metric};
 
 fn manifests(endpoint: &str) -> String {
     format!(
@@ -57,23 +57,6 @@ endpoints:
     )
 }
 
-/// Prints the body of `http://127.0.0.1:10249/metrics`, or nothing when it does not answer.
-const SCRAPE: &str = r#"
-import urllib.request
-try:
-    print(urllib.request.urlopen("http://127.0.0.1:10249/metrics", timeout=5).read().decode(), end="")
-except Exception:
-    pass
-"#;
-
-/// The value of `series` (name and labels, exactly as exposed) in a scrape of the proxy.
-fn sample(ns: &NetNs, series: &str) -> Option<f64> {
-    let scrape = ns.output("python3", &["-c", SCRAPE]);
-    scrape
-        .lines()
-        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
-}
-
 const FAILURES: &str =
     "kubeproxy_sync_proxy_rules_iptables_restore_failures_total{ip_family=\"IPv4\"}";
 const PARTIAL_FAILURES: &str =
@@ -87,23 +70,6 @@ fn dnat_targets(ns: &NetNs) -> Vec<String> {
         .filter(|l| l.starts_with("-A KUBE-SEP-") && l.contains("DNAT"))
         .filter_map(|l| l.split("--to-destination ").nth(1).map(str::to_owned))
         .collect()
-}
-
-fn wait_for(what: &str, proxy: &mut ChildGuard, limit: Duration, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + limit;
-    while !done() {
-        assert!(
-            proxy.exited().is_none(),
-            "the proxy exited:\n{}",
-            proxy.log_tail(30)
-        );
-        assert!(
-            Instant::now() < deadline,
-            "never {what}:\n{}",
-            proxy.log_tail(30)
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
 }
 
 #[test]
@@ -136,8 +102,8 @@ fn a_held_xtables_lock_fails_syncs_that_are_counted_and_retried_and_the_old_rule
                 "-v=4",
             ]),
     );
-    wait_for("programmed", &mut proxy, Duration::from_secs(30), || {
-        dnat_targets(&ns) == ["10.244.1.10:8080"] && sample(&ns, FAILURES).is_some()
+    proxy.wait_until("programmed", Duration::from_secs(30), || {
+        dnat_targets(&ns) == ["10.244.1.10:8080"] && metric(&ns, FAILURES).is_some()
     });
     assert!(
         proxy
@@ -149,7 +115,7 @@ fn a_held_xtables_lock_fails_syncs_that_are_counted_and_retried_and_the_old_rule
         "legacy chosen:\n{}",
         proxy.log_tail(30)
     );
-    assert_eq!(sample(&ns, FAILURES), Some(0.0));
+    assert_eq!(metric(&ns, FAILURES), Some(0.0));
 
     // Another process takes the lock; then the endpoint moves.
     let lock = std::fs::File::create(&lock_path).expect("lock file");
@@ -161,16 +127,13 @@ fn a_held_xtables_lock_fails_syncs_that_are_counted_and_retried_and_the_old_rule
     // 1 s, 2 s, 4 s, ... after a failure (syncPeriod, 30 s here, is the cap), so three failures
     // come within about 25 s. A retry that waited for syncPeriod, or for another change,
     // would not.
-    wait_for(
-        "three failures",
-        &mut proxy,
-        Duration::from_secs(40),
-        || sample(&ns, FAILURES).is_some_and(|n| n >= 3.0),
-    );
-    let failures_seen = sample(&ns, FAILURES).expect("scraped");
+    proxy.wait_until("three failures", Duration::from_secs(40), || {
+        metric(&ns, FAILURES).is_some_and(|n| n >= 3.0)
+    });
+    let failures_seen = metric(&ns, FAILURES).expect("scraped");
     let held_for = held_at.elapsed();
     // Only the first attempt was partial: the retries after a failure are full syncs.
-    assert_eq!(sample(&ns, PARTIAL_FAILURES), Some(1.0));
+    assert_eq!(metric(&ns, PARTIAL_FAILURES), Some(1.0));
     assert_eq!(
         dnat_targets(&ns),
         ["10.244.1.10:8080"],
@@ -193,22 +156,17 @@ fn a_held_xtables_lock_fails_syncs_that_are_counted_and_retried_and_the_old_rule
     // The other process lets go: the next retry programs the change.
     drop(lock);
     let freed_at = Instant::now();
-    wait_for("converged", &mut proxy, Duration::from_secs(40), || {
+    proxy.wait_until("converged", Duration::from_secs(40), || {
         dnat_targets(&ns) == ["10.244.1.11:8080"]
     });
     let converged_in = freed_at.elapsed();
     // The runner logs the sync once it has returned, a moment after the kernel holds its rules.
     let log_path = proxy.log.clone();
-    wait_for(
-        "the success logged",
-        &mut proxy,
-        Duration::from_secs(10),
-        || {
-            std::fs::read_to_string(&log_path)
-                .is_ok_and(|log| log.contains("sync succeeded again after failures"))
-        },
-    );
-    let failures = sample(&ns, FAILURES).expect("scraped");
+    proxy.wait_until("the success logged", Duration::from_secs(10), || {
+        std::fs::read_to_string(&log_path)
+            .is_ok_and(|log| log.contains("sync succeeded again after failures"))
+    });
+    let failures = metric(&ns, FAILURES).expect("scraped");
     eprintln!(
         "xtables lock held {held_for:?}: {failures_seen} failed syncs counted then; \
          {failures} in all; converged {converged_in:?} after the lock was freed"

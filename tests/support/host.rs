@@ -15,6 +15,7 @@
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
 
 #[path = "helper_process.rs"]
 pub mod helper_process;
@@ -90,6 +91,45 @@ impl ChildGuard {
     pub fn log_tail(&self, n: usize) -> String {
         log_tail(&self.log, n)
     }
+
+    /// Polls `done` every 200 ms until it holds; fails naming `what`, with the log's tail, when
+    /// the process exits first or `limit` passes.
+    pub fn wait_until(&mut self, what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
+        let deadline = Instant::now() + limit;
+        while !done() {
+            assert!(
+                self.exited().is_none(),
+                "{} exited while waiting until {what}:\n{}",
+                self.name,
+                self.log_tail(30)
+            );
+            assert!(
+                Instant::now() < deadline,
+                "{what}: not within {limit:?}; {}'s log:\n{}",
+                self.name,
+                self.log_tail(30)
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+}
+
+/// Prints the body of the proxy's `/metrics` on its default address, or nothing when it does
+/// not answer (run by [`metric`] inside a namespace, where only python is at hand).
+const SCRAPE: &str = r#"
+import urllib.request
+try:
+    print(urllib.request.urlopen("http://127.0.0.1:10249/metrics", timeout=5).read().decode(), end="")
+except Exception:
+    pass
+"#;
+
+/// The value of `series` (name and labels exactly as exposed) in a scrape of the proxy that
+/// serves its metrics on 127.0.0.1:10249 inside `ns`; `None` while it does not answer.
+pub fn metric(ns: &NetNs, series: &str) -> Option<f64> {
+    ns.output("python3", &["-c", SCRAPE])
+        .lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
 }
 
 impl Drop for ChildGuard {
