@@ -48,7 +48,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use guest::host::helper_process::{self, HelperProcess, RESULT};
+use guest::host::helper_process::{HelperProcess, RESULT};
 use in_guest::{eventually, icmp_unreachables_sent, output, run};
 use manifests::{manifests, write_pair};
 
@@ -76,43 +76,25 @@ const MODULES: &[&str] = &["ip_vs", "ip_vs_rr", "dummy"];
 
 #[test]
 fn the_ipvs_mode_carries_real_traffic_in_a_guest() {
-    let guest = guest::Guest::prepare();
-    let command = format!(
-        "cd {} && {}",
-        env!("CARGO_MANIFEST_DIR"),
-        HELPER.shell_line("node")
+    in_guest::run_node(
+        &HELPER,
+        &[
+            format!("pod to clusterip seen as {CLIENT_POD}"),
+            format!("node to clusterip seen as {POD_GATEWAY}"),
+            format!("hairpin seen as {POD_GATEWAY}"),
+            format!("nodeport from outside seen as {POD_GATEWAY}"),
+            "traffic counted per frontend".to_owned(),
+            "rr alternates".to_owned(),
+            "sh keeps the client on one endpoint".to_owned(),
+            "annotation changed to rr live".to_owned(),
+            "terminating endpoint: old connection kept, new ones avoid it, gone once closed"
+                .to_owned(),
+            "restart under load: no failed connection".to_owned(),
+            "no endpoints: reset, no icmp".to_owned(),
+            "host port on a service address: refused".to_owned(),
+            "cleanup: nothing left".to_owned(),
+        ],
     );
-    let run = guest.run(&command, Duration::from_secs(600));
-    let results = helper_process::results(&run.output);
-    assert_eq!(
-        run.exit_code,
-        Some(0),
-        "the guest's test failed (after {:?}):\n{}",
-        run.took,
-        run.output
-    );
-    println!("guest ran in {:?}: {results:?}", run.took);
-    for want in [
-        format!("pod to clusterip seen as {CLIENT_POD}"),
-        format!("node to clusterip seen as {POD_GATEWAY}"),
-        format!("hairpin seen as {POD_GATEWAY}"),
-        format!("nodeport from outside seen as {POD_GATEWAY}"),
-        "traffic counted per frontend".to_owned(),
-        "rr alternates".to_owned(),
-        "sh keeps the client on one endpoint".to_owned(),
-        "annotation changed to rr live".to_owned(),
-        "terminating endpoint: old connection kept, new ones avoid it, gone once closed".to_owned(),
-        "restart under load: no failed connection".to_owned(),
-        "no endpoints: reset, no icmp".to_owned(),
-        "host port on a service address: refused".to_owned(),
-        "cleanup: nothing left".to_owned(),
-    ] {
-        assert!(
-            results.iter().any(|r| *r == want),
-            "missing {want:?} in {results:?}:\n{}",
-            run.output
-        );
-    }
 }
 
 /// The entry below, run inside the guest (`node`) and in its namespaces (`server`,
@@ -123,18 +105,7 @@ const HELPER: HelperProcess = HelperProcess::new("guest_ipvs_helper_process");
 /// environment variable it does nothing.
 #[test]
 fn guest_ipvs_helper_process() {
-    HELPER.when_requested(|role| match role.split_once(':') {
-        None if role == "node" => node(),
-        None if role == "server" => serve(),
-        Some(("client", target)) => {
-            let target: SocketAddr = target.parse().expect("client target");
-            match exchange(target) {
-                Ok(seen) => println!("{RESULT}answered {seen}"),
-                Err(e) => println!("{RESULT}failed {e}"),
-            }
-        }
-        _ => panic!("unknown role {role}"),
-    });
+    in_guest::play_roles(&HELPER, node, serve, exchange);
 }
 
 fn network() {

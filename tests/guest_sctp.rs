@@ -27,7 +27,7 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use guest::host::helper_process::{self, HelperProcess, RESULT};
+use guest::host::helper_process::{HelperProcess, RESULT};
 use in_guest::{eventually, icmp_unreachables_sent, run};
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
@@ -42,33 +42,14 @@ const NODE_PORT: u16 = 30777;
 
 #[test]
 fn sctp_services_carry_real_sctp_traffic_in_a_guest() {
-    let guest = guest::Guest::prepare();
-    let command = format!(
-        "cd {} && {}",
-        env!("CARGO_MANIFEST_DIR"),
-        HELPER.shell_line("node")
+    in_guest::run_node(
+        &HELPER,
+        &[
+            format!("clusterip from {POD_GATEWAY}"),
+            format!("nodeport from {POD_GATEWAY}"),
+            "no-endpoints refused".to_owned(),
+        ],
     );
-    let run = guest.run(&command, Duration::from_secs(600));
-    let results = helper_process::results(&run.output);
-    assert_eq!(
-        run.exit_code,
-        Some(0),
-        "the guest's test failed (after {:?}):\n{}",
-        run.took,
-        run.output
-    );
-    println!("guest ran in {:?}: {results:?}", run.took);
-    for want in [
-        format!("clusterip from {POD_GATEWAY}"),
-        format!("nodeport from {POD_GATEWAY}"),
-        "no-endpoints refused".to_owned(),
-    ] {
-        assert!(
-            results.iter().any(|r| *r == want),
-            "missing {want:?} in {results:?}:\n{}",
-            run.output
-        );
-    }
 }
 
 /// The entry below, run inside the guest (`node`) and in its namespaces (`server`,
@@ -79,18 +60,7 @@ const HELPER: HelperProcess = HelperProcess::new("guest_sctp_helper_process");
 /// environment variable it does nothing.
 #[test]
 fn guest_sctp_helper_process() {
-    HELPER.when_requested(|role| match role.split_once(':') {
-        None if role == "node" => node(),
-        None if role == "server" => serve(),
-        Some(("client", target)) => {
-            let target: SocketAddr = target.parse().expect("client target");
-            match exchange(target) {
-                Ok(seen) => println!("{RESULT}answered {seen}"),
-                Err(e) => println!("{RESULT}failed {e}"),
-            }
-        }
-        _ => panic!("unknown role {role}"),
-    });
+    in_guest::play_roles(&HELPER, node, serve, exchange);
 }
 
 /// The node: network, manifests, the proxy, the probes.

@@ -1,11 +1,66 @@
-//! What the guest tests (`guest_sctp.rs`, `guest_ipvs.rs`) run inside the qemu guest: shell
-//! commands, waiting for a probe, a client exchange in a namespace, the node's ICMP count.
-//! Included by each with `#[path]` next to `guest.rs`, whose `host` module it uses.
+//! What the guest tests (`guest_sctp.rs`, `guest_ipvs.rs`) share: on the host, booting the
+//! qemu guest to run the test's node and checking its results; inside the guest, the roles the
+//! test binary plays, shell commands, waiting for a probe, a client exchange in a namespace, the
+//! node's ICMP count. Included by each with `#[path]` next to `guest.rs`, whose `host` module it
+//! uses.
 
+use std::net::SocketAddr;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::guest::host::helper_process::{self, HelperProcess};
+use super::guest::Guest;
+use super::guest::host::helper_process::{self, HelperProcess, RESULT};
+
+/// On the host: boots the guest, runs `helper` there as `node`, and checks that it passed and
+/// printed a result line for each of `wants`.
+pub fn run_node(helper: &HelperProcess, wants: &[String]) {
+    let guest = Guest::prepare();
+    let command = format!(
+        "cd {} && {}",
+        env!("CARGO_MANIFEST_DIR"),
+        helper.shell_line("node")
+    );
+    let run = guest.run(&command, Duration::from_secs(600));
+    let results = helper_process::results(&run.output);
+    assert_eq!(
+        run.exit_code,
+        Some(0),
+        "the guest's test failed (after {:?}):\n{}",
+        run.took,
+        run.output
+    );
+    println!("guest ran in {:?}: {results:?}", run.took);
+    for want in wants {
+        assert!(
+            results.iter().any(|r| r == want),
+            "missing {want:?} in {results:?}:\n{}",
+            run.output
+        );
+    }
+}
+
+/// The roles the test binary plays when `helper` re-runs it: `node` inside the guest, `server`
+/// and `client:ADDR:PORT` in its namespaces (the client prints `answered <what the server
+/// saw>` or `failed <why>` as a result line). Without the environment variable it does nothing.
+pub fn play_roles(
+    helper: &HelperProcess,
+    node: fn(),
+    serve: fn(),
+    exchange: fn(SocketAddr) -> Result<String, String>,
+) {
+    helper.when_requested(|role| match role.split_once(':') {
+        None if role == "node" => node(),
+        None if role == "server" => serve(),
+        Some(("client", target)) => {
+            let target: SocketAddr = target.parse().expect("client target");
+            match exchange(target) {
+                Ok(seen) => println!("{RESULT}answered {seen}"),
+                Err(e) => println!("{RESULT}failed {e}"),
+            }
+        }
+        _ => panic!("unknown role {role}"),
+    });
+}
 
 /// Tries `probe` until it answers, for up to 60 s (the guest is emulated and slow).
 pub fn eventually(mut probe: impl FnMut() -> Result<String, String>) -> String {
