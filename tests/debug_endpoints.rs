@@ -13,49 +13,12 @@
 
 #[path = "support/host.rs"]
 mod host;
+#[path = "support/web_cluster.rs"]
+mod web_cluster;
 
 use std::time::{Duration, Instant};
 
 use host::{ChildGuard, NetNs};
-
-const MANIFESTS: &str = r#"
-apiVersion: v1
-kind: Node
-metadata: {name: node-a}
-spec: {podCIDRs: [10.244.1.0/24]}
-status: {addresses: [{type: InternalIP, address: 10.0.0.11}]}
----
-apiVersion: v1
-kind: Service
-metadata: {name: web, namespace: default}
-spec:
-  type: ClusterIP
-  clusterIP: 10.96.1.10
-  clusterIPs: [10.96.1.10]
-  ports: [{name: http, protocol: TCP, port: 80, targetPort: 8080}]
----
-apiVersion: discovery.k8s.io/v1
-kind: EndpointSlice
-metadata:
-  name: web-1
-  namespace: default
-  labels: {kubernetes.io/service-name: web}
-addressType: IPv4
-ports: [{name: http, protocol: TCP, port: 8080}]
-endpoints:
-  - addresses: [10.244.1.10]
-    conditions: {ready: true, serving: true, terminating: false}
-    nodeName: node-a
----
-apiVersion: v1
-kind: Service
-metadata: {name: empty, namespace: default}
-spec:
-  type: ClusterIP
-  clusterIP: 10.96.1.20
-  clusterIPs: [10.96.1.20]
-  ports: [{name: http, protocol: TCP, port: 80, targetPort: 8080}]
-"#;
 
 /// Asks `http://ADDR:PORT` + `PATH` with `METHOD` (argv 1-3; GET and 127.0.0.1:10249 when
 /// only the path is given); prints the status code, a newline, then the body.
@@ -90,7 +53,7 @@ fn the_running_proxy_answers_what_it_knows_and_refuses_bad_questions() {
     let ns = NetNs::new("dbg");
     ns.output("ip", &["link", "set", "lo", "up"]);
     let dir = tempfile::tempdir().expect("tempdir");
-    std::fs::write(dir.path().join("cluster.yaml"), MANIFESTS).expect("write manifests");
+    web_cluster::write(dir.path(), true);
     let manifests = dir.path().display().to_string();
     let mut proxy = ChildGuard::spawn(
         &format!("{}-proxy", ns.name),
@@ -312,7 +275,7 @@ fn in_iptables_mode_the_running_proxy_explains_over_the_chains_it_programmed() {
     let ns = NetNs::new("dbg-ipt");
     ns.output("ip", &["link", "set", "lo", "up"]);
     let dir = tempfile::tempdir().expect("tempdir");
-    std::fs::write(dir.path().join("cluster.yaml"), MANIFESTS).expect("write manifests");
+    web_cluster::write(dir.path(), true);
     let manifests = dir.path().display().to_string();
     let mut proxy = ChildGuard::spawn(
         &format!("{}-proxy", ns.name),
@@ -384,7 +347,7 @@ fn on_a_wildcard_address_debug_answers_over_loopback_only_and_nothing_takes_a_ch
     // The node's own address: not a loopback one, though it sits on `lo`.
     ns.output("ip", &["addr", "add", "10.0.0.11/32", "dev", "lo"]);
     let dir = tempfile::tempdir().expect("tempdir");
-    std::fs::write(dir.path().join("cluster.yaml"), MANIFESTS).expect("write manifests");
+    web_cluster::write(dir.path(), true);
     let manifests = dir.path().display().to_string();
     let mut proxy = ChildGuard::spawn(
         &format!("{}-proxy", ns.name),

@@ -30,6 +30,8 @@ mod ebpf_host;
 mod relay_pods;
 #[path = "support/uml.rs"]
 mod uml;
+#[path = "support/web_cluster.rs"]
+mod web_cluster;
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -37,37 +39,6 @@ use std::time::{Duration, Instant};
 use capabilities::{BPF, Cap, NET_ADMIN, PERFMON, bounding_set, needed};
 use ebpf_host::{BpfFs, Cgroup};
 use relay_pods::host::{self, ChildGuard, NetNs};
-
-const MANIFESTS: &str = r#"
-apiVersion: v1
-kind: Node
-metadata: {name: node-a}
-spec: {podCIDRs: [10.244.1.0/24]}
-status: {addresses: [{type: InternalIP, address: 10.0.0.11}]}
----
-apiVersion: v1
-kind: Service
-metadata: {name: web, namespace: default}
-spec:
-  type: ClusterIP
-  clusterIP: 10.96.1.10
-  clusterIPs: [10.96.1.10]
-  ipFamilies: [IPv4]
-  ports: [{name: http, protocol: TCP, port: 80, targetPort: 8080}]
----
-apiVersion: discovery.k8s.io/v1
-kind: EndpointSlice
-metadata:
-  name: web-1
-  namespace: default
-  labels: {kubernetes.io/service-name: web}
-addressType: IPv4
-ports: [{name: http, protocol: TCP, port: 8080}]
-endpoints:
-  - addresses: [10.244.1.10]
-    conditions: {ready: true, serving: true, terminating: false}
-    nodeName: node-a
-"#;
 
 /// The pod: answers every connection with one line.
 const SERVER: &str = r#"
@@ -138,7 +109,7 @@ impl Node {
             pod.command("python3").args(["-c", SERVER]),
         );
         let dir = tempfile::tempdir().expect("tempdir");
-        std::fs::write(dir.path().join("cluster.yaml"), MANIFESTS).expect("write manifests");
+        web_cluster::write(dir.path(), false);
         let ebpf = (mode == "ebpf").then(|| (Cgroup::new(), BpfFs::new()));
         Node {
             node,
@@ -435,7 +406,7 @@ fn least_privilege_uml_helper() {
 fn ipvs_in_guest() {
     use uml::host::{ChildGuard, NetNs};
     let dir = tempfile::tempdir().expect("tempdir");
-    std::fs::write(dir.path().join("cluster.yaml"), MANIFESTS).expect("write manifests");
+    web_cluster::write(dir.path(), false);
     let run = |caps: &[Cap]| {
         let ns = NetNs::new("lp-ipvs");
         ns.output("ip", &["link", "add", "lp-eth", "type", "dummy"]);

@@ -10,6 +10,8 @@
 
 #[path = "support/host.rs"]
 mod host;
+#[path = "support/web_cluster.rs"]
+mod web_cluster;
 
 use std::process::Command;
 
@@ -20,47 +22,6 @@ use kube_proxy_rs::config::NftablesEncoder;
 use kube_proxy_rs::dataplane::Dataplane;
 use kube_proxy_rs::dataplane::nftables::{Drift, ModeConfig, NftablesDataplane};
 use kube_proxy_rs::nft::backend;
-
-const MANIFESTS: &str = r#"
-apiVersion: v1
-kind: Node
-metadata: {name: node-a}
-spec: {podCIDRs: [10.244.1.0/24]}
-status: {addresses: [{type: InternalIP, address: 10.244.1.1}]}
----
-apiVersion: v1
-kind: Service
-metadata: {name: web, namespace: default}
-spec:
-  type: ClusterIP
-  clusterIP: 10.96.1.10
-  clusterIPs: [10.96.1.10]
-  ipFamilies: [IPv4]
-  ports: [{name: http, protocol: TCP, port: 80, targetPort: 8080}]
----
-apiVersion: discovery.k8s.io/v1
-kind: EndpointSlice
-metadata:
-  name: web-1
-  namespace: default
-  labels: {kubernetes.io/service-name: web}
-addressType: IPv4
-ports: [{name: http, protocol: TCP, port: 8080}]
-endpoints:
-  - addresses: [10.244.1.10]
-    conditions: {ready: true, serving: true, terminating: false}
-    nodeName: node-a
----
-apiVersion: v1
-kind: Service
-metadata: {name: empty, namespace: default}
-spec:
-  type: ClusterIP
-  clusterIP: 10.96.1.20
-  clusterIPs: [10.96.1.20]
-  ipFamilies: [IPv4]
-  ports: [{name: http, protocol: TCP, port: 80, targetPort: 8080}]
-"#;
 
 /// Answers every connection with one line naming the pod and the client address it saw.
 const SERVER: &str = r#"
@@ -121,7 +82,7 @@ fn a_cluster_ip_reaches_a_pod_and_a_service_without_endpoints_is_rejected() {
     );
 
     let dir = tempfile::tempdir().expect("tempdir");
-    std::fs::write(dir.path().join("cluster.yaml"), MANIFESTS).expect("write manifests");
+    web_cluster::write(dir.path(), true);
     let loaded = load_manifests(dir.path(), "node-a", Features::default()).expect("loads");
     assert!(loaded.warnings.is_empty(), "{:?}", loaded.warnings);
     NftablesDataplane::new(
