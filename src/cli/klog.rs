@@ -149,7 +149,6 @@ fn quoted(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::{Arc, Mutex};
 
     fn fixed() -> Timestamp {
         "2026-12-02T04:36:03.547810123Z".parse().unwrap()
@@ -157,30 +156,13 @@ mod tests {
 
     /// What the subscriber writes, through a real tracing pipeline.
     fn logged(emit: impl FnOnce()) -> String {
-        let buf = Arc::new(Mutex::new(Vec::new()));
-        let sink = buf.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_max_level(Level::TRACE)
-            .event_format(Klog {
+        crate::testing::logged::logged(
+            Klog {
                 now: fixed,
                 pid: 12375,
-            })
-            .with_writer(move || Sink(sink.clone()))
-            .finish();
-        tracing::subscriber::with_default(subscriber, emit);
-        String::from_utf8(buf.lock().unwrap().clone()).unwrap()
-    }
-
-    struct Sink(Arc<Mutex<Vec<u8>>>);
-
-    impl std::io::Write for Sink {
-        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(b);
-            Ok(b.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
+            },
+            emit,
+        )
     }
 
     #[test]

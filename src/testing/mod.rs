@@ -1,7 +1,7 @@
 //! Test support shared by the crate's unit tests: API objects and events for the tracker
 //! ([`objects`], re-exported here), snapshots built straight from the model for planners and
 //! traces ([`snapshots`]), golden files ([`golden`]), random cluster changes for property tests ([`changes`]), hostile names for the modes' property tests
-//! ([`hostile`]), network namespaces ([`netns`]), and the
+//! ([`hostile`]), what a log formatter writes ([`logged`]), network namespaces ([`netns`]), and the
 //! synthetic cluster of any size ([`synthetic`]).
 //!
 //! Test-only: compiled under `#[cfg(test)]`, so nothing here is part of the library's API and no
@@ -18,6 +18,7 @@
 pub mod changes;
 pub mod golden;
 pub mod hostile;
+pub mod logged;
 pub mod netns;
 mod objects;
 pub mod snapshots;
