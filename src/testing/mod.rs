@@ -20,6 +20,7 @@ pub mod golden;
 pub mod hostile;
 pub mod netns;
 mod objects;
+pub mod plans;
 pub mod snapshots;
 pub mod synthetic;
 
