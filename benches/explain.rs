@@ -23,15 +23,16 @@ use std::hint::black_box;
 mod planner_bench;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use kube_proxy_rs::cli::explain::{Planned, Request, Rules, RulesFrom, explain, saved};
+use kube_proxy_rs::cli::explain::{Plan, Request, RulesFrom, explain};
 use kube_proxy_rs::cli::status::{self, Inputs, Runtime};
 use kube_proxy_rs::cluster::{IpFamily, Snapshot};
 use kube_proxy_rs::config::{Config, NodePortAddresses};
+use kube_proxy_rs::dataplane::iptables::inspect::saved;
 use kube_proxy_rs::dataplane::node::NodePolicy;
-use kube_proxy_rs::dataplane::{iptables, ipvs, nftables, userspace};
+use kube_proxy_rs::dataplane::{ebpf, iptables, ipvs, nftables, userspace};
 
 /// How one mode plans the snapshot.
-type Planner = fn(&Snapshot) -> Planned;
+type Planner = fn(&Snapshot) -> Box<dyn Plan>;
 
 /// A packet from outside to the middle Service's ClusterIP (Service 5,000: 10.96.20.1).
 fn request() -> Request {
@@ -44,18 +45,38 @@ fn bench(c: &mut Criterion) {
     let node: NodePolicy = cfg.node.clone();
     let modes: [(&str, Planner); 5] = [
         ("nftables", |s| {
-            Planned::nftables(s, &nftables::ModeConfig::default())
+            Box::new(nftables::inspect::Planned::new(
+                s,
+                &nftables::ModeConfig::default(),
+            ))
         }),
         ("iptables", |s| {
-            Planned::iptables(s, &iptables::ModeConfig::default())
+            Box::new(iptables::inspect::Planned::new(
+                s,
+                &iptables::ModeConfig::default(),
+            ))
         }),
-        ("ipvs", |s| Planned::ipvs(s, &ipvs::ModeConfig::default())),
+        ("ipvs", |s| {
+            Box::new(ipvs::inspect::Planned::on(
+                s,
+                &ipvs::ModeConfig::default(),
+                &ipvs::HostAddresses::default(),
+            ))
+        }),
         ("userspace", |s| {
             let config = Config::default();
             let node = NodePolicy::new(&config).expect("the default node policy");
-            Planned::userspace(s, userspace::redirect::Settings::of(&config, &node))
+            Box::new(userspace::inspect::Planned::new(
+                s,
+                userspace::redirect::Settings::of(&config, &node),
+            ))
         }),
-        ("ebpf", |s| Planned::ebpf(s, &NodePortAddresses::default())),
+        ("ebpf", |s| {
+            Box::new(ebpf::inspect::Planned::new(
+                s,
+                &NodePortAddresses::default(),
+            ))
+        }),
     ];
     for (mode, planner) in modes {
         // The eBPF mode balances a ClusterIP where a socket connects, not for packets from
@@ -126,7 +147,10 @@ fn bench(c: &mut Criterion) {
         g.bench_function(format!("{mode}/status"), |b| {
             b.iter(|| black_box(status_of().len()))
         });
-        if let Rules::Iptables(want) = planned.rules(IpFamily::V4) {
+        if mode == "iptables" {
+            let iptables_plan =
+                iptables::inspect::Planned::new(snap, &iptables::ModeConfig::default());
+            let want = &iptables_plan.0[IpFamily::V4.index()];
             // What iptables-save prints of our rules: declared chains and `-A` lines.
             let save = iptables::render::from_scratch(want)
                 .replace("\n-I ", "\n-A ")
@@ -134,14 +158,8 @@ fn bench(c: &mut Criterion) {
             let read_and_explain = || {
                 let read = saved::as_read(&iptables::adopt::parse(&save), want, None);
                 let rules = read.rules.expect("our chains");
-                explain(
-                    snap,
-                    &node,
-                    Rules::Iptables(&rules),
-                    RulesFrom::Kernel,
-                    &request,
-                )
-                .map(|e| e.outcome.endpoints.len())
+                explain(snap, &node, &rules, RulesFrom::Kernel, &request)
+                    .map(|e| e.outcome.endpoints.len())
             };
             assert_eq!(read_and_explain().ok(), Some(10));
             g.bench_function("iptables/read_and_explain", |b| {

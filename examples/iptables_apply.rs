@@ -26,10 +26,10 @@ mod netns;
 #[path = "../src/testing/synthetic.rs"]
 mod synthetic;
 
-use kube_proxy_rs::cli::explain::{saved, scoped};
 use kube_proxy_rs::cluster::Changes;
 use kube_proxy_rs::cluster::IpFamily;
 use kube_proxy_rs::dataplane::Dataplane;
+use kube_proxy_rs::dataplane::iptables::inspect::{saved, scoped};
 use kube_proxy_rs::dataplane::iptables::{Flavour, IptablesCommand, IptablesDataplane, ModeConfig};
 use netns::NetNs;
 use synthetic::Synthetic;

@@ -112,9 +112,9 @@ fn snapshot(dir: &Path) -> Snapshot {
 
 fn status_text(cfg: &Config, snap: &Snapshot) -> (status::Status, String) {
     let (planned, node) = live::plan_on_node(cfg, snap, false).expect("plans");
-    let read =
-        IpFamily::ALL.map(|f| live::read_family(cfg, snap, &planned, f, None).expect("reads"));
-    let drift = read[0].drift.clone();
+    let read = IpFamily::ALL
+        .map(|f| live::read_family(cfg, snap, planned.as_ref(), f, None).expect("reads"));
+    let drift = read[0].drift().to_vec();
     let runtime = Runtime::default();
     let s = status::build(status::Inputs {
         snapshot: snap,

@@ -18,10 +18,12 @@ mod synthetic;
 
 use example_cluster::{PACKETS, changed, example};
 use host::NetNs;
-use kube_proxy_rs::cli::explain::{Planned, Request, Rules, RulesFrom, explain, kernel, render};
+use kube_proxy_rs::cli::explain::{Plan as _, Request, RulesFrom, explain, render};
 use kube_proxy_rs::cluster::IpFamily;
 use kube_proxy_rs::config::NftablesEncoder;
 use kube_proxy_rs::dataplane::Dataplane;
+use kube_proxy_rs::dataplane::inspect::table as kernel;
+use kube_proxy_rs::dataplane::nftables::inspect::Planned;
 use kube_proxy_rs::dataplane::nftables::{Drift, ModeConfig, NftablesDataplane};
 use kube_proxy_rs::nft::{Family, backend};
 
@@ -37,22 +39,22 @@ fn the_kernels_table_explains_packets_as_the_plan_does_and_drift_shows() {
     );
     dp.sync(&snap, &changed(snap.ports.keys().cloned()), true)
         .expect("first sync");
-    let planned = Planned::nftables(&snap, &cfg);
+    let planned = Planned::new(&snap, &cfg);
     let read = || {
         kernel::read_nftables(NftablesEncoder::default(), Some(&ns.name), Family::Ip)
             .expect("reads")
             .expect("our table is there")
     };
     let live = read();
-    let Rules::Nftables(want) = planned.rules(IpFamily::V4) else {
-        unreachable!()
-    };
+    let want = &planned.0[IpFamily::V4.index()];
     assert!(kernel::drift(Some(&live), want).is_empty(), "just synced");
     for (to, from) in PACKETS {
         let request = Request::parse(to, *from, None).unwrap();
-        let ask = |rules, from| explain(&snap, &cfg.node, rules, from, &request).unwrap();
+        let ask = |rules: &dyn kube_proxy_rs::cli::explain::Rules, from| {
+            explain(&snap, &cfg.node, rules, from, &request).unwrap()
+        };
         let a = ask(planned.rules(IpFamily::V4), RulesFrom::Planned);
-        let b = ask(Rules::Nftables(&live), RulesFrom::Kernel);
+        let b = ask(&live, RulesFrom::Kernel);
         assert_eq!(
             a.outcome,
             b.outcome,
@@ -84,14 +86,7 @@ fn the_kernels_table_explains_packets_as_the_plan_does_and_drift_shows() {
         &request,
     )
     .unwrap();
-    let after = explain(
-        &snap,
-        &cfg.node,
-        Rules::Nftables(&live),
-        RulesFrom::Kernel,
-        &request,
-    )
-    .unwrap();
+    let after = explain(&snap, &cfg.node, &live, RulesFrom::Kernel, &request).unwrap();
     assert_ne!(before.outcome, after.outcome, "{}", render::text(&after));
 
     // Our table gone: explained as untouched, and the drift says so.
@@ -104,7 +99,7 @@ fn the_kernels_table_explains_packets_as_the_plan_does_and_drift_shows() {
 
 #[test]
 fn a_clients_affinity_entry_in_the_kernel_sends_it_to_its_endpoint() {
-    use kube_proxy_rs::cli::explain::affinity;
+    use kube_proxy_rs::dataplane::nftables::inspect::affinity;
     use kube_proxy_rs::nft::ruleset::{Match, Statement};
 
     let ns = NetNs::new("explain-aff");
@@ -124,22 +119,16 @@ fn a_clients_affinity_entry_in_the_kernel_sends_it_to_its_endpoint() {
     };
     // default/web-sticky (10.96.1.14:80, ClientIP for 3 h) over 10.244.1.10 and 10.244.2.10.
     let request = Request::parse("10.96.1.14:80", Some("10.244.1.77"), None).unwrap();
+    let packet = kube_proxy_rs::cli::explain::packet(&snap, &cfg.node, &request).unwrap();
     let mut sets =
-        kernel::NftablesSets::new(NftablesEncoder::default(), Some(&ns.name), Family::Ip);
+        affinity::NftablesSets::new(NftablesEncoder::default(), Some(&ns.name), Family::Ip);
     let ask = |table: &kube_proxy_rs::nft::Ruleset| {
-        explain(
-            &snap,
-            &cfg.node,
-            Rules::Nftables(table),
-            RulesFrom::Kernel,
-            &request,
-        )
-        .unwrap()
+        explain(&snap, &cfg.node, table, RulesFrom::Kernel, &request).unwrap()
     };
 
     let mut live = read();
-    let found = affinity::add_entries(&snap, &cfg.node, &request, &mut live, &mut sets)
-        .expect("reads the sets");
+    let found =
+        affinity::add_entries(&snap, &packet, &mut live, &mut sets).expect("reads the sets");
     assert_eq!(found, Some(vec![]), "no client has connected yet");
     assert_eq!(ask(&live).outcome.endpoints.len(), 2);
 
@@ -179,17 +168,14 @@ fn a_clients_affinity_entry_in_the_kernel_sends_it_to_its_endpoint() {
     let mut live = read();
     assert_eq!(
         kernel::drift(Some(&live), &{
-            let planned = Planned::nftables(&snap, &cfg);
-            let Rules::Nftables(want) = planned.rules(IpFamily::V4) else {
-                unreachable!()
-            };
-            want.clone()
+            let planned = Planned::new(&snap, &cfg);
+            planned.0[IpFamily::V4.index()].clone()
         }),
         Vec::<String>::new(),
         "clients in an affinity set are not drift"
     );
-    let found = affinity::add_entries(&snap, &cfg.node, &request, &mut live, &mut sets)
-        .expect("reads the sets");
+    let found =
+        affinity::add_entries(&snap, &packet, &mut live, &mut sets).expect("reads the sets");
     assert_eq!(found, Some(vec!["10.244.2.10:8080".parse().unwrap()]));
     let e = ask(&live);
     let reached: Vec<String> = e
@@ -199,7 +185,11 @@ fn a_clients_affinity_entry_in_the_kernel_sends_it_to_its_endpoint() {
         .map(|s| s.endpoint.to_string())
         .collect();
     assert_eq!(reached, ["10.244.2.10:8080"], "{}", render::text(&e));
-    let why = affinity::reason(e.packet.source, found.as_deref().unwrap(), 10800);
+    let why = kube_proxy_rs::cli::explain::affinity_reason(
+        e.packet.source,
+        found.as_deref().unwrap(),
+        10800,
+    );
     assert!(
         why.contains("remembers 10.244.1.77 for 10.244.2.10:8080"),
         "{why}"

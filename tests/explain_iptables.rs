@@ -18,12 +18,13 @@ mod synthetic;
 
 use example_cluster::{PACKETS, changed, example};
 use host::NetNs;
-use kube_proxy_rs::cli::explain::{Planned, Request, Rules, RulesFrom, explain, render};
+use kube_proxy_rs::cli::explain::{Plan as _, Request, RulesFrom, explain, render};
 use kube_proxy_rs::cluster::IpFamily;
 use kube_proxy_rs::dataplane::Dataplane;
+use kube_proxy_rs::dataplane::iptables::inspect::Planned;
 #[test]
 fn iptables_chains_read_back_explain_packets_as_the_plan_does_and_drift_shows() {
-    use kube_proxy_rs::cli::explain::{saved, scoped};
+    use kube_proxy_rs::dataplane::iptables::inspect::{saved, scoped};
     use kube_proxy_rs::dataplane::iptables::{self, Flavour, IptablesCommand, IptablesDataplane};
 
     let ns = NetNs::new("explain-ipt");
@@ -35,10 +36,8 @@ fn iptables_chains_read_back_explain_packets_as_the_plan_does_and_drift_shows() 
     );
     dp.sync(&snap, &changed(snap.ports.keys().cloned()), true)
         .expect("first sync");
-    let planned = Planned::iptables(&snap, &cfg);
-    let Rules::Iptables(want) = planned.rules(IpFamily::V4) else {
-        unreachable!()
-    };
+    let planned = Planned::new(&snap, &cfg);
+    let want = &planned.0[IpFamily::V4.index()];
     let read = || saved::read_iptables(Some(&ns.name), IpFamily::V4, want, None).expect("reads");
     let live = read();
     assert_eq!(live.drift, Vec::<String>::new(), "just synced");
@@ -53,9 +52,11 @@ fn iptables_chains_read_back_explain_packets_as_the_plan_does_and_drift_shows() 
     };
     for (to, from) in PACKETS {
         let request = Request::parse(to, *from, None).unwrap();
-        let ask = |rules, from| explain(&snap, &cfg.node, rules, from, &request).unwrap();
+        let ask = |rules: &dyn kube_proxy_rs::cli::explain::Rules, from| {
+            explain(&snap, &cfg.node, rules, from, &request).unwrap()
+        };
         let a = ask(planned.rules(IpFamily::V4), RulesFrom::Planned);
-        let b = ask(Rules::Iptables(&chains), RulesFrom::Kernel);
+        let b = ask(&chains, RulesFrom::Kernel);
         assert_eq!(
             a.outcome,
             b.outcome,
@@ -66,10 +67,7 @@ fn iptables_chains_read_back_explain_packets_as_the_plan_does_and_drift_shows() 
         // Only the chains of the packet's path, read one by one (an iptables-nft node).
         let path = scoped_read(&request);
         assert_eq!(path.drift, Vec::<String>::new(), "{to}: just synced");
-        let c = ask(
-            Rules::Iptables(path.rules.as_ref().expect("our chains")),
-            RulesFrom::Kernel,
-        );
+        let c = ask(path.rules.as_ref().expect("our chains"), RulesFrom::Kernel);
         assert_eq!(
             a.outcome,
             c.outcome,
@@ -145,7 +143,7 @@ fn iptables_chains_read_back_explain_packets_as_the_plan_does_and_drift_shows() 
     let after = explain(
         &snap,
         &cfg.node,
-        Rules::Iptables(flushed.rules.as_ref().unwrap()),
+        flushed.rules.as_ref().unwrap(),
         RulesFrom::Kernel,
         &request,
     )
@@ -173,23 +171,27 @@ fn iptables_chains_read_back_explain_packets_as_the_plan_does_and_drift_shows() 
 /// them (the command's own `ProcLists` reads the caller's namespace).
 struct NsLists<'a>(&'a NetNs);
 
-impl kube_proxy_rs::cli::explain::recent::Lists for NsLists<'_> {
+impl kube_proxy_rs::dataplane::iptables::inspect::recent::Lists for NsLists<'_> {
     fn clients(
         &mut self,
         list: &kube_proxy_rs::dataplane::iptables::names::ChainName,
-    ) -> Result<Option<Vec<kube_proxy_rs::cli::explain::recent::Entry>>, String> {
-        let path = format!("{}/{list}", kube_proxy_rs::cli::explain::recent::LISTS);
+    ) -> Result<Option<Vec<kube_proxy_rs::dataplane::iptables::inspect::recent::Entry>>, String>
+    {
+        let path = format!(
+            "{}/{list}",
+            kube_proxy_rs::dataplane::iptables::inspect::recent::LISTS
+        );
         Ok(self
             .0
             .try_output("cat", &[&path])
             .ok()
-            .map(|t| kube_proxy_rs::cli::explain::recent::parse(&t)))
+            .map(|t| kube_proxy_rs::dataplane::iptables::inspect::recent::parse(&t)))
     }
 }
 
 #[test]
 fn a_clients_recent_entry_in_the_kernel_sends_it_to_its_endpoint_in_iptables_mode() {
-    use kube_proxy_rs::cli::explain::{recent, saved};
+    use kube_proxy_rs::dataplane::iptables::inspect::{recent, saved};
     use kube_proxy_rs::dataplane::iptables::ruleset::{Match, Table, Target};
     use kube_proxy_rs::dataplane::iptables::{self, Flavour, IptablesCommand, IptablesDataplane};
 
@@ -202,10 +204,8 @@ fn a_clients_recent_entry_in_the_kernel_sends_it_to_its_endpoint_in_iptables_mod
     );
     dp.sync(&snap, &changed(snap.ports.keys().cloned()), true)
         .expect("first sync");
-    let planned = Planned::iptables(&snap, &cfg);
-    let Rules::Iptables(want) = planned.rules(IpFamily::V4) else {
-        unreachable!()
-    };
+    let planned = Planned::new(&snap, &cfg);
+    let want = &planned.0[IpFamily::V4.index()];
     let read = || {
         saved::read_iptables(Some(&ns.name), IpFamily::V4, want, None)
             .expect("reads")
@@ -214,15 +214,9 @@ fn a_clients_recent_entry_in_the_kernel_sends_it_to_its_endpoint_in_iptables_mod
     };
     // default/web-sticky (10.96.1.14:80, ClientIP for 3 h) over 10.244.1.10 and 10.244.2.10.
     let request = Request::parse("10.96.1.14:80", Some("10.244.1.77"), None).unwrap();
+    let packet = kube_proxy_rs::cli::explain::packet(&snap, &cfg.node, &request).unwrap();
     let ask = |rules: &iptables::Ruleset| {
-        explain(
-            &snap,
-            &cfg.node,
-            Rules::Iptables(rules),
-            RulesFrom::Kernel,
-            &request,
-        )
-        .unwrap()
+        explain(&snap, &cfg.node, rules, RulesFrom::Kernel, &request).unwrap()
     };
     let mut live = read();
     let to_b = Target::Dnat {
@@ -247,17 +241,10 @@ fn a_clients_recent_entry_in_the_kernel_sends_it_to_its_endpoint_in_iptables_mod
         })
         .expect("a recent list for 10.244.2.10");
     // No client yet: the lists (made with the rules that name them) are empty.
-    let clock = recent::read_clock();
+    let clock = kube_proxy_rs::dataplane::inspect::clock::read_clock();
     assert!(clock.is_some(), "this kernel's tick count is read");
-    let found = recent::add_entries(
-        &snap,
-        &cfg.node,
-        &request,
-        &mut live,
-        &mut NsLists(&ns),
-        clock,
-    )
-    .expect("reads the lists");
+    let found = recent::add_entries(&snap, &packet, &mut live, &mut NsLists(&ns), clock)
+        .expect("reads the lists");
     assert_eq!(found, Some(vec![]));
     assert_eq!(ask(&live).outcome.endpoints.len(), 2);
 
@@ -285,11 +272,10 @@ fn a_clients_recent_entry_in_the_kernel_sends_it_to_its_endpoint_in_iptables_mod
     let mut live = read();
     let found = recent::add_entries(
         &snap,
-        &cfg.node,
-        &request,
+        &packet,
         &mut live,
         &mut NsLists(&ns),
-        recent::read_clock(),
+        kube_proxy_rs::dataplane::inspect::clock::read_clock(),
     )
     .expect("reads the lists");
     assert_eq!(found, Some(vec!["10.244.2.10:8080".parse().unwrap()]));
@@ -305,7 +291,7 @@ fn a_clients_recent_entry_in_the_kernel_sends_it_to_its_endpoint_in_iptables_mod
 
 #[test]
 fn iptables_legacy_chains_are_read_from_the_flavour_that_holds_them() {
-    use kube_proxy_rs::cli::explain::saved;
+    use kube_proxy_rs::dataplane::iptables::inspect::saved;
     use kube_proxy_rs::dataplane::iptables::{self, Flavour, IptablesCommand, IptablesDataplane};
 
     let ns = NetNs::new("explain-legacy");
@@ -322,22 +308,13 @@ fn iptables_legacy_chains_are_read_from_the_flavour_that_holds_them() {
         Flavour::Legacy,
         "the flavour holding more rules is the node's"
     );
-    let planned = Planned::iptables(&snap, &cfg);
-    let Rules::Iptables(want) = planned.rules(IpFamily::V4) else {
-        unreachable!()
-    };
+    let planned = Planned::new(&snap, &cfg);
+    let want = &planned.0[IpFamily::V4.index()];
     let read = saved::read_iptables(Some(&ns.name), IpFamily::V4, want, None).expect("reads");
     assert_eq!(read.drift, Vec::<String>::new(), "just synced");
     let chains = read.rules.expect("our chains are there");
     let request = Request::parse("10.96.1.10:80", None, None).unwrap();
-    let e = explain(
-        &snap,
-        &cfg.node,
-        Rules::Iptables(&chains),
-        RulesFrom::Kernel,
-        &request,
-    )
-    .unwrap();
+    let e = explain(&snap, &cfg.node, &chains, RulesFrom::Kernel, &request).unwrap();
     assert_eq!(e.outcome.endpoints.len(), 3, "{}", render::text(&e));
 }
 

@@ -227,7 +227,7 @@ async fn status_all(State(s): State<Shared>, Query(q): Params) -> Response {
         let mut drift: Vec<String> = Vec::new();
         let mut failed = Vec::new();
         let read = IpFamily::ALL.map(|f| {
-            match explain::live::read_family(&config, &snapshot, &planned, f, None) {
+            match explain::live::read_family(&config, &snapshot, planned.as_ref(), f, None) {
                 Ok(r) => Some(r),
                 Err(e) => {
                     drift.push(format!("{f} rules not read (shown as planned): {e}"));
@@ -244,7 +244,7 @@ async fn status_all(State(s): State<Shared>, Query(q): Params) -> Response {
                 .as_ref()
                 .map_or_else(|| planned.rules(f), |r| r.rules())
         }));
-        drift.extend(read.iter().flatten().flat_map(|r| r.drift.clone()));
+        drift.extend(read.iter().flatten().flat_map(|r| r.drift().to_vec()));
         let status = status::build(status::Inputs {
             snapshot: &snapshot,
             node: &node,

@@ -48,6 +48,7 @@ pub mod cleanup;
 pub mod comment;
 pub mod counters;
 pub mod ebpf;
+pub mod inspect;
 pub mod iptables;
 pub mod ipvs;
 pub mod leftovers;

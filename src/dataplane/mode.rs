@@ -1,6 +1,6 @@
 //! The parts every proxy mode hands the command line, the same for all five: what `plan`
-//! prints of it, the host set-up it needs, how it starts (its dataplane, side tasks and
-//! counters), what `--cleanup` removes of it, and what it declares of itself (upstream's
+//! prints of it, what `explain` and `status` ask of it, the host set-up it needs, how it
+//! starts (its dataplane, side tasks and counters), what `--cleanup` removes of it, and what it declares of itself (upstream's
 //! failure series its syncs feed, the node state it owns, the link it binds Services to).
 //!
 //! Each mode implements [`Mode`] in its own folder (`<mode>/mode.rs`); [`super::modes`] is the
@@ -14,6 +14,7 @@ use tokio::sync::watch;
 
 use super::cleanup::Report;
 use super::counters::{DatapathSource, RelaySource};
+use super::inspect::Inspect;
 use super::leftovers::Owned;
 use super::monitor::{Drift, Watch};
 use super::tool::Launcher;
@@ -54,6 +55,10 @@ pub trait Mode: Sync {
     /// Builds the mode's dataplane for `config`, after the host set-up its start needs, with
     /// what runs beside it. Called inside the runtime.
     fn start(&self, config: &Config) -> Result<Started, StartError>;
+
+    /// The mode's part in `explain` and `status`: its plan, the walk of a packet over it, and
+    /// the kernel's reading on a live node.
+    fn inspect(&self) -> &'static dyn Inspect;
 
     /// Removes what this mode leaves on the node into `report`; `--cleanup` runs every mode's.
     /// `tools` runs in the network namespace to clean; `config` is the binary's own (`None` in

@@ -21,6 +21,7 @@ pub mod hostile;
 pub mod logged;
 pub mod netns;
 mod objects;
+pub mod plans;
 pub mod snapshots;
 pub mod synthetic;
 

@@ -9,8 +9,10 @@ use crate::*;
 /// explain ClusterIP packets as the plan does; a destination `ipvsadm -d` removes is drift,
 /// and no longer among the endpoints reached.
 pub fn explain_live() {
-    use kube_proxy_rs::cli::explain::{Planned, Request, Rules, RulesFrom, explain, kernel};
+    use kube_proxy_rs::cli::explain::{Plan as _, Request, RulesFrom, explain};
     use kube_proxy_rs::cluster::IpFamily;
+    use kube_proxy_rs::dataplane::inspect::table as nft_kernel;
+    use kube_proxy_rs::dataplane::ipvs::inspect::{IpvsRules, Planned, kernel};
     let ns = node("ipa-explain");
     let cfg = ModeConfig::default();
     let snap = example();
@@ -18,30 +20,28 @@ pub fn explain_live() {
     dp.sync(&snap, &Changes::default(), true)
         .expect("first sync");
     let host = HostAddresses(BTreeSet::from(["192.0.2.99".parse().unwrap()]));
-    let planned = Planned::ipvs_on(&snap, &cfg, &host);
-    let Rules::Ipvs { desired, tables } = planned.rules(IpFamily::V4) else {
-        unreachable!()
-    };
+    let planned = Planned::on(&snap, &cfg, &host);
+    let IpvsRules { desired, tables } = &planned.0[IpFamily::V4.index()];
     let read = || {
         let ipvs = kernel::read_ipvs(Some(&ns.name), IpFamily::V4).expect("reads IPVS");
         let table =
-            kernel::read_nftables(NftablesEncoder::Netlink, Some(&ns.name), nft::Family::Ip)
+            nft_kernel::read_nftables(NftablesEncoder::Netlink, Some(&ns.name), nft::Family::Ip)
                 .expect("reads our table")
                 .expect("our table exists");
         let read = kernel::ipvs_as_read(desired, &ipvs);
         let mut drift = read.drift;
-        drift.extend(kernel::drift(Some(&table), tables));
+        drift.extend(nft_kernel::drift(Some(&table), tables));
         (read.services, table, drift)
     };
     let (services, table, drift) = read();
     assert!(drift.is_empty(), "just synced: {drift:?}");
-    let ask = |to: &str, from: Option<&str>, rules| {
+    let ask = |to: &str, from: Option<&str>, rules: &dyn kube_proxy_rs::cli::explain::Rules| {
         let request = Request::parse(to, from, None).unwrap();
         explain(&snap, &cfg.node, rules, RulesFrom::Kernel, &request).unwrap()
     };
-    let live = || Rules::Ipvs {
-        desired: &services,
-        tables: &table,
+    let live = || IpvsRules {
+        desired: services.clone(),
+        tables: table.clone(),
     };
     for (to, from) in [
         ("10.96.1.10:80", None),
@@ -50,10 +50,10 @@ pub fn explain_live() {
         ("10.96.2.10:80", Some("node")),
     ] {
         let a = ask(to, from, planned.rules(IpFamily::V4));
-        let b = ask(to, from, live());
+        let b = ask(to, from, &live());
         assert_eq!(a.outcome, b.outcome, "{to} from {from:?}");
     }
-    let web = ask("10.96.1.10:80", None, live());
+    let web = ask("10.96.1.10:80", None, &live());
     assert!(web.outcome.endpoints.len() >= 2, "{:?}", web.outcome);
     let gone = web.outcome.endpoints[0].endpoint.to_string();
     ns.output("ipvsadm", &["-d", "-t", "10.96.1.10:80", "-r", &gone]);
@@ -67,9 +67,9 @@ pub fn explain_live() {
     let after = explain(
         &snap,
         &cfg.node,
-        Rules::Ipvs {
-            desired: &services,
-            tables: &table,
+        &IpvsRules {
+            desired: services.clone(),
+            tables: table.clone(),
         },
         RulesFrom::Kernel,
         &Request::parse("10.96.1.10:80", None, None).unwrap(),
@@ -89,17 +89,15 @@ pub fn explain_live() {
     // model, and the ClusterIP frontend named as drift.
     use kube_proxy_rs::cli::status::{self, Inputs, Runtime};
     let runtime = Runtime::default();
+    let read_v4 = IpvsRules {
+        desired: services.clone(),
+        tables: table.clone(),
+    };
     let st = status::build(Inputs {
         snapshot: &snap,
         node: &cfg.node,
         planned: IpFamily::ALL.map(|f| planned.rules(f)),
-        kernel: Some([
-            Rules::Ipvs {
-                desired: &services,
-                tables: &table,
-            },
-            planned.rules(IpFamily::V6),
-        ]),
+        kernel: Some([&read_v4, planned.rules(IpFamily::V6)]),
         drift,
         runtime: &runtime,
         service: None,
@@ -130,10 +128,9 @@ pub fn explain_live() {
 /// (ClientIP for 3 h) is scheduled by IPVS, which keeps the client's template; the kernel's
 /// text, parsed, names the real server, and `explain` for that client reaches it alone.
 pub fn persistence_live() {
-    use kube_proxy_rs::cli::explain::{
-        Planned, Request, Rules, RulesFrom, explain, kernel, persistence,
-    };
+    use kube_proxy_rs::cli::explain::{Request, RulesFrom, explain};
     use kube_proxy_rs::cluster::{IpFamily, Protocol};
+    use kube_proxy_rs::dataplane::ipvs::inspect::{IpvsRules, Planned, kernel, persistence};
     let ns = node("ipa-persist");
     let cfg = ModeConfig::default();
     let snap = example();
@@ -158,10 +155,8 @@ pub fn persistence_live() {
     assert!(t.expires_seconds > 0, "{t:?}");
 
     let host = HostAddresses(BTreeSet::from(["192.0.2.99".parse().unwrap()]));
-    let planned = Planned::ipvs_on(&snap, &cfg, &host);
-    let Rules::Ipvs { desired, tables } = planned.rules(IpFamily::V4) else {
-        unreachable!()
-    };
+    let planned = Planned::on(&snap, &cfg, &host);
+    let IpvsRules { desired, tables } = &planned.0[IpFamily::V4.index()];
     let ipvs = kernel::read_ipvs(Some(&ns.name), IpFamily::V4).expect("reads IPVS");
     let mut services = kernel::ipvs_as_read(desired, &ipvs).services;
     let key = ServiceKey::Address {
@@ -175,9 +170,9 @@ pub fn persistence_live() {
     let e = explain(
         &snap,
         &cfg.node,
-        Rules::Ipvs {
-            desired: &services,
-            tables,
+        &IpvsRules {
+            desired: services,
+            tables: tables.clone(),
         },
         RulesFrom::Kernel,
         &request,

@@ -1,7 +1,9 @@
 //! `kube-proxy-rs explain`: why the first packet of a connection goes where it goes on this
 //! node, told from both halves the proxy knows: the model (which Service port the destination
 //! is, which endpoints were chosen and why the others were left out) and the rules of the
-//! mode, planned or read from the kernel, walked by that mode's tracer.
+//! mode, planned or read from the kernel, walked by that mode's tracer. The mode's part is
+//! asked through [`crate::dataplane::inspect`], the same for every mode; what is kept here is
+//! the request, the source it resolves to, the model's reasons, and the rendering.
 //!
 //! Pure: [`explain`] takes a snapshot, the node policy and one family's rules, and returns an
 //! [`Explanation`], a plain value that renders as text for people ([`render::text`], within
@@ -13,81 +15,32 @@
 //! all spread new connections evenly over equal weights). Affinity is the client's first
 //! connection: dynamic state (affinity sets, `recent` lists, IPVS persistence templates) is
 //! taken as empty, unless the caller put the client's entries into the rules: on a live node
-//! [`live`] reads them ([`affinity`], [`recent`], [`persistence`]).
+//! [`live`] has the mode read them ([`Read::remember`]).
 
-pub mod affinity;
 pub mod command;
-pub mod kernel;
 pub mod live;
 mod others;
-mod outcome;
-pub mod persistence;
-mod pinned;
-mod planned;
 mod reasons;
-pub mod recent;
 pub mod remote;
 pub mod render;
 pub mod request;
-pub mod saved;
-pub mod scoped;
-mod socket_lb;
-pub mod sockets;
 mod source;
-mod tc_lb;
 
 use std::net::{IpAddr, SocketAddr};
 
 use serde::Serialize;
 
 use super::plan::{FamilyReport, family_report};
-use crate::cluster::{IpFamily, ServicePortState, Snapshot, TrafficPolicy};
+use crate::cluster::{IpFamily, Snapshot, TrafficPolicy};
 use crate::dataplane::node::NodePolicy;
-use crate::dataplane::{ebpf, iptables, ipvs, userspace};
-use crate::nft;
-use outcome::walk;
-use reasons::{masquerade_reasons, not_a_frontend, reasons, relay_reasons};
-use source::{Origin, Source};
+use reasons::{masquerade_reasons, not_a_frontend, reasons};
+use source::Source;
 
-pub use planned::Planned;
+pub use crate::dataplane::inspect::{
+    Frontend, Origin, Outcome, Packet, Plan, Read, Rules, Share, Verdict,
+};
+pub use reasons::affinity_reason;
 pub use request::{From, Request};
-
-/// One family's rules of the mode the packet is explained in.
-#[derive(Clone, Copy, Debug)]
-pub enum Rules<'a> {
-    Nftables(&'a nft::Ruleset),
-    Iptables(&'a iptables::Ruleset),
-    /// The virtual services and the helper table of our nftables table.
-    Ipvs {
-        desired: &'a ipvs::desired::Desired,
-        tables: &'a nft::Ruleset,
-    },
-    /// The redirect rules of our nftables table, and the listeners they lead to.
-    Userspace {
-        tables: &'a nft::Ruleset,
-        relay: &'a userspace::trace::RelayPorts,
-    },
-    /// The eBPF mode's maps (both families share them), planned or read from the pins, and
-    /// the `kp_aff` entry the tc programs keep for the packet's client from outside, when one
-    /// was read (the socket programs' entries are a namespace's, listed beside the trace).
-    Ebpf {
-        maps: &'a ebpf::diff::Maps,
-        remembered: Option<&'a ebpf::trace::Remembered>,
-    },
-}
-
-impl Rules<'_> {
-    /// The mode's name, as `--proxy-mode` spells it.
-    pub fn mode(&self) -> &'static str {
-        match self {
-            Rules::Nftables(_) => "nftables",
-            Rules::Iptables(_) => "iptables",
-            Rules::Ipvs { .. } => "ipvs",
-            Rules::Userspace { .. } => "userspace",
-            Rules::Ebpf { .. } => ebpf::apply::MODE,
-        }
-    }
-}
 
 /// Where the rules came from, for the reader.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -104,6 +57,9 @@ pub enum RulesFrom {
 #[serde(rename_all = "camelCase")]
 pub struct Explanation {
     pub mode: &'static str,
+    /// What the mode's state is called in a sentence ("rules", or "maps").
+    #[serde(skip)]
+    pub noun: &'static str,
     pub rules_from: RulesFrom,
     pub packet: PacketReport,
     /// The Service port whose frontend the destination is; `None` when it is none.
@@ -156,40 +112,6 @@ pub struct ServicePortMatch {
     pub policy: TrafficPolicy,
 }
 
-/// What happens to the packet.
-#[derive(Debug, Serialize, PartialEq)]
-#[serde(rename_all = "camelCase")]
-pub struct Outcome {
-    pub verdict: Verdict,
-    /// The endpoints a new connection may reach, each with its share of new connections.
-    pub endpoints: Vec<Share>,
-    /// Whether the source is rewritten to the node's address; `None` when paths differ.
-    pub masquerade: Option<bool>,
-}
-
-#[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq)]
-#[serde(rename_all = "camelCase")]
-pub enum Verdict {
-    /// Sent on to one of the endpoints.
-    Forwarded,
-    /// No rule of ours changed it: delivered to the node (or routed on) as it is.
-    Untouched,
-    /// Refused at once (ICMP error or TCP reset).
-    Rejected,
-    /// Dropped silently: the client times out.
-    Dropped,
-    /// Some paths end one way, some another.
-    Mixed,
-}
-
-#[derive(Debug, Serialize, PartialEq)]
-#[serde(rename_all = "camelCase")]
-pub struct Share {
-    pub endpoint: SocketAddr,
-    /// Of new connections, 0 to 1.
-    pub share: f64,
-}
-
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Affinity {
@@ -214,14 +136,15 @@ pub enum Error {
 pub fn explain(
     snapshot: &Snapshot,
     node: &NodePolicy,
-    rules: Rules<'_>,
+    rules: &dyn Rules,
     rules_from: RulesFrom,
     request: &Request,
 ) -> Result<Explanation, Error> {
     let family = IpFamily::of(&request.to.ip());
     let source = Source::resolve(snapshot, node, request, family)?;
-    let found = find(snapshot, request, family);
-    let outcome = walk(rules, request, &source);
+    let packet = source.packet(request);
+    let found = find(snapshot, request);
+    let outcome = rules.walk(&packet);
     let (service_port, model, affinity, mut reasons) = match &found {
         Some((state, frontend)) => {
             let view = state.family(family).expect("found in this family");
@@ -252,25 +175,17 @@ pub fn explain(
         ),
     };
     let mut hooks = Vec::new();
-    if let Rules::Ebpf { maps, remembered } = rules {
-        let t = socket_lb::trace(maps, remembered, request, &source);
-        hooks = t.hooks.iter().map(|h| h.as_str()).collect();
-        let mine = if source.origin == Origin::Outside {
-            let cluster_ip = found
-                .as_ref()
-                .is_some_and(|(_, f)| *f == Frontend::ClusterIp);
-            tc_lb::reasons(&t, request, &source, cluster_ip)
-        } else {
-            socket_lb::reasons(&t, request, &found)
-        };
-        reasons.splice(0..0, mine);
-    } else if matches!(rules, Rules::Userspace { .. }) {
-        reasons.extend(relay_reasons(&outcome));
-    } else {
-        reasons.extend(masquerade_reasons(node, &found, &outcome, &source));
+    match rules.told(&packet, found.as_ref().map(|(_, f)| *f), &outcome) {
+        Some(told) => {
+            hooks = told.hooks;
+            reasons.splice(0..0, told.first);
+            reasons.extend(told.last);
+        }
+        None => reasons.extend(masquerade_reasons(node, &found, &outcome, &source)),
     }
     Ok(Explanation {
         mode: rules.mode(),
+        noun: rules.noun(),
         rules_from,
         packet: PacketReport {
             protocol: request.protocol.as_str(),
@@ -297,60 +212,25 @@ pub fn explain(
 pub fn outcome_only(
     snapshot: &Snapshot,
     node: &NodePolicy,
-    rules: Rules<'_>,
+    rules: &dyn Rules,
     request: &Request,
 ) -> Result<Outcome, Error> {
+    Ok(rules.walk(&packet(snapshot, node, request)?))
+}
+
+/// The packet `request` is on the node of `snapshot`: its source resolved as `explain` resolves
+/// it, what a mode walks and reads the client's state for.
+pub fn packet(snapshot: &Snapshot, node: &NodePolicy, request: &Request) -> Result<Packet, Error> {
     let source = Source::resolve(snapshot, node, request, IpFamily::of(&request.to.ip()))?;
-    Ok(walk(rules, request, &source))
+    Ok(source.packet(request))
 }
 
-/// Which kind of frontend the destination is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Frontend {
-    ClusterIp,
-    NodePort,
-    ExternalIp,
-    LoadBalancer,
-}
-
-impl Frontend {
-    pub(super) fn as_str(self) -> &'static str {
-        match self {
-            Frontend::ClusterIp => "ClusterIP",
-            Frontend::NodePort => "NodePort",
-            Frontend::ExternalIp => "externalIP",
-            Frontend::LoadBalancer => "LoadBalancer",
-        }
-    }
-}
-
-/// The Service port whose frontend the destination is, first in snapshot order (as the
-/// planners give a contested frontend to the first port).
+/// The Service port whose frontend the destination is.
 fn find<'a>(
     snapshot: &'a Snapshot,
     request: &Request,
-    family: IpFamily,
-) -> Option<(&'a ServicePortState, Frontend)> {
-    let (ip, port) = (request.to.ip(), request.to.port());
-    let local = snapshot.node.local_addresses();
-    snapshot.ports.values().find_map(|state| {
-        if state.port.name.protocol != request.protocol {
-            return None;
-        }
-        let view = state.family(family)?;
-        let frontend = if view.cluster_ip == ip && state.port.port == port {
-            Frontend::ClusterIp
-        } else if view.external_ips.contains(&ip) && state.port.port == port {
-            Frontend::ExternalIp
-        } else if view.load_balancer_ips.contains(&ip) && state.port.port == port {
-            Frontend::LoadBalancer
-        } else if state.port.node_port == Some(port) && (local.contains(&ip) || ip.is_loopback()) {
-            Frontend::NodePort
-        } else {
-            return None;
-        };
-        Some((state.as_ref(), frontend))
-    })
+) -> Option<(&'a crate::cluster::ServicePortState, Frontend)> {
+    crate::dataplane::inspect::service_port(snapshot, request.protocol, request.to)
 }
 
 #[cfg(test)]

@@ -75,7 +75,6 @@ pub(super) fn on_path(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cli::explain::Planned;
     use crate::cluster::IpFamily;
     use crate::testing::snapshots::{node, node_policy, snapshot, svc};
 
@@ -94,10 +93,8 @@ mod tests {
     #[test]
     fn other_tables_on_the_path_are_named_in_order_with_ours_left_out() {
         let snap = snapshot(node(), vec![svc("default/web", "10.96.0.10", 80)]);
-        let [nft, ..] = Planned::every_mode(&snap, &node_policy());
-        let crate::cli::explain::Rules::Nftables(ours) = nft.rules(IpFamily::V4) else {
-            unreachable!()
-        };
+        // Our table as the nftables mode plans it: what its live reading stands beside.
+        let ours = &crate::testing::plans::nftables_table(&snap, &node_policy(), IpFamily::V4);
         let ours_at_prerouting = ours
             .chains
             .values()

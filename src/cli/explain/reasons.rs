@@ -1,10 +1,10 @@
 //! Why: the model's reasons for the outcome a tracer found, and for the masquerade.
 
 use std::collections::BTreeSet;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 
-use super::source::{Origin, Source};
-use super::{Frontend, Outcome, Request, Verdict};
+use super::source::Source;
+use super::{Frontend, Origin, Outcome, Request, Verdict};
 use crate::cluster::topology::TopologyMode;
 use crate::cluster::{IpFamily, ServicePortState, Snapshot, TrafficPolicy};
 use crate::dataplane::node::NodePolicy;
@@ -214,15 +214,20 @@ pub(super) fn masquerade_reasons(
     vec![reason.to_string()]
 }
 
-/// Userspace mode: why the endpoint sees the node's address, whatever the policies say.
-pub(super) fn relay_reasons(outcome: &Outcome) -> Vec<String> {
-    if outcome.verdict != Verdict::Forwarded {
-        return Vec::new();
+/// The reason a ClientIP affinity entry (or none) of the client gives, in any mode.
+pub fn affinity_reason(client: IpAddr, remembered: &[SocketAddr], timeout_seconds: u32) -> String {
+    match remembered {
+        [] => format!(
+            "ClientIP affinity: the kernel has no entry for {client}: its next connection \
+             picks an endpoint, and the ones within {timeout_seconds} s follow it"
+        ),
+        eps => format!(
+            "ClientIP affinity: the kernel remembers {client} for {}: its new connections go \
+             there until {timeout_seconds} s pass without one",
+            eps.iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
     }
-    vec![
-        "relayed by the proxy (userspace mode): it accepts the connection and dials the endpoint \
-         from the node's address, so the endpoint never sees the client's (not even under \
-         externalTrafficPolicy Local)"
-            .to_string(),
-    ]
 }

@@ -6,7 +6,7 @@
 use std::fmt::Write as _;
 
 use super::{Explanation, Verdict};
-use crate::dataplane::ebpf::trace::Hook;
+use crate::dataplane::inspect::TC_INGRESS;
 
 /// Columns the text form stays within.
 pub const WIDTH: usize = 100;
@@ -35,12 +35,7 @@ pub fn text(e: &Explanation) -> String {
             p.destination,
             p.origin,
             e.mode,
-            // The eBPF mode has maps, not rules.
-            if e.mode == crate::dataplane::ebpf::apply::MODE {
-                "maps"
-            } else {
-                "rules"
-            },
+            e.noun,
             match e.rules_from {
                 super::RulesFrom::Planned => "as planned",
                 super::RulesFrom::Kernel => "read from the kernel",
@@ -59,7 +54,7 @@ pub fn text(e: &Explanation) -> String {
         ),
         None => line(&mut out, "service port: none"),
     }
-    let tc = e.hooks == [Hook::TcIngress.as_str()];
+    let tc = e.hooks == [TC_INGRESS];
     if tc {
         line(
             &mut out,

@@ -6,28 +6,10 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use ipnet::IpNet;
 
-use super::{Error, From, Request};
+use super::{Error, From, Origin, Packet, Request};
 use crate::cluster::{IpFamily, Snapshot};
 use crate::dataplane::node::NodePolicy;
 use crate::dataplane::node::detect_local::Local;
-
-/// Which path through the node the packet takes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Origin {
-    Pod,
-    Node,
-    Outside,
-}
-
-impl Origin {
-    pub(super) fn as_str(self) -> &'static str {
-        match self {
-            Origin::Pod => "pod",
-            Origin::Node => "node",
-            Origin::Outside => "outside",
-        }
-    }
-}
 
 /// The packet's source as the tracers take it.
 #[derive(Debug)]
@@ -126,6 +108,18 @@ impl Source {
             local,
             detect_off: matches!(detect, Local::None),
         })
+    }
+
+    /// The packet of `request` from this source, as every mode walks it.
+    pub(super) fn packet(&self, request: &Request) -> Packet {
+        Packet {
+            protocol: request.protocol,
+            to: request.to,
+            source: self.address,
+            origin: self.origin,
+            interface: self.interface.clone(),
+            local: self.local.clone(),
+        }
     }
 }
 

@@ -5,7 +5,6 @@ use proptest::prelude::*;
 
 use super::render::{WIDTH, json, text};
 use super::*;
-use crate::dataplane::nftables;
 use crate::testing::snapshots::{Svc, node, node_policy, snapshot, svc};
 
 fn services() -> Vec<Svc> {
@@ -180,21 +179,9 @@ const CASES: &[Case] = &[
     },
 ];
 
-/// Every mode's plan: the three of [`Planned::every_mode`], then userspace mode's.
-fn modes() -> Vec<Planned> {
-    let snap = snapshot(node(), services());
-    let mut all = Vec::from(Planned::every_mode(&snap, &node_policy()));
-    let settings = crate::dataplane::userspace::redirect::Settings {
-        bind: "0.0.0.0".parse().unwrap(),
-        node_ports: crate::config::NodePortAddresses {
-            all: true,
-            ..Default::default()
-        },
-        detect_local: node_policy().detect_local,
-    };
-    all.push(Planned::userspace(&snap, settings.clone()));
-    all.push(Planned::ebpf(&snap, &settings.node_ports));
-    all
+/// Every mode's plan: nftables, iptables, ipvs, userspace, ebpf.
+fn modes() -> Vec<Box<dyn Plan>> {
+    crate::testing::plans::all_modes(&snapshot(node(), services()), &node_policy())
 }
 
 /// Words of [`Case::reason`] that say why the source is (not) rewritten: userspace mode has
@@ -244,14 +231,14 @@ fn in_mode(c: &Case, e: &Explanation) -> Case {
     }
 }
 
-fn ask(planned: &Planned, to: &str, from: Option<&str>) -> Explanation {
+fn ask(planned: &impl AsRef<dyn Plan>, to: &str, from: Option<&str>) -> Explanation {
     let snap = snapshot(node(), services());
     let request = Request::parse(to, from, None).unwrap();
     let family = IpFamily::of(&request.to.ip());
     explain(
         &snap,
         &node_policy(),
-        planned.rules(family),
+        planned.as_ref().rules(family),
         RulesFrom::Planned,
         &request,
     )
@@ -385,7 +372,7 @@ fn an_unallocated_address_of_a_service_cidr_is_told_as_each_mode_treats_it() {
     let cidr: ipnet::IpNet = "10.96.0.0/16".parse().unwrap();
     let snap = snapshot(node(), services()).with_service_cidrs(vec![cidr]);
     let request = Request::parse("10.96.9.9:80", None, None).unwrap();
-    for planned in Planned::every_mode(&snap, &node_policy()) {
+    for planned in crate::testing::plans::every_mode(&snap, &node_policy()) {
         let e = explain(
             &snap,
             &node_policy(),
@@ -455,11 +442,12 @@ fn a_pod_source_needs_a_pod_network() {
     let mut n = node();
     n.pod_cidrs.clear();
     let snap = snapshot(n, services());
-    let planned = Planned::nftables(&snap, &nftables::ModeConfig::default());
+    let policy = NodePolicy::defaults_for(crate::config::ProxyMode::Nftables);
+    let [planned, ..] = crate::testing::plans::every_mode(&snap, &policy);
     let request = Request::parse("10.96.0.10:80", None, None).unwrap();
     let e = explain(
         &snap,
-        &nftables::ModeConfig::default().node,
+        &policy,
         planned.rules(IpFamily::V4),
         RulesFrom::Planned,
         &request,
@@ -516,26 +504,28 @@ proptest! {
         list in any::<String>(),
         conn in any::<String>(),
     ) {
+        // The modes' readers of kernel text, each over its own plan.
+        use crate::dataplane::iptables::inspect::{recent, saved};
         use crate::dataplane::iptables::{adopt, names};
+        use crate::dataplane::ipvs::inspect::persistence;
         let snap = snapshot(node(), services());
-        let [_, ipt, ipvs] = Planned::every_mode(&snapshot(node(), services()), &node_policy());
-        let Planned::Iptables(planned) = &ipt else { unreachable!() };
+        let ipt = crate::dataplane::iptables::inspect::Planned::with_policy(&snap, &node_policy());
+        let ipvs = crate::dataplane::ipvs::inspect::Planned::with_policy(&snap, &node_policy());
         let save = format!(
             "*nat\n:{svc} - [0:0]\n:KUBE-SVC-AAAA - [0:0]\n-A {svc} {rule}\n-A KUBE-SVC-AAAA {rule}\nCOMMIT\n",
             svc = names::SERVICES,
             rule = rule.replace('\n', " "),
         );
-        let read = saved::as_read(&adopt::parse(&save), &planned[0], None);
+        let read = saved::as_read(&adopt::parse(&save), &ipt.0[0], None);
         let request = Request::parse("10.96.0.10:80", Some("10.244.1.7"), None).unwrap();
         let chains = read.rules.expect("KUBE-SERVICES is there");
-        let mut e = explain(&snap, &node_policy(), Rules::Iptables(&chains), RulesFrom::Kernel, &request).unwrap();
+        let mut e = explain(&snap, &node_policy(), &chains, RulesFrom::Kernel, &request).unwrap();
         e.drift = read.drift;
         for entry in recent::parse(&list) {
-            e.reasons.push(affinity::reason(entry.client, &[], 600));
+            e.reasons.push(affinity_reason(entry.client, &[], 600));
         }
-        let _ = recent::clock(&list);
-        let Rules::Ipvs { desired, .. } = ipvs.rules(IpFamily::V4) else { unreachable!() };
-        let mut desired = desired.clone();
+        let _ = crate::dataplane::inspect::clock::clock(&list);
+        let mut desired = ipvs.0[0].desired.clone();
         for t in persistence::parse(&conn) {
             let key = crate::dataplane::ipvs::backend::netlink::ServiceKey::Address {
                 protocol: t.protocol.into(),

@@ -147,9 +147,9 @@ pub struct Inputs<'a> {
     pub snapshot: &'a Snapshot,
     pub node: &'a NodePolicy,
     /// The plan's rules, per family (index [`IpFamily::index`](crate::cluster::IpFamily::index)).
-    pub planned: [Rules<'a>; 2],
+    pub planned: [&'a dyn Rules; 2],
     /// The kernel's rules, per family; `None` when not read.
-    pub kernel: Option<[Rules<'a>; 2]>,
+    pub kernel: Option<[&'a dyn Rules; 2]>,
     /// The kernel's drift from the plan, for the whole node.
     pub drift: Vec<String>,
     pub runtime: &'a Runtime,
@@ -224,13 +224,16 @@ fn port_status(inputs: &Inputs<'_>, state: &ServicePortState) -> PortStatus {
     // rule, and every frontend of 10,000 Services traced twice takes about a minute
     // (benches/explain.rs); the kernel's drift is still told for the node, and one Service
     // asked for is traced through the kernel's rules.
-    let whole_node = inputs.kernel.is_some() && !matches!(inputs.planned[0], Rules::Iptables(_));
+    let whole_node = inputs.kernel.is_some() && inputs.planned[0].traces_whole_node();
     let traced = whole_node || inputs.service.is_some();
     // Socket load balancing (ebpf mode) acts for this node's own sockets only: its external
     // frontends are traced from the node, where they are programmed.
-    let external_from = || match inputs.planned[0] {
-        Rules::Ebpf { .. } => From::Node,
-        _ => From::Outside,
+    let external_from = || {
+        if inputs.planned[0].external_from_node() {
+            From::Node
+        } else {
+            From::Outside
+        }
     };
     let mut frontends = Vec::new();
     let mut endpoints = 0;

@@ -7,7 +7,7 @@ use proptest::prelude::*;
 
 use super::render::{json, text};
 use super::*;
-use crate::cli::explain::Planned;
+use crate::cli::explain::Plan;
 use crate::cli::explain::render::WIDTH;
 use crate::cluster::{IpFamily, ServiceKey};
 use crate::testing::snapshots::{Svc, node, node_policy, snapshot, svc};
@@ -39,8 +39,8 @@ fn services() -> Vec<Svc> {
 }
 
 /// Every mode's plan for `services`.
-fn modes(services: Vec<Svc>) -> [Planned; 3] {
-    Planned::every_mode(&snapshot(node(), services), &node_policy())
+fn modes(services: Vec<Svc>) -> [Box<dyn Plan>; 3] {
+    crate::testing::plans::every_mode(&snapshot(node(), services), &node_policy())
 }
 
 fn runtime() -> Runtime {
@@ -68,10 +68,10 @@ fn runtime() -> Runtime {
 }
 
 /// `status` of `services` with `kernel` as the kernel's rules (`None`: not read).
-fn status_of(
+fn status_of<P: AsRef<dyn Plan>>(
     services: Vec<Svc>,
-    planned: &Planned,
-    kernel: Option<&Planned>,
+    planned: &P,
+    kernel: Option<&P>,
     service: Option<&str>,
 ) -> Status {
     let snap = snapshot(node(), services);
@@ -79,8 +79,8 @@ fn status_of(
     build(Inputs {
         snapshot: &snap,
         node: &node_policy(),
-        planned: IpFamily::ALL.map(|f| planned.rules(f)),
-        kernel: kernel.map(|k| IpFamily::ALL.map(|f| k.rules(f))),
+        planned: IpFamily::ALL.map(|f| planned.as_ref().rules(f)),
+        kernel: kernel.map(|k| IpFamily::ALL.map(|f| k.as_ref().rules(f))),
         drift: Vec::new(),
         runtime: &rt,
         service,
@@ -89,7 +89,7 @@ fn status_of(
 
 /// [`status_of`] with every port traced: one Service at a time in iptables mode, whose whole
 /// node is not traced (see `port_status`), all at once in the others.
-fn traced(services: Vec<Svc>, planned: &Planned, kernel: &Planned) -> Status {
+fn traced<P: AsRef<dyn Plan>>(services: Vec<Svc>, planned: &P, kernel: &P) -> Status {
     let mut whole = status_of(services.clone(), planned, Some(kernel), None);
     if whole.mode == "iptables" {
         assert!(
@@ -291,28 +291,19 @@ fn ebpf_status(
         all: true,
         ..Default::default()
     };
-    let planned = Planned::ebpf(&snap, &npa);
-    let Planned::Ebpf { plan, maps } = &planned else {
-        unreachable!()
+    let planned = crate::dataplane::ebpf::inspect::Planned::new(&snap, &npa);
+    let mut kernel = crate::dataplane::ebpf::inspect::MapRules {
+        maps: planned.rules.maps.clone(),
+        remembered: None,
     };
-    let mut kernel = maps.clone();
-    edit(&mut kernel);
+    edit(&mut kernel.maps);
     let rt = runtime();
     build(Inputs {
         snapshot: &snap,
         node: &node_policy(),
         planned: IpFamily::ALL.map(|f| planned.rules(f)),
-        kernel: Some([
-            Rules::Ebpf {
-                maps: &kernel,
-                remembered: None,
-            },
-            Rules::Ebpf {
-                maps: &kernel,
-                remembered: None,
-            },
-        ]),
-        drift: trace::drift(&kernel, plan),
+        kernel: Some([&kernel, &kernel]),
+        drift: trace::drift(&kernel.maps, &planned.plan),
         runtime: &rt,
         service: None,
     })

@@ -61,6 +61,7 @@
 pub mod apply;
 pub mod backend;
 pub mod diff;
+pub mod inspect;
 pub mod layout;
 pub mod mode;
 pub mod names;

@@ -72,6 +72,10 @@ impl Mode for Ebpf {
         })
     }
 
+    fn inspect(&self) -> &'static dyn crate::dataplane::inspect::Inspect {
+        &super::inspect::Inspect
+    }
+
     /// The pins under the configured pin root (its cgroup links, which detaches the programs,
     /// and its maps); pins belong to no network namespace, so only the binary's own `--cleanup`
     /// (with its configuration) removes them.

@@ -65,7 +65,7 @@ impl Hook {
             Hook::Connect6 => "connect6",
             Hook::Sendmsg4 => "sendmsg4",
             Hook::Sendmsg6 => "sendmsg6",
-            Hook::TcIngress => "tc ingress",
+            Hook::TcIngress => crate::dataplane::inspect::TC_INGRESS,
         }
     }
 

@@ -65,6 +65,7 @@ pub mod apply;
 pub mod backend;
 pub mod cleanup;
 pub mod diff;
+pub mod inspect;
 pub mod mode;
 pub mod mode_config;
 pub mod names;

@@ -91,6 +91,10 @@ impl Mode for Iptables {
         })
     }
 
+    fn inspect(&self) -> &'static dyn crate::dataplane::inspect::Inspect {
+        &super::inspect::Inspect
+    }
+
     /// Every `KUBE-*` chain of kube-proxy's (ours have upstream's names) in each iptables
     /// flavour and family whose tools run.
     fn clean_up(&self, tools: &Launcher, _: Option<&Config>, report: &mut Report) {

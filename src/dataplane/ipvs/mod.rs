@@ -48,6 +48,7 @@ pub mod backend;
 pub mod cleanup;
 pub mod desired;
 pub mod diff;
+pub mod inspect;
 pub mod mode;
 pub mod mode_config;
 pub mod names;

@@ -106,6 +106,10 @@ impl Mode for Ipvs {
         })
     }
 
+    fn inspect(&self) -> &'static dyn crate::dataplane::inspect::Inspect {
+        &super::inspect::Inspect
+    }
+
     /// Every virtual service of the namespace and `kube-ipvs0`.
     fn clean_up(&self, tools: &Launcher, _: Option<&Config>, report: &mut Report) {
         super::cleanup::remove(tools.netns(), report);

@@ -63,6 +63,10 @@ impl Mode for Nftables {
         ))
     }
 
+    fn inspect(&self) -> &'static dyn crate::dataplane::inspect::Inspect {
+        &super::inspect::Inspect
+    }
+
     /// Our tables and upstream's, of both families; the ipvs and userspace modes' rules live
     /// in ours too.
     fn clean_up(&self, tools: &Launcher, _: Option<&Config>, report: &mut Report) {

@@ -50,6 +50,7 @@
 //!   the successor) or kept by a small parent process; neither is built.
 
 pub mod apply;
+pub mod inspect;
 pub mod listener_counters;
 pub mod loopback;
 pub mod mode;

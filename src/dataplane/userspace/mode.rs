@@ -81,6 +81,10 @@ impl Mode for Userspace {
         ))
     }
 
+    fn inspect(&self) -> &'static dyn crate::dataplane::inspect::Inspect {
+        &super::inspect::Inspect
+    }
+
     /// Nothing of its own: its rules are in our nftables table, which the nftables mode's
     /// cleanup removes, and its listeners end with the process.
     fn clean_up(&self, _: &Launcher, _: Option<&Config>, _: &mut Report) {}

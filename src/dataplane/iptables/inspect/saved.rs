@@ -145,7 +145,7 @@ fn repair(
         }
     }
     let lines: Vec<&str> = script.lines().filter(|l| *l != "COMMIT").collect();
-    super::kernel::shortened(
+    crate::dataplane::inspect::table::shortened(
         &lines,
         &format!(
             "{} lines of iptables-restore input would bring the kernel to the plan (a sync \

@@ -12,72 +12,18 @@
 //! rate read from `/proc/timer_list` ([`Clock`]); where that cannot be read, an entry is taken
 //! as current.
 //!
-//! Pure but for [`ProcLists`] and [`read_clock`].
+//! Pure but for [`ProcLists`] and [`read_clock`](crate::dataplane::inspect::clock::read_clock).
 
 use std::net::{IpAddr, SocketAddr};
 
-use super::source::Source;
-use super::{Request, find};
-use crate::cluster::{IpFamily, Snapshot};
+use crate::cluster::Snapshot;
+use crate::dataplane::inspect::clock::Clock;
+use crate::dataplane::inspect::{Packet, service_port};
 use crate::dataplane::iptables::names::{ChainName, PortChain, port_chain};
 use crate::dataplane::iptables::ruleset::{Match, Ruleset, Table, Target};
-use crate::dataplane::node::NodePolicy;
 
 /// Where the kernel shows the `recent` lists of this network namespace.
 pub const LISTS: &str = "/proc/net/xt_recent";
-/// Where the kernel shows its tick count (`jiffies: …`) beside its clock (`now at … nsecs`).
-pub const TIMER_LIST: &str = "/proc/timer_list";
-
-/// Tick rates a kernel is built with (CONFIG_HZ).
-const RATES: [u64; 4] = [100, 250, 300, 1000];
-
-/// The kernel's tick count now, and ticks per second: the unit of a list's `last_seen`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Clock {
-    pub jiffies: u64,
-    pub hz: u64,
-}
-
-/// The clock in `/proc/timer_list` text: `now at N nsecs` and the first `jiffies: J`. The rate
-/// is not printed; it is the one whose boot value of the count (the kernel starts it 300 s
-/// before wrapping 32 bits, so that wrap bugs show early) puts J at N, within a second.
-pub fn clock(timer_list: &str) -> Option<Clock> {
-    let now_ns = field(timer_list, "now at ")?;
-    let jiffies = field(timer_list, "jiffies: ")?;
-    RATES.into_iter().find_map(|hz| {
-        let start = (1u64 << 32) - 300 * hz;
-        let elapsed = jiffies.wrapping_sub(start);
-        let expected = u64::try_from(u128::from(now_ns) * u128::from(hz) / 1_000_000_000).ok()?;
-        (elapsed.abs_diff(expected) <= hz).then_some(Clock { jiffies, hz })
-    })
-}
-
-fn field(timer_list: &str, prefix: &str) -> Option<u64> {
-    timer_list
-        .lines()
-        .find_map(|l| l.trim().strip_prefix(prefix))
-        .and_then(|rest| rest.split_whitespace().next()?.parse::<u64>().ok())
-}
-
-/// The kernel's monotonic clock in nanoseconds (`now at`, what BPF programs read with
-/// `bpf_ktime_get_ns`), from [`TIMER_LIST`]; `None` when it cannot be read.
-#[allow(
-    clippy::disallowed_methods,
-    reason = "the kernel's clock is read where an entry's age is asked for"
-)]
-pub fn read_monotonic_ns() -> Option<u64> {
-    field(&std::fs::read_to_string(TIMER_LIST).ok()?, "now at ")
-}
-
-/// The kernel's clock now, from [`TIMER_LIST`]; `None` when it cannot be read.
-#[allow(
-    clippy::disallowed_methods,
-    reason = "the kernel's tick count is read where an entry's age is asked for"
-)]
-pub fn read_clock() -> Option<Clock> {
-    clock(&std::fs::read_to_string(TIMER_LIST).ok()?)
-}
-
 /// One client of a list, and when it was last sent there (in jiffies).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Entry {
@@ -133,28 +79,24 @@ pub fn parse(text: &str) -> Vec<Entry> {
         .collect()
 }
 
-/// The client's entries for the port `request` reaches, applied to `rules` (our chains as the
+/// The client's entries for the port `packet` reaches, applied to `rules` (our chains as the
 /// kernel holds them) for the tracer. Returns the endpoints the kernel remembers this client
 /// for (`Some(empty)`: none), or `None` when the port has no affinity or a list it checks is
 /// not in the kernel. An entry older than its check's timeout at `clock` does not count.
 pub fn add_entries(
     snapshot: &Snapshot,
-    node: &NodePolicy,
-    request: &Request,
+    packet: &Packet,
     rules: &mut Ruleset,
     lists: &mut dyn Lists,
     clock: Option<Clock>,
 ) -> Result<Option<Vec<SocketAddr>>, String> {
-    let family = IpFamily::of(&request.to.ip());
-    let Some((state, _)) = find(snapshot, request, family) else {
+    let Some((state, _)) = service_port(snapshot, packet.protocol, packet.to) else {
         return Ok(None);
     };
     if state.port.affinity_timeout_seconds.is_none() {
         return Ok(None);
     }
-    let client = Source::resolve(snapshot, node, request, family)
-        .map_err(|e| e.to_string())?
-        .address;
+    let client = packet.source;
     let nat = &rules.table(Table::Nat).chains;
     // (chain, rule index, list) of every check that holds the client; read before a change.
     let mut holding = Vec::new();
@@ -204,8 +146,11 @@ pub fn add_entries(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cli::explain::{Planned, Rules, RulesFrom, explain};
+    use crate::cluster::IpFamily;
+    use crate::dataplane::inspect::clock::clock;
+    use crate::dataplane::iptables::inspect::Planned;
     use crate::dataplane::iptables::parse::canonical;
+    use crate::testing::plans::packet;
     use crate::testing::snapshots::{node, node_policy, snapshot, svc};
 
     /// Shaped like `/proc/net/xt_recent/KUBE-SEP-…` after two clients connected.
@@ -295,23 +240,12 @@ jiffies: 4295546176
             ],
         );
         let policy = node_policy();
-        let [_, ipt, _] = Planned::every_mode(&snap, &policy);
-        let Rules::Iptables(planned) = ipt.rules(IpFamily::V4) else {
-            unreachable!()
-        };
+        let planned = Planned::with_policy(&snap, &policy);
         // Our chains as `iptables::parse` reads them back from the kernel: one flat table.
-        let kernel = canonical(planned);
-        let request = Request::parse("10.96.0.10:80", Some("10.244.1.7"), None).unwrap();
+        let kernel = canonical(&planned.0[IpFamily::V4.index()]);
+        let request = packet(&snap, &policy, "10.96.0.10:80", Some("10.244.1.7"));
         let reach = |r: &Ruleset| {
-            let e = explain(
-                &snap,
-                &policy,
-                Rules::Iptables(r),
-                RulesFrom::Kernel,
-                &request,
-            );
-            e.unwrap()
-                .outcome
+            crate::dataplane::inspect::Rules::walk(r, &request)
                 .endpoints
                 .iter()
                 .map(|s| s.endpoint.to_string())
@@ -338,7 +272,7 @@ jiffies: 4295546176
 
         let mut traced = kernel.clone();
         let mut lists = Kernel(vec![(b.clone(), vec![parse(LIST)[1]])]);
-        let found = add_entries(&snap, &policy, &request, &mut traced, &mut lists, None).unwrap();
+        let found = add_entries(&snap, &request, &mut traced, &mut lists, None).unwrap();
         assert_eq!(found, Some(vec![]));
         assert_eq!(traced, kernel, "another client's entry changes nothing");
 
@@ -349,15 +283,7 @@ jiffies: 4295546176
             hz: 250,
         };
         let mut lists = Kernel(vec![(b.clone(), parse(LIST))]);
-        let found = add_entries(
-            &snap,
-            &policy,
-            &request,
-            &mut traced,
-            &mut lists,
-            Some(later),
-        )
-        .unwrap();
+        let found = add_entries(&snap, &request, &mut traced, &mut lists, Some(later)).unwrap();
         assert_eq!(found, Some(vec![]));
         assert_eq!(traced, kernel);
 
@@ -366,15 +292,7 @@ jiffies: 4295546176
             jiffies: seen + 250 * 60,
             hz: 250,
         };
-        let found = add_entries(
-            &snap,
-            &policy,
-            &request,
-            &mut traced,
-            &mut lists,
-            Some(soon),
-        )
-        .unwrap();
+        let found = add_entries(&snap, &request, &mut traced, &mut lists, Some(soon)).unwrap();
         assert_eq!(found, Some(vec!["10.244.2.2:8080".parse().unwrap()]));
         assert_eq!(reach(&traced), ["10.244.2.2:8080"]);
     }

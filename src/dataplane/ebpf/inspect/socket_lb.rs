@@ -5,36 +5,25 @@
 
 use std::net::SocketAddr;
 
-use super::source::{Origin, Source};
-use super::{Frontend, Request};
-use crate::cluster::ServicePortState;
 use crate::dataplane::ebpf::diff::Maps;
-use crate::dataplane::ebpf::trace::{self, Fate, Packet, Remembered, Trace, Unseen};
+use crate::dataplane::ebpf::trace::{self, Fate, Remembered, Trace, Unseen};
+use crate::dataplane::inspect::{Frontend, Origin, Packet};
 
-/// The tracer's walk of `request` from `source` over `maps`. `remembered` is the tc programs'
+/// The tracer's walk of `packet` over `maps`. `remembered` is the tc programs'
 /// `kp_aff` entry for a client from outside, when the live reading found one; a socket's
 /// entry is a network namespace's, not known here (the live reading lists the Service's).
-pub(super) fn trace(
-    maps: &Maps,
-    remembered: Option<&Remembered>,
-    request: &Request,
-    source: &Source,
-) -> Trace {
-    let outside = source.origin == Origin::Outside;
-    let packet = Packet {
-        protocol: request.protocol,
-        to: request.to,
-        outside: outside.then_some(source.address),
+pub fn trace(maps: &Maps, remembered: Option<&Remembered>, packet: &Packet) -> Trace {
+    let outside = packet.origin == Origin::Outside;
+    let walked = trace::Packet {
+        protocol: packet.protocol,
+        to: packet.to,
+        outside: outside.then_some(packet.source),
     };
-    trace::trace(maps, &packet, remembered.filter(|_| outside))
+    trace::trace(maps, &walked, remembered.filter(|_| outside))
 }
 
 /// Why the call ends as `t` says, first among the reasons.
-pub(super) fn reasons(
-    t: &Trace,
-    request: &Request,
-    found: &Option<(&ServicePortState, Frontend)>,
-) -> Vec<String> {
+pub fn reasons(t: &Trace, request: &Packet, frontend_kind: Option<Frontend>) -> Vec<String> {
     let frontend = format!(
         "{} {}",
         request.protocol.as_str().to_uppercase(),
@@ -107,13 +96,7 @@ pub(super) fn reasons(
             ));
         }
     }
-    let external = matches!(
-        found,
-        Some((
-            _,
-            Frontend::NodePort | Frontend::ExternalIp | Frontend::LoadBalancer
-        ))
-    );
+    let external = frontend_kind.is_some_and(Frontend::is_external);
     if external && matches!(t.fate, Fate::Translated { .. }) {
         out.push(
             "from this node or its pods every endpoint of the cluster is used, whatever the \
@@ -126,7 +109,7 @@ pub(super) fn reasons(
 
 /// One `kp_aff` entry of the Service, as a reason line: which backend a network namespace
 /// was given, and whether that still holds.
-pub(super) fn remembered_line(backend: SocketAddr, age_seconds: u64, timeout: u32) -> String {
+pub fn remembered_line(backend: SocketAddr, age_seconds: u64, timeout: u32) -> String {
     if age_seconds > u64::from(timeout) {
         format!(
             "kp_aff: a network namespace was given {backend} {age_seconds} s ago, past the \

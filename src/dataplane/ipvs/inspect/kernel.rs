@@ -1,84 +1,13 @@
-//! What `explain` reads from a live node's kernel, and how it tells drift.
-//!
-//! The reading is the adopting applier's own ([`nft::backend::Backend::dump`]), so
-//! `explain` sees our table exactly as a restarted proxy would adopt it. Drift is the diff
-//! from what was read to what the proxy would program now, shown as the nft commands that
-//! would repair it.
+//! The IPVS mode's virtual services as a live node's kernel holds them, and how they differ
+//! from the plan.
 
 use std::net::SocketAddr;
 
 use crate::cluster::IpFamily;
-use crate::config::NftablesEncoder;
 use crate::dataplane::ipvs::apply::{Backend as _, KernelBackend};
 use crate::dataplane::ipvs::backend::netlink::ServiceKey;
 use crate::dataplane::ipvs::desired::Desired;
 use crate::dataplane::ipvs::diff::Kernel;
-use crate::nft::{self, Ruleset, ruleset::Family};
-
-/// Lines of the repair script shown; the rest is counted.
-const DRIFT_LINES: usize = 8;
-
-/// Our nftables table of `family` as the kernel holds it (`None`: not there), in the named
-/// network namespace or the caller's.
-pub fn read_nftables(
-    encoder: NftablesEncoder,
-    netns: Option<&str>,
-    family: Family,
-) -> Result<Option<Ruleset>, String> {
-    let mut backend = nft::backend::for_encoder(encoder, netns);
-    backend
-        .dump(family)
-        .map(|parsed| parsed.map(|p| p.ruleset))
-        .map_err(|e| {
-            format!(
-                "reading our nftables table: {}",
-                crate::causes::one_line(&e)
-            )
-        })
-}
-
-/// The dynamic sets of our nftables table as the kernel holds them, for the affinity lookup.
-pub struct NftablesSets {
-    backend: Box<dyn nft::backend::Backend>,
-    family: Family,
-}
-
-impl NftablesSets {
-    pub fn new(encoder: NftablesEncoder, netns: Option<&str>, family: Family) -> NftablesSets {
-        NftablesSets {
-            backend: nft::backend::for_encoder(encoder, netns),
-            family,
-        }
-    }
-}
-
-impl super::affinity::Lookup for NftablesSets {
-    fn keys(
-        &mut self,
-        set: &nft::Name,
-        decl: &nft::ruleset::SetDecl,
-    ) -> Result<Option<Vec<nft::ruleset::Tuple>>, String> {
-        self.backend
-            .dynamic_keys(self.family, set, decl)
-            .map_err(|e| format!("reading set {set}: {}", crate::causes::one_line(&e)))
-    }
-}
-
-/// Every base chain of the `ip`, `ip6` and `inet` tables in the kernel (`None`: the encoder
-/// cannot list them), for naming other programs' chains on a packet's path.
-pub fn base_chains(
-    encoder: NftablesEncoder,
-    netns: Option<&str>,
-) -> Result<Option<Vec<nft::backend::BaseChainSummary>>, String> {
-    nft::backend::for_encoder(encoder, netns)
-        .base_chains()
-        .map_err(|e| {
-            format!(
-                "listing the kernel's base chains: {}",
-                crate::causes::one_line(&e)
-            )
-        })
-}
 
 /// The virtual services of `family` as the kernel holds them, with their destinations.
 pub fn read_ipvs(netns: Option<&str>, family: IpFamily) -> Result<Kernel, String> {
@@ -168,51 +97,11 @@ pub fn draining_reason(destination: SocketAddr) -> String {
     )
 }
 
-/// How `kernel` differs from `planned`: empty when it holds the plan.
-pub fn drift(kernel: Option<&Ruleset>, planned: &Ruleset) -> Vec<String> {
-    let Some(kernel) = kernel else {
-        return vec!["our table is not in the kernel: nothing of ours handles this family".into()];
-    };
-    let repair = nft::diff(kernel, planned);
-    if repair.ops.is_empty() {
-        return Vec::new();
-    }
-    let script = nft::render(&repair);
-    let lines: Vec<&str> = script
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty())
-        .collect();
-    shortened(
-        &lines,
-        &format!(
-            "{} operations would bring the kernel to the plan (a sync pending, or another \
-             program changed our table):",
-            repair.operations()
-        ),
-    )
-}
-
-/// A repair script in short, for every mode alike: `heading`, its first [`DRIFT_LINES`]
-/// lines, and how many more there are; empty when `lines` is.
-pub(super) fn shortened(lines: &[&str], heading: &str) -> Vec<String> {
-    if lines.is_empty() {
-        return Vec::new();
-    }
-    let mut out = vec![heading.to_string()];
-    out.extend(lines.iter().take(DRIFT_LINES).map(|l| l.to_string()));
-    if lines.len() > DRIFT_LINES {
-        out.push(format!("… {} more lines", lines.len() - DRIFT_LINES));
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::dataplane::ipvs::diff::KernelService;
     use crate::dataplane::ipvs::{self, HostAddresses};
-    use crate::dataplane::nftables;
     use crate::testing::snapshots::{node, snapshot, svc};
 
     #[test]
@@ -333,26 +222,5 @@ mod tests {
             none.drift.is_empty() && none.draining.is_empty(),
             "{none:?}"
         );
-    }
-
-    #[test]
-    fn drift_is_the_repair_in_short() {
-        let cfg = nftables::ModeConfig::default();
-        let before = snapshot(node(), vec![svc("default/web", "10.96.0.10", 80)]);
-        let after = snapshot(
-            node(),
-            vec![svc("default/web", "10.96.0.10", 80).ep("10.244.1.2", 8080, "node-a")],
-        );
-        let kernel = nftables::plan::plan(&before, &cfg, IpFamily::V4);
-        let planned = nftables::plan::plan(&after, &cfg, IpFamily::V4);
-        assert!(drift(Some(&planned), &planned).is_empty());
-        let d = drift(Some(&kernel), &planned);
-        assert!(
-            d[0].contains("operations would bring the kernel to the plan"),
-            "{d:?}"
-        );
-        assert!(d.iter().any(|l| l.contains("10.244.1.2")), "{d:?}");
-        assert!(d.len() <= DRIFT_LINES + 2);
-        assert!(drift(None, &planned)[0].contains("not in the kernel"));
     }
 }

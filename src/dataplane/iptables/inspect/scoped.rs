@@ -229,8 +229,8 @@ pub fn listed(planned: &iptables::Ruleset, table: Table, chain: &str) -> Option<
 
 #[cfg(test)]
 mod tests {
+    use super::super::saved::as_read;
     use super::*;
-    use crate::cli::explain::saved::as_read;
     use crate::dataplane::iptables::{ModeConfig, adopt};
     use crate::testing::snapshots::{node, snapshot, svc};
 

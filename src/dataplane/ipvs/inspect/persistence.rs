@@ -148,8 +148,10 @@ pub fn stale_reason(client: IpAddr, destination: SocketAddr) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cli::explain::{Planned, Request, Rules, RulesFrom, explain};
     use crate::cluster::IpFamily;
+    use crate::dataplane::inspect::Rules as _;
+    use crate::dataplane::ipvs::inspect::{IpvsRules, Planned};
+    use crate::testing::plans::packet;
     use crate::testing::snapshots::{node, node_policy, snapshot, svc};
 
     /// Shaped like a 6.1 kernel's table on a node with one sticky Service: a template
@@ -198,26 +200,21 @@ UDP 0AF40107 A1B2 0A60000A 0035 0AF40202 0035 UDP           299
             ],
         );
         let policy = node_policy();
-        let [.., ipvs] = Planned::every_mode(&snap, &policy);
-        let Rules::Ipvs { desired, tables } = ipvs.rules(IpFamily::V4) else {
-            unreachable!()
-        };
-        let request = Request::parse("10.96.0.10:80", Some("10.244.1.7"), None).unwrap();
+        let plan = Planned::with_policy(&snap, &policy);
+        let IpvsRules { desired, tables } = &plan.0[IpFamily::V4.index()];
+        let request = packet(&snap, &policy, "10.96.0.10:80", Some("10.244.1.7"));
         let key = ServiceKey::Address {
             protocol: Protocol::Tcp.into(),
             address: request.to,
         };
         let templates = parse(CONN);
         let reach = |d: &Desired| {
-            let e = explain(
-                &snap,
-                &policy,
-                Rules::Ipvs { desired: d, tables },
-                RulesFrom::Kernel,
-                &request,
-            )
-            .unwrap();
-            e.outcome
+            let rules = IpvsRules {
+                desired: d.clone(),
+                tables: tables.clone(),
+            };
+            rules
+                .walk(&request)
                 .endpoints
                 .iter()
                 .map(|s| s.endpoint.to_string())

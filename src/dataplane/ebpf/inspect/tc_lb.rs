@@ -5,24 +5,18 @@
 //! Pure: reads the trace only. The Service's own reasons (policies, endpoints, source ranges
 //! as the model has them) come from the shared reasons, after these.
 
-use super::Request;
-use super::source::Source;
 use crate::dataplane::ebpf::trace::{Dropped, Fate, Trace};
+use crate::dataplane::inspect::Packet;
 
-/// Why the packet from `source` ends as `t` says, first among the reasons. `cluster_ip`: the
+/// Why `request` ends as `t` says, first among the reasons. `cluster_ip`: the
 /// destination is a ClusterIP (reached from outside: the Service range routed to this node).
-pub(super) fn reasons(
-    t: &Trace,
-    request: &Request,
-    source: &Source,
-    cluster_ip: bool,
-) -> Vec<String> {
+pub fn reasons(t: &Trace, request: &Packet, cluster_ip: bool) -> Vec<String> {
     let frontend = format!(
         "{} {}",
         request.protocol.as_str().to_uppercase(),
         request.to
     );
-    let client = source.address;
+    let client = request.source;
     let mut out = Vec::new();
     let Some(e) = t.entry else {
         out.push(match t.fate {

@@ -6,20 +6,20 @@
 use std::net::SocketAddr;
 use std::path::Path;
 
-use super::source::Source;
-use super::{Request, recent};
 use crate::config::Config;
 use crate::dataplane::ebpf;
+use crate::dataplane::inspect::Packet;
+use crate::dataplane::inspect::clock::{TIMER_LIST, read_monotonic_ns};
 
 /// The maps pinned under `pin_root` (`None`: none are).
-pub(super) fn read(pin_root: &Path) -> Result<Option<ebpf::diff::Maps>, String> {
+pub fn read(pin_root: &Path) -> Result<Option<ebpf::diff::Maps>, String> {
     ebpf::backend::read_pinned(pin_root)
         .map_err(|e| format!("reading our pinned maps: {}", crate::causes::one_line(&e)))
 }
 
 /// eBPF mode: how the pinned maps (`None`: not pinned) differ from `plan`, per frontend,
 /// with how many map writes a sync would make, and the programs not attached.
-pub(super) fn drift(
+pub fn drift(
     kernel: Option<&ebpf::diff::Maps>,
     plan: &ebpf::plan::Plan,
     pin_root: &Path,
@@ -41,7 +41,7 @@ pub(super) fn drift(
     let lines = ebpf::trace::drift(kernel, plan);
     let writes = ebpf::diff::diff(kernel, plan).len();
     let lines: Vec<&str> = lines.iter().map(String::as_str).collect();
-    out.extend(super::kernel::shortened(
+    out.extend(crate::dataplane::inspect::table::shortened(
         &lines,
         &format!(
             "{writes} map writes would bring the kernel to the plan (a sync pending, or another \
@@ -54,10 +54,10 @@ pub(super) fn drift(
 /// eBPF mode: the `kp_aff` entries of the destination's slot set, one line each (none when
 /// its entry has no ClientIP affinity). An entry is a network namespace's, which the maps do
 /// not tie to an address, so each is named by its backend and age.
-pub(super) fn affinity(
+pub fn affinity(
     config: &Config,
     maps: &ebpf::diff::Maps,
-    request: &Request,
+    request: &Packet,
 ) -> Result<Vec<String>, String> {
     let Some(transport) = transport(request.protocol) else {
         return Ok(Vec::new());
@@ -74,15 +74,11 @@ pub(super) fn affinity(
     if val.flags & ebpf::layout::SVC_F_AFFINITY == 0 {
         return Ok(Vec::new());
     }
-    let pin_root = crate::dataplane::ebpf::mode::pin_root(config);
+    let pin_root = ebpf::mode::pin_root(config);
     let entries = ebpf::backend::read_affinity(&pin_root, val.svc_id)
         .map_err(|e| crate::causes::one_line(&e))?;
-    let now_ns = recent::read_monotonic_ns().ok_or_else(|| {
-        format!(
-            "the kernel's clock is not readable in {}",
-            recent::TIMER_LIST
-        )
-    })?;
+    let now_ns = read_monotonic_ns()
+        .ok_or_else(|| format!("the kernel's clock is not readable in {TIMER_LIST}"))?;
     if entries.is_empty() {
         return Ok(vec![format!(
             "kp_aff holds no entry for this Service yet: the next connect() from any \
@@ -106,22 +102,21 @@ pub(super) fn affinity(
 
 /// A client's `kp_aff` entry from outside, as the tracer takes it (`None`: the client has
 /// none), and the backend the program would follow it to (empty: none, or it would not).
-pub(super) struct ClientEntry {
-    pub(super) entry: Option<ebpf::trace::Remembered>,
-    pub(super) followed: Vec<SocketAddr>,
+pub struct ClientEntry {
+    pub entry: Option<ebpf::trace::Remembered>,
+    pub followed: Vec<SocketAddr>,
     /// An entry the program would not follow, and why, as a reason line.
-    pub(super) ignored: Option<String>,
+    pub ignored: Option<String>,
 }
 
-/// eBPF mode: the tc programs' `kp_aff` entry for `source` (from outside) at the
+/// eBPF mode: the tc programs' `kp_aff` entry for the client of `request` (from outside) at the
 /// destination's external frontend, and the backend it gives: told as remembered only where
 /// the program would follow it (within the timeout, its backend still in the set).
 /// `Ok(None)`: the frontend has no ClientIP affinity (or no entry of scope external).
-pub(super) fn client_entry(
+pub fn client_entry(
     maps: &ebpf::diff::Maps,
     pin_root: &Path,
-    request: &Request,
-    source: &Source,
+    request: &Packet,
 ) -> Result<Option<ClientEntry>, String> {
     let Some(transport) = transport(request.protocol) else {
         return Ok(None);
@@ -138,7 +133,7 @@ pub(super) fn client_entry(
     if val.flags & ebpf::layout::SVC_F_AFFINITY == 0 {
         return Ok(None);
     }
-    let cookie = ebpf::trace::client_key(source.address);
+    let cookie = ebpf::trace::client_key(request.source);
     let entries = ebpf::backend::read_affinity(pin_root, val.svc_id)
         .map_err(|e| crate::causes::one_line(&e))?;
     let Some((_, entry)) = entries.into_iter().find(|(k, _)| k.netns_cookie == cookie) else {
@@ -148,14 +143,10 @@ pub(super) fn client_entry(
             ignored: None,
         }));
     };
-    let now_ns = recent::read_monotonic_ns().ok_or_else(|| {
-        format!(
-            "the kernel's clock is not readable in {}",
-            recent::TIMER_LIST
-        )
-    })?;
+    let now_ns = read_monotonic_ns()
+        .ok_or_else(|| format!("the kernel's clock is not readable in {TIMER_LIST}"))?;
     let remembered = ebpf::trace::Remembered { entry, now_ns };
-    let followed = match super::socket_lb::trace(maps, Some(&remembered), request, source).fate {
+    let followed = match super::socket_lb::trace(maps, Some(&remembered), request).fate {
         ebpf::trace::Fate::Translated {
             remembered: Some(b),
             ..
@@ -164,7 +155,7 @@ pub(super) fn client_entry(
     };
     let ignored = followed
         .is_empty()
-        .then(|| ignored_line(source.address, &remembered, val.affinity_timeout));
+        .then(|| ignored_line(request.source, &remembered, val.affinity_timeout));
     Ok(Some(ClientEntry {
         entry: Some(remembered),
         followed,

@@ -10,28 +10,29 @@
 
 use std::net::{IpAddr, SocketAddr};
 
-use super::source::Source;
-use super::{Error, Request, find};
 use crate::cluster::{IpFamily, Snapshot};
-use crate::dataplane::node::NodePolicy;
-use crate::nft::Name;
-use crate::nft::ruleset::{Data, Element, Field, Match, Ruleset, SetDecl, Statement, Tuple, Value};
+use crate::config::NftablesEncoder;
+use crate::dataplane::inspect::{Packet, service_port};
+use crate::nft::ruleset::{
+    Data, Element, Family, Field, Match, Ruleset, SetDecl, Statement, Tuple, Value,
+};
+use crate::nft::{self, Name};
 
 /// What the kernel can tell of a dynamic set: its keys, or `None` when it cannot tell.
 pub trait Lookup {
     fn keys(&mut self, set: &Name, decl: &SetDecl) -> Result<Option<Vec<Tuple>>, String>;
 }
 
-/// The affinity sets of the Service port `request` reaches, with the client's address:
+/// The affinity sets of the Service port `packet` reaches, with the client's address:
 /// every dynamic set whose remembering rule sends to one of the port's endpoints in this
 /// family. Empty when the destination is no port with affinity.
 fn sets_of(
     snapshot: &Snapshot,
-    request: &Request,
+    packet: &Packet,
     table: &Ruleset,
 ) -> Vec<(Name, SetDecl, SocketAddr)> {
-    let family = IpFamily::of(&request.to.ip());
-    let Some((state, _)) = find(snapshot, request, family) else {
+    let family = IpFamily::of(&packet.to.ip());
+    let Some((state, _)) = service_port(snapshot, packet.protocol, packet.to) else {
         return Vec::new();
     };
     if state.port.affinity_timeout_seconds.is_none() {
@@ -77,24 +78,20 @@ fn sets_of(
     out
 }
 
-/// The client's affinity entries of the port `request` reaches, put into `table` for the
+/// The client's affinity entries of the port `packet` reaches, put into `table` for the
 /// tracer. Returns the endpoints the kernel remembers this client for (`Some(empty)`: none),
 /// or `None` when the port has no affinity or the kernel cannot tell.
 pub fn add_entries(
     snapshot: &Snapshot,
-    node: &NodePolicy,
-    request: &Request,
+    packet: &Packet,
     table: &mut Ruleset,
     lookup: &mut dyn Lookup,
 ) -> Result<Option<Vec<SocketAddr>>, String> {
-    let family = IpFamily::of(&request.to.ip());
-    let sets = sets_of(snapshot, request, table);
+    let sets = sets_of(snapshot, packet, table);
     if sets.is_empty() {
         return Ok(None);
     }
-    let client: IpAddr = Source::resolve(snapshot, node, request, family)
-        .map_err(|e: Error| e.to_string())?
-        .address;
+    let client: IpAddr = packet.source;
     let key = Tuple::new(&[Value::Addr(client)]);
     // Every set is read before the table is touched: an error leaves it as it was.
     let mut holding = Vec::new();
@@ -124,28 +121,39 @@ pub fn add_entries(
     Ok(Some(remembered))
 }
 
-/// The reason an entry (or none) gives.
-pub fn reason(client: IpAddr, remembered: &[SocketAddr], timeout_seconds: u32) -> String {
-    match remembered {
-        [] => format!(
-            "ClientIP affinity: the kernel has no entry for {client}: its next connection \
-             picks an endpoint, and the ones within {timeout_seconds} s follow it"
-        ),
-        eps => format!(
-            "ClientIP affinity: the kernel remembers {client} for {}: its new connections go \
-             there until {timeout_seconds} s pass without one",
-            eps.iter()
-                .map(ToString::to_string)
-                .collect::<Vec<_>>()
-                .join(", ")
-        ),
+/// The dynamic sets of our nftables table as the kernel holds them, for the affinity lookup.
+pub struct NftablesSets {
+    backend: Box<dyn nft::backend::Backend>,
+    family: Family,
+}
+
+impl NftablesSets {
+    pub fn new(encoder: NftablesEncoder, netns: Option<&str>, family: Family) -> NftablesSets {
+        NftablesSets {
+            backend: nft::backend::for_encoder(encoder, netns),
+            family,
+        }
+    }
+}
+
+impl Lookup for NftablesSets {
+    fn keys(
+        &mut self,
+        set: &nft::Name,
+        decl: &nft::ruleset::SetDecl,
+    ) -> Result<Option<Vec<nft::ruleset::Tuple>>, String> {
+        self.backend
+            .dynamic_keys(self.family, set, decl)
+            .map_err(|e| format!("reading set {set}: {}", crate::causes::one_line(&e)))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cli::explain::{Planned, Rules, RulesFrom, Verdict, explain};
+    use crate::dataplane::inspect::{Rules as _, Verdict};
+    use crate::dataplane::nftables::inspect::Planned;
+    use crate::testing::plans::packet;
     use crate::testing::snapshots::{node, node_policy, snapshot, svc};
 
     /// The kernel as a map of set → keys.
@@ -180,11 +188,9 @@ mod tests {
             ],
         );
         let policy = node_policy();
-        let [nft, ..] = Planned::every_mode(&snap, &policy);
-        let Rules::Nftables(planned) = nft.rules(IpFamily::V4) else {
-            unreachable!()
-        };
-        let request = Request::parse("10.96.0.10:80", Some("10.244.1.7"), None).unwrap();
+        let plan = Planned::with_policy(&snap, &policy);
+        let planned = &plan.0[IpFamily::V4.index()];
+        let request = packet(&snap, &policy, "10.96.0.10:80", Some("10.244.1.7"));
         let sets = sets_of(&snap, &request, planned);
         assert_eq!(sets.len(), 3, "one set per endpoint: {sets:?}");
         let client = Tuple::new(&[Value::Addr("10.244.1.7".parse().unwrap())]);
@@ -197,33 +203,18 @@ mod tests {
         // Another client's entry changes nothing for this one.
         let mut table = planned.clone();
         let mut kernel = Kernel(vec![(b.0.clone(), vec![other])], true);
-        let found = add_entries(&snap, &policy, &request, &mut table, &mut kernel).unwrap();
+        let found = add_entries(&snap, &request, &mut table, &mut kernel).unwrap();
         assert_eq!(found, Some(vec![]));
-        let e = explain(
-            &snap,
-            &policy,
-            Rules::Nftables(&table),
-            RulesFrom::Kernel,
-            &request,
-        );
-        assert_eq!(e.unwrap().outcome.endpoints.len(), 3);
+        assert_eq!(table.walk(&request).endpoints.len(), 3);
 
         // Its own entry sends it to that endpoint only.
         let mut table = planned.clone();
         let mut kernel = Kernel(vec![(b.0.clone(), vec![other, client])], true);
-        let found = add_entries(&snap, &policy, &request, &mut table, &mut kernel).unwrap();
+        let found = add_entries(&snap, &request, &mut table, &mut kernel).unwrap();
         assert_eq!(found, Some(vec!["10.244.2.2:8080".parse().unwrap()]));
-        let e = explain(
-            &snap,
-            &policy,
-            Rules::Nftables(&table),
-            RulesFrom::Kernel,
-            &request,
-        )
-        .unwrap();
-        assert_eq!(e.outcome.verdict, Verdict::Forwarded);
-        let reached: Vec<String> = e
-            .outcome
+        let outcome = table.walk(&request);
+        assert_eq!(outcome.verdict, Verdict::Forwarded);
+        let reached: Vec<String> = outcome
             .endpoints
             .iter()
             .map(|s| s.endpoint.to_string())
@@ -232,30 +223,13 @@ mod tests {
 
         // A kernel that cannot tell: unknown, and the table is left as it was.
         let mut table = planned.clone();
-        let found = add_entries(
-            &snap,
-            &policy,
-            &request,
-            &mut table,
-            &mut Kernel(Vec::new(), false),
-        )
-        .unwrap();
+        let found =
+            add_entries(&snap, &request, &mut table, &mut Kernel(Vec::new(), false)).unwrap();
         assert_eq!(found, None);
         assert_eq!(&table, planned);
 
         // A port without affinity has no sets to look in.
-        let plain = Request::parse("10.96.0.20:80", Some("10.244.1.7"), None).unwrap();
+        let plain = packet(&snap, &policy, "10.96.0.20:80", Some("10.244.1.7"));
         assert!(sets_of(&snap, &plain, planned).is_empty());
-    }
-
-    #[test]
-    fn the_reason_names_the_remembered_endpoints() {
-        let client: IpAddr = "10.244.1.7".parse().unwrap();
-        assert!(reason(client, &[], 600).contains("no entry for 10.244.1.7"));
-        let r = reason(client, &["10.244.2.2:8080".parse().unwrap()], 600);
-        assert!(
-            r.contains("remembers 10.244.1.7 for 10.244.2.2:8080"),
-            "{r}"
-        );
     }
 }
