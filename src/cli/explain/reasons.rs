@@ -231,3 +231,19 @@ pub fn affinity_reason(client: IpAddr, remembered: &[SocketAddr], timeout_second
         ),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_affinity_reason_names_the_remembered_endpoints() {
+        let client: IpAddr = "10.244.1.7".parse().unwrap();
+        assert!(affinity_reason(client, &[], 600).contains("no entry for 10.244.1.7"));
+        let r = affinity_reason(client, &["10.244.2.2:8080".parse().unwrap()], 600);
+        assert!(
+            r.contains("remembers 10.244.1.7 for 10.244.2.2:8080"),
+            "{r}"
+        );
+    }
+}
