@@ -175,8 +175,10 @@ impl kube_proxy_rs::dataplane::iptables::inspect::recent::Lists for NsLists<'_> 
     fn clients(
         &mut self,
         list: &kube_proxy_rs::dataplane::iptables::names::ChainName,
-    ) -> Result<Option<Vec<kube_proxy_rs::dataplane::iptables::inspect::recent::Entry>>, String>
-    {
+    ) -> Result<
+        Option<Vec<kube_proxy_rs::dataplane::iptables::inspect::recent::Entry>>,
+        kube_proxy_rs::dataplane::inspect::Error,
+    > {
         let path = format!(
             "{}/{list}",
             kube_proxy_rs::dataplane::iptables::inspect::recent::LISTS

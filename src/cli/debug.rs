@@ -221,7 +221,8 @@ async fn status_all(State(s): State<Shared>, Query(q): Params) -> Response {
     };
     let config = s.config.clone();
     let answer = tokio::task::spawn_blocking(move || {
-        let (planned, node) = explain::live::plan_on_node(&config, &snapshot, false)?;
+        let (planned, node) = explain::live::plan_on_node(&config, &snapshot, false)
+            .map_err(|e| crate::causes::one_line(&e))?;
         // A family whose rules cannot be read (no ip6tables on the host, say) is shown as
         // planned, and the drift says why; the table fails only when neither can be read.
         let mut drift: Vec<String> = Vec::new();
@@ -230,6 +231,7 @@ async fn status_all(State(s): State<Shared>, Query(q): Params) -> Response {
             match explain::live::read_family(&config, &snapshot, planned.as_ref(), f, None) {
                 Ok(r) => Some(r),
                 Err(e) => {
+                    let e = crate::causes::one_line(&e);
                     drift.push(format!("{f} rules not read (shown as planned): {e}"));
                     failed.push(e);
                     None

@@ -4,9 +4,10 @@
 //! its inspection ([`crate::dataplane::inspect`]); nothing here depends on which mode it is.
 
 use super::{Explanation, Plan, Read, Request, RulesFrom, affinity_reason, explain, others};
+use crate::causes::one_line;
 use crate::cluster::{IpFamily, Snapshot};
 use crate::config::Config;
-use crate::dataplane::inspect::{Destination, table};
+use crate::dataplane::inspect::{self, Destination, table};
 use crate::dataplane::modes;
 use crate::dataplane::node::NodePolicy;
 
@@ -17,7 +18,7 @@ pub fn plan_on_node(
     config: &Config,
     snapshot: &Snapshot,
     offline: bool,
-) -> Result<(Box<dyn Plan>, NodePolicy), String> {
+) -> Result<(Box<dyn Plan>, NodePolicy), inspect::Error> {
     modes::of(config.mode)
         .inspect()
         .plan(config, snapshot, offline)
@@ -31,7 +32,7 @@ pub fn read_family(
     planned: &dyn Plan,
     family: IpFamily,
     packet: Option<&Destination>,
-) -> Result<Box<dyn Read>, String> {
+) -> Result<Box<dyn Read>, inspect::Error> {
     planned.read(config, snapshot, family, packet)
 }
 
@@ -45,7 +46,7 @@ pub fn explain_on_node(
     offline: bool,
 ) -> Result<Explanation, String> {
     let family = IpFamily::of(&request.to.ip());
-    let (planned, node) = plan_on_node(config, snapshot, offline)?;
+    let (planned, node) = plan_on_node(config, snapshot, offline).map_err(|e| one_line(&e))?;
     if offline {
         return explain(
             snapshot,
@@ -66,7 +67,8 @@ pub fn explain_on_node(
         planned.as_ref(),
         family,
         Some(&destination),
-    )?;
+    )
+    .map_err(|e| one_line(&e))?;
     let mut unread = Vec::new();
     // The client's affinity entries, so the trace is its path now. What the kernel remembers
     // is a detail of the answer: state that cannot be read leaves the entry unknown, not the
@@ -75,7 +77,7 @@ pub fn explain_on_node(
     let remembered = match packet
         .as_ref()
         .map_err(ToString::to_string)
-        .and_then(|p| read.remember(config, snapshot, p))
+        .and_then(|p| read.remember(config, snapshot, p).map_err(|e| one_line(&e)))
     {
         Ok(r) => r,
         Err(why) => {
@@ -109,7 +111,10 @@ pub fn explain_on_node(
             e.other_chains = others::on_path(ours, &chains, family, from_node);
         }
         Ok(None) => {}
-        Err(why) => unread.push(format!("other tables' chains not listed: {why}")),
+        Err(why) => unread.push(format!(
+            "other tables' chains not listed: {}",
+            one_line(&why)
+        )),
     }
     e.reasons.extend(unread);
     e.drift.extend(read.drift().iter().cloned());

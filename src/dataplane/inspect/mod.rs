@@ -9,6 +9,7 @@
 //! plain data every mode fills alike.
 
 pub mod clock;
+mod error;
 mod outcome;
 pub mod table;
 
@@ -20,6 +21,7 @@ use crate::config::Config;
 use crate::dataplane::node::NodePolicy;
 use crate::nft;
 
+pub use error::Error;
 pub use outcome::{Outcome, Share, Verdict, from_branches, shares};
 
 /// The hook a mode that balances packets from outside at the node's interfaces names in
@@ -36,7 +38,7 @@ pub trait Inspect: Sync {
         config: &Config,
         snapshot: &Snapshot,
         offline: bool,
-    ) -> Result<(Box<dyn Plan>, NodePolicy), String>;
+    ) -> Result<(Box<dyn Plan>, NodePolicy), Error>;
 }
 
 /// A mode's plan of one snapshot, both families.
@@ -53,7 +55,7 @@ pub trait Plan: Debug + Send + Sync {
         snapshot: &Snapshot,
         family: IpFamily,
         packet: Option<&Destination>,
-    ) -> Result<Box<dyn Read>, String>;
+    ) -> Result<Box<dyn Read>, Error>;
 }
 
 /// One family's rules of a mode, planned or read: what a packet is walked over.
@@ -116,7 +118,7 @@ pub trait Read: Debug + Send {
         config: &Config,
         snapshot: &Snapshot,
         packet: &Packet,
-    ) -> Result<Remembered, String> {
+    ) -> Result<Remembered, Error> {
         let _ = (config, snapshot, packet);
         Ok(Remembered::default())
     }

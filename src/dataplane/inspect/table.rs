@@ -6,6 +6,7 @@
 //! from what was read to what the proxy would program now, shown as the nft commands that
 //! would repair it.
 
+use super::Error;
 use crate::config::NftablesEncoder;
 use crate::nft::{self, Ruleset, ruleset::Family};
 
@@ -18,17 +19,12 @@ pub fn read_nftables(
     encoder: NftablesEncoder,
     netns: Option<&str>,
     family: Family,
-) -> Result<Option<Ruleset>, String> {
+) -> Result<Option<Ruleset>, Error> {
     let mut backend = nft::backend::for_encoder(encoder, netns);
     backend
         .dump(family)
         .map(|parsed| parsed.map(|p| p.ruleset))
-        .map_err(|e| {
-            format!(
-                "reading our nftables table: {}",
-                crate::causes::one_line(&e)
-            )
-        })
+        .map_err(|e| Error::kernel("reading our nftables table", e))
 }
 
 /// How `kernel` differs from `planned`: empty when it holds the plan.
@@ -75,13 +71,8 @@ pub fn shortened(lines: &[&str], heading: &str) -> Vec<String> {
 pub fn base_chains(
     encoder: NftablesEncoder,
     netns: Option<&str>,
-) -> Result<Option<Vec<nft::backend::BaseChainSummary>>, String> {
+) -> Result<Option<Vec<nft::backend::BaseChainSummary>>, Error> {
     nft::backend::for_encoder(encoder, netns)
         .base_chains()
-        .map_err(|e| {
-            format!(
-                "listing the kernel's base chains: {}",
-                crate::causes::one_line(&e)
-            )
-        })
+        .map_err(|e| Error::kernel("listing the kernel's base chains", e))
 }

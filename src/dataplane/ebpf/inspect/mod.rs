@@ -25,8 +25,8 @@ impl inspect::Inspect for Inspect {
         config: &Config,
         snapshot: &Snapshot,
         _offline: bool,
-    ) -> Result<(Box<dyn inspect::Plan>, NodePolicy), String> {
-        let node = NodePolicy::new(config).map_err(|e| e.to_string())?;
+    ) -> Result<(Box<dyn inspect::Plan>, NodePolicy), inspect::Error> {
+        let node = NodePolicy::new(config)?;
         Ok((
             Box::new(Planned::new(snapshot, &config.node_port_addresses)),
             node,
@@ -79,7 +79,7 @@ impl inspect::Plan for Planned {
         _snapshot: &Snapshot,
         _family: IpFamily,
         _packet: Option<&Destination>,
-    ) -> Result<Box<dyn inspect::Read>, String> {
+    ) -> Result<Box<dyn inspect::Read>, inspect::Error> {
         let pin_root = ebpf::mode::pin_root(config);
         let read = pinned::read(&pin_root)?;
         let drift = pinned::drift(read.as_ref(), &self.plan, &pin_root);
@@ -173,7 +173,7 @@ impl inspect::Read for Read {
         config: &Config,
         _snapshot: &Snapshot,
         packet: &Packet,
-    ) -> Result<inspect::Remembered, String> {
+    ) -> Result<inspect::Remembered, inspect::Error> {
         if packet.origin != Origin::Outside {
             return Ok(match pinned::affinity(config, &self.rules.maps, packet) {
                 Ok(later) => inspect::Remembered {
@@ -181,7 +181,10 @@ impl inspect::Read for Read {
                     ..Default::default()
                 },
                 Err(why) => inspect::Remembered {
-                    unread: vec![format!("affinity entries not read: {why}")],
+                    unread: vec![format!(
+                        "affinity entries not read: {}",
+                        crate::causes::one_line(&why)
+                    )],
                     ..Default::default()
                 },
             });

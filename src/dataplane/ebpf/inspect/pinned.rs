@@ -8,13 +8,12 @@ use std::path::Path;
 
 use crate::config::Config;
 use crate::dataplane::ebpf;
-use crate::dataplane::inspect::Packet;
-use crate::dataplane::inspect::clock::{TIMER_LIST, read_monotonic_ns};
+use crate::dataplane::inspect::clock::read_monotonic_ns;
+use crate::dataplane::inspect::{Error, Packet};
 
 /// The maps pinned under `pin_root` (`None`: none are).
-pub fn read(pin_root: &Path) -> Result<Option<ebpf::diff::Maps>, String> {
-    ebpf::backend::read_pinned(pin_root)
-        .map_err(|e| format!("reading our pinned maps: {}", crate::causes::one_line(&e)))
+pub fn read(pin_root: &Path) -> Result<Option<ebpf::diff::Maps>, Error> {
+    ebpf::backend::read_pinned(pin_root).map_err(|e| Error::kernel("reading our pinned maps", e))
 }
 
 /// eBPF mode: how the pinned maps (`None`: not pinned) differ from `plan`, per frontend,
@@ -58,7 +57,7 @@ pub fn affinity(
     config: &Config,
     maps: &ebpf::diff::Maps,
     request: &Packet,
-) -> Result<Vec<String>, String> {
+) -> Result<Vec<String>, Error> {
     let Some(transport) = transport(request.protocol) else {
         return Ok(Vec::new());
     };
@@ -76,9 +75,8 @@ pub fn affinity(
     }
     let pin_root = ebpf::mode::pin_root(config);
     let entries = ebpf::backend::read_affinity(&pin_root, val.svc_id)
-        .map_err(|e| crate::causes::one_line(&e))?;
-    let now_ns = read_monotonic_ns()
-        .ok_or_else(|| format!("the kernel's clock is not readable in {TIMER_LIST}"))?;
+        .map_err(|e| Error::Backend(Box::new(e)))?;
+    let now_ns = read_monotonic_ns().ok_or(Error::Clock)?;
     if entries.is_empty() {
         return Ok(vec![format!(
             "kp_aff holds no entry for this Service yet: the next connect() from any \
@@ -117,7 +115,7 @@ pub fn client_entry(
     maps: &ebpf::diff::Maps,
     pin_root: &Path,
     request: &Packet,
-) -> Result<Option<ClientEntry>, String> {
+) -> Result<Option<ClientEntry>, Error> {
     let Some(transport) = transport(request.protocol) else {
         return Ok(None);
     };
@@ -135,7 +133,7 @@ pub fn client_entry(
     }
     let cookie = ebpf::trace::client_key(request.source);
     let entries = ebpf::backend::read_affinity(pin_root, val.svc_id)
-        .map_err(|e| crate::causes::one_line(&e))?;
+        .map_err(|e| Error::Backend(Box::new(e)))?;
     let Some((_, entry)) = entries.into_iter().find(|(k, _)| k.netns_cookie == cookie) else {
         return Ok(Some(ClientEntry {
             entry: None,
@@ -143,8 +141,7 @@ pub fn client_entry(
             ignored: None,
         }));
     };
-    let now_ns = read_monotonic_ns()
-        .ok_or_else(|| format!("the kernel's clock is not readable in {TIMER_LIST}"))?;
+    let now_ns = read_monotonic_ns().ok_or(Error::Clock)?;
     let remembered = ebpf::trace::Remembered { entry, now_ns };
     let followed = match super::socket_lb::trace(maps, Some(&remembered), request).fate {
         ebpf::trace::Fate::Translated {

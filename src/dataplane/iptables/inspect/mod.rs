@@ -26,8 +26,8 @@ impl inspect::Inspect for Inspect {
         config: &Config,
         snapshot: &Snapshot,
         _offline: bool,
-    ) -> Result<(Box<dyn inspect::Plan>, NodePolicy), String> {
-        let mode = ModeConfig::new(config).map_err(|e| e.to_string())?;
+    ) -> Result<(Box<dyn inspect::Plan>, NodePolicy), inspect::Error> {
+        let mode = ModeConfig::new(config)?;
         Ok((Box::new(Planned::new(snapshot, &mode)), mode.node))
     }
 }
@@ -64,7 +64,7 @@ impl inspect::Plan for Planned {
         _snapshot: &Snapshot,
         family: IpFamily,
         packet: Option<&Destination>,
-    ) -> Result<Box<dyn inspect::Read>, String> {
+    ) -> Result<Box<dyn inspect::Read>, inspect::Error> {
         let packet = packet.map(|d| scoped::Packet {
             to: d.to.ip(),
             port: d.to.port(),
@@ -137,7 +137,7 @@ impl inspect::Read for Read {
         _config: &Config,
         snapshot: &Snapshot,
         packet: &Packet,
-    ) -> Result<inspect::Remembered, String> {
+    ) -> Result<inspect::Remembered, inspect::Error> {
         let endpoints = recent::add_entries(
             snapshot,
             packet,

@@ -18,7 +18,7 @@ use std::net::{IpAddr, SocketAddr};
 
 use crate::cluster::Snapshot;
 use crate::dataplane::inspect::clock::Clock;
-use crate::dataplane::inspect::{Packet, service_port};
+use crate::dataplane::inspect::{Error, Packet, service_port};
 use crate::dataplane::iptables::names::{ChainName, PortChain, port_chain};
 use crate::dataplane::iptables::ruleset::{Match, Ruleset, Table, Target};
 
@@ -41,7 +41,7 @@ impl Entry {
 /// What the kernel can tell of a `recent` list: its clients, or `None` when it has no such
 /// list.
 pub trait Lists {
-    fn clients(&mut self, list: &ChainName) -> Result<Option<Vec<Entry>>, String>;
+    fn clients(&mut self, list: &ChainName) -> Result<Option<Vec<Entry>>, Error>;
 }
 
 /// The lists of this node, read from [`LISTS`].
@@ -52,13 +52,13 @@ impl Lists for ProcLists {
         clippy::disallowed_methods,
         reason = "the kernel's lists are read where they are asked for"
     )]
-    fn clients(&mut self, list: &ChainName) -> Result<Option<Vec<Entry>>, String> {
+    fn clients(&mut self, list: &ChainName) -> Result<Option<Vec<Entry>>, Error> {
         // A chain name is [A-Z0-9-] only: a file name, never a path.
         let path = format!("{LISTS}/{list}");
         match std::fs::read_to_string(&path) {
             Ok(text) => Ok(Some(parse(&text))),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(format!("reading {path}: {e}")),
+            Err(e) => Err(Error::proc(path, e)),
         }
     }
 }
@@ -89,7 +89,7 @@ pub fn add_entries(
     rules: &mut Ruleset,
     lists: &mut dyn Lists,
     clock: Option<Clock>,
-) -> Result<Option<Vec<SocketAddr>>, String> {
+) -> Result<Option<Vec<SocketAddr>>, Error> {
     let Some((state, _)) = service_port(snapshot, packet.protocol, packet.to) else {
         return Ok(None);
     };
@@ -217,7 +217,7 @@ jiffies: 4295546176
     struct Kernel(Vec<(ChainName, Vec<Entry>)>);
 
     impl Lists for Kernel {
-        fn clients(&mut self, list: &ChainName) -> Result<Option<Vec<Entry>>, String> {
+        fn clients(&mut self, list: &ChainName) -> Result<Option<Vec<Entry>>, Error> {
             Ok(Some(
                 self.0
                     .iter()

@@ -11,6 +11,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 
 use crate::cluster::IpFamily;
+use crate::dataplane::inspect::Error;
 use crate::dataplane::iptables::adopt::{self, Saved};
 use crate::dataplane::iptables::ruleset::Table;
 use crate::dataplane::iptables::{
@@ -36,7 +37,7 @@ pub fn read_iptables(
     family: IpFamily,
     planned: &iptables::Ruleset,
     packet: Option<&Packet>,
-) -> Result<IptablesRead, String> {
+) -> Result<IptablesRead, Error> {
     let prefix: Vec<String> = match netns {
         None => Vec::new(),
         Some(name) => ["ip", "netns", "exec", name].map(String::from).to_vec(),
@@ -51,12 +52,7 @@ pub fn read_iptables(
         let read = scoped::read(planned, packet, |table, chain| {
             backend
                 .list_chain_if_present(family, table, chain)
-                .map_err(|e| {
-                    format!(
-                        "reading our iptables chains (iptables-nft): {}",
-                        crate::causes::one_line(&e)
-                    )
-                })
+                .map_err(|e| Error::kernel("reading our iptables chains (iptables-nft)", e))
         })?;
         return Ok(as_read(
             &adopt::parse(&read.save),
@@ -75,11 +71,11 @@ pub fn read_iptables(
                 Some(name) => IptablesCommand::in_netns(flavour, name),
             };
             backend.save(family).map_err(|e| {
-                format!(
-                    "reading our iptables chains (iptables-{}): {}",
-                    flavour.as_str(),
-                    crate::causes::one_line(&e)
-                )
+                let doing = format!(
+                    "reading our iptables chains (iptables-{})",
+                    flavour.as_str()
+                );
+                Error::kernel(doing, e)
             })?
         }
     };

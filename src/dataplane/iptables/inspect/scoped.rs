@@ -16,6 +16,7 @@ use std::fmt::Write as _;
 use std::net::IpAddr;
 
 use crate::cluster::{IpFamily, Protocol};
+use crate::dataplane::inspect::Error;
 use crate::dataplane::iptables::ruleset::{Match, Rule, Table, Target};
 use crate::dataplane::iptables::{self, names, parse};
 
@@ -45,8 +46,8 @@ pub struct ScopedRead {
 pub fn read(
     planned: &iptables::Ruleset,
     packet: &Packet,
-    list: impl Fn(Table, &str) -> Result<Option<String>, String> + Sync,
-) -> Result<ScopedRead, String> {
+    list: impl Fn(Table, &str) -> Result<Option<String>, Error> + Sync,
+) -> Result<ScopedRead, Error> {
     let family = planned.family;
     let mut out = ScopedRead::default();
     for table in Table::ALL {

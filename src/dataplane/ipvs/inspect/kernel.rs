@@ -4,19 +4,19 @@
 use std::net::SocketAddr;
 
 use crate::cluster::IpFamily;
+use crate::dataplane::inspect::Error;
 use crate::dataplane::ipvs::apply::{Backend as _, KernelBackend};
 use crate::dataplane::ipvs::backend::netlink::ServiceKey;
 use crate::dataplane::ipvs::desired::Desired;
 use crate::dataplane::ipvs::diff::Kernel;
 
 /// The virtual services of `family` as the kernel holds them, with their destinations.
-pub fn read_ipvs(netns: Option<&str>, family: IpFamily) -> Result<Kernel, String> {
+pub fn read_ipvs(netns: Option<&str>, family: IpFamily) -> Result<Kernel, Error> {
     let mut backend = KernelBackend::new(netns);
-    let listed = backend
-        .services()
-        .map_err(|e| format!("reading IPVS: {}", crate::causes::one_line(&e)))?;
+    let read = |e| Error::kernel("reading IPVS", e);
+    let listed = backend.services().map_err(read)?;
     crate::dataplane::ipvs::adopt::adopt(listed, family, |s| backend.destinations(&s.service.key))
-        .map_err(|e| format!("reading IPVS: {}", crate::causes::one_line(&e)))
+        .map_err(read)
 }
 
 /// The virtual services of the plan as the kernel holds them.

@@ -24,8 +24,8 @@ impl inspect::Inspect for Inspect {
         config: &Config,
         snapshot: &Snapshot,
         offline: bool,
-    ) -> Result<(Box<dyn inspect::Plan>, NodePolicy), String> {
-        let mode = ModeConfig::new(config).map_err(|e| e.to_string())?;
+    ) -> Result<(Box<dyn inspect::Plan>, NodePolicy), inspect::Error> {
+        let mode = ModeConfig::new(config)?;
         let host = if offline {
             HostAddresses::default()
         } else {
@@ -37,7 +37,7 @@ impl inspect::Inspect for Inspect {
 
 /// This host's node addresses outside `kube-ipvs0` (all of them when it is not there), read
 /// as the sync reads them, without creating the link.
-fn host_addresses() -> Result<HostAddresses, String> {
+fn host_addresses() -> Result<HostAddresses, inspect::Error> {
     let read = || -> Result<_, ipvs::backend::link::Error> {
         let mut client = ipvs::backend::link::Client::open(None)?;
         let index = client.find(ipvs::names::LINK)?.map_or(0, |l| l.index);
@@ -45,7 +45,7 @@ fn host_addresses() -> Result<HostAddresses, String> {
     };
     read()
         .map(HostAddresses)
-        .map_err(|e| format!("reading this host's addresses: {e}"))
+        .map_err(|e| inspect::Error::kernel("reading this host's addresses", e))
 }
 
 /// One family's virtual services and the helper table of our nftables table.
@@ -99,7 +99,7 @@ impl inspect::Plan for Planned {
         _snapshot: &Snapshot,
         family: IpFamily,
         _packet: Option<&Destination>,
-    ) -> Result<Box<dyn inspect::Read>, String> {
+    ) -> Result<Box<dyn inspect::Read>, inspect::Error> {
         let planned = &self.0[family.index()];
         let ipvs = kernel::ipvs_as_read(&planned.desired, &kernel::read_ipvs(None, family)?);
         let mut drift_lines = ipvs.drift;
@@ -168,7 +168,7 @@ impl inspect::Read for Read {
         _config: &Config,
         snapshot: &Snapshot,
         packet: &Packet,
-    ) -> Result<inspect::Remembered, String> {
+    ) -> Result<inspect::Remembered, inspect::Error> {
         if affinity_of(snapshot, packet.protocol, packet.to).is_none() {
             return Ok(inspect::Remembered::default());
         }

@@ -14,6 +14,7 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use crate::cluster::Protocol;
+use crate::dataplane::inspect::Error;
 use crate::dataplane::ipvs::Desired;
 use crate::dataplane::ipvs::backend::netlink::ServiceKey;
 
@@ -36,11 +37,11 @@ pub struct Template {
     clippy::disallowed_methods,
     reason = "the kernel's connection table is read where it is asked for"
 )]
-pub fn read() -> Result<Option<String>, String> {
+pub fn read() -> Result<Option<String>, Error> {
     match std::fs::read_to_string(CONNECTIONS) {
         Ok(text) => Ok(Some(text)),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(format!("reading {CONNECTIONS}: {e}")),
+        Err(e) => Err(Error::proc(CONNECTIONS, e)),
     }
 }
 

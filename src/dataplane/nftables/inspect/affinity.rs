@@ -12,7 +12,7 @@ use std::net::{IpAddr, SocketAddr};
 
 use crate::cluster::{IpFamily, Snapshot};
 use crate::config::NftablesEncoder;
-use crate::dataplane::inspect::{Packet, service_port};
+use crate::dataplane::inspect::{Error, Packet, service_port};
 use crate::nft::ruleset::{
     Data, Element, Family, Field, Match, Ruleset, SetDecl, Statement, Tuple, Value,
 };
@@ -20,7 +20,7 @@ use crate::nft::{self, Name};
 
 /// What the kernel can tell of a dynamic set: its keys, or `None` when it cannot tell.
 pub trait Lookup {
-    fn keys(&mut self, set: &Name, decl: &SetDecl) -> Result<Option<Vec<Tuple>>, String>;
+    fn keys(&mut self, set: &Name, decl: &SetDecl) -> Result<Option<Vec<Tuple>>, Error>;
 }
 
 /// The affinity sets of the Service port `packet` reaches, with the client's address:
@@ -86,7 +86,7 @@ pub fn add_entries(
     packet: &Packet,
     table: &mut Ruleset,
     lookup: &mut dyn Lookup,
-) -> Result<Option<Vec<SocketAddr>>, String> {
+) -> Result<Option<Vec<SocketAddr>>, Error> {
     let sets = sets_of(snapshot, packet, table);
     if sets.is_empty() {
         return Ok(None);
@@ -141,10 +141,10 @@ impl Lookup for NftablesSets {
         &mut self,
         set: &nft::Name,
         decl: &nft::ruleset::SetDecl,
-    ) -> Result<Option<Vec<nft::ruleset::Tuple>>, String> {
+    ) -> Result<Option<Vec<nft::ruleset::Tuple>>, Error> {
         self.backend
             .dynamic_keys(self.family, set, decl)
-            .map_err(|e| format!("reading set {set}: {}", crate::causes::one_line(&e)))
+            .map_err(|e| Error::kernel(format!("reading set {set}"), e))
     }
 }
 
@@ -160,7 +160,7 @@ mod tests {
     struct Kernel(Vec<(Name, Vec<Tuple>)>, bool);
 
     impl Lookup for Kernel {
-        fn keys(&mut self, set: &Name, _: &SetDecl) -> Result<Option<Vec<Tuple>>, String> {
+        fn keys(&mut self, set: &Name, _: &SetDecl) -> Result<Option<Vec<Tuple>>, Error> {
             if !self.1 {
                 return Ok(None);
             }

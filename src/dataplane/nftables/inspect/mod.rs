@@ -21,8 +21,8 @@ impl inspect::Inspect for Inspect {
         config: &Config,
         snapshot: &Snapshot,
         _offline: bool,
-    ) -> Result<(Box<dyn inspect::Plan>, NodePolicy), String> {
-        let mode = ModeConfig::new(config).map_err(|e| e.to_string())?;
+    ) -> Result<(Box<dyn inspect::Plan>, NodePolicy), inspect::Error> {
+        let mode = ModeConfig::new(config)?;
         Ok((Box::new(Planned::new(snapshot, &mode)), mode.node))
     }
 }
@@ -53,7 +53,7 @@ impl inspect::Plan for Planned {
         _snapshot: &Snapshot,
         family: IpFamily,
         _packet: Option<&Destination>,
-    ) -> Result<Box<dyn inspect::Read>, String> {
+    ) -> Result<Box<dyn inspect::Read>, inspect::Error> {
         let table_family = Family::of(family);
         let table = read_nftables(config.nftables_encoder, None, table_family)?;
         let drift = drift(table.as_ref(), &self.0[family.index()]);
@@ -98,7 +98,7 @@ impl inspect::Read for Read {
         config: &Config,
         snapshot: &Snapshot,
         packet: &Packet,
-    ) -> Result<inspect::Remembered, String> {
+    ) -> Result<inspect::Remembered, inspect::Error> {
         let Some(table) = self.table.as_mut() else {
             return Ok(inspect::Remembered::default());
         };

@@ -26,8 +26,8 @@ impl inspect::Inspect for Inspect {
         config: &Config,
         snapshot: &Snapshot,
         _offline: bool,
-    ) -> Result<(Box<dyn inspect::Plan>, NodePolicy), String> {
-        let node = NodePolicy::new(config).map_err(|e| e.to_string())?;
+    ) -> Result<(Box<dyn inspect::Plan>, NodePolicy), inspect::Error> {
+        let node = NodePolicy::new(config)?;
         let settings = redirect::Settings::of(config, &node);
         Ok((Box::new(Planned::new(snapshot, settings)), node))
     }
@@ -92,7 +92,7 @@ impl inspect::Plan for Planned {
         snapshot: &Snapshot,
         family: IpFamily,
         _packet: Option<&Destination>,
-    ) -> Result<Box<dyn inspect::Read>, String> {
+    ) -> Result<Box<dyn inspect::Read>, inspect::Error> {
         let table_family = Family::of(family);
         let empty = Ruleset::empty(table_family);
         let table = read_nftables(config.nftables_encoder, None, table_family)?;

@@ -9,18 +9,20 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::cluster::Protocol;
+use crate::dataplane::inspect::Error;
 use crate::dataplane::userspace::plan::{self, Key};
 
 /// One line per listener whose port has no listening socket of its protocol.
-pub fn not_listening(ports: &BTreeMap<Key, u16>) -> Result<Vec<String>, String> {
+pub fn not_listening(ports: &BTreeMap<Key, u16>) -> Result<Vec<String>, Error> {
     let read = |file: &str| {
-        std::fs::read_to_string(format!("/proc/net/{file}"))
+        let path = format!("/proc/net/{file}");
+        std::fs::read_to_string(&path)
             .or_else(|e| match e.kind() {
                 // A kernel without IPv6 has no tcp6/udp6.
                 std::io::ErrorKind::NotFound => Ok(String::new()),
                 _ => Err(e),
             })
-            .map_err(|e| format!("reading /proc/net/{file}: {e}"))
+            .map_err(|e| Error::proc(path, e))
     };
     let mut tcp = listening(&read("tcp")?, Protocol::Tcp);
     tcp.extend(listening(&read("tcp6")?, Protocol::Tcp));
