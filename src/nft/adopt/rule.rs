@@ -23,8 +23,30 @@ enum Item {
     DnatTo(std::net::IpAddr, u16),
 }
 
-pub(super) fn parse(expr: Option<&Json>, family: Family) -> Result<Rule, String> {
-    let list = expr.and_then(Json::as_array).ok_or("no expression list")?;
+/// Why a rule's `expr` is not a rule `render` writes.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum ParseError {
+    /// The rule has no `expr` array.
+    #[error("no expression list")]
+    NoExpressions,
+    /// An expression `render` never writes.
+    #[error("expression {0}")]
+    Unknown(Json),
+    /// `dnat to ADDR:PORT` not after the `meta l4proto` match `render` puts before it.
+    #[error("dnat to an address without a protocol match")]
+    DnatWithoutProtocol,
+    /// A match after a statement: our rules match first.
+    #[error("a match after a statement")]
+    MatchAfterStatement,
+    /// No expressions: no rule of ours is empty.
+    #[error("an empty rule")]
+    Empty,
+}
+
+pub(super) fn parse(expr: Option<&Json>, family: Family) -> Result<Rule, ParseError> {
+    let list = expr
+        .and_then(Json::as_array)
+        .ok_or(ParseError::NoExpressions)?;
     let mut items: Vec<Item> = Vec::with_capacity(list.len());
     for e in list {
         match item(e, family) {
@@ -36,7 +58,7 @@ pub(super) fn parse(expr: Option<&Json>, family: Family) -> Result<Rule, String>
                         port,
                     }));
                 }
-                _ => return Err("dnat to an address without a protocol match".into()),
+                _ => return Err(ParseError::DnatWithoutProtocol),
             },
             Some(Item::Statement(Statement::Verdict(Verdict::RejectTcpReset))) => {
                 // nft prints `meta l4proto tcp reject with tcp reset` as the bare reject: the
@@ -50,7 +72,7 @@ pub(super) fn parse(expr: Option<&Json>, family: Family) -> Result<Rule, String>
                 items.push(Item::Statement(Statement::Verdict(Verdict::RejectTcpReset)));
             }
             Some(i) => items.push(i),
-            None => return Err(format!("expression {e}")),
+            None => return Err(ParseError::Unknown(e.clone())),
         }
     }
     let mut rule = unreadable();
@@ -58,11 +80,11 @@ pub(super) fn parse(expr: Option<&Json>, family: Family) -> Result<Rule, String>
         match i {
             Item::Match(m) if rule.statements.is_empty() => rule.matches.push(m),
             Item::Statement(s) => rule.statements.push(s),
-            _ => return Err("a match after a statement".into()),
+            _ => return Err(ParseError::MatchAfterStatement),
         }
     }
     if rule.matches.is_empty() && rule.statements.is_empty() {
-        return Err("an empty rule".into());
+        return Err(ParseError::Empty);
     }
     Ok(rule)
 }

@@ -45,3 +45,29 @@ fn a_dump_that_is_not_nft_json_is_an_error() {
     assert!(parse("Error: nope", Family::Ip).is_err());
     assert!(parse("{}", Family::Ip).is_err());
 }
+
+#[test]
+fn why_a_rule_is_not_ours_is_named() {
+    use rule::ParseError;
+    use serde_json::json;
+    let parse = |expr: Json| rule::parse(Some(&expr), Family::Ip);
+    assert_eq!(
+        rule::parse(None, Family::Ip),
+        Err(ParseError::NoExpressions)
+    );
+    assert_eq!(parse(json!([])), Err(ParseError::Empty));
+    let counter = json!({"counter": {"packets": 0, "bytes": 0}});
+    let unknown = parse(json!([counter])).unwrap_err();
+    assert_eq!(unknown, ParseError::Unknown(counter.clone()));
+    assert_eq!(unknown.to_string(), format!("expression {counter}"));
+    assert_eq!(
+        parse(json!([{"dnat": {"addr": "10.0.0.1", "port": 80}}])),
+        Err(ParseError::DnatWithoutProtocol)
+    );
+    let new = json!({"match": {"op": "==", "left": {"ct": {"key": "state"}}, "right": "new"}});
+    assert!(parse(json!([new])).is_ok());
+    assert_eq!(
+        parse(json!([{"accept": null}, new])),
+        Err(ParseError::MatchAfterStatement)
+    );
+}

@@ -18,22 +18,38 @@ enum Item {
     Statement(Statement),
 }
 
+/// Why an expression list is not a rule we make.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DecodeError {
+    /// The expression that starts no match or statement we make (the list from it on is
+    /// none of ours).
+    #[error("{0:?}")]
+    Unknown(Expr),
+    /// A match after a statement: nft evaluates in order, and our rules match first.
+    #[error("a match after a statement")]
+    MatchAfterStatement,
+    /// No expressions: no rule of ours is empty.
+    #[error("an empty rule")]
+    Empty,
+}
+
 /// The typed rule of an expression list, or why it is not one we make.
-pub fn decode(family: Family, exprs: &[Expr]) -> Result<Rule, String> {
+pub fn decode(family: Family, exprs: &[Expr]) -> Result<Rule, DecodeError> {
     let l = Layout { family };
     let mut rule = Rule::new(Vec::new(), Vec::new());
     let mut i = 0;
     while i < exprs.len() {
-        let (item, used) = item(l, &exprs[i..]).ok_or_else(|| format!("{:?}", exprs[i]))?;
+        let (item, used) =
+            item(l, &exprs[i..]).ok_or_else(|| DecodeError::Unknown(exprs[i].clone()))?;
         match item {
             Item::Match(m) if rule.statements.is_empty() => rule.matches.push(m),
             Item::Statement(s) => rule.statements.push(s),
-            Item::Match(_) => return Err("a match after a statement".into()),
+            Item::Match(_) => return Err(DecodeError::MatchAfterStatement),
         }
         i += used;
     }
     if rule.matches.is_empty() && rule.statements.is_empty() {
-        return Err("an empty rule".into());
+        return Err(DecodeError::Empty);
     }
     Ok(rule)
 }

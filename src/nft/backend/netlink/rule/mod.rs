@@ -14,7 +14,7 @@ use crate::nft::Name;
 use crate::nft::ruleset::{CtState, Family, Field, Match, Rule, Statement, Verdict};
 
 mod decode;
-pub use decode::decode;
+pub use decode::{DecodeError, decode};
 
 /// IFNAMSIZ: an exact interface name is compared with its NUL padding.
 pub(super) const IFNAMSIZ: usize = 16;

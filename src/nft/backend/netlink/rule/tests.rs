@@ -133,3 +133,23 @@ proptest! {
         prop_assert_eq!(decode(family, &exprs), Ok(rule));
     }
 }
+
+#[test]
+fn why_an_expression_list_is_not_ours_is_named() {
+    use super::DecodeError;
+    use crate::nft::backend::netlink::expr::Expr;
+    let family = Family::Ip;
+    assert_eq!(decode(family, &[]), Err(DecodeError::Empty));
+    let never = Expr::Masq { flags: 0 };
+    let unknown = decode(family, std::slice::from_ref(&never)).unwrap_err();
+    assert_eq!(unknown, DecodeError::Unknown(never.clone()));
+    assert_eq!(unknown.to_string(), format!("{never:?}"));
+    let accept = Rule::new(Vec::new(), vec![Statement::Verdict(Verdict::Accept)]);
+    let new = Rule::new(vec![Match::CtState(CtState::New)], Vec::new());
+    let mut exprs = encode(family, &accept, &|_| false);
+    exprs.extend(encode(family, &new, &|_| false));
+    assert_eq!(
+        decode(family, &exprs),
+        Err(DecodeError::MatchAfterStatement)
+    );
+}
