@@ -12,6 +12,8 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+use crate::cluster::limits::shown;
+
 /// The scheduler of every virtual service of the Service.
 pub const ANNOTATION: &str = "ipvs.kube-proxy-rs.io/scheduler";
 /// Its flags, comma-separated.
@@ -36,23 +38,54 @@ pub struct SchedulerChoice {
     pub port: bool,
 }
 
+/// Why a Service's scheduler annotations are refused: the warning (and Event) text, naming
+/// the annotation and what it accepts. A value from the object is shown quoted and cut short.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Invalid {
+    /// The flags annotation without the scheduler it is for.
+    #[error("{} without {}; ignored", ANNOTATION_FLAGS, ANNOTATION)]
+    FlagsAlone,
+    /// A scheduler name Linux does not ship.
+    #[error(
+        "{} {} is not a scheduler: one of {}; the node's scheduler is used",
+        ANNOTATION,
+        shown(.name),
+        SCHEDULERS.join(", ")
+    )]
+    Scheduler { name: String },
+    /// Flags for a scheduler that takes none (only `sh` and `mh` do).
+    #[error(
+        "{} is only for sh and mh, not {scheduler}; the node's scheduler is used",
+        ANNOTATION_FLAGS
+    )]
+    NoFlags { scheduler: &'static str },
+    /// A flag that is not the scheduler's own.
+    #[error(
+        "{} {} is not {scheduler}-fallback or {scheduler}-port; the node's scheduler is used",
+        ANNOTATION_FLAGS,
+        shown(.flag)
+    )]
+    Flag {
+        scheduler: &'static str,
+        flag: String,
+    },
+}
+
 /// The Service's choice from its annotations: `Ok(None)` without one, `Err(why)` when invalid.
 pub fn parse(
     annotations: Option<&BTreeMap<String, String>>,
-) -> Result<Option<SchedulerChoice>, String> {
+) -> Result<Option<SchedulerChoice>, Invalid> {
     let get = |k: &str| annotations.and_then(|a| a.get(k)).map(|v| v.trim());
     let Some(raw) = get(ANNOTATION) else {
         return match get(ANNOTATION_FLAGS) {
-            Some(_) => Err(format!("{ANNOTATION_FLAGS} without {ANNOTATION}; ignored")),
+            Some(_) => Err(Invalid::FlagsAlone),
             None => Ok(None),
         };
     };
     let Some(name) = SCHEDULERS.iter().copied().find(|s| *s == raw) else {
-        return Err(format!(
-            "{ANNOTATION} {} is not a scheduler: one of {}; the node's scheduler is used",
-            crate::cluster::limits::shown(raw),
-            SCHEDULERS.join(", ")
-        ));
+        return Err(Invalid::Scheduler {
+            name: raw.to_owned(),
+        });
     };
     let mut choice = SchedulerChoice {
         name,
@@ -63,9 +96,7 @@ pub fn parse(
         return Ok(Some(choice));
     };
     if name != "sh" && name != "mh" {
-        return Err(format!(
-            "{ANNOTATION_FLAGS} is only for sh and mh, not {name}; the node's scheduler is used"
-        ));
+        return Err(Invalid::NoFlags { scheduler: name });
     }
     choice.port = false;
     for flag in flags.split(',').map(str::trim).filter(|f| !f.is_empty()) {
@@ -73,10 +104,10 @@ pub fn parse(
             Some("fallback") => choice.fallback = true,
             Some("port") => choice.port = true,
             _ => {
-                return Err(format!(
-                    "{ANNOTATION_FLAGS} {} is not {name}-fallback or {name}-port; the node's scheduler is used",
-                    crate::cluster::limits::shown(flag)
-                ));
+                return Err(Invalid::Flag {
+                    scheduler: name,
+                    flag: flag.to_owned(),
+                });
             }
         }
     }
@@ -87,7 +118,7 @@ pub fn parse(
 mod tests {
     use super::*;
 
-    fn with(pairs: &[(&str, &str)]) -> Result<Option<SchedulerChoice>, String> {
+    fn with(pairs: &[(&str, &str)]) -> Result<Option<SchedulerChoice>, Invalid> {
         let map: BTreeMap<String, String> = pairs
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -140,13 +171,30 @@ mod tests {
                 "is not a scheduler",
             ),
         ] {
-            let err = with(&pairs).expect_err(says);
+            let err = with(&pairs).expect_err(says).to_string();
             assert!(err.contains(says), "{err}");
             assert!(err.contains("ipvs.kube-proxy-rs.io/"), "{err}");
             assert!(!err.contains('\n'), "{err:?}");
         }
+        assert_eq!(
+            with(&[(ANNOTATION_FLAGS, "mh-port")])
+                .unwrap_err()
+                .to_string(),
+            "ipvs.kube-proxy-rs.io/scheduler-flags without ipvs.kube-proxy-rs.io/scheduler; ignored"
+        );
+        assert_eq!(
+            with(&[(ANNOTATION, "sh"), (ANNOTATION_FLAGS, "mh-port")])
+                .unwrap_err()
+                .to_string(),
+            "ipvs.kube-proxy-rs.io/scheduler-flags \"mh-port\" is not sh-fallback or sh-port; \
+             the node's scheduler is used"
+        );
+        assert_eq!(
+            with(&[(ANNOTATION, "rr"), (ANNOTATION_FLAGS, "sh-port")]),
+            Err(Invalid::NoFlags { scheduler: "rr" })
+        );
         let long = "x".repeat(10_000);
-        let err = with(&[(ANNOTATION, &long)]).unwrap_err();
+        let err = with(&[(ANNOTATION, &long)]).unwrap_err().to_string();
         assert!(err.len() < 400, "{} bytes", err.len());
     }
 }

@@ -83,7 +83,7 @@ pub fn convert(svc: &Service, names: &mut Interner, warnings: &mut Vec<Warning>)
         Err(why) => {
             let mut w = Warning::new(
                 &format!("service {}/{}", shown_name(namespace), shown_name(name)),
-                why,
+                why.to_string(),
             );
             let named = limits::is_dns_label(namespace) && limits::is_dns_label(name);
             w.event = named.then(|| EventTarget {

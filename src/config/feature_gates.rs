@@ -9,7 +9,7 @@
 
 use std::collections::BTreeMap;
 
-use super::validate::go_bool;
+use super::validate::{Invalid, go_bool};
 
 /// Maturity of a gate; `AllAlpha` / `AllBeta` switch the unlocked gates of that stage.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -126,14 +126,14 @@ pub fn resolve(
 
 /// Parses `--feature-gates` entries `Name=bool` (already split on commas), accepting the
 /// spellings Go's `strconv.ParseBool` accepts. Later entries win, as with pflag.
-pub fn parse_pairs(entries: &[String]) -> Result<BTreeMap<String, bool>, String> {
+pub fn parse_pairs(entries: &[String]) -> Result<BTreeMap<String, bool>, Invalid> {
     let mut out = BTreeMap::new();
     for entry in entries.iter().map(|e| e.trim()).filter(|e| !e.is_empty()) {
         let (name, value) = entry
             .split_once('=')
-            .ok_or_else(|| format!("{entry:?} is not Name=true or Name=false"))?;
-        let value =
-            go_bool(value.trim()).map_err(|_| format!("{entry:?}: value must be true or false"))?;
+            .ok_or_else(|| Invalid(format!("{entry:?} is not Name=true or Name=false")))?;
+        let value = go_bool(value.trim())
+            .map_err(|_| Invalid(format!("{entry:?}: value must be true or false")))?;
         out.insert(name.trim().to_owned(), value);
     }
     Ok(out)

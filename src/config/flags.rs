@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use clap::Args;
 
-use super::validate::go_bool;
+use super::validate::{Invalid, go_bool};
 use super::{duration, go_values};
 
 /// Parses a Go duration for clap (`30s`, `1m`, `2h22m`).
@@ -21,22 +21,26 @@ fn go_duration(text: &str) -> Result<Duration, duration::ParseError> {
 }
 
 /// Parses a whole number as pflag does, for clap.
-fn go_int(text: &str) -> Result<i64, String> {
+fn go_int(text: &str) -> Result<i64, Invalid> {
     go_values::int(text)
 }
 
 /// Parses a number as pflag does, for clap.
-fn go_float(text: &str) -> Result<f64, String> {
+fn go_float(text: &str) -> Result<f64, Invalid> {
     go_values::float(text)
 }
 
 /// Parses `-v`'s level for clap: 0 to 2^31 - 1, as component-base's.
-fn verbosity(text: &str) -> Result<u32, String> {
+fn verbosity(text: &str) -> Result<u32, Invalid> {
     go_values::int(text)
         .ok()
         .and_then(|v| u32::try_from(v).ok())
         .filter(|v| i32::try_from(*v).is_ok())
-        .ok_or_else(|| format!("must be a whole number from 0 to 2147483647, got {text:?}"))
+        .ok_or_else(|| {
+            Invalid(format!(
+                "must be a whole number from 0 to 2147483647, got {text:?}"
+            ))
+        })
 }
 
 /// Upstream kube-proxy's flags (and `--manifests`). `None`: not given on the command line.

@@ -18,7 +18,7 @@ use super::{feature_gates, validate};
 
 /// Attaches the field path to a validation message.
 fn field<T>(path: &str, result: validate::Result<T>) -> Result<T, FieldError> {
-    result.map_err(|message| FieldError::new(path, message))
+    result.map_err(|invalid| FieldError::new(path, invalid.0))
 }
 
 /// A duration upstream defaults when absent or zero.

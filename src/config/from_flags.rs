@@ -208,8 +208,7 @@ pub fn config(flags: &Flags, warnings: &mut Vec<Warning>) -> Result<Config, Erro
     if metrics_port == Some(0) {
         return Err(Error::Flag {
             flag: "metrics-port",
-            message: "0 would leave the metrics server without an address; give 1 to 65535"
-                .to_owned(),
+            message: "0 would leave the metrics server without an address; give 1 to 65535".into(),
         });
     }
     c.bind_address_hard_fail = flags.bind_address_hard_fail.unwrap_or(false);
@@ -227,7 +226,7 @@ pub fn config(flags: &Flags, warnings: &mut Vec<Warning>) -> Result<Config, Erro
         c.feature_gates =
             feature_gates::resolve(&requested).map_err(|(gate, message)| Error::Flag {
                 flag: "feature-gates",
-                message: format!("{gate}: {message}"),
+                message: validate::Invalid(format!("{gate}: {message}")),
             })?;
     }
     Ok(c)

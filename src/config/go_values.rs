@@ -5,14 +5,17 @@
 //! Each parser returns the value or one lower-case line saying what is accepted, without the
 //! flag's name; clap adds the flag. Pure: no I/O.
 
-/// A message saying what is accepted.
-pub type Result<T> = std::result::Result<T, String>;
+pub use super::validate::{Invalid, Result};
 
 /// A whole number as pflag's integer flags read it (`strconv.ParseInt` with base 0): decimal,
 /// `0x` hexadecimal, `0o` or leading-`0` octal, `0b` binary, an optional sign, and `_` between
 /// digits after a base prefix.
 pub fn int(text: &str) -> Result<i64> {
-    let wrong = || format!("must be a whole number such as 10 or -999, got {text:?}");
+    let wrong = || {
+        Invalid(format!(
+            "must be a whole number such as 10 or -999, got {text:?}"
+        ))
+    };
     let (negative, unsigned) = match text.as_bytes().first() {
         Some(b'-') => (true, &text[1..]),
         Some(b'+') => (false, &text[1..]),
@@ -40,13 +43,13 @@ pub fn int(text: &str) -> Result<i64> {
     }
     let magnitude = i128::from_str_radix(&digits, radix).map_err(|_| wrong())?;
     let value = if negative { -magnitude } else { magnitude };
-    i64::try_from(value).map_err(|_| format!("is out of range, got {text:?}"))
+    i64::try_from(value).map_err(|_| Invalid(format!("is out of range, got {text:?}")))
 }
 
 /// A number as pflag's float flags read it (`strconv.ParseFloat`): `5`, `0.5`, `1e3`.
 pub fn float(text: &str) -> Result<f64> {
     text.parse::<f64>()
-        .map_err(|_| format!("must be a number such as 5 or 0.5, got {text:?}"))
+        .map_err(|_| Invalid(format!("must be a number such as 5 or 0.5, got {text:?}")))
 }
 
 /// One `--vmodule` entry: a file pattern and its verbosity.
@@ -64,7 +67,11 @@ pub fn vmodule(text: &str) -> Result<Vec<VModuleItem>> {
     text.split(',')
         .filter(|entry| !entry.is_empty())
         .map(|entry| {
-            let wrong = || format!("must be pattern=N entries separated by commas, got {entry:?}");
+            let wrong = || {
+                Invalid(format!(
+                    "must be pattern=N entries separated by commas, got {entry:?}"
+                ))
+            };
             let (pattern, level) = entry.split_once('=').ok_or_else(wrong)?;
             if pattern.is_empty() || level.is_empty() || level.contains('=') {
                 return Err(wrong());
@@ -73,7 +80,11 @@ pub fn vmodule(text: &str) -> Result<Vec<VModuleItem>> {
                 .parse::<u32>()
                 .ok()
                 .filter(|v| i32::try_from(*v).is_ok())
-                .ok_or_else(|| format!("the verbosity in {entry:?} must be 0 to 2147483647"))?;
+                .ok_or_else(|| {
+                    Invalid(format!(
+                        "the verbosity in {entry:?} must be 0 to 2147483647"
+                    ))
+                })?;
             Ok(VModuleItem {
                 file_pattern: pattern.to_owned(),
                 verbosity,
@@ -85,8 +96,11 @@ pub fn vmodule(text: &str) -> Result<Vec<VModuleItem>> {
 /// A Kubernetes resource quantity (`512`, `1k`, `2Ki`, `1.5M`, `3e6`), as the
 /// `--log-*-info-buffer-size` flags take; returned as written.
 pub fn quantity(text: &str) -> Result<String> {
-    let wrong =
-        || format!("must be a quantity such as 512, 1k, 2Ki, 5Mi or 3e6 (bytes), got {text:?}");
+    let wrong = || {
+        Invalid(format!(
+            "must be a quantity such as 512, 1k, 2Ki, 5Mi or 3e6 (bytes), got {text:?}"
+        ))
+    };
     let unsigned = text.strip_prefix(['+', '-']).unwrap_or(text);
     let number_end = unsigned
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
@@ -135,14 +149,18 @@ mod tests {
         }
         assert_eq!(
             int("fast"),
-            Err("must be a whole number such as 10 or -999, got \"fast\"".to_owned())
+            Err(Invalid(
+                "must be a whole number such as 10 or -999, got \"fast\"".to_owned()
+            ))
         );
         for bad in ["", "-", "1.5", "08", "0x", "1e3", " 1"] {
             assert!(int(bad).is_err(), "{bad:?}");
         }
         assert_eq!(
             int("99999999999999999999"),
-            Err("is out of range, got \"99999999999999999999\"".to_owned())
+            Err(Invalid(
+                "is out of range, got \"99999999999999999999\"".to_owned()
+            ))
         );
     }
 
@@ -153,7 +171,9 @@ mod tests {
         assert_eq!(float("1e3"), Ok(1000.0));
         assert_eq!(
             float("fast"),
-            Err("must be a number such as 5 or 0.5, got \"fast\"".to_owned())
+            Err(Invalid(
+                "must be a number such as 5 or 0.5, got \"fast\"".to_owned()
+            ))
         );
     }
 

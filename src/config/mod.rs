@@ -45,6 +45,7 @@ pub use model::{
     NftablesEncoder, NodePortAddresses, ProxyMode, Userspace, WinKernel,
 };
 pub use render::render;
+pub use validate::Invalid;
 
 /// Why the flags or the file cannot be used. `Display` is one lower-case line naming the flag
 /// or the field path and saying what is accepted.
@@ -69,7 +70,7 @@ pub enum Error {
         /// Flag name without dashes, e.g. `iptables-masquerade-bit`.
         flag: &'static str,
         /// What is wrong and what is accepted.
-        message: String,
+        message: validate::Invalid,
     },
 }
 
@@ -255,7 +256,7 @@ fn apply_always(flags: &Flags, c: &mut Config) -> Result<(), Error> {
     let limit = |flag: &'static str, value: i64| {
         validate::count(value)
             .and_then(|n| match n {
-                0 => Err("must be 1 or more, got 0".to_owned()),
+                0 => Err("must be 1 or more, got 0".into()),
                 n => Ok(n),
             })
             .map_err(|message| Error::Flag { flag, message })
@@ -274,7 +275,7 @@ fn apply_always(flags: &Flags, c: &mut Config) -> Result<(), Error> {
     if let Some(name) = flags.hostname_override.as_deref().filter(|n| !n.is_empty()) {
         c.hostname_override = Some(validate::hostname(name).ok_or(Error::Flag {
             flag: "hostname-override",
-            message: "must not be blank".to_owned(),
+            message: "must not be blank".into(),
         })?);
     }
     apply_logging(flags, &mut c.logging)

@@ -14,8 +14,27 @@ use ipnet::IpNet;
 use super::duration;
 use super::model::{DetectLocalMode, LogFormat, NftablesEncoder, NodePortAddresses, ProxyMode};
 
-/// A message saying what is accepted.
-pub type Result<T> = std::result::Result<T, String>;
+/// A value a setting does not accept: one lower-case line saying what is wrong and what is
+/// accepted, without the setting's name. The front ends name it: [`super::Error::Flag`] with
+/// the flag, [`super::Error::File`] with the field path, clap with the flag it parses.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Invalid(pub String);
+
+impl From<String> for Invalid {
+    fn from(text: String) -> Invalid {
+        Invalid(text)
+    }
+}
+
+impl From<&str> for Invalid {
+    fn from(text: &str) -> Invalid {
+        Invalid(text.to_owned())
+    }
+}
+
+/// A setting's typed value, or why it is not accepted.
+pub type Result<T> = std::result::Result<T, Invalid>;
 
 /// A boolean spelled as Go's `strconv.ParseBool` accepts (`true`, `false`, `1`, `0`, `t`, `F`...),
 /// as pflag and `--feature-gates` do.
@@ -23,7 +42,7 @@ pub fn go_bool(text: &str) -> Result<bool> {
     match text {
         "1" | "t" | "T" | "true" | "TRUE" | "True" => Ok(true),
         "0" | "f" | "F" | "false" | "FALSE" | "False" => Ok(false),
-        other => Err(format!("must be true or false, got {other:?}")),
+        other => Err(Invalid(format!("must be true or false, got {other:?}"))),
     }
 }
 
@@ -38,11 +57,11 @@ pub fn proxy_mode(text: &str) -> Result<Option<ProxyMode>> {
         "ebpf" => Ok(Some(ProxyMode::Ebpf)),
         "kernelspace" => Err(
             "kernelspace is the windows proxy mode; on linux use iptables, ipvs, nftables, userspace or ebpf"
-                .to_owned(),
+                .into(),
         ),
-        other => Err(format!(
+        other => Err(Invalid(format!(
             "must be iptables, ipvs, nftables, userspace, ebpf or empty (iptables), got {other:?}"
-        )),
+        ))),
     }
 }
 
@@ -61,10 +80,10 @@ pub fn detect_local_mode(text: &str) -> Result<Option<DetectLocalMode>> {
         .find(|m| m.as_str() == text)
         .map(Some)
         .ok_or_else(|| {
-            format!(
+            Invalid(format!(
                 "must be ClusterCIDR, NodeCIDR, BridgeInterface, InterfaceNamePrefix or empty \
                  (ClusterCIDR), got {text:?}"
-            )
+            ))
         })
 }
 
@@ -74,9 +93,9 @@ pub fn content_type(text: &str) -> Result<String> {
     match text {
         "" => Ok(super::defaults::CONTENT_TYPE.to_owned()),
         "application/vnd.kubernetes.protobuf" | "application/json" => Ok(text.to_owned()),
-        other => Err(format!(
+        other => Err(Invalid(format!(
             "must be application/vnd.kubernetes.protobuf or application/json, got {other:?}"
-        )),
+        ))),
     }
 }
 
@@ -85,7 +104,7 @@ pub fn log_format(text: &str) -> Result<LogFormat> {
     match text {
         "" | "text" => Ok(LogFormat::Text),
         "json" => Ok(LogFormat::Json),
-        other => Err(format!("must be text or json, got {other:?}")),
+        other => Err(Invalid(format!("must be text or json, got {other:?}"))),
     }
 }
 
@@ -94,7 +113,7 @@ pub fn nftables_encoder(text: &str) -> Result<NftablesEncoder> {
     match text {
         "netlink" => Ok(NftablesEncoder::Netlink),
         "nft" => Ok(NftablesEncoder::Nft),
-        other => Err(format!("must be netlink or nft, got {other:?}")),
+        other => Err(Invalid(format!("must be netlink or nft, got {other:?}"))),
     }
 }
 
@@ -103,7 +122,9 @@ pub fn in_range(value: i64, lo: i64, hi: i64) -> Result<i64> {
     if (lo..=hi).contains(&value) {
         Ok(value)
     } else {
-        Err(format!("must be between {lo} and {hi}, got {value}"))
+        Err(Invalid(format!(
+            "must be between {lo} and {hi}, got {value}"
+        )))
     }
 }
 
@@ -120,9 +141,9 @@ pub fn oom_score_adj(value: i64) -> Result<i32> {
 /// Counts that must not be negative (`burst`, `conntrack.min`, ...).
 pub fn count(value: i64) -> Result<u32> {
     if value < 0 {
-        return Err(format!("must be 0 or more, got {value}"));
+        return Err(Invalid(format!("must be 0 or more, got {value}")));
     }
-    u32::try_from(value).map_err(|_| format!("must be at most {}, got {value}", u32::MAX))
+    u32::try_from(value).map_err(|_| Invalid(format!("must be at most {}, got {value}", u32::MAX)))
 }
 
 /// `clientConnection.qps` / `--kube-api-qps`: finite and not negative.
@@ -130,14 +151,14 @@ pub fn qps(value: f64) -> Result<f32> {
     if value.is_finite() && value >= 0.0 && value <= f64::from(f32::MAX) {
         Ok(value as f32)
     } else {
-        Err(format!("must be a number 0 or more, got {value}"))
+        Err(Invalid(format!("must be a number 0 or more, got {value}")))
     }
 }
 
 /// Periods that must be longer than zero (`syncPeriod`, `configSyncPeriod`).
 pub fn positive(value: Duration) -> Result<Duration> {
     if value.is_zero() {
-        Err("must be greater than 0s".to_owned())
+        Err("must be greater than 0s".into())
     } else {
         Ok(value)
     }
@@ -146,11 +167,11 @@ pub fn positive(value: Duration) -> Result<Duration> {
 /// `syncPeriod` must not be shorter than `minSyncPeriod`; the message names the latter as `min`.
 pub fn sync_covers_min(sync: Duration, min: Duration, min_name: &str) -> Result<()> {
     if sync < min {
-        Err(format!(
+        Err(Invalid(format!(
             "must be at least {min_name} ({}), got {}",
             duration::format(min),
             duration::format(sync)
-        ))
+        )))
     } else {
         Ok(())
     }
@@ -158,8 +179,11 @@ pub fn sync_covers_min(sync: Duration, min: Duration, min_name: &str) -> Result<
 
 /// `bindAddress` / `--bind-address`: one IP address.
 pub fn ip(text: &str) -> Result<IpAddr> {
-    IpAddr::from_str(text.trim())
-        .map_err(|_| format!("must be an ip address (e.g. 0.0.0.0 or ::), got {text:?}"))
+    IpAddr::from_str(text.trim()).map_err(|_| {
+        Invalid(format!(
+            "must be an ip address (e.g. 0.0.0.0 or ::), got {text:?}"
+        ))
+    })
 }
 
 /// Server addresses: `ip:port` or `[ipv6]:port`, port 1 to 65535; a bare IP gets
@@ -170,12 +194,14 @@ pub fn host_port(text: &str, default_port: u16) -> Result<SocketAddr> {
         return Ok(SocketAddr::new(ip, default_port));
     }
     let addr = SocketAddr::from_str(text).map_err(|_| {
-        format!(
+        Invalid(format!(
             "must be ip:port (e.g. 0.0.0.0:{default_port} or [::]:{default_port}), got {text:?}"
-        )
+        ))
     })?;
     if addr.port() == 0 {
-        return Err(format!("port must be between 1 and 65535, got {text:?}"));
+        return Err(Invalid(format!(
+            "port must be between 1 and 65535, got {text:?}"
+        )));
     }
     Ok(addr)
 }
@@ -184,7 +210,11 @@ pub fn host_port(text: &str, default_port: u16) -> Result<SocketAddr> {
 pub fn cidr(text: &str) -> Result<IpNet> {
     IpNet::from_str(text.trim())
         .map(|net| net.trunc())
-        .map_err(|_| format!("must be a cidr (e.g. 10.244.0.0/16 or fd00:10::/56), got {text:?}"))
+        .map_err(|_| {
+            Invalid(format!(
+                "must be a cidr (e.g. 10.244.0.0/16 or fd00:10::/56), got {text:?}"
+            ))
+        })
 }
 
 /// A list of CIDRs (`ipvs.excludeCIDRs`).
@@ -208,9 +238,9 @@ pub fn cluster_cidrs(text: &str) -> Result<Vec<IpNet>> {
     match nets.as_slice() {
         [_] => Ok(nets),
         [a, b] if dual(a, b) => Ok(nets),
-        _ => Err(format!(
+        _ => Err(Invalid(format!(
             "must be one cidr or an ipv4,ipv6 pair (e.g. 10.244.0.0/16,fd00:10::/56), got {text:?}"
-        )),
+        ))),
     }
 }
 
@@ -227,10 +257,10 @@ pub fn node_port_addresses(entries: &[String]) -> Result<Option<NodePortAddresse
             "all" => out.all = true,
             _ => {
                 let net = IpNet::from_str(entry).map_err(|_| {
-                    format!(
+                    Invalid(format!(
                         "entries must be cidrs or the keywords primary, localhost, all, \
                          got {entry:?}"
-                    )
+                    ))
                 })?;
                 out.cidrs.push(net.trunc());
             }
@@ -245,8 +275,11 @@ pub fn port_range(text: &str) -> Result<()> {
     if text.is_empty() {
         return Ok(());
     }
-    let bad =
-        || format!("must be empty, a port, low-high or base+size (e.g. 30000-32767), got {text:?}");
+    let bad = || {
+        Invalid(format!(
+            "must be empty, a port, low-high or base+size (e.g. 30000-32767), got {text:?}"
+        ))
+    };
     let port = |s: &str| s.trim().parse::<u32>().map_err(|_| bad());
     let (low, high) = if let Some((a, b)) = text.split_once('-') {
         (port(a)?, port(b)?)
@@ -274,9 +307,9 @@ pub fn metrics_version(text: &str) -> Result<()> {
     if ok {
         Ok(())
     } else {
-        Err(format!(
+        Err(Invalid(format!(
             "must be empty or major.minor (e.g. 1.36), got {text:?}"
-        ))
+        )))
     }
 }
 
@@ -289,10 +322,10 @@ pub fn hostname(text: &str) -> Option<String> {
 /// The interface setting an interface-based detect-local mode needs must not be empty.
 pub fn interface(value: &str, mode: DetectLocalMode) -> Result<()> {
     if value.trim().is_empty() {
-        Err(format!(
+        Err(Invalid(format!(
             "must not be empty when detect-local mode is {}",
             mode.as_str()
-        ))
+        )))
     } else {
         Ok(())
     }
@@ -428,7 +461,7 @@ mod tests {
             ),
         ];
         for (got, want) in cases {
-            let msg = got.expect_err(want);
+            let msg = got.expect_err(want).to_string();
             assert!(msg.starts_with(want), "{msg:?} vs {want:?}");
             assert!(!msg.contains('\n') && !msg.ends_with('.'), "{msg:?}");
         }
