@@ -158,7 +158,7 @@ fn flows(node: &NetNs, count: u32) -> Vec<String> {
     let (count, port) = (count.to_string(), PORT.to_string());
     match node.try_output("python3", &["-c", FLOWS, VIP, &port, &count]) {
         Ok(out) => out.lines().map(str::to_owned).collect(),
-        Err(e) => vec![e],
+        Err(e) => vec![e.to_string()],
     }
 }
 

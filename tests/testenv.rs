@@ -247,7 +247,9 @@ async fn upstream_kube_proxy_programs_nftables_in_a_netns() {
             if let Some(status) = kube_proxy.exited() {
                 panic!("kube-proxy exited ({status}):\n{}", kube_proxy.log_tail(30));
             }
-            let res = netns.try_output("nft", &["list", "table", "ip", "kube-proxy"]);
+            let res = netns
+                .try_output("nft", &["list", "table", "ip", "kube-proxy"])
+                .map_err(|e| e.to_string());
             let cluster_ip = cluster_ip.clone();
             async move {
                 let table = res?;

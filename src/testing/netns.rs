@@ -20,6 +20,44 @@ use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 
+/// Why a command run by [`NetNs::try_output`] did not succeed. Shown as the tool says it: the
+/// start's error, or the command's stderr.
+#[derive(Debug)]
+pub enum RunError {
+    /// It could not be started.
+    Spawn(std::io::Error),
+    /// It ran and failed.
+    Failed {
+        status: std::process::ExitStatus,
+        stderr: String,
+    },
+}
+
+impl RunError {
+    /// `out`'s stdout when the command succeeded.
+    fn check(out: Output) -> Result<String, RunError> {
+        if out.status.success() {
+            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        } else {
+            Err(RunError::Failed {
+                status: out.status,
+                stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+            })
+        }
+    }
+}
+
+impl std::fmt::Display for RunError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RunError::Spawn(e) => e.fmt(f),
+            RunError::Failed { stderr, .. } => f.write_str(stderr),
+        }
+    }
+}
+
+impl std::error::Error for RunError {}
+
 /// Fails the calling test unless it runs as root (network namespaces need it).
 pub fn require_root() {
     let uid = std::fs::read_to_string("/proc/self/status")
@@ -78,19 +116,15 @@ impl NetNs {
         checked(&cmd, out)
     }
 
-    /// Runs a command in the namespace; `Err(stderr)` on failure.
-    pub fn try_output(&self, program: &str, args: &[&str]) -> Result<String, String> {
+    /// Runs a command in the namespace; its stdout, or why it did not succeed.
+    pub fn try_output(&self, program: &str, args: &[&str]) -> Result<String, RunError> {
         let out = self
             .command(program)
             .args(args)
             .stdin(Stdio::null())
             .output()
-            .map_err(|e| e.to_string())?;
-        if out.status.success() {
-            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-        } else {
-            Err(String::from_utf8_lossy(&out.stderr).into_owned())
-        }
+            .map_err(RunError::Spawn)?;
+        RunError::check(out)
     }
 
     /// [`NetNs::try_output`] with `input` on the command's stdin: a refusal is what some tests
@@ -100,15 +134,10 @@ impl NetNs {
         program: &str,
         args: &[&str],
         input: &str,
-    ) -> Result<String, String> {
+    ) -> Result<String, RunError> {
         let mut cmd = self.command(program);
         cmd.args(args);
-        let out = output_with_stdin(&mut cmd, input);
-        if out.status.success() {
-            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-        } else {
-            Err(String::from_utf8_lossy(&out.stderr).into_owned())
-        }
+        RunError::check(output_with_stdin(&mut cmd, input))
     }
 
     pub fn exists(name: &str) -> bool {

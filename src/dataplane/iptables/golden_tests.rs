@@ -27,7 +27,11 @@ fn rulesets(node: &str, cfg: &ModeConfig) -> [Ruleset; 2] {
 }
 
 /// Runs `<family>-nft-restore --test --noflush` on `input` in `ns`; the tool's error on refusal.
-pub(super) fn restore_test(ns: &NetNs, family: IpFamily, input: &str) -> Result<(), String> {
+pub(super) fn restore_test(
+    ns: &NetNs,
+    family: IpFamily,
+    input: &str,
+) -> Result<(), crate::testing::netns::RunError> {
     let tool = match family {
         IpFamily::V4 => "iptables-nft-restore",
         IpFamily::V6 => "ip6tables-nft-restore",
