@@ -39,13 +39,40 @@ pub enum AskError {
     Failed(String),
 }
 
+/// Why the running proxy gave `status` (or `explain`) no answer.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Runtime(#[from] crate::cli::run::RuntimeError),
+    #[error(transparent)]
+    Ask(#[from] AskError),
+    /// The proxy answered with another code than 200; its answer's first line says why.
+    #[error("the proxy at {address} answered {code}: {line}")]
+    Answered {
+        address: SocketAddr,
+        code: u16,
+        line: String,
+    },
+}
+
+impl Error {
+    /// The answer `code` with `body` from the proxy at `address`, which is not 200.
+    pub fn answered(address: SocketAddr, code: u16, body: &str) -> Error {
+        Error::Answered {
+            address,
+            code,
+            line: body.lines().next().unwrap_or_default().to_owned(),
+        }
+    }
+}
+
 /// `status`: the running proxy's `/debug/status` for `service` (all when `None`) in `format`,
 /// asked at `config`'s metrics address.
 pub fn answer(
     config: &crate::config::Config,
     service: Option<&str>,
     format: crate::cli::OutputFormat,
-) -> Result<String, String> {
+) -> Result<String, Error> {
     let mut path = format!("{}?", crate::cli::debug::STATUS_PATH);
     if let Some(s) = service {
         // Checked by bad_service: only characters that need no escaping in a query.
@@ -58,11 +85,8 @@ pub fn answer(
     let runtime = crate::cli::run::runtime()?;
     match runtime.block_on(get(address, &path, Duration::from_secs(60))) {
         Ok((200, body)) => Ok(body),
-        Ok((code, body)) => Err(format!(
-            "the proxy at {address} answered {code}: {}",
-            body.lines().next().unwrap_or_default()
-        )),
-        Err(e) => Err(e.to_string()),
+        Ok((code, body)) => Err(Error::answered(address, code, &body)),
+        Err(e) => Err(e.into()),
     }
 }
 
