@@ -12,7 +12,7 @@ use futures::StreamExt as _;
 use futures::stream::BoxStream;
 use tokio::sync::watch;
 
-use super::observe::Observe;
+use super::observe::{Observe, ServeFailure};
 use super::{debug, events, host_setup, shutdown};
 use crate::cluster::source::{Event, api, interfaces, manifests};
 use crate::cluster::{Features, Tracker};
@@ -44,9 +44,11 @@ pub enum Error {
     Start(StartError),
     #[error(transparent)]
     Build(#[from] BuildError),
-    /// A health or metrics server could not serve, with `--bind-address-hard-fail`.
-    #[error("{0} (--bind-address-hard-fail)")]
-    HardFail(String),
+    /// A health or metrics server could not serve, with `--bind-address-hard-fail`. The flag
+    /// ends the line, after the failure and its causes, so the failure is told here rather
+    /// than as a `source` (which [`crate::causes::one_line`] would put after the flag).
+    #[error("{} (--bind-address-hard-fail)", crate::causes::one_line(.0))]
+    HardFail(ServeFailure),
     /// A tool refused to remove what `--cleanup` found; one entry per refusal.
     #[error("--cleanup: {}", .0.join("; "))]
     Cleanup(Vec<String>),
@@ -318,5 +320,30 @@ impl Proxy {
     /// Runs until the source ends (a manifest directory's watch can; the API source cannot).
     pub async fn run(self) {
         self.runner.run(self.events).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_hard_failure_keeps_the_servers_io_error_and_ends_its_line_with_the_flag() {
+        let failure = ServeFailure::Bind {
+            path: "/healthz",
+            address: "127.0.0.1:10256".parse().unwrap(),
+            cause: std::io::ErrorKind::AddrInUse.into(),
+        };
+        let cause = std::error::Error::source(&failure).expect("the bind's io error");
+        assert_eq!(
+            cause.downcast_ref::<std::io::Error>().map(|e| e.kind()),
+            Some(std::io::ErrorKind::AddrInUse)
+        );
+        let cause = cause.to_string();
+        let line = crate::causes::one_line(&Error::HardFail(failure));
+        assert_eq!(
+            line,
+            format!("cannot serve /healthz on 127.0.0.1:10256: {cause} (--bind-address-hard-fail)")
+        );
     }
 }
