@@ -5,6 +5,7 @@
 
 use std::process::ExitCode;
 
+use kube_proxy_rs::causes;
 use kube_proxy_rs::cli::{self, Cli, Command, configure};
 
 #[global_allocator]
@@ -82,12 +83,12 @@ fn main() -> ExitCode {
             let _ = e.print();
             return ExitCode::SUCCESS;
         }
-        Err(cli::parse::Stop::Invalid(line)) => return fail(line),
+        Err(cli::parse::Stop::Invalid(invalid)) => return fail(causes::one_line(&invalid)),
     };
     match command(cli) {
         Ok(Some(output)) => emit(&output),
         Ok(None) => ExitCode::SUCCESS,
-        Err(message) => fail(message),
+        Err(error) => fail(causes::one_line(&error)),
     }
 }
 
@@ -102,13 +103,13 @@ enum Todo {
 /// The command's steps, in the order their errors win: its own arguments, `--version`, the
 /// configuration (logging starts with it), `--write-config-to`, then the command itself. What
 /// it prints, if anything.
-fn command(cli: Cli) -> Result<Option<String>, String> {
+fn command(cli: Cli) -> Result<Option<String>, cli::Error> {
     let (flags, todo) = match cli.command {
         None => (cli.flags, Todo::Run),
         Some(Command::Plan(args)) => (args.flags, Todo::Plan(args.output)),
         Some(Command::Status(args)) => {
             if let Some(bad) = args.service.as_deref().and_then(cli::status::bad_service) {
-                return Err(format!("--{bad}"));
+                return Err(cli::Error::Service(bad));
             }
             (args.flags, Todo::Status(args.service, args.output))
         }
@@ -122,19 +123,28 @@ fn command(cli: Cli) -> Result<Option<String>, String> {
     }
     let config = configure::configure(&flags)?;
     if let Some(path) = &config.write_config_to {
-        return configure::write_config(path, &config).map(|()| None);
+        configure::write_config(path, &config)?;
+        return Ok(None);
     }
     let node = || configure::node_name(&config);
     let features = configure::features(&config);
     match todo {
-        Todo::Status(service, format) => {
-            cli::status::ask::answer(&config, service.as_deref(), format).map(Some)
+        Todo::Status(service, format) => Ok(Some(cli::status::ask::answer(
+            &config,
+            service.as_deref(),
+            format,
+        )?)),
+        Todo::Explain(asked) => Ok(Some(cli::explain::command::answer(
+            &config,
+            &node()?,
+            features,
+            &asked,
+        )?)),
+        Todo::Plan(format) => Ok(Some(cli::plan(&config, &node()?, features, format)?)),
+        Todo::Run => {
+            cli::run::run(&config, &node()?, features)?;
+            Ok(None)
         }
-        Todo::Explain(asked) => {
-            cli::explain::command::answer(&config, &node()?, features, &asked).map(Some)
-        }
-        Todo::Plan(format) => cli::plan(&config, &node()?, features, format).map(Some),
-        Todo::Run => cli::run::run(&config, &node()?, features).map(|()| None),
     }
 }
 

@@ -76,6 +76,24 @@ pub struct Handles {
 
 type Shared = Handles;
 
+/// Why an endpoint refuses a request (400): one line naming the parameter, or why the packet
+/// cannot be explained.
+#[derive(Debug, thiserror::Error)]
+enum Refused {
+    #[error("output: expected table or json")]
+    Output,
+    #[error("query: longer than {MAX_QUERY} bytes")]
+    TooLong,
+    #[error("to: required (ADDRESS:PORT[/tcp|udp|sctp])")]
+    NoDestination,
+    #[error(transparent)]
+    Request(#[from] explain::request::Error),
+    #[error(transparent)]
+    Service(#[from] status::BadService),
+    #[error(transparent)]
+    Explain(#[from] explain::live::Error),
+}
+
 /// The debug routes, to merge into the metrics server's.
 pub fn router(handles: Handles) -> Router {
     Router::new()
@@ -155,7 +173,7 @@ async fn explain_one(State(s): State<Shared>, Query(q): Params) -> Response {
         Err(e) => return bad_request(e),
     };
     let Some(to) = q.get("to") else {
-        return bad_request("to: required (ADDRESS:PORT[/tcp|udp|sctp])".into());
+        return bad_request(Refused::NoDestination);
     };
     let request = match Request::parse(
         to,
@@ -163,7 +181,7 @@ async fn explain_one(State(s): State<Shared>, Query(q): Params) -> Response {
         q.get("in_interface").map(String::as_str),
     ) {
         Ok(r) => r,
-        Err(e) => return bad_request(e.to_string()),
+        Err(e) => return bad_request(e.into()),
     };
     let Some(snapshot) = s.peek.snapshot().await else {
         return unavailable();
@@ -195,7 +213,7 @@ async fn explain_one(State(s): State<Shared>, Query(q): Params) -> Response {
     .await;
     match answer {
         Ok(Ok(body)) => typed(json, body),
-        Ok(Err(e)) => bad_request(e),
+        Ok(Err(e)) => bad_request(e.into()),
         Err(_) => (StatusCode::INTERNAL_SERVER_ERROR, "explain failed\n").into_response(),
     }
 }
@@ -210,7 +228,7 @@ async fn status_all(State(s): State<Shared>, Query(q): Params) -> Response {
     };
     let service = q.get("service").cloned();
     if let Some(bad) = service.as_deref().and_then(status::bad_service) {
-        return bad_request(bad);
+        return bad_request(bad.into());
     }
     let Some(snapshot) = s.peek.snapshot().await else {
         return unavailable();
@@ -221,8 +239,7 @@ async fn status_all(State(s): State<Shared>, Query(q): Params) -> Response {
     };
     let config = s.config.clone();
     let answer = tokio::task::spawn_blocking(move || {
-        let (planned, node) = explain::live::plan_on_node(&config, &snapshot, false)
-            .map_err(|e| crate::causes::one_line(&e))?;
+        let (planned, node) = explain::live::plan_on_node(&config, &snapshot, false)?;
         // A family whose rules cannot be read (no ip6tables on the host, say) is shown as
         // planned, and the drift says why; the table fails only when neither can be read.
         let mut drift: Vec<String> = Vec::new();
@@ -231,8 +248,8 @@ async fn status_all(State(s): State<Shared>, Query(q): Params) -> Response {
             match explain::live::read_family(&config, &snapshot, planned.as_ref(), f, None) {
                 Ok(r) => Some(r),
                 Err(e) => {
-                    let e = crate::causes::one_line(&e);
-                    drift.push(format!("{f} rules not read (shown as planned): {e}"));
+                    let why = crate::causes::one_line(&e);
+                    drift.push(format!("{f} rules not read (shown as planned): {why}"));
                     failed.push(e);
                     None
                 }
@@ -256,7 +273,7 @@ async fn status_all(State(s): State<Shared>, Query(q): Params) -> Response {
             runtime: &runtime,
             service: service.as_deref(),
         });
-        Ok::<_, String>(if json {
+        Ok::<_, crate::dataplane::inspect::Error>(if json {
             status::render::json(&status)
         } else {
             status::render::text(&status, service.is_some())
@@ -265,23 +282,27 @@ async fn status_all(State(s): State<Shared>, Query(q): Params) -> Response {
     .await;
     match answer {
         Ok(Ok(body)) => typed(json, body),
-        Ok(Err(e)) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")).into_response(),
+        Ok(Err(e)) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("{}\n", crate::causes::one_line(&e)),
+        )
+            .into_response(),
         Err(_) => (StatusCode::INTERNAL_SERVER_ERROR, "status failed\n").into_response(),
     }
 }
 
 /// Whether `output=json` was asked for.
-fn output(q: &HashMap<String, String>) -> Result<bool, String> {
+fn output(q: &HashMap<String, String>) -> Result<bool, Refused> {
     match q.get("output").map(String::as_str) {
         None | Some("table" | "text") => Ok(false),
         Some("json") => Ok(true),
-        Some(_) => Err("output: expected table or json".into()),
+        Some(_) => Err(Refused::Output),
     }
 }
 
 fn too_long(q: &HashMap<String, String>) -> Option<Response> {
     let size: usize = q.iter().map(|(k, v)| k.len() + v.len()).sum();
-    (size > MAX_QUERY).then(|| bad_request(format!("query: longer than {MAX_QUERY} bytes")))
+    (size > MAX_QUERY).then(|| bad_request(Refused::TooLong))
 }
 
 fn typed(json: bool, body: String) -> Response {
@@ -301,8 +322,11 @@ fn typed(json: bool, body: String) -> Response {
 }
 
 /// 400 with one line; the message quotes user input only through `{:?}` (escaped, clipped).
-fn bad_request(message: String) -> Response {
-    let line: String = message.chars().filter(|c| !c.is_control()).collect();
+fn bad_request(refused: Refused) -> Response {
+    let line: String = crate::causes::one_line(&refused)
+        .chars()
+        .filter(|c| !c.is_control())
+        .collect();
     (StatusCode::BAD_REQUEST, format!("{line}\n")).into_response()
 }
 

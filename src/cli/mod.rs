@@ -25,7 +25,6 @@ pub use args::{Cli, Command, ExplainArgs, PlanArgs, StatusArgs};
 
 use std::path::Path;
 
-use crate::causes;
 use crate::cluster::service::Ignored;
 use crate::cluster::source::{Event, api, manifests};
 use crate::cluster::{Features, ServiceKey, Snapshot, Tracker, Warning};
@@ -49,20 +48,57 @@ pub struct Loaded {
     pub warnings: Vec<Warning>,
 }
 
+/// Why a command ended with an error; [`crate::causes::one_line`] is its line for the user.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// `status --service` is not a service's name.
+    #[error("--{0}")]
+    Service(status::BadService),
+    #[error(transparent)]
+    Explain(#[from] explain::command::Error),
+    #[error(transparent)]
+    Configure(#[from] configure::Error),
+    #[error(transparent)]
+    Status(#[from] status::ask::Error),
+    #[error(transparent)]
+    Plan(#[from] PlanError),
+    #[error(transparent)]
+    Run(#[from] run::Error),
+}
+
+/// Why the cluster's objects could not be loaded for `plan` or `explain`.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error(transparent)]
+    Manifests(#[from] manifests::Error),
+    #[error(transparent)]
+    Api(#[from] api::Error),
+    #[error(transparent)]
+    Runtime(#[from] run::RuntimeError),
+}
+
+/// Why `plan` has no report.
+#[derive(Debug, thiserror::Error)]
+pub enum PlanError {
+    #[error(transparent)]
+    Load(#[from] LoadError),
+    /// The configuration gives the mode no node policy to plan with.
+    #[error(transparent)]
+    Node(#[from] crate::dataplane::node::Error),
+}
+
 /// The cluster's objects as `plan` and `explain` see them: from `--manifests`, else listed
 /// once from the API server.
-pub fn load(config: &Config, node_name: &str, features: Features) -> Result<Loaded, String> {
-    match &config.manifests {
-        Some(dir) => load_manifests(dir, node_name, features).map_err(|e| causes::one_line(&e)),
-        None => run::runtime()?
-            .block_on(load_cluster(
-                &config.client,
-                node_name,
-                features,
-                modes::of(config.mode).service_address_link(),
-            ))
-            .map_err(|e| causes::one_line(&e)),
-    }
+pub fn load(config: &Config, node_name: &str, features: Features) -> Result<Loaded, LoadError> {
+    Ok(match &config.manifests {
+        Some(dir) => load_manifests(dir, node_name, features)?,
+        None => run::runtime()?.block_on(load_cluster(
+            &config.client,
+            node_name,
+            features,
+            modes::of(config.mode).service_address_link(),
+        ))?,
+    })
 }
 
 /// Loads a manifest directory and folds it into a tracker for `node_name`. Warnings from the
@@ -147,17 +183,13 @@ pub fn plan(
     node_name: &str,
     features: Features,
     format: OutputFormat,
-) -> Result<String, String> {
+) -> Result<String, PlanError> {
     let loaded = load(config, node_name, features)?;
     let report = plan::report(&loaded.snapshot, &loaded.ignored, &loaded.warnings);
     let mut text = render(&report, format);
     if format == OutputFormat::Table {
         let mode = modes::of(config.mode);
-        text.push_str(
-            &mode
-                .render_plan(config, &loaded.snapshot)
-                .map_err(|e| e.to_string())?,
-        );
+        text.push_str(&mode.render_plan(config, &loaded.snapshot)?);
     }
     Ok(text)
 }

@@ -226,12 +226,17 @@ impl Observe {
                         self.health.clone(),
                         self.metrics.clone(),
                     );
-                    match served.await {
-                        Err(error) => format!("health server on {address} stopped: {error}"),
-                        Ok(()) => format!("health server on {address} stopped"),
+                    ServeFailure::Stopped {
+                        server: "health",
+                        address,
+                        cause: served.await.err(),
                     }
                 }
-                Err(error) => format!("cannot serve /healthz on {address}: {error}"),
+                Err(cause) => ServeFailure::Bind {
+                    path: "/healthz",
+                    address,
+                    cause,
+                },
             };
             if report(&hard_fail, failure) {
                 return;
@@ -269,12 +274,17 @@ impl Observe {
                         &config,
                         extra.clone(),
                     );
-                    match served.await {
-                        Err(error) => format!("metrics server on {address} stopped: {error}"),
-                        Ok(()) => format!("metrics server on {address} stopped"),
+                    ServeFailure::Stopped {
+                        server: "metrics",
+                        address,
+                        cause: served.await.err(),
                     }
                 }
-                Err(error) => format!("cannot serve /metrics on {address}: {error}"),
+                Err(cause) => ServeFailure::Bind {
+                    path: "/metrics",
+                    address,
+                    cause,
+                },
             };
             if report(&hard_fail, failure) {
                 return;
@@ -287,10 +297,33 @@ impl Observe {
 /// Where the health and metrics servers report a failure to serve with
 /// `--bind-address-hard-fail`, for the proxy to exit on, as upstream's does; `None`: they log it
 /// and try again after [`REBIND_DELAY`].
-pub type HardFail = Option<tokio::sync::mpsc::UnboundedSender<String>>;
+pub type HardFail = Option<tokio::sync::mpsc::UnboundedSender<ServeFailure>>;
+
+/// Why the health or metrics server does not serve.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeFailure {
+    /// Its address could not be bound (taken, or not this host's).
+    #[error("cannot serve {path} on {address}")]
+    Bind {
+        /// The server's first path, `/healthz` or `/metrics`.
+        path: &'static str,
+        address: SocketAddr,
+        #[source]
+        cause: std::io::Error,
+    },
+    /// It was serving and stopped, with the error it stopped on if any.
+    #[error("{server} server on {address} stopped")]
+    Stopped {
+        /// `health` or `metrics`.
+        server: &'static str,
+        address: SocketAddr,
+        #[source]
+        cause: Option<std::io::Error>,
+    },
+}
 
 /// Reports `failure` to the hard-fail channel (true), or logs that the server tries again.
-fn report(hard_fail: &HardFail, failure: String) -> bool {
+fn report(hard_fail: &HardFail, failure: ServeFailure) -> bool {
     match hard_fail {
         Some(channel) => {
             // The receiver outlives the servers; were it gone, the proxy is stopping anyway.
@@ -298,7 +331,11 @@ fn report(hard_fail: &HardFail, failure: String) -> bool {
             true
         }
         None => {
-            tracing::error!("{failure}; trying again in {}s", REBIND_DELAY.as_secs());
+            tracing::error!(
+                "{}; trying again in {}s",
+                crate::causes::one_line(&failure),
+                REBIND_DELAY.as_secs()
+            );
             false
         }
     }

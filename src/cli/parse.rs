@@ -33,8 +33,28 @@ const PROXY_ONLY: [(&str, &str); 3] = [
 pub enum Stop {
     /// `--help` or `help`: clap's text, to print (in colour at a terminal) with success.
     Help(clap::Error),
-    /// A bad command line: one line without the `error: ` prefix, for exit code 1.
-    Invalid(String),
+    /// A bad command line, for exit code 1; its `Display` is one line without the `error: `
+    /// prefix.
+    Invalid(Invalid),
+}
+
+/// What is wrong with a command line.
+#[derive(Debug, thiserror::Error)]
+pub enum Invalid {
+    /// clap refused it: shown as the flag and what it takes, or the nearest known flag.
+    #[error("{}", one_line(.0))]
+    Flag(clap::Error),
+    /// A subcommand's flags were given before its name.
+    #[error("give flags after `{subcommand}`, not before it")]
+    FlagsBeforeSubcommand { subcommand: &'static str },
+    /// A subcommand was given a one-shot flag of the proxy itself.
+    #[error(
+        "`{subcommand}` does not take --{flag}; it belongs to the proxy itself (no subcommand)"
+    )]
+    ProxyOnly {
+        subcommand: &'static str,
+        flag: &'static str,
+    },
 }
 
 /// The command line's definition as `--help` shows it: each flag on the not-acted-on list
@@ -68,12 +88,12 @@ where
         .try_get_matches_from(normalize(argv))
         .map_err(|e| {
             if e.use_stderr() {
-                Stop::Invalid(one_line(&e))
+                Stop::Invalid(Invalid::Flag(e))
             } else {
                 Stop::Help(e)
             }
         })?;
-    let cli = Cli::from_arg_matches(&matches).map_err(|e| Stop::Invalid(one_line(&e)))?;
+    let cli = Cli::from_arg_matches(&matches).map_err(|e| Stop::Invalid(Invalid::Flag(e)))?;
     check_subcommand(&cli).map_err(Stop::Invalid)?;
     Ok(cli)
 }
@@ -108,21 +128,19 @@ where
 }
 
 /// A subcommand takes its flags after its name, and not the proxy's one-shot flags.
-fn check_subcommand(cli: &Cli) -> Result<(), String> {
-    let (name, flags) = match &cli.command {
+fn check_subcommand(cli: &Cli) -> Result<(), Invalid> {
+    let (subcommand, flags) = match &cli.command {
         None => return Ok(()),
         Some(Command::Plan(args)) => ("plan", &args.flags),
         Some(Command::Explain(args)) => ("explain", &args.flags),
         Some(Command::Status(args)) => ("status", &args.flags),
     };
     if cli.flags != Flags::default() {
-        return Err(format!("give flags after `{name}`, not before it"));
+        return Err(Invalid::FlagsBeforeSubcommand { subcommand });
     }
     let given = flags.changed();
     match PROXY_ONLY.iter().find(|(_, flag)| given.contains(flag)) {
-        Some((_, flag)) => Err(format!(
-            "`{name}` does not take --{flag}; it belongs to the proxy itself (no subcommand)"
-        )),
+        Some(&(_, flag)) => Err(Invalid::ProxyOnly { subcommand, flag }),
         None => Ok(()),
     }
 }
@@ -178,7 +196,7 @@ mod tests {
 
     fn invalid(args: &[&str]) -> String {
         match run(args) {
-            Err(Stop::Invalid(line)) => line,
+            Err(Stop::Invalid(invalid)) => invalid.to_string(),
             other => panic!("{args:?}: expected an error, got {other:?}"),
         }
     }

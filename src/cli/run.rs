@@ -12,31 +12,58 @@ use futures::StreamExt as _;
 use futures::stream::BoxStream;
 use tokio::sync::watch;
 
-use super::observe::Observe;
+use super::observe::{Observe, ServeFailure};
 use super::{debug, events, host_setup, shutdown};
-use crate::causes;
 use crate::cluster::source::{Event, api, interfaces, manifests};
 use crate::cluster::{Features, Tracker};
 use crate::config::Config;
-use crate::dataplane::mode::Mode;
+use crate::dataplane::mode::{Mode, StartError};
 use crate::dataplane::tool::Launcher;
 use crate::dataplane::{self, Dataplane, leftovers, modes, monitor};
 use crate::sync::{Periods, Runner, Status};
 
-/// Why the proxy could not start.
+/// Why the proxy's source could not be built.
 #[derive(Debug, thiserror::Error)]
-pub enum Error {
+pub enum BuildError {
     #[error(transparent)]
     Api(#[from] api::Error),
     #[error(transparent)]
     Manifests(#[from] manifests::Error),
 }
 
+/// Why the proxy (or `--cleanup`) ended with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Runtime(#[from] RuntimeError),
+    /// `KUBE_FEATURE_WatchListClient` is not a boolean.
+    #[error(transparent)]
+    Lists(#[from] api::NotABoolean),
+    /// The mode could not start its dataplane.
+    #[error(transparent)]
+    Start(StartError),
+    #[error(transparent)]
+    Build(#[from] BuildError),
+    /// A health or metrics server could not serve, with `--bind-address-hard-fail`. The flag
+    /// ends the line, after the failure and its causes, so the failure is told here rather
+    /// than as a `source` (which [`crate::causes::one_line`] would put after the flag).
+    #[error("{} (--bind-address-hard-fail)", crate::causes::one_line(.0))]
+    HardFail(ServeFailure),
+    /// A tool refused to remove what `--cleanup` found; one entry per refusal.
+    #[error("--cleanup: {}", .0.join("; "))]
+    Cleanup(Vec<String>),
+}
+
+/// The runtime could not be built (threads or the I/O driver refused).
+#[derive(Debug, thiserror::Error)]
+#[error("cannot start the runtime")]
+pub struct RuntimeError(#[source] pub std::io::Error);
+
 /// Runs the proxy for `config`, after the `Version info` line: `--cleanup` cleans up after
 /// every mode and ends; otherwise the host's set-up (the conntrack sysctls, the mode's own),
 /// after which `--init-only` ends, and then the mode starts and the proxy syncs until a signal
 /// or the end of its source.
-pub fn run(config: &Config, node_name: &str, features: Features) -> Result<(), String> {
+pub fn run(config: &Config, node_name: &str, features: Features) -> Result<(), Error> {
     // First, as upstream logs it: whatever follows is read knowing which build said it.
     super::version::log_start(config, node_name);
     if !config.mode_explicit {
@@ -59,7 +86,7 @@ pub fn run(config: &Config, node_name: &str, features: Features) -> Result<(), S
     }
     host_setup::oom_score_adj(config);
     let runtime = runtime()?;
-    let lists = watch_list_client().map_err(|e| e.to_string())?;
+    let lists = watch_list_client()?;
     runtime.block_on(serve(config, node_name, features, mode, lists))
 }
 
@@ -72,8 +99,8 @@ async fn serve(
     features: Features,
     mode: &dyn Mode,
     lists: api::Lists,
-) -> Result<(), String> {
-    let started = mode.start(config).map_err(|e| causes::one_line(&*e))?;
+) -> Result<(), Error> {
+    let started = mode.start(config).map_err(Error::Start)?;
     let service_link = mode.service_address_link();
     let mut proxy = Proxy::build(
         config,
@@ -83,8 +110,7 @@ async fn serve(
         lists,
         service_link,
     )
-    .await
-    .map_err(|e| causes::one_line(&e))?;
+    .await?;
     if let Some(client) = proxy.client.clone() {
         tokio::spawn(events::follow(
             client.clone(),
@@ -150,14 +176,14 @@ async fn serve(
     let metrics = config.metrics_bind_address;
     tokio::spawn(observe.serve_metrics(metrics, config.clone(), debug, hard_fail));
     tokio::select! {
-        Some(failure) = failed.recv() => Err(format!("{failure} (--bind-address-hard-fail)")),
+        Some(failure) = failed.recv() => Err(Error::HardFail(failure)),
         () = shutdown::run_until_stopped(proxy.run(), &health, relay.as_deref()) => Ok(()),
     }
 }
 
 /// `--cleanup`: removes our nftables tables and upstream kube-proxy's leftovers, whatever the
 /// mode, and says what it removed; an error when a tool refused.
-fn cleanup(config: &Config) -> Result<(), String> {
+fn cleanup(config: &Config) -> Result<(), Error> {
     let report = dataplane::cleanup::cleanup_with(&Launcher::here(), config);
     for table in &report.tables {
         tracing::info!(table = %table, "--cleanup: removed nftables table");
@@ -181,7 +207,7 @@ fn cleanup(config: &Config) -> Result<(), String> {
     if report.errors.is_empty() {
         Ok(())
     } else {
-        Err(format!("--cleanup: {}", report.errors.join("; ")))
+        Err(Error::Cleanup(report.errors))
     }
 }
 
@@ -192,12 +218,12 @@ fn cleanup(config: &Config) -> Result<(), String> {
 const SYNC_THREAD_KEEP_ALIVE: std::time::Duration = std::time::Duration::from_secs(3600);
 
 /// The multi-threaded runtime the proxy and the commands that ask over the network run on.
-pub fn runtime() -> Result<tokio::runtime::Runtime, String> {
+pub fn runtime() -> Result<tokio::runtime::Runtime, RuntimeError> {
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_keep_alive(SYNC_THREAD_KEEP_ALIVE)
         .build()
-        .map_err(|e| format!("cannot start the runtime: {e}"))
+        .map_err(RuntimeError)
 }
 
 /// How the API watches read their lists: client-go's environment switch
@@ -229,7 +255,7 @@ impl Proxy {
         dataplane: Box<dyn Dataplane>,
         lists: api::Lists,
         service_link: Option<&'static str>,
-    ) -> Result<Proxy, Error> {
+    ) -> Result<Proxy, BuildError> {
         let (events, reachability, client) = match &config.manifests {
             Some(dir) => {
                 tracing::info!(manifests = %dir.display(), "source: manifest directory");
@@ -294,5 +320,30 @@ impl Proxy {
     /// Runs until the source ends (a manifest directory's watch can; the API source cannot).
     pub async fn run(self) {
         self.runner.run(self.events).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_hard_failure_keeps_the_servers_io_error_and_ends_its_line_with_the_flag() {
+        let failure = ServeFailure::Bind {
+            path: "/healthz",
+            address: "127.0.0.1:10256".parse().unwrap(),
+            cause: std::io::ErrorKind::AddrInUse.into(),
+        };
+        let cause = std::error::Error::source(&failure).expect("the bind's io error");
+        assert_eq!(
+            cause.downcast_ref::<std::io::Error>().map(|e| e.kind()),
+            Some(std::io::ErrorKind::AddrInUse)
+        );
+        let cause = cause.to_string();
+        let line = crate::causes::one_line(&Error::HardFail(failure));
+        assert_eq!(
+            line,
+            format!("cannot serve /healthz on 127.0.0.1:10256: {cause} (--bind-address-hard-fail)")
+        );
     }
 }

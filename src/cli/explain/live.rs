@@ -11,6 +11,16 @@ use crate::dataplane::inspect::{self, Destination, table};
 use crate::dataplane::modes;
 use crate::dataplane::node::NodePolicy;
 
+/// Why a packet could not be explained on this node.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The mode's rules could not be planned or read.
+    #[error(transparent)]
+    Inspect(#[from] inspect::Error),
+    #[error(transparent)]
+    Explain(#[from] super::Error),
+}
+
 /// The rules the configured mode plans for `snapshot`, with the node policy its tracer reads.
 /// On a live node (`offline` false) a mode plans over the host's addresses where its sync
 /// does; offline the Node object's addresses stand in for them.
@@ -44,18 +54,17 @@ pub fn explain_on_node(
     snapshot: &Snapshot,
     request: &Request,
     offline: bool,
-) -> Result<Explanation, String> {
+) -> Result<Explanation, Error> {
     let family = IpFamily::of(&request.to.ip());
-    let (planned, node) = plan_on_node(config, snapshot, offline).map_err(|e| one_line(&e))?;
+    let (planned, node) = plan_on_node(config, snapshot, offline)?;
     if offline {
-        return explain(
+        return Ok(explain(
             snapshot,
             &node,
             planned.rules(family),
             RulesFrom::Planned,
             request,
-        )
-        .map_err(|e| e.to_string());
+        )?);
     }
     let destination = Destination {
         protocol: request.protocol,
@@ -67,8 +76,7 @@ pub fn explain_on_node(
         planned.as_ref(),
         family,
         Some(&destination),
-    )
-    .map_err(|e| one_line(&e))?;
+    )?;
     let mut unread = Vec::new();
     // The client's affinity entries, so the trace is its path now. What the kernel remembers
     // is a detail of the answer: state that cannot be read leaves the entry unknown, not the
@@ -85,8 +93,7 @@ pub fn explain_on_node(
             Default::default()
         }
     };
-    let mut e = explain(snapshot, &node, read.rules(), RulesFrom::Kernel, request)
-        .map_err(|e| e.to_string())?;
+    let mut e = explain(snapshot, &node, read.rules(), RulesFrom::Kernel, request)?;
     if let (Some(endpoints), Some(a)) = (&remembered.endpoints, e.affinity.as_mut()) {
         a.entry = Some(!endpoints.is_empty());
         let why = affinity_reason(e.packet.source, endpoints, a.timeout_seconds);

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use super::super::OutputFormat;
 use super::super::debug::EXPLAIN_PATH;
+use super::super::run::RuntimeError;
 use super::super::status::ask::{self, AskError};
 
 /// How long the running proxy may take: one packet's explanation reads a few chains.
@@ -47,20 +48,17 @@ fn encoded(text: &str) -> String {
 /// Asks the proxy whose metrics address is `metrics` (a wildcard asked over loopback): its
 /// answer, `None` when no proxy listens there, or why the question failed (an answer other
 /// than 200 says why in its first line).
-pub fn ask(metrics: SocketAddr, path: &str) -> Result<Option<String>, String> {
+pub fn ask(metrics: SocketAddr, path: &str) -> Result<Option<String>, ask::Error> {
     let address = ask::target(metrics);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .map_err(|e| format!("cannot start the runtime: {e}"))?;
+        .map_err(RuntimeError)?;
     match runtime.block_on(ask::get(address, path, TIMEOUT)) {
         Ok((200, body)) => Ok(Some(body)),
-        Ok((code, body)) => Err(format!(
-            "the proxy at {address} answered {code}: {}",
-            body.lines().next().unwrap_or_default()
-        )),
+        Ok((code, body)) => Err(ask::Error::answered(address, code, &body)),
         Err(AskError::NotListening { .. }) => Ok(None),
-        Err(e) => Err(e.to_string()),
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -89,6 +87,6 @@ mod tests {
         let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let address = free.local_addr().unwrap();
         drop(free);
-        assert_eq!(ask(address, "/debug/explain?to=x"), Ok(None));
+        assert!(matches!(ask(address, "/debug/explain?to=x"), Ok(None)));
     }
 }

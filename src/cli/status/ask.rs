@@ -26,17 +26,74 @@ pub fn target(metrics: SocketAddr) -> SocketAddr {
 }
 
 /// Why the proxy gave no answer.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, thiserror::Error)]
 pub enum AskError {
     /// Nothing listens at the address: no proxy runs there.
     #[error(
         "cannot reach the proxy's metrics address {address} (is it running there? \
-         --metrics-bind-address or --config tell where): {reason}"
+         --metrics-bind-address or --config tell where)"
     )]
-    NotListening { address: SocketAddr, reason: String },
-    /// Something listens but the exchange failed or took too long.
-    #[error("{0}")]
-    Failed(String),
+    NotListening {
+        address: SocketAddr,
+        #[source]
+        cause: std::io::Error,
+    },
+    /// Something listens, but the HTTP exchange with it failed.
+    #[error(
+        "cannot reach the proxy's metrics address {address} (is it running there? \
+         --metrics-bind-address or --config tell where)"
+    )]
+    Exchange {
+        address: SocketAddr,
+        #[source]
+        cause: hyper::Error,
+    },
+    /// Something listens but gave no answer in time.
+    #[error(
+        "no answer from the proxy at {address} within {}",
+        crate::go_duration::GoDuration(*timeout)
+    )]
+    Timeout {
+        address: SocketAddr,
+        timeout: Duration,
+    },
+    /// The path makes no HTTP request.
+    #[error("the request {path:?}")]
+    Request {
+        path: String,
+        #[source]
+        cause: http::Error,
+    },
+    /// The answer could not be read whole (cut off, or larger than it may be).
+    #[error("reading the proxy's answer")]
+    Body(#[source] Box<dyn std::error::Error + Send + Sync>),
+}
+
+/// Why the running proxy gave `status` (or `explain`) no answer.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Runtime(#[from] crate::cli::run::RuntimeError),
+    #[error(transparent)]
+    Ask(#[from] AskError),
+    /// The proxy answered with another code than 200; its answer's first line says why.
+    #[error("the proxy at {address} answered {code}: {line}")]
+    Answered {
+        address: SocketAddr,
+        code: u16,
+        line: String,
+    },
+}
+
+impl Error {
+    /// The answer `code` with `body` from the proxy at `address`, which is not 200.
+    pub fn answered(address: SocketAddr, code: u16, body: &str) -> Error {
+        Error::Answered {
+            address,
+            code,
+            line: body.lines().next().unwrap_or_default().to_owned(),
+        }
+    }
 }
 
 /// `status`: the running proxy's `/debug/status` for `service` (all when `None`) in `format`,
@@ -45,7 +102,7 @@ pub fn answer(
     config: &crate::config::Config,
     service: Option<&str>,
     format: crate::cli::OutputFormat,
-) -> Result<String, String> {
+) -> Result<String, Error> {
     let mut path = format!("{}?", crate::cli::debug::STATUS_PATH);
     if let Some(s) = service {
         // Checked by bad_service: only characters that need no escaping in a query.
@@ -58,11 +115,8 @@ pub fn answer(
     let runtime = crate::cli::run::runtime()?;
     match runtime.block_on(get(address, &path, Duration::from_secs(60))) {
         Ok((200, body)) => Ok(body),
-        Ok((code, body)) => Err(format!(
-            "the proxy at {address} answered {code}: {}",
-            body.lines().next().unwrap_or_default()
-        )),
-        Err(e) => Err(e.to_string()),
+        Ok((code, body)) => Err(Error::answered(address, code, &body)),
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -74,41 +128,32 @@ pub async fn get(
 ) -> Result<(u16, String), AskError> {
     tokio::time::timeout(timeout, get_now(address, path))
         .await
-        .map_err(|_| {
-            AskError::Failed(format!(
-                "no answer from the proxy at {address} within {}",
-                crate::go_duration::GoDuration(timeout)
-            ))
-        })?
+        .map_err(|_| AskError::Timeout { address, timeout })?
 }
 
 async fn get_now(address: SocketAddr, path: &str) -> Result<(u16, String), AskError> {
-    let unreachable = |e: &dyn std::fmt::Display| AskError::NotListening {
-        address,
-        reason: e.to_string(),
-    };
     let stream = TcpStream::connect(address)
         .await
-        .map_err(|e| unreachable(&e))?;
+        .map_err(|cause| AskError::NotListening { address, cause })?;
     // Connected: a failure from here on is no sign that nothing runs there.
-    let unreachable = |e: &dyn std::fmt::Display| AskError::Failed(unreachable(e).to_string());
+    let exchange = |cause| AskError::Exchange { address, cause };
     let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
-        .map_err(|e| unreachable(&e))?;
+        .map_err(exchange)?;
     let driver = tokio::spawn(connection);
     let request = http::Request::get(path)
         .header(http::header::HOST, address.to_string())
         .body(Empty::<Bytes>::new())
-        .map_err(|e| AskError::Failed(format!("the request {path:?}: {e}")))?;
-    let response = sender
-        .send_request(request)
-        .await
-        .map_err(|e| unreachable(&e))?;
+        .map_err(|cause| AskError::Request {
+            path: path.to_owned(),
+            cause,
+        })?;
+    let response = sender.send_request(request).await.map_err(exchange)?;
     let code = response.status().as_u16();
     let body = http_body_util::Limited::new(response.into_body(), MAX_BODY)
         .collect()
         .await
-        .map_err(|e| AskError::Failed(format!("reading the proxy's answer: {e}")))?
+        .map_err(AskError::Body)?
         .to_bytes();
     driver.abort();
     Ok((code, String::from_utf8_lossy(&body).into_owned()))
@@ -136,12 +181,31 @@ mod tests {
             .await
             .unwrap_err();
         assert!(matches!(e, AskError::NotListening { .. }), "{e:?}");
-        let e = e.to_string();
+        let e = crate::causes::one_line(&e);
         assert!(
             e.starts_with("cannot reach the proxy's metrics address"),
             "{e}"
         );
         assert_eq!(e.lines().count(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_listener_that_hangs_up_is_a_failed_exchange_with_its_cause() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            let (stream, _) = listener.accept().await.unwrap();
+            drop(stream);
+        });
+        let e = get(address, "/debug/status", Duration::from_secs(5))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&e, AskError::Exchange { address: a, .. } if *a == address),
+            "{e:?}"
+        );
+        let hyper = std::error::Error::source(&e).expect("the exchange's cause");
+        assert!(hyper.is::<hyper::Error>(), "{hyper:?}");
     }
 
     #[tokio::test]

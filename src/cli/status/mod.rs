@@ -310,7 +310,7 @@ fn port_status(inputs: &Inputs<'_>, state: &ServicePortState) -> PortStatus {
 }
 
 /// Why `service` is not a Service or Service port name (`NS/NAME[:PORT]`), if it is not.
-pub fn bad_service(service: &str) -> Option<String> {
+pub fn bad_service(service: &str) -> Option<BadService> {
     let ok = service.len() <= 512
         && service.split_once('/').is_some_and(|(ns, rest)| {
             !ns.is_empty()
@@ -319,8 +319,13 @@ pub fn bad_service(service: &str) -> Option<String> {
                     .chars()
                     .all(|c| c.is_ascii_alphanumeric() || "-._/:".contains(c))
         });
-    (!ok).then(|| "service: expected NAMESPACE/NAME or NAMESPACE/NAME:PORT".to_string())
+    (!ok).then_some(BadService)
 }
+
+/// A `service` parameter that is not `NAMESPACE/NAME[:PORT]` of query-safe characters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("service: expected NAMESPACE/NAME or NAMESPACE/NAME:PORT")]
+pub struct BadService;
 
 /// What a new connection meets, in a few words; with `masquerade`, whether its source is
 /// rewritten.
