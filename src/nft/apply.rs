@@ -261,13 +261,6 @@ pub struct KernelRead {
     differs: bool,
 }
 
-impl KernelRead {
-    /// The kernel differed from what the caller said was last applied: an outside change.
-    pub fn differs(&self) -> bool {
-        self.differs
-    }
-}
-
 /// One family's table, read back.
 #[derive(Debug)]
 enum Found {
