@@ -172,15 +172,24 @@ pub const INTENDED: &[Intended] = &[
         name: "IPVS: internalTrafficPolicy Local without a local endpoint drops",
         modes: &[Mode::Ipvs],
         reason: "a ClusterIP whose internal policy is Local and that has no endpoint on this \
-                 node is dropped, as the iptables and nftables modes drop it; upstream's IPVS \
-                 mode falls back to the cluster's endpoints there (docs/operations.md, \
-                 \"IPVS mode behaves like the iptables and nftables modes\")",
+                 node is dropped, as the iptables and nftables modes drop it (the node's own \
+                 UDP send then fails with EPERM); upstream's IPVS mode falls back to the \
+                 cluster's endpoints there when the Service is externally accessible (it keeps \
+                 them for the external frontends), and otherwise has a virtual service without \
+                 destinations, which IPVS refuses (docs/operations.md, \"IPVS mode behaves like \
+                 the iptables and nftables modes\")",
         covers: |svc, key, up, ours| {
+            let Some(svc) = svc.filter(|s| s.itp_local) else {
+                return false;
+            };
+            let upstream_as_ipvs_does = if svc.externally_accessible() {
+                !up.0.is_empty() && up.0.iter().all(|o| matches!(o, Obs::Served { .. }))
+            } else {
+                *up == Outcome([Obs::Refused].into())
+            };
             key.via == Via::ClusterIp
-                && svc.is_some_and(|s| s.itp_local)
-                && *ours == Outcome([Obs::Dropped].into())
-                && !up.0.is_empty()
-                && up.0.iter().all(|o| matches!(o, Obs::Served { .. }))
+                && (*ours == Outcome([Obs::Dropped].into()) || node_udp_eperm(key, ours))
+                && upstream_as_ipvs_does
         },
     },
     Intended {
@@ -240,6 +249,28 @@ pub const INTENDED: &[Intended] = &[
         },
     },
     Intended {
+        name: "IPVS: the node's own connection to a LoadBalancer IP outside its source ranges \
+               drops",
+        modes: &[Mode::Ipvs],
+        reason: "the node's own connection to a LoadBalancer IP whose loadBalancerSourceRanges \
+                 leave the node out is dropped whether the Service has endpoints or not, as \
+                 upstream's iptables and nftables modes drop it (the node's own UDP send then \
+                 fails with EPERM); upstream's IPVS mode drops it in its output filter only \
+                 once IPVS has chosen an endpoint, so where there is none IPVS refuses the \
+                 connection first (docs/operations.md, \"IPVS mode behaves like the iptables \
+                 and nftables modes\")",
+        covers: |svc, key, up, ours| {
+            matches!(key.via, Via::LoadBalancer(_))
+                && matches!(key.source, Source::Node(_))
+                && svc.is_some_and(|s| {
+                    !s.source_ranges.is_empty() && !ranges_leave_out(s, key.family)
+                })
+                && !source_in_ranges(svc, key)
+                && *up == Outcome([Obs::Refused].into())
+                && (*ours == Outcome([Obs::Dropped].into()) || node_udp_eperm(key, ours))
+        },
+    },
+    Intended {
         name: "source ranges of one family close the other family's LoadBalancer IPs",
         modes: &[
             Mode::Nftables,
@@ -270,6 +301,12 @@ fn is_eperm(o: &Outcome) -> bool {
         && o.0
             .iter()
             .all(|o| matches!(o, Obs::Other(e) if e.contains("os error 1)")))
+}
+
+/// Whether `ours` is the node's own UDP send failing with EPERM: how a drop in the node's output
+/// path shows to the node's own UDP client.
+fn node_udp_eperm(key: &Key, ours: &Outcome) -> bool {
+    matches!(key.source, Source::Node(_)) && key.proto == Proto::Udp && is_eperm(ours)
 }
 
 /// Whether the address a pod or node source connects from (its pod address, or its node's

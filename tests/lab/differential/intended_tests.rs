@@ -378,15 +378,49 @@ fn ipvs_local_policies_without_local_endpoints_cover_only_ours_dropping() {
 
     let internal = "IPVS: internalTrafficPolicy Local without a local endpoint drops";
     svc.itp_local = true;
+    // Seed 1's first Service is a plain ClusterIP: upstream has no destination for it, and
+    // IPVS refuses.
+    assert!(!svc.externally_accessible());
+    let refused = Outcome([Obs::Refused].into());
+    assert_eq!(
+        found(Mode::Ipvs, svc, &key(), &refused, &dropped),
+        Some(internal)
+    );
+    assert_eq!(found(Mode::Ipvs, svc, &key(), &up, &dropped), None);
+    // The node's own UDP send fails with EPERM where ours drops; not its TCP, nor a pod's UDP.
+    let eperm = Outcome([Obs::Other("Operation not permitted (os error 1)".into())].into());
+    let node_udp = Key {
+        source: Source::Node(2),
+        proto: Proto::Udp,
+        port: "u0/UDP".into(),
+        ..key()
+    };
+    assert_eq!(
+        found(Mode::Ipvs, svc, &node_udp, &refused, &eperm),
+        Some(internal)
+    );
+    let node_tcp = Key {
+        source: Source::Node(2),
+        ..key()
+    };
+    assert_eq!(found(Mode::Ipvs, svc, &node_tcp, &refused, &eperm), None);
+    let pod_udp = Key {
+        source: Source::Pod { node: 0 },
+        ..node_udp.clone()
+    };
+    assert_eq!(found(Mode::Ipvs, svc, &pod_udp, &refused, &eperm), None);
+    // Externally accessible, upstream keeps the cluster's endpoints and serves them; a refusal
+    // is then no longer what upstream's IPVS mode does.
+    svc.external_ips = vec!["203.0.113.9".parse().expect("an address")];
     assert_eq!(
         found(Mode::Ipvs, svc, &key(), &up, &dropped),
         Some(internal)
     );
+    assert_eq!(found(Mode::Ipvs, svc, &key(), &refused, &dropped), None);
     // Not in another mode, nor where ours served or upstream did not, nor under Cluster.
     assert_eq!(found(Mode::Nftables, svc, &key(), &up, &dropped), None);
     assert_eq!(found(Mode::Ipvs, svc, &key(), &up, &up), None);
     assert_eq!(found(Mode::Ipvs, svc, &key(), &dropped, &dropped), None);
-    let refused = Outcome([Obs::Refused].into());
     assert_eq!(found(Mode::Ipvs, svc, &key(), &up, &refused), None);
     svc.itp_local = false;
     assert_eq!(found(Mode::Ipvs, svc, &key(), &up, &dropped), None);
@@ -489,4 +523,72 @@ fn ipvs_masquerading_the_nodes_own_connections_covers_only_the_frontend_as_sourc
     );
     svc.etp_local = false;
     assert_eq!(found(Mode::Ipvs, &svc, &from_node, &up, &ours), None);
+}
+
+#[test]
+fn ipvs_source_ranges_for_the_nodes_own_connections_cover_only_upstreams_refusal() {
+    let world = generate(1);
+    let mut svc = world.services[0].clone();
+    svc.source_ranges = vec!["10.244.2.0/24".into()];
+    let ip: std::net::IpAddr = "198.51.100.16".parse().expect("an address");
+    let from_node = Key {
+        via: Via::LoadBalancer(ip),
+        source: Source::Node(2),
+        ..key()
+    };
+    let refused = Outcome([Obs::Refused].into());
+    let dropped = Outcome([Obs::Dropped].into());
+    let name = "IPVS: the node's own connection to a LoadBalancer IP outside its source ranges \
+                drops";
+    let found = |mode, svc: &Svc, k: &Key, up: &Outcome, ours: &Outcome| {
+        find(mode, Some(svc), k, up, ours).map(|i| i.name)
+    };
+    assert_eq!(
+        found(Mode::Ipvs, &svc, &from_node, &refused, &dropped),
+        Some(name)
+    );
+    let eperm = Outcome([Obs::Other("Operation not permitted (os error 1)".into())].into());
+    let udp = Key {
+        proto: Proto::Udp,
+        port: "u0/UDP".into(),
+        ..from_node.clone()
+    };
+    assert_eq!(found(Mode::Ipvs, &svc, &udp, &refused, &eperm), Some(name));
+    // Not in another mode, nor from a pod, nor at another frontend, nor where upstream served
+    // or ours refused, nor when the node is inside the ranges or there are none.
+    assert_eq!(
+        found(Mode::Nftables, &svc, &from_node, &refused, &dropped),
+        None
+    );
+    let from_pod = Key {
+        source: Source::Pod { node: 2 },
+        ..from_node.clone()
+    };
+    assert_eq!(found(Mode::Ipvs, &svc, &from_pod, &refused, &dropped), None);
+    let cluster_ip = Key {
+        via: Via::ClusterIp,
+        ..from_node.clone()
+    };
+    assert_eq!(
+        found(Mode::Ipvs, &svc, &cluster_ip, &refused, &dropped),
+        None
+    );
+    let up = Outcome([served("n3-a", Seen::Node(2))].into());
+    assert_eq!(found(Mode::Ipvs, &svc, &from_node, &up, &dropped), None);
+    assert_eq!(
+        found(Mode::Ipvs, &svc, &from_node, &refused, &refused),
+        None
+    );
+    let mut inside = svc.clone();
+    inside.source_ranges = vec![format!("{}/32", crate::lab::topology::node_ip(2))];
+    assert_eq!(
+        found(Mode::Ipvs, &inside, &from_node, &refused, &dropped),
+        None
+    );
+    let mut open = svc.clone();
+    open.source_ranges.clear();
+    assert_eq!(
+        found(Mode::Ipvs, &open, &from_node, &refused, &dropped),
+        None
+    );
 }
