@@ -55,6 +55,7 @@ pub mod leftovers;
 pub mod mode;
 pub mod modes;
 pub mod monitor;
+pub mod nft_table;
 pub mod nftables;
 pub mod node;
 pub mod report;

@@ -5,7 +5,8 @@
 //! # Tables
 //! `table ip kube-proxy-rs` and `table ip6 kube-proxy-rs` ([`crate::nft::TABLE`]): one per
 //! family, ours alone, distinct from upstream's `kube-proxy` so either can be removed without
-//! touching the other. Every chain and set name is in [`names`].
+//! touching the other. Every chain and set name is in
+//! [`nft_table::names`](crate::dataplane::nft_table::names).
 //!
 //! # Hooks and chains
 //! ```text
@@ -101,7 +102,8 @@
 //!   against [`Planner::rulesets`] after [`Planner::replan`].
 //!
 //! # Parts (the mode contract of `dataplane`)
-//! [`plan`](mod@plan) (pure, with the incremental [`Planner`]), [`names`], [`mode_config`],
+//! [`plan`](mod@plan) (pure, with the incremental [`Planner`]), names (in
+//! [`nft_table::names`](crate::dataplane::nft_table::names)), [`mode_config`],
 //! [`apply`] (the [`NftablesDataplane`]), [`cleanup`], [`mode`]. From the library: the
 //! [`nft::apply::Applier`] and its vocabulary ([`nft::diff`](mod@nft::diff),
 //! [`nft::render`](mod@nft::render), [`nft::adopt`]), the backends ([`nft::backend`], and the
@@ -115,7 +117,6 @@ pub mod cleanup;
 pub mod inspect;
 pub mod mode;
 pub mod mode_config;
-pub mod names;
 pub mod plan;
 
 #[cfg(test)]

@@ -32,7 +32,7 @@ use super::desired::{Desired, Guard, Masquerade, VirtualService};
 use super::mode_config::ModeConfig;
 use super::names::rules as r;
 use crate::cluster::{NodeContext, Protocol};
-use crate::dataplane::nftables::names as n;
+use crate::dataplane::nft_table::names as n;
 use crate::dataplane::nftables::plan::skeleton::BASE_CHAINS;
 use crate::dataplane::node::Local;
 use crate::nft::Name;

@@ -67,7 +67,7 @@ use std::net::IpAddr;
 use super::plan::{Key, List};
 use crate::cluster::{FamilyView, IpFamily, NodeContext, Protocol, ServicePort, Snapshot};
 use crate::config::NodePortAddresses;
-use crate::dataplane::nftables::names as n;
+use crate::dataplane::nft_table::names as n;
 use crate::dataplane::node::{DetectLocal, Local, NodePortMatch, node_ports, source_ranges};
 use crate::nft::Name;
 use crate::nft::ruleset::{Comment, Data, Family, Field, Match, Ruleset, Tuple, Value, Verdict};

@@ -8,7 +8,7 @@ use ipnet::IpNet;
 
 use super::{FRONTEND, RELAY_CHECK, RELAY_PORTS, SERVICE_LISTENERS, SHORT_CIRCUIT};
 use crate::cluster::IpFamily;
-use crate::dataplane::nftables::names as n;
+use crate::dataplane::nft_table::names as n;
 use crate::dataplane::nftables::plan::skeleton;
 use crate::nft::Name;
 use crate::nft::ruleset::{
