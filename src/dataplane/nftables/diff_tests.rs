@@ -192,9 +192,7 @@ fn changed_set_declarations_are_recreated_with_their_rules() {
     let mut b = a.clone();
     let set = b
         .sets
-        .get_mut(&Name::fixed(
-            crate::dataplane::nft_table::names::CLUSTER_IPS,
-        ))
+        .get_mut(&Name::fixed(super::names::CLUSTER_IPS))
         .unwrap();
     set.decl.comment = None;
     round_trip(&a, &b);

@@ -5,8 +5,9 @@
 //! # Tables
 //! `table ip kube-proxy-rs` and `table ip6 kube-proxy-rs` ([`crate::nft::TABLE`]): one per
 //! family, ours alone, distinct from upstream's `kube-proxy` so either can be removed without
-//! touching the other. Every chain and set name is in
-//! [`nft_table::names`](crate::dataplane::nft_table::names).
+//! touching the other. Every chain and set name is in [`names`]: the names the ipvs and userspace
+//! modes' rules share with ours are [`nft_table`](crate::dataplane::nft_table)'s, the rest
+//! are this mode's own.
 //!
 //! # Hooks and chains
 //! ```text
@@ -102,8 +103,7 @@
 //!   against [`Planner::rulesets`] after [`Planner::replan`].
 //!
 //! # Parts (the mode contract of `dataplane`)
-//! [`plan`](mod@plan) (pure, with the incremental [`Planner`]), names (in
-//! [`nft_table::names`](crate::dataplane::nft_table::names)), [`mode_config`],
+//! [`plan`](mod@plan) (pure, with the incremental [`Planner`]), [`names`], [`mode_config`],
 //! [`apply`] (the [`NftablesDataplane`]), [`cleanup`], [`mode`]. From the library: the
 //! [`nft::apply::Applier`] and its vocabulary ([`nft::diff`](mod@nft::diff),
 //! [`nft::render`](mod@nft::render), [`nft::adopt`]), the backends ([`nft::backend`], and the
@@ -117,6 +117,7 @@ pub mod cleanup;
 pub mod inspect;
 pub mod mode;
 pub mod mode_config;
+pub mod names;
 pub mod plan;
 
 #[cfg(test)]

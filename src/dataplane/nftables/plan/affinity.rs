@@ -14,7 +14,7 @@
 
 use super::Builder;
 use crate::cluster::model::{FamilyView, ServicePort};
-use crate::dataplane::nft_table::names::{self as n, ListKind};
+use crate::dataplane::nftables::names::{self as n, ListKind};
 use crate::nft::Name;
 use crate::nft::ruleset::{Chain, DataKind, Field, Kind, Match, Rule, Set, SetDecl, Statement};
 

@@ -17,7 +17,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::cluster::ServicePortState;
-use crate::dataplane::nft_table::names as n;
+use crate::dataplane::nftables::names as n;
 use crate::nft::Name;
 use crate::nft::ruleset::{Tuple, Value};
 

@@ -34,8 +34,8 @@ mod tests;
 use std::collections::BTreeMap;
 
 use super::mode_config::ModeConfig;
+use super::names::{self, FrontendKind, ListKind};
 use crate::cluster::{IpFamily, NodeContext, Snapshot};
-use crate::dataplane::nft_table::names::{self, FrontendKind, ListKind};
 use crate::nft::Name;
 use crate::nft::ruleset::{
     Chain, Comment, Data, Element, Family, Field, Match, Rule, Ruleset, Statement, Tuple,

@@ -18,7 +18,7 @@ use std::net::IpAddr;
 use super::Builder;
 use super::affinity;
 use crate::cluster::model::{FamilyView, ServicePort, TrafficPolicy};
-use crate::dataplane::nft_table::names::{self as n, FrontendKind, ListKind};
+use crate::dataplane::nftables::names::{self as n, FrontendKind, ListKind};
 use crate::dataplane::node::source_ranges;
 use crate::nft::Name;
 use crate::nft::ruleset::{Comment, Data, Tuple, Value, Verdict};

@@ -11,7 +11,7 @@ use ipnet::IpNet;
 
 use super::Builder;
 use crate::cluster::{IpFamily, Protocol};
-use crate::dataplane::nft_table::names::{self as n, FrontendKind};
+use crate::dataplane::nftables::names::{self as n, FrontendKind};
 use crate::dataplane::node::{Local, NodePortMatch};
 use crate::nft::Name;
 use crate::nft::ruleset::{
