@@ -14,3 +14,4 @@
 //! `userspace/redirect/`), and only what two or more modes share lives here.
 
 pub mod names;
+pub mod skeleton;

@@ -7,7 +7,8 @@
 //! library's [`TABLE`](crate::nft::TABLE). A name only one mode uses is in that mode's
 //! `names.rs`.
 
-// Base chains: `<type>-<hook>[-<role>]`, as upstream names them.
+// Base chains: `<type>-<hook>[-<role>]`, as upstream names them; where each hooks is
+// [`super::skeleton::BASE_CHAINS`].
 pub const NAT_PREROUTING: &str = "nat-prerouting";
 pub const NAT_OUTPUT: &str = "nat-output";
 pub const NAT_POSTROUTING: &str = "nat-postrouting";

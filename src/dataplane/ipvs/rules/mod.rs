@@ -33,7 +33,7 @@ use super::mode_config::ModeConfig;
 use super::names::rules as r;
 use crate::cluster::{NodeContext, Protocol};
 use crate::dataplane::nft_table::names as n;
-use crate::dataplane::nftables::plan::skeleton::BASE_CHAINS;
+use crate::dataplane::nft_table::skeleton::BASE_CHAINS;
 use crate::dataplane::node::Local;
 use crate::nft::Name;
 use crate::nft::ruleset::{
@@ -257,7 +257,7 @@ fn declare_sets(rules: &mut Ruleset) {
     );
 }
 
-/// The nftables mode's base chains this mode hooks, in this order: IPVS does the DNAT, so
+/// The shared base chains this mode hooks, in this order: IPVS does the DNAT, so
 /// the pre-DNAT prerouting filter and the plain output filter have nothing to do here.
 const HOOKED: [&str; 6] = [
     n::NAT_PREROUTING,
