@@ -38,8 +38,8 @@ fn node_policy() -> NodePolicy {
     }
 }
 
-/// The configuration [`node_policy`] resolves from, as the mode registry's planners take it:
-/// the IPVS mode's defaults, pods told apart by the cluster CIDRs.
+/// The configuration the mode registry plans the nftables mode with: the IPVS mode's
+/// defaults, pods told apart by the cluster CIDRs, so that it resolves to [`node_policy`].
 fn config() -> Config {
     Config {
         mode: ProxyMode::Ipvs,
