@@ -33,6 +33,8 @@
 //! # What the modes share (write it here, not twice)
 //! - [`node`]: node traffic policy (detect-local, masquerade mark, NodePort addresses, INVALID
 //!   drop, LoadBalancer source ranges), resolved once from the configuration;
+//! - [`nft_table`]: our nf_tables table as the nftables, ipvs and userspace modes share it (the
+//!   chain and set names more than one mode uses, the base chains, the shared chains' rules);
 //! - [`report`]: what a sync reports, and the counts every mode derives alike;
 //! - [`comment`]: how object names become comments in rule text;
 //! - [`tool`]: starting rule tools (`nft`, `iptables-restore`) for text backends;
@@ -55,6 +57,7 @@ pub mod leftovers;
 pub mod mode;
 pub mod modes;
 pub mod monitor;
+pub mod nft_table;
 pub mod nftables;
 pub mod node;
 pub mod report;

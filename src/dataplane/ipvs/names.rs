@@ -16,9 +16,10 @@ pub const KNOWN_SCHEDULERS: [&str; 14] = [
 ];
 
 /// The helper rules live in our nftables table (`nft::TABLE`, in the `ip` and `ip6`
-/// families), with the nftables mode's chain and set names where a chain or set plays the same
-/// role (`service-ips`, `cluster-ip`, `external`, `masquerading`, `firewall-check`,
-/// `reject-chain`, ...). One table name for every mode: switching a node between the nftables
+/// families), with the shared table's chain and set names
+/// ([`nft_table::names`](crate::dataplane::nft_table::names)) where a chain or set plays the
+/// same role as in the nftables mode (`service-ips`, `cluster-ip`, `external`, `masquerading`,
+/// `firewall-check`, `reject-chain`, ...). One table name for every mode: switching a node between the nftables
 /// and the IPVS mode replaces one set of rules by the other in one transaction, and
 /// `--cleanup` has one table to remove. These are the names only this mode has.
 pub mod rules {

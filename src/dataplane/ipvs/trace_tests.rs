@@ -1,21 +1,24 @@
 //! Packet-flow tests of the IPVS plan: plan a small snapshot, trace packets through the
 //! virtual services and helper rules, and state where they end up; and the same packets
-//! against the nftables mode's plan of the same snapshot, which must agree.
+//! against the nftables mode's plan of the same snapshot, which must agree. The nftables mode
+//! is asked through the mode registry, as `explain` asks a mode, so these tests know no part
+//! of its folder.
 
 use std::collections::BTreeSet;
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 
 use proptest::prelude::*;
 
 use super::*;
 use crate::cluster::{Features, IpFamily, Protocol, Snapshot, Tracker};
+use crate::config::{Config, DetectLocalMode, NodePortAddresses, ProxyMode};
+use crate::dataplane::inspect::{self, Outcome, from_branches};
 use crate::dataplane::ipvs::desired::{Masquerade, VirtualService};
 use crate::dataplane::ipvs::mode_config::ModeConfig;
 use crate::dataplane::ipvs::plan::{HostAddresses, plan};
 use crate::dataplane::ipvs::rules_all;
-use crate::dataplane::nftables;
+use crate::dataplane::modes;
 use crate::dataplane::node::{DetectLocal, NodePolicy};
-use crate::nft;
 use crate::nft::trace::Trace;
 use crate::testing::changes::{events, step};
 use crate::testing::snapshots::{Svc, ip, node, snapshot, svc};
@@ -32,6 +35,21 @@ fn node_policy() -> NodePolicy {
             "fd00:244::/32".parse().unwrap(),
         ]),
         ..ModeConfig::default().node
+    }
+}
+
+/// The configuration the mode registry plans the nftables mode with: the IPVS mode's
+/// defaults, pods told apart by the cluster CIDRs, so that it resolves to [`node_policy`].
+fn config() -> Config {
+    Config {
+        mode: ProxyMode::Ipvs,
+        detect_local_mode: DetectLocalMode::ClusterCidr,
+        cluster_cidrs: vec![
+            "10.244.0.0/16".parse().unwrap(),
+            "fd00:244::/32".parse().unwrap(),
+        ],
+        node_port_addresses: NodePortAddresses::default_for(ProxyMode::Ipvs),
+        ..Config::default()
     }
 }
 
@@ -248,19 +266,35 @@ fn frontends<'a>(
 ///   source, so they reach the local selection (terminating local ones included, when no
 ///   local one is ready), where the nftables mode sends them to the cluster's (upstream's
 ///   IPVS mode does the same as ours).
-fn known_difference(p: &Packet, vs: &VirtualService, ours: &Trace, theirs: &Trace) -> bool {
+fn known_difference(p: &Packet, vs: &VirtualService, ours: &Outcome, theirs: &Outcome) -> bool {
+    use inspect::Verdict::{Dropped, Forwarded, Rejected, Untouched};
     let refused_here_delivered_there = p.origin == Origin::Host
-        && matches!(ours.fate(), Some(Fate::Reject | Fate::Drop))
-        && theirs.fate() == Some(Fate::Accept)
-        && theirs.endpoints().is_empty();
+        && matches!(ours.verdict, Rejected | Dropped)
+        && theirs.verdict == Untouched;
     let from_inside = p.origin == Origin::Host || p.origin == Origin::Interface("veth1".into());
     let local_endpoints_for_everyone = from_inside
         && vs.masquerade == Masquerade::FromNode
-        && ours.fate() == Some(Fate::Accept)
-        && theirs.fate() == Some(Fate::Accept)
-        && !ours.endpoints().is_empty()
-        && ours.masquerade() == theirs.masquerade();
+        && ours.verdict == Forwarded
+        && matches!(theirs.verdict, Forwarded | Untouched)
+        && ours.masquerade == theirs.masquerade;
     refused_here_delivered_there || local_endpoints_for_everyone
+}
+
+/// `p` as the mode registry's inspection walks it.
+fn walked(p: &Packet, local: &[IpAddr]) -> inspect::Packet {
+    let (origin, interface) = match &p.origin {
+        Origin::Host => (inspect::Origin::Node, None),
+        Origin::Interface(i) if i == "veth1" => (inspect::Origin::Pod, Some(i.clone())),
+        Origin::Interface(i) => (inspect::Origin::Outside, Some(i.clone())),
+    };
+    inspect::Packet {
+        protocol: p.protocol,
+        to: SocketAddr::new(p.dst, p.dport),
+        source: p.src,
+        origin,
+        interface,
+        local: local.to_vec(),
+    }
 }
 
 proptest! {
@@ -268,7 +302,8 @@ proptest! {
 
     /// The IPVS mode follows the nftables mode's behaviour (see the planner's module doc), so
     /// for every frontend and every kind of client both plans of one snapshot must send the
-    /// first packet the same way: the same fate, the same endpoints, the same masquerade.
+    /// first packet the same way: the same verdict, the same endpoints, the same masquerade,
+    /// as `explain` would tell them.
     #[test]
     fn ipvs_and_nftables_plans_send_packets_alike(
         batches in proptest::collection::vec(proptest::collection::vec(step(), 1..4), 1..6),
@@ -283,9 +318,12 @@ proptest! {
             }
         }
         let (snap, _) = tracker.snapshot();
-        let nft_cfg = nftables::ModeConfig { node: node_policy() };
-        let nft = nftables::plan_all(&snap, &nft_cfg);
-        for (i, family) in IpFamily::ALL.into_iter().enumerate() {
+        let (nftables, policy) = modes::of(ProxyMode::Nftables)
+            .inspect()
+            .plan(&config(), &snap, true)
+            .expect("the nftables mode plans offline");
+        prop_assert_eq!(&policy, &node_policy(), "both modes planned with one node policy");
+        for family in IpFamily::ALL {
             let lab = Lab::of(&snap, &cfg(), family);
             let clients: &[&str] = match family {
                 IpFamily::V4 => &[POD, CLIENT, NODE_IP],
@@ -294,16 +332,12 @@ proptest! {
             for (proto, dst, port, vs) in frontends(&lab, &snap) {
                 for src in clients {
                     let p = packet(proto, ip(src), dst, port, &lab.local);
-                    let ours = trace(&lab.desired, &lab.rules, &p, &lab.local);
-                    let theirs = nft::trace::trace(&nft[i], &p, &lab.local);
+                    let ours = from_branches(&trace(&lab.desired, &lab.rules, &p, &lab.local));
+                    let theirs = nftables.rules(family).walk(&walked(&p, &lab.local));
                     if known_difference(&p, vs, &ours, &theirs) {
                         continue;
                     }
-                    prop_assert_eq!(
-                        (ours.fate(), ours.endpoints(), ours.masquerade()),
-                        (theirs.fate(), theirs.endpoints(), theirs.masquerade()),
-                        "{:?} {} → {}:{}", proto, src, dst, port
-                    );
+                    prop_assert_eq!(ours, theirs, "{:?} {} → {}:{}", proto, src, dst, port);
                 }
             }
         }

@@ -5,7 +5,9 @@
 //! # Tables
 //! `table ip kube-proxy-rs` and `table ip6 kube-proxy-rs` ([`crate::nft::TABLE`]): one per
 //! family, ours alone, distinct from upstream's `kube-proxy` so either can be removed without
-//! touching the other. Every chain and set name is in [`names`].
+//! touching the other. Every chain and set name is in [`names`]: the names the ipvs and userspace
+//! modes' rules share with ours are [`nft_table`](crate::dataplane::nft_table)'s, the rest
+//! are this mode's own.
 //!
 //! # Hooks and chains
 //! ```text

@@ -1,75 +1,39 @@
-//! Every kernel-visible name of the nftables mode, defined once, and how per-object names are
-//! derived.
+//! Every kernel-visible name of the nftables mode, and how per-object names are derived: the
+//! names only this mode uses are defined here, and the shared table's names
+//! ([`nft_table::names`](crate::dataplane::nft_table::names)) are re-exported, so the planner
+//! reads every name from one place.
 //!
 //! Pure. Names are interfaces: operators grep for them, dashboards and runbooks quote them, and
 //! the applier recognises our objects by them. Upstream's chain names are reused where a chain
-//! plays the same role (`services`, `masquerading`, `firewall-check`, `service-endpoints-check`,
-//! ...), so habits carry over. The table's name (`kube-proxy-rs`, not upstream's `kube-proxy`)
-//! is the library's [`TABLE`](crate::nft::TABLE): the ipvs and userspace modes program the same
-//! table.
+//! plays the same role (`services`, `service-endpoints-check`, `nodeport-endpoints-check`,
+//! ...), so habits carry over.
 //!
 //! No text from an API object ever becomes part of a name: the few per-object names (affinity
 //! chains and sets) are hashes, and [`Name`] can only hold `[a-z0-9-]`, so a name can never
 //! close a quote or start a new statement in rendered text.
 
+pub use crate::dataplane::nft_table::names::*;
 use crate::nft::Name;
-
-// Base chains: `<type>-<hook>[-<role>]`, as upstream names them.
-pub const NAT_PREROUTING: &str = "nat-prerouting";
-pub const NAT_OUTPUT: &str = "nat-output";
-pub const NAT_POSTROUTING: &str = "nat-postrouting";
-pub const FILTER_PREROUTING_PRE_DNAT: &str = "filter-prerouting-pre-dnat";
-pub const FILTER_OUTPUT_PRE_DNAT: &str = "filter-output-pre-dnat";
-pub const FILTER_INPUT: &str = "filter-input";
-pub const FILTER_FORWARD: &str = "filter-forward";
-pub const FILTER_OUTPUT: &str = "filter-output";
 
 // Regular chains with one fixed role each.
 /// Captures Service traffic: frontend lookup, then NodePorts (upstream's name).
 pub const SERVICES: &str = "services";
-/// Treatment of ClusterIP traffic: masquerade marking, then the internal-policy endpoints.
-pub const CLUSTER_IP: &str = "cluster-ip";
-/// Treatment of externalIP / LoadBalancer traffic under `externalTrafficPolicy: Cluster`.
-pub const EXTERNAL: &str = "external";
-/// Treatment of externalIP / LoadBalancer traffic under `externalTrafficPolicy: Local`.
-pub const EXTERNAL_LOCAL: &str = "external-local";
 /// Treatment of NodePort traffic under `externalTrafficPolicy: Cluster`.
 pub const NODEPORT: &str = "nodeport";
 /// Treatment of NodePort traffic under `externalTrafficPolicy: Local`.
 pub const NODEPORT_LOCAL: &str = "nodeport-local";
-/// SNAT of marked and hairpin traffic (upstream's name).
-pub const MASQUERADING: &str = "masquerading";
-/// loadBalancerSourceRanges enforcement, before DNAT (upstream's name).
-pub const FIREWALL_CHECK: &str = "firewall-check";
 /// REJECT / DROP for frontends without (local) endpoints (upstream's name).
 pub const SERVICE_ENDPOINTS_CHECK: &str = "service-endpoints-check";
 /// The same for NodePorts (upstream's name).
 pub const NODEPORT_ENDPOINTS_CHECK: &str = "nodeport-endpoints-check";
-/// Rejects ClusterIP traffic to a port no Service defines (upstream's name).
-pub const CLUSTER_IPS_CHECK: &str = "cluster-ips-check";
-/// A chain holding only `reject`, the target of "no endpoints" verdicts (upstream's name).
-pub const REJECT_CHAIN: &str = "reject-chain";
 
 // Sets and maps with one fixed role each.
-/// Frontend (ip . proto . port) → treatment chain (upstream's name).
-pub const SERVICE_IPS: &str = "service-ips";
 /// NodePort (proto . port) → treatment chain (upstream's name).
 pub const SERVICE_NODEPORTS: &str = "service-nodeports";
-/// Every ClusterIP (upstream's name).
-pub const CLUSTER_IPS: &str = "cluster-ips";
 /// Node addresses that accept NodePorts, when nodePortAddresses is not `all` (upstream's name).
 pub const NODEPORT_IPS: &str = "nodeport-ips";
-/// Frontend → `goto reject-chain` or `drop` (upstream's name).
-pub const NO_ENDPOINT_SERVICES: &str = "no-endpoint-services";
 /// NodePort → `goto reject-chain` or `drop` (upstream's name).
 pub const NO_ENDPOINT_NODEPORTS: &str = "no-endpoint-nodeports";
-/// LoadBalancer frontends that have source ranges.
-pub const FIREWALL_IPS: &str = "firewall-ips";
-/// (LoadBalancer frontend . allowed source range), interval set.
-pub const FIREWALL_ALLOW: &str = "firewall-allow";
-/// (endpoint . endpoint . proto . port) of local endpoints: pods reaching themselves
-/// (upstream's name).
-pub const HAIRPIN: &str = "hairpin-connections";
 /// Frontend → the chain that picks from its policy's endpoints.
 pub const DISPATCH: &str = "dispatch";
 /// Frontend → the chain that picks from its cluster endpoints (externalTrafficPolicy Local

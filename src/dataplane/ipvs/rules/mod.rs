@@ -32,8 +32,8 @@ use super::desired::{Desired, Guard, Masquerade, VirtualService};
 use super::mode_config::ModeConfig;
 use super::names::rules as r;
 use crate::cluster::{NodeContext, Protocol};
-use crate::dataplane::nftables::names as n;
-use crate::dataplane::nftables::plan::skeleton::BASE_CHAINS;
+use crate::dataplane::nft_table::names as n;
+use crate::dataplane::nft_table::skeleton::{self, BASE_CHAINS};
 use crate::dataplane::node::Local;
 use crate::nft::Name;
 use crate::nft::ruleset::{
@@ -257,7 +257,7 @@ fn declare_sets(rules: &mut Ruleset) {
     );
 }
 
-/// The nftables mode's base chains this mode hooks, in this order: IPVS does the DNAT, so
+/// The shared base chains this mode hooks, in this order: IPVS does the DNAT, so
 /// the pre-DNAT prerouting filter and the plain output filter have nothing to do here.
 const HOOKED: [&str; 6] = [
     n::NAT_PREROUTING,
@@ -362,18 +362,8 @@ fn filters(
     node: &NodeContext,
 ) {
     let verdict = |v: Verdict| vec![Statement::Verdict(v)];
-    rules.push(
-        n::FIREWALL_CHECK,
-        vec![
-            in_set(&FRONTEND, n::FIREWALL_IPS, false),
-            in_set(
-                &[Field::Daddr, Field::L4Proto, Field::Dport, Field::Saddr],
-                n::FIREWALL_ALLOW,
-                true,
-            ),
-        ],
-        verdict(Verdict::Drop),
-    );
+    let (matches, statements) = skeleton::firewall_check_rule();
+    rules.push(n::FIREWALL_CHECK, matches, statements);
     // Only the port protocols: a ping to a Service address still answers, as it does under
     // upstream's IPVS mode.
     for proto in [Protocol::Tcp, Protocol::Udp, Protocol::Sctp] {
@@ -395,12 +385,7 @@ fn filters(
         rules.push(r::NO_LOCAL_ENDPOINT, vec![m], verdict(Verdict::Return));
     }
     rules.push(r::NO_LOCAL_ENDPOINT, vec![], verdict(Verdict::Drop));
-    // TCP is refused with a reset, everything else with ICMP port unreachable (see the
-    // nftables mode's reject-chain).
-    rules.push(
-        n::REJECT_CHAIN,
-        vec![Match::L4Proto(Protocol::Tcp)],
-        verdict(Verdict::RejectTcpReset),
-    );
-    rules.push(n::REJECT_CHAIN, vec![], verdict(Verdict::Reject));
+    for (matches, statements) in skeleton::reject_rules() {
+        rules.push(n::REJECT_CHAIN, matches, statements);
+    }
 }

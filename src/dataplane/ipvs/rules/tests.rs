@@ -11,7 +11,7 @@ use crate::dataplane::ipvs::backend::link::addresses::wanted;
 use crate::dataplane::ipvs::mode_config::ModeConfig;
 use crate::dataplane::ipvs::names::rules as r;
 use crate::dataplane::ipvs::plan::{HostAddresses, plan};
-use crate::dataplane::nftables::names as n;
+use crate::dataplane::nft_table::names as n;
 use crate::dataplane::node::DetectLocal;
 use crate::nft::Name;
 use crate::nft::ruleset::{Data, Field, Match, Ruleset, Statement, Tuple, Value, Verdict};

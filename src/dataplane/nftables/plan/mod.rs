@@ -24,7 +24,7 @@ mod order;
 mod patch;
 mod planner;
 mod service;
-pub(crate) mod skeleton;
+mod skeleton;
 
 #[cfg(test)]
 mod planner_props;

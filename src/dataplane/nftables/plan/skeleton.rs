@@ -4,23 +4,25 @@
 //! Everything here depends only on the settings, the node and the cluster's Service CIDRs,
 //! never on Services, so it is the same from one sync to the next and costs nothing in a diff.
 //! Sets are declared even when empty, so every rule always refers to something that exists.
+//! The base chains and the rules of the chains the ipvs and userspace modes share with this
+//! one are [`nft_table::skeleton`](crate::dataplane::nft_table::skeleton)'s.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use ipnet::IpNet;
 
 use super::Builder;
-use crate::cluster::{IpFamily, Protocol};
+use crate::cluster::IpFamily;
+use crate::dataplane::nft_table::skeleton::{
+    BASE_CHAINS, IP_KEY, cluster_ips_check_rules, firewall_check_rule, reject_rules, set_match,
+};
 use crate::dataplane::nftables::names::{self as n, FrontendKind};
 use crate::dataplane::node::{Local, NodePortMatch};
 use crate::nft::Name;
 use crate::nft::ruleset::{
-    ChainType, CtState, Data, DataKind, Field, Hook, Kind, Match, Set, SetDecl, Statement, Tuple,
-    Value, Verdict, priority,
+    CtState, Data, DataKind, Field, Kind, Match, Set, SetDecl, Statement, Tuple, Value, Verdict,
 };
 
-/// The key of an address-based frontend: destination . protocol . port.
-pub(super) const IP_KEY: [Field; 3] = [Field::Daddr, Field::L4Proto, Field::Dport];
 /// The key of a NodePort: protocol . port.
 pub(super) const NODEPORT_KEY: [Field; 2] = [Field::L4Proto, Field::Dport];
 
@@ -170,59 +172,6 @@ fn sets(b: &mut Builder) {
     }
 }
 
-/// The table's base chains: name, type, hook and priority. The userspace mode's redirect table
-/// hooks the same points with the same chains, all but the masquerading one.
-pub(crate) const BASE_CHAINS: [(&str, ChainType, Hook, i32); 8] = [
-    (
-        n::NAT_PREROUTING,
-        ChainType::Nat,
-        Hook::Prerouting,
-        priority::DSTNAT,
-    ),
-    (
-        n::NAT_OUTPUT,
-        ChainType::Nat,
-        Hook::Output,
-        priority::DSTNAT,
-    ),
-    (
-        n::NAT_POSTROUTING,
-        ChainType::Nat,
-        Hook::Postrouting,
-        priority::SRCNAT,
-    ),
-    (
-        n::FILTER_PREROUTING_PRE_DNAT,
-        ChainType::Filter,
-        Hook::Prerouting,
-        priority::DSTNAT - 10,
-    ),
-    (
-        n::FILTER_OUTPUT_PRE_DNAT,
-        ChainType::Filter,
-        Hook::Output,
-        priority::DSTNAT - 10,
-    ),
-    (
-        n::FILTER_INPUT,
-        ChainType::Filter,
-        Hook::Input,
-        priority::FILTER,
-    ),
-    (
-        n::FILTER_FORWARD,
-        ChainType::Filter,
-        Hook::Forward,
-        priority::FILTER,
-    ),
-    (
-        n::FILTER_OUTPUT,
-        ChainType::Filter,
-        Hook::Output,
-        priority::FILTER,
-    ),
-];
-
 fn base_chains(b: &mut Builder) {
     b.rules.add_base_chains(&BASE_CHAINS);
     let jump = |to: &'static str| vec![Statement::Verdict(Verdict::Jump(Name::fixed(to)))];
@@ -272,14 +221,6 @@ fn loopback(family: IpFamily) -> IpNet {
         IpFamily::V6 => IpNet::new(IpAddr::V6(Ipv6Addr::LOCALHOST), 128),
     }
     .expect("valid prefix")
-}
-
-fn set_match(key: &[Field], set: &'static str) -> Match {
-    Match::InSet {
-        key: key.to_vec(),
-        set: Name::fixed(set),
-        negate: false,
-    }
 }
 
 fn vmap(key: &[Field], map: &'static str) -> Statement {
@@ -400,50 +341,4 @@ fn unallocated_ranges(service_cidrs: &[IpNet], family: IpFamily) -> Vec<IpNet> {
         .copied()
         .collect();
     IpNet::aggregate(&of_family)
-}
-
-/// `firewall-check`'s rule: a packet to a frontend with source ranges from a source outside
-/// them is dropped. The userspace mode's redirect table has the same chain and sets.
-pub(crate) fn firewall_check_rule() -> (Vec<Match>, Vec<Statement>) {
-    (
-        vec![
-            set_match(&IP_KEY, n::FIREWALL_IPS),
-            Match::InSet {
-                key: vec![Field::Daddr, Field::L4Proto, Field::Dport, Field::Saddr],
-                set: Name::fixed(n::FIREWALL_ALLOW),
-                negate: true,
-            },
-        ],
-        vec![Statement::Verdict(Verdict::Drop)],
-    )
-}
-
-/// `cluster-ips-check`'s rules: a ClusterIP at a port no Service defines (nothing DNATed it)
-/// is refused. TCP with a reset, everything else with ICMP port unreachable: the kernel
-/// rate-limits ICMP errors per host, so a burst of connects would hang on the lost ones. The
-/// userspace mode's redirect table refuses alike.
-pub(crate) fn cluster_ips_check_rules() -> [(Vec<Match>, Vec<Statement>); 2] {
-    let to_cluster_ip = || set_match(&[Field::Daddr], n::CLUSTER_IPS);
-    [
-        (
-            vec![to_cluster_ip(), Match::L4Proto(Protocol::Tcp)],
-            vec![Statement::Verdict(Verdict::RejectTcpReset)],
-        ),
-        (
-            vec![to_cluster_ip()],
-            vec![Statement::Verdict(Verdict::Reject)],
-        ),
-    ]
-}
-
-/// `reject-chain`'s rules: TCP is refused with a reset, everything else with ICMP port
-/// unreachable (see `filters`). The userspace mode's redirect table refuses alike.
-pub(crate) fn reject_rules() -> [(Vec<Match>, Vec<Statement>); 2] {
-    [
-        (
-            vec![Match::L4Proto(Protocol::Tcp)],
-            vec![Statement::Verdict(Verdict::RejectTcpReset)],
-        ),
-        (vec![], vec![Statement::Verdict(Verdict::Reject)]),
-    ]
 }

@@ -4,7 +4,7 @@
 
 use super::tests::{elements, open_all, settings};
 use super::*;
-use crate::dataplane::nftables::names as n;
+use crate::dataplane::nft_table::names as n;
 use crate::testing::snapshots::{ip, node, snapshot, svc};
 
 /// `src` → `dst`:`dport` over TCP arriving on `iface` (`lo` for the node's own traffic: the

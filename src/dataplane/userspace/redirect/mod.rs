@@ -3,8 +3,9 @@
 //!
 //! Pure: (Snapshot, listeners' ports, `nodePortAddresses`, `--bind-address`) → one
 //! [`Ruleset`] per family, applied by the nf_tables library's applier as IPVS mode applies its
-//! helper rules. The table is the nftables mode's own ([`crate::nft::TABLE`], `ip` and `ip6`),
-//! as for IPVS mode: switching a node between modes replaces one set of rules by the other in one
+//! helper rules. The table is the one the nftables mode programs ([`crate::nft::TABLE`], `ip`
+//! and `ip6`), with its shared names and base chains ([`crate::dataplane::nft_table`]), as for
+//! IPVS mode: switching a node between modes replaces one set of rules by the other in one
 //! transaction (a second table would leave the other mode's DNAT rules catching Service
 //! traffic first), and `--cleanup` has one table to remove.
 //!
@@ -23,7 +24,7 @@
 //!   outside may not be sent to).
 //! - `filter-input`, `filter-forward` and `filter-output`: new connections to a frontend
 //!   whose listener has no endpoint to relay to (`no-endpoint-services`) are refused at once
-//!   (TCP reset, ICMP for UDP: the nftables mode's `reject-chain`) when the port has no
+//!   (TCP reset, ICMP for UDP: the shared `reject-chain`) when the port has no
 //!   endpoint at all, or dropped when it has some but a `Local` policy selects none here, as
 //!   the other modes drop it (so a load balancer's health check moves traffic elsewhere).
 //!   Such a frontend has no DNAT, so its packets still carry the frontend address at those
@@ -34,7 +35,8 @@
 //!   EPERM instead of finding the port unreachable, as upstream's clients do.
 //! - A ClusterIP at a port its Service does not define (no DNAT, no `no-endpoint-services`
 //!   element) is refused at once by `cluster-ips-check` over `cluster-ips` from `filter-forward`
-//!   and `filter-output`, the nftables mode's chain and set, instead of being routed on.
+//!   and `filter-output`, the chain and set the nftables mode has too, instead of being routed
+//!   on.
 //! - The other modes' short-circuit: traffic from this node's pods (as detect-local
 //!   recognises them) and from the node itself to an external frontend takes every endpoint
 //!   in the cluster, whatever the policies say and whether or not a local endpoint exists.
@@ -45,7 +47,7 @@
 //! - `loadBalancerSourceRanges`: new connections to a LoadBalancer IP from a source outside its
 //!   ranges are dropped before the DNAT (`firewall-check` from `filter-prerouting-pre-dnat`
 //!   and `filter-output-pre-dnat`, over the `firewall-ips` and `firewall-allow` sets: the
-//!   nftables mode's names and shapes, as [`source_ranges`] allows).
+//!   names and shapes the nftables mode has too, as [`source_ranges`] allows).
 //!
 //! - Only redirected connections reach a listener: `filter-input` sends a new connection to
 //!   an open listener's port (`relay-ports`) to `relay-check`, which lets it on only when its
@@ -67,7 +69,7 @@ use std::net::IpAddr;
 use super::plan::{Key, List};
 use crate::cluster::{FamilyView, IpFamily, NodeContext, Protocol, ServicePort, Snapshot};
 use crate::config::NodePortAddresses;
-use crate::dataplane::nftables::names as n;
+use crate::dataplane::nft_table::names as n;
 use crate::dataplane::node::{DetectLocal, Local, NodePortMatch, node_ports, source_ranges};
 use crate::nft::Name;
 use crate::nft::ruleset::{Comment, Data, Family, Field, Match, Ruleset, Tuple, Value, Verdict};

@@ -8,8 +8,8 @@ use ipnet::IpNet;
 
 use super::{FRONTEND, RELAY_CHECK, RELAY_PORTS, SERVICE_LISTENERS, SHORT_CIRCUIT};
 use crate::cluster::IpFamily;
-use crate::dataplane::nftables::names as n;
-use crate::dataplane::nftables::plan::skeleton;
+use crate::dataplane::nft_table::names as n;
+use crate::dataplane::nft_table::skeleton;
 use crate::nft::Name;
 use crate::nft::ruleset::{
     CtState, DataKind, Field, Kind, Match, Ruleset, Set, SetDecl, Statement, Verdict,
@@ -65,7 +65,7 @@ pub(super) fn add(rules: &mut Ruleset, from_local_pod: Option<Match>, bind: Opti
             ..decl(DataKind::None, "allowed sources per frontend")
         }),
     );
-    // The nftables mode's base chains but its masquerading one: the relay dials from the node.
+    // The shared base chains but the masquerading one: the relay dials from the node.
     let chains: Vec<_> = skeleton::BASE_CHAINS
         .into_iter()
         .filter(|(name, ..)| *name != n::NAT_POSTROUTING)

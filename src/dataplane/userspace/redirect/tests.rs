@@ -1,5 +1,5 @@
 use super::*;
-use crate::dataplane::nftables::names as n;
+use crate::dataplane::nft_table::names as n;
 use crate::dataplane::userspace::plan;
 use crate::testing::snapshots::{ip, node, snapshot, svc};
 use std::collections::BTreeMap;
