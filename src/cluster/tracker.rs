@@ -17,7 +17,6 @@ type HashSet<K> = std::collections::HashSet<K, foldhash::fast::RandomState>;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Node;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::endpoints;
 use super::interner::Interner;
@@ -31,7 +30,7 @@ use super::service::{self, Ignored, ParsedService};
 use super::service_cidrs::ServiceCidrs;
 use super::slice_set::SliceSet;
 use super::source::lean::{EndpointSlice, Service};
-use super::source::{Event, Kind, Object};
+use super::source::{Event, Kind, Object, namespace_and_name};
 use super::topology::Features;
 use super::warning::Warning;
 
@@ -111,6 +110,9 @@ pub struct Tracker {
     /// The warnings last reported per object, so each object version warns once.
     warned: HashMap<(Kind, String), Vec<Warning>>,
     names: Interner,
+    /// Counts the changes taken (a Service, a slice, the node, the Service CIDRs): equal
+    /// before and after an event when the event changed nothing ([`Tracker::generation`]).
+    generation: u64,
 }
 
 impl Tracker {
@@ -137,6 +139,7 @@ impl Tracker {
             listing: HashMap::default(),
             warned: HashMap::default(),
             names: Interner::default(),
+            generation: 0,
         }
     }
 
@@ -164,6 +167,13 @@ impl Tracker {
             }
         }
         out
+    }
+
+    /// How many changes the tracker has taken. An event after which it is the same changed
+    /// nothing a sync would program (an object re-sent as it was, a relist of what is held),
+    /// so it needs no sync: upstream's change trackers drop such updates the same way.
+    pub fn generation(&self) -> u64 {
+        self.generation
     }
 
     /// Whether every [awaited](Kind::awaited) kind has been listed at least once: the first
@@ -235,7 +245,7 @@ impl Tracker {
             Object::Node(n) => self.apply_node(n, out),
             Object::ServiceCidr(c) => {
                 let mut warnings = Vec::new();
-                self.service_cidrs.apply(c, &mut warnings);
+                self.change_service_cidrs(|cidrs| cidrs.apply(c, &mut warnings));
                 let name = c.metadata.name.clone().unwrap_or_default();
                 self.report(Kind::ServiceCidr, || name, warnings, out);
             }
@@ -270,7 +280,7 @@ impl Tracker {
             Object::ServiceCidr(c) => {
                 let name = c.metadata.name.as_deref().unwrap_or_default();
                 self.forget_warnings(Kind::ServiceCidr, name);
-                self.service_cidrs.remove(name);
+                self.change_service_cidrs(|cidrs| cidrs.remove(name));
             }
         }
     }
@@ -298,7 +308,7 @@ impl Tracker {
         // An item outside a list (a source's bug) is still a real version: applied, and the
         // next list's end settles what is gone.
         if let Some(listing) = self.listing.get_mut(&kind) {
-            listing.seen.insert(object_id(object));
+            listing.seen.insert(object.id());
         }
         self.apply_object(object, out);
     }
@@ -346,7 +356,9 @@ impl Tracker {
                     self.set_node(gone);
                 }
             }
-            Kind::ServiceCidr => self.service_cidrs.retain(|name| seen.contains(name)),
+            Kind::ServiceCidr => {
+                self.change_service_cidrs(|cidrs| cidrs.retain(|name| seen.contains(name)));
+            }
         }
         if !self.warned.is_empty() {
             self.warned
@@ -390,7 +402,17 @@ impl Tracker {
         }
     }
 
+    /// Applies `change` to the Service CIDRs, counting it when their union is rebuilt.
+    fn change_service_cidrs(&mut self, change: impl FnOnce(&mut ServiceCidrs)) {
+        let before = self.service_cidrs.union();
+        change(&mut self.service_cidrs);
+        if !Arc::ptr_eq(&before, &self.service_cidrs.union()) {
+            self.generation += 1;
+        }
+    }
+
     fn mark_service_changed(&mut self, key: ServiceKey) {
+        self.generation += 1;
         self.service_changes_total += 1;
         self.pending_services.insert(key.clone());
         self.dirty.insert(key);
@@ -399,7 +421,7 @@ impl Tracker {
     fn apply_slice(&mut self, slice: &EndpointSlice, out: &mut Vec<Warning>) {
         let mut warnings = Vec::new();
         let converted = endpoints::convert(slice, &mut self.names, &mut warnings);
-        let (ns, name) = object_key_of(&slice.metadata, "default");
+        let (ns, name) = namespace_and_name(&slice.metadata, "default");
         self.report(
             Kind::EndpointSlice,
             || format!("{ns}/{name}"),
@@ -442,6 +464,7 @@ impl Tracker {
     }
 
     fn mark_endpoints_changed(&mut self, key: ServiceKey) {
+        self.generation += 1;
         self.endpoint_changes_total += 1;
         self.pending_endpoints.insert(key.clone());
         self.dirty.insert(key);
@@ -465,6 +488,7 @@ impl Tracker {
         if context == *self.node {
             return;
         }
+        self.generation += 1;
         // Selection reads only the node's name (fixed) and zone; addresses and conditions do not
         // touch any service port.
         if context.zone != self.node.zone || context.known != self.node.known {
@@ -547,31 +571,6 @@ impl Tracker {
 
     fn forget_warnings(&mut self, kind: Kind, id: &str) {
         self.warned.remove(&(kind, id.to_string()));
-    }
-}
-
-/// An object's namespace (`default` when unset; empty for Nodes) and name, borrowed.
-fn object_key(object: &Object) -> (&str, &str) {
-    match object {
-        Object::Service(s) => object_key_of(&s.metadata, "default"),
-        Object::EndpointSlice(s) => object_key_of(&s.metadata, "default"),
-        Object::Node(n) => object_key_of(&n.metadata, ""),
-        Object::ServiceCidr(c) => object_key_of(&c.metadata, ""),
-    }
-}
-
-fn object_key_of<'a>(meta: &'a ObjectMeta, default_ns: &'a str) -> (&'a str, &'a str) {
-    (
-        meta.namespace.as_deref().unwrap_or(default_ns),
-        meta.name.as_deref().unwrap_or(""),
-    )
-}
-
-/// `namespace/name` (or the name, for Nodes), the key warnings are remembered under.
-fn object_id(object: &Object) -> String {
-    match object_key(object) {
-        ("", name) => name.to_string(),
-        (ns, name) => format!("{ns}/{name}"),
     }
 }
 

@@ -241,6 +241,25 @@ proptest! {
         prop_assert!(snap.service_cidrs.iter().all(|n| *n == n.trunc()));
     }
 
+    /// The runner asks for no sync after an event that left the generation as it was: such an
+    /// event must change nothing a sync reads.
+    #[test]
+    fn an_event_that_leaves_the_generation_changes_nothing_a_sync_reads(events in proptest::collection::vec(event(), 1..30)) {
+        let mut t = Tracker::new("node-a", Features::default());
+        for e in &events {
+            let (before, _) = t.snapshot();
+            let generation = t.generation();
+            t.apply(e);
+            let (after, changes) = t.snapshot();
+            if t.generation() == generation {
+                prop_assert!(changes.ports.is_empty() && !changes.node_topology_changed, "{e:?}");
+                prop_assert_eq!(&*before.ports, &*after.ports);
+                prop_assert_eq!(&*before.node, &*after.node);
+                prop_assert_eq!(&*before.service_cidrs, &*after.service_cidrs);
+            }
+        }
+    }
+
     #[test]
     fn no_local_endpoint_counts_follow_changes(steps in proptest::collection::vec(step(), 1..40)) {
         let mut t = Tracker::new("node-a", Features::default());

@@ -1,6 +1,7 @@
 use super::*;
 use crate::cluster::model::Protocol;
 use crate::testing::*;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 fn web() -> Service {
     service("default", "web", "10.96.0.10", &[("http", 80, "TCP")])

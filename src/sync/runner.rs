@@ -348,6 +348,7 @@ impl Runner {
             Event::ListItem(object) => Some(object.kind()),
             _ => None,
         };
+        let generation = self.tracker.generation();
         for w in self.tracker.apply(&event) {
             tracing::warn!(object = %w.object, "{}", w.message);
             if w.event.is_some() {
@@ -386,8 +387,12 @@ impl Runner {
             );
         }
         if self.schedule.is_ready() {
-            self.schedule.queued(now);
-            self.status.last_queued_at = Some((self.wall)());
+            // An event that changed nothing (an object re-sent as it was, a relist) asks for
+            // no sync.
+            if self.tracker.generation() != generation {
+                self.schedule.queued(now);
+                self.status.last_queued_at = Some((self.wall)());
+            }
         } else if self.tracker.synced() {
             tracing::info!(
                 waited = %GoDuration(now.duration_since(self.status.started)),

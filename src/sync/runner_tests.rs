@@ -578,3 +578,22 @@ async fn a_full_sync_trigger_starts_a_full_sync_within_min_sync_period() {
         "an outside change is repaired by a full sync"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn objects_sent_again_as_they_were_ask_for_no_sync() {
+    let mut h = start(s(1), s(30));
+    h.list_all();
+    h.until("the first sync", |s| s.syncs_ok == 1).await;
+    // A relist of everything as it is (after a watch ended, or a manifest directory re-read),
+    // and the same slice applied again: nothing to program.
+    h.list_all();
+    h.send(testing::applied_slice(web_slice(0)));
+    tokio::time::sleep(s(5)).await;
+    assert_eq!(h.syncs(), 1, "{:?}", h.seen());
+    let st = h.status.borrow().clone();
+    assert_eq!(st.oldest_pending_since, None);
+    assert_eq!(st.last_queued_at, None);
+    // A real change still syncs.
+    h.send(testing::applied_slice(web_slice(1)));
+    h.until("the change's sync", |s| s.syncs_ok == 2).await;
+}

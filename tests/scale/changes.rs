@@ -190,7 +190,9 @@ pub async fn churn(s: &mut Session<'_>, cluster: &mut Cluster) -> Vec<Figure> {
             Err(e) => s.notes.push(format!("churn write task: {e}")),
         }
     }
-    s.notes.push(soak::summary(&samples, churn.duration));
+    let turnover = soak::turnover(cluster.scale().services, churn.rate);
+    s.notes
+        .push(soak::summary(&samples, churn.duration, turnover));
     s.soak = samples;
     let ended = SystemTime::now();
     let limit = s.opts.limits.drain;

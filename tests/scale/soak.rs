@@ -2,10 +2,17 @@
 //! own metrics (`process_resident_memory_bytes`, `process_open_fds`) and its tasks (threads,
 //! from `/proc/<pid>/task`), sampled every [`EVERY`], and how much each grew over the churn.
 //!
-//! Growth compares the median of the samples in the first fifth of the churn with the median
-//! of those in the last fifth, so that one allocator high-water mark or one sync in flight at a
-//! sample does not read as a leak. A churn shorter than [`MIN_SAMPLES`] samples gives no
+//! Growth compares the median of the samples in the first fifth of a span with the median of
+//! those in the last fifth, so that one allocator high-water mark or one sync in flight at a
+//! sample does not read as a leak. A span shorter than [`MIN_SAMPLES`] samples gives no
 //! figure: a leak needs time to show.
+//!
+//! Two spans are reported: the whole churn, and the churn after its [`turnover`], the time it
+//! takes to change every Service once (the churn visits them in turn). Until then the model is
+//! partly as the initial list allocated it, object after object, and partly replaced by the
+//! churn, whose objects land wherever the allocator has room; resident memory grows until
+//! every object has been replaced once and then holds. That warm-up is bounded by the model's
+//! size and is reported apart; a leak is growth after it.
 //!
 //! The samples themselves go into the results (JSON) and, as [`csv`], into a file beside the
 //! report, so that a reader can tell growth that levels off from growth that goes on.
@@ -81,10 +88,57 @@ fn median(values: &[f64]) -> f64 {
     }
 }
 
-/// One line for the report's notes: each quantity's start, end, growth and largest sample.
-pub fn summary(samples: &[Sample], churn: Duration) -> String {
+/// How long a churn of `rate` changes per second takes to change each of `services` once.
+pub fn turnover(services: usize, rate: f64) -> Duration {
+    Duration::from_secs_f64(services as f64 / rate.max(0.001))
+}
+
+/// One line for the report's notes: each quantity's start, end, growth and largest sample,
+/// after the churn's `turnover` and over the whole churn.
+pub fn summary(samples: &[Sample], churn: Duration, turnover: Duration) -> String {
+    let whole = figures(samples);
+    if whole.is_empty() {
+        return format!(
+            "soak: {} samples over {}s of churn, fewer than {MIN_SAMPLES}: no growth figure",
+            samples.len(),
+            churn.as_secs()
+        );
+    }
+    let (warm_up, steady) = samples.split_at(
+        samples
+            .iter()
+            .position(|s| s.at_secs >= turnover.as_secs_f64())
+            .unwrap_or(samples.len()),
+    );
     let mib = |b: f64| b / 1024.0 / 1024.0;
-    let parts: Vec<String> = [
+    let after = match (warm_up.first(), steady.first(), figures(steady)) {
+        (Some(first), Some(turned), steady) if !steady.is_empty() => format!(
+            "every Service changed once by {}s (warm-up: RSS {:.1} → {:.1} MiB); from then, {}",
+            turnover.as_secs(),
+            mib(first.rss_bytes),
+            mib(turned.rss_bytes),
+            steady.join("; ")
+        ),
+        _ => format!(
+            "every Service changed once by {}s, too late for {MIN_SAMPLES} samples after it: \
+             no figure after the warm-up",
+            turnover.as_secs()
+        ),
+    };
+    format!(
+        "soak: {} samples every {}s over {}s of churn, first fifth's median → last fifth's; {after}; \
+         over the whole churn, {}",
+        samples.len(),
+        EVERY.as_secs(),
+        churn.as_secs(),
+        whole.join("; ")
+    )
+}
+
+/// Each quantity's growth over `samples` in words; empty with fewer than [`MIN_SAMPLES`].
+fn figures(samples: &[Sample]) -> Vec<String> {
+    let mib = |b: f64| b / 1024.0 / 1024.0;
+    [
         (
             "RSS",
             growth(samples, |s| s.rss_bytes).map(|g| (g, "MiB", mib as fn(f64) -> f64)),
@@ -109,22 +163,7 @@ pub fn summary(samples: &[Sample], churn: Duration) -> String {
             scale(g.max)
         ))
     })
-    .collect();
-    if parts.is_empty() {
-        format!(
-            "soak: {} samples over {}s of churn, fewer than {MIN_SAMPLES}: no growth figure",
-            samples.len(),
-            churn.as_secs()
-        )
-    } else {
-        format!(
-            "soak: {} samples every {}s over {}s of churn, first fifth's median → last fifth's: {}",
-            samples.len(),
-            EVERY.as_secs(),
-            churn.as_secs(),
-            parts.join("; ")
-        )
-    }
+    .collect()
 }
 
 /// The samples as CSV, one row each: seconds since the churn began, RSS in MiB, open
@@ -196,12 +235,54 @@ mod tests {
     #[test]
     fn too_few_samples_give_no_figure() {
         assert_eq!(growth(&rss(&[1.0; 9]), |s| s.rss_bytes), None);
-        assert!(summary(&rss(&[1.0; 3]), Duration::from_secs(30)).contains("no growth figure"));
+        let turnover = Duration::from_secs(30);
+        assert!(
+            summary(&rss(&[1.0; 3]), Duration::from_secs(90), turnover)
+                .contains("no growth figure")
+        );
+    }
+
+    #[test]
+    fn growth_that_levels_off_at_the_turnover_is_told_apart_from_growth_after_it() {
+        let mib = 1024.0 * 1024.0;
+        // 40 samples (20 minutes): a climb over the first 10 minutes, then flat.
+        let levels: Vec<f64> = (0..40)
+            .map(|i| (70.0 + f64::from(i.min(20))) * mib)
+            .collect();
+        let churn = Duration::from_secs(1200);
+        let text = summary(&rss(&levels), churn, turnover(6000, 10.0));
+        assert_eq!(turnover(6000, 10.0), Duration::from_secs(600));
+        assert!(
+            text.contains("every Service changed once by 600s (warm-up: RSS 70.0 → 90.0 MiB)"),
+            "{text}"
+        );
+        assert!(
+            text.contains("from then, RSS 90.0 → 90.0MiB (+0.0 %"),
+            "{text}"
+        );
+        assert!(
+            text.contains("over the whole churn, RSS 73.5 → 90.0MiB (+22.4 %"),
+            "{text}"
+        );
+        // Still climbing after the turnover: the figure after it shows the leak.
+        let leaking: Vec<f64> = (0..40).map(|i| (70.0 + f64::from(i)) * mib).collect();
+        let text = summary(&rss(&leaking), churn, turnover(6000, 10.0));
+        assert!(
+            text.contains("from then, RSS 91.5 → 107.5MiB (+17.5 %"),
+            "{text}"
+        );
+        // A turnover too late for ten samples after it gives no figure after it.
+        let text = summary(&rss(&levels), churn, turnover(60_000, 10.0));
+        assert!(text.contains("no figure after the warm-up"), "{text}");
     }
 
     #[test]
     fn the_summary_names_every_quantity() {
-        let line = summary(&rss(&[1048576.0; 12]), Duration::from_secs(360));
+        let line = summary(
+            &rss(&[1048576.0; 12]),
+            Duration::from_secs(360),
+            Duration::from_secs(30),
+        );
         assert!(line.contains("RSS 1.0 → 1.0MiB (+0.0 %"), "{line}");
         assert!(line.contains("open fds 10.0 → 10.0"), "{line}");
         assert!(line.contains("tasks 4.0 → 4.0"), "{line}");

@@ -82,6 +82,10 @@ impl SyncSummary {
 pub struct Status {
     pub node: String,
     pub mode: &'static str,
+    /// What the mode's state is called in a sentence ("rules", or "maps"): the text's word,
+    /// not part of the JSON.
+    #[serde(skip)]
+    pub noun: &'static str,
     /// Where the "programmed" side comes from: the kernel (a running proxy's node), or the
     /// plan (offline, from manifests).
     pub rules_from: RulesFrom,
@@ -180,6 +184,7 @@ pub fn build(inputs: Inputs<'_>) -> Status {
     Status {
         node: s.node.name.to_string(),
         mode: inputs.planned[0].mode(),
+        noun: inputs.planned[0].noun(),
         rules_from: if inputs.kernel.is_some() {
             RulesFrom::Kernel
         } else {

@@ -23,12 +23,7 @@ pub fn json(s: &Status) -> String {
 /// The status for people; `detail` adds every frontend with its outcome (for one Service).
 pub fn text(s: &Status, detail: bool) -> String {
     let mut out = String::new();
-    // The eBPF mode has maps, not rules.
-    let what = if s.mode == crate::dataplane::ebpf::apply::MODE {
-        "maps"
-    } else {
-        "rules"
-    };
+    let what = s.noun;
     let from = match s.rules_from {
         RulesFrom::Kernel => format!("{what} read from the kernel"),
         RulesFrom::Planned => format!("{what} as planned (not read from the kernel)"),

@@ -279,42 +279,31 @@ fn the_sync_summary_reads_the_runners_clock() {
     assert!(text(&st, false).contains("; FAILING for 15 s"));
 }
 
-/// The eBPF mode's status over maps planned from `services` with `edit` applied, as the
-/// kernel's; the node's drift is the tracer's.
-fn ebpf_status(
-    services: Vec<Svc>,
-    edit: impl Fn(&mut crate::dataplane::ebpf::diff::Maps),
-) -> Status {
-    use crate::dataplane::ebpf::trace;
-    let snap = snapshot(node(), services);
-    let npa = crate::config::NodePortAddresses {
-        all: true,
-        ..Default::default()
-    };
-    let planned = crate::dataplane::ebpf::inspect::Planned::new(&snap, &npa);
-    let mut kernel = crate::dataplane::ebpf::inspect::MapRules {
-        maps: planned.rules.maps.clone(),
-        remembered: None,
-    };
-    edit(&mut kernel.maps);
-    let rt = runtime();
-    build(Inputs {
-        snapshot: &snap,
-        node: &node_policy(),
-        planned: IpFamily::ALL.map(|f| planned.rules(f)),
-        kernel: Some([&kernel, &kernel]),
-        drift: trace::drift(&kernel.maps, &planned.plan),
-        runtime: &rt,
-        service: None,
-    })
+/// The eBPF mode's plan of `services` (the last of every mode's).
+fn ebpf_plan(services: Vec<Svc>) -> Box<dyn Plan> {
+    crate::testing::plans::all_modes(&snapshot(node(), services), &node_policy())
+        .pop()
+        .expect("the eBPF mode's plan")
+}
+
+/// `services` without `default/web`.
+fn without_web() -> Vec<Svc> {
+    services()
+        .into_iter()
+        .filter(|s| s.cluster_ip != "10.96.0.10".parse::<std::net::IpAddr>().unwrap())
+        .collect()
 }
 
 #[test]
 fn ebpf_mode_counts_the_backends_in_the_maps_and_traces_external_frontends_from_the_node() {
-    use crate::dataplane::ebpf::layout::{IPPROTO_TCP, SvcKey};
-    let s = ebpf_status(services(), |_| {});
+    let planned = ebpf_plan(services());
+    let s = status_of(services(), &planned, Some(&planned), None);
     assert_eq!(s.mode, "ebpf");
-    assert!(s.drift.is_empty(), "{:?}", s.drift);
+    assert!(
+        text(&s, false).starts_with("node node-a, ebpf mode, maps read from the kernel\n"),
+        "{}",
+        text(&s, false)
+    );
     let port = |s: &Status, name: &str| {
         let p = s.service_ports.iter().find(|p| p.name == name).unwrap();
         (p.programmed, p.endpoints, p.drifted())
@@ -339,19 +328,11 @@ fn ebpf_mode_counts_the_backends_in_the_maps_and_traces_external_frontends_from_
             .starts_with("forwards to 2 endpoints"),
         "{at_lb:?}"
     );
-    // web's ClusterIP entry removed: nothing programmed, one frontend drifted, named.
-    let s = ebpf_status(services(), |m| {
-        m.svc
-            .remove(&SvcKey::new("10.96.0.10".parse().unwrap(), 80, IPPROTO_TCP));
-    });
+    // Maps without web's entries: nothing programmed for it, its one frontend drifted.
+    let kernel = ebpf_plan(without_web());
+    let s = status_of(services(), &planned, Some(&kernel), None);
     assert_eq!(port(&s, "default/web"), (Some(0), 2, 1));
-    assert!(
-        s.drift
-            .iter()
-            .any(|d| d.contains("kp_svc has no entry for TCP 10.96.0.10:80 (default/web)")),
-        "{:?}",
-        s.drift
-    );
+    assert_eq!(port(&s, "default/np"), (Some(1), 1, 0));
 }
 
 #[test]
@@ -381,14 +362,11 @@ proptest! {
             .iter()
             .map(|planned| status_of(hostile(), planned, Some(planned), None))
             .collect();
-        // The eBPF mode with the hostile port's entry gone: its name is in the drift too.
-        all.push(ebpf_status(hostile(), |m| {
-            m.svc.remove(&crate::dataplane::ebpf::layout::SvcKey::new(
-                "10.96.0.90".parse().unwrap(),
-                80,
-                crate::dataplane::ebpf::layout::IPPROTO_TCP,
-            ));
-        }));
+        // The eBPF mode with the hostile port's entries gone: its name is in a frontend's
+        // drift and in the node's, as the mode's reader words it.
+        let mut gone = status_of(hostile(), &ebpf_plan(hostile()), Some(&ebpf_plan(services())), None);
+        gone.drift.push(format!("kp_svc has no entry for TCP 10.96.0.90:80 ({ns}/{name})"));
+        all.push(gone);
         for s in all {
             let t = text(&s, true);
             for line in t.lines() {

@@ -13,6 +13,7 @@ pub mod manifests;
 
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::networking::v1::ServiceCIDR;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use lean::{EndpointSlice, Service};
 
@@ -111,6 +112,34 @@ impl Object {
             Object::ServiceCidr(_) => Kind::ServiceCidr,
         }
     }
+
+    /// The object's namespace (`default` when a namespaced object has none; empty for the
+    /// cluster-scoped Nodes and ServiceCIDRs) and name, borrowed.
+    pub fn namespace_and_name(&self) -> (&str, &str) {
+        match self {
+            Object::Service(s) => namespace_and_name(&s.metadata, "default"),
+            Object::EndpointSlice(s) => namespace_and_name(&s.metadata, "default"),
+            Object::Node(n) => namespace_and_name(&n.metadata, ""),
+            Object::ServiceCidr(c) => namespace_and_name(&c.metadata, ""),
+        }
+    }
+
+    /// `namespace/name` (the name alone when cluster-scoped): the key a list's items and an
+    /// object's warnings are remembered under.
+    pub fn id(&self) -> String {
+        match self.namespace_and_name() {
+            ("", name) => name.to_string(),
+            (ns, name) => format!("{ns}/{name}"),
+        }
+    }
+}
+
+/// `meta`'s namespace (`default_ns` when unset) and name (empty when unset), borrowed.
+pub fn namespace_and_name<'a>(meta: &'a ObjectMeta, default_ns: &'a str) -> (&'a str, &'a str) {
+    (
+        meta.namespace.as_deref().unwrap_or(default_ns),
+        meta.name.as_deref().unwrap_or(""),
+    )
 }
 
 /// What a source tells the tracker.

@@ -6,6 +6,9 @@ pub mod recent;
 pub mod saved;
 pub mod scoped;
 
+#[cfg(test)]
+mod hostile_tests;
+
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
 

@@ -5,6 +5,9 @@
 pub mod kernel;
 pub mod persistence;
 
+#[cfg(test)]
+mod hostile_tests;
+
 use crate::cluster::{IpFamily, Snapshot};
 use crate::config::Config;
 use crate::dataplane::inspect::table::{drift, read_nftables};
