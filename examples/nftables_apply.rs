@@ -31,7 +31,7 @@ mod synthetic;
 
 use kube_proxy_rs::cluster::{Changes, Snapshot};
 use kube_proxy_rs::config::NftablesEncoder;
-use kube_proxy_rs::dataplane::monitor::{self, Watch};
+use kube_proxy_rs::dataplane::monitor::{self, OurTable};
 use kube_proxy_rs::dataplane::nftables::{Drift, ModeConfig, NftablesDataplane, plan_all};
 use kube_proxy_rs::dataplane::{Dataplane, SyncReport};
 use kube_proxy_rs::nft::adopt::Parsed;
@@ -148,7 +148,7 @@ fn listen(listener: Listener, ns: &NetNs, drift: &Arc<Drift>) -> Listening {
             runtime.spawn(monitor::run(
                 Some(ns.name.clone()),
                 drift.clone(),
-                Watch::NftablesTable,
+                &OurTable,
             ));
             // It serves pause requests once subscribed; one answered pause says it listens.
             let deadline = Instant::now() + Duration::from_secs(5);

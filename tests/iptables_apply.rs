@@ -30,7 +30,7 @@ use kube_proxy_rs::dataplane::iptables::ruleset::Table;
 use kube_proxy_rs::dataplane::iptables::{
     Flavour, IptablesCommand, IptablesDataplane, ModeConfig, adopt,
 };
-use kube_proxy_rs::dataplane::monitor::{self, Drift, Watch};
+use kube_proxy_rs::dataplane::monitor::{self, Drift};
 use kube_proxy_rs::dataplane::tool::Launcher;
 use kube_proxy_rs::dataplane::{Dataplane, SyncError};
 
@@ -342,7 +342,7 @@ fn watched(ns: &NetNs) -> (IptablesDataplane, Arc<Drift>, tokio::task::JoinHandl
     let watcher = tokio::spawn(monitor::run(
         Some(ns.name.clone()),
         drift.clone(),
-        Watch::IptablesNft,
+        &kube_proxy_rs::dataplane::iptables::notifications::IptablesNft,
     ));
     (dp, drift, watcher)
 }

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use host::{ChildGuard, NetNs};
 use kube_proxy_rs::config::ProxyMode;
-use kube_proxy_rs::dataplane::leftovers::{self, Leftover, Owned};
+use kube_proxy_rs::dataplane::leftovers::{self, Leftover, State};
 use kube_proxy_rs::dataplane::modes;
 use kube_proxy_rs::dataplane::tool::Launcher;
 
@@ -38,7 +38,7 @@ fn sh(ns: &NetNs, line: &str) {
 }
 
 /// What `mode` declares it owns.
-fn owned(mode: ProxyMode) -> Owned {
+fn owned(mode: ProxyMode) -> &'static [State] {
     modes::of(mode).owns()
 }
 

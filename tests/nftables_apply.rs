@@ -33,7 +33,7 @@ use kube_proxy_rs::cluster::topology::Features;
 use kube_proxy_rs::cluster::{Changes, IpFamily, Snapshot, Tracker};
 use kube_proxy_rs::config::NftablesEncoder;
 use kube_proxy_rs::dataplane::Dataplane;
-use kube_proxy_rs::dataplane::monitor::{self, Watch};
+use kube_proxy_rs::dataplane::monitor::{self, OurTable};
 use kube_proxy_rs::dataplane::nftables::{Drift, ModeConfig, NftablesDataplane, plan_all};
 use kube_proxy_rs::nft::adopt::parse;
 use kube_proxy_rs::nft::backend;
@@ -393,7 +393,7 @@ async fn a_paused_monitor_hears_nothing_until_it_resumes() {
     let watcher = tokio::spawn(monitor::run(
         Some(ns.name.clone()),
         drift.clone(),
-        Watch::NftablesTable,
+        &OurTable,
     ));
     ns.output("nft", &["add", "table", "ip", "kube-proxy-rs"]);
     wait_until_listening(&ns, &drift).await;
@@ -458,7 +458,7 @@ async fn dropped_notifications_count_as_an_outside_change() {
         let watcher = tokio::spawn(monitor::run_with_buffer(
             Some(ns.name.clone()),
             drift.clone(),
-            Watch::NftablesTable,
+            &OurTable,
             buffer,
         ));
         ns.output("nft", &["add", "table", "ip", "kube-proxy-rs"]);
@@ -489,7 +489,7 @@ async fn a_large_sync_of_ours_is_not_taken_for_an_outside_change() {
     let watcher = tokio::spawn(monitor::run(
         Some(ns.name.clone()),
         drift.clone(),
-        Watch::NftablesTable,
+        &OurTable,
     ));
     ns.output("nft", &["add", "table", "ip", "kube-proxy-rs"]);
     wait_until_listening(&ns, &drift).await;
@@ -535,7 +535,7 @@ async fn an_outside_deletion_is_noticed_and_repaired_by_the_next_sync() {
     let watcher = tokio::spawn(monitor::run(
         Some(ns.name.clone()),
         drift.clone(),
-        Watch::NftablesTable,
+        &OurTable,
     ));
     dp.sync(&snap, &no_changes(), true).expect("first sync");
 

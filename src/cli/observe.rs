@@ -49,7 +49,7 @@ pub struct Observe {
     /// The UDP/SCTP frontends of the last successful sync, for the conntrack reconciler.
     frontends: watch::Sender<Option<Arc<conntrack::Frontends>>>,
     /// The dataplane's record of outside changes it repaired, when the nf_tables monitor runs.
-    drift: Option<(Arc<Drift>, Watch)>,
+    drift: Option<(Arc<Drift>, &'static dyn Watch)>,
     /// How each Service health check is served, after the latest update of the listeners.
     serving: watch::Sender<Arc<BTreeMap<ServiceKey, Serving>>>,
 }
@@ -77,9 +77,8 @@ impl Observe {
     }
 
     /// Exports the dataplane's repair count of outside changes the nf_tables monitor noticed
-    /// watching `watch`: `kubeproxy_rs_iptables_repairs_total` for iptables-nft's chains,
-    /// `kubeproxy_rs_nftables_repairs_total` for our table. Call before [`Observe::observer`].
-    pub fn count_repairs(&mut self, drift: Arc<Drift>, watch: Watch) {
+    /// watching `watch`, in the watch's repairs series. Call before [`Observe::observer`].
+    pub fn count_repairs(&mut self, drift: Arc<Drift>, watch: &'static dyn Watch) {
         self.drift = Some((drift, watch));
     }
 
@@ -136,12 +135,8 @@ impl Observe {
             }
         }
         self.metrics.set_change_counts(&report.counts);
-        match &self.drift {
-            Some((drift, Watch::IptablesNft)) => self.metrics.set_iptables_repairs(drift.repairs()),
-            Some((drift, Watch::NftablesTable)) => {
-                self.metrics.set_nftables_repairs(drift.repairs())
-            }
-            None => {}
+        if let Some((drift, watch)) = &self.drift {
+            self.metrics.set_repairs(watch.repairs(), drift.repairs());
         }
         if moved {
             self.wanted.send_replace(Some(Wanted {

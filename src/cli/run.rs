@@ -142,7 +142,9 @@ async fn serve(
     if let Some(traffic) = started.traffic {
         observe.metrics.set_traffic_source(traffic);
     }
-    if let Some((drift, watch)) = started.monitor {
+    if let Some(drift) = started.monitor
+        && let Some(watch) = mode.watch()
+    {
         proxy.full_sync_on(drift.waker());
         observe.count_repairs(drift.clone(), watch);
         tokio::spawn(monitor::run(None, drift, watch));

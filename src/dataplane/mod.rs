@@ -40,9 +40,10 @@
 //! - [`tool`]: starting rule tools (`nft`, `iptables-restore`) for text backends;
 //! - [`mode`]: what every mode hands the command line, and [`modes`]: the one list of them;
 //! - [`cleanup`]: `--cleanup` over every mode;
-//! - [`leftovers`]: at start-up, one warning naming another proxy's rules left on the node;
-//! - [`monitor`]: noticing another program changing our rules in nf_tables (nftables mode, and
-//!   iptables mode on the nft back end), so the next sync repairs them at once;
+//! - [`leftovers`]: after the first sync, another proxy's rules left on the node removed and
+//!   named in one line, over every mode's kinds of leftovers ([`leftovers::Kind`]);
+//! - [`monitor`]: noticing another program changing our rules in nf_tables (what a mode's
+//!   [`monitor::Watch`] names), so the next sync repairs them at once;
 //! - [`crate::netlink`]: sockets, framing, batches and dumps for every netlink protocol (nf_tables,
 //!   ctnetlink, rtnetlink, generic netlink).
 

@@ -1,7 +1,8 @@
 //! The parts every proxy mode hands the command line, the same for all five: what `plan`
 //! prints of it, what `explain` and `status` ask of it, the host set-up it needs, how it
 //! starts (its dataplane, side tasks and counters), what `--cleanup` removes of it, and what it declares of itself (upstream's
-//! failure series its syncs feed, the node state it owns, the link it binds Services to).
+//! failure series its syncs feed, the node state it owns, the kinds of leftovers it finds and
+//! removes, the nf_tables objects the monitor watches for it, the link it binds Services to).
 //!
 //! Each mode implements [`Mode`] in its own folder (`<mode>/mode.rs`); [`super::modes`] is the
 //! one place that lists them, so the commands ask a mode for its part instead of deciding per
@@ -15,7 +16,7 @@ use tokio::sync::watch;
 use super::cleanup::Report;
 use super::counters::{DatapathSource, RelaySource};
 use super::inspect::Inspect;
-use super::leftovers::Owned;
+use super::leftovers::{Kind, State};
 use super::monitor::{Drift, Watch};
 use super::tool::Launcher;
 use super::{Dataplane, TrafficSource, node};
@@ -37,7 +38,19 @@ pub trait Mode: Sync {
 
     /// What of a node's Service state the mode programs itself, so that once its rules are in
     /// place only what it does not own is removed as another proxy's leftover.
-    fn owns(&self) -> Owned;
+    fn owns(&self) -> &'static [State];
+
+    /// The kinds of state the mode knows how to find and remove when another proxy (upstream's
+    /// mode of the same name, or a mode of ours) left them; [`super::leftovers`] asks every
+    /// mode's.
+    fn leftovers(&self) -> &'static [&'static dyn Kind];
+
+    /// The nf_tables objects that hold the mode's rules, for the monitor to watch: what
+    /// [`Started::monitor`] reports outside changes of. `None` for a mode whose rules are not
+    /// in nf_tables.
+    fn watch(&self) -> Option<&'static dyn Watch> {
+        None
+    }
 
     /// The link the mode binds Service addresses to, if it has one: its addresses are the
     /// Services', not the node's, so they are left out of the host addresses NodePorts and
@@ -69,11 +82,11 @@ pub trait Mode: Sync {
 /// A started mode: its dataplane and what the proxy runs and reads beside it.
 pub struct Started {
     pub dataplane: Box<dyn Dataplane>,
-    /// The modes whose rules live in nf_tables: what the monitor watches and reports outside
-    /// changes into. The proxy starts [`super::monitor::run`] with it and hands
-    /// [`Drift::waker`] to the runner; [`Drift::repairs`] is the mode's
-    /// `kubeproxy_rs_*_repairs_total`.
-    pub monitor: Option<(Arc<Drift>, Watch)>,
+    /// Where the monitor reports outside changes of the mode's [`Mode::watch`], when its rules
+    /// are there (the iptables mode's only on the nft back end). The proxy starts
+    /// [`super::monitor::run`] over both and hands [`Drift::waker`] to the runner;
+    /// [`Drift::repairs`] counts in the watch's repairs series.
+    pub monitor: Option<Arc<Drift>>,
     /// Per-Service traffic counters, read by the metrics at each scrape (IPVS).
     pub traffic: Option<Arc<dyn TrafficSource>>,
     /// The relay's listeners: read by the metrics at each scrape, drained when the proxy stops.

@@ -12,7 +12,8 @@ use crate::conntrack;
 use crate::dataplane::ebpf::udp_sockets::diag;
 use crate::dataplane::ipvs::backend::link::message as link;
 use crate::dataplane::ipvs::backend::netlink::decode as ipvs;
-use crate::dataplane::monitor::{Events, Watch};
+use crate::dataplane::modes;
+use crate::dataplane::monitor::Events;
 use crate::netlink::ack::Ack;
 use crate::netlink::attr::find_str;
 use crate::netlink::dump::Dump;
@@ -102,7 +103,7 @@ pub fn nftables(datagram: &[u8]) {
         let _ = render(&diff(&parsed.ruleset, &Ruleset::empty(family)));
         let _ = render(&rebuild(&parsed.ruleset));
     }
-    for watch in [Watch::NftablesTable, Watch::IptablesNft] {
+    for watch in modes::ALL.into_iter().filter_map(|m| modes::of(m).watch()) {
         let _ = Events::new(watch).datagram(datagram);
     }
 }

@@ -23,4 +23,4 @@ pub mod server;
 pub mod traffic;
 
 pub use labels::Table;
-pub use registry::{CONTENT_TYPE, Metrics, Probe, SyncSeries};
+pub use registry::{CONTENT_TYPE, Metrics, Probe, RepairSeries, SyncSeries};

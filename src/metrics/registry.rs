@@ -56,6 +56,15 @@ pub enum SyncSeries {
     Uncounted,
 }
 
+/// Which repairs counter a mode's full syncs after an outside change count in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RepairSeries {
+    /// `kubeproxy_rs_nftables_repairs_total`: our nftables table.
+    Nftables,
+    /// `kubeproxy_rs_iptables_repairs_total`: iptables-nft chains.
+    Iptables,
+}
+
 /// Which proxy health endpoint answered (`kubeproxy_proxy_{healthz,livez}_total`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Probe {
@@ -526,14 +535,13 @@ impl Metrics {
         family.get_or_create(&CodeLabels { code }).inc();
     }
 
-    /// The nftables dataplane's running count of repairs of outside changes.
-    pub fn set_nftables_repairs(&self, total: u64) {
-        catch_up(&self.0.nftables_repairs, total);
-    }
-
-    /// The iptables dataplane's (nft flavour) running count of repairs of outside changes.
-    pub fn set_iptables_repairs(&self, total: u64) {
-        catch_up(&self.0.iptables_repairs, total);
+    /// A dataplane's running count of repairs of outside changes, in `series`.
+    pub fn set_repairs(&self, series: RepairSeries, total: u64) {
+        let counter = match series {
+            RepairSeries::Nftables => &self.0.nftables_repairs,
+            RepairSeries::Iptables => &self.0.iptables_repairs,
+        };
+        catch_up(counter, total);
     }
 
     /// How many Service health checks are open and how many cannot bind.

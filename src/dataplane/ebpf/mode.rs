@@ -9,7 +9,7 @@ use super::{EbpfDataplane, names, plan, render, tc};
 use crate::cluster::Snapshot;
 use crate::config::Config;
 use crate::dataplane::cleanup::Report;
-use crate::dataplane::leftovers::Owned;
+use crate::dataplane::leftovers::{Kind, State};
 use crate::dataplane::mode::{Feed, Mode, StartError, Started, Task};
 use crate::dataplane::node;
 use crate::dataplane::tool::Launcher;
@@ -30,8 +30,14 @@ impl Mode for Ebpf {
     }
 
     /// Programs and maps only: no table, chain or link.
-    fn owns(&self) -> Owned {
-        Owned::default()
+    fn owns(&self) -> &'static [State] {
+        &[]
+    }
+
+    /// None found at start: its pins are under a configured root, which only `--cleanup`
+    /// removes.
+    fn leftovers(&self) -> &'static [&'static dyn Kind] {
+        &[]
     }
 
     fn render_plan(&self, config: &Config, snapshot: &Snapshot) -> Result<String, node::Error> {

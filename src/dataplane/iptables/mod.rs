@@ -35,7 +35,7 @@
 //!   went away; nothing is read back. Before one, each family's mangle canary is checked (as
 //!   upstream's monitor does): gone means a firewall reload, and the sync is full.
 //! - With iptables-nft the rules are nf_tables objects, so the shared
-//!   [`monitor`](crate::dataplane::monitor) ([`Watch::IptablesNft`](crate::dataplane::monitor::Watch))
+//!   [`monitor`](crate::dataplane::monitor), watching [`notifications::IptablesNft`],
 //!   hears another program delete a table, a chain of ours or a rule in or jumping to one, and
 //!   starts the repairing full sync at once ([`IptablesDataplane::watched_by`]); the canaries
 //!   stay as the check for iptables-legacy, whose rules nf_tables does not see, and as a second
@@ -66,9 +66,11 @@ pub mod backend;
 pub mod cleanup;
 pub mod diff;
 pub mod inspect;
+pub mod leftovers;
 pub mod mode;
 pub mod mode_config;
 pub mod names;
+pub mod notifications;
 pub mod parse;
 pub mod plan;
 pub mod render;

@@ -7,7 +7,7 @@ use crate::cluster::Snapshot;
 use crate::config::Config;
 use crate::conntrack::{Translation, reconcile};
 use crate::dataplane::cleanup::Report;
-use crate::dataplane::leftovers::Owned;
+use crate::dataplane::leftovers::{Kind, State};
 use crate::dataplane::mode::{self, Mode, StartError, Started};
 use crate::dataplane::monitor::{Drift, Watch};
 use crate::dataplane::node;
@@ -24,11 +24,18 @@ impl Mode for Iptables {
     }
 
     /// Its rules are upstream's `KUBE-*` chains.
-    fn owns(&self) -> Owned {
-        Owned {
-            kube_chains: true,
-            ..Owned::default()
-        }
+    fn owns(&self) -> &'static [State] {
+        &[super::leftovers::KUBE_CHAINS]
+    }
+
+    /// The `KUBE-*` chains, of every flavour.
+    fn leftovers(&self) -> &'static [&'static dyn Kind] {
+        &[&super::leftovers::Chains]
+    }
+
+    /// On the nft back end, its chains in the `ip`/`ip6` mangle, nat and filter tables.
+    fn watch(&self) -> Option<&'static dyn Watch> {
+        Some(&super::notifications::IptablesNft)
     }
 
     fn render_plan(&self, config: &Config, snapshot: &Snapshot) -> Result<String, node::Error> {
@@ -79,7 +86,7 @@ impl Mode for Iptables {
         let monitor = (flavour == Flavour::Nft).then(|| {
             let drift = Drift::new();
             dataplane.watched_by(drift.clone());
-            (drift, Watch::IptablesNft)
+            drift
         });
         Ok(Started {
             monitor,

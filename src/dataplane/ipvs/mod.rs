@@ -49,6 +49,7 @@ pub mod cleanup;
 pub mod desired;
 pub mod diff;
 pub mod inspect;
+pub mod leftovers;
 pub mod mode;
 pub mod mode_config;
 pub mod names;

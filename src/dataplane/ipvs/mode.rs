@@ -8,9 +8,9 @@ use crate::cluster::Snapshot;
 use crate::config::Config;
 use crate::conntrack::{Translation, reconcile};
 use crate::dataplane::cleanup::Report;
-use crate::dataplane::leftovers::Owned;
+use crate::dataplane::leftovers::{Kind, OUR_TABLE, State};
 use crate::dataplane::mode::{self, Mode, StartError, Started};
-use crate::dataplane::monitor::{Drift, Watch};
+use crate::dataplane::monitor::{Drift, OurTable, Watch};
 use crate::dataplane::node;
 use crate::dataplane::tool::Launcher;
 use crate::metrics::SyncSeries;
@@ -36,12 +36,18 @@ impl Mode for Ipvs {
     }
 
     /// `kube-ipvs0` and the helper rules in our table.
-    fn owns(&self) -> Owned {
-        Owned {
-            our_table: true,
-            ipvs_link: true,
-            ..Owned::default()
-        }
+    fn owns(&self) -> &'static [State] {
+        &[OUR_TABLE, super::leftovers::LINK]
+    }
+
+    /// `kube-ipvs0`, with every virtual service.
+    fn leftovers(&self) -> &'static [&'static dyn Kind] {
+        &[&super::leftovers::Link]
+    }
+
+    /// The helper rules' table.
+    fn watch(&self) -> Option<&'static dyn Watch> {
+        Some(&OurTable)
     }
 
     /// The virtual services, then the helper rules in our nftables table.
@@ -93,7 +99,7 @@ impl Mode for Ipvs {
         let traffic = super::traffic::KernelTraffic::new(None, dataplane.owners());
         let (owners, watch_drift) = (dataplane.owners(), drift.clone());
         Ok(Started {
-            monitor: Some((drift, Watch::NftablesTable)),
+            monitor: Some(drift),
             traffic: Some(Arc::new(traffic)),
             tasks: vec![
                 Box::new(move |_| super::watch::spawn(owners, watch_drift)),

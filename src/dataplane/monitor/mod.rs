@@ -1,10 +1,11 @@
 //! Notices another program changing our rules in nf_tables, so the next sync re-reads the kernel
 //! and repairs them: a netlink socket subscribed to the nf_tables multicast group
-//! (`NFNLGRP_NFTABLES`, what `nft monitor` reads), without an `nft` process. Shared by the two
-//! modes whose rules live in nf_tables: nftables mode (our own table) and iptables mode on the
-//! nft back end (iptables-nft keeps each iptables table as an nf_tables table, `ip nat` and so
-//! on); [`Watch`] says which objects are ours in each. iptables-legacy rules are not in
-//! nf_tables; that flavour keeps the canary check at each sync.
+//! (`NFNLGRP_NFTABLES`, what `nft monitor` reads), without an `nft` process. Shared by the
+//! modes whose rules live in nf_tables: each declares a [`Watch`] that says which objects are
+//! its own ([`crate::dataplane::mode::Mode::watch`]): [`OurTable`] for the modes whose rules
+//! are in our table, the iptables mode's chains on the nft back end (iptables-nft keeps each
+//! iptables table as an nf_tables table, `ip nat` and so on). The monitor itself knows no
+//! mode's objects.
 //!
 //! The message logic ([`Events`], in `events.rs`) is pure and tested on notification bytes;
 //! [`run`] is the I/O around it. The kernel notifies each object a transaction touched and then `NEWGEN` with the
@@ -41,7 +42,9 @@ use crate::nft::backend::netlink;
 
 mod events;
 
-pub use events::{Committer, Events, Watch};
+#[cfg(test)]
+pub(crate) use events::notices;
+pub use events::{Committer, Events, OurTable, Watch};
 
 /// How many of our recent tool pids are remembered. Syncs run one at a time, so a handful
 /// covers every transaction whose events can still be in flight.
@@ -283,7 +286,7 @@ const ENOBUFS: i32 = 105;
 /// Watches nf_tables notifications in the named network namespace (or ours) until the task is
 /// dropped, and reports outside changes to what `watch` names to `drift`. Reopens the socket if
 /// it fails. Serves [`Drift::pause_monitor`] meanwhile.
-pub async fn run(netns: Option<String>, drift: Arc<Drift>, watch: Watch) {
+pub async fn run(netns: Option<String>, drift: Arc<Drift>, watch: &'static dyn Watch) {
     run_with_buffer(netns, drift, watch, NOTIFY_BUFFER).await;
 }
 
@@ -293,7 +296,7 @@ pub async fn run(netns: Option<String>, drift: Arc<Drift>, watch: Watch) {
 pub async fn run_with_buffer(
     netns: Option<String>,
     drift: Arc<Drift>,
-    watch: Watch,
+    watch: &'static dyn Watch,
     receive_buffer: usize,
 ) {
     let own = drift.own_processes();

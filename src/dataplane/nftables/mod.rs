@@ -115,6 +115,7 @@ use crate::nft;
 pub mod apply;
 pub mod cleanup;
 pub mod inspect;
+pub mod leftovers;
 pub mod mode;
 pub mod mode_config;
 pub mod names;

@@ -5,9 +5,9 @@ use crate::cluster::Snapshot;
 use crate::config::{Config, NftablesEncoder};
 use crate::conntrack::{Translation, reconcile};
 use crate::dataplane::cleanup::Report;
-use crate::dataplane::leftovers::Owned;
+use crate::dataplane::leftovers::{Kind, OUR_TABLE, State};
 use crate::dataplane::mode::{self, Mode, StartError, Started};
-use crate::dataplane::monitor::{Drift, Watch};
+use crate::dataplane::monitor::{Drift, OurTable, Watch};
 use crate::dataplane::tool::Launcher;
 use crate::dataplane::{node, userspace};
 use crate::metrics::SyncSeries;
@@ -23,11 +23,17 @@ impl Mode for Nftables {
     }
 
     /// Its rules live in our table.
-    fn owns(&self) -> Owned {
-        Owned {
-            our_table: true,
-            ..Owned::default()
-        }
+    fn owns(&self) -> &'static [State] {
+        &[OUR_TABLE]
+    }
+
+    /// Upstream's table and ours, which the ipvs and userspace modes use too.
+    fn leftovers(&self) -> &'static [&'static dyn Kind] {
+        &[&super::leftovers::Tables]
+    }
+
+    fn watch(&self) -> Option<&'static dyn Watch> {
+        Some(&OurTable)
     }
 
     fn render_plan(&self, config: &Config, snapshot: &Snapshot) -> Result<String, node::Error> {
@@ -52,7 +58,7 @@ impl Mode for Nftables {
         Ok(userspace::loopback::beside(
             config,
             Started {
-                monitor: Some((drift, Watch::NftablesTable)),
+                monitor: Some(drift),
                 tasks: vec![mode::conntrack_reconciler(
                     config.sync_period,
                     reconcile::fixed(Translation::ToEndpoint),

@@ -8,9 +8,9 @@ use crate::cluster::Snapshot;
 use crate::config::Config;
 use crate::conntrack::Translation;
 use crate::dataplane::cleanup::Report;
-use crate::dataplane::leftovers::Owned;
+use crate::dataplane::leftovers::{Kind, OUR_TABLE, State};
 use crate::dataplane::mode::{self, Mode, StartError, Started};
-use crate::dataplane::monitor::{Drift, Watch};
+use crate::dataplane::monitor::{Drift, OurTable, Watch};
 use crate::dataplane::node::{self, NodePolicy};
 use crate::dataplane::tool::Launcher;
 use crate::metrics::SyncSeries;
@@ -32,11 +32,18 @@ impl Mode for Userspace {
     }
 
     /// The redirect rules live in our table.
-    fn owns(&self) -> Owned {
-        Owned {
-            our_table: true,
-            ..Owned::default()
-        }
+    fn owns(&self) -> &'static [State] {
+        &[OUR_TABLE]
+    }
+
+    /// None of its own: its table is our table, which the nftables mode's kind finds.
+    fn leftovers(&self) -> &'static [&'static dyn Kind] {
+        &[]
+    }
+
+    /// The redirect rules' table.
+    fn watch(&self) -> Option<&'static dyn Watch> {
+        Some(&OurTable)
     }
 
     fn render_plan(&self, _: &Config, snapshot: &Snapshot) -> Result<String, node::Error> {
@@ -67,7 +74,7 @@ impl Mode for Userspace {
         Ok(loopback::beside(
             config,
             Started {
-                monitor: Some((drift, Watch::NftablesTable)),
+                monitor: Some(drift),
                 relay: Some(Arc::new(counters.clone())),
                 tasks: vec![mode::conntrack_reconciler(
                     config.sync_period,
