@@ -5,7 +5,7 @@
 //! mode turns that into the desired kernel state, and an applier makes the kernel match. Everything
 //! before the applier is pure.
 
-#![deny(unsafe_code)] // one exception: dataplane::ebpf::layout (aya::Pod for the BPF map structs)
+#![deny(unsafe_code)] // one exception: the eBPF mode's map layout (aya::Pod for the BPF map structs)
 
 pub mod causes;
 pub mod cli;

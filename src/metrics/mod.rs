@@ -12,7 +12,7 @@
 //! - [`server`]: `/metrics`, `/configz`, `/proxyMode`, `/healthz`.
 
 pub mod configz;
-pub mod ebpf;
+pub mod datapath;
 pub mod labels;
 pub mod names;
 pub mod process;

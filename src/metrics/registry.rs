@@ -107,8 +107,8 @@ struct Inner {
     traffic: super::traffic::SharedSource,
     /// The userspace relay's listeners (see [`super::relay`]).
     relayed: super::relay::SharedSource,
-    /// The eBPF mode's counters (see [`super::ebpf`]).
-    ebpf: super::ebpf::SharedSource,
+    /// The datapath counters a mode hands over (see [`super::datapath`]).
+    datapath: super::datapath::SharedSource,
     /// The API client's request counts (see [`super::rest_client`]).
     rest_client: super::rest_client::SharedSource,
 }
@@ -159,8 +159,8 @@ impl Metrics {
         r.register_collector(Box::new(super::traffic::Traffic(traffic.clone())));
         let relayed = super::relay::SharedSource::default();
         r.register_collector(Box::new(super::relay::Relayed(relayed.clone())));
-        let ebpf = super::ebpf::SharedSource::default();
-        r.register_collector(Box::new(super::ebpf::Datapath(ebpf.clone())));
+        let datapath = super::datapath::SharedSource::default();
+        r.register_collector(Box::new(super::datapath::Datapath(datapath.clone())));
         let rest_client = super::rest_client::SharedSource::default();
         r.register_collector(Box::new(super::rest_client::RestClient(
             rest_client.clone(),
@@ -242,7 +242,7 @@ impl Metrics {
             ebpf_sync_failures: register(&mut r, &names::RS_EBPF_SYNC_FAILURES, Family::default()),
             traffic,
             relayed,
-            ebpf,
+            datapath,
             rest_client,
             // Last: every field above borrowed the registry to register itself.
             registry: r,
@@ -333,7 +333,7 @@ impl Metrics {
     pub fn set_ebpf_source(&self, source: Arc<dyn crate::dataplane::counters::DatapathSource>) {
         *self
             .0
-            .ebpf
+            .datapath
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(source);
     }

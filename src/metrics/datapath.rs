@@ -1,8 +1,9 @@
-//! `kubeproxy_rs_ebpf_*`: the eBPF mode's datapath counters and map fill levels, read from the
-//! [`DatapathSource`] the mode handed over at each scrape.
+//! `kubeproxy_rs_ebpf_*`: the datapath counters and map fill levels of a mode that keeps its
+//! own datapath (the eBPF mode), read from the [`DatapathSource`] the mode handed over, at each
+//! scrape. The series keep the eBPF mode's name: they are an interface operators chart.
 //!
 //! The collector is registered whatever the mode, so the `# TYPE` lines are always there; it
-//! has samples once eBPF mode gave it its handle.
+//! has samples once a mode gave it its handle.
 
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -15,7 +16,7 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use super::names::{self, Kind, Spec};
 use crate::dataplane::counters::DatapathSource;
 
-/// Where the collector reads; `None` until eBPF mode sets it.
+/// Where the collector reads; `None` until a mode sets it.
 pub type SharedSource = Arc<Mutex<Option<Arc<dyn DatapathSource>>>>;
 
 /// See the module doc.
