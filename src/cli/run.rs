@@ -100,7 +100,7 @@ async fn serve(
     mode: &dyn Mode,
     lists: api::Lists,
 ) -> Result<(), Error> {
-    let started = mode.start(config).map_err(Error::Start)?;
+    let started = crate::dataplane::modes::start(mode, config).map_err(Error::Start)?;
     let service_link = mode.service_address_link();
     let mut proxy = Proxy::build(
         config,

@@ -66,8 +66,15 @@ pub trait Mode: Sync {
     }
 
     /// Builds the mode's dataplane for `config`, after the host set-up its start needs, with
-    /// what runs beside it. Called inside the runtime.
+    /// what runs beside it. Called inside the runtime, through [`super::modes::start`].
     fn start(&self, config: &Config) -> Result<Started, StartError>;
+
+    /// Whether `--nodeport-localhost` is served by the relay's loopback listeners beside this
+    /// mode's rules (the registry adds them, [`super::modes::start`]); a mode that serves
+    /// loopback NodePorts itself, or not at all as upstream's mode of its kind, says no.
+    fn relays_loopback_node_ports(&self) -> bool {
+        false
+    }
 
     /// The mode's part in `explain` and `status`: its plan, the walk of a packet over it, and
     /// the kernel's reading on a live node.

@@ -1,9 +1,11 @@
 //! The one list of the proxy modes: each [`ProxyMode`] to its [`Mode`], whose parts live in
-//! the mode's own folder. Dispatch only; nothing here decides what a mode does.
+//! the mode's own folder. Dispatch, and the one composition of two modes ([`start`]: the
+//! userspace mode's relay serving loopback NodePorts beside a mode that asks for it); what a
+//! mode does is its own declaration.
 
-use super::mode::Mode;
+use super::mode::{Mode, StartError, Started};
 use super::{ebpf, iptables, ipvs, nftables, userspace};
-use crate::config::ProxyMode;
+use crate::config::{Config, ProxyMode};
 
 /// Every mode, in the order `--cleanup` cleans up after them.
 pub const ALL: [ProxyMode; 5] = [
@@ -13,6 +15,18 @@ pub const ALL: [ProxyMode; 5] = [
     ProxyMode::Userspace,
     ProxyMode::Ebpf,
 ];
+
+/// Starts `mode` for `config`: its own parts, and with `--nodeport-localhost`, where the mode
+/// [relays loopback NodePorts](Mode::relays_loopback_node_ports), the relay's loopback
+/// listeners beside its dataplane.
+pub fn start(mode: &dyn Mode, config: &Config) -> Result<Started, StartError> {
+    let started = mode.start(config)?;
+    Ok(if mode.relays_loopback_node_ports() {
+        userspace::loopback::beside(config, started, None)
+    } else {
+        started
+    })
+}
 
 /// The parts of `mode`.
 pub fn of(mode: ProxyMode) -> &'static dyn Mode {

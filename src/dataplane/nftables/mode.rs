@@ -8,8 +8,8 @@ use crate::dataplane::cleanup::Report;
 use crate::dataplane::leftovers::{Kind, OUR_TABLE, State};
 use crate::dataplane::mode::{self, Mode, StartError, Started};
 use crate::dataplane::monitor::{Drift, OurTable, Watch};
+use crate::dataplane::node;
 use crate::dataplane::tool::Launcher;
-use crate::dataplane::{node, userspace};
 use crate::metrics::SyncSeries;
 use crate::nft::render_from_scratch;
 
@@ -44,8 +44,7 @@ impl Mode for Nftables {
         ))
     }
 
-    /// The monitor watches our table and the conntrack reconciler follows the rules;
-    /// `--nodeport-localhost` adds the relay's loopback listeners beside them.
+    /// The monitor watches our table and the conntrack reconciler follows the rules.
     fn start(&self, config: &Config) -> Result<Started, StartError> {
         let drift = Drift::new();
         let backend = crate::nft::backend::for_encoder(config.nftables_encoder, None);
@@ -55,18 +54,20 @@ impl Mode for Nftables {
         };
         tracing::info!(encoder, "nftables encoder");
         let dataplane = NftablesDataplane::new(ModeConfig::new(config)?, backend, drift.clone());
-        Ok(userspace::loopback::beside(
-            config,
-            Started {
-                monitor: Some(drift),
-                tasks: vec![mode::conntrack_reconciler(
-                    config.sync_period,
-                    reconcile::fixed(Translation::ToEndpoint),
-                )],
-                ..Started::alone(Box::new(dataplane))
-            },
-            None,
-        ))
+        Ok(Started {
+            monitor: Some(drift),
+            tasks: vec![mode::conntrack_reconciler(
+                config.sync_period,
+                reconcile::fixed(Translation::ToEndpoint),
+            )],
+            ..Started::alone(Box::new(dataplane))
+        })
+    }
+
+    /// Upstream's nftables mode does not serve loopback NodePorts (it would need
+    /// `route_localnet`); ours serves them through the relay's listeners.
+    fn relays_loopback_node_ports(&self) -> bool {
+        true
     }
 
     fn inspect(&self) -> &'static dyn crate::dataplane::inspect::Inspect {
