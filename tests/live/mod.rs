@@ -247,30 +247,50 @@ impl PrivateApiServer {
             "--v=1".into(),
         ]);
         cmd.args(&self.flags);
-        let name = format!("private-apiserver-{}-{}", self.port, self.starts);
-        self.guard = Some(ChildGuard::spawn(&name, &mut cmd));
+        // A post-start hook of the API server can fail for good when it races the shared
+        // control plane's own server over the same etcd (the Service IP repair controller's
+        // "already exists"); the server then never turns ready. A real node's kubelet would
+        // restart it; so does this, twice at most.
+        for attempt in 1..=3 {
+            let name = format!("private-apiserver-{}-{}-{attempt}", self.port, self.starts);
+            self.guard = Some(ChildGuard::spawn(&name, &mut cmd));
+            let log = self.guard.as_ref().expect("started").log.clone();
+            match self.ready_within(Duration::from_secs(60)).await {
+                Ok(()) => return,
+                Err(last) if attempt < 3 => {
+                    eprintln!(
+                        "{name} not ready within 60 s (log {}): {last}; starting it again",
+                        log.display()
+                    );
+                    self.kill();
+                }
+                Err(last) => panic!(
+                    "{name} not ready within 60 s, three times (log {}): {last}",
+                    log.display()
+                ),
+            }
+        }
+    }
+
+    /// Waits until `/readyz` answers `ok`; the last answer when it did not within `timeout`.
+    async fn ready_within(&self, timeout: Duration) -> Result<(), String> {
         let connection = connection(&self.env.kubeconfig, Some(self.url()));
         let (client, _) = api::client(&connection).await.expect("client");
-        let guard = self.guard.as_ref().expect("started");
-        let log = guard.log.clone();
-        wait_for(
-            &format!("{name} to serve (log {})", log.display()),
-            Duration::from_secs(60),
-            || {
-                let client = client.clone();
-                async move {
-                    let ready = client
-                        .request_text(http::Request::get("/readyz").body(Vec::new()).unwrap())
-                        .await;
-                    match ready {
-                        Ok(text) if text.trim() == "ok" => Ok(()),
-                        Ok(text) => Err(text),
-                        Err(e) => Err(e.to_string()),
-                    }
-                }
-            },
-        )
-        .await;
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            let ready = client
+                .request_text(http::Request::get("/readyz").body(Vec::new()).unwrap())
+                .await;
+            let last = match ready {
+                Ok(text) if text.trim() == "ok" => return Ok(()),
+                Ok(text) => text,
+                Err(e) => e.to_string(),
+            };
+            if std::time::Instant::now() >= deadline {
+                return Err(last);
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
     }
 }
 
