@@ -47,7 +47,7 @@ fn replay(kind: &str, target: &str, run: fn(&[u8])) -> (usize, Vec<String>) {
 #[test]
 fn every_kept_input_of_every_target_decodes_without_a_panic() {
     let mut failed = Vec::new();
-    for (target, run) in TARGETS {
+    for (target, run) in TARGETS.iter() {
         let (seeds, mut f) = replay("corpus", target, *run);
         assert!(seeds > 0, "fuzz/corpus/{target}/ holds no seed");
         failed.append(&mut f);

@@ -2,7 +2,8 @@
 //! prints of it, what `explain` and `status` ask of it, the host set-up it needs, how it
 //! starts (its dataplane, side tasks and counters), what `--cleanup` removes of it, and what it declares of itself (upstream's
 //! failure series its syncs feed, the node state it owns, the kinds of leftovers it finds and
-//! removes, the nf_tables objects the monitor watches for it, the link it binds Services to).
+//! removes, the nf_tables objects the monitor watches for it, the link it binds Services to,
+//! its decoders' fuzz targets).
 //!
 //! Each mode implements [`Mode`] in its own folder (`<mode>/mode.rs`); [`super::modes`] is the
 //! one place that lists them, so the commands ask a mode for its part instead of deciding per
@@ -24,6 +25,7 @@ use crate::cluster::Snapshot;
 use crate::config::Config;
 use crate::conntrack::Frontends;
 use crate::conntrack::reconcile::Translations;
+use crate::fuzzing::Target;
 use crate::metrics::{Metrics, SyncSeries};
 
 /// One proxy mode's parts.
@@ -79,6 +81,22 @@ pub trait Mode: Sync {
     /// The mode's part in `explain` and `status`: its plan, the walk of a packet over it, and
     /// the kernel's reading on a live node.
     fn inspect(&self) -> &'static dyn Inspect;
+
+    /// Derives the mode's own settings from `config`, as its plan and start do, so that the
+    /// configuration file's fuzz target reaches every mode's derivation through the registry.
+    /// A mode that derives none of its own keeps the default.
+    fn check_config(&self, config: &Config) -> Result<(), node::Error> {
+        let _ = config;
+        Ok(())
+    }
+
+    /// The entry points into the mode's decoders of bytes it reads from the kernel or a rule
+    /// tool, which other programs can shape: [`crate::fuzzing`] fuzzes them, and replays their
+    /// corpora, by name. A target named as a shared one is the mode's part of it, run on the
+    /// same input after the shared decoders; any other is a target of its own.
+    fn fuzz_targets(&self) -> &'static [Target] {
+        &[]
+    }
 
     /// Removes what this mode leaves on the node into `report`; `--cleanup` runs every mode's.
     /// `tools` runs in the network namespace to clean; `config` is the binary's own (`None` in

@@ -13,7 +13,7 @@ use crate::cluster::source::api::protobuf_objects::{self, FromProtobuf};
 use crate::cluster::source::lean::{EndpointSlice, Service};
 use crate::cluster::source::{Event, Kind, Object, manifests};
 use crate::cluster::topology::Features;
-use crate::dataplane::{iptables, ipvs, nftables};
+use crate::dataplane::modes;
 
 /// Chunk sizes a body arrives in, one picked by the body's length: the fuzzer varies lengths,
 /// so every size meets every place a field or item can be cut.
@@ -72,14 +72,15 @@ pub fn manifests(bytes: &[u8]) {
     track(parsed.objects);
 }
 
-/// A KubeProxyConfiguration file, and the settings each dataplane mode derives from it.
+/// A KubeProxyConfiguration file, and the settings each dataplane mode derives from it
+/// ([`check_config`](crate::dataplane::mode::Mode::check_config)).
 pub fn config(bytes: &[u8]) {
     let Ok(text) = std::str::from_utf8(bytes) else {
         return;
     };
     if let Ok(config) = crate::config::from_file(Path::new("fuzz.yaml"), text) {
-        let _ = nftables::ModeConfig::new(&config);
-        let _ = ipvs::ModeConfig::new(&config);
-        let _ = iptables::ModeConfig::new(&config);
+        for mode in modes::ALL {
+            let _ = modes::of(mode).check_config(&config);
+        }
     }
 }

@@ -1,7 +1,8 @@
-//! Targets for what the kernel answers on netlink sockets: nf_tables dumps and notifications,
-//! IPVS (generic netlink), rtnetlink links and addresses, conntrack dumps and sock_diag dumps.
-//! The input is what the socket receives, one or more messages; each is read by every decoder
-//! the proxy applies to a message of its protocol, past the dump state machine that picks a
+//! Targets for what the kernel answers on netlink sockets to shared code: nf_tables dumps and
+//! notifications, rtnetlink addresses (with each mode's part: the IPVS mode's links and
+//! addresses) and conntrack dumps; the IPVS and sock_diag targets are their modes' own. The
+//! input is what the socket receives, one or more messages; each is read by every decoder the
+//! proxy applies to a message of its protocol, past the dump state machine that picks a
 //! request's answers (its sequence number is the first message's, as a captured answer's is).
 
 use std::collections::BTreeMap;
@@ -9,16 +10,13 @@ use std::collections::BTreeMap;
 use crate::cluster::IpFamily;
 use crate::cluster::source::interfaces;
 use crate::conntrack;
-use crate::dataplane::ebpf::udp_sockets::diag;
-use crate::dataplane::ipvs::backend::link::message as link;
-use crate::dataplane::ipvs::backend::netlink::decode as ipvs;
 use crate::dataplane::modes;
 use crate::dataplane::monitor::Events;
 use crate::netlink::ack::Ack;
 use crate::netlink::attr::find_str;
 use crate::netlink::dump::Dump;
 use crate::netlink::message::{Message, messages};
-use crate::netlink::{genetlink, nfnetlink};
+use crate::netlink::nfnetlink;
 use crate::nft::backend::netlink::dump::{self, SetElements};
 use crate::nft::backend::netlink::uapi;
 use crate::nft::{Family, Ruleset, diff, rebuild, render};
@@ -30,7 +28,7 @@ fn first_seq(datagram: &[u8]) -> u32 {
 
 /// The messages of `datagram` that a dump's state machine hands on as objects; every message
 /// is read as an acknowledgement too.
-fn answers(datagram: &[u8]) -> Vec<Message<'_>> {
+pub(crate) fn answers(datagram: &[u8]) -> Vec<Message<'_>> {
     let mut answer = Dump::new(first_seq(datagram));
     messages(datagram)
         .filter(|m| {
@@ -108,25 +106,9 @@ pub fn nftables(datagram: &[u8]) {
     }
 }
 
-/// IPVS answers (services, destinations, timeouts) and the generic netlink family lookup.
-pub fn ipvs(datagram: &[u8]) {
-    for m in answers(datagram) {
-        let _ = genetlink::header(m.body);
-        let _ = genetlink::family(m.body);
-        let _ = ipvs::service_key(m.body);
-        let _ = ipvs::service(m.body);
-        for family in IpFamily::ALL {
-            let _ = ipvs::destination(m.body, family);
-        }
-        let _ = ipvs::timeouts(m.body);
-    }
-}
-
-/// rtnetlink link and address answers and notifications.
+/// rtnetlink address answers and notifications, as the host's addresses are read.
 pub fn rtnetlink(datagram: &[u8]) {
     for m in messages(datagram) {
-        let _ = link::link(&m);
-        let _ = link::address(&m);
         let _ = interfaces::address(&m);
     }
     let _ = interfaces::addresses_in(datagram, &mut Dump::new(first_seq(datagram)), None);
@@ -138,12 +120,5 @@ pub fn conntrack(datagram: &[u8]) {
         let (mut dump, _request) = conntrack::exchange::Dump::start(family, first_seq(datagram));
         let _ = dump.receive(datagram);
         let _ = dump.finish();
-    }
-}
-
-/// A sock_diag dump of UDP sockets.
-pub fn sock_diag(datagram: &[u8]) {
-    for m in answers(datagram) {
-        let _ = diag::decode(m.body);
     }
 }

@@ -61,6 +61,7 @@
 pub mod apply;
 pub mod backend;
 pub mod diff;
+mod fuzz;
 pub mod inspect;
 pub mod layout;
 pub mod mode;

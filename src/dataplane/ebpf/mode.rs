@@ -78,6 +78,11 @@ impl Mode for Ebpf {
         })
     }
 
+    /// Its sock_diag dumps.
+    fn fuzz_targets(&self) -> &'static [crate::fuzzing::Target] {
+        super::fuzz::TARGETS
+    }
+
     fn inspect(&self) -> &'static dyn crate::dataplane::inspect::Inspect {
         &super::inspect::Inspect
     }

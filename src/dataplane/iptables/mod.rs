@@ -65,6 +65,7 @@ pub mod apply;
 pub mod backend;
 pub mod cleanup;
 pub mod diff;
+mod fuzz;
 pub mod inspect;
 pub mod leftovers;
 pub mod mode;

@@ -98,6 +98,16 @@ impl Mode for Iptables {
         })
     }
 
+    /// Its [`ModeConfig`].
+    fn check_config(&self, config: &Config) -> Result<(), node::Error> {
+        ModeConfig::new(config).map(drop)
+    }
+
+    /// `iptables-save` output.
+    fn fuzz_targets(&self) -> &'static [crate::fuzzing::Target] {
+        super::fuzz::TARGETS
+    }
+
     fn inspect(&self) -> &'static dyn crate::dataplane::inspect::Inspect {
         &super::inspect::Inspect
     }

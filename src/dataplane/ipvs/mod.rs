@@ -48,6 +48,7 @@ pub mod backend;
 pub mod cleanup;
 pub mod desired;
 pub mod diff;
+mod fuzz;
 pub mod inspect;
 pub mod leftovers;
 pub mod mode;

@@ -112,6 +112,16 @@ impl Mode for Ipvs {
         })
     }
 
+    /// Its [`ModeConfig`].
+    fn check_config(&self, config: &Config) -> Result<(), node::Error> {
+        ModeConfig::new(config).map(drop)
+    }
+
+    /// Its IPVS and rtnetlink answers.
+    fn fuzz_targets(&self) -> &'static [crate::fuzzing::Target] {
+        super::fuzz::TARGETS
+    }
+
     fn inspect(&self) -> &'static dyn crate::dataplane::inspect::Inspect {
         &super::inspect::Inspect
     }

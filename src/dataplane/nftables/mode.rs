@@ -70,6 +70,11 @@ impl Mode for Nftables {
         true
     }
 
+    /// Its [`ModeConfig`].
+    fn check_config(&self, config: &Config) -> Result<(), node::Error> {
+        ModeConfig::new(config).map(drop)
+    }
+
     fn inspect(&self) -> &'static dyn crate::dataplane::inspect::Inspect {
         &super::inspect::Inspect
     }
