@@ -29,16 +29,32 @@ pub fn node() -> NodeContext {
     n
 }
 
+/// The configuration beside [`node`]: the nftables mode's defaults, pods told apart by the
+/// cluster's pod CIDRs (both families). It resolves to [`node_policy`].
+pub fn config() -> crate::config::Config {
+    use crate::config::{Config, DetectLocalMode, NodePortAddresses, ProxyMode};
+    Config {
+        mode: ProxyMode::Nftables,
+        node_port_addresses: NodePortAddresses::default_for(ProxyMode::Nftables),
+        detect_local_mode: DetectLocalMode::ClusterCidr,
+        cluster_cidrs: vec![
+            "10.244.0.0/16".parse().unwrap(),
+            "fd00:244::/32".parse().unwrap(),
+        ],
+        ..Config::default()
+    }
+}
+
 /// The node policy beside [`node`]: detect-local by the cluster's pod CIDRs (both families),
-/// the mode defaults otherwise.
+/// the nftables mode's defaults otherwise.
 pub fn node_policy() -> crate::dataplane::node::NodePolicy {
-    use crate::dataplane::node::detect_local::DetectLocal;
-    crate::dataplane::node::NodePolicy {
+    use crate::dataplane::node::{NodePolicy, detect_local::DetectLocal};
+    NodePolicy {
         detect_local: DetectLocal::ClusterCidrs(vec![
             "10.244.0.0/16".parse().unwrap(),
             "fd00:244::/32".parse().unwrap(),
         ]),
-        ..crate::dataplane::nftables::ModeConfig::default().node
+        ..NodePolicy::defaults_for(crate::config::ProxyMode::Nftables)
     }
 }
 
@@ -174,4 +190,15 @@ pub fn snapshot(node: NodeContext, services: Vec<Svc>) -> Snapshot {
         ports.insert(s.port.name.clone(), synthetic::state(s.port, view, &node));
     }
     Snapshot::new(Arc::new(node), Arc::new(ports))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_configuration_resolves_to_the_node_policy_the_tests_explain_with() {
+        let resolved = crate::dataplane::node::NodePolicy::new(&config()).unwrap();
+        assert_eq!(resolved, node_policy());
+    }
 }

@@ -76,7 +76,8 @@ pub(super) fn on_path(
 mod tests {
     use super::*;
     use crate::cluster::IpFamily;
-    use crate::testing::snapshots::{node, node_policy, snapshot, svc};
+    use crate::dataplane::nft_table::skeleton::BASE_CHAINS;
+    use crate::nft::ruleset::Family;
 
     fn chain(family: &'static str, table: &str, hook: Hook, priority: i32) -> BaseChainSummary {
         BaseChainSummary {
@@ -92,9 +93,11 @@ mod tests {
 
     #[test]
     fn other_tables_on_the_path_are_named_in_order_with_ours_left_out() {
-        let snap = snapshot(node(), vec![svc("default/web", "10.96.0.10", 80)]);
-        // Our table as the nftables mode plans it: what its live reading stands beside.
-        let ours = &crate::testing::plans::nftables_table(&snap, &node_policy(), IpFamily::V4);
+        // Our table with every base chain a mode hooks in it (the nftables mode hooks them
+        // all): all of it that `on_path` reads.
+        let mut table = Ruleset::empty(Family::of(IpFamily::V4));
+        table.add_base_chains(&BASE_CHAINS);
+        let ours = &table;
         let ours_at_prerouting = ours
             .chains
             .values()

@@ -5,7 +5,7 @@ use proptest::prelude::*;
 
 use super::render::{WIDTH, json, text};
 use super::*;
-use crate::testing::snapshots::{Svc, node, node_policy, snapshot, svc};
+use crate::testing::snapshots::{Svc, config, node, node_policy, snapshot, svc};
 
 fn services() -> Vec<Svc> {
     vec![
@@ -181,7 +181,7 @@ const CASES: &[Case] = &[
 
 /// Every mode's plan: nftables, iptables, ipvs, userspace, ebpf.
 fn modes() -> Vec<Box<dyn Plan>> {
-    crate::testing::plans::all_modes(&snapshot(node(), services()), &node_policy())
+    crate::testing::plans::all_modes(&snapshot(node(), services()), &config())
 }
 
 /// Words of [`Case::reason`] that say why the source is (not) rewritten: userspace mode has
@@ -372,7 +372,7 @@ fn an_unallocated_address_of_a_service_cidr_is_told_as_each_mode_treats_it() {
     let cidr: ipnet::IpNet = "10.96.0.0/16".parse().unwrap();
     let snap = snapshot(node(), services()).with_service_cidrs(vec![cidr]);
     let request = Request::parse("10.96.9.9:80", None, None).unwrap();
-    for planned in crate::testing::plans::every_mode(&snap, &node_policy()) {
+    for planned in crate::testing::plans::every_mode(&snap, &config()) {
         let e = explain(
             &snap,
             &node_policy(),
@@ -443,7 +443,11 @@ fn a_pod_source_needs_a_pod_network() {
     n.pod_cidrs.clear();
     let snap = snapshot(n, services());
     let policy = NodePolicy::defaults_for(crate::config::ProxyMode::Nftables);
-    let [planned, ..] = crate::testing::plans::every_mode(&snap, &policy);
+    let defaults = crate::config::Config {
+        cluster_cidrs: vec![],
+        ..config()
+    };
+    let [planned, ..] = crate::testing::plans::every_mode(&snap, &defaults);
     let request = Request::parse("10.96.0.10:80", None, None).unwrap();
     let e = explain(
         &snap,

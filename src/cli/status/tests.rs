@@ -10,7 +10,7 @@ use super::*;
 use crate::cli::explain::Plan;
 use crate::cli::explain::render::WIDTH;
 use crate::cluster::{IpFamily, ServiceKey};
-use crate::testing::snapshots::{Svc, node, node_policy, snapshot, svc};
+use crate::testing::snapshots::{Svc, config, node, node_policy, snapshot, svc};
 
 fn services() -> Vec<Svc> {
     vec![
@@ -40,7 +40,7 @@ fn services() -> Vec<Svc> {
 
 /// Every mode's plan for `services`.
 fn modes(services: Vec<Svc>) -> [Box<dyn Plan>; 3] {
-    crate::testing::plans::every_mode(&snapshot(node(), services), &node_policy())
+    crate::testing::plans::every_mode(&snapshot(node(), services), &config())
 }
 
 fn runtime() -> Runtime {
@@ -281,7 +281,7 @@ fn the_sync_summary_reads_the_runners_clock() {
 
 /// The eBPF mode's plan of `services` (the last of every mode's).
 fn ebpf_plan(services: Vec<Svc>) -> Box<dyn Plan> {
-    crate::testing::plans::all_modes(&snapshot(node(), services), &node_policy())
+    crate::testing::plans::all_modes(&snapshot(node(), services), &config())
         .pop()
         .expect("the eBPF mode's plan")
 }
