@@ -178,14 +178,15 @@ async fn run_proxy(
 struct Times(Vec<String>, Option<Instant>);
 
 impl Times {
+    /// Ends a step: said at once (a long trial, in the UML guest above all, shows where it
+    /// is) and kept for the trial's summary line.
     fn lap(&mut self, what: &str) {
         let now = Instant::now();
         let since = self.1.replace(now);
         if let Some(t) = since {
-            self.0.push(format!(
-                "{what} {:.1}s",
-                now.duration_since(t).as_secs_f64()
-            ));
+            let step = format!("{what} {:.1}s", now.duration_since(t).as_secs_f64());
+            say(&format!("  trial step: {step}"));
+            self.0.push(step);
         }
     }
 }
