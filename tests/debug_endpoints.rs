@@ -16,7 +16,7 @@ mod host;
 #[path = "support/web_cluster.rs"]
 mod web_cluster;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use host::{ChildGuard, NetNs};
 
@@ -40,6 +40,19 @@ except Exception as e:
 
 fn get(ns: &NetNs, path: &str) -> (u16, String) {
     ask(ns, "GET", "127.0.0.1:10249", path)
+}
+
+/// Waits until the proxy answers `path` with 200 and a body containing `want`; returns that
+/// body.
+fn wait_for_answer(ns: &NetNs, proxy: &mut ChildGuard, path: &str, want: &str) -> String {
+    let mut body = String::new();
+    let what = format!("{path} answers 200 with {want:?}");
+    proxy.wait_until(&what, Duration::from_secs(30), || {
+        let (code, answer) = get(ns, path);
+        body = answer;
+        code == 200 && body.contains(want)
+    });
+    body
 }
 
 fn ask(ns: &NetNs, method: &str, at: &str, path: &str) -> (u16, String) {
@@ -68,24 +81,12 @@ fn the_running_proxy_answers_what_it_knows_and_refuses_bad_questions() {
         ]),
     );
     // Synced once the table holds the web Service's endpoint.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let (code, body) = get(&ns, "/debug/explain?to=10.96.1.10:80");
-        if code == 200 && body.contains("10.244.1.10:8080") {
-            break;
-        }
-        assert!(
-            proxy.exited().is_none(),
-            "the proxy exited:\n{}",
-            proxy.log_tail(20)
-        );
-        assert!(
-            Instant::now() < deadline,
-            "no answer: {code} {body}\n{}",
-            proxy.log_tail(20)
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    wait_for_answer(
+        &ns,
+        &mut proxy,
+        "/debug/explain?to=10.96.1.10:80",
+        "10.244.1.10:8080",
+    );
 
     let (code, text) = get(&ns, "/debug/explain?to=10.96.1.10:80");
     assert_eq!(code, 200);
@@ -300,24 +301,12 @@ fn in_iptables_mode_the_running_proxy_explains_over_the_chains_it_programmed() {
         ]),
     );
     // Synced once the kernel's chains send the web Service to its endpoint.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let text = loop {
-        let (code, body) = get(&ns, "/debug/explain?to=10.96.1.10:80");
-        if code == 200 && body.contains("→ 10.244.1.10:8080") {
-            break body;
-        }
-        assert!(
-            proxy.exited().is_none(),
-            "the proxy exited:\n{}",
-            proxy.log_tail(20)
-        );
-        assert!(
-            Instant::now() < deadline,
-            "no answer: {code} {body}\n{}",
-            proxy.log_tail(20)
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    };
+    let text = wait_for_answer(
+        &ns,
+        &mut proxy,
+        "/debug/explain?to=10.96.1.10:80",
+        "→ 10.244.1.10:8080",
+    );
     assert!(
         text.contains("(iptables mode, rules read from the kernel)"),
         "{text}"
@@ -371,24 +360,7 @@ fn on_a_wildcard_address_debug_answers_over_loopback_only_and_nothing_takes_a_ch
             "--healthz-bind-address=0.0.0.0:10256",
         ]),
     );
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let (code, body) = get(&ns, "/debug/status");
-        if code == 200 && body.contains("kernel: matches the plan") {
-            break;
-        }
-        assert!(
-            proxy.exited().is_none(),
-            "the proxy exited:\n{}",
-            proxy.log_tail(20)
-        );
-        assert!(
-            Instant::now() < deadline,
-            "no answer: {code} {body}\n{}",
-            proxy.log_tail(20)
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    wait_for_answer(&ns, &mut proxy, "/debug/status", "kernel: matches the plan");
     let node = "10.0.0.11:10249";
     for path in ["/debug/", "/debug", "/debug/status", "/debug/services"] {
         let (code, body) = ask(&ns, "GET", node, path);

@@ -42,24 +42,15 @@ fn proxy_args(manifests: &str, extra: &str) -> Vec<String> {
 
 /// Waits until the proxy's log has a line containing `needle`; returns that line.
 fn wait_for_line(proxy: &mut ChildGuard, needle: &str) -> String {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let log = std::fs::read_to_string(&proxy.log).unwrap_or_default();
-        if let Some(line) = log.lines().find(|l| l.contains(needle)) {
-            return line.to_owned();
-        }
-        assert!(
-            proxy.exited().is_none(),
-            "the proxy exited:\n{}",
-            proxy.log_tail(20)
-        );
-        assert!(
-            Instant::now() < deadline,
-            "no {needle:?} in:\n{}",
-            proxy.log_tail(20)
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let log = proxy.log.clone();
+    let mut found = None;
+    let what = format!("a log line has {needle:?}");
+    proxy.wait_until(&what, Duration::from_secs(30), || {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        found = text.lines().find(|l| l.contains(needle)).map(str::to_owned);
+        found.is_some()
+    });
+    found.unwrap_or_default()
 }
 
 fn oom_score_adj(pid: u32) -> i32 {
