@@ -3,31 +3,18 @@
 
 #![allow(clippy::disallowed_methods)] // runs the built binary and writes scratch files
 
+#[path = "support/run_binary.rs"]
+mod run_binary;
+
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Command;
 
-fn run(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_kube-proxy-rs"))
-        .args(args)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .expect("the binary runs")
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-fn config_file(dir: &Path, name: &str, body: &str) -> String {
-    let path = dir.join(name);
-    std::fs::write(&path, body).unwrap();
-    path.display().to_string()
-}
+use run_binary::{CONFIG_HEAD, config_file, log_of_ignored_flag, run, stderr};
 
 #[test]
 fn a_bad_config_file_prints_one_line_naming_the_field_and_exits_1() {
     let dir = tempfile::tempdir().unwrap();
-    let head = "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\n";
+    let head = CONFIG_HEAD;
     let cases = [
         (
             "range.yaml",
@@ -215,22 +202,8 @@ fn plan_in_ipvs_mode_lists_the_virtual_services_as_ipvsadm_does() {
 #[test]
 fn logs_to_a_pipe_are_klog_lines_without_colour_codes() {
     let dir = tempfile::tempdir().unwrap();
-    let cfg = config_file(
-        dir.path(),
-        "c.yaml",
-        "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nmode: nftables\n",
-    );
-    let written = dir.path().join("out.yaml").display().to_string();
     // A flag beside --config is ignored with a warning: a log line, and nothing touches the host.
-    let out = run(&[
-        "--config",
-        &cfg,
-        "--masquerade-all",
-        "--write-config-to",
-        &written,
-    ]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    let log = stderr(&out);
+    let log = log_of_ignored_flag(dir.path(), "mode: nftables\n");
     assert!(log.contains("--masquerade-all is ignored"), "{log}");
     assert!(!log.contains('\u{1b}'), "escape sequences in {log:?}");
     // klog's shape, as upstream's: `W1202 04:36:03.547810   12375 main.rs:87] "..."`.

@@ -4,46 +4,16 @@
 
 #![allow(clippy::disallowed_methods)] // runs the built binary and writes scratch files
 
-use std::path::Path;
-use std::process::{Command, Output};
+#[path = "support/run_binary.rs"]
+mod run_binary;
 
-fn run(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_kube-proxy-rs"))
-        .args(args)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .expect("the binary runs")
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-fn config_file(dir: &Path, name: &str, body: &str) -> String {
-    let path = dir.join(name);
-    std::fs::write(&path, body).unwrap();
-    path.display().to_string()
-}
+use run_binary::{log_of_ignored_flag, run, stderr};
 
 #[test]
 fn json_logs_have_upstreams_shape() {
     let dir = tempfile::tempdir().unwrap();
-    let written = dir.path().join("out.yaml").display().to_string();
     // A flag beside --config is a warning line; --write-config-to touches nothing else.
-    let cfg = config_file(
-        dir.path(),
-        "c.yaml",
-        "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nmode: nftables\nlogging:\n  format: json\n",
-    );
-    let out = run(&[
-        "--config",
-        &cfg,
-        "--masquerade-all",
-        "--write-config-to",
-        &written,
-    ]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    let log = stderr(&out);
+    let log = log_of_ignored_flag(dir.path(), "mode: nftables\nlogging:\n  format: json\n");
     let line = log.lines().find(|l| l.contains("is ignored")).expect(&log);
     let v: serde_json::Value = serde_json::from_str(line).expect(line);
     assert!(line.starts_with("{\"ts\":"), "{line}");
