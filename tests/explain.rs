@@ -16,29 +16,31 @@ mod host;
 #[path = "../src/testing/synthetic.rs"]
 mod synthetic;
 
-use example_cluster::{PACKETS, changed, example};
+use example_cluster::{PACKETS, assert_explained_alike, reached, synced_example};
 use host::NetNs;
 use kube_proxy_rs::cli::explain::{Plan as _, Request, RulesFrom, explain, render};
 use kube_proxy_rs::cluster::IpFamily;
 use kube_proxy_rs::config::NftablesEncoder;
-use kube_proxy_rs::dataplane::Dataplane;
 use kube_proxy_rs::dataplane::inspect::table as kernel;
 use kube_proxy_rs::dataplane::nftables::inspect::Planned;
 use kube_proxy_rs::dataplane::nftables::{Drift, ModeConfig, NftablesDataplane};
 use kube_proxy_rs::nft::{Family, backend};
 
-#[test]
-fn the_kernels_table_explains_packets_as_the_plan_does_and_drift_shows() {
-    let ns = NetNs::new("explain-live");
-    let snap = example();
-    let cfg = ModeConfig::default();
-    let mut dp = NftablesDataplane::new(
+/// The nftables mode's dataplane under `cfg`, programming `ns`.
+fn dataplane(ns: &NetNs, cfg: &ModeConfig) -> NftablesDataplane {
+    NftablesDataplane::new(
         cfg.clone(),
         backend::for_encoder(NftablesEncoder::default(), Some(&ns.name)),
         Drift::new(),
-    );
-    dp.sync(&snap, &changed(snap.ports.keys().cloned()), true)
-        .expect("first sync");
+    )
+}
+
+#[test]
+fn the_kernels_table_explains_packets_as_the_plan_does_and_drift_shows() {
+    let ns = NetNs::new("explain-live");
+    let cfg = ModeConfig::default();
+    let mut dp = dataplane(&ns, &cfg);
+    let snap = synced_example(&mut dp);
     let planned = Planned::new(&snap, &cfg);
     let read = || {
         kernel::read_nftables(NftablesEncoder::default(), Some(&ns.name), Family::Ip)
@@ -50,18 +52,14 @@ fn the_kernels_table_explains_packets_as_the_plan_does_and_drift_shows() {
     assert!(kernel::drift(Some(&live), want).is_empty(), "just synced");
     for (to, from) in PACKETS {
         let request = Request::parse(to, *from, None).unwrap();
-        let ask = |rules: &dyn kube_proxy_rs::cli::explain::Rules, from| {
-            explain(&snap, &cfg.node, rules, from, &request).unwrap()
-        };
-        let a = ask(planned.rules(IpFamily::V4), RulesFrom::Planned);
-        let b = ask(&live, RulesFrom::Kernel);
-        assert_eq!(
-            a.outcome,
-            b.outcome,
-            "{to} from {from:?}:\n{}",
-            render::text(&b)
+        assert_explained_alike(
+            &snap,
+            &cfg.node,
+            &request,
+            planned.rules(IpFamily::V4),
+            &live,
+            &format!("{to} from {from:?}"),
         );
-        assert_eq!(a.reasons, b.reasons, "{to} from {from:?}");
     }
 
     // Another program empties one of our sets: the ClusterIP of an undefined port is no longer
@@ -103,15 +101,9 @@ fn a_clients_affinity_entry_in_the_kernel_sends_it_to_its_endpoint() {
     use kube_proxy_rs::nft::ruleset::{Match, Statement};
 
     let ns = NetNs::new("explain-aff");
-    let snap = example();
     let cfg = ModeConfig::default();
-    let mut dp = NftablesDataplane::new(
-        cfg.clone(),
-        backend::for_encoder(NftablesEncoder::default(), Some(&ns.name)),
-        Drift::new(),
-    );
-    dp.sync(&snap, &changed(snap.ports.keys().cloned()), true)
-        .expect("first sync");
+    let mut dp = dataplane(&ns, &cfg);
+    let snap = synced_example(&mut dp);
     let read = || {
         kernel::read_nftables(NftablesEncoder::default(), Some(&ns.name), Family::Ip)
             .expect("reads")
@@ -178,13 +170,7 @@ fn a_clients_affinity_entry_in_the_kernel_sends_it_to_its_endpoint() {
         affinity::add_entries(&snap, &packet, &mut live, &mut sets).expect("reads the sets");
     assert_eq!(found, Some(vec!["10.244.2.10:8080".parse().unwrap()]));
     let e = ask(&live);
-    let reached: Vec<String> = e
-        .outcome
-        .endpoints
-        .iter()
-        .map(|s| s.endpoint.to_string())
-        .collect();
-    assert_eq!(reached, ["10.244.2.10:8080"], "{}", render::text(&e));
+    assert_eq!(reached(&e), ["10.244.2.10:8080"], "{}", render::text(&e));
     let why = kube_proxy_rs::cli::explain::affinity_reason(
         e.packet.source,
         found.as_deref().unwrap(),
@@ -201,14 +187,8 @@ fn other_tables_base_chains_are_listed_beside_ours() {
     use kube_proxy_rs::nft::ruleset::Hook;
 
     let ns = NetNs::new("explain-other");
-    let snap = example();
-    let mut dp = NftablesDataplane::new(
-        ModeConfig::default(),
-        backend::for_encoder(NftablesEncoder::default(), Some(&ns.name)),
-        Drift::new(),
-    );
-    dp.sync(&snap, &changed(snap.ports.keys().cloned()), true)
-        .expect("first sync");
+    let mut dp = dataplane(&ns, &ModeConfig::default());
+    synced_example(&mut dp);
     // A firewall's table: a forward chain that drops what it does not accept.
     ns.output("nft", &["add", "table", "inet", "fw"]);
     ns.output(

@@ -16,11 +16,10 @@ mod host;
 #[path = "../src/testing/synthetic.rs"]
 mod synthetic;
 
-use example_cluster::{PACKETS, changed, example};
+use example_cluster::{PACKETS, assert_explained_alike, reached, synced_example};
 use host::NetNs;
-use kube_proxy_rs::cli::explain::{Plan as _, Request, RulesFrom, explain, render};
+use kube_proxy_rs::cli::explain::{Plan as _, Request, Rules, RulesFrom, explain, render};
 use kube_proxy_rs::cluster::IpFamily;
-use kube_proxy_rs::dataplane::Dataplane;
 use kube_proxy_rs::dataplane::iptables::inspect::Planned;
 #[test]
 fn iptables_chains_read_back_explain_packets_as_the_plan_does_and_drift_shows() {
@@ -28,14 +27,12 @@ fn iptables_chains_read_back_explain_packets_as_the_plan_does_and_drift_shows() 
     use kube_proxy_rs::dataplane::iptables::{self, Flavour, IptablesCommand, IptablesDataplane};
 
     let ns = NetNs::new("explain-ipt");
-    let snap = example();
     let cfg = iptables::ModeConfig::default();
     let mut dp = IptablesDataplane::new(
         cfg.clone(),
         IptablesCommand::in_netns(Flavour::Nft, &ns.name),
     );
-    dp.sync(&snap, &changed(snap.ports.keys().cloned()), true)
-        .expect("first sync");
+    let snap = synced_example(&mut dp);
     let planned = Planned::new(&snap, &cfg);
     let want = &planned.0[IpFamily::V4.index()];
     let read = || saved::read_iptables(Some(&ns.name), IpFamily::V4, want, None).expect("reads");
@@ -52,29 +49,18 @@ fn iptables_chains_read_back_explain_packets_as_the_plan_does_and_drift_shows() 
     };
     for (to, from) in PACKETS {
         let request = Request::parse(to, *from, None).unwrap();
-        let ask = |rules: &dyn kube_proxy_rs::cli::explain::Rules, from| {
-            explain(&snap, &cfg.node, rules, from, &request).unwrap()
+        let alike = |kernel: &dyn Rules, what: &str| {
+            let planned = planned.rules(IpFamily::V4);
+            assert_explained_alike(&snap, &cfg.node, &request, planned, kernel, what);
         };
-        let a = ask(planned.rules(IpFamily::V4), RulesFrom::Planned);
-        let b = ask(&chains, RulesFrom::Kernel);
-        assert_eq!(
-            a.outcome,
-            b.outcome,
-            "{to} from {from:?}:\n{}",
-            render::text(&b)
-        );
-        assert_eq!(a.reasons, b.reasons, "{to} from {from:?}");
+        alike(&chains, &format!("{to} from {from:?}"));
         // Only the chains of the packet's path, read one by one (an iptables-nft node).
         let path = scoped_read(&request);
         assert_eq!(path.drift, Vec::<String>::new(), "{to}: just synced");
-        let c = ask(path.rules.as_ref().expect("our chains"), RulesFrom::Kernel);
-        assert_eq!(
-            a.outcome,
-            c.outcome,
-            "{to} from {from:?}, its path read:\n{}",
-            render::text(&c)
+        alike(
+            path.rules.as_ref().expect("our chains"),
+            &format!("{to} from {from:?}, its path read"),
         );
-        assert_eq!(a.reasons, c.reasons, "{to} from {from:?}, its path read");
     }
 
     // Another program deletes the DNAT of one endpoint chain on 10.96.1.10:80's path: the
@@ -198,14 +184,12 @@ fn a_clients_recent_entry_in_the_kernel_sends_it_to_its_endpoint_in_iptables_mod
     use kube_proxy_rs::dataplane::iptables::{self, Flavour, IptablesCommand, IptablesDataplane};
 
     let ns = NetNs::new("explain-recent");
-    let snap = example();
     let cfg = iptables::ModeConfig::default();
     let mut dp = IptablesDataplane::new(
         cfg.clone(),
         IptablesCommand::in_netns(Flavour::Nft, &ns.name),
     );
-    dp.sync(&snap, &changed(snap.ports.keys().cloned()), true)
-        .expect("first sync");
+    let snap = synced_example(&mut dp);
     let planned = Planned::new(&snap, &cfg);
     let want = &planned.0[IpFamily::V4.index()];
     let read = || {
@@ -282,13 +266,7 @@ fn a_clients_recent_entry_in_the_kernel_sends_it_to_its_endpoint_in_iptables_mod
     .expect("reads the lists");
     assert_eq!(found, Some(vec!["10.244.2.10:8080".parse().unwrap()]));
     let e = ask(&live);
-    let reached: Vec<String> = e
-        .outcome
-        .endpoints
-        .iter()
-        .map(|s| s.endpoint.to_string())
-        .collect();
-    assert_eq!(reached, ["10.244.2.10:8080"], "{}", render::text(&e));
+    assert_eq!(reached(&e), ["10.244.2.10:8080"], "{}", render::text(&e));
 }
 
 #[test]
@@ -297,14 +275,12 @@ fn iptables_legacy_chains_are_read_from_the_flavour_that_holds_them() {
     use kube_proxy_rs::dataplane::iptables::{self, Flavour, IptablesCommand, IptablesDataplane};
 
     let ns = NetNs::new("explain-legacy");
-    let snap = example();
     let cfg = iptables::ModeConfig::default();
     let mut dp = IptablesDataplane::new(
         cfg.clone(),
         IptablesCommand::in_netns(Flavour::Legacy, &ns.name),
     );
-    dp.sync(&snap, &changed(snap.ports.keys().cloned()), true)
-        .expect("first sync");
+    let snap = synced_example(&mut dp);
     assert_eq!(
         IptablesCommand::detect(&["ip", "netns", "exec", &ns.name].map(String::from)),
         Flavour::Legacy,
