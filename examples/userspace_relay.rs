@@ -21,6 +21,8 @@
     reason = "a timing harness: it reads the clock and runs nft"
 )]
 
+#[path = "../tests/support/manifest_yaml.rs"]
+mod manifest_yaml;
 #[path = "../src/testing/netns.rs"]
 mod netns;
 
@@ -29,6 +31,7 @@ use std::time::{Duration, Instant};
 
 use kube_proxy_rs::config::{Config, ProxyMode};
 use kube_proxy_rs::dataplane::userspace::relay::{Relay, Settings, Target};
+use manifest_yaml::{CLUSTER_IP_V4, HTTP, Port, documents, node, service, serving_on, slice};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -54,36 +57,18 @@ const CLUSTER_IP: &str = "10.96.0.1:80";
 const SERVICE_IP: &str = "10.96.0.20:80";
 
 /// The node, the greeter's Service and its EndpointSlice, as the dataplanes read them.
-const CLUSTER: &str = r#"
-apiVersion: v1
-kind: Node
-metadata: {name: bench}
-status:
-  addresses: [{type: InternalIP, address: 192.168.50.1}]
----
-apiVersion: v1
-kind: Service
-metadata: {name: greeter, namespace: default}
-spec:
-  type: ClusterIP
-  clusterIP: 10.96.0.20
-  clusterIPs: [10.96.0.20]
-  ipFamilies: [IPv4]
-  ports: [{name: g, protocol: TCP, port: 80, targetPort: 8081}]
----
-apiVersion: discovery.k8s.io/v1
-kind: EndpointSlice
-metadata:
-  name: greeter-1
-  namespace: default
-  labels: {kubernetes.io/service-name: greeter}
-addressType: IPv4
-ports: [{name: g, protocol: TCP, port: 8081}]
-endpoints:
-  - addresses: [10.244.0.2]
-    conditions: {ready: true, serving: true, terminating: false}
-    nodeName: bench
-"#;
+fn cluster() -> String {
+    let port = Port {
+        name: "g",
+        target: 8081,
+        ..HTTP
+    };
+    documents(&[
+        node("bench", "192.168.50.1", None),
+        service("greeter", "10.96.0.20", port, CLUSTER_IP_V4),
+        slice("greeter", port, &serving_on("10.244.0.2", "bench")),
+    ])
+}
 
 fn addr(s: &str) -> SocketAddr {
     s.parse().expect("socket address")
@@ -121,7 +106,7 @@ fn main() {
 }
 
 /// Connections per second from a client namespace to a ClusterIP, through a node namespace
-/// whose rules the proxy's own dataplanes program for [`CLUSTER`], to a pod namespace: each
+/// whose rules the proxy's own dataplanes program for [`cluster`], to a pod namespace: each
 /// over a veth, as on a node (the node routes between them). The nftables mode DNATs (and
 /// masquerades: the client is outside the cluster CIDR); the userspace mode's redirect rule
 /// sends the connection to the relay's listener, which dials the pod.
@@ -364,13 +349,13 @@ fn measure() {
 }
 
 /// Connections per second from the client to [`SERVICE_IP`] as `mode`'s dataplane programs it
-/// for [`CLUSTER`] in the node's namespace: the nftables mode's rules alone, or the userspace
+/// for [`cluster`] in the node's namespace: the nftables mode's rules alone, or the userspace
 /// mode's redirect rule and relay (on a thread and current-thread runtime of its own, as in the
 /// other runs). The mode's tables are removed afterwards, so the next mode starts clean.
 fn cps_in_mode(mode: ProxyMode, node: &netns::NetNs, client: &netns::NetNs) -> f64 {
     let dir = std::env::temp_dir().join(format!("kprs-relay-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("a scratch directory");
-    std::fs::write(dir.join("cluster.yaml"), CLUSTER).expect("the cluster's manifests");
+    std::fs::write(dir.join("cluster.yaml"), cluster()).expect("the cluster's manifests");
     let loaded = kube_proxy_rs::cli::load_manifests(&dir, "bench", Default::default())
         .expect("the bench's manifests load");
     let _ = std::fs::remove_dir_all(&dir);

@@ -17,12 +17,15 @@
     reason = "a kernel test: boots a UML guest, runs ip, conntrack and python, writes sysctls"
 )]
 
+#[path = "support/manifest_yaml.rs"]
+mod manifest_yaml;
 #[path = "support/uml.rs"]
 mod uml;
 
 use std::process::Command;
 use std::time::Duration;
 
+use manifest_yaml::{DNS, Port, documents, node, ready, service, slice};
 use uml::host::helper_process::{HelperProcess, RESULT};
 use uml::host::{self, ChildGuard, NetNs, metric};
 
@@ -55,34 +58,14 @@ const POD_B: &str = "10.244.2.10";
 /// Entries the table holds: a few more than the flows the proxy's own work needs.
 const TABLE_MAX: u32 = 200;
 
+/// The Node, and the Service `dns` whose one endpoint is `endpoint`.
 fn manifests(endpoint: &str) -> String {
-    format!(
-        r#"apiVersion: v1
-kind: Node
-metadata: {{name: node-a}}
-status: {{addresses: [{{type: InternalIP, address: 10.0.0.11}}]}}
----
-apiVersion: v1
-kind: Service
-metadata: {{name: dns, namespace: default}}
-spec:
-  clusterIP: {VIP}
-  clusterIPs: [{VIP}]
-  ports: [{{name: dns, protocol: UDP, port: {PORT}, targetPort: 5353}}]
----
-apiVersion: discovery.k8s.io/v1
-kind: EndpointSlice
-metadata:
-  name: dns-1
-  namespace: default
-  labels: {{kubernetes.io/service-name: dns}}
-addressType: IPv4
-ports: [{{name: dns, protocol: UDP, port: 5353}}]
-endpoints:
-  - addresses: ["{endpoint}"]
-    conditions: {{ready: true}}
-"#
-    )
+    let port = Port { port: PORT, ..DNS };
+    documents(&[
+        node("node-a", "10.0.0.11", None),
+        service("dns", VIP, port, ""),
+        slice("dns", port, &ready(endpoint)),
+    ])
 }
 
 /// A UDP server that answers each datagram with its pod's name.

@@ -13,6 +13,8 @@
 
 #[path = "support/ebpf_host.rs"]
 mod ebpf_host;
+#[path = "support/manifest_yaml.rs"]
+mod manifest_yaml;
 #[path = "support/relay_pods.rs"]
 mod relay_pods;
 
@@ -29,82 +31,40 @@ use kube_proxy_rs::dataplane::Dataplane as _;
 use kube_proxy_rs::dataplane::ebpf::backend::Kernel;
 use kube_proxy_rs::dataplane::ebpf::layout::{Backend, IPPROTO_TCP, SlotKey, SvcKey, SvcVal};
 use kube_proxy_rs::dataplane::ebpf::{EbpfDataplane, names};
+use manifest_yaml::{HTTP, STICKY, documents, ready_on, service, slice};
 use relay_pods::host::NetNs;
 
 /// node-a (192.168.50.1): `web` (10.96.0.10:80, NodePort 30080, two endpoints), `empty`
 /// (10.96.0.12:80, none), `local` (10.96.0.14:80, internalTrafficPolicy Local, its endpoint
 /// on node-b) and `sticky` (10.96.0.13:80, ClientIP affinity 60 s).
-const CLUSTER: &str = r#"
-apiVersion: v1
-kind: Node
-metadata: {name: node-a}
-spec: {podCIDR: 10.244.1.0/24, podCIDRs: [10.244.1.0/24]}
-status: {addresses: [{type: InternalIP, address: 192.168.50.1}]}
----
-apiVersion: v1
-kind: Service
-metadata: {name: web, namespace: default}
-spec:
-  type: NodePort
-  clusterIP: 10.96.0.10
-  clusterIPs: [10.96.0.10]
-  ports: [{name: http, protocol: TCP, port: 80, targetPort: 8080, nodePort: 30080}]
----
-apiVersion: discovery.k8s.io/v1
-kind: EndpointSlice
-metadata: {name: web-1, namespace: default, labels: {kubernetes.io/service-name: web}}
-addressType: IPv4
-ports: [{name: http, protocol: TCP, port: 8080}]
-endpoints:
-  - {addresses: [10.244.1.2], conditions: {ready: true}, nodeName: node-a}
-  - {addresses: [10.244.2.2], conditions: {ready: true}, nodeName: node-b}
----
-apiVersion: v1
-kind: Service
-metadata: {name: empty, namespace: default}
-spec:
-  clusterIP: 10.96.0.12
-  clusterIPs: [10.96.0.12]
-  ports: [{name: http, protocol: TCP, port: 80, targetPort: 8080}]
----
-apiVersion: v1
-kind: Service
-metadata: {name: local, namespace: default}
-spec:
-  internalTrafficPolicy: Local
-  clusterIP: 10.96.0.14
-  clusterIPs: [10.96.0.14]
-  ports: [{name: http, protocol: TCP, port: 80, targetPort: 8080}]
----
-apiVersion: discovery.k8s.io/v1
-kind: EndpointSlice
-metadata: {name: local-1, namespace: default, labels: {kubernetes.io/service-name: local}}
-addressType: IPv4
-ports: [{name: http, protocol: TCP, port: 8080}]
-endpoints:
-  - {addresses: [10.244.2.4], conditions: {ready: true}, nodeName: node-b}
----
-apiVersion: v1
-kind: Service
-metadata: {name: sticky, namespace: default}
-spec:
-  clusterIP: 10.96.0.13
-  clusterIPs: [10.96.0.13]
-  sessionAffinity: ClientIP
-  sessionAffinityConfig: {clientIP: {timeoutSeconds: 60}}
-  ports: [{name: http, protocol: TCP, port: 80, targetPort: 8080}]
----
-apiVersion: discovery.k8s.io/v1
-kind: EndpointSlice
-metadata: {name: sticky-1, namespace: default, labels: {kubernetes.io/service-name: sticky}}
-addressType: IPv4
-ports: [{name: http, protocol: TCP, port: 8080}]
-endpoints:
-  - {addresses: [10.244.1.5], conditions: {ready: true}, nodeName: node-a}
-"#;
+fn cluster() -> String {
+    let node = "apiVersion: v1\nkind: Node\nmetadata: {name: node-a}\n\
+        spec: {podCIDR: 10.244.1.0/24, podCIDRs: [10.244.1.0/24]}\n\
+        status: {addresses: [{type: InternalIP, address: 192.168.50.1}]}\n";
+    let web = HTTP.on_node_port(30080);
+    documents(&[
+        node.to_owned(),
+        service("web", "10.96.0.10", web, "  type: NodePort\n"),
+        slice(
+            "web",
+            web,
+            &(ready_on("10.244.1.2", "node-a") + &ready_on("10.244.2.2", "node-b")),
+        ),
+        service("empty", "10.96.0.12", HTTP, ""),
+        service(
+            "local",
+            "10.96.0.14",
+            HTTP,
+            "  internalTrafficPolicy: Local\n",
+        ),
+        slice("local", HTTP, &ready_on("10.244.2.4", "node-b")),
+        service("sticky", "10.96.0.13", HTTP, STICKY),
+        slice("sticky", HTTP, &ready_on("10.244.1.5", "node-a")),
+    ])
+}
 
 fn snapshot(dir: &Path) -> Snapshot {
-    std::fs::write(dir.join("cluster.yaml"), CLUSTER).expect("write manifests");
+    std::fs::write(dir.join("cluster.yaml"), cluster()).expect("write manifests");
     let loaded = load_manifests(dir, "node-a", Features::default()).expect("manifests load");
     assert!(loaded.warnings.is_empty(), "{:?}", loaded.warnings);
     loaded.snapshot
@@ -385,7 +345,7 @@ fn the_running_proxy_answers_debug_explain_and_status_from_its_maps() {
     let fs = BpfFs::new();
     let settings = fs.settings(&cgroup);
     let dir = tempfile::tempdir().expect("manifest dir");
-    std::fs::write(dir.path().join("cluster.yaml"), CLUSTER).expect("write manifests");
+    std::fs::write(dir.path().join("cluster.yaml"), cluster()).expect("write manifests");
     let ns = NetNs::new("kprs-ebpf-dbg");
     ns.output("ip", &["link", "set", "lo", "up"]);
     let running = proxy(&ns, dir.path(), &settings);

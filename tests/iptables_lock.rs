@@ -18,43 +18,21 @@
 
 #[path = "support/host.rs"]
 mod host;
+#[path = "support/manifest_yaml.rs"]
+mod manifest_yaml;
 
 use std::time::{Duration, Instant};
 
 use host::{ChildGuard, NetNs, metric};
+use manifest_yaml::{HTTP, documents, node, service, serving_on, slice};
 
+/// The Node, and the Service `web` whose one endpoint is `endpoint`.
 fn manifests(endpoint: &str) -> String {
-    format!(
-        r#"
-apiVersion: v1
-kind: Node
-metadata: {{name: node-a}}
-spec: {{podCIDRs: [10.244.1.0/24]}}
-status: {{addresses: [{{type: InternalIP, address: 10.0.0.11}}]}}
----
-apiVersion: v1
-kind: Service
-metadata: {{name: web, namespace: default}}
-spec:
-  type: ClusterIP
-  clusterIP: 10.96.1.10
-  clusterIPs: [10.96.1.10]
-  ports: [{{name: http, protocol: TCP, port: 80, targetPort: 8080}}]
----
-apiVersion: discovery.k8s.io/v1
-kind: EndpointSlice
-metadata:
-  name: web-1
-  namespace: default
-  labels: {{kubernetes.io/service-name: web}}
-addressType: IPv4
-ports: [{{name: http, protocol: TCP, port: 8080}}]
-endpoints:
-  - addresses: [{endpoint}]
-    conditions: {{ready: true, serving: true, terminating: false}}
-    nodeName: node-a
-"#
-    )
+    documents(&[
+        node("node-a", "10.0.0.11", Some("10.244.1.0/24")),
+        service("web", "10.96.1.10", HTTP, "  type: ClusterIP\n"),
+        slice("web", HTTP, &serving_on(endpoint, "node-a")),
+    ])
 }
 
 const FAILURES: &str =

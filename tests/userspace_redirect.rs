@@ -25,6 +25,9 @@ use kube_proxy_rs::dataplane::userspace::relay::Settings;
 use relay_pods::{addr, in_netns, pod, udp_pod};
 use tokio::net::{TcpStream, UdpSocket};
 use tokio::time::timeout;
+use userspace_dataplane::manifest_yaml::{
+    DNS, HTTP, STICKY, documents, ready, ready_on, service, slice,
+};
 use userspace_dataplane::{STEP, greeting, manifests, operations, snapshot};
 
 /// The manifests of [`manifests`] with `web` a NodePort Service (30080), one more TCP
@@ -40,106 +43,36 @@ fn with_node_port_and_empty(web: &[&str]) -> String {
         // The slice's list, empty rather than null.
         base.push_str("  []\n");
     }
+    let nodeport = "  type: NodePort\n";
+    let local = "  type: NodePort\n  externalTrafficPolicy: Local\n";
+    let both = format!("{local}  internalTrafficPolicy: Local\n");
+    let sticky = format!("{local}{STICKY}");
+    let on_this_node = ready_on("10.244.1.2", "node-a");
+    let extra = documents(&[
+        String::new(),
+        service("empty", "10.96.0.12", HTTP, ""),
+        service("local", "10.96.0.13", HTTP.on_node_port(30081), local),
+        slice("local", HTTP, &ready("10.244.1.2")),
+        service("quiet", "10.96.0.14", DNS.on_node_port(30053), nodeport),
+        service("both", "10.96.0.15", HTTP.on_node_port(30082), &both),
+        slice(
+            "both",
+            HTTP,
+            &(on_this_node.clone() + &ready_on("10.244.1.3", "node-b")),
+        ),
+        service("sticky", "10.96.0.16", HTTP.on_node_port(30083), &sticky),
+        slice(
+            "sticky",
+            HTTP,
+            &(on_this_node + &ready_on("10.244.1.3", "node-a")),
+        ),
+    ]);
     base.replace(
         "  clusterIP: 10.96.0.10\n",
         "  type: NodePort\n  clusterIP: 10.96.0.10\n",
     )
     .replace("targetPort: 8080}", "targetPort: 8080, nodePort: 30080}")
-        + r#"---
-apiVersion: v1
-kind: Service
-metadata: {name: empty, namespace: default}
-spec:
-  clusterIP: 10.96.0.12
-  clusterIPs: [10.96.0.12]
-  ports: [{name: http, protocol: TCP, port: 80, targetPort: 8080}]
----
-apiVersion: v1
-kind: Service
-metadata: {name: local, namespace: default}
-spec:
-  type: NodePort
-  externalTrafficPolicy: Local
-  clusterIP: 10.96.0.13
-  clusterIPs: [10.96.0.13]
-  ports: [{name: http, protocol: TCP, port: 80, targetPort: 8080, nodePort: 30081}]
----
-apiVersion: discovery.k8s.io/v1
-kind: EndpointSlice
-metadata:
-  name: local-1
-  namespace: default
-  labels: {kubernetes.io/service-name: local}
-addressType: IPv4
-ports: [{name: http, protocol: TCP, port: 8080}]
-endpoints:
-  - addresses: ["10.244.1.2"]
-    conditions: {ready: true}
----
-apiVersion: v1
-kind: Service
-metadata: {name: quiet, namespace: default}
-spec:
-  type: NodePort
-  clusterIP: 10.96.0.14
-  clusterIPs: [10.96.0.14]
-  ports: [{name: dns, protocol: UDP, port: 53, targetPort: 5353, nodePort: 30053}]
----
-apiVersion: v1
-kind: Service
-metadata: {name: both, namespace: default}
-spec:
-  type: NodePort
-  externalTrafficPolicy: Local
-  internalTrafficPolicy: Local
-  clusterIP: 10.96.0.15
-  clusterIPs: [10.96.0.15]
-  ports: [{name: http, protocol: TCP, port: 80, targetPort: 8080, nodePort: 30082}]
----
-apiVersion: discovery.k8s.io/v1
-kind: EndpointSlice
-metadata:
-  name: both-1
-  namespace: default
-  labels: {kubernetes.io/service-name: both}
-addressType: IPv4
-ports: [{name: http, protocol: TCP, port: 8080}]
-endpoints:
-  - addresses: ["10.244.1.2"]
-    nodeName: node-a
-    conditions: {ready: true}
-  - addresses: ["10.244.1.3"]
-    nodeName: node-b
-    conditions: {ready: true}
----
-apiVersion: v1
-kind: Service
-metadata: {name: sticky, namespace: default}
-spec:
-  type: NodePort
-  externalTrafficPolicy: Local
-  sessionAffinity: ClientIP
-  sessionAffinityConfig: {clientIP: {timeoutSeconds: 60}}
-  clusterIP: 10.96.0.16
-  clusterIPs: [10.96.0.16]
-  ports: [{name: http, protocol: TCP, port: 80, targetPort: 8080, nodePort: 30083}]
----
-apiVersion: discovery.k8s.io/v1
-kind: EndpointSlice
-metadata:
-  name: sticky-1
-  namespace: default
-  labels: {kubernetes.io/service-name: sticky}
-addressType: IPv4
-ports: [{name: http, protocol: TCP, port: 8080}]
-endpoints:
-  - addresses: ["10.244.1.2"]
-    nodeName: node-a
-    conditions: {ready: true}
-  - addresses: ["10.244.1.3"]
-    nodeName: node-a
-    conditions: {ready: true}
-"#
+        + &extra
 }
 
 /// The pods that answer `count` connections from the node to `to`, each named once.

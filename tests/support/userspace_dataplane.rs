@@ -4,6 +4,9 @@
 
 #![allow(dead_code)] // each test binary uses a different part of this module
 
+#[path = "manifest_yaml.rs"]
+pub mod manifest_yaml;
+
 use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
@@ -12,6 +15,7 @@ use kube_proxy_rs::cli::load_manifests;
 use kube_proxy_rs::cluster::{Features, IpFamily, Snapshot};
 use kube_proxy_rs::dataplane::userspace::UserspaceDataplane;
 use kube_proxy_rs::dataplane::userspace::plan::List;
+use manifest_yaml::{DNS, HTTP, documents, node, ready, service, slice};
 use tokio::io::{AsyncBufReadExt as _, BufReader};
 use tokio::net::TcpStream;
 use tokio::time::timeout;
@@ -19,61 +23,20 @@ use tokio::time::timeout;
 pub const STEP: Duration = Duration::from_secs(5);
 
 /// A Node, a TCP Service `web` (port 80 → 8080) whose slice holds `web`, and a UDP Service
-/// `dns` (port 53 → 5353) on 10.244.1.2, unless `with_web` is false.
+/// `dns` (port 53 → 5353) on 10.244.1.2, unless `with_web` is false. The `web` slice comes last,
+/// so that a test may append to its list.
 pub fn manifests(web: &[&str], with_web: bool) -> String {
-    let endpoints: String = web
-        .iter()
-        .map(|ip| format!("  - addresses: [\"{ip}\"]\n    conditions: {{ready: true}}\n"))
-        .collect();
-    let web_objects = format!(
-        r#"---
-apiVersion: v1
-kind: Service
-metadata: {{name: web, namespace: default}}
-spec:
-  clusterIP: 10.96.0.10
-  clusterIPs: [10.96.0.10]
-  ports: [{{name: http, protocol: TCP, port: 80, targetPort: 8080}}]
----
-apiVersion: discovery.k8s.io/v1
-kind: EndpointSlice
-metadata:
-  name: web-1
-  namespace: default
-  labels: {{kubernetes.io/service-name: web}}
-addressType: IPv4
-ports: [{{name: http, protocol: TCP, port: 8080}}]
-endpoints:
-{endpoints}"#
-    );
-    format!(
-        r#"apiVersion: v1
-kind: Node
-metadata: {{name: node-a}}
-status: {{addresses: [{{type: InternalIP, address: 192.168.50.1}}]}}
----
-apiVersion: v1
-kind: Service
-metadata: {{name: dns, namespace: default}}
-spec:
-  clusterIP: 10.96.0.11
-  clusterIPs: [10.96.0.11]
-  ports: [{{name: dns, protocol: UDP, port: 53, targetPort: 5353}}]
----
-apiVersion: discovery.k8s.io/v1
-kind: EndpointSlice
-metadata:
-  name: dns-1
-  namespace: default
-  labels: {{kubernetes.io/service-name: dns}}
-addressType: IPv4
-ports: [{{name: dns, protocol: UDP, port: 5353}}]
-endpoints:
-  - addresses: ["10.244.1.2"]
-    conditions: {{ready: true}}
-{}"#,
-        if with_web { web_objects } else { String::new() }
-    )
+    let mut docs = vec![
+        node("node-a", "192.168.50.1", None),
+        service("dns", "10.96.0.11", DNS, ""),
+        slice("dns", DNS, &ready("10.244.1.2")),
+    ];
+    if with_web {
+        let endpoints: String = web.iter().map(|ip| ready(ip)).collect();
+        docs.push(service("web", "10.96.0.10", HTTP, ""));
+        docs.push(slice("web", HTTP, &endpoints));
+    }
+    documents(&docs)
 }
 
 pub fn snapshot(dir: &Path, manifests: &str) -> Snapshot {

@@ -5,59 +5,28 @@
 
 #![allow(dead_code)] // each test binary uses a part
 
+#[path = "manifest_yaml.rs"]
+pub mod manifest_yaml;
+
 use std::path::Path;
 
-/// The Node, `web` and its slice.
-pub const WEB: &str = r#"
-apiVersion: v1
-kind: Node
-metadata: {name: node-a}
-spec: {podCIDRs: [10.244.1.0/24]}
-status: {addresses: [{type: InternalIP, address: 10.0.0.11}]}
----
-apiVersion: v1
-kind: Service
-metadata: {name: web, namespace: default}
-spec:
-  type: ClusterIP
-  clusterIP: 10.96.1.10
-  clusterIPs: [10.96.1.10]
-  ipFamilies: [IPv4]
-  ports: [{name: http, protocol: TCP, port: 80, targetPort: 8080}]
----
-apiVersion: discovery.k8s.io/v1
-kind: EndpointSlice
-metadata:
-  name: web-1
-  namespace: default
-  labels: {kubernetes.io/service-name: web}
-addressType: IPv4
-ports: [{name: http, protocol: TCP, port: 8080}]
-endpoints:
-  - addresses: [10.244.1.10]
-    conditions: {ready: true, serving: true, terminating: false}
-    nodeName: node-a
-"#;
+use manifest_yaml::{CLUSTER_IP_V4, HTTP, documents, node, service, serving_on, slice};
 
-/// The Service `empty`, without endpoints.
-pub const EMPTY: &str = r#"---
-apiVersion: v1
-kind: Service
-metadata: {name: empty, namespace: default}
-spec:
-  type: ClusterIP
-  clusterIP: 10.96.1.20
-  clusterIPs: [10.96.1.20]
-  ipFamilies: [IPv4]
-  ports: [{name: http, protocol: TCP, port: 80, targetPort: 8080}]
-"#;
+/// The Node, `web` and its slice; with `empty`, `empty` too.
+pub fn manifests(empty: bool) -> String {
+    let mut docs = vec![
+        node("node-a", "10.0.0.11", Some("10.244.1.0/24")),
+        service("web", "10.96.1.10", HTTP, CLUSTER_IP_V4),
+        slice("web", HTTP, &serving_on("10.244.1.10", "node-a")),
+    ];
+    if empty {
+        docs.push(service("empty", "10.96.1.20", HTTP, CLUSTER_IP_V4));
+    }
+    documents(&docs)
+}
 
 /// Writes the cluster into `dir` as `cluster.yaml`; with `empty`, `empty` too.
 pub fn write(dir: &Path, empty: bool) {
-    let text = if empty {
-        format!("{WEB}{EMPTY}")
-    } else {
-        WEB.to_owned()
-    };
-    std::fs::write(dir.join("cluster.yaml"), text).expect("write manifests");
+    #[allow(clippy::disallowed_methods, reason = "the test writes its manifests")]
+    std::fs::write(dir.join("cluster.yaml"), manifests(empty)).expect("write manifests");
 }
