@@ -30,6 +30,8 @@ mod ebpf_host;
 mod relay_pods;
 #[path = "support/uml.rs"]
 mod uml;
+#[path = "support/veth_pod.rs"]
+mod veth_pod;
 #[path = "support/web_cluster.rs"]
 mod web_cluster;
 
@@ -39,29 +41,7 @@ use std::time::{Duration, Instant};
 use capabilities::{BPF, Cap, NET_ADMIN, PERFMON, bounding_set, needed};
 use ebpf_host::{BpfFs, Cgroup};
 use relay_pods::host::{self, ChildGuard, NetNs};
-
-/// The pod: answers every connection with one line.
-const SERVER: &str = r#"
-import socket
-s = socket.socket()
-s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.bind(("0.0.0.0", 8080))
-s.listen(16)
-while True:
-    c, a = s.accept()
-    c.sendall(b"pod-a\n")
-    c.close()
-"#;
-
-/// One connection to argv[1]:argv[2]; prints the answer or what went wrong.
-const CLIENT: &str = r#"
-import socket, sys
-try:
-    c = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=1)
-    print(c.recv(100).decode().strip())
-except Exception as e:
-    print("failed: %s" % e)
-"#;
+use veth_pod::{CLIENT, VethPod};
 
 /// `/debug/status` from the proxy's metrics address, or what went wrong.
 const STATUS: &str = r#"
@@ -75,49 +55,18 @@ except Exception as e:
 /// A node namespace with a pod namespace behind a veth (the pod serving on 8080), the
 /// manifest directory, and for eBPF mode its cgroup and bpffs.
 struct Node {
-    node: NetNs,
-    _pod: NetNs,
-    _server: ChildGuard,
+    veth: VethPod,
     dir: tempfile::TempDir,
     ebpf: Option<(Cgroup, BpfFs)>,
 }
 
-fn ip(ns: &NetNs, args: &str) {
-    let words: Vec<&str> = args.split(' ').collect();
-    ns.output("ip", &words);
-}
-
 impl Node {
     fn new(mode: &str) -> Node {
-        let node = NetNs::new(&format!("lp-{mode}"));
-        let pod = NetNs::new("lp-pod");
-        host::stdout_of(
-            Command::new("ip")
-                .args([
-                    "link", "add", "veth-pod", "netns", &node.name, "type", "veth",
-                ])
-                .args(["peer", "name", "eth0", "netns", &pod.name]),
-        );
-        ip(&node, "addr add 10.244.1.1/24 dev veth-pod");
-        ip(&node, "link set veth-pod up");
-        ip(&node, "route add 10.96.0.0/12 dev veth-pod");
-        ip(&pod, "addr add 10.244.1.10/24 dev eth0");
-        ip(&pod, "link set eth0 up");
-        ip(&pod, "route add default via 10.244.1.1");
-        let server = ChildGuard::spawn(
-            &format!("{}-echo", pod.name),
-            pod.command("python3").args(["-c", SERVER]),
-        );
+        let veth = VethPod::new(&format!("lp-{mode}"), "lp-pod", "pod-a");
         let dir = tempfile::tempdir().expect("tempdir");
         web_cluster::write(dir.path(), false);
         let ebpf = (mode == "ebpf").then(|| (Cgroup::new(), BpfFs::new()));
-        Node {
-            node,
-            _pod: pod,
-            _server: server,
-            dir,
-            ebpf,
-        }
+        Node { veth, dir, ebpf }
     }
 
     /// The proxy in `mode` with exactly `caps`.
@@ -126,11 +75,11 @@ impl Node {
             // `nsenter --net`, not `ip netns exec`, whose private /sys hides the cgroup tree.
             Some(_) => {
                 let mut cmd = Command::new("nsenter");
-                cmd.arg(format!("--net=/var/run/netns/{}", self.node.name))
+                cmd.arg(format!("--net=/var/run/netns/{}", self.veth.node.name))
                     .arg("setpriv");
                 cmd
             }
-            None => self.node.command("setpriv"),
+            None => self.veth.node.command("setpriv"),
         };
         cmd.arg(format!("--bounding-set={}", bounding_set(caps)))
             .args(["--inh-caps=-all", "--"])
@@ -153,7 +102,7 @@ impl Node {
                 .arg("--bpf-pin-root")
                 .arg(&settings.pin_root);
         }
-        ChildGuard::spawn(&format!("{}-proxy", self.node.name), &mut cmd)
+        ChildGuard::spawn(&format!("{}-proxy", self.veth.node.name), &mut cmd)
     }
 
     /// What one connection from the node to the ClusterIP got (in eBPF mode from a process
@@ -164,13 +113,13 @@ impl Node {
             .arg(r#"if [ -n "$1" ]; then echo $$ > "$1/cgroup.procs" || exit 9; fi; shift; exec "$@""#)
             .arg("sh")
             .arg(self.ebpf.as_ref().map(|(c, _)| c.0.clone()).unwrap_or_default())
-            .args(["ip", "netns", "exec", &self.node.name, "python3", "-c", CLIENT])
-            .args(["10.96.1.10", "80"]);
+            .args(["ip", "netns", "exec", &self.veth.node.name, "python3", "-c", CLIENT])
+            .args(["10.96.1.10", "80", "1", "once"]);
         host::stdout_of(&mut cmd).trim().to_owned()
     }
 
     fn status(&self) -> String {
-        self.node.output("python3", &["-c", STATUS])
+        self.veth.node.output("python3", &["-c", STATUS])
     }
 
     /// Whether, within `limit`, the proxy synced (the kernel matches its plan) and serves.
@@ -273,12 +222,13 @@ fn userspace_mode_needs_net_admin_alone() {
 #[test]
 fn iptables_mode_needs_net_admin_and_net_raw_for_a_legacy_node() {
     let legacy_rules = |node: &Node| {
-        node.node
+        node.veth
+            .node
             .output("iptables-legacy-save", &["-t", "nat"])
             .contains("-A KUBE-SERVICES")
     };
     let mark_legacy = |node: &Node| {
-        node.node.output(
+        node.veth.node.output(
             "iptables-legacy",
             &["-t", "mangle", "-N", "KUBE-IPTABLES-HINT"],
         );
