@@ -457,14 +457,21 @@ fn sync() {
     let mut report = kube_proxy_rs::dataplane::cleanup::Report::default();
     kube_proxy_rs::dataplane::ipvs::cleanup::remove(Some(&ns.name), &mut report);
     assert!(report.errors.is_empty(), "{:?}", report.errors);
-    assert!(report.ipvs_services > 1 && report.ipvs_link, "{report:?}");
+    use kube_proxy_rs::dataplane::ipvs::cleanup::{SERVICES, removed_link};
+    assert!(
+        report.count(SERVICES) > 1 && report.count(&removed_link()) == 1,
+        "{report:?}"
+    );
     assert_eq!(ns.output("ipvsadm", &["-Sn"]), "");
     let links = ns.output("ip", &["-o", "link", "show"]);
     assert!(!links.contains("kube-ipvs0"), "{links}");
     // Again: nothing left, nothing refused.
     let mut again = kube_proxy_rs::dataplane::cleanup::Report::default();
     kube_proxy_rs::dataplane::ipvs::cleanup::remove(Some(&ns.name), &mut again);
-    assert!(again.errors.is_empty() && !again.ipvs_link, "{again:?}");
+    assert!(
+        again.errors.is_empty() && again.count(&removed_link()) == 0,
+        "{again:?}"
+    );
 }
 
 /// The `-a` lines (destinations) of `ipvsadm -Sn` output `lines` for the virtual service `vs`

@@ -16,6 +16,7 @@ use kube_proxy_rs::config::NodePortAddresses;
 use kube_proxy_rs::dataplane::Dataplane as _;
 use kube_proxy_rs::dataplane::cleanup;
 use kube_proxy_rs::dataplane::monitor::Drift;
+use kube_proxy_rs::dataplane::nftables::cleanup::removed_table;
 use kube_proxy_rs::dataplane::node::DetectLocal;
 use kube_proxy_rs::dataplane::tool::Launcher;
 use kube_proxy_rs::dataplane::userspace::UserspaceDataplane;
@@ -393,7 +394,7 @@ fn redirect_rules_send_cluster_ip_and_node_port_traffic_to_the_listeners() {
             assert_eq!(greeting(addr("10.96.0.10:80")).await.1, "a");
             let report = cleanup::cleanup(&Launcher::here());
             assert!(
-                report.tables.iter().any(|t| t == "ip kube-proxy-rs"),
+                report.count(&removed_table("ip kube-proxy-rs")) == 1,
                 "{report:?}"
             );
             let unrouted = timeout(STEP, TcpStream::connect(addr("10.96.0.10:80"))).await;

@@ -187,24 +187,8 @@ async fn serve(
 /// mode, and says what it removed; an error when a tool refused.
 fn cleanup(config: &Config) -> Result<(), Error> {
     let report = dataplane::cleanup::cleanup_with(&Launcher::here(), config);
-    for table in &report.tables {
-        tracing::info!(table = %table, "--cleanup: removed nftables table");
-    }
-    for (tool, chains) in &report.iptables {
-        tracing::info!(tool = %tool, chains, "--cleanup: removed KUBE-* chains");
-    }
-    if report.ipvs_services > 0 || report.ipvs_link {
-        tracing::info!(
-            services = report.ipvs_services,
-            link = report.ipvs_link,
-            "--cleanup: removed IPVS virtual services and kube-ipvs0"
-        );
-    }
-    if report.ebpf_pins > 0 {
-        tracing::info!(
-            pins = report.ebpf_pins,
-            "--cleanup: removed eBPF pins (programs detached)"
-        );
+    for removed in &report.removed {
+        tracing::info!(what = %removed.what, count = removed.count, "--cleanup: removed");
     }
     if report.errors.is_empty() {
         Ok(())

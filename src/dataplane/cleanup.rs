@@ -9,22 +9,43 @@ use super::modes;
 use super::tool::Launcher;
 use crate::config::Config;
 
-/// What was removed, and what could not be.
+/// What was removed, and what could not be. Each mode names what it removed in its own
+/// words, so this type knows no mode.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Report {
-    /// `ip kube-proxy-rs`, ...
-    pub tables: Vec<String>,
-    /// (tool, chains removed).
-    pub iptables: Vec<(String, usize)>,
-    /// IPVS virtual services flushed.
-    pub ipvs_services: usize,
-    /// Whether `kube-ipvs0` was there and is gone.
-    pub ipvs_link: bool,
-    /// eBPF mode: pins removed under its pin root (cgroup links, which detaches the programs,
-    /// and maps).
-    pub ebpf_pins: usize,
+    /// What went, in the order removed.
+    pub removed: Vec<Removed>,
     /// Tools that ran and refused; empty on success.
     pub errors: Vec<String>,
+}
+
+/// One kind of state removed: `count` of `what` (`nftables table ip kube-proxy-rs`, 1;
+/// `KUBE-* chains of iptables-nft`, 12; `IPVS virtual services`, 40).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Removed {
+    pub what: String,
+    pub count: usize,
+}
+
+impl Report {
+    /// Records that `count` of `what` went; nothing when `count` is 0.
+    pub fn removed(&mut self, what: impl Into<String>, count: usize) {
+        if count > 0 {
+            self.removed.push(Removed {
+                what: what.into(),
+                count,
+            });
+        }
+    }
+
+    /// How many of `what` went (0 when none).
+    pub fn count(&self, what: &str) -> usize {
+        self.removed
+            .iter()
+            .filter(|r| r.what == what)
+            .map(|r| r.count)
+            .sum()
+    }
 }
 
 /// Removes every mode's leftovers in the network namespace `tools` runs in. What belongs to

@@ -93,7 +93,7 @@ impl Mode for Ebpf {
     fn clean_up(&self, _: &Launcher, config: Option<&Config>, report: &mut Report) {
         let Some(config) = config else { return };
         match backend::remove(&pin_root(config)) {
-            Ok(n) => report.ebpf_pins = n,
+            Ok(n) => report.removed("eBPF pins (programs detached)", n),
             Err(e) => report.errors.push(crate::causes::one_line(&e)),
         }
     }

@@ -52,7 +52,7 @@ pub fn remove_flavour(tools: &Launcher, flavour: &str, report: &mut Report) {
     }
     let restore = format!("{flavour}-restore");
     match tool::run_if_installed(tools.command(&restore).arg("--noflush"), Some(&script)) {
-        Ok(_) => report.iptables.push((flavour.to_string(), chains)),
+        Ok(_) => report.removed(format!("KUBE-* chains of {flavour}"), chains),
         Err(e) => report.errors.push(format!("{restore}: {e}")),
     }
 }

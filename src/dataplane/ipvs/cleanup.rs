@@ -7,13 +7,21 @@ use super::backend::netlink as ipvs;
 use super::names;
 use crate::dataplane::cleanup::Report;
 
+/// How a [`Report`] names the IPVS virtual services removed.
+pub const SERVICES: &str = "IPVS virtual services";
+
+/// How a [`Report`] names the dummy link once removed.
+pub fn removed_link() -> String {
+    format!("link {}", names::LINK)
+}
+
 /// Removes the IPVS leftovers in the named network namespace (or ours) and says so in `report`.
 pub fn remove(netns: Option<&str>, report: &mut Report) {
     match ipvs::Client::open(netns) {
         Ok(mut client) => {
             let count = client.services().map(|s| s.len());
             match client.flush() {
-                Ok(()) => report.ipvs_services = count.unwrap_or(0),
+                Ok(()) => report.removed(SERVICES, count.unwrap_or(0)),
                 Err(e) => report.errors.push(format!("IPVS flush: {e}")),
             }
         }
@@ -22,7 +30,7 @@ pub fn remove(netns: Option<&str>, report: &mut Report) {
         Err(e) => report.errors.push(format!("IPVS: {e}")),
     }
     match link::Client::open(netns).and_then(|mut c| c.delete_dummy(names::LINK)) {
-        Ok(removed) => report.ipvs_link = removed,
+        Ok(removed) => report.removed(removed_link(), usize::from(removed)),
         Err(e) => report.errors.push(format!("{}: {e}", names::LINK)),
     }
 }

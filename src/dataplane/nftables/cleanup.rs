@@ -23,7 +23,11 @@ pub fn remove(tools: &Launcher, report: &mut Report) {
             if !script.is_empty() {
                 match tool::run_if_installed(tools.command("nft").args(["-f", "-"]), Some(&script))
                 {
-                    Ok(_) => report.tables = removed,
+                    Ok(_) => {
+                        for table in &removed {
+                            report.removed(removed_table(table), 1);
+                        }
+                    }
                     Err(e) => report.errors.push(format!("nft: {e}")),
                 }
             }
@@ -31,6 +35,11 @@ pub fn remove(tools: &Launcher, report: &mut Report) {
         Ok(None) => tracing::debug!("--cleanup: no nft here"),
         Err(e) => report.errors.push(format!("nft list tables: {e}")),
     }
+}
+
+/// How a [`Report`] names the table `family name` (`ip kube-proxy-rs`) once removed.
+pub fn removed_table(table: &str) -> String {
+    format!("nftables table {table}")
 }
 
 /// From `nft list tables` output, the `delete table` script for the tables we remove, and

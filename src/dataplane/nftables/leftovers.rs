@@ -43,7 +43,11 @@ impl Kind for Tables {
             .map(|t| format!("delete table {t}\n"))
             .collect();
         match tool::run_if_installed(tools.command("nft").args(["-f", "-"]), Some(&script)) {
-            Ok(Some(_)) => report.tables = tables,
+            Ok(Some(_)) => {
+                for table in &tables {
+                    report.removed(super::cleanup::removed_table(table), 1);
+                }
+            }
             Ok(None) => report.errors.push("nft is not installed".to_owned()),
             Err(e) => report.errors.push(format!("nft: {e}")),
         }
