@@ -8,12 +8,11 @@
 use std::sync::{Arc, Mutex, PoisonError};
 
 use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, MetricEncoder};
-use prometheus_client::metrics::MetricType;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 
-use super::names::{self, Kind, Spec};
+use super::names;
 use crate::dataplane::counters::DatapathSource;
 
 /// Where the collector reads; `None` until a mode sets it.
@@ -23,17 +22,6 @@ pub type SharedSource = Arc<Mutex<Option<Arc<dyn DatapathSource>>>>;
 #[derive(Debug)]
 pub struct Datapath(pub SharedSource);
 
-fn descriptor<'a>(
-    encoder: &'a mut DescriptorEncoder,
-    spec: &Spec,
-) -> Result<MetricEncoder<'a>, std::fmt::Error> {
-    let kind = match spec.kind {
-        Kind::Gauge => MetricType::Gauge,
-        Kind::Counter | Kind::Histogram => MetricType::Counter,
-    };
-    encoder.encode_descriptor(spec.registered_name(), spec.help, None, kind)
-}
-
 impl Collector for Datapath {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let source = self
@@ -42,16 +30,16 @@ impl Collector for Datapath {
             .unwrap_or_else(PoisonError::into_inner)
             .clone();
         let reading = source.map(|s| s.counts()).unwrap_or_default();
-        let mut m = descriptor(&mut encoder, &names::RS_EBPF_DATAPATH)?;
+        let mut m = names::RS_EBPF_DATAPATH.descriptor(&mut encoder)?;
         for (reason, n) in &reading.reasons {
             ConstCounter::new(*n).encode(m.encode_family(&[("reason", *reason)])?)?;
         }
-        let mut m = descriptor(&mut encoder, &names::RS_EBPF_MAP_ENTRIES)?;
+        let mut m = names::RS_EBPF_MAP_ENTRIES.descriptor(&mut encoder)?;
         for (map, n, _) in &reading.maps {
             let n = i64::try_from(*n).unwrap_or(i64::MAX);
             ConstGauge::new(n).encode(m.encode_family(&[("map", *map)])?)?;
         }
-        let mut m = descriptor(&mut encoder, &names::RS_EBPF_MAP_MAX_ENTRIES)?;
+        let mut m = names::RS_EBPF_MAP_MAX_ENTRIES.descriptor(&mut encoder)?;
         for (map, _, bound) in &reading.maps {
             ConstGauge::new(i64::from(*bound)).encode(m.encode_family(&[("map", *map)])?)?;
         }

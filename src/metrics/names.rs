@@ -7,6 +7,9 @@
 //! strips that suffix on registration because prometheus-client appends it. Metrics of our
 //! own start with `kubeproxy_rs_`.
 
+use prometheus_client::encoding::{DescriptorEncoder, MetricEncoder};
+use prometheus_client::metrics::MetricType;
+
 /// The exposition type, as the `# TYPE` line spells it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
@@ -41,6 +44,20 @@ impl Spec {
             Kind::Counter => self.name.strip_suffix("_total").unwrap_or(self.name),
             Kind::Gauge | Kind::Histogram => self.name,
         }
+    }
+
+    /// Writes this metric's `# HELP` and `# TYPE` lines for a collector that reads its
+    /// samples at scrape time, and hands back the encoder for them.
+    pub fn descriptor<'a>(
+        &self,
+        encoder: &'a mut DescriptorEncoder,
+    ) -> Result<MetricEncoder<'a>, std::fmt::Error> {
+        let kind = match self.kind {
+            Kind::Counter => MetricType::Counter,
+            Kind::Gauge => MetricType::Gauge,
+            Kind::Histogram => MetricType::Histogram,
+        };
+        encoder.encode_descriptor(self.registered_name(), self.help, None, kind)
     }
 }
 

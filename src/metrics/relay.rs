@@ -9,13 +9,12 @@
 use std::sync::{Arc, Mutex, PoisonError};
 
 use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, MetricEncoder};
-use prometheus_client::metrics::MetricType;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 
 use super::labels::{DirectedRelayLabels, Direction, RefusedRelayLabels, RelayLabels};
-use super::names::{self, Kind, Spec};
+use super::names;
 use crate::dataplane::counters::{RelaySource, RelayedCounts, RelayedListener};
 
 /// Where the collector reads; `None` until userspace mode sets it.
@@ -36,17 +35,6 @@ fn labels(l: &RelayedListener) -> RelayLabels {
     }
 }
 
-fn descriptor<'a>(
-    encoder: &'a mut DescriptorEncoder,
-    spec: &Spec,
-) -> Result<MetricEncoder<'a>, std::fmt::Error> {
-    let kind = match spec.kind {
-        Kind::Gauge => MetricType::Gauge,
-        Kind::Counter | Kind::Histogram => MetricType::Counter,
-    };
-    encoder.encode_descriptor(spec.registered_name(), spec.help, None, kind)
-}
-
 impl Collector for Relayed {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let source = self
@@ -58,7 +46,7 @@ impl Collector for Relayed {
         let all: Vec<(RelayLabels, RelayedCounts)> =
             read.iter().map(|l| (labels(l), l.counts)).collect();
 
-        let mut m = descriptor(&mut encoder, &names::RS_USERSPACE_CONNECTIONS)?;
+        let mut m = names::RS_USERSPACE_CONNECTIONS.descriptor(&mut encoder)?;
         for (l, v) in &all {
             ConstGauge::new(v.active as i64).encode(m.encode_family(l)?)?;
         }
@@ -70,12 +58,12 @@ impl Collector for Relayed {
             (&names::RS_USERSPACE_DIAL_FAILURES, |v| v.dial_failures),
             (&names::RS_USERSPACE_DIAL_RETRIES, |v| v.retries),
         ] {
-            let mut m = descriptor(&mut encoder, spec)?;
+            let mut m = spec.descriptor(&mut encoder)?;
             for (l, v) in &all {
                 ConstCounter::new(pick(v)).encode(m.encode_family(l)?)?;
             }
         }
-        let mut m = descriptor(&mut encoder, &names::RS_USERSPACE_BYTES)?;
+        let mut m = names::RS_USERSPACE_BYTES.descriptor(&mut encoder)?;
         for (l, v) in &all {
             for (direction, n) in [
                 (Direction::In, v.bytes_to_endpoint),
@@ -88,7 +76,7 @@ impl Collector for Relayed {
                 ConstCounter::new(n).encode(m.encode_family(&labels)?)?;
             }
         }
-        let mut m = descriptor(&mut encoder, &names::RS_USERSPACE_REFUSED)?;
+        let mut m = names::RS_USERSPACE_REFUSED.descriptor(&mut encoder)?;
         for (l, v) in &all {
             for (reason, n) in [("limit", v.over_limit), ("no-endpoint", v.no_endpoint)] {
                 let labels = RefusedRelayLabels {

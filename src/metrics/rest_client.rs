@@ -9,7 +9,6 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
-use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::ConstCounter;
 
 use super::labels::RestClientLabels;
@@ -30,13 +29,7 @@ impl Collector for RestClient {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone();
-        let spec = &names::REST_CLIENT_REQUESTS;
-        let mut m = encoder.encode_descriptor(
-            spec.registered_name(),
-            spec.help,
-            None,
-            MetricType::Counter,
-        )?;
+        let mut m = names::REST_CLIENT_REQUESTS.descriptor(&mut encoder)?;
         let Some(counts) = source else {
             return Ok(());
         };

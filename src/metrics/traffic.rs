@@ -10,11 +10,10 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
-use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::ConstCounter;
 
 use super::labels::{Direction, TrafficLabels};
-use super::names::{self, Spec};
+use super::names;
 use crate::dataplane::{ServiceTraffic, TrafficSource};
 
 /// Where the collector reads; `None` until a mode sets it.
@@ -40,13 +39,6 @@ fn labels(t: &ServiceTraffic) -> TrafficLabels {
     }
 }
 
-fn descriptor<'a>(
-    encoder: &'a mut DescriptorEncoder,
-    spec: &Spec,
-) -> Result<prometheus_client::encoding::MetricEncoder<'a>, std::fmt::Error> {
-    encoder.encode_descriptor(spec.registered_name(), spec.help, None, MetricType::Counter)
-}
-
 impl Collector for Traffic {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let source = self
@@ -57,7 +49,7 @@ impl Collector for Traffic {
         let traffic = source.map(|s| s.read()).unwrap_or_default();
         let all: Vec<(TrafficLabels, &ServiceTraffic)> =
             traffic.iter().map(|t| (labels(t), t)).collect();
-        let mut m = descriptor(&mut encoder, &names::RS_IPVS_CONNECTIONS)?;
+        let mut m = names::RS_IPVS_CONNECTIONS.descriptor(&mut encoder)?;
         for (l, t) in &all {
             ConstCounter::new(t.connections).encode(m.encode_family(l)?)?;
         }
@@ -69,7 +61,7 @@ impl Collector for Traffic {
             ),
             (&names::RS_IPVS_BYTES, |t| [t.bytes_in, t.bytes_out]),
         ] {
-            let mut m = descriptor(&mut encoder, spec)?;
+            let mut m = spec.descriptor(&mut encoder)?;
             for (l, t) in &all {
                 let [inward, outward] = pick(t);
                 for (direction, v) in [(Direction::In, inward), (Direction::Out, outward)] {

@@ -3,7 +3,7 @@
 //! snapshot of both, with endpoint selection done by the real `topology::select` (through
 //! [`synthetic::state`], the same as the benches' clusters).
 
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 use super::synthetic;
@@ -59,6 +59,10 @@ pub fn node_policy() -> crate::dataplane::node::NodePolicy {
 }
 
 pub fn ip(s: &str) -> IpAddr {
+    s.parse().unwrap()
+}
+
+pub fn addr(s: &str) -> SocketAddr {
     s.parse().unwrap()
 }
 
@@ -162,6 +166,21 @@ impl Svc {
         });
         self
     }
+}
+
+/// `default/web` port 80 on 10.96.0.10, beside [`node`]: two ready endpoints (listed out of
+/// address order, 10.244.2.5 before 10.244.1.5) and one that is not ready (10.244.3.5), all on
+/// port 8080. A planner balances over the ready two, in address order, and leaves the third out.
+pub fn web_with_unready() -> Snapshot {
+    snapshot(
+        node(),
+        vec![
+            svc("default/web", "10.96.0.10", 80)
+                .ep("10.244.2.5", 8080, "node-b")
+                .ep("10.244.1.5", 8080, "node-a")
+                .ep_state("10.244.3.5", 8080, "node-c", false, false),
+        ],
+    )
 }
 
 /// A snapshot for `node` holding `services`, each in the family of its ClusterIP.

@@ -149,6 +149,16 @@ pub struct Remembered {
     pub unread: Vec<String>,
 }
 
+impl Remembered {
+    /// The endpoints the kernel remembers for the client, and nothing else to tell.
+    pub fn endpoints(endpoints: Option<Vec<SocketAddr>>) -> Remembered {
+        Remembered {
+            endpoints,
+            ..Remembered::default()
+        }
+    }
+}
+
 /// Where a packet of one connection goes, without where it comes from: what a mode reads
 /// less of the kernel for.
 #[derive(Clone, Copy, Debug)]

@@ -7,6 +7,7 @@
 //! would repair it.
 
 use super::Error;
+use crate::cluster::IpFamily;
 use crate::config::NftablesEncoder;
 use crate::nft::{self, Ruleset, ruleset::Family};
 
@@ -25,6 +26,40 @@ pub fn read_nftables(
         .dump(family)
         .map(|parsed| parsed.map(|p| p.ruleset))
         .map_err(|e| Error::kernel("reading our nftables table", e))
+}
+
+/// Our table of one family as this node's kernel holds it, for a mode whose rules (or some of
+/// them) live in it: the rules its tracer walks, empty when the table is not there, so a walk
+/// over a node without our table finds nothing of ours.
+#[derive(Debug)]
+pub struct OurTable {
+    pub rules: Ruleset,
+    /// Whether the table is in the kernel.
+    pub found: bool,
+}
+
+impl OurTable {
+    /// Our table of `family` in the caller's network namespace ([`read_nftables`]).
+    pub fn read(encoder: NftablesEncoder, family: IpFamily) -> Result<OurTable, Error> {
+        let family = Family::of(family);
+        Ok(match read_nftables(encoder, None, family)? {
+            Some(rules) => OurTable { rules, found: true },
+            None => OurTable {
+                rules: Ruleset::empty(family),
+                found: false,
+            },
+        })
+    }
+
+    /// The table when it is in the kernel: what [`super::Read::beside`] names as ours.
+    pub fn found(&self) -> Option<&Ruleset> {
+        self.found.then_some(&self.rules)
+    }
+
+    /// How the table differs from `planned` ([`drift`]).
+    pub fn drift(&self, planned: &Ruleset) -> Vec<String> {
+        drift(self.found(), planned)
+    }
 }
 
 /// How `kernel` differs from `planned`: empty when it holds the plan.

@@ -204,11 +204,7 @@ pub fn name(key: &Key) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::snapshots::{node, snapshot, svc};
-
-    fn addr(s: &str) -> SocketAddr {
-        s.parse().unwrap()
-    }
+    use crate::testing::snapshots::{addr, node, snapshot, svc, web_with_unready};
 
     fn only(listeners: &Listeners, list: List) -> &Spec {
         let mut of_kind = listeners.iter().filter(|(k, _)| k.list == list);
@@ -219,15 +215,7 @@ mod tests {
 
     #[test]
     fn cluster_ip_port_gets_one_internal_listener_over_ready_endpoints() {
-        let snap = snapshot(
-            node(),
-            vec![
-                svc("default/web", "10.96.0.10", 80)
-                    .ep("10.244.2.5", 8080, "node-b")
-                    .ep("10.244.1.5", 8080, "node-a")
-                    .ep_state("10.244.3.5", 8080, "node-c", false, false),
-            ],
-        );
+        let snap = web_with_unready();
         let listeners = plan(&snap);
         assert_eq!(listeners.len(), 1);
         let spec = only(&listeners, List::Cluster);

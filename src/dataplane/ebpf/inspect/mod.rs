@@ -201,10 +201,7 @@ impl inspect::Read for Read {
                 ..Default::default()
             });
         }
-        Ok(inspect::Remembered {
-            endpoints: Some(found.followed),
-            ..Default::default()
-        })
+        Ok(inspect::Remembered::endpoints(Some(found.followed)))
     }
 
     /// Nothing of the mode's is in nf_tables: the programs act on the socket before any packet

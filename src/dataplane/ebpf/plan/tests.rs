@@ -1,9 +1,5 @@
 use super::*;
-use crate::testing::snapshots::{node, snapshot, svc};
-
-fn addr(s: &str) -> SocketAddr {
-    s.parse().unwrap()
-}
+use crate::testing::snapshots::{addr, node, snapshot, svc, web_with_unready};
 
 fn frontend(ip: &str, port: u16, transport: Transport) -> Frontend {
     Frontend {
@@ -23,15 +19,7 @@ fn external(ip: &str, port: u16, transport: Transport) -> Frontend {
 
 #[test]
 fn cluster_ip_is_balanced_over_ready_endpoints() {
-    let snap = snapshot(
-        node(),
-        vec![
-            svc("default/web", "10.96.0.10", 80)
-                .ep("10.244.2.5", 8080, "node-b")
-                .ep("10.244.1.5", 8080, "node-a")
-                .ep_state("10.244.3.5", 8080, "node-c", false, false),
-        ],
-    );
+    let snap = web_with_unready();
     let plan = plan(&snap, &NodePorts::default());
     let set = &plan.frontends[&frontend("10.96.0.10", 80, Transport::Tcp)];
     assert_eq!(set.list, List::Cluster);

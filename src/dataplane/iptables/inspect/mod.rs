@@ -148,10 +148,7 @@ impl inspect::Read for Read {
             &mut recent::ProcLists,
             read_clock(),
         )?;
-        Ok(inspect::Remembered {
-            endpoints,
-            ..Default::default()
-        })
+        Ok(inspect::Remembered::endpoints(endpoints))
     }
 
     /// Our rules live in iptables-nft's own tables (or outside nf_tables, with legacy): another

@@ -10,12 +10,12 @@ mod hostile_tests;
 
 use crate::cluster::{IpFamily, Snapshot};
 use crate::config::Config;
-use crate::dataplane::inspect::table::{drift, read_nftables};
+use crate::dataplane::inspect::table::OurTable;
 use crate::dataplane::inspect::{self, Destination, Outcome, Packet, affinity_of, from_branches};
 use crate::dataplane::ipvs::backend::netlink::ServiceKey;
 use crate::dataplane::ipvs::{self, Desired, HostAddresses, ModeConfig};
 use crate::dataplane::node::NodePolicy;
-use crate::nft::{self, Ruleset, ruleset::Family};
+use crate::nft::{self, Ruleset};
 
 /// The mode's inspection.
 pub struct Inspect;
@@ -106,14 +106,13 @@ impl inspect::Plan for Planned {
         let planned = &self.0[family.index()];
         let ipvs = kernel::ipvs_as_read(&planned.desired, &kernel::read_ipvs(None, family)?);
         let mut drift_lines = ipvs.drift;
-        let table_family = Family::of(family);
-        let table = read_nftables(config.nftables_encoder, None, table_family)?;
-        drift_lines.extend(drift(table.as_ref(), &planned.tables));
+        let table = OurTable::read(config.nftables_encoder, family)?;
+        drift_lines.extend(table.drift(&planned.tables));
         Ok(Box::new(Read {
-            table_read: table.is_some(),
+            table_read: table.found,
             rules: IpvsRules {
                 desired: ipvs.services,
-                tables: table.unwrap_or_else(|| Ruleset::empty(table_family)),
+                tables: table.rules,
             },
             drift: drift_lines,
             draining: ipvs.draining,

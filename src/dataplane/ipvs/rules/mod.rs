@@ -33,16 +33,13 @@ use super::mode_config::ModeConfig;
 use super::names::rules as r;
 use crate::cluster::{NodeContext, Protocol};
 use crate::dataplane::nft_table::names as n;
-use crate::dataplane::nft_table::skeleton::{self, BASE_CHAINS};
+use crate::dataplane::nft_table::skeleton::{self, BASE_CHAINS, IP_KEY};
 use crate::dataplane::node::Local;
 use crate::nft::Name;
 use crate::nft::ruleset::{
     Comment, CtState, Data, DataKind, Family, Field, Kind, Match, Ruleset, Set, SetDecl, Statement,
     Tuple, Value, Verdict,
 };
-
-/// The key of a virtual service: destination . protocol . port.
-const FRONTEND: [Field; 3] = [Field::Daddr, Field::L4Proto, Field::Dport];
 
 /// The helper table of `desired`'s family; `bound` is what [`LINK`](super::names::LINK) holds
 /// once this sync's addresses are bound.
@@ -275,12 +272,12 @@ fn base_chains(rules: &mut Ruleset, cfg: &ModeConfig) {
         .collect();
     rules.add_base_chains(&table);
     let new = || vec![Match::CtState(CtState::New)];
-    rules.push(n::NAT_PREROUTING, vec![], vmap(&FRONTEND, n::SERVICE_IPS));
-    rules.push(n::NAT_OUTPUT, vec![], vmap(&FRONTEND, n::SERVICE_IPS));
+    rules.push(n::NAT_PREROUTING, vec![], vmap(&IP_KEY, n::SERVICE_IPS));
+    rules.push(n::NAT_OUTPUT, vec![], vmap(&IP_KEY, n::SERVICE_IPS));
     rules.push(n::NAT_POSTROUTING, vec![], jump(n::MASQUERADING));
     for chain in [n::FILTER_INPUT, n::FILTER_OUTPUT_PRE_DNAT] {
         rules.push(chain, new(), jump(n::FIREWALL_CHECK));
-        rules.push(chain, new(), vmap(&FRONTEND, n::NO_ENDPOINT_SERVICES));
+        rules.push(chain, new(), vmap(&IP_KEY, n::NO_ENDPOINT_SERVICES));
     }
     rules.push(
         n::FILTER_INPUT,
@@ -371,7 +368,7 @@ fn filters(
             r::IPVS_FILTER,
             vec![
                 Match::L4Proto(proto),
-                in_set(&FRONTEND, r::SERVICE_PORTS, true),
+                in_set(&IP_KEY, r::SERVICE_PORTS, true),
             ],
             verdict(goto(n::REJECT_CHAIN)),
         );

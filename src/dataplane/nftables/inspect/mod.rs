@@ -6,7 +6,7 @@ pub mod affinity;
 
 use crate::cluster::{IpFamily, Snapshot};
 use crate::config::Config;
-use crate::dataplane::inspect::table::{drift, read_nftables};
+use crate::dataplane::inspect::table::OurTable;
 use crate::dataplane::inspect::{self, Destination, Outcome, Packet, from_branches};
 use crate::dataplane::nftables::{self, ModeConfig};
 use crate::dataplane::node::NodePolicy;
@@ -54,14 +54,9 @@ impl inspect::Plan for Planned {
         family: IpFamily,
         _packet: Option<&Destination>,
     ) -> Result<Box<dyn inspect::Read>, inspect::Error> {
-        let table_family = Family::of(family);
-        let table = read_nftables(config.nftables_encoder, None, table_family)?;
-        let drift = drift(table.as_ref(), &self.0[family.index()]);
-        Ok(Box::new(Read {
-            table,
-            empty: Ruleset::empty(table_family),
-            drift,
-        }))
+        let table = OurTable::read(config.nftables_encoder, family)?;
+        let drift = table.drift(&self.0[family.index()]);
+        Ok(Box::new(Read { table, drift }))
     }
 }
 
@@ -76,17 +71,16 @@ impl inspect::Rules for Ruleset {
     }
 }
 
-/// Our table as the kernel holds it (`None`: not there).
+/// Our table as the kernel holds it.
 #[derive(Debug)]
 struct Read {
-    table: Option<Ruleset>,
-    empty: Ruleset,
+    table: OurTable,
     drift: Vec<String>,
 }
 
 impl inspect::Read for Read {
     fn rules(&self) -> &dyn inspect::Rules {
-        self.table.as_ref().unwrap_or(&self.empty)
+        &self.table.rules
     }
 
     fn drift(&self) -> &[String] {
@@ -99,30 +93,27 @@ impl inspect::Read for Read {
         snapshot: &Snapshot,
         packet: &Packet,
     ) -> Result<inspect::Remembered, inspect::Error> {
-        let Some(table) = self.table.as_mut() else {
+        if !self.table.found {
             return Ok(inspect::Remembered::default());
-        };
+        }
         let mut sets = affinity::NftablesSets::new(
             config.nftables_encoder,
             None,
             Family::of(IpFamily::of(&packet.to.ip())),
         );
-        let endpoints = affinity::add_entries(snapshot, packet, table, &mut sets)?;
-        Ok(inspect::Remembered {
-            endpoints,
-            ..Default::default()
-        })
+        let endpoints = affinity::add_entries(snapshot, packet, &mut self.table.rules, &mut sets)?;
+        Ok(inspect::Remembered::endpoints(endpoints))
     }
 
     fn beside(&self) -> Option<Option<&Ruleset>> {
-        Some(self.table.as_ref())
+        Some(self.table.found())
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dataplane::inspect::table::DRIFT_LINES;
+    use crate::dataplane::inspect::table::{DRIFT_LINES, drift};
     use crate::testing::snapshots::{node, snapshot, svc};
 
     #[test]

@@ -41,6 +41,7 @@ use crate::nft::ruleset::{
     Chain, Comment, Data, Element, Family, Field, Match, Rule, Ruleset, Statement, Tuple,
 };
 
+use crate::dataplane::nft_table::skeleton::IP_KEY;
 use crate::dataplane::node::{NodePortMatch, node_ports};
 pub use planner::{Planner, Update};
 
@@ -125,7 +126,7 @@ impl<'a> Builder<'a> {
         let name = names::pick(frontend, list, count);
         if !self.rules.chains.contains_key(&name) {
             let mut key = match frontend {
-                FrontendKind::Ip => vec![Field::Daddr, Field::L4Proto, Field::Dport],
+                FrontendKind::Ip => IP_KEY.to_vec(),
                 FrontendKind::NodePort => vec![Field::L4Proto, Field::Dport],
             };
             key.push(Field::Random(count));

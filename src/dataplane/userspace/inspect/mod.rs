@@ -8,14 +8,14 @@ use std::collections::BTreeMap;
 
 use crate::cluster::{IpFamily, Snapshot};
 use crate::config::Config;
-use crate::dataplane::inspect::table::{drift, read_nftables};
+use crate::dataplane::inspect::table::{OurTable, drift};
 use crate::dataplane::inspect::{
     self, Destination, Frontend, Outcome, Packet, Told, Verdict, from_branches,
 };
 use crate::dataplane::node::NodePolicy;
 use crate::dataplane::userspace::trace::RelayPorts;
 use crate::dataplane::userspace::{plan, redirect, trace};
-use crate::nft::{self, Ruleset, ruleset::Family};
+use crate::nft::{self, Ruleset};
 
 /// The mode's inspection.
 pub struct Inspect;
@@ -93,22 +93,20 @@ impl inspect::Plan for Planned {
         family: IpFamily,
         _packet: Option<&Destination>,
     ) -> Result<Box<dyn inspect::Read>, inspect::Error> {
-        let table_family = Family::of(family);
-        let empty = Ruleset::empty(table_family);
-        let table = read_nftables(config.nftables_encoder, None, table_family)?;
-        let (relay, drift) = match &table {
+        let table = OurTable::read(config.nftables_encoder, family)?;
+        let (relay, drift) = match table.found() {
             Some(t) => {
                 let read = RelayPorts::read(t, snapshot, &self.listeners, &self.settings, family);
                 let mut drift = drift(Some(t), &read.want);
                 drift.extend(sockets::not_listening(&read.ports)?);
                 (read.relay, drift)
             }
-            None => (RelayPorts::default(), drift(None, &empty)),
+            None => (RelayPorts::default(), drift(None, &table.rules)),
         };
         Ok(Box::new(Read {
-            table_read: table.is_some(),
+            table_read: table.found,
             rules: RelayRules {
-                tables: table.unwrap_or(empty),
+                tables: table.rules,
                 relay,
             },
             drift,

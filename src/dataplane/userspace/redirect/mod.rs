@@ -85,9 +85,6 @@ pub const RELAY_PORTS: &str = "relay-ports";
 /// Refuses a new connection to a listener's port that was not redirected there.
 pub const RELAY_CHECK: &str = "relay-check";
 
-/// The key of a frontend: destination . protocol . port.
-const FRONTEND: [Field; 3] = [Field::Daddr, Field::L4Proto, Field::Dport];
-
 /// What the rules need to know of one open listener.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Listening {

@@ -6,7 +6,7 @@ use std::net::IpAddr;
 
 use ipnet::IpNet;
 
-use super::{FRONTEND, RELAY_CHECK, RELAY_PORTS, SERVICE_LISTENERS, SHORT_CIRCUIT};
+use super::{RELAY_CHECK, RELAY_PORTS, SERVICE_LISTENERS, SHORT_CIRCUIT};
 use crate::cluster::IpFamily;
 use crate::dataplane::nft_table::names as n;
 use crate::dataplane::nft_table::skeleton;
@@ -73,7 +73,7 @@ pub(super) fn add(rules: &mut Ruleset, from_local_pod: Option<Match>, bind: Opti
     rules.add_base_chains(&chains);
     let dnat = |map| {
         vec![Statement::DnatMap {
-            key: FRONTEND.to_vec(),
+            key: skeleton::IP_KEY.to_vec(),
             map: Name::fixed(map),
         }]
     };
@@ -108,7 +108,7 @@ pub(super) fn add(rules: &mut Ruleset, from_local_pod: Option<Match>, bind: Opti
             chain,
             new(),
             vec![Statement::VerdictMap {
-                key: FRONTEND.to_vec(),
+                key: skeleton::IP_KEY.to_vec(),
                 map: Name::fixed(n::NO_ENDPOINT_SERVICES),
             }],
         );
