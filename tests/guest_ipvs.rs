@@ -37,6 +37,8 @@
 mod guest;
 #[path = "support/in_guest.rs"]
 mod in_guest;
+#[path = "support/manifest_yaml.rs"]
+mod manifest_yaml;
 #[path = "guest_ipvs/manifests.rs"]
 mod manifests;
 
@@ -49,18 +51,15 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use guest::host::helper_process::{HelperProcess, RESULT};
-use in_guest::{eventually, icmp_unreachables_sent, output, run};
+use in_guest::{
+    CLUSTER_IP, NO_ENDPOINTS_IP, NODE_IP, NODE_NAME, POD_GATEWAY, eventually,
+    icmp_unreachables_sent, output, run,
+};
 use manifests::{manifests, write_pair};
 
-const NODE_IP: &str = "192.168.77.1";
-const CLIENT_IP: &str = "192.168.77.2";
-/// The node's end of every pod veth.
-const POD_GATEWAY: &str = "10.244.0.1";
 const SERVER_POD: &str = "10.244.0.2";
 const CLIENT_POD: &str = "10.244.0.3";
 const SECOND_SERVER_POD: &str = "10.244.0.4";
-const CLUSTER_IP: &str = "10.96.0.50";
-const NO_ENDPOINTS_IP: &str = "10.96.0.51";
 /// Two endpoints, the node's scheduler (rr).
 const PAIR_IP: &str = "10.96.0.52";
 /// The same two endpoints, the scheduler its annotation names.
@@ -109,17 +108,7 @@ fn guest_ipvs_helper_process() {
 }
 
 fn network() {
-    let mut cmds = vec![
-        "ip link set lo up".to_owned(),
-        "ip netns add client".to_owned(),
-        "ip link add vclient type veth peer name eth0 netns client".to_owned(),
-        format!("ip addr add {NODE_IP}/24 dev vclient"),
-        "ip link set vclient up".to_owned(),
-        "ip -n client link set lo up".to_owned(),
-        "ip -n client link set eth0 up".to_owned(),
-        format!("ip -n client addr add {CLIENT_IP}/24 dev eth0"),
-        "sysctl -qw net.ipv4.ip_forward=1".to_owned(),
-    ];
+    let mut cmds = in_guest::client_network();
     // Two pods, each behind its own veth, routed by /32 (as many CNIs do).
     for (ns, ip) in [
         ("server", SERVER_POD),
@@ -389,7 +378,7 @@ fn start_proxy(dir: &std::path::Path, log_path: &str) -> std::process::Child {
     Command::new(env!("CARGO_BIN_EXE_kube-proxy-rs"))
         .arg(format!("--manifests={}", dir.display()))
         .args([
-            "--hostname-override=guest-node",
+            &format!("--hostname-override={NODE_NAME}"),
             "--proxy-mode=ipvs",
             "--cluster-cidr=10.244.0.0/16",
             "--conntrack-max-per-core=0",

@@ -20,6 +20,8 @@
 mod guest;
 #[path = "support/in_guest.rs"]
 mod in_guest;
+#[path = "support/manifest_yaml.rs"]
+mod manifest_yaml;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -28,17 +30,24 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use guest::host::helper_process::{HelperProcess, RESULT};
-use in_guest::{eventually, icmp_unreachables_sent, run};
+use in_guest::{
+    CLUSTER_IP, NO_ENDPOINTS_IP, NODE_IP, NODE_NAME, POD_GATEWAY, eventually,
+    icmp_unreachables_sent, run,
+};
+use manifest_yaml::{CLUSTER_IP_V4, Port, documents, service, serving_on, slice};
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
-const NODE_IP: &str = "192.168.77.1";
-const CLIENT_IP: &str = "192.168.77.2";
-const POD_GATEWAY: &str = "10.244.0.1";
 const POD_IP: &str = "10.244.0.2";
-const CLUSTER_IP: &str = "10.96.0.50";
-const NO_ENDPOINTS_IP: &str = "10.96.0.51";
 const PORT: u16 = 7777;
 const NODE_PORT: u16 = 30777;
+/// The Services' one port: `echo`, SCTP [`PORT`] on the Service and the pod.
+const ECHO: Port = Port {
+    name: "echo",
+    protocol: "SCTP",
+    port: PORT,
+    target: PORT,
+    node_port: None,
+};
 
 #[test]
 fn sctp_services_carry_real_sctp_traffic_in_a_guest() {
@@ -65,28 +74,20 @@ fn guest_sctp_helper_process() {
 
 /// The node: network, manifests, the proxy, the probes.
 fn node() {
-    for cmd in [
-        "ip link set lo up",
-        "ip netns add pod",
-        "ip netns add client",
-        "ip link add vpod type veth peer name eth0 netns pod",
-        "ip link add vclient type veth peer name eth0 netns client",
-        &format!("ip addr add {POD_GATEWAY}/24 dev vpod"),
-        &format!("ip addr add {NODE_IP}/24 dev vclient"),
-        "ip link set vpod up",
-        "ip link set vclient up",
-        "ip -n pod link set lo up",
-        "ip -n pod link set eth0 up",
-        &format!("ip -n pod addr add {POD_IP}/24 dev eth0"),
-        &format!("ip -n pod route add default via {POD_GATEWAY}"),
-        "ip -n client link set lo up",
-        "ip -n client link set eth0 up",
-        &format!("ip -n client addr add {CLIENT_IP}/24 dev eth0"),
+    let pod = [
+        "ip netns add pod".to_owned(),
+        "ip link add vpod type veth peer name eth0 netns pod".to_owned(),
+        format!("ip addr add {POD_GATEWAY}/24 dev vpod"),
+        "ip link set vpod up".to_owned(),
+        "ip -n pod link set lo up".to_owned(),
+        "ip -n pod link set eth0 up".to_owned(),
+        format!("ip -n pod addr add {POD_IP}/24 dev eth0"),
+        format!("ip -n pod route add default via {POD_GATEWAY}"),
         // The node's route to the service range (a real node has a default route instead).
-        "ip route add 10.96.0.0/16 dev vpod",
-        "sysctl -qw net.ipv4.ip_forward=1",
-        "modprobe sctp",
-    ] {
+        "ip route add 10.96.0.0/16 dev vpod".to_owned(),
+        "modprobe sctp".to_owned(),
+    ];
+    for cmd in in_guest::client_network().iter().chain(&pod) {
         run(cmd);
     }
     for module in guest::NFT_MODULES {
@@ -104,7 +105,7 @@ fn node() {
     let mut proxy = Command::new(env!("CARGO_BIN_EXE_kube-proxy-rs"))
         .arg(format!("--manifests={}", dir.display()))
         .args([
-            "--hostname-override=guest-node",
+            &format!("--hostname-override={NODE_NAME}"),
             "--proxy-mode=nftables",
             "--cluster-cidr=10.244.0.0/16",
             "--conntrack-max-per-core=0",
@@ -200,64 +201,15 @@ fn serve() {
 /// The cluster the guest's proxy reads: its Node, a ClusterIP + NodePort SCTP Service with the
 /// pod as endpoint, and an SCTP Service without endpoints.
 fn manifests() -> String {
-    format!(
-        r#"apiVersion: v1
-kind: Node
-metadata:
-  name: guest-node
-status:
-  addresses:
-  - type: InternalIP
-    address: {NODE_IP}
----
-apiVersion: v1
-kind: Service
-metadata:
-  name: sctp-echo
-  namespace: default
-spec:
-  type: NodePort
-  clusterIP: {CLUSTER_IP}
-  clusterIPs: [{CLUSTER_IP}]
-  ipFamilies: [IPv4]
-  ports:
-  - name: echo
-    protocol: SCTP
-    port: {PORT}
-    targetPort: {PORT}
-    nodePort: {NODE_PORT}
----
-apiVersion: discovery.k8s.io/v1
-kind: EndpointSlice
-metadata:
-  name: sctp-echo-1
-  namespace: default
-  labels:
-    kubernetes.io/service-name: sctp-echo
-addressType: IPv4
-ports:
-- name: echo
-  protocol: SCTP
-  port: {PORT}
-endpoints:
-- addresses: [{POD_IP}]
-  conditions: {{ready: true, serving: true, terminating: false}}
-  nodeName: guest-node
----
-apiVersion: v1
-kind: Service
-metadata:
-  name: sctp-empty
-  namespace: default
-spec:
-  clusterIP: {NO_ENDPOINTS_IP}
-  clusterIPs: [{NO_ENDPOINTS_IP}]
-  ipFamilies: [IPv4]
-  ports:
-  - name: echo
-    protocol: SCTP
-    port: {PORT}
-    targetPort: {PORT}
-"#
-    )
+    documents(&[
+        manifest_yaml::node(NODE_NAME, NODE_IP, None),
+        service(
+            "sctp-echo",
+            CLUSTER_IP,
+            ECHO.on_node_port(NODE_PORT),
+            "  type: NodePort\n  ipFamilies: [IPv4]\n",
+        ),
+        slice("sctp-echo", ECHO, &serving_on(POD_IP, NODE_NAME)),
+        service("sctp-empty", NO_ENDPOINTS_IP, ECHO, CLUSTER_IP_V4),
+    ])
 }

@@ -11,6 +11,35 @@ use std::time::{Duration, Instant};
 use super::guest::Guest;
 use super::guest::host::helper_process::{self, HelperProcess, RESULT};
 
+/// The node's Node name in the guest's manifests.
+pub const NODE_NAME: &str = "guest-node";
+/// The node's address on the client's link, where NodePorts are reached.
+pub const NODE_IP: &str = "192.168.77.1";
+/// The client outside the cluster, in the namespace `client`.
+pub const CLIENT_IP: &str = "192.168.77.2";
+/// The node's end of every pod veth.
+pub const POD_GATEWAY: &str = "10.244.0.1";
+/// The ClusterIP of the Service with endpoints.
+pub const CLUSTER_IP: &str = "10.96.0.50";
+/// The ClusterIP of a Service without endpoints.
+pub const NO_ENDPOINTS_IP: &str = "10.96.0.51";
+
+/// Inside the guest: the commands that bring up the node's loopback, the `client` namespace
+/// behind a veth (the node at [`NODE_IP`], the client at [`CLIENT_IP`]) and forwarding.
+pub fn client_network() -> Vec<String> {
+    vec![
+        "ip link set lo up".to_owned(),
+        "ip netns add client".to_owned(),
+        "ip link add vclient type veth peer name eth0 netns client".to_owned(),
+        format!("ip addr add {NODE_IP}/24 dev vclient"),
+        "ip link set vclient up".to_owned(),
+        "ip -n client link set lo up".to_owned(),
+        "ip -n client link set eth0 up".to_owned(),
+        format!("ip -n client addr add {CLIENT_IP}/24 dev eth0"),
+        "sysctl -qw net.ipv4.ip_forward=1".to_owned(),
+    ]
+}
+
 /// On the host: boots the guest, runs `helper` there as `node`, and checks that it passed and
 /// printed a result line for each of `wants`.
 pub fn run_node(helper: &HelperProcess, wants: &[String]) {

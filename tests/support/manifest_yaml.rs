@@ -121,3 +121,20 @@ pub fn serving_on(address: &str, node: &str) -> String {
          conditions: {{ready: true, serving: true, terminating: false}}\n    nodeName: {node}\n"
     )
 }
+
+/// An endpoint at `address` on the node `node`, terminating but still serving.
+pub fn terminating_on(address: &str, node: &str) -> String {
+    format!(
+        "  - addresses: [{address}]\n    \
+         conditions: {{ready: false, serving: true, terminating: true}}\n    nodeName: {node}\n"
+    )
+}
+
+/// The object document `doc` (from [`service`]) with the annotation `key: value`.
+pub fn with_annotation(doc: &str, key: &str, value: &str) -> String {
+    doc.replacen(
+        "namespace: default}",
+        &format!("namespace: default, annotations: {{{key}: {value}}}}}"),
+        1,
+    )
+}
