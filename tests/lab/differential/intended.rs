@@ -214,6 +214,31 @@ pub const INTENDED: &[Intended] = &[
         },
     },
     Intended {
+        name: "IPVS: the node and its pods reach a Local external frontend without a local \
+               endpoint",
+        modes: &[Mode::Ipvs],
+        reason: "what the node or one of its pods sends to an externalIP or LoadBalancer IP of \
+                 a Service with externalTrafficPolicy Local goes to the Service's cluster-wide \
+                 endpoints, as upstream's iptables and nftables modes send it (their \
+                 short-circuit for traffic from inside the node); upstream's IPVS mode gives \
+                 the external frontend's virtual service only this node's endpoints, so with \
+                 none here IPVS has no destination and the connection fails \
+                 (docs/operations.md, \"IPVS mode behaves like the iptables and nftables \
+                 modes\")",
+        covers: |svc, key, up, ours| {
+            matches!(key.via, Via::ExternalIp(_) | Via::LoadBalancer(_))
+                && inside(key.source)
+                && svc.is_some_and(Svc::etp_applies)
+                && !up.0.is_empty()
+                && up
+                    .0
+                    .iter()
+                    .all(|o| matches!(o, Obs::Refused | Obs::Dropped))
+                && !ours.0.is_empty()
+                && ours.0.iter().all(|o| matches!(o, Obs::Served { .. }))
+        },
+    },
+    Intended {
         name: "IPVS: the node's own connections to a Local externalIP or LoadBalancer IP are \
                masqueraded",
         modes: &[Mode::Ipvs],

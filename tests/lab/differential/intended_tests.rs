@@ -467,6 +467,87 @@ fn ipvs_local_policies_without_local_endpoints_cover_only_ours_dropping() {
 }
 
 #[test]
+fn ipvs_short_circuit_covers_only_upstreams_failure_inside_the_node() {
+    let world = generate(1);
+    let mut svc = world
+        .services
+        .iter()
+        .find(|s| s.externally_accessible())
+        .expect("seed 1 has an externally accessible Service")
+        .clone();
+    svc.etp_local = true;
+    let ip: std::net::IpAddr = "fd00:e::7".parse().expect("an address");
+    let from_node = Key {
+        via: Via::ExternalIp(ip),
+        source: Source::Node(2),
+        family: Family::V6,
+        ..key()
+    };
+    let dropped = Outcome([Obs::Dropped].into());
+    let refused = Outcome([Obs::Refused].into());
+    let ours = Outcome([served("(sticky)", Seen::Client)].into());
+    let name = "IPVS: the node and its pods reach a Local external frontend without a local \
+                endpoint";
+    let found = |mode, svc: &Svc, k: &Key, up: &Outcome, ours: &Outcome| {
+        find(mode, Some(svc), k, up, ours).map(|i| i.name)
+    };
+    assert_eq!(
+        found(Mode::Ipvs, &svc, &from_node, &dropped, &ours),
+        Some(name)
+    );
+    assert_eq!(
+        found(Mode::Ipvs, &svc, &from_node, &refused, &ours),
+        Some(name)
+    );
+    let from_pod = Key {
+        source: Source::Pod { node: 2 },
+        ..from_node.clone()
+    };
+    assert_eq!(
+        found(Mode::Ipvs, &svc, &from_pod, &dropped, &ours),
+        Some(name)
+    );
+    let lb = Key {
+        via: Via::LoadBalancer(ip),
+        ..from_node.clone()
+    };
+    assert_eq!(found(Mode::Ipvs, &svc, &lb, &dropped, &ours), Some(name));
+    // Not in another mode, nor from outside, nor at a NodePort or the ClusterIP, nor where
+    // upstream served or ours failed too, nor under the Cluster policy.
+    assert_eq!(
+        found(Mode::Nftables, &svc, &from_node, &dropped, &ours),
+        None
+    );
+    let from_outside = Key {
+        source: Source::Client,
+        ..from_node.clone()
+    };
+    assert_eq!(
+        found(Mode::Ipvs, &svc, &from_outside, &dropped, &ours),
+        None
+    );
+    for via in [Via::NodePort { node: 2 }, Via::ClusterIp] {
+        let other = Key {
+            via,
+            ..from_node.clone()
+        };
+        assert_eq!(found(Mode::Ipvs, &svc, &other, &dropped, &ours), None);
+    }
+    let up_served = Outcome([served("n1-a", Seen::Client)].into());
+    assert_ne!(
+        found(Mode::Ipvs, &svc, &from_node, &up_served, &ours),
+        Some(name)
+    );
+    let ours_partly = Outcome([served("n1-a", Seen::Client), Obs::Dropped].into());
+    assert_eq!(
+        found(Mode::Ipvs, &svc, &from_node, &dropped, &ours_partly),
+        None
+    );
+    svc.etp_local = false;
+    assert_eq!(found(Mode::Ipvs, &svc, &from_node, &dropped, &ours), None);
+}
+
+#[test]
 fn ipvs_masquerading_the_nodes_own_connections_covers_only_the_frontend_as_source() {
     let world = generate(1);
     let mut svc = world
