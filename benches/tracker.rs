@@ -7,14 +7,15 @@
 //!
 //! Run: `cargo bench --bench tracker`. Results go to docs/benchmarks.md.
 
+#[path = "../src/testing/synthetic.rs"]
+mod synthetic;
+
 use std::collections::BTreeMap;
 use std::hint::black_box;
 
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
-use k8s_openapi::api::core::v1::{
-    Node, NodeAddress, NodeStatus, Service, ServicePort, ServiceSpec,
-};
-use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort, EndpointSlice};
+use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
+use k8s_openapi::api::discovery::v1::{EndpointPort, EndpointSlice};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube_proxy_rs::cluster::source::{Event, Kind, Object};
 use kube_proxy_rs::cluster::{Features, Tracker};
@@ -25,7 +26,6 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 const SERVICES: usize = 10_000;
 const ENDPOINTS: usize = 10;
-const NODES: usize = 100;
 
 fn service(i: usize) -> Service {
     Service {
@@ -70,40 +70,9 @@ fn slice(i: usize, generation: usize) -> EndpointSlice {
         endpoints: (0..ENDPOINTS)
             .map(|e| {
                 let n = i * ENDPOINTS + e + if e == 0 { generation } else { 0 };
-                Endpoint {
-                    addresses: vec![format!(
-                        "10.{}.{}.{}",
-                        128 + n / 65_536 % 64,
-                        n / 256 % 256,
-                        n % 256
-                    )],
-                    node_name: Some(format!("node-{}", n % NODES)),
-                    conditions: Some(EndpointConditions {
-                        ready: Some(true),
-                        serving: Some(true),
-                        terminating: Some(false),
-                    }),
-                    ..Endpoint::default()
-                }
+                synthetic::slice_endpoint(n)
             })
             .collect(),
-    }
-}
-
-fn node() -> Node {
-    Node {
-        metadata: ObjectMeta {
-            name: Some("node-0".into()),
-            ..ObjectMeta::default()
-        },
-        spec: None,
-        status: Some(NodeStatus {
-            addresses: Some(vec![NodeAddress {
-                address: "10.0.0.1".into(),
-                type_: "InternalIP".into(),
-            }]),
-            ..NodeStatus::default()
-        }),
     }
 }
 
@@ -117,7 +86,10 @@ fn initial_lists() -> Vec<Event> {
             Kind::EndpointSlice,
             (0..SERVICES).map(|i| Object::from(slice(i, 0))).collect(),
         ),
-        Event::Listed(Kind::Node, vec![Object::Node(Box::new(node()))]),
+        Event::Listed(
+            Kind::Node,
+            vec![Object::Node(Box::new(synthetic::node_object()))],
+        ),
     ]
 }
 

@@ -14,14 +14,15 @@
 //! Run: `cargo run --release --example memory [SERVICES ENDPOINTS ...]` (default 5,000 × 50,
 //! 44,000 × 1 and 10,000 × 10). Results go to docs/benchmarks.md.
 
+#[path = "../src/testing/synthetic.rs"]
+mod synthetic;
+
 use std::alloc::{GlobalAlloc, Layout};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use k8s_openapi::api::core::v1::{
-    Node, NodeAddress, NodeStatus, Service, ServicePort, ServiceSpec,
-};
-use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort, EndpointSlice};
+use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
+use k8s_openapi::api::discovery::v1::{EndpointPort, EndpointSlice};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube_proxy_rs::cluster::source::{Event, Kind, Object, lean};
 use kube_proxy_rs::cluster::{Features, Tracker};
@@ -98,8 +99,6 @@ fn measured<T>(build: impl FnOnce() -> T) -> (T, usize, usize) {
 fn mib(bytes: usize) -> String {
     format!("{:.1} MiB", bytes as f64 / (1024.0 * 1024.0))
 }
-
-const NODES: usize = 100;
 
 /// A Service as the API server lists it: the metadata every object carries, one TCP port.
 fn service(i: usize) -> Service {
@@ -182,40 +181,9 @@ fn slice(i: usize, endpoints: usize) -> EndpointSlice {
         endpoints: (0..endpoints)
             .map(|e| {
                 let n = i * endpoints + e;
-                Endpoint {
-                    addresses: vec![format!(
-                        "10.{}.{}.{}",
-                        128 + n / 65_536 % 64,
-                        n / 256 % 256,
-                        n % 256
-                    )],
-                    node_name: Some(format!("node-{}", n % NODES)),
-                    conditions: Some(EndpointConditions {
-                        ready: Some(true),
-                        serving: Some(true),
-                        terminating: Some(false),
-                    }),
-                    ..Endpoint::default()
-                }
+                synthetic::slice_endpoint(n)
             })
             .collect(),
-    }
-}
-
-fn node() -> Node {
-    Node {
-        metadata: ObjectMeta {
-            name: Some("node-0".into()),
-            ..ObjectMeta::default()
-        },
-        spec: None,
-        status: Some(NodeStatus {
-            addresses: Some(vec![NodeAddress {
-                address: "10.0.0.1".into(),
-                type_: "InternalIP".into(),
-            }]),
-            ..NodeStatus::default()
-        }),
     }
 }
 
@@ -300,7 +268,7 @@ fn measure(services: usize, endpoints: usize) {
         t.apply(&Event::ListEnded(Kind::EndpointSlice));
         t.apply(&Event::Listed(
             Kind::Node,
-            vec![Object::Node(Box::new(node()))],
+            vec![Object::Node(Box::new(synthetic::node_object()))],
         ));
         t
     });

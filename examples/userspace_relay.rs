@@ -114,27 +114,8 @@ fn by_mode_over_veths() {
     let node = netns::NetNs::new("kprs-bench-node");
     let client = netns::NetNs::new("kprs-bench-client");
     let pod = netns::NetNs::new("kprs-bench-pod");
-    node.output(
-        "ip",
-        &[
-            "link",
-            "add",
-            "to-client",
-            "type",
-            "veth",
-            "peer",
-            "name",
-            "eth0",
-            "netns",
-            &client.name,
-        ],
-    );
-    node.output(
-        "ip",
-        &[
-            "link", "add", "to-pod", "type", "veth", "peer", "name", "eth0", "netns", &pod.name,
-        ],
-    );
+    node.veth_to("to-client", &client);
+    node.veth_to("to-pod", &pod);
     for args in [
         &["addr", "add", "192.168.50.1/24", "dev", "to-client"][..],
         &["addr", "add", "10.244.0.1/24", "dev", "to-pod"],

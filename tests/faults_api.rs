@@ -98,35 +98,23 @@ impl World {
 
     /// Node 1's drift: how its kernel differs from the plan of the objects as they are now.
     async fn drift(&self) -> Result<Vec<String>, String> {
-        let env = TestEnv::shared();
-        let node = &self.lab.topo.nodes[0];
-        let mut cmd = node.ns.command(env!("CARGO_BIN_EXE_kube-proxy-rs"));
-        cmd.arg("explain")
-            .arg(format!(
-                "--kubeconfig={}",
-                env.kube_proxy_kubeconfig.display()
-            ))
-            .args(self.lab.proxy.lab_flags(&self.lab.cluster.node_names[0]))
-            // Not the proxy's metrics address: `explain` would ask the running proxy, whose
-            // plan is of what it learnt; here it lists the objects and plans them itself.
-            .arg("--metrics-bind-address=127.0.0.1:1")
-            .args(["--to", &self.stable.to_string(), "--from"])
-            .arg(self.lab.pod("n1-a").ip.to_string())
-            .args(["--output", "json"]);
-        let out = tokio::process::Command::from(cmd)
-            .kill_on_drop(true)
-            .output()
-            .await
-            .map_err(|e| format!("running explain: {e}"))?;
-        if !out.status.success() {
-            return Err(format!(
-                "explain exited with {}: {}",
-                out.status,
-                String::from_utf8_lossy(&out.stderr).trim()
-            ));
-        }
-        let answer: serde_json::Value =
-            serde_json::from_slice(&out.stdout).map_err(|e| format!("explain's JSON: {e}"))?;
+        let from = self.lab.pod("n1-a").ip.to_string();
+        let answer = self
+            .lab
+            .explain(
+                0,
+                &[
+                    // Not the proxy's metrics address: `explain` would ask the running proxy,
+                    // whose plan is of what it learnt; here it lists the objects and plans them
+                    // itself.
+                    "--metrics-bind-address=127.0.0.1:1",
+                    "--to",
+                    &self.stable.to_string(),
+                    "--from",
+                    &from,
+                ],
+            )
+            .await?;
         let drift = answer["drift"]
             .as_array()
             .ok_or_else(|| format!("no drift in explain's answer: {answer}"))?;

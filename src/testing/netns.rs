@@ -140,6 +140,17 @@ impl NetNs {
         RunError::check(output_with_stdin(&mut cmd, input))
     }
 
+    /// A veth pair: `dev` in this namespace, its peer `eth0` in `peer`, as a node's link to
+    /// a pod's or a client's namespace. Both ends are left down.
+    pub fn veth_to(&self, dev: &str, peer: &NetNs) {
+        self.output(
+            "ip",
+            &[
+                "link", "add", dev, "type", "veth", "peer", "name", "eth0", "netns", &peer.name,
+            ],
+        );
+    }
+
     pub fn exists(name: &str) -> bool {
         Path::new("/var/run/netns").join(name).exists()
     }

@@ -168,6 +168,22 @@ impl Svc {
     }
 }
 
+/// The services the `explain` and `status` tests start from, beside [`node`], all port 80
+/// with endpoints on 8080: `default/web` on 10.96.0.10 (an endpoint on this node and one on
+/// `node-b`), `default/empty` on 10.96.0.20 (none) and `default/np` on 10.96.0.30 (node port
+/// 30080, its one endpoint on `node-b`).
+pub fn web_empty_node_port() -> Vec<Svc> {
+    vec![
+        svc("default/web", "10.96.0.10", 80)
+            .ep("10.244.1.2", 8080, "node-a")
+            .ep("10.244.2.2", 8080, "node-b"),
+        svc("default/empty", "10.96.0.20", 80),
+        svc("default/np", "10.96.0.30", 80)
+            .node_port(30080)
+            .ep("10.244.2.3", 8080, "node-b"),
+    ]
+}
+
 /// `default/web` port 80 on 10.96.0.10, beside [`node`]: two ready endpoints (listed out of
 /// address order, 10.244.2.5 before 10.244.1.5) and one that is not ready (10.244.3.5), all on
 /// port 8080. A planner balances over the ready two, in address order, and leaves the third out.

@@ -3,10 +3,13 @@
 //! `topology::select`: one plain ClusterIP port at a time ([`cluster_ip_port`], [`state`]), or a
 //! whole synthetic cluster of N ClusterIP Services (TCP 80 → 8080) × M ready endpoints spread
 //! over 100 nodes, IPv4, as a snapshot ([`Synthetic`]), so a bench times the dataplane alone.
+//! What times or measures the tracker, which reads API objects, lists the same endpoints and
+//! node as the API server would ([`slice_endpoint`], [`node_object`]).
 //!
 //! Written against the public API only (`kube_proxy_rs::…`), because benches, examples and
 //! integration tests include this very file with `#[path]` (`benches/support/planner_bench.rs`,
-//! `examples/*_apply.rs`, `tests/{iptables,nftables}_apply.rs`) and the crate's unit tests build
+//! `benches/tracker.rs`, `examples/*_apply.rs`, `examples/memory.rs`,
+//! `tests/{iptables,nftables}_apply.rs`) and the crate's unit tests build
 //! their snapshots on it (`testing::snapshots`): one copy, and none of it in the library.
 
 #![allow(
@@ -130,9 +133,7 @@ impl Synthetic {
             .map(|e| {
                 let n = i * self.endpoints + e;
                 Endpoint {
-                    ip: format!("10.{}.{}.{}", 128 + n / 65_536 % 64, n / 256 % 256, n % 256)
-                        .parse()
-                        .unwrap(),
+                    ip: endpoint_address(n).parse().unwrap(),
                     port: 8080,
                     ready: true,
                     serving: true,
@@ -154,5 +155,46 @@ impl Synthetic {
             selection: Default::default(),
         };
         (cluster_ip_port(name, 80), view)
+    }
+}
+
+/// Endpoint `n`'s address: the cluster's endpoints count up from 10.128.0.0, in 10.128.0.0/10.
+pub fn endpoint_address(n: usize) -> String {
+    format!("10.{}.{}.{}", 128 + n / 65_536 % 64, n / 256 % 256, n % 256)
+}
+
+/// Endpoint `n` as an EndpointSlice lists it, for what reads the API objects (the tracker):
+/// ready and serving, on node `n % 100`, as in [`Synthetic::snapshot`].
+pub fn slice_endpoint(n: usize) -> k8s_openapi::api::discovery::v1::Endpoint {
+    use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions};
+    Endpoint {
+        addresses: vec![endpoint_address(n)],
+        node_name: Some(format!("node-{}", n % NODES)),
+        conditions: Some(EndpointConditions {
+            ready: Some(true),
+            serving: Some(true),
+            terminating: Some(false),
+        }),
+        ..Endpoint::default()
+    }
+}
+
+/// This node, [`Synthetic::node`], as the API server lists it: `node-0`, InternalIP 10.0.0.1.
+pub fn node_object() -> k8s_openapi::api::core::v1::Node {
+    use k8s_openapi::api::core::v1::{Node, NodeAddress, NodeStatus};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    Node {
+        metadata: ObjectMeta {
+            name: Some("node-0".into()),
+            ..ObjectMeta::default()
+        },
+        spec: None,
+        status: Some(NodeStatus {
+            addresses: Some(vec![NodeAddress {
+                address: "10.0.0.1".into(),
+                type_: "InternalIP".into(),
+            }]),
+            ..NodeStatus::default()
+        }),
     }
 }

@@ -24,27 +24,8 @@ pub const WAIT: Duration = Duration::from_secs(3);
 
 /// Builds the three namespaces and their links.
 pub fn wire(node: &NetNs, client: &NetNs, pods: &NetNs) {
-    node.output(
-        "ip",
-        &[
-            "link",
-            "add",
-            "ext0",
-            "type",
-            "veth",
-            "peer",
-            "name",
-            "eth0",
-            "netns",
-            &client.name,
-        ],
-    );
-    node.output(
-        "ip",
-        &[
-            "link", "add", "pods0", "type", "veth", "peer", "name", "eth0", "netns", &pods.name,
-        ],
-    );
+    node.veth_to("ext0", client);
+    node.veth_to("pods0", pods);
     for (ns, dev, addrs) in [
         (node, "ext0", &["192.168.60.1/24", "fd00:60::1/64"][..]),
         (node, "lo", &["10.244.1.1/32", "fd00:244::1/128"][..]),

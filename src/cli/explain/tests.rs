@@ -5,17 +5,13 @@ use proptest::prelude::*;
 
 use super::render::{WIDTH, json, text};
 use super::*;
-use crate::testing::snapshots::{Svc, config, node, node_policy, snapshot, svc};
+use crate::testing::snapshots::{
+    Svc, config, node, node_policy, snapshot, svc, web_empty_node_port,
+};
 
 fn services() -> Vec<Svc> {
-    vec![
-        svc("default/web", "10.96.0.10", 80)
-            .ep("10.244.1.2", 8080, "node-a")
-            .ep("10.244.2.2", 8080, "node-b"),
-        svc("default/empty", "10.96.0.20", 80),
-        svc("default/np", "10.96.0.30", 80)
-            .node_port(30080)
-            .ep("10.244.2.3", 8080, "node-b"),
+    let mut services = web_empty_node_port();
+    services.extend([
         svc("default/np-local", "10.96.0.31", 80)
             .node_port(30081)
             .external_local()
@@ -40,7 +36,8 @@ fn services() -> Vec<Svc> {
             .external_local()
             .ep("10.244.1.9", 8080, "node-a")
             .ep("10.244.2.9", 8080, "node-b"),
-    ]
+    ]);
+    services
 }
 
 /// What must hold of one packet's explanation, in every mode.

@@ -10,17 +10,13 @@ use super::*;
 use crate::cli::explain::Plan;
 use crate::cli::explain::render::WIDTH;
 use crate::cluster::{IpFamily, ServiceKey};
-use crate::testing::snapshots::{Svc, config, node, node_policy, snapshot, svc};
+use crate::testing::snapshots::{
+    Svc, config, node, node_policy, snapshot, svc, web_empty_node_port,
+};
 
 fn services() -> Vec<Svc> {
-    vec![
-        svc("default/web", "10.96.0.10", 80)
-            .ep("10.244.1.2", 8080, "node-a")
-            .ep("10.244.2.2", 8080, "node-b"),
-        svc("default/empty", "10.96.0.20", 80),
-        svc("default/np", "10.96.0.30", 80)
-            .node_port(30080)
-            .ep("10.244.2.3", 8080, "node-b"),
+    let mut services = web_empty_node_port();
+    services.extend([
         svc("default/lb", "10.96.0.40", 443)
             .lb("192.0.2.40")
             .external("192.0.2.41")
@@ -35,7 +31,8 @@ fn services() -> Vec<Svc> {
             .external_local()
             .health_check(32001)
             .ep("10.244.2.7", 8443, "node-b"),
-    ]
+    ]);
+    services
 }
 
 /// Every mode's plan for `services`.

@@ -11,6 +11,8 @@
 pub mod clock;
 mod error;
 mod outcome;
+#[cfg(test)]
+pub mod sticky;
 pub mod table;
 
 use std::fmt::Debug;

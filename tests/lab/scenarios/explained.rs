@@ -36,7 +36,7 @@ pub async fn check(lab: &Lab, id: u8) -> Result<(), String> {
         let (to, from) = resolve(lab, p)?;
         let what = format!("explain --to {to} --from {from} on node {}", p.node + 1);
         lab.eventually(&what, || async {
-            let answer = ask(lab, p.node, &to, &from).await?;
+            let answer = lab.explain(p.node, &["--to", &to, "--from", &from]).await?;
             judge(lab, p, &answer)
         })
         .await?;
@@ -89,43 +89,47 @@ fn suffix(proto: Proto) -> &'static str {
     }
 }
 
-/// Runs `kube-proxy-rs explain --output json` in node `node`'s namespace with the proxy's
-/// flags, and parses its answer.
-async fn ask(lab: &Lab, node: usize, to: &str, from: &str) -> Result<Value, String> {
-    let ns = &lab.topo.nodes[node].ns;
-    let mut cmd = ns.command(env!("CARGO_BIN_EXE_kube-proxy-rs"));
-    cmd.arg("explain")
-        .arg(format!(
-            "--kubeconfig={}",
-            lab.env.kube_proxy_kubeconfig.display()
-        ))
-        .args(lab.proxy.lab_flags(&lab.cluster.node_names[node]))
-        // eBPF mode: the node's pin root, where its proxy's maps are.
-        .args(
-            lab.socket_lb
-                .as_ref()
-                .map(|s| s.proxy_flags(node))
-                .unwrap_or_default(),
-        )
-        .args(["--to", to, "--from", from, "--output", "json"]);
-    let out = tokio::process::Command::from(cmd)
-        .kill_on_drop(true)
-        .output()
-        .await
-        .map_err(|e| format!("running explain: {e}"))?;
-    if !out.status.success() {
-        return Err(format!(
-            "explain exited with {}: {}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr).trim()
-        ));
+impl Lab {
+    /// Runs `kube-proxy-rs explain` in node `node`'s namespace with the proxy's flags (its
+    /// kubeconfig, its mode's flags, the eBPF mode's pin root), then `args`, then
+    /// `--output json`, and parses its answer.
+    pub async fn explain(&self, node: usize, args: &[&str]) -> Result<Value, String> {
+        let ns = &self.topo.nodes[node].ns;
+        let mut cmd = ns.command(env!("CARGO_BIN_EXE_kube-proxy-rs"));
+        cmd.arg("explain")
+            .arg(format!(
+                "--kubeconfig={}",
+                self.env.kube_proxy_kubeconfig.display()
+            ))
+            .args(self.proxy.lab_flags(&self.cluster.node_names[node]))
+            // eBPF mode: the node's pin root, where its proxy's maps are.
+            .args(
+                self.socket_lb
+                    .as_ref()
+                    .map(|s| s.proxy_flags(node))
+                    .unwrap_or_default(),
+            )
+            .args(args)
+            .args(["--output", "json"]);
+        let out = tokio::process::Command::from(cmd)
+            .kill_on_drop(true)
+            .output()
+            .await
+            .map_err(|e| format!("running explain: {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "explain exited with {}: {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+        serde_json::from_slice(&out.stdout).map_err(|e| {
+            format!(
+                "explain's JSON: {e}: {}",
+                String::from_utf8_lossy(&out.stdout)
+            )
+        })
     }
-    serde_json::from_slice(&out.stdout).map_err(|e| {
-        format!(
-            "explain's JSON: {e}: {}",
-            String::from_utf8_lossy(&out.stdout)
-        )
-    })
 }
 
 /// Whether `answer` says of `p` what the table says (read through the mode: [`expected`]).

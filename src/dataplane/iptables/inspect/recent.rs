@@ -148,10 +148,11 @@ mod tests {
     use super::*;
     use crate::cluster::IpFamily;
     use crate::dataplane::inspect::clock::clock;
+    use crate::dataplane::inspect::sticky::{listed, sticky};
     use crate::dataplane::iptables::inspect::Planned;
     use crate::dataplane::iptables::parse::canonical;
     use crate::testing::plans::packet;
-    use crate::testing::snapshots::{node, node_policy, snapshot, svc};
+    use crate::testing::snapshots::{node, node_policy, snapshot};
 
     /// Shaped like `/proc/net/xt_recent/KUBE-SEP-…` after two clients connected.
     const LIST: &str = "\
@@ -218,27 +219,13 @@ jiffies: 4295546176
 
     impl Lists for Kernel {
         fn clients(&mut self, list: &ChainName) -> Result<Option<Vec<Entry>>, Error> {
-            Ok(Some(
-                self.0
-                    .iter()
-                    .find(|(n, _)| n == list)
-                    .map(|(_, c)| c.clone())
-                    .unwrap_or_default(),
-            ))
+            Ok(Some(listed(&self.0, list)))
         }
     }
 
     #[test]
     fn a_remembered_client_is_traced_to_its_endpoint_alone() {
-        let snap = snapshot(
-            node(),
-            vec![
-                svc("default/sticky", "10.96.0.10", 80)
-                    .affinity(600)
-                    .ep("10.244.1.2", 8080, "node-a")
-                    .ep("10.244.2.2", 8080, "node-b"),
-            ],
-        );
+        let snap = snapshot(node(), vec![sticky(600)]);
         let policy = node_policy();
         let planned = Planned::with_policy(&snap, &policy);
         // Our chains as `iptables::parse` reads them back from the kernel: one flat table.

@@ -151,9 +151,10 @@ mod tests {
     use super::*;
     use crate::cluster::IpFamily;
     use crate::dataplane::inspect::Rules as _;
+    use crate::dataplane::inspect::sticky::sticky;
     use crate::dataplane::ipvs::inspect::{IpvsRules, Planned};
     use crate::testing::plans::packet;
-    use crate::testing::snapshots::{node, node_policy, snapshot, svc};
+    use crate::testing::snapshots::{node, node_policy, snapshot};
 
     /// Shaped like a 6.1 kernel's table on a node with one sticky Service: a template
     /// (client port 0) for 10.244.1.7 and its connection, another client's template and
@@ -190,16 +191,7 @@ UDP 0AF40107 A1B2 0A60000A 0035 0AF40202 0035 UDP           299
 
     #[test]
     fn a_client_with_a_template_is_traced_to_its_real_server_alone() {
-        let snap = snapshot(
-            node(),
-            vec![
-                svc("default/sticky", "10.96.0.10", 80)
-                    .affinity(10800)
-                    .ep("10.244.1.2", 8080, "node-a")
-                    .ep("10.244.2.2", 8080, "node-b")
-                    .ep("10.244.3.2", 8080, "node-c"),
-            ],
-        );
+        let snap = snapshot(node(), vec![sticky(10800).ep("10.244.3.2", 8080, "node-c")]);
         let policy = node_policy();
         let plan = Planned::with_policy(&snap, &policy);
         let IpvsRules { desired, tables } = &plan.0[IpFamily::V4.index()];

@@ -151,6 +151,7 @@ impl Lookup for NftablesSets {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::dataplane::inspect::sticky::{listed, sticky};
     use crate::dataplane::inspect::{Rules as _, Verdict};
     use crate::dataplane::nftables::inspect::Planned;
     use crate::testing::plans::packet;
@@ -164,13 +165,7 @@ mod tests {
             if !self.1 {
                 return Ok(None);
             }
-            Ok(Some(
-                self.0
-                    .iter()
-                    .find(|(n, _)| n == set)
-                    .map(|(_, k)| k.clone())
-                    .unwrap_or_default(),
-            ))
+            Ok(Some(listed(&self.0, set)))
         }
     }
 
@@ -179,11 +174,7 @@ mod tests {
         let snap = snapshot(
             node(),
             vec![
-                svc("default/sticky", "10.96.0.10", 80)
-                    .affinity(600)
-                    .ep("10.244.1.2", 8080, "node-a")
-                    .ep("10.244.2.2", 8080, "node-b")
-                    .ep("10.244.3.2", 8080, "node-c"),
+                sticky(600).ep("10.244.3.2", 8080, "node-c"),
                 svc("default/plain", "10.96.0.20", 80).ep("10.244.2.2", 8080, "node-b"),
             ],
         );
