@@ -175,15 +175,21 @@ pub const INTENDED: &[Intended] = &[
                  node is dropped, as the iptables and nftables modes drop it (the node's own \
                  UDP send then fails with EPERM); upstream's IPVS mode falls back to the \
                  cluster's endpoints there when the Service is externally accessible (it keeps \
-                 them for the external frontends), and otherwise has a virtual service without \
-                 destinations, which IPVS refuses (docs/operations.md, \"IPVS mode behaves like \
-                 the iptables and nftables modes\")",
+                 them for the external frontends; a pod that is one of those endpoints without \
+                 being a local one, having no nodeName, gets no answer from itself, as upstream \
+                 masquerades only a local endpoint's hairpin), and otherwise has a virtual \
+                 service without destinations, which IPVS refuses (docs/operations.md, \"IPVS \
+                 mode behaves like the iptables and nftables modes\")",
         covers: |svc, key, up, ours| {
             let Some(svc) = svc.filter(|s| s.itp_local) else {
                 return false;
             };
             let upstream_as_ipvs_does = if svc.externally_accessible() {
-                !up.0.is_empty() && up.0.iter().all(|o| matches!(o, Obs::Served { .. }))
+                up.0.iter().any(|o| matches!(o, Obs::Served { .. }))
+                    && up.0.iter().all(|o| {
+                        matches!(o, Obs::Served { .. })
+                            || (*o == Obs::Dropped && source_is_endpoint(svc, key))
+                    })
             } else {
                 *up == Outcome([Obs::Refused].into())
             };
@@ -350,6 +356,18 @@ fn source_in_ranges(svc: Option<&Svc>, key: &Key) -> bool {
                 .is_ok_and(|n| n.contains(&from))
         })
     })
+}
+
+/// Whether the source of `key` is a pod that is one of `svc`'s endpoints of `key`'s family.
+fn source_is_endpoint(svc: &Svc, key: &Key) -> bool {
+    let Source::Pod { node } = key.source else {
+        return false;
+    };
+    let pod = Source::pod_name(node);
+    svc.slices
+        .iter()
+        .filter(|s| s.family == key.family)
+        .any(|s| s.endpoints.iter().any(|e| e.pod == pod))
 }
 
 /// Whether `svc` has source ranges and none of them (a CIDR) is of `family`.

@@ -417,6 +417,39 @@ fn ipvs_local_policies_without_local_endpoints_cover_only_ours_dropping() {
         Some(internal)
     );
     assert_eq!(found(Mode::Ipvs, svc, &key(), &refused, &dropped), None);
+    // Upstream's attempts that reached the source pod itself, one of the endpoints but with no
+    // nodeName (no hairpin masquerade upstream), get no answer: covered for that pod alone.
+    let up_and_itself = Outcome(
+        [
+            served("n2-a", Seen::Client),
+            served("n2-b", Seen::Client),
+            Obs::Dropped,
+        ]
+        .into(),
+    );
+    assert_eq!(
+        found(Mode::Ipvs, svc, &key(), &up_and_itself, &dropped),
+        None
+    );
+    let mut hairpin = svc.clone();
+    let slice = hairpin.slices.first_mut().expect("seed 1's s0 has a slice");
+    slice.family = Family::V4;
+    slice.endpoints.push(crate::differential::model::Ep {
+        pod: Source::pod_name(0),
+        ready: Some(true),
+        serving: Some(true),
+        terminating: Some(false),
+        node: crate::differential::model::EpNode::Absent,
+        hints: Default::default(),
+    });
+    assert_eq!(
+        found(Mode::Ipvs, &hairpin, &key(), &up_and_itself, &dropped),
+        Some(internal)
+    );
+    assert_eq!(
+        found(Mode::Ipvs, &hairpin, &key(), &dropped, &dropped),
+        None
+    );
     // Not in another mode, nor where ours served or upstream did not, nor under Cluster.
     assert_eq!(found(Mode::Nftables, svc, &key(), &up, &dropped), None);
     assert_eq!(found(Mode::Ipvs, svc, &key(), &up, &up), None);
