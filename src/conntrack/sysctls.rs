@@ -3,9 +3,9 @@
 //! apart from the reads and writes themselves.
 //!
 //! Rules (upstream's documented behaviour, in our words):
-//! - `maxPerCore > 0`: `nf_conntrack_max = max(maxPerCore × CPUs, min)`, and the module's
-//!   `hashsize` is raised to a quarter of that when it is smaller (never lowered). `0` leaves
-//!   both alone.
+//! - `maxPerCore > 0`: `nf_conntrack_max` is raised to `max(maxPerCore × CPUs, min)` when it
+//!   is smaller (never lowered: a larger table the node's owner or its kernel set stays), and
+//!   the module's `hashsize` to a quarter of that value, likewise. `0` leaves both alone.
 //! - TCP established and CLOSE_WAIT timeouts, and the UDP timeouts, are written when non-zero.
 //! - `tcpBeLiberal: true` sets `nf_conntrack_tcp_be_liberal = 1`; false leaves it alone.
 //! - A value already in place is not written again (inside a network namespace writing the
@@ -68,11 +68,14 @@ pub fn plan(config: &Conntrack, cpus: u32, current: impl Fn(Key) -> Option<u64>)
     let mut wanted = Vec::new();
     if config.max_per_core > 0 {
         let max = (u64::from(config.max_per_core) * u64::from(cpus)).max(u64::from(config.min));
-        wanted.push(Write {
-            key: Key::Max,
-            value: max,
-        });
-        // Raised only: a larger table someone configured stays.
+        // Both raised only: a larger table someone configured stays. An unreadable value is
+        // written.
+        if current(Key::Max).is_none_or(|m| m < max) {
+            wanted.push(Write {
+                key: Key::Max,
+                value: max,
+            });
+        }
         if current(Key::HashSize).is_some_and(|h| h < max / 4) {
             wanted.push(Write {
                 key: Key::HashSize,

@@ -55,6 +55,21 @@ fn max_is_per_core_times_cpus_but_at_least_min_and_hashsize_only_grows() {
 }
 
 #[test]
+fn a_larger_max_is_left_alone() {
+    // 2 CPUs want 131072; a kernel that already allows 262144 keeps it (as upstream: raised
+    // only), and so a proxy in a network namespace, where the value cannot be written, has
+    // nothing to write.
+    let got = plan(
+        &config(),
+        2,
+        current(&[(Key::Max, 262144), (Key::HashSize, 65536)]),
+    );
+    assert!(!got.iter().any(|w| w.key == Key::Max), "{got:?}");
+    let got = plan(&config(), 2, current(&[(Key::Max, 131071)]));
+    assert_eq!(got[0], w(Key::Max, 131072));
+}
+
+#[test]
 fn max_per_core_zero_leaves_max_and_hashsize_alone() {
     let cfg = Conntrack {
         max_per_core: 0,
