@@ -2,6 +2,11 @@
 
 use super::*;
 
+/// The name of the entry that covers the difference, if any.
+fn found(mode: Mode, svc: &Svc, key: &Key, up: &Outcome, ours: &Outcome) -> Option<&'static str> {
+    find(mode, Some(svc), key, up, ours).map(|i| i.name)
+}
+
 /// Seed 1's first externally accessible Service, with `externalTrafficPolicy: Local`.
 fn etp_local_service() -> Svc {
     let mut svc = generate(1)
@@ -19,9 +24,6 @@ fn ipvs_local_policies_without_local_endpoints_cover_only_ours_dropping() {
     let svc = &mut world.services[0];
     let dropped = Outcome([Obs::Dropped].into());
     let up = Outcome([served("n2-a", Seen::Node(0)), served("n2-b", Seen::Node(0))].into());
-    let found = |mode, svc: &Svc, k: &Key, up: &Outcome, ours: &Outcome| {
-        find(mode, Some(svc), k, up, ours).map(|i| i.name)
-    };
 
     let internal = "IPVS: internalTrafficPolicy Local without a local endpoint drops";
     svc.itp_local = true;
@@ -161,9 +163,6 @@ fn ipvs_short_circuit_covers_only_upstreams_failure_inside_the_node() {
     let ours = Outcome([served("(sticky)", Seen::Client)].into());
     let name = "IPVS: the node and its pods reach a Local external frontend without a local \
                 endpoint";
-    let found = |mode, svc: &Svc, k: &Key, up: &Outcome, ours: &Outcome| {
-        find(mode, Some(svc), k, up, ours).map(|i| i.name)
-    };
     assert_eq!(
         found(Mode::Ipvs, &svc, &from_node, &dropped, &ours),
         Some(name)
@@ -234,9 +233,6 @@ fn ipvs_masquerading_the_nodes_own_connections_covers_only_the_frontend_as_sourc
     let ours = Outcome([served("n3-a", Seen::Client)].into());
     let name = "IPVS: the node's own connections to a Local externalIP or LoadBalancer IP are \
                 masqueraded";
-    let found = |mode, svc: &Svc, k: &Key, up: &Outcome, ours: &Outcome| {
-        find(mode, Some(svc), k, up, ours).map(|i| i.name)
-    };
     assert_eq!(found(Mode::Ipvs, &svc, &from_node, &up, &ours), Some(name));
     let lb = Key {
         via: Via::LoadBalancer(ip),
@@ -287,9 +283,6 @@ fn ipvs_source_ranges_for_the_nodes_own_connections_cover_only_upstreams_refusal
     let dropped = Outcome([Obs::Dropped].into());
     let name = "IPVS: the node's own connection to a LoadBalancer IP outside its source ranges \
                 drops";
-    let found = |mode, svc: &Svc, k: &Key, up: &Outcome, ours: &Outcome| {
-        find(mode, Some(svc), k, up, ours).map(|i| i.name)
-    };
     assert_eq!(
         found(Mode::Ipvs, &svc, &from_node, &refused, &dropped),
         Some(name)
