@@ -15,6 +15,8 @@ COPY Cargo.toml Cargo.lock build.rs ./
 COPY bpf bpf
 COPY src src
 COPY benches benches
+# The test support is a member of the workspace and a dev-dependency: cargo reads its manifest.
+COPY tests/support tests/support
 # The commit `--version=raw` and the start-up line report (the context has no .git):
 #   docker build --build-arg GIT_COMMIT=$(git rev-parse HEAD) ...
 ARG GIT_COMMIT=""

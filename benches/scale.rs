@@ -31,14 +31,12 @@
     reason = "the harness's test support and the UML harness each include host.rs"
 )]
 
-#[path = "../tests/support/testenv.rs"]
-mod testenv;
+use support::testenv;
 
 #[path = "../tests/scale/mod.rs"]
 mod scale;
 
-#[path = "../tests/support/uml.rs"]
-mod uml;
+use support::uml;
 
 #[path = "support/scale_uml.rs"]
 mod scale_uml;

@@ -7,8 +7,7 @@
 //!
 //! Run: `cargo bench --bench tracker`. Results go to docs/benchmarks.md.
 
-#[path = "../src/testing/synthetic.rs"]
-mod synthetic;
+use support::synthetic;
 
 use std::collections::BTreeMap;
 use std::hint::black_box;

@@ -21,10 +21,8 @@
     reason = "a timing harness: it reads the clock, runs mount and nft, writes cgroup files"
 )]
 
-#[path = "../src/testing/netns.rs"]
-mod netns;
-#[path = "../src/testing/synthetic.rs"]
-mod synthetic;
+use support::netns;
+use support::synthetic;
 
 use std::collections::BTreeMap;
 use std::net::{SocketAddr, TcpListener, TcpStream};

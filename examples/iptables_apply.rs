@@ -21,10 +21,8 @@
 use std::collections::BTreeMap;
 use std::time::Instant;
 
-#[path = "../src/testing/netns.rs"]
-mod netns;
-#[path = "../src/testing/synthetic.rs"]
-mod synthetic;
+use support::netns;
+use support::synthetic;
 
 use kube_proxy_rs::cluster::Changes;
 use kube_proxy_rs::cluster::IpFamily;

@@ -14,8 +14,7 @@
 //! Run: `cargo run --release --example memory [SERVICES ENDPOINTS ...]` (default 5,000 × 50,
 //! 44,000 × 1 and 10,000 × 10). Results go to docs/benchmarks.md.
 
-#[path = "../src/testing/synthetic.rs"]
-mod synthetic;
+use support::synthetic;
 
 use std::alloc::{GlobalAlloc, Layout};
 use std::collections::BTreeMap;

@@ -24,10 +24,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-#[path = "../src/testing/netns.rs"]
-mod netns;
-#[path = "../src/testing/synthetic.rs"]
-mod synthetic;
+use support::netns;
+use support::synthetic;
 
 use kube_proxy_rs::cluster::{Changes, Snapshot};
 use kube_proxy_rs::config::NftablesEncoder;

@@ -21,10 +21,8 @@
     reason = "a timing harness: it reads the clock and runs nft"
 )]
 
-#[path = "../tests/support/manifest_yaml.rs"]
-mod manifest_yaml;
-#[path = "../src/testing/netns.rs"]
-mod netns;
+use support::manifest_yaml;
+use support::netns;
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};

@@ -1,11 +1,9 @@
 //! Lists read as protobuf against a real kube-apiserver (`testenv/`): the objects their
 //! items decode to are those the same lists give as JSON.
 
-#[path = "support/testenv.rs"]
-mod testenv;
+use support::testenv;
 
-#[path = "support/api_objects.rs"]
-mod api_objects;
+use support::api_objects;
 
 use api_objects::slice_json;
 use k8s_openapi::api::core::v1::Service;

@@ -2,14 +2,11 @@
 //! follows the cluster through creates, updates and deletes, filters each kind by its own label,
 //! survives the API server dying, and relists correctly when its watch expired.
 
-#[path = "support/testenv.rs"]
-mod testenv;
+use support::testenv;
 
-#[path = "live/mod.rs"]
-mod live;
+use support::live;
 
-#[path = "support/api_objects.rs"]
-mod api_objects;
+use support::api_objects;
 
 use std::time::Duration;
 

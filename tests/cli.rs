@@ -3,8 +3,7 @@
 
 #![allow(clippy::disallowed_methods)] // runs the built binary and writes scratch files
 
-#[path = "support/run_binary.rs"]
-mod run_binary;
+use support::run_binary;
 
 use std::path::Path;
 use std::process::Command;

@@ -13,8 +13,7 @@
     reason = "kernel tests run ip, nft and conntrack, re-exec themselves and write manifests"
 )]
 
-#[path = "support/host.rs"]
-mod host;
+use support::host;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};

@@ -17,10 +17,8 @@
     reason = "a kernel test: boots a UML guest, runs ip, conntrack and python, writes sysctls"
 )]
 
-#[path = "support/manifest_yaml.rs"]
-mod manifest_yaml;
-#[path = "support/uml.rs"]
-mod uml;
+use support::manifest_yaml;
+use support::uml;
 
 use std::process::Command;
 use std::time::Duration;

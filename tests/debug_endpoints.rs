@@ -11,10 +11,8 @@
     reason = "runs the built binary and python in a namespace, writes a manifest file"
 )]
 
-#[path = "support/host.rs"]
-mod host;
-#[path = "support/web_cluster.rs"]
-mod web_cluster;
+use support::host;
+use support::web_cluster;
 
 use std::time::Duration;
 

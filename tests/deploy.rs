@@ -16,8 +16,7 @@
     reason = "runs kubectl and the built binary, writes scratch files"
 )]
 
-#[path = "support/testenv.rs"]
-mod testenv;
+use support::testenv;
 
 use std::io::Write;
 use std::path::Path;
@@ -61,8 +60,7 @@ fn render(env: &TestEnv, dir: &str) -> String {
     kubectl(env, &["kustomize", dir], None)
 }
 
-#[path = "support/capabilities.rs"]
-mod capabilities;
+use support::capabilities;
 #[path = "deploy/migration.rs"]
 mod migration;
 #[path = "deploy/privileges.rs"]

@@ -29,10 +29,8 @@
               takes only constants and the helper entry from the UML harness's copy"
 )]
 
-#[path = "support/testenv.rs"]
-mod testenv;
-#[path = "support/uml.rs"]
-mod uml;
+use support::testenv;
+use support::uml;
 
 mod lab;
 

@@ -11,12 +11,9 @@
     reason = "a kernel test: it writes manifests and mounts bpffs"
 )]
 
-#[path = "support/ebpf_host.rs"]
-mod ebpf_host;
-#[path = "support/manifest_yaml.rs"]
-mod manifest_yaml;
-#[path = "support/relay_pods.rs"]
-mod relay_pods;
+use support::ebpf_host;
+use support::manifest_yaml;
+use support::relay_pods;
 
 use std::path::Path;
 

@@ -13,10 +13,8 @@
     reason = "a kernel test: it starts processes, writes manifests and cgroup files"
 )]
 
-#[path = "support/ebpf_host.rs"]
-mod ebpf_host;
-#[path = "support/relay_pods.rs"]
-mod relay_pods;
+use support::ebpf_host;
+use support::relay_pods;
 
 use ebpf_host::{BpfFs, Cgroup, HELPER, client, in_ns, serve};
 use kube_proxy_rs::cli::load_manifests;

@@ -24,12 +24,9 @@
     reason = "a kernel test: it runs `ip`, writes manifests and starts threads in namespaces"
 )]
 
-#[path = "support/ebpf_host.rs"]
-mod ebpf_host;
-#[path = "support/relay_pods.rs"]
-mod relay_pods;
-#[path = "support/ebpf_tc_world.rs"]
-mod world;
+use support::ebpf_host;
+use support::ebpf_tc_world as world;
+use support::relay_pods;
 
 use std::io::{BufRead as _, BufReader, Write as _};
 use std::net::UdpSocket;

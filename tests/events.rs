@@ -1,8 +1,7 @@
 //! Events on this node's Node object against the real API server from `testenv/`: one when the
 //! proxy starts, one when syncs start failing, one when they recover.
 
-#[path = "support/testenv.rs"]
-mod testenv;
+use support::testenv;
 
 use std::time::Duration;
 

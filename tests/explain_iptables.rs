@@ -9,12 +9,8 @@
     reason = "kernel tests run iptables in their namespace"
 )]
 
-#[path = "support/example_cluster.rs"]
-mod example_cluster;
-#[path = "support/host.rs"]
-mod host;
-#[path = "../src/testing/synthetic.rs"]
-mod synthetic;
+use support::example_cluster;
+use support::host;
 
 use example_cluster::{PACKETS, assert_explained_alike, reached, synced_example};
 use host::NetNs;

@@ -21,14 +21,11 @@
     reason = "a fault test reads the wall clock (outages, convergence times) and its own knob"
 )]
 
-#[path = "support/testenv.rs"]
-mod testenv;
+use support::testenv;
 
-#[path = "live/mod.rs"]
-mod live;
+use support::live;
 
-#[path = "support/api_relay.rs"]
-mod api_relay;
+use support::api_relay;
 
 mod lab;
 

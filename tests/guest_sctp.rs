@@ -16,12 +16,9 @@
     reason = "a kernel test: boots a guest, runs ip and nft, re-executes itself"
 )]
 
-#[path = "support/guest.rs"]
-mod guest;
-#[path = "support/in_guest.rs"]
-mod in_guest;
-#[path = "support/manifest_yaml.rs"]
-mod manifest_yaml;
+use support::guest;
+use support::in_guest;
+use support::manifest_yaml;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};

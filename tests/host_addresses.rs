@@ -10,8 +10,7 @@
     reason = "a kernel test: runs ip and re-executes itself in a namespace"
 )]
 
-#[path = "support/host.rs"]
-mod host;
+use support::host;
 
 use std::net::IpAddr;
 use std::process::Command;

@@ -10,14 +10,10 @@
     reason = "kernel tests run ip and the iptables tools"
 )]
 
-#[path = "support/example_cluster.rs"]
-mod example_cluster;
-#[path = "support/host.rs"]
-mod host;
-#[path = "support/monitor_probe.rs"]
-mod monitor_probe;
-#[path = "../src/testing/synthetic.rs"]
-mod synthetic;
+use support::example_cluster;
+use support::host;
+use support::monitor_probe;
+use support::synthetic;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -16,10 +16,8 @@
     reason = "runs the built binary, iptables and python in a namespace, writes manifests"
 )]
 
-#[path = "support/host.rs"]
-mod host;
-#[path = "support/manifest_yaml.rs"]
-mod manifest_yaml;
+use support::host;
+use support::manifest_yaml;
 
 use std::time::{Duration, Instant};
 

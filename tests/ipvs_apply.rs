@@ -33,14 +33,10 @@
     reason = "a kernel test: boots a UML guest, runs ip and ipvsadm, re-executes itself"
 )]
 
-#[path = "support/example_cluster.rs"]
-mod example_cluster;
-#[path = "support/ipvs_apply_explain.rs"]
+use support::example_cluster;
+#[path = "ipvs_apply/explained.rs"]
 mod explained;
-#[path = "../src/testing/synthetic.rs"]
-mod synthetic;
-#[path = "support/uml.rs"]
-mod uml;
+use support::uml;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;

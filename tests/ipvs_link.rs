@@ -19,8 +19,7 @@
     reason = "a kernel test: boots a UML guest, runs ip, re-executes itself"
 )]
 
-#[path = "support/uml.rs"]
-mod uml;
+use support::uml;
 
 use std::collections::BTreeSet;
 use std::io::{Read as _, Write as _};

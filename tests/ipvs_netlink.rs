@@ -27,8 +27,7 @@
 mod pipelined;
 #[path = "ipvs_netlink/traffic.rs"]
 mod traffic;
-#[path = "support/uml.rs"]
-mod uml;
+use support::uml;
 
 use std::io::{Read as _, Write as _};
 use std::net::{SocketAddr, TcpListener, TcpStream};

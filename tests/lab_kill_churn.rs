@@ -5,8 +5,7 @@
 //! `KILLS=20` gives the figure; `KILL_SEED=N` replays the random draws (the kill
 //! points and the churn's writes). Needs root and `testenv/build`, as the lab does.
 
-#[path = "support/testenv.rs"]
-mod testenv;
+use support::testenv;
 
 mod lab;
 

@@ -22,18 +22,12 @@
     reason = "the eBPF support and the UML harness each include host.rs"
 )]
 
-#[path = "support/capabilities.rs"]
-mod capabilities;
-#[path = "support/ebpf_host.rs"]
-mod ebpf_host;
-#[path = "support/relay_pods.rs"]
-mod relay_pods;
-#[path = "support/uml.rs"]
-mod uml;
-#[path = "support/veth_pod.rs"]
-mod veth_pod;
-#[path = "support/web_cluster.rs"]
-mod web_cluster;
+use support::capabilities;
+use support::ebpf_host;
+use support::relay_pods;
+use support::uml;
+use support::veth_pod;
+use support::web_cluster;
 
 use std::process::Command;
 use std::time::{Duration, Instant};

@@ -8,8 +8,7 @@
     reason = "kernel tests run nft, iptables and the binary"
 )]
 
-#[path = "support/host.rs"]
-mod host;
+use support::host;
 
 use std::time::Duration;
 

@@ -11,14 +11,10 @@
 
 #[path = "nftables_apply/backends.rs"]
 mod backends;
-#[path = "support/example_cluster.rs"]
-mod example_cluster;
-#[path = "support/host.rs"]
-mod host;
-#[path = "support/monitor_probe.rs"]
-mod monitor_probe;
-#[path = "../src/testing/synthetic.rs"]
-mod synthetic;
+use support::example_cluster;
+use support::host;
+use support::monitor_probe;
+use support::synthetic;
 
 use std::path::Path;
 use std::sync::Arc;

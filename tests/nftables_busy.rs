@@ -10,12 +10,8 @@
 
 #![allow(clippy::disallowed_methods, reason = "a kernel test: it runs nft")]
 
-#[path = "support/example_cluster.rs"]
-mod example_cluster;
-#[path = "support/host.rs"]
-mod host;
-#[path = "../src/testing/synthetic.rs"]
-mod synthetic;
+use support::example_cluster;
+use support::host;
 
 use std::sync::Arc;
 

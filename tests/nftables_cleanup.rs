@@ -7,8 +7,7 @@
     reason = "kernel tests run nft and iptables"
 )]
 
-#[path = "support/host.rs"]
-mod host;
+use support::host;
 
 use std::path::Path;
 

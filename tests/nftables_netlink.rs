@@ -8,8 +8,7 @@
     reason = "kernel tests run nft and ip in the namespaces they create"
 )]
 
-#[path = "support/host.rs"]
-mod host;
+use support::host;
 
 use std::path::{Path, PathBuf};
 

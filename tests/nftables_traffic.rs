@@ -8,12 +8,8 @@
     reason = "kernel tests run ip and python, and write a manifest file"
 )]
 
-#[path = "support/host.rs"]
-mod host;
-#[path = "support/veth_pod.rs"]
-mod veth_pod;
-#[path = "support/web_cluster.rs"]
-mod web_cluster;
+use support::veth_pod;
+use support::web_cluster;
 
 use kube_proxy_rs::cli::load_manifests;
 use kube_proxy_rs::cluster::{Changes, Features};

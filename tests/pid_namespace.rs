@@ -9,8 +9,7 @@
     reason = "kernel tests run the binary, unshare and nft"
 )]
 
-#[path = "support/host.rs"]
-mod host;
+use support::host;
 
 use std::time::Duration;
 

@@ -8,8 +8,7 @@
     reason = "reads the README, runs `ip` and the built binary"
 )]
 
-#[path = "support/host.rs"]
-mod host;
+use support::host;
 
 use std::process::Command;
 use std::time::{Duration, Instant};

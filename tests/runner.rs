@@ -1,11 +1,9 @@
 //! The sync runner under load from a real API server: a burst of EndpointSlice updates costs a
 //! handful of syncs, not one per update.
 
-#[path = "support/testenv.rs"]
-mod testenv;
+use support::testenv;
 
-#[path = "live/mod.rs"]
-mod live;
+use support::live;
 
 use std::time::Duration;
 

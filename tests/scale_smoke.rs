@@ -11,8 +11,7 @@
     reason = "the smoke run starts the harness's processes"
 )]
 
-#[path = "support/testenv.rs"]
-mod testenv;
+use support::testenv;
 
 #[path = "scale/mod.rs"]
 mod scale;

@@ -10,8 +10,7 @@
     reason = "runs the built binary in a namespace, reads /proc, writes a manifest file"
 )]
 
-#[path = "support/host.rs"]
-mod host;
+use support::host;
 
 use std::process::Command;
 use std::time::{Duration, Instant};

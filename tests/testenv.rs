@@ -2,8 +2,7 @@
 //! reacts to our objects, and upstream kube-proxy, our peer in benchmarks,
 //! programs nftables from it inside a network namespace.
 
-#[path = "support/testenv.rs"]
-mod testenv;
+use support::testenv;
 
 use std::collections::BTreeSet;
 use std::time::Duration;

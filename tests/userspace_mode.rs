@@ -4,10 +4,8 @@
 //! synced in turn, with clients connecting to the listeners directly (the redirect rules to
 //! them are `userspace_redirect.rs`'s).
 
-#[path = "support/relay_pods.rs"]
-mod relay_pods;
-#[path = "support/userspace_dataplane.rs"]
-mod userspace_dataplane;
+use support::relay_pods;
+use support::userspace_dataplane;
 
 use std::net::SocketAddr;
 use std::time::Duration;

@@ -3,10 +3,8 @@
 //! from the node and from a client namespace behind a veth, reaches the listeners and through
 //! them the pods; what must be refused is refused.
 
-#[path = "support/relay_pods.rs"]
-mod relay_pods;
-#[path = "support/userspace_dataplane.rs"]
-mod userspace_dataplane;
+use support::relay_pods;
+use support::userspace_dataplane;
 
 use std::net::SocketAddr;
 use std::time::Duration;

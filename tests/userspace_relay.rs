@@ -7,8 +7,7 @@
 //! The test's tokio runtime runs on a thread that entered the namespace, so every socket the
 //! relay and the servers open is the namespace's.
 
-#[path = "support/relay_pods.rs"]
-mod relay_pods;
+use support::relay_pods;
 
 use std::io;
 use std::time::Duration;
@@ -19,8 +18,7 @@ use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _, BufReader};
 use tokio::net::{TcpStream, UdpSocket};
 use tokio::time::{Instant, timeout};
 
-#[path = "support/relay_clients.rs"]
-mod relay_clients;
+use support::relay_clients;
 
 use relay_clients::{
     STEP, assert_closed, connect, connect_from, counters_until, exchange, line, settings, target,

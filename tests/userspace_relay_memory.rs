@@ -11,8 +11,7 @@
     reason = "reads /proc/self/status for the resident set size"
 )]
 
-#[path = "support/relay_pods.rs"]
-mod relay_pods;
+use support::relay_pods;
 
 use kube_proxy_rs::dataplane::userspace::relay::{Relay, Settings, Target};
 use relay_pods::{addr, in_netns};

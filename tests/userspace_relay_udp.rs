@@ -3,8 +3,7 @@
 //! `lo`, with small servers of its own as endpoints and the relay listening beside them; the
 //! namespace goes when the test ends, also when it fails.
 
-#[path = "support/relay_pods.rs"]
-mod relay_pods;
+use support::relay_pods;
 
 use std::io;
 use std::net::SocketAddr;
@@ -15,8 +14,7 @@ use relay_pods::{addr, in_netns, pod, udp_pod};
 use tokio::io::BufReader;
 use tokio::net::{TcpStream, UdpSocket};
 
-#[path = "support/relay_clients.rs"]
-mod relay_clients;
+use support::relay_clients;
 
 use relay_clients::{
     STEP, connect, counters_until, exchange, line, settings, target, udp_listener,

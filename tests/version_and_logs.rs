@@ -4,8 +4,7 @@
 
 #![allow(clippy::disallowed_methods)] // runs the built binary and writes scratch files
 
-#[path = "support/run_binary.rs"]
-mod run_binary;
+use support::run_binary;
 
 use run_binary::{log_of_ignored_flag, run, stderr};
 

@@ -11,8 +11,7 @@ use criterion::measurement::WallTime;
 use criterion::{BenchmarkGroup, Criterion};
 use kube_proxy_rs::cluster::{Changes, Snapshot};
 
-#[path = "../../src/testing/synthetic.rs"]
-mod synthetic;
+use support::synthetic;
 
 use synthetic::Synthetic;
 

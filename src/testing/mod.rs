@@ -10,9 +10,9 @@
 //! Two files here serve more than this crate's tests, and so are written to compile elsewhere
 //! too: `netns.rs` (only `std`) is also the network-namespace guard of the integration tests and
 //! the timing examples, and `synthetic.rs` (only the public API, as `kube_proxy_rs::…`) is also
-//! the cluster of the benches, the examples and the kernel tests. Each of those includes the
-//! file with `#[path]`, so the code has one copy and the library ships none of it; inside the
-//! crate, `extern crate self as kube_proxy_rs` (in `lib.rs`, test-only) makes the same paths
+//! the cluster of the benches, the examples and the kernel tests. The test-support crate
+//! (`tests/support/lib.rs`) compiles both for those, so the code has one copy and the library
+//! ships none of it; inside the crate, `extern crate self as kube_proxy_rs` (in `lib.rs`, test-only) makes the same paths
 //! resolve.
 
 pub mod changes;

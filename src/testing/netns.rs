@@ -2,13 +2,13 @@
 //! commands run inside it or beside it; each fails the test with the command's stderr.
 //!
 //! One copy for every test that programs the kernel: the crate's own unit tests (`crate::testing`),
-//! the integration tests (through `tests/support/host.rs`) and the timing examples include this
-//! file, so it uses nothing but `std`. State made inside a namespace is the namespace's own;
+//! the test-support crate of the integration tests and examples (`tests/support/lib.rs`, its
+//! `netns`, re-exported by `host.rs`) compile this file, so it uses nothing but `std`. State made inside a namespace is the namespace's own;
 //! nothing outside it is touched.
 
 #![allow(
     dead_code,
-    reason = "each test binary and example uses a different part"
+    reason = "the crate's unit tests use a part, the test-support crate's users the rest"
 )]
 #![allow(
     clippy::disallowed_methods,

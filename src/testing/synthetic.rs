@@ -6,15 +6,14 @@
 //! What times or measures the tracker, which reads API objects, lists the same endpoints and
 //! node as the API server would ([`slice_endpoint`], [`node_object`]).
 //!
-//! Written against the public API only (`kube_proxy_rs::…`), because benches, examples and
-//! integration tests include this very file with `#[path]` (`benches/support/planner_bench.rs`,
-//! `benches/tracker.rs`, `examples/*_apply.rs`, `examples/memory.rs`,
-//! `tests/{iptables,nftables}_apply.rs`) and the crate's unit tests build
-//! their snapshots on it (`testing::snapshots`): one copy, and none of it in the library.
+//! Written against the public API only (`kube_proxy_rs::…`), because the test-support crate
+//! (`tests/support/lib.rs`, its `synthetic`) compiles this very file for the benches, examples and
+//! integration tests, and the crate's unit tests build their snapshots on it
+//! (`testing::snapshots`): one copy, and none of it in the library.
 
 #![allow(
     dead_code,
-    reason = "each bench, example or test that includes it uses a part"
+    reason = "the crate's unit tests use a part, the test-support crate's users the rest"
 )]
 
 use std::collections::BTreeMap;

@@ -1,15 +1,6 @@
 //! The proxy's core (API source → sync runner → a probe dataplane) against the real control
 //! plane of `testenv/`, plus a private kube-apiserver on the shared etcd that tests may kill,
 //! restart and run with their own flags (the shared one must stay up for other tests).
-//!
-//! Include after the test support: `#[path = "support/testenv.rs"] mod testenv;` then
-//! `#[path = "live/mod.rs"] mod live;`.
-
-#![allow(dead_code)] // each test binary uses a different part
-#![allow(
-    clippy::disallowed_methods,
-    reason = "test seam: starts kube-apiserver processes and binds probe sockets"
-)]
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -1,8 +1,5 @@
 //! Objects the API-source tests create: a selectorless Service and the JSON of an
-//! EndpointSlice for it. Include after the test support: `#[path = "support/testenv.rs"] mod
-//! testenv;` then `#[path = "support/api_objects.rs"] mod api_objects;`.
-
-#![allow(dead_code)] // each test binary uses a different part
+//! EndpointSlice for it, in a [`TestNamespace`] of the control plane (`testenv.rs`).
 
 use k8s_openapi::api::core::v1::Service;
 use serde_json::json;

@@ -4,14 +4,6 @@
 //! per chunk; a response stopped halfway until the test has done something; every connection
 //! broken at once, mid-body, whatever the kernel still buffers). TLS passes
 //! through untouched: the proxy still talks to the real API server.
-//!
-//! Include with `#[path = "support/api_relay.rs"] mod api_relay;`.
-
-#![allow(dead_code)] // each test binary uses a different part
-#![allow(
-    clippy::disallowed_methods,
-    reason = "test seam: binds a listening socket and dials the API server"
-)]
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};

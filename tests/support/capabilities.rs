@@ -2,7 +2,6 @@
 //! `drop: [ALL]` (`tests/deploy/privileges.rs` checks they do) and the only ones
 //! `tests/least_privilege.rs` and the lab (`tests/lab/proxy.rs`) start our binary with.
 //! docs/operations.md has the same table.
-#![allow(dead_code, reason = "each test binary uses a part")]
 
 /// A capability by its Kubernetes name (`capabilities.add`), with its number (the bit in
 /// `/proc/PID/status`'s `CapEff`).

@@ -10,7 +10,7 @@ use kube::Client;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
-use super::{TestEnv, unique_name};
+use crate::testenv::{TestEnv, unique_name};
 
 /// Deletes, on drop, an object created through the API. Runs the delete on
 /// its own thread and runtime, so it works from `Drop` inside any test.

@@ -1,12 +1,6 @@
 //! Support for the eBPF mode's tests (`tests/ebpf_mode.rs`): a cgroup v2 child and a private
 //! bpffs instance, each removed on drop (also when a test fails), the client helper run inside
 //! the cgroup (and a network namespace), and the proxy binary started beside them.
-#![allow(dead_code, reason = "each test uses a part")]
-#![allow(
-    clippy::disallowed_methods,
-    reason = "test support: it starts processes, mounts bpffs and writes cgroup files"
-)]
-
 use std::io::{ErrorKind, Read as _, Write as _};
 use std::net::{SocketAddr, TcpStream, UdpSocket};
 use std::path::{Path, PathBuf};
@@ -32,6 +26,10 @@ const TIMEOUT: Duration = Duration::from_secs(3);
 pub struct Cgroup(pub PathBuf);
 
 impl Cgroup {
+    #[allow(
+        clippy::new_without_default,
+        reason = "it creates a cgroup: not a value to make by default"
+    )]
     pub fn new() -> Cgroup {
         host::require_root();
         let path = backend::default_cgroup().join(unique("kprs-ebpf"));
@@ -53,6 +51,10 @@ impl Drop for Cgroup {
 pub struct BpfFs(pub PathBuf);
 
 impl BpfFs {
+    #[allow(
+        clippy::new_without_default,
+        reason = "it mounts a filesystem: not a value to make by default"
+    )]
     pub fn new() -> BpfFs {
         let dir = host::scratch_dir().join(unique("bpffs"));
         std::fs::create_dir_all(&dir).expect("create bpffs mount point");
@@ -158,7 +160,7 @@ pub async fn run_client(netns: Option<&str>, cgroup: Option<&Cgroup>, work: &str
 pub fn proxy(ns: &NetNs, dir: &Path, settings: &Settings) -> host::ChildGuard {
     let mut cmd = Command::new("nsenter");
     cmd.arg(format!("--net=/var/run/netns/{}", ns.name))
-        .arg(env!("CARGO_BIN_EXE_kube-proxy-rs"))
+        .arg(crate::layout::kube_proxy_rs_binary())
         .args(["--proxy-mode=ebpf", "--hostname-override=node-a", "-v=4"])
         .arg("--manifests")
         .arg(dir)

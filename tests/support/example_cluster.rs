@@ -7,8 +7,6 @@
 //! Needs the crate root to include `src/testing/synthetic.rs` as `synthetic`, for the tracker's
 //! endpoint selection.
 
-#![allow(dead_code, reason = "each test binary uses a different part")]
-
 use std::path::Path;
 use std::sync::Arc;
 

@@ -8,12 +8,11 @@
 //! has no network card: its traffic stays inside it.
 //!
 //! Needs root, `qemu-system-x86_64`, busybox-static, kmod and `apt-get download` (`.ci/run`
-//! installs them). Includes `host.rs` (as `guest::host`) for the root check, the commands it runs
-//! and the helper process a test starts in the guest. The kernel package is resolved through the `linux-image-amd64` metapackage,
+//! installs them). Re-exports `host.rs` (as `guest::host`) for the root check, the commands it
+//! runs and the helper process a test starts in the guest. The kernel package is resolved through the `linux-image-amd64` metapackage,
 //! because its ABI name changes with every Debian update, then unpacked once per target dir.
 
-#[path = "host.rs"]
-pub mod host;
+pub use crate::host;
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -60,7 +59,7 @@ impl Guest {
     /// Downloads and unpacks the kernel and builds the initramfs, unless a previous run did.
     pub fn prepare() -> Guest {
         host::require_root();
-        let cache = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("guest");
+        let cache = crate::layout::target_tmp().join("guest");
         std::fs::create_dir_all(&cache).expect("guest cache dir");
         let debs = cache.join("debs");
         std::fs::create_dir_all(&debs).expect("deb dir");
@@ -89,7 +88,7 @@ impl Guest {
             std::fs::write(kroot.join(".unpacked"), "").expect("stamp");
         }
         let initrd = cache.join(format!("initrd-{kver}.cpio.gz"));
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/guest/build-initramfs.sh");
+        let script = crate::layout::repo_root().join("tests/guest/build-initramfs.sh");
         stdout_of(Command::new(script).arg(&kroot).arg(&kver).arg(&initrd));
         Guest {
             kroot,
@@ -189,7 +188,7 @@ pub fn run_cases(
     let command = format!(
         "for m in {}; do modprobe $m || exit 1; done; cd {} && {}",
         modules.join(" "),
-        env!("CARGO_MANIFEST_DIR"),
+        crate::layout::repo_root().display(),
         helper.shell_line(role)
     );
     let run = guest.run(&command, limit);

@@ -3,25 +3,16 @@
 //! and the test binary re-run as a helper process inside a namespace (`helper_process.rs`).
 //! Used by `testenv.rs` and by any test that builds hosts out of network namespaces.
 //!
-//! The namespace guard itself is `src/testing/netns.rs`, included here: the crate's unit tests
-//! use the same one.
-
-#![allow(dead_code)] // each test binary uses a different part of this module
-#![allow(
-    clippy::disallowed_methods,
-    reason = "test support is a seam: it starts processes and runs `ip`"
-)]
+//! The namespace guard itself is `src/testing/netns.rs` (this crate's `netns`), re-exported
+//! here: the library's unit tests use the same one.
 
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-#[path = "helper_process.rs"]
-pub mod helper_process;
-#[path = "../../src/testing/netns.rs"]
-mod netns;
-pub use netns::*;
+pub use crate::helper_process;
+pub use crate::netns::*;
 
 /// Overrides where [`scratch_dir`] is: a test binary re-run inside a UML guest keeps its
 /// scratch files on the guest's own tmpfs (and guests' small pids would collide on the host).
@@ -33,7 +24,7 @@ pub const SCRATCH_VAR: &str = "KPRS_SCRATCH_DIR";
 pub fn scratch_dir() -> PathBuf {
     let base = std::env::var_os(SCRATCH_VAR)
         .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("testenv"));
+        .unwrap_or_else(|| crate::layout::target_tmp().join("testenv"));
     let dir = base.join(format!("{}-{}", exe_name(), std::process::id()));
     std::fs::create_dir_all(&dir).expect("create scratch dir");
     dir

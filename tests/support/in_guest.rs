@@ -1,15 +1,14 @@
 //! What the guest tests (`guest_sctp.rs`, `guest_ipvs.rs`) share: on the host, booting the
 //! qemu guest to run the test's node and checking its results; inside the guest, the roles the
 //! test binary plays, shell commands, waiting for a probe, a client exchange in a namespace, the
-//! node's ICMP count. Included by each with `#[path]` next to `guest.rs`, whose `host` module it
-//! uses.
+//! node's ICMP count. It runs its guest with `guest.rs`.
 
 use std::net::SocketAddr;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::guest::Guest;
-use super::guest::host::helper_process::{self, HelperProcess, RESULT};
+use crate::guest::Guest;
+use crate::guest::host::helper_process::{self, HelperProcess, RESULT};
 
 /// The node's Node name in the guest's manifests.
 pub const NODE_NAME: &str = "guest-node";
@@ -46,7 +45,7 @@ pub fn run_node(helper: &HelperProcess, wants: &[String]) {
     let guest = Guest::prepare();
     let command = format!(
         "cd {} && {}",
-        env!("CARGO_MANIFEST_DIR"),
+        crate::layout::repo_root().display(),
         helper.shell_line("node")
     );
     let run = guest.run(&command, Duration::from_secs(600));

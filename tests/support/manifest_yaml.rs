@@ -1,10 +1,8 @@
 //! YAML documents of the objects tests give the proxy as manifests (`--manifests`, or
 //! `load_manifests`): a Node, a Service with one port and the EndpointSlice of its endpoints,
 //! the Service and slice in `default`. A test joins them with [`documents`] and spells only
-//! what it varies. Included with `#[path]` by the tests and support modules that write
-//! manifests, and by `examples/userspace_relay.rs`.
-
-#![allow(dead_code, reason = "each test binary uses a different part")]
+//! what it varies. Used by the tests and support modules that write manifests, and by
+//! `examples/userspace_relay.rs`.
 
 /// One port of a Service: its name and protocol, the Service's port, the pods' port and, for a
 /// NodePort Service, the node port.

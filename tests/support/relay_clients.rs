@@ -2,13 +2,11 @@
 //! the relay's settings and listeners as the tests make them, and clients that read a pod's
 //! greeting.
 
-#![allow(dead_code)] // each test binary uses a different part of this module
-
 use std::io;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use super::relay_pods::addr;
+use crate::relay_pods::addr;
 use kube_proxy_rs::dataplane::counters::RelayedCounts;
 use kube_proxy_rs::dataplane::userspace::relay::{
     Affinity, DialPolicy, Listener, Relay, Settings, Target,

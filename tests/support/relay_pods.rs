@@ -1,15 +1,12 @@
 //! Support for the userspace relay's tests: a fresh network namespace with a tokio runtime
-//! inside it, and small TCP and UDP servers standing in for pods. Included with `#[path]` by
-//! `userspace_relay.rs` and `userspace_mode.rs`.
+//! inside it, and small TCP and UDP servers standing in for pods. Used by the
+//! userspace and eBPF modes' tests.
 //!
 //! The runtime runs on a thread that entered the namespace, so every socket the relay and the
 //! servers open is the namespace's; the namespace, and all it holds, is removed when the test
 //! ends, also when it fails.
 
-#![allow(dead_code, reason = "each test binary uses a different part")]
-
-#[path = "host.rs"]
-pub mod host;
+pub use crate::host;
 
 use std::future::Future;
 use std::net::SocketAddr;

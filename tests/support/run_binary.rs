@@ -1,21 +1,15 @@
 //! The built binary run as an operator runs it, from the repository's root (where
-//! `examples/cluster` is), and the config files such runs are given. Included with `#[path]`
-//! by `cli.rs` and `version_and_logs.rs`.
-
-#![allow(dead_code, reason = "each test binary uses a different part")]
-#![allow(
-    clippy::disallowed_methods,
-    reason = "test support: runs the built binary and writes scratch files"
-)]
+//! `examples/cluster` is), and the config files such runs are given. Used by `cli.rs`
+//! and `version_and_logs.rs`.
 
 use std::path::Path;
 use std::process::{Command, Output};
 
 /// The binary run with `args` to its end.
 pub fn run(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_kube-proxy-rs"))
+    Command::new(crate::layout::kube_proxy_rs_binary())
         .args(args)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .current_dir(crate::layout::repo_root())
         .output()
         .expect("the binary runs")
 }

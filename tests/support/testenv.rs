@@ -3,9 +3,6 @@
 //! plus guards for the things tests create around it: namespaces, Nodes,
 //! network namespaces, and processes such as upstream kube-proxy.
 //!
-//! Include it from an integration test with
-//! `#[path = "support/testenv.rs"] mod testenv;`.
-//!
 //! [`TestEnv::shared`] gives every test in one test binary the same control
 //! plane. It reuses, in this order:
 //! 1. the one in `$TESTENV_STATE` (started there by `testenv up --state` if it
@@ -22,19 +19,8 @@
 //! away when a test panics. The guards for API objects are in `cluster_objects.rs`,
 //! those for network namespaces and processes in `host.rs`; both are re-exported here.
 
-#![allow(dead_code)] // each test binary uses a different part of this module
-#![allow(
-    clippy::disallowed_methods,
-    reason = "test support is a seam: it starts processes, runs `ip`/`nft` and reads the wall clock"
-)]
-
-#[path = "host.rs"]
-pub mod host;
-pub use host::*;
-
-#[path = "cluster_objects.rs"]
-mod cluster_objects;
-pub use cluster_objects::*;
+pub use crate::cluster_objects::*;
+pub use crate::host::{self, *};
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -48,7 +34,7 @@ use kube::{Client, Config};
 
 /// The repository root (where `testenv/` lives).
 pub fn repo_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    crate::layout::repo_root().to_path_buf()
 }
 
 /// Where the Go binaries are built by `testenv/build`.

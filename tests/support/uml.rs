@@ -41,12 +41,9 @@
 //! room in `/dev/shm`, which backs the guest's memory. When the kernel cannot be had
 //! [`Uml::find`] says why and the caller skips, unless [`REQUIRE_VAR`] is set (as `.ci/run`
 //! does): then it fails.
-//! Includes `host.rs` (as `uml::host`) for the helper process a test starts in the guest.
+//! Re-exports `host.rs` (as `uml::host`) for the helper process a test starts in the guest.
 
-#![allow(dead_code)] // each test binary uses a different part of this module
-
-#[path = "host.rs"]
-pub mod host;
+pub use crate::host;
 
 use std::io::{BufRead as _, Read};
 use std::os::unix::process::CommandExt as _;
@@ -96,7 +93,7 @@ pub fn run_cases(
     let uml = Uml::find()?;
     let run = uml.run(
         modules,
-        Path::new(env!("CARGO_MANIFEST_DIR")),
+        crate::layout::repo_root(),
         &helper.shell_line(role),
         limit,
     );
@@ -138,7 +135,7 @@ impl Uml {
     pub fn find() -> Option<Uml> {
         static FOUND: std::sync::OnceLock<Result<PathBuf, String>> = std::sync::OnceLock::new();
         let found = FOUND.get_or_init(|| {
-            let script = Path::new(env!("CARGO_MANIFEST_DIR")).join(BUILD);
+            let script = crate::layout::repo_root().join(BUILD);
             let out = Command::new(&script)
                 .stdin(Stdio::null())
                 .stderr(Stdio::inherit())
@@ -436,7 +433,7 @@ impl Drop for Guest {
 /// A run's scratch directory, removed on drop.
 /// Builds the XSAVE shim (see the module doc) into `dir` and returns its path.
 fn xstate_shim(dir: &Path) -> PathBuf {
-    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/uml_xstate_shim.c");
+    let source = crate::layout::repo_root().join("tests/support/uml_xstate_shim.c");
     let out = dir.join("uml_xstate_shim.so");
     let built = Command::new("cc")
         .args(["-shared", "-fPIC", "-O2", "-Wall", "-o"])
@@ -468,9 +465,7 @@ impl Scratch {
             std::process::id(),
             COUNTER.fetch_add(1, Ordering::Relaxed)
         );
-        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-            .join("uml")
-            .join(&name);
+        let dir = crate::layout::target_tmp().join("uml").join(&name);
         std::fs::create_dir_all(&dir).expect("create UML scratch dir");
         Scratch { dir, name }
     }

@@ -2,10 +2,7 @@
 //! `userspace_redirect.rs`): the cluster they sync, as manifests and as a snapshot, and the
 //! little readers of what the dataplane did.
 
-#![allow(dead_code)] // each test binary uses a different part of this module
-
-#[path = "manifest_yaml.rs"]
-pub mod manifest_yaml;
+pub use crate::manifest_yaml;
 
 use std::net::SocketAddr;
 use std::path::Path;

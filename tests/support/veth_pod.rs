@@ -7,8 +7,6 @@
 //!
 //! Needs the crate root to name `support/host.rs` as `host` (a module, or an import of one).
 
-#![allow(dead_code, reason = "each test binary uses a different part")]
-
 use std::process::Command;
 
 use crate::host::{self, ChildGuard, NetNs};

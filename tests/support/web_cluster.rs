@@ -3,10 +3,7 @@
 //! 10.96.1.10, TCP 80 → 8080) with one ready endpoint, the pod 10.244.1.10 on node-a, and
 //! optionally `empty` (10.96.1.20, the same port) without endpoints.
 
-#![allow(dead_code)] // each test binary uses a part
-
-#[path = "manifest_yaml.rs"]
-pub mod manifest_yaml;
+pub use crate::manifest_yaml;
 
 use std::path::Path;
 
