@@ -13,8 +13,11 @@
 use std::collections::BTreeMap;
 use std::hint::black_box;
 
-#[path = "support/planner_bench.rs"]
-mod planner_bench;
+use support::planner_bench;
+
+/// The same allocator as the binary, so the numbers are the product's.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use kube_proxy_rs::cluster::IpFamily;

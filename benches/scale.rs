@@ -18,7 +18,7 @@
 //!
 //! Needs root, `ip`, `nft`, `iptables` and `testenv/build` (and `ipset` for upstream's ipvs
 //! mode). A bench target, not an example, so that cargo builds our binary with it and the test
-//! support compiles unchanged. Without `--scale` it does nothing (so `cargo bench` and
+//! support is at hand. Without `--scale` it does nothing (so `cargo bench` and
 //! `cargo test --all-targets` stay quick). ipvs mode needs a kernel with IPVS: `--uml` runs the
 //! whole harness in a User-mode Linux guest that has it (`support/scale_uml.rs`).
 
@@ -26,17 +26,6 @@
     clippy::disallowed_methods,
     reason = "the harness's entry point: reads its arguments and starts processes"
 )]
-#![allow(
-    clippy::duplicate_mod,
-    reason = "the harness's test support and the UML harness each include host.rs"
-)]
-
-use support::testenv;
-
-#[path = "../tests/scale/mod.rs"]
-mod scale;
-
-use support::uml;
 
 #[path = "support/scale_uml.rs"]
 mod scale_uml;
@@ -47,6 +36,7 @@ use std::time::Duration;
 use clap::Parser;
 use scale::helper::SelfExec;
 use scale::options::{Churn, IptablesFlavour, Limits, Options, ProxyKind, Scale};
+use support::{scale, testenv, uml};
 
 /// The scale benchmark: upstream kube-proxy against ours.
 #[derive(Parser, Debug)]

@@ -23,16 +23,11 @@
     clippy::disallowed_methods,
     reason = "a developer's seeds and modes come from the environment"
 )]
-#![allow(
-    clippy::duplicate_mod,
-    reason = "the lab's test support and the UML harness each include host.rs; this binary \
-              takes only constants and the helper entry from the UML harness's copy"
-)]
 
 use support::testenv;
 use support::uml;
 
-mod lab;
+use support::lab;
 
 #[path = "lab/differential/mod.rs"]
 mod differential;

@@ -27,7 +27,7 @@ use support::live;
 
 use support::api_relay;
 
-mod lab;
+use support::lab;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};

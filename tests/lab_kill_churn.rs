@@ -5,9 +5,7 @@
 //! `KILLS=20` gives the figure; `KILL_SEED=N` replays the random draws (the kill
 //! points and the churn's writes). Needs root and `testenv/build`, as the lab does.
 
-use support::testenv;
-
-mod lab;
+use support::lab;
 
 use lab::Mode;
 use lab::kill_churn::kills_under_churn;

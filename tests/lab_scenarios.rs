@@ -8,9 +8,7 @@
 //! `iptables` and `testenv/build`; without root it fails with that reason (never skips).
 //! `LAB_SCENARIOS=1,4` runs a subset while developing.
 
-use support::testenv;
-
-mod lab;
+use support::lab;
 
 use lab::{Mode, Proxy};
 

@@ -24,16 +24,10 @@
     clippy::disallowed_methods,
     reason = "a kernel test: boots a UML guest and reads the developer's scenario filter"
 )]
-#![allow(
-    clippy::duplicate_mod,
-    reason = "the lab's test support and the UML harness each include host.rs; this binary \
-              takes only constants and the helper entry from the UML harness's copy"
-)]
 
-use support::testenv;
 use support::uml;
 
-mod lab;
+use support::lab;
 
 use std::path::Path;
 use std::time::Duration;

@@ -17,10 +17,6 @@
     clippy::disallowed_methods,
     reason = "a kernel test: starts the binary under setpriv, writes manifests, reads /proc"
 )]
-#![allow(
-    clippy::duplicate_mod,
-    reason = "the eBPF support and the UML harness each include host.rs"
-)]
 
 use support::capabilities;
 use support::ebpf_host;

@@ -11,10 +11,7 @@
     reason = "the smoke run starts the harness's processes"
 )]
 
-use support::testenv;
-
-#[path = "scale/mod.rs"]
-mod scale;
+use support::scale;
 
 use std::path::PathBuf;
 use std::time::Duration;

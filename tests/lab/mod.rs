@@ -17,14 +17,7 @@
 //! by pid, removes the eBPF mode's pins and cgroups, deletes every namespace, and deletes the
 //! API objects.
 
-#![allow(dead_code)] // each test binary uses a different part of the lab
-#![allow(
-    clippy::disallowed_methods,
-    reason = "the lab is a seam: it starts processes, runs `ip`, and reads the wall clock"
-)]
-
-#[path = "../support/capabilities.rs"]
-pub mod capabilities;
+pub use crate::capabilities;
 pub mod client;
 pub mod cluster;
 pub mod echo;
@@ -57,7 +50,8 @@ pub const PODS_PER_NODE: usize = 2;
 /// A proxy process on one node and the API bridge it reads through. Field order is drop order.
 struct NodeProxy {
     process: ChildGuard,
-    bridge: Option<ChildGuard>,
+    /// Held, never read: the bridge lives as long as the proxy and is stopped after it.
+    _bridge: Option<ChildGuard>,
 }
 
 /// A running lab. Field order is drop order: proxies, then the eBPF mode's pins and cgroups,
@@ -275,7 +269,10 @@ impl Lab {
             api_port,
             &flags,
         );
-        self.proxies.borrow_mut()[index] = Some(NodeProxy { process, bridge });
+        self.proxies.borrow_mut()[index] = Some(NodeProxy {
+            process,
+            _bridge: bridge,
+        });
     }
 }
 

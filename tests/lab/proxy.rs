@@ -192,7 +192,7 @@ impl Proxy {
             }
             Proxy::Ours { mode } => {
                 let _ = manifests;
-                let exe = env!("CARGO_BIN_EXE_kube-proxy-rs");
+                let exe = crate::layout::kube_proxy_rs_binary();
                 let mut cmd = if mode == Mode::Ebpf {
                     // `nsenter --net`, not `ip netns exec`: the latter's private /sys hides
                     // the cgroup v2 hierarchy the programs attach to.

@@ -22,20 +22,6 @@
 //! Cleanup: every namespace and process is owned by a guard (`Node`, `ChildGuard`, the watcher's
 //! kill-on-drop child, `ControlPlane`), so it goes also when a phase fails or panics.
 
-#![allow(dead_code)] // the bench and the smoke test use different parts
-#![cfg_attr(
-    test,
-    allow(
-        unused_imports,
-        reason = "the harness = false bench is built with cfg(test) but without #[test] functions, \
-                  so there each module's `mod tests { use super::*; … }` imports for nothing"
-    )
-)]
-#![allow(
-    clippy::disallowed_methods,
-    reason = "the harness is a seam: it starts processes, reads /proc and the wall clock"
-)]
-
 pub mod axis;
 pub mod changes;
 pub mod chart;

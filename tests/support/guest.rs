@@ -173,10 +173,6 @@ impl Guest {
 /// Boots the guest once, loads `modules`, and re-runs the test binary in it as `helper` in
 /// `role`, which runs `cases` in order and prints `<case> ok` after each; fails unless the
 /// guest exited 0 and every case reported so, in order. Returns the other result lines.
-#[allow(
-    dead_code,
-    reason = "not every test that includes the guest runs cases"
-)]
 pub fn run_cases(
     modules: &[&str],
     helper: &host::helper_process::HelperProcess,

@@ -144,7 +144,6 @@ pub fn run(cmd: &str) {
 }
 
 /// A command's standard output, or the reason it could not run.
-#[allow(dead_code, reason = "not every guest test reads a command's output")]
 pub fn output(cmd: &str, args: &[&str]) -> String {
     Command::new(cmd)
         .args(args)

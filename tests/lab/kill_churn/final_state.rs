@@ -70,7 +70,7 @@ pub async fn final_state_matches(lab: &Lab) -> Result<(), String> {
 /// the API server.
 async fn plan_of_objects(lab: &Lab) -> Result<Value, String> {
     let node = &lab.topo.nodes[0];
-    let mut cmd = node.ns.command(env!("CARGO_BIN_EXE_kube-proxy-rs"));
+    let mut cmd = node.ns.command(crate::layout::kube_proxy_rs_binary());
     cmd.arg("plan")
         .arg(format!(
             "--kubeconfig={}",

@@ -95,7 +95,7 @@ impl Lab {
     /// `--output json`, and parses its answer.
     pub async fn explain(&self, node: usize, args: &[&str]) -> Result<Value, String> {
         let ns = &self.topo.nodes[node].ns;
-        let mut cmd = ns.command(env!("CARGO_BIN_EXE_kube-proxy-rs"));
+        let mut cmd = ns.command(crate::layout::kube_proxy_rs_binary());
         cmd.arg("explain")
             .arg(format!(
                 "--kubeconfig={}",

@@ -1,9 +1,7 @@
-//! What the planner benches (`benches/{nftables,iptables}.rs`) share, so that their figures
-//! compare: the binary's allocator, the cluster (10,000 Services × 10 endpoints, from the shared
+//! What the planner benches (`benches/{nftables,iptables,ipvs,explain}.rs`) share, so that their
+//! figures compare: the cluster (10,000 Services × 10 endpoints, from the shared
 //! synthetic cluster of `src/testing/synthetic.rs`) before and after its one endpoint change, and
 //! the benchmark both modes have, `plan`, in a group sized for plans that take milliseconds.
-
-#![allow(dead_code, reason = "each bench uses a different part")]
 
 use std::hint::black_box;
 
@@ -11,13 +9,7 @@ use criterion::measurement::WallTime;
 use criterion::{BenchmarkGroup, Criterion};
 use kube_proxy_rs::cluster::{Changes, Snapshot};
 
-use support::synthetic;
-
-use synthetic::Synthetic;
-
-/// The same allocator as the binary, so the numbers are the product's.
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+use crate::synthetic::Synthetic;
 
 /// 10,000 Services × 10 endpoints.
 const CLUSTER: Synthetic = Synthetic {
