@@ -21,6 +21,11 @@
 //! Every mode of the registry (`modes::ALL`) runs every file; the test lists every question
 //! whose answer differs, and fails if there is one.
 
+#![allow(
+    clippy::disallowed_methods,
+    reason = "runs the built binary and writes the manifests it reads"
+)]
+
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
