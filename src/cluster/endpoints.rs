@@ -6,7 +6,7 @@
 //! - an endpoint's address is its first address, which must be of the slice's address type;
 //! - a slice port is matched to a service port by name and protocol; its number is the endpoint's
 //!   target port, so a Service whose pods expose different ports gets them per slice;
-//! - conditions default as the API says: ready nil → true, serving nil → ready,
+//! - conditions default as the API says and upstream reads them: ready nil → true, serving nil → true,
 //!   terminating nil → false;
 //! - the same address and port in several slices is one endpoint, the ready copy preferred.
 
@@ -230,7 +230,7 @@ pub fn convert(
         );
         let conditions = ep.conditions.as_ref();
         let ready = conditions.and_then(|c| c.ready).unwrap_or(true);
-        let serving = conditions.and_then(|c| c.serving).unwrap_or(ready);
+        let serving = conditions.and_then(|c| c.serving).unwrap_or(true);
         let terminating = conditions.and_then(|c| c.terminating).unwrap_or(false);
         let placement = names.placement(Placement {
             node_name,

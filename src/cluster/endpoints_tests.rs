@@ -10,7 +10,7 @@ fn parsed(s: &EndpointSlice) -> (ParsedSlice, Vec<Warning>) {
 }
 
 #[test]
-fn conditions_default_as_the_api_says() {
+fn conditions_default_as_the_api_says_and_upstream_reads_them() {
     let s = slice(
         "default",
         "web",
@@ -20,6 +20,9 @@ fn conditions_default_as_the_api_says() {
             ep("10.0.1.1", "a").conditions((None, None, None)),
             ep("10.0.1.2", "a").conditions((Some(false), None, None)),
             ep("10.0.1.3", "a").conditions((Some(false), Some(true), Some(true))),
+            // Serving left out reads as true, as upstream's endpoint slice cache reads it (not
+            // as ready): a terminating endpoint that says no more is a fallback.
+            ep("10.0.1.4", "a").conditions((Some(false), None, Some(true))),
         ],
     );
     let (p, _) = parsed(&s);
@@ -32,7 +35,8 @@ fn conditions_default_as_the_api_says() {
         c,
         [
             (true, true, false),
-            (false, false, false),
+            (false, true, false),
+            (false, true, true),
             (false, true, true)
         ]
     );

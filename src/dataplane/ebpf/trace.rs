@@ -9,7 +9,8 @@
 //! undefined ports) leaves the address alone; a count of 0 refuses (ECONNREFUSED)
 //! or, with the drop flag, times out (ETIMEDOUT); otherwise one slot of the entry's
 //! generation is drawn, and a slot that is missing leaves that draw untranslated, as the
-//! program does. Draws are enumerated, not made: each slot is one path of equal share.
+//! program does; a restricted frontend's socket then has its packets dropped on their way out
+//! (`kp_restrict_egress`) when their source is outside the frontend's ranges. Draws are enumerated, not made: each slot is one path of equal share.
 //!
 //! Socket load balancing acts once, when the socket connects (or, unconnected UDP, at each
 //! sendmsg()): the socket is then the backend's, every packet carries the backend's address,
@@ -21,7 +22,10 @@ use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 
 use super::diff::{self, Maps};
-use super::layout::{AffVal, SVC_F_AFFINITY, SVC_F_DROP, SVC_F_SNAT, SlotKey, SvcKey, SvcVal};
+use super::layout::{
+    AffVal, SCOPE_EXTERNAL, SVC_F_AFFINITY, SVC_F_DROP, SVC_F_RESTRICTED, SVC_F_SNAT, SlotKey, SvcKey,
+    SvcVal,
+};
 use super::plan::{Frontend, Plan, Scope, Transport, UNDEFINED_PORT};
 use crate::cluster::Protocol;
 
@@ -44,6 +48,10 @@ pub struct Packet {
     /// path: source ranges and affinity go by it); `None`: a socket of this node (a process
     /// or a pod, under the cgroup).
     pub outside: Option<IpAddr>,
+    /// The source address the packets of a socket of this node leave with (a pod's address,
+    /// or the node's the kernel routes from): what `kp_restrict_egress` holds to a restricted
+    /// frontend's source ranges.
+    pub source: IpAddr,
 }
 
 /// A program that sees the call or the packet.
@@ -183,7 +191,7 @@ pub struct Trace {
     pub hooks: Vec<Hook>,
     pub entry: Option<Entry>,
     /// The loadBalancerSourceRanges `kp_src` holds for the matched entry (`None`: it is not
-    /// restricted; socket calls never are).
+    /// restricted); for a socket call, those of its twin of scope external.
     pub source_ranges: Option<Vec<ipnet::IpNet>>,
     pub fate: Fate,
 }
@@ -265,12 +273,20 @@ pub fn trace(maps: &Maps, packet: &Packet, remembered: Option<&Remembered>) -> T
         };
     };
     let entry = Entry::at(&key, val);
+    // A restricted frontend: `connect()` marks the socket with the frontend's twin of scope
+    // external, whose `kp_src` entries `kp_restrict_egress` then holds each packet's source to.
+    let restricted = (val.flags & SVC_F_RESTRICTED != 0).then_some(SvcKey {
+        scope: SCOPE_EXTERNAL,
+        ..key
+    });
     let fate = if entry.count == 0 {
         if entry.drop {
             Fate::TimedOut
         } else {
             Fate::Refused
         }
+    } else if restricted.is_some_and(|twin| !outside::allowed(maps, &twin, packet.source)) {
+        Fate::Dropped(Dropped::SourceRange)
     } else {
         let slot = |i: u16| entry.slot(maps, i);
         let slots = entry.slots(maps);
@@ -280,7 +296,7 @@ pub fn trace(maps: &Maps, packet: &Packet, remembered: Option<&Remembered>) -> T
     Trace {
         hooks,
         entry: Some(entry),
-        source_ranges: None,
+        source_ranges: restricted.and_then(|twin| outside::ranges(maps, &twin)),
         fate,
     }
 }

@@ -28,6 +28,7 @@ fn call(protocol: Protocol, to: &str) -> Packet {
         protocol,
         to: to.parse().unwrap(),
         outside: None,
+        source: "10.244.1.5".parse().unwrap(),
     }
 }
 

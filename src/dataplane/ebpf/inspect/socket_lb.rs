@@ -6,7 +6,7 @@
 use std::net::SocketAddr;
 
 use crate::dataplane::ebpf::diff::Maps;
-use crate::dataplane::ebpf::trace::{self, Fate, Remembered, Trace, Unseen};
+use crate::dataplane::ebpf::trace::{self, Dropped, Fate, Remembered, Trace, Unseen};
 use crate::dataplane::inspect::{Frontend, Origin, Packet};
 
 /// The tracer's walk of `packet` over `maps`. `remembered` is the tc programs'
@@ -18,6 +18,7 @@ pub fn trace(maps: &Maps, remembered: Option<&Remembered>, packet: &Packet) -> T
         protocol: packet.protocol,
         to: packet.to,
         outside: outside.then_some(packet.source),
+        source: packet.source,
     };
     trace::trace(maps, &walked, remembered.filter(|_| outside))
 }
@@ -58,6 +59,15 @@ pub fn reasons(t: &Trace, request: &Packet, frontend_kind: Option<Frontend>) -> 
             "{}: no backend, so {} fails at once with ECONNREFUSED",
             entry.unwrap_or_default(),
             when.join(" and ")
+        )),
+        Fate::Dropped(Dropped::SourceRange) if request.origin != Origin::Outside => out.push(format!(
+            "{}, restricted to its loadBalancerSourceRanges: {} connects the socket to a backend \
+             and marks it (kp_restrict), and kp_restrict_egress drops every packet it sends from \
+             {}, outside those ranges (where kube-proxy drops it before the DNAT, the client \
+             times out)",
+            entry.unwrap_or_default(),
+            when.join(" or "),
+            request.source
         )),
         // The tc programs' fates: told by `tc_lb`.
         Fate::Dropped(_) => {}

@@ -75,7 +75,7 @@ pub(super) fn trace(
 /// Whether `kp_src` lets `client` use the frontend `key`: the longest entry of the frontend
 /// that holds the client decides (the marker holds every client and says no; a range says
 /// yes); no entry of the frontend lets everyone in.
-fn allowed(maps: &Maps, key: &SvcKey, client: IpAddr) -> bool {
+pub(super) fn allowed(maps: &Maps, key: &SvcKey, client: IpAddr) -> bool {
     maps.src
         .iter()
         .filter(|k| k.frontend() == *key)
@@ -87,7 +87,7 @@ fn allowed(maps: &Maps, key: &SvcKey, client: IpAddr) -> bool {
 }
 
 /// The ranges `kp_src` holds for the frontend `key`, when its marker restricts it.
-fn ranges(maps: &Maps, key: &SvcKey) -> Option<Vec<ipnet::IpNet>> {
+pub(super) fn ranges(maps: &Maps, key: &SvcKey) -> Option<Vec<ipnet::IpNet>> {
     let mine = || maps.src.iter().filter(|k| k.frontend() == *key);
     mine()
         .any(|k| k.prefixlen == SRC_FRONTEND_BITS)

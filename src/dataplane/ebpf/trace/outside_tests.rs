@@ -28,6 +28,7 @@ fn from(client: &str, to: &str) -> Packet {
         protocol: Protocol::Tcp,
         to: to.parse().unwrap(),
         outside: Some(client.parse().unwrap()),
+        source: client.parse().unwrap(),
     }
 }
 
@@ -116,6 +117,40 @@ fn source_ranges_are_checked_first_and_guard_only_the_load_balancer_ip() {
     assert_eq!(t.fate, Fate::Dropped(Dropped::SourceRange));
     let t = trace(&maps, &from(CLIENT, "198.51.100.8:80"), None);
     assert_eq!(t.fate, Fate::Refused);
+}
+
+#[test]
+fn a_socket_of_the_node_is_held_to_the_ranges_on_its_way_out() {
+    let (_, maps) = planned(vec![
+        svc("default/lb", "10.96.0.20", 80)
+            .lb("198.51.100.7")
+            .range("10.244.1.0/24")
+            .ep("10.244.2.5", 8080, "node-b"),
+        svc("default/lb-empty", "10.96.0.21", 80)
+            .lb("198.51.100.8")
+            .range("10.244.1.0/24"),
+    ]);
+    let socket = |source: &str, to: &str| Packet {
+        protocol: Protocol::Tcp,
+        to: to.parse().unwrap(),
+        outside: None,
+        source: source.parse().unwrap(),
+    };
+    // A pod inside the ranges is translated; the node's address is not in them: the socket
+    // is translated at connect() and its packets dropped by the egress program.
+    let t = trace(&maps, &socket("10.244.1.5", "198.51.100.7:80"), None);
+    assert_eq!(reached(&t), addrs(&["10.244.2.5:8080"]));
+    let ranges = t.source_ranges.as_ref().unwrap();
+    assert_eq!(ranges, &["10.244.1.0/24".parse::<ipnet::IpNet>().unwrap()]);
+    let t = trace(&maps, &socket("10.0.0.11", "198.51.100.7:80"), None);
+    assert_eq!(t.fate, Fate::Dropped(Dropped::SourceRange));
+    // connect() refuses before any packet leaves: no endpoint is refused, whatever the source.
+    let t = trace(&maps, &socket("10.0.0.11", "198.51.100.8:80"), None);
+    assert_eq!(t.fate, Fate::Refused);
+    // The ClusterIP is not restricted.
+    let t = trace(&maps, &socket("10.0.0.11", "10.96.0.20:80"), None);
+    assert_eq!(t.source_ranges, None);
+    assert!(matches!(t.fate, Fate::Translated { .. }), "{t:?}");
 }
 
 #[test]
