@@ -23,8 +23,8 @@ use std::net::{IpAddr, SocketAddr};
 
 use super::diff::{self, Maps};
 use super::layout::{
-    AffVal, SCOPE_EXTERNAL, SVC_F_AFFINITY, SVC_F_DROP, SVC_F_RESTRICTED, SVC_F_SNAT, SlotKey, SvcKey,
-    SvcVal,
+    AffVal, SCOPE_EXTERNAL, SVC_F_AFFINITY, SVC_F_DROP, SVC_F_RESTRICTED, SVC_F_SNAT, SlotKey,
+    SvcKey, SvcVal,
 };
 use super::plan::{Frontend, Plan, Scope, Transport, UNDEFINED_PORT};
 use crate::cluster::Protocol;
