@@ -14,7 +14,7 @@ use std::hint::black_box;
 
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
 use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
-use k8s_openapi::api::discovery::v1::{EndpointPort, EndpointSlice};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube_proxy_rs::cluster::source::{Event, Kind, Object};
 use kube_proxy_rs::cluster::{Features, Tracker};
@@ -60,18 +60,8 @@ fn slice(i: usize, generation: usize) -> EndpointSlice {
             ..ObjectMeta::default()
         },
         address_type: "IPv4".into(),
-        ports: Some(vec![EndpointPort {
-            name: Some("http".into()),
-            port: Some(8080),
-            protocol: Some("TCP".into()),
-            ..EndpointPort::default()
-        }]),
-        endpoints: (0..ENDPOINTS)
-            .map(|e| {
-                let n = i * ENDPOINTS + e + if e == 0 { generation } else { 0 };
-                synthetic::slice_endpoint(n)
-            })
-            .collect(),
+        ports: synthetic::slice_ports(),
+        endpoints: synthetic::slice_endpoints(i, ENDPOINTS, generation),
     }
 }
 

@@ -21,7 +21,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
-use k8s_openapi::api::discovery::v1::{EndpointPort, EndpointSlice};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube_proxy_rs::cluster::source::{Event, Kind, Object, lean};
 use kube_proxy_rs::cluster::{Features, Tracker};
@@ -171,18 +171,8 @@ fn slice(i: usize, endpoints: usize) -> EndpointSlice {
     EndpointSlice {
         metadata: metadata(format!("svc-{i}-abcde"), i, labels, Some(owner)),
         address_type: "IPv4".into(),
-        ports: Some(vec![EndpointPort {
-            name: Some("http".into()),
-            port: Some(8080),
-            protocol: Some("TCP".into()),
-            ..EndpointPort::default()
-        }]),
-        endpoints: (0..endpoints)
-            .map(|e| {
-                let n = i * endpoints + e;
-                synthetic::slice_endpoint(n)
-            })
-            .collect(),
+        ports: synthetic::slice_ports(),
+        endpoints: synthetic::slice_endpoints(i, endpoints, 0),
     }
 }
 

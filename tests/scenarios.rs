@@ -18,8 +18,9 @@
 //! line must say why after `#`: a mode answers differently from upstream only where
 //! docs/operations.md names the difference.
 //!
-//! Every mode of the registry (`modes::ALL`) runs every file; the test lists every question
-//! whose answer differs, and fails if there is one.
+//! Every mode of the registry (`modes::ALL`) runs every file, or those `SCENARIO_MODES` names
+//! (`nftables,ipvs`); the test lists every question whose answer differs, and fails if there
+//! is one.
 
 #![allow(
     clippy::disallowed_methods,
@@ -320,7 +321,7 @@ fn wrong_answers(scenario: &Scenario) -> Vec<String> {
     let dir = tempfile::tempdir().expect("a scratch directory");
     std::fs::write(dir.path().join("cluster.yaml"), &scenario.manifests).expect("write manifests");
     let mut wrong = Vec::new();
-    for mode in modes::ALL {
+    for mode in asked_modes() {
         for (question, expected) in &scenario.expect {
             let want = expected
                 .by_mode
@@ -338,6 +339,22 @@ fn wrong_answers(scenario: &Scenario) -> Vec<String> {
         }
     }
     wrong
+}
+
+/// The modes `SCENARIO_MODES` names, else every mode of the registry.
+fn asked_modes() -> Vec<ProxyMode> {
+    let Ok(names) = std::env::var("SCENARIO_MODES") else {
+        return modes::ALL.to_vec();
+    };
+    names
+        .split(',')
+        .map(|n| {
+            modes::ALL
+                .into_iter()
+                .find(|m| m.as_str() == n.trim())
+                .unwrap_or_else(|| panic!("SCENARIO_MODES: {n:?} is not a mode"))
+        })
+        .collect()
 }
 
 fn scenario_files() -> Vec<PathBuf> {

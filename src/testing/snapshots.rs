@@ -184,6 +184,17 @@ pub fn web_empty_node_port() -> Vec<Svc> {
     ]
 }
 
+/// `default/web` port 80 on 10.96.0.10 with NodePort 30080 and the external Local policy, an
+/// endpoint on this node (10.244.1.5) and one on `node-b` (10.244.2.5), both on 8080: where
+/// traffic from outside is held to this node's endpoint and the node's own is not.
+pub fn local_node_port() -> Svc {
+    svc("default/web", "10.96.0.10", 80)
+        .node_port(30080)
+        .external_local()
+        .ep("10.244.1.5", 8080, "node-a")
+        .ep("10.244.2.5", 8080, "node-b")
+}
+
 /// `default/web` port 80 on 10.96.0.10, beside [`node`]: two ready endpoints (listed out of
 /// address order, 10.244.2.5 before 10.244.1.5) and one that is not ready (10.244.3.5), all on
 /// port 8080. A planner balances over the ready two, in address order, and leaves the third out.

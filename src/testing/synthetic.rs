@@ -178,6 +178,32 @@ pub fn slice_endpoint(n: usize) -> k8s_openapi::api::discovery::v1::Endpoint {
     }
 }
 
+/// The one port every synthetic Service's EndpointSlice lists: `http`, TCP 8080.
+pub fn slice_ports() -> Option<Vec<k8s_openapi::api::discovery::v1::EndpointPort>> {
+    Some(vec![k8s_openapi::api::discovery::v1::EndpointPort {
+        name: Some("http".into()),
+        port: Some(8080),
+        protocol: Some("TCP".into()),
+        ..Default::default()
+    }])
+}
+
+/// The endpoints of Service `service`'s slice, `per_service` of them ([`slice_endpoint`]
+/// `service × per_service` onwards), the first moved `first_shift` addresses on (0: none), so
+/// two versions of one slice can differ in one endpoint.
+pub fn slice_endpoints(
+    service: usize,
+    per_service: usize,
+    first_shift: usize,
+) -> Vec<k8s_openapi::api::discovery::v1::Endpoint> {
+    (0..per_service)
+        .map(|e| {
+            let shift = if e == 0 { first_shift } else { 0 };
+            slice_endpoint(service * per_service + e + shift)
+        })
+        .collect()
+}
+
 /// This node, [`Synthetic::node`], as the API server lists it: `node-0`, InternalIP 10.0.0.1.
 pub fn node_object() -> k8s_openapi::api::core::v1::Node {
     use k8s_openapi::api::core::v1::{Node, NodeAddress, NodeStatus};

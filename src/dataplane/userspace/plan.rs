@@ -204,7 +204,7 @@ pub fn name(key: &Key) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::snapshots::{addr, node, snapshot, svc, web_with_unready};
+    use crate::testing::snapshots::{self, addr, node, snapshot, svc, web_with_unready};
 
     fn only(listeners: &Listeners, list: List) -> &Spec {
         let mut of_kind = listeners.iter().filter(|(k, _)| k.list == list);
@@ -342,11 +342,7 @@ mod tests {
         let snap = snapshot(
             node(),
             vec![
-                svc("default/web", "10.96.0.10", 80)
-                    .node_port(30080)
-                    .external_local()
-                    .ep("10.244.2.5", 8080, "node-b")
-                    .ep("10.244.1.5", 8080, "node-a"),
+                snapshots::local_node_port(),
                 svc("default/internal", "10.96.0.11", 80).ep("10.244.2.6", 8080, "node-b"),
             ],
         );

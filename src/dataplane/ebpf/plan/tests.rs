@@ -241,16 +241,7 @@ fn what_phase_one_cannot_do_is_named_per_port() {
 
 #[test]
 fn node_ports_are_translated_on_the_node_port_addresses_over_the_cluster_list() {
-    let snap = snapshot(
-        node(),
-        vec![
-            svc("default/np", "10.96.0.10", 80)
-                .node_port(30080)
-                .external_local()
-                .ep("10.244.1.5", 8080, "node-a")
-                .ep("10.244.2.5", 8080, "node-b"),
-        ],
-    );
+    let snap = snapshot(node(), vec![crate::testing::snapshots::local_node_port()]);
     let all = node_ports(
         &NodePortAddresses::default_for(crate::config::ProxyMode::Ebpf),
         &snap.node,
