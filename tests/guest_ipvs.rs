@@ -47,7 +47,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use guest::host::helper_process::{HelperProcess, RESULT};
+use guest::host::helper_process::RESULT;
 use in_guest::{
     CLUSTER_IP, NO_ENDPOINTS_IP, NODE_IP, NODE_NAME, POD_GATEWAY, eventually,
     icmp_unreachables_sent, output, run,
@@ -93,16 +93,7 @@ fn the_ipvs_mode_carries_real_traffic_in_a_guest() {
     );
 }
 
-/// The entry below, run inside the guest (`node`) and in its namespaces (`server`,
-/// `client:ADDR:PORT`).
-const HELPER: HelperProcess = HelperProcess::new("guest_ipvs_helper_process");
-
-/// Not a test of its own: what runs inside the guest and in its namespaces. Without the
-/// environment variable it does nothing.
-#[test]
-fn guest_ipvs_helper_process() {
-    in_guest::play_roles(&HELPER, node, serve, exchange);
-}
+support::guest_helper_entry!(guest_ipvs_helper_process, node, serve, exchange);
 
 fn network() {
     let mut cmds = in_guest::client_network();

@@ -26,7 +26,7 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use guest::host::helper_process::{HelperProcess, RESULT};
+use guest::host::helper_process::RESULT;
 use in_guest::{
     CLUSTER_IP, NO_ENDPOINTS_IP, NODE_IP, NODE_NAME, POD_GATEWAY, eventually,
     icmp_unreachables_sent, run,
@@ -58,16 +58,7 @@ fn sctp_services_carry_real_sctp_traffic_in_a_guest() {
     );
 }
 
-/// The entry below, run inside the guest (`node`) and in its namespaces (`server`,
-/// `client:ADDR:PORT`).
-const HELPER: HelperProcess = HelperProcess::new("guest_sctp_helper_process");
-
-/// Not a test of its own: what runs inside the guest and in its namespaces. Without the
-/// environment variable it does nothing.
-#[test]
-fn guest_sctp_helper_process() {
-    in_guest::play_roles(&HELPER, node, serve, exchange);
-}
+support::guest_helper_entry!(guest_sctp_helper_process, node, serve, exchange);
 
 /// The node: network, manifests, the proxy, the probes.
 fn node() {

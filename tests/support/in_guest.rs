@@ -67,6 +67,26 @@ pub fn run_node(helper: &HelperProcess, wants: &[String]) {
     }
 }
 
+/// Declares a guest test's helper: `HELPER`, the test binary re-run as its entry `$entry`, and
+/// that entry, a test that plays the roles of [`play_roles`] (and does nothing in an ordinary
+/// run). The entry's name is the helper's, so the two cannot drift apart.
+#[macro_export]
+macro_rules! guest_helper_entry {
+    ($entry:ident, $node:expr, $serve:expr, $exchange:expr) => {
+        /// The entry below, run inside the guest (`node`) and in its namespaces (`server`,
+        /// `client:ADDR:PORT`).
+        const HELPER: $crate::helper_process::HelperProcess =
+            $crate::helper_process::HelperProcess::new(stringify!($entry));
+
+        /// Not a test of its own: what runs inside the guest and in its namespaces. Without
+        /// the environment variable it does nothing.
+        #[test]
+        fn $entry() {
+            $crate::in_guest::play_roles(&HELPER, $node, $serve, $exchange);
+        }
+    };
+}
+
 /// The roles the test binary plays when `helper` re-runs it: `node` inside the guest, `server`
 /// and `client:ADDR:PORT` in its namespaces (the client prints `answered <what the server
 /// saw>` or `failed <why>` as a result line). Without the environment variable it does nothing.
