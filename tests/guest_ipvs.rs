@@ -42,15 +42,15 @@ mod manifests;
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use guest::host::helper_process::RESULT;
 use in_guest::{
-    CLUSTER_IP, NO_ENDPOINTS_IP, NODE_IP, NODE_NAME, POD_GATEWAY, eventually,
-    icmp_unreachables_sent, output, run,
+    CLUSTER_IP, NO_ENDPOINTS_IP, NODE_IP, POD_GATEWAY, eventually, icmp_unreachables_sent, output,
+    run,
 };
 use manifests::{manifests, write_pair};
 
@@ -363,23 +363,8 @@ fn start_proxy(dir: &std::path::Path, log_path: &str) -> std::process::Child {
         .append(true)
         .open(log_path)
         .expect("proxy log");
-    Command::new(env!("CARGO_BIN_EXE_kube-proxy-rs"))
-        .arg(format!("--manifests={}", dir.display()))
-        .args([
-            &format!("--hostname-override={NODE_NAME}"),
-            "--proxy-mode=ipvs",
-            "--cluster-cidr=10.244.0.0/16",
-            "--conntrack-max-per-core=0",
-            "--metrics-bind-address=127.0.0.1:10249",
-            "--healthz-bind-address=127.0.0.1:10256",
-            // A periodic sync every 2 s, which reads the draining destinations again.
-            "--ipvs-sync-period=2s",
-        ])
-        .stdin(Stdio::null())
-        .stdout(log.try_clone().expect("log"))
-        .stderr(log)
-        .spawn()
-        .expect("start kube-proxy-rs")
+    // A periodic sync every 2 s, which reads the draining destinations again.
+    in_guest::start_proxy(dir, "ipvs", &["--ipvs-sync-period=2s"], log)
 }
 
 /// The scheduler `ipvsadm -Ln` shows for the TCP virtual service `vs`.

@@ -23,7 +23,7 @@ use support::manifest_yaml;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use guest::host::helper_process::RESULT;
@@ -90,21 +90,7 @@ fn node() {
     std::fs::create_dir_all(&dir).expect("manifest dir");
     std::fs::write(dir.join("cluster.yaml"), manifests()).expect("write manifests");
     let log = std::fs::File::create("/tmp/kprs-sctp-proxy.log").expect("proxy log");
-    let mut proxy = Command::new(env!("CARGO_BIN_EXE_kube-proxy-rs"))
-        .arg(format!("--manifests={}", dir.display()))
-        .args([
-            &format!("--hostname-override={NODE_NAME}"),
-            "--proxy-mode=nftables",
-            "--cluster-cidr=10.244.0.0/16",
-            "--conntrack-max-per-core=0",
-            "--metrics-bind-address=127.0.0.1:10249",
-            "--healthz-bind-address=127.0.0.1:10256",
-        ])
-        .stdin(Stdio::null())
-        .stdout(log.try_clone().expect("log"))
-        .stderr(log)
-        .spawn()
-        .expect("start kube-proxy-rs");
+    let mut proxy = in_guest::start_proxy(&dir, "nftables", &[], log);
 
     let outcome = std::panic::catch_unwind(|| {
         let cluster: SocketAddr = format!("{CLUSTER_IP}:{PORT}").parse().unwrap();

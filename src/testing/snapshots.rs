@@ -184,6 +184,15 @@ pub fn web_empty_node_port() -> Vec<Svc> {
     ]
 }
 
+/// `default/web` (10.96.0.10) and `default/web6` (fd00:96::10), port 80, each with one
+/// endpoint on `node-b` at 8080 (10.244.2.5, fd00:244:2::5): a Service of each family.
+pub fn web_in_each_family() -> Vec<Svc> {
+    vec![
+        svc("default/web", "10.96.0.10", 80).ep("10.244.2.5", 8080, "node-b"),
+        svc("default/web6", "fd00:96::10", 80).ep("fd00:244:2::5", 8080, "node-b"),
+    ]
+}
+
 /// `default/web` port 80 on 10.96.0.10 with NodePort 30080 and the external Local policy, an
 /// endpoint on this node (10.244.1.5) and one on `node-b` (10.244.2.5), both on 8080: where
 /// traffic from outside is held to this node's endpoint and the node's own is not.

@@ -67,6 +67,34 @@ pub fn run_node(helper: &HelperProcess, wants: &[String]) {
     }
 }
 
+/// Starts the real binary on the guest's node in `mode` (`--proxy-mode`), reading the manifests
+/// in `dir`, with the flags every guest test gives it (the node's name, the pods' CIDR, the
+/// conntrack table left as it is, its servers on loopback) and `extra`; its output goes to
+/// `log`.
+pub fn start_proxy(
+    dir: &std::path::Path,
+    mode: &str,
+    extra: &[&str],
+    log: std::fs::File,
+) -> std::process::Child {
+    Command::new(crate::layout::kube_proxy_rs_binary())
+        .arg(format!("--manifests={}", dir.display()))
+        .arg(format!("--hostname-override={NODE_NAME}"))
+        .arg(format!("--proxy-mode={mode}"))
+        .args([
+            "--cluster-cidr=10.244.0.0/16",
+            "--conntrack-max-per-core=0",
+            "--metrics-bind-address=127.0.0.1:10249",
+            "--healthz-bind-address=127.0.0.1:10256",
+        ])
+        .args(extra)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().expect("log"))
+        .stderr(log)
+        .spawn()
+        .expect("start kube-proxy-rs")
+}
+
 /// Declares a guest test's helper: `HELPER`, the test binary re-run as its entry `$entry`, and
 /// that entry, a test that plays the roles of [`play_roles`] (and does nothing in an ordinary
 /// run). The entry's name is the helper's, so the two cannot drift apart.

@@ -359,13 +359,7 @@ mod tests {
 
     #[test]
     fn each_family_gets_its_own_listener() {
-        let snap = snapshot(
-            node(),
-            vec![
-                svc("default/web", "10.96.0.10", 80).ep("10.244.2.5", 8080, "node-b"),
-                svc("default/web6", "fd00:96::10", 80).ep("fd00:244:2::5", 8080, "node-b"),
-            ],
-        );
+        let snap = snapshot(node(), snapshots::web_in_each_family());
         let families: Vec<IpFamily> = plan(&snap).keys().map(|k| k.family).collect();
         assert_eq!(families, [IpFamily::V4, IpFamily::V6]);
     }

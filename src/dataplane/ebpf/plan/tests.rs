@@ -41,13 +41,7 @@ fn service_without_endpoints_gets_an_empty_set() {
 
 #[test]
 fn cluster_ip_ports_the_service_does_not_define_are_refused() {
-    let snap = snapshot(
-        node(),
-        vec![
-            svc("default/web", "10.96.0.10", 80).ep("10.244.2.5", 8080, "node-b"),
-            svc("default/web6", "fd00:96::10", 80).ep("fd00:244:2::5", 8080, "node-b"),
-        ],
-    );
+    let snap = snapshot(node(), crate::testing::snapshots::web_in_each_family());
     let plan = plan(&snap, &NodePorts::default());
     for ip in ["10.96.0.10", "fd00:96::10"] {
         for transport in [Transport::Tcp, Transport::Udp] {
