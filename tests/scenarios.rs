@@ -29,6 +29,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -239,25 +240,31 @@ fn canonical(text: &str, at: &str) -> String {
                 ["masquerade", "direct", "either"].contains(masquerade),
                 "{at}: {verdict}'s last word is masquerade, direct or either"
             );
-            let mut endpoints: Vec<std::net::SocketAddr> = endpoints
+            let endpoints = endpoints
                 .iter()
                 .map(|e| {
                     e.parse()
                         .unwrap_or_else(|_| panic!("{at}: {e:?} is not ADDRESS:PORT"))
                 })
                 .collect();
-            endpoints.sort();
-            let mut out = verdict.to_owned();
-            for e in endpoints {
-                write!(out, " {e}").unwrap();
-            }
-            write!(out, " {masquerade}").unwrap();
-            out
+            spelled(verdict, endpoints, masquerade)
         }
         other => {
             panic!("{at}: {other:?}: expected forwarded, mixed, rejected, dropped or untouched")
         }
     }
+}
+
+/// A forwarded (or mixed) outcome in the one spelling: the verdict, the endpoints in address
+/// order, then `masquerade`, `direct` or `either`.
+fn spelled(verdict: &str, mut endpoints: Vec<SocketAddr>, masquerade: &str) -> String {
+    endpoints.sort();
+    let mut out = verdict.to_owned();
+    for e in endpoints {
+        write!(out, " {e}").unwrap();
+    }
+    write!(out, " {masquerade}").unwrap();
+    out
 }
 
 /// The outcome of `explain --output json`, in the spelling of [`canonical`].
@@ -266,24 +273,18 @@ fn answered(json: &Value) -> String {
     let verdict = outcome["verdict"].as_str().expect("a verdict");
     match verdict {
         "forwarded" | "mixed" => {
-            let mut endpoints: Vec<std::net::SocketAddr> = outcome["endpoints"]
+            let endpoints = outcome["endpoints"]
                 .as_array()
                 .expect("endpoints")
                 .iter()
                 .map(|e| e["endpoint"].as_str().unwrap().parse().unwrap())
                 .collect();
-            endpoints.sort();
-            let mut out = verdict.to_owned();
-            for e in endpoints {
-                write!(out, " {e}").unwrap();
-            }
             let masquerade = match outcome["masquerade"].as_bool() {
                 Some(true) => "masquerade",
                 Some(false) => "direct",
                 None => "either",
             };
-            write!(out, " {masquerade}").unwrap();
-            out
+            spelled(verdict, endpoints, masquerade)
         }
         other => other.to_owned(),
     }
