@@ -44,13 +44,12 @@ pub use outside::client_key;
 pub struct Packet {
     pub protocol: Protocol,
     pub to: SocketAddr,
-    /// The client's address when the packet comes from outside the node (the tc programs'
-    /// path: source ranges and affinity go by it); `None`: a socket of this node (a process
-    /// or a pod, under the cgroup).
-    pub outside: Option<IpAddr>,
-    /// The source address the packets of a socket of this node leave with (a pod's address,
-    /// or the node's the kernel routes from): what `kp_restrict_egress` holds to a restricted
-    /// frontend's source ranges.
+    /// Whether the packet comes from outside the node (the tc programs' path); otherwise it
+    /// is a socket call of this node (a process or a pod, under the cgroup).
+    pub outside: bool,
+    /// The client's address: from outside, what source ranges and affinity go by; for a
+    /// socket of this node, the address its packets leave with (a pod's, or the node's the
+    /// kernel routes from), which `kp_restrict_egress` holds to a restricted frontend's ranges.
     pub source: IpAddr,
 }
 
@@ -254,8 +253,8 @@ pub fn trace(maps: &Maps, packet: &Packet, remembered: Option<&Remembered>) -> T
             };
         }
     };
-    if let Some(client) = packet.outside {
-        return outside::trace(maps, transport, packet.to, client, remembered);
+    if packet.outside {
+        return outside::trace(maps, transport, packet.to, packet.source, remembered);
     }
     let v6 = matches!(packet.to.ip(), IpAddr::V6(_));
     let connect = if v6 { Hook::Connect6 } else { Hook::Connect4 };

@@ -27,7 +27,7 @@ fn call(protocol: Protocol, to: &str) -> Packet {
     Packet {
         protocol,
         to: to.parse().unwrap(),
-        outside: None,
+        outside: false,
         source: "10.244.1.5".parse().unwrap(),
     }
 }

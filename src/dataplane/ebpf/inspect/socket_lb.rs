@@ -17,7 +17,7 @@ pub fn trace(maps: &Maps, remembered: Option<&Remembered>, packet: &Packet) -> T
     let walked = trace::Packet {
         protocol: packet.protocol,
         to: packet.to,
-        outside: outside.then_some(packet.source),
+        outside,
         source: packet.source,
     };
     trace::trace(maps, &walked, remembered.filter(|_| outside))

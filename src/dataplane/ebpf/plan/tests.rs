@@ -62,7 +62,7 @@ fn cluster_ip_ports_the_service_does_not_define_are_refused() {
     let to = |port: u16| super::super::trace::Packet {
         protocol: Protocol::Tcp,
         to: addr(&format!("10.96.0.10:{port}")),
-        outside: None,
+        outside: false,
         source: "10.244.1.5".parse().unwrap(),
     };
     let defined = super::super::trace::trace(&maps, &to(80), None);

@@ -27,7 +27,7 @@ fn from(client: &str, to: &str) -> Packet {
     Packet {
         protocol: Protocol::Tcp,
         to: to.parse().unwrap(),
-        outside: Some(client.parse().unwrap()),
+        outside: true,
         source: client.parse().unwrap(),
     }
 }
@@ -56,7 +56,7 @@ fn node_port_from_outside_is_balanced_at_tc_ingress_with_the_source_rewritten_un
     assert_eq!(t.source_ranges, None);
     // The socket programs' entry for the same NodePort is another one: no source rewrite.
     let inside = Packet {
-        outside: None,
+        outside: false,
         ..from(CLIENT, "10.0.0.11:30080")
     };
     let s = trace(&maps, &inside, None);
@@ -133,7 +133,7 @@ fn a_socket_of_the_node_is_held_to_the_ranges_on_its_way_out() {
     let socket = |source: &str, to: &str| Packet {
         protocol: Protocol::Tcp,
         to: to.parse().unwrap(),
-        outside: None,
+        outside: false,
         source: source.parse().unwrap(),
     };
     // A pod inside the ranges is translated; the node's address is not in them: the socket
