@@ -32,10 +32,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 
-/// The repository root (where `testenv/` lives).
-pub fn repo_root() -> PathBuf {
-    crate::layout::repo_root().to_path_buf()
-}
+pub use crate::layout::repo_root;
 
 /// Where the Go binaries are built by `testenv/build`.
 pub fn bin_dir() -> PathBuf {
