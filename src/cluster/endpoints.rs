@@ -6,8 +6,8 @@
 //! - an endpoint's address is its first address, which must be of the slice's address type;
 //! - a slice port is matched to a service port by name and protocol; its number is the endpoint's
 //!   target port, so a Service whose pods expose different ports gets them per slice;
-//! - conditions default as the API says and upstream reads them: ready nil → true, serving nil → true,
-//!   terminating nil → false;
+//! - conditions default as the API says and upstream reads them: ready nil → true, serving
+//!   nil → true, terminating nil → false;
 //! - the same address and port in several slices is one endpoint, the ready copy preferred.
 
 use std::net::IpAddr;

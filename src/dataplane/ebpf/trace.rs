@@ -10,7 +10,8 @@
 //! or, with the drop flag, times out (ETIMEDOUT); otherwise one slot of the entry's
 //! generation is drawn, and a slot that is missing leaves that draw untranslated, as the
 //! program does; a restricted frontend's socket then has its packets dropped on their way out
-//! (`kp_restrict_egress`) when their source is outside the frontend's ranges. Draws are enumerated, not made: each slot is one path of equal share.
+//! (`kp_restrict_egress`) when their source is outside the frontend's ranges. Draws are
+//! enumerated, not made: each slot is one path of equal share.
 //!
 //! Socket load balancing acts once, when the socket connects (or, unconnected UDP, at each
 //! sendmsg()): the socket is then the backend's, every packet carries the backend's address,
